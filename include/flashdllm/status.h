@@ -1,0 +1,38 @@
+// flashdllm public error vocabulary.
+//
+// The library never exits or aborts: every failure is reported to the caller as a
+// flashdllm::Error exception carrying an ErrorCode and a message that names the file,
+// field, tensor or parameter at fault. Only apps/ decides to exit; the server answers 4xx/5xx.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace flashdllm {
+
+/// Category of a failure. Callers branch on this, humans read the message.
+enum class ErrorCode {
+  kInvalidArgument,    ///< a parameter or parameter combination the caller passed is impossible
+  kInvalidCheckpoint,  ///< config.json / safetensors / tokenizer files are malformed or unsupported
+  kIo,                 ///< a file could not be opened, mapped or read
+  kUnsupported,        ///< valid input that this build or backend does not support
+  kOutOfMemory,        ///< host or device memory could not be obtained
+  kDevice,             ///< a CUDA / cuBLAS call failed
+  kInternal,           ///< a broken invariant inside the library (a bug)
+};
+
+/// Human-readable name of an ErrorCode ("invalid argument", ...).
+const char* error_code_name(ErrorCode code) noexcept;
+
+/// The one exception type thrown by the library.
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorCode code, const std::string& message)
+      : std::runtime_error(message), code_(code) {}
+  ErrorCode code() const noexcept { return code_; }
+
+ private:
+  ErrorCode code_;
+};
+
+}  // namespace flashdllm

@@ -1,0 +1,141 @@
+// The small set of operations the LLaDA model and the denoisers need from a compute backend.
+//
+// The model code (src/model/llada.cpp) is written once against this interface; the CPU backend
+// (src/backend/cpu, fp32, OpenBLAS, the oracle) always builds, the CUDA backend (src/backend/cuda,
+// bf16 storage, fp32 accumulation) builds with FLASHDLLM_CUDA=ON. Every op of the CUDA backend
+// has a CPU twin with the same signature and a test comparing the two (tests/kernels/).
+//
+// Conventions
+//  * All tensors are contiguous row-major views (core/tensor.h) living on this backend's device.
+//  * "Activation dtype" (F32 on CPU, BF16 on CUDA) is used for hidden states, q, K/V stores.
+//    "Weight dtype" (F32 on CPU, BF16 on CUDA) for all weights. Logits and confidences are F32/F64.
+//  * Ops are asynchronous with respect to the host on CUDA (one stream per backend);
+//    copy_to_host() and synchronize() are the only points that wait.
+//  * Every op validates shapes and dtypes and throws Error(kInvalidArgument) naming the op and
+//    the operand on mismatch; device failures throw Error(kDevice) naming the call.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace flashdllm {
+
+/// One row of an attention schedule ("block table"): query rows [q_start, q_end) attend,
+/// bidirectionally, to the K/V store rows [k_start, k_end). Stored as 4 consecutive I32.
+struct AttentionTile {
+  int32_t q_start, q_end, k_start, k_end;
+};
+
+/// RoPE tables for the half-rotation ("rotate_half"/NeoX) layout, reference §A.3:
+/// cos/sin F32 [max_positions, head_dim/2]; angle(p, i) = fp32(p) * inv_freq_i with
+/// inv_freq_i = 1 / theta^(2i/head_dim) computed in fp32 (as upstream modeling_llada.py).
+struct RopeTable {
+  Tensor cos;  // F32 [max_positions, head_dim/2]
+  Tensor sin;  // F32 [max_positions, head_dim/2]
+};
+
+/// Parameters of the token-selection op (reference §B, LLaDA generate.py).
+struct SelectParams {
+  /// Gumbel-max temperature; 0 = plain argmax. Noise is float64, drawn from a counter-based
+  /// generator keyed by (seed, step, row_key[r], vocabulary id) so that CPU and CUDA agree.
+  double temperature = 0.0;
+  uint64_t seed = 0;
+  uint64_t step = 0;
+  /// Token whose logit is set to -inf before argmax and confidence (LLaDA `logits_eos_inf`); -1 = none.
+  int32_t suppress_token = -1;
+  /// Tokens whose probability is zeroed (logit -inf) for the confidence only, after x0 was chosen
+  /// (LLaDA `confidence_eos_eot_inf` quirk, reference §B); -1 = none.
+  int32_t conf_suppress_a = -1;
+  int32_t conf_suppress_b = -1;
+  /// Softmax precision for the confidence: true = float64 (Fast-dLLM, Flash-dLLM, LLaDA HEAD),
+  /// false = float32 (the precision the golden LLaDA trace margins were computed in).
+  bool confidence_f64 = true;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual DeviceKind device() const noexcept = 0;
+  /// "cpu (16 threads, OpenBLAS)", "cuda (NVIDIA H200, sm_90)" ...
+  virtual std::string name() const = 0;
+  virtual DType activation_dtype() const noexcept = 0;
+  virtual DType weight_dtype() const noexcept = 0;
+
+  // ---------------------------------------------------------------- memory
+  /// Allocates `bytes` on the device. Throws Error(kOutOfMemory) naming `what`.
+  virtual Buffer alloc(size_t bytes, const char* what) = 0;
+  /// Host -> device copy of dst.nbytes() bytes.
+  virtual void copy_from_host(Tensor dst, const void* src) = 0;
+  /// Device -> host copy of src.nbytes() bytes; waits for all queued work first.
+  virtual void copy_to_host(void* dst, Tensor src) = 0;
+  /// Sets every byte of `t` to zero.
+  virtual void fill_zero(Tensor t) = 0;
+  /// Waits for all queued work.
+  virtual void synchronize() = 0;
+  /// Bytes of device memory still free (host: available physical memory).
+  virtual size_t free_memory() const = 0;
+
+  /// Converts `n` host elements of `src_dtype` (F32/F16/BF16) into the weight tensor `dst`
+  /// (weight dtype, numel == n).
+  virtual void upload_weight(Tensor dst, DType src_dtype, const void* src) = 0;
+
+  // ---------------------------------------------------------------- model ops
+  /// out[t, :] = table[ids[t], :].  table [V, D] weight dtype; ids I32 [T] (each in [0, V));
+  /// out [T, D] activation dtype.
+  virtual void embedding(Tensor table, Tensor ids, Tensor out) = 0;
+
+  /// out = RMSNorm(x) * w: fp32 x * rsqrt(mean(x^2) + eps), rounded to the activation dtype,
+  /// then multiplied by w (reference §A.3 cast order). x, out [T, D]; w [D]. out may alias x.
+  virtual void rmsnorm(Tensor x, Tensor w, float eps, Tensor out) = 0;
+
+  /// out = x · wᵀ (accumulate: out += x · wᵀ).  x [T, K]; w [N, K] (nn.Linear layout); out [T, N].
+  /// out dtype: activation dtype or F32 (for logits).
+  virtual void matmul(Tensor x, Tensor w, Tensor out, bool accumulate) = 0;
+
+  /// Fused-or-not attention input stage (reference §A.3 and Flash-dLLM §D.5 step 2):
+  ///   [q | k | v] = xn · wqkvᵀ                       xn [T, D]; wqkv [3·H·Dh, D]
+  ///   q_out[t]         = rope(q_t, positions[t])     q_out [T, H·Dh]
+  ///   k_store[rows[t]] = rope(k_t, positions[t])     k_store, v_store [N, H·Dh]
+  ///   v_store[rows[t]] = v_t
+  /// positions, rows: I32 [T]; scratch: activation dtype [T, 3·H·Dh] (may be unused).
+  virtual void qkv_rope_store(Tensor xn, Tensor wqkv, Tensor positions, Tensor rows, const RopeTable& rope,
+                              int n_heads, Tensor q_out, Tensor k_store, Tensor v_store, Tensor scratch) = 0;
+
+  /// Bidirectional multi-head attention, softmax(q·kᵀ·scale)·v per head with fp32 online softmax,
+  /// over the tiles of `table` (I32 [n_tiles, 4] = AttentionTile rows). q, out [Tq, H·Dh];
+  /// k_store, v_store [N, H·Dh]. Query rows not covered by a tile are left untouched.
+  virtual void attention(Tensor q, Tensor k_store, Tensor v_store, Tensor table, int n_heads, float scale,
+                         Tensor out) = 0;
+
+  /// out[t, f] = SiLU(gate_up[t, f]) · gate_up[t, F + f].  gate_up [T, 2F]; out [T, F].
+  virtual void swiglu(Tensor gate_up, Tensor out) = 0;
+
+  /// out[r, :] = x[rows[r], :].  x [T, D]; rows I32 [R]; out [R, D].
+  virtual void gather_rows(Tensor x, Tensor rows, Tensor out) = 0;
+
+  // ---------------------------------------------------------------- denoiser ops
+  /// Classifier-free guidance (reference §B): out = uncond + (scale + 1)·(cond − uncond). F32 [R, V].
+  /// out may alias cond.
+  virtual void cfg_combine(Tensor cond, Tensor uncond, float scale, Tensor out) = 0;
+
+  /// Per logits row r (F32 [R, V]): x0[r] = argmax_v(logits[r, v] + Gumbel noise·temperature),
+  /// conf[r] = softmax(logits[r])[x0[r]] (see SelectParams). row_keys I32 [R] key the noise;
+  /// x0 I32 [R]; conf F64 [R].
+  virtual void select_tokens(Tensor logits, Tensor row_keys, const SelectParams& params, Tensor x0, Tensor conf) = 0;
+};
+
+/// Creates the CPU backend with `threads` worker threads (0 = all hardware threads).
+std::unique_ptr<Backend> make_cpu_backend(int threads = 0);
+
+/// Creates the CUDA backend on device `device_index`. Throws Error(kUnsupported) when the library
+/// was built without CUDA, Error(kDevice) when no usable GPU exists.
+std::unique_ptr<Backend> make_cuda_backend(int device_index = 0);
+
+/// True when this build has the CUDA backend and a CUDA device is present.
+bool cuda_available() noexcept;
+
+}  // namespace flashdllm

@@ -1,0 +1,40 @@
+// The LLaDA chat template (reference §A.5), read from `tokenizer_config.json`.
+//
+// LLaDA's template is a short Jinja program. We do not embed a Jinja interpreter: the renderer
+// below is hard-wired to LLaDA's template semantics and is only used when the checkpoint's
+// `chat_template` text equals (after whitespace normalisation) the known LLaDA template; any
+// other template is rejected with a clear error suggesting --raw. tests/python checks this
+// renderer against jinja2 rendering of the template text itself.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace flashdllm {
+
+struct ChatMessage {
+  std::string role;     // "system", "user", "assistant"
+  std::string content;
+};
+
+class ChatTemplate {
+ public:
+  /// Reads `chat_template` and `bos_token` from a tokenizer_config.json. Throws Error(kIo) if
+  /// unreadable, Error(kInvalidCheckpoint) naming the file if `chat_template` is missing or is not
+  /// the LLaDA template.
+  static ChatTemplate from_tokenizer_config(const std::filesystem::path& path);
+  /// The LLaDA template with the given BOS string (for tests and checkpoints without a config).
+  static ChatTemplate llada(std::string bos_token);
+
+  /// Renders messages: per message "<|start_header_id|>" + role + "<|end_header_id|>\n\n" +
+  /// trim(content) + "<|eot_id|>", BOS before the first, then always the assistant header.
+  std::string render(const std::vector<ChatMessage>& messages) const;
+
+  const std::string& bos_token() const noexcept { return bos_token_; }
+
+ private:
+  std::string bos_token_;
+};
+
+}  // namespace flashdllm

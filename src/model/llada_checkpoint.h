@@ -1,0 +1,44 @@
+// Name and shape checks of a LLaDA checkpoint against its config (reference §A.2).
+//
+// Expected tensors (PyTorch nn.Linear layout [out, in]):
+//   model.transformer.wte.weight                      [embedding_size, d_model]
+//   model.transformer.blocks.{i}.attn_norm.weight     [d_model]
+//   model.transformer.blocks.{i}.{q,k,v}_proj.weight  [d_model, d_model]
+//   model.transformer.blocks.{i}.attn_out.weight      [d_model, d_model]
+//   model.transformer.blocks.{i}.ff_norm.weight       [d_model]
+//   model.transformer.blocks.{i}.{ff_proj,up_proj}.weight [mlp_hidden_size, d_model]
+//   model.transformer.blocks.{i}.ff_out.weight        [d_model, mlp_hidden_size]
+//   model.transformer.ln_f.weight                     [d_model]
+//   model.transformer.ff_out.weight                   [embedding_size, d_model]
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "model/llada_config.h"
+
+namespace flashdllm {
+
+struct ExpectedTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+
+/// Every tensor a LLaDA checkpoint with config `cfg` must hold, in a fixed order.
+std::vector<ExpectedTensor> llada_expected_tensors(const LladaConfig& cfg);
+
+/// Checks that `ckpt` holds exactly the expected tensors (no missing, no unexpected), each with
+/// the expected shape and a dtype in {F32, F16, BF16}. Throws one Error(kInvalidCheckpoint)
+/// naming the file and tensor at fault.
+void validate_llada_checkpoint(const Checkpoint& ckpt, const LladaConfig& cfg);
+
+/// Checks a `model.safetensors.index.json` without its shards: the weight_map keys are exactly
+/// the expected tensors and metadata.total_size equals the expected parameter bytes for a 2-byte
+/// (BF16/F16) or 4-byte (F32) dtype. Returns the bytes per parameter implied (2 or 4).
+/// Throws Error(kInvalidCheckpoint) naming the file and the first offending tensor.
+int validate_llada_index(const std::filesystem::path& index_json, const LladaConfig& cfg);
+
+}  // namespace flashdllm

@@ -1,0 +1,33 @@
+// The numerics policy, written once (docs/numerics.md explains each bound).
+//
+// Continuous outputs are compared by the relative max error max|a - b| / max|ref|, against a
+// bound that is a small multiple of what a straightforward implementation in the same precision
+// gets. Discrete outputs (argmax, commit sets) must match exactly where both sides use the same
+// precision and the decision margin is above the noise level; otherwise they are reported.
+#pragma once
+
+#include <cstddef>
+#include <span>
+
+namespace flashdllm::test {
+
+/// fp32 engine vs the upstream fp32 (TF32 off) logits: golden README's forward tolerance.
+inline constexpr double kFp32LogitRelTol = 5e-5;
+/// Two fp32 implementations of the same op (different summation orders), relative to max|ref|.
+inline constexpr double kFp32OpRelTol = 2e-5;
+/// bf16 storage with fp32 accumulation vs an fp32 reference of the same op on bf16-rounded inputs.
+inline constexpr double kBf16OpRelTol = 1.6e-2;
+/// Whole bf16 forward vs fp32 forward (logits), relative to max|ref| (golden README: ~1e-2).
+inline constexpr double kBf16LogitRelTol = 3e-2;
+/// Decision margin above which fp32 engines must reproduce upstream fp32 decisions exactly
+/// (golden README: "exact match when margin > 1e-3").
+inline constexpr double kFp32DecisionMargin = 1e-3;
+
+/// max_i |a[i] - b[i]| (NaN anywhere returns +inf).
+double max_abs_diff(std::span<const float> a, std::span<const float> b);
+/// max_i |ref[i]|.
+double max_abs(std::span<const float> ref);
+/// max|a - ref| / max|ref| (NaN -> +inf; ref all zero -> max|a - ref|).
+double rel_max_err(std::span<const float> a, std::span<const float> ref);
+
+}  // namespace flashdllm::test
