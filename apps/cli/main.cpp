@@ -1,0 +1,241 @@
+// flashdllm command-line tool: thin layer over the engine (include/flashdllm/engine.h).
+//   flashdllm generate [-m DIR] -p TEXT ...     generate text (or ids) with the LLaDA sampler
+//   flashdllm info [-m DIR]                      print config, parameter count, dtype, memory need
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "flashdllm/engine.h"
+#include "core/log.h"
+#include "live_view.h"
+#include "model/llada_config.h"
+
+namespace {
+
+using flashdllm::Error;
+using flashdllm::ErrorCode;
+
+struct CommonArgs {
+  std::string model_dir = FLASHDLLM_DEFAULT_MODEL_DIR;
+  std::string device = "cpu";
+  int threads = 0;
+  std::string load_format = "auto";
+  uint64_t dummy_seed = 0;
+  bool verbose = false;
+};
+
+void add_common(CLI::App* app, CommonArgs& a) {
+  app->add_option("-m,--model", a.model_dir, "Hugging Face LLaDA checkpoint directory")
+      ->default_str("the embedded small model (models/llada-arith-12m)");
+  app->add_option("--device", a.device, "cpu | cuda | cuda:N")->capture_default_str();
+  app->add_option("--threads", a.threads, "CPU threads (0 = all)")->capture_default_str();
+  app->add_option("--load-format", a.load_format, "auto (safetensors) | dummy (random weights, config.json only)")
+      ->capture_default_str();
+  app->add_option("--dummy-seed", a.dummy_seed, "seed of --load-format dummy weights")->capture_default_str();
+  app->add_flag("-v,--verbose", a.verbose, "log loading details");
+}
+
+std::unique_ptr<flashdllm::Engine> load_engine(const CommonArgs& a) {
+  flashdllm::EngineOptions eo;
+  eo.model_dir = a.model_dir;
+  eo.device = a.device;
+  eo.threads = a.threads;
+  eo.load_format = a.load_format;
+  eo.dummy_seed = a.dummy_seed;
+  return flashdllm::Engine::load(eo);
+}
+
+std::vector<int32_t> parse_ids(const std::string& s) {
+  std::vector<int32_t> ids;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    if (item.empty()) continue;
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (...) {
+      used = 0;
+    }
+    if (used != item.size() || v < 0 || v > INT32_MAX)
+      throw Error(ErrorCode::kInvalidArgument, fmt::format("--prompt-ids: '{}' is not a token id", item));
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  if (ids.empty()) throw Error(ErrorCode::kInvalidArgument, "--prompt-ids: no token ids given");
+  return ids;
+}
+
+std::string ids_to_string(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? " " : "") + std::to_string(ids[i]);
+  return s;
+}
+
+struct GenerateArgs {
+  std::vector<std::string> prompts;
+  std::vector<std::string> prompt_ids;
+  std::string prompt_file;
+  bool chat = false, raw = false, json = false, no_live = false;
+  flashdllm::GenerateOptions go;
+  double threshold = -1.0;
+  int32_t eot_id = -1;
+};
+
+int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
+  if (ga.chat && ga.raw) throw Error(ErrorCode::kInvalidArgument, "--chat and --raw exclude each other");
+  if (ga.threshold >= 0.0) ga.go.threshold = ga.threshold;
+  if (ga.eot_id >= 0) ga.go.eot_token_id = ga.eot_id;
+  if (!ga.prompt_file.empty()) {
+    std::ifstream in(ga.prompt_file);
+    if (!in) throw Error(ErrorCode::kIo, fmt::format("cannot read --prompt-file '{}'", ga.prompt_file));
+    for (std::string line; std::getline(in, line);)
+      if (!line.empty()) ga.prompts.push_back(line);
+  }
+  if (ga.prompts.empty() && ga.prompt_ids.empty())
+    throw Error(ErrorCode::kInvalidArgument, "give a prompt with -p TEXT, --prompt-file FILE or --prompt-ids IDS");
+
+  auto engine = load_engine(ca);
+  const bool chat = ga.raw ? false : (ga.chat ? true : engine->has_chat_template());
+  std::vector<flashdllm::GenerateRequest> reqs;
+  for (const std::string& p : ga.prompts) {
+    flashdllm::GenerateRequest r;
+    r.prompt = p;
+    r.chat = chat;
+    r.prompt_ids = engine->encode_prompt(p, chat);
+    reqs.push_back(std::move(r));
+  }
+  for (const std::string& s : ga.prompt_ids) {
+    flashdllm::GenerateRequest r;
+    r.prompt_ids = parse_ids(s);
+    reqs.push_back(std::move(r));
+  }
+
+  const bool live = !ga.no_live && !ga.json && reqs.size() == 1 && engine->has_tokenizer() &&
+                    flashdllm::cli::is_tty(fileno(stderr));
+  std::vector<int32_t> stops = {engine->config().eos_token_id};
+  if (engine->eot_token_id() >= 0) stops.push_back(engine->eot_token_id());
+  flashdllm::cli::LiveView view([&](const std::vector<int32_t>& ids) { return engine->decode(ids); },
+                                engine->mask_token_id(), stops);
+  flashdllm::ProgressCallback progress;
+  if (live) progress = [&](const flashdllm::StepProgress& p) { view.update(p.request, *p.canvas, p.done); };
+
+  auto results = engine->generate(reqs, ga.go, progress);
+  if (live) view.finish();
+
+  if (ga.json) {
+    nlohmann::json j;
+    j["model"] = ca.model_dir;
+    j["backend"] = engine->backend_name();
+    j["load_seconds"] = engine->load_seconds();
+    j["options"] = {{"gen_length", ga.go.gen_length},     {"block_length", ga.go.block_length},
+                    {"steps", ga.go.steps},               {"remasking", ga.go.remasking},
+                    {"temperature", ga.go.temperature},   {"cfg_scale", ga.go.cfg_scale},
+                    {"threshold", ga.go.threshold ? nlohmann::json(*ga.go.threshold) : nlohmann::json()},
+                    {"seed", ga.go.seed},                 {"chat", chat}};
+    nlohmann::json arr = nlohmann::json::array();
+    for (size_t i = 0; i < results.size(); ++i) {
+      const auto& r = results[i];
+      nlohmann::json e;
+      if (i < ga.prompts.size()) e["prompt"] = ga.prompts[i];
+      e["prompt_ids"] = r.prompt_ids;
+      e["canvas_ids"] = r.canvas_ids;
+      e["output_ids"] = r.output_ids;
+      if (engine->has_tokenizer()) e["text"] = r.text;
+      e["stopped_at_eos"] = r.stopped_at_eos;
+      e["nfe"] = r.nfe;
+      e["generated_tokens"] = r.output_ids.size();
+      e["seconds"] = r.seconds;
+      e["tokens_per_second"] = r.seconds > 0 ? static_cast<double>(r.output_ids.size()) / r.seconds : 0.0;
+      arr.push_back(std::move(e));
+    }
+    j["results"] = std::move(arr);
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  for (size_t i = 0; i < results.size(); ++i) {
+    const auto& r = results[i];
+    if (results.size() > 1) std::cout << "### " << i << "\n";
+    if (engine->has_tokenizer() && r.prompt_ids.size() && i < ga.prompts.size())
+      std::cout << r.text << "\n";
+    else
+      std::cout << ids_to_string(engine->has_tokenizer() ? r.output_ids : r.canvas_ids) << "\n";
+  }
+  int64_t nfe = 0, toks = 0;
+  for (const auto& r : results) {
+    nfe = std::max(nfe, r.nfe);
+    toks += static_cast<int64_t>(r.output_ids.size());
+  }
+  const double sec = results.front().seconds;
+  std::fprintf(stderr, "[flashdllm] %zu request(s), %lld tokens, NFE %lld, %.2f s, %.1f tokens/s (%s)\n",
+               results.size(), static_cast<long long>(toks), static_cast<long long>(nfe), sec,
+               sec > 0 ? static_cast<double>(toks) / sec : 0.0, engine->backend_name().c_str());
+  return 0;
+}
+
+int run_info(const CommonArgs& ca) {
+  auto engine = load_engine(ca);
+  std::cout << engine->info();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"flashdllm: fast inference for LLaDA diffusion language models"};
+  app.require_subcommand(1);
+  CommonArgs ca;
+  GenerateArgs ga;
+
+  CLI::App* gen = app.add_subcommand("generate", "generate text from a prompt with the LLaDA sampler");
+  add_common(gen, ca);
+  gen->add_option("-p,--prompt", ga.prompts, "prompt text (repeat for a batch)");
+  gen->add_option("--prompt-file", ga.prompt_file, "file with one prompt per line (a batch)");
+  gen->add_option("--prompt-ids", ga.prompt_ids, "comma-separated prompt token ids (repeat for a batch)");
+  gen->add_flag("--chat", ga.chat, "apply the chat template (default when the model has one)");
+  gen->add_flag("--raw", ga.raw, "do not apply the chat template");
+  gen->add_option("--gen-length", ga.go.gen_length, "tokens to generate")->capture_default_str();
+  gen->add_option("--block-length", ga.go.block_length, "semi-autoregressive block length")->capture_default_str();
+  gen->add_option("--steps", ga.go.steps, "forward passes (quota mode)")->capture_default_str();
+  gen->add_option("--remasking", ga.go.remasking, "low_confidence | random")->capture_default_str();
+  gen->add_option("--temperature", ga.go.temperature, "Gumbel-max sampling temperature (0 = greedy)")
+      ->capture_default_str();
+  gen->add_option("--cfg-scale", ga.go.cfg_scale, "classifier-free guidance scale (0 = off)")->capture_default_str();
+  gen->add_option("--threshold", ga.threshold,
+                  "confidence-threshold decoding: commit every masked position with confidence >= this (e.g. 0.9)");
+  gen->add_option("--seed", ga.go.seed, "noise seed")->capture_default_str();
+  gen->add_flag("--logits-eos-inf", ga.go.logits_eos_inf, "never generate EOS");
+  gen->add_flag("--confidence-eos-eot-inf", ga.go.confidence_eos_eot_inf, "LLaDA's EOS/EOT low-confidence option");
+  gen->add_flag("--confidence-f32", ga.go.confidence_f32, "float32 softmax confidences (default float64)");
+  gen->add_option("--eot-id", ga.eot_id, "end-of-turn token id for checkpoints without a tokenizer");
+  gen->add_flag("--json", ga.json, "machine-readable output with ids, timings and NFE");
+  gen->add_flag("--no-live", ga.no_live, "no live denoising view on the terminal");
+
+  CLI::App* info = app.add_subcommand("info", "print config, parameter count, dtype and memory need");
+  add_common(info, ca);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  flashdllm::logger().set_level(ca.verbose ? spdlog::level::info : spdlog::level::warn);
+  try {
+    if (*gen) return run_generate(ca, ga);
+    if (*info) return run_info(ca);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "flashdllm: %s: %s\n", flashdllm::error_code_name(e.code()), e.what());
+    return e.code() == ErrorCode::kInvalidArgument ? 2 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "flashdllm: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

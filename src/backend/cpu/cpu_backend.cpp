@@ -1,0 +1,270 @@
+// CPU backend: the numerical oracle. fp32 storage and compute, OpenBLAS SGEMM for matrix
+// products, OpenMP for everything else. Reductions that decide numerics (RMSNorm mean, softmax
+// sums, attention dot products) accumulate in double so this backend sits closer to the exact
+// result than any fp32 GPU implementation it is compared with.
+//
+// Source of each op's semantics: reference-algorithms.md §A.3 (LLaDA forward, HF modeling_llada.py),
+// §B (LLaDA generate.py: Gumbel-max, confidence, CFG).
+#include <cblas.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <thread>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_ops.h"
+#include "core/check.h"
+#include "core/philox.h"
+
+namespace flashdllm {
+namespace {
+
+void check_dtype(const Tensor& t, DType want, const char* op, const char* operand) {
+  FDLLM_CHECK_ARG(t.dtype == want, "{}: operand '{}' must be {}, got {}", op, operand, dtype_name(want),
+                  t.describe());
+  FDLLM_CHECK_ARG(t.device == DeviceKind::kCPU, "{}: operand '{}' is not in host memory", op, operand);
+}
+
+void check_2d(const Tensor& t, int64_t rows, int64_t cols, const char* op, const char* operand) {
+  FDLLM_CHECK_ARG(t.rows() == rows && t.row_size() == cols, "{}: operand '{}' must be [{}, {}], got {}", op, operand,
+                  rows, cols, t.describe());
+}
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int threads) {
+    threads_ = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    openblas_set_num_threads(threads_);
+  }
+
+  DeviceKind device() const noexcept override { return DeviceKind::kCPU; }
+  std::string name() const override { return fmt::format("cpu ({} threads, OpenBLAS, fp32)", threads_); }
+  DType activation_dtype() const noexcept override { return DType::kF32; }
+  DType weight_dtype() const noexcept override { return DType::kF32; }
+
+  Buffer alloc(size_t bytes, const char* what) override {
+    size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded);
+    FDLLM_CHECK(p != nullptr, ErrorCode::kOutOfMemory, "cannot allocate {} bytes of host memory for {}", bytes, what);
+    return Buffer(p, bytes, DeviceKind::kCPU, [](void* q) { std::free(q); });
+  }
+  void copy_from_host(Tensor dst, const void* src) override { std::memcpy(dst.data, src, dst.nbytes()); }
+  void copy_to_host(void* dst, Tensor src) override { std::memcpy(dst, src.data, src.nbytes()); }
+  void fill_zero(Tensor t) override { std::memset(t.data, 0, t.nbytes()); }
+  void synchronize() override {}
+  size_t free_memory() const override {
+    long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
+  }
+
+  void upload_weight(Tensor dst, DType src_dtype, const void* src) override {
+    check_dtype(dst, DType::kF32, "upload_weight", "dst");
+    convert_to_f32(src_dtype, src, dst.ptr<float>(), static_cast<size_t>(dst.numel()));
+  }
+
+  void embedding(Tensor table, Tensor ids, Tensor out) override {
+    check_dtype(table, DType::kF32, "embedding", "table");
+    check_dtype(ids, DType::kI32, "embedding", "ids");
+    check_dtype(out, DType::kF32, "embedding", "out");
+    const int64_t T = ids.numel(), D = table.row_size(), V = table.rows();
+    check_2d(out, T, D, "embedding", "out");
+    const int32_t* id = ids.ptr<int32_t>();
+    for (int64_t t = 0; t < T; ++t)
+      FDLLM_CHECK_ARG(id[t] >= 0 && id[t] < V, "embedding: token id {} at row {} is outside the vocabulary [0, {})",
+                      id[t], t, V);
+#pragma omp parallel for num_threads(threads_)
+    for (int64_t t = 0; t < T; ++t)
+      std::memcpy(out.ptr<float>() + t * D, table.ptr<float>() + static_cast<int64_t>(id[t]) * D, D * sizeof(float));
+  }
+
+  void rmsnorm(Tensor x, Tensor w, float eps, Tensor out) override {
+    check_dtype(x, DType::kF32, "rmsnorm", "x");
+    check_dtype(w, DType::kF32, "rmsnorm", "w");
+    check_dtype(out, DType::kF32, "rmsnorm", "out");
+    const int64_t T = x.rows(), D = x.row_size();
+    FDLLM_CHECK_ARG(w.numel() == D, "rmsnorm: weight has {} elements, rows have {}", w.numel(), D);
+    check_2d(out, T, D, "rmsnorm", "out");
+#pragma omp parallel for num_threads(threads_)
+    for (int64_t t = 0; t < T; ++t)
+      cpu::rmsnorm_row(x.ptr<float>() + t * D, w.ptr<float>(), D, eps, out.ptr<float>() + t * D);
+  }
+
+  void matmul(Tensor x, Tensor w, Tensor out, bool accumulate) override {
+    check_dtype(x, DType::kF32, "matmul", "x");
+    check_dtype(w, DType::kF32, "matmul", "w");
+    check_dtype(out, DType::kF32, "matmul", "out");
+    const int64_t T = x.rows(), K = x.row_size(), N = w.rows();
+    FDLLM_CHECK_ARG(w.row_size() == K, "matmul: x is {} but w is {} (inner dimensions differ)", x.describe(),
+                    w.describe());
+    check_2d(out, T, N, "matmul", "out");
+    if (T == 0) return;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T), static_cast<int>(N),
+                static_cast<int>(K), 1.0f, x.ptr<float>(), static_cast<int>(K), w.ptr<float>(), static_cast<int>(K),
+                accumulate ? 1.0f : 0.0f, out.ptr<float>(), static_cast<int>(N));
+  }
+
+  void qkv_rope_store(Tensor xn, Tensor wqkv, Tensor positions, Tensor rows, const RopeTable& rope, int n_heads,
+                      Tensor q_out, Tensor k_store, Tensor v_store, Tensor scratch) override {
+    const int64_t T = xn.rows();
+    const int64_t HD = wqkv.rows() / 3;
+    FDLLM_CHECK_ARG(wqkv.rows() % 3 == 0 && n_heads > 0 && HD % n_heads == 0,
+                    "qkv_rope_store: wqkv {} is not [3*n_heads*head_dim, d_model] for n_heads {}", wqkv.describe(),
+                    n_heads);
+    const int64_t Dh = HD / n_heads;
+    check_dtype(positions, DType::kI32, "qkv_rope_store", "positions");
+    check_dtype(rows, DType::kI32, "qkv_rope_store", "rows");
+    FDLLM_CHECK_ARG(positions.numel() == T && rows.numel() == T, "qkv_rope_store: positions/rows must have {} entries",
+                    T);
+    check_2d(q_out, T, HD, "qkv_rope_store", "q_out");
+    FDLLM_CHECK_ARG(k_store.row_size() == HD && v_store.row_size() == HD && k_store.rows() == v_store.rows(),
+                    "qkv_rope_store: K/V stores must be [N, {}], got {} and {}", HD, k_store.describe(),
+                    v_store.describe());
+    FDLLM_CHECK_ARG(rope.cos.row_size() * 2 == Dh, "qkv_rope_store: RoPE table width {} does not match head_dim {}",
+                    rope.cos.row_size(), Dh);
+    FDLLM_CHECK_ARG(scratch.numel() >= T * 3 * HD, "qkv_rope_store: scratch too small ({} for {} rows)",
+                    scratch.describe(), T);
+    Tensor qkv = scratch.reshape({scratch.numel()}).slice_rows(0, T * 3 * HD).reshape({T, 3 * HD});
+    matmul(xn, wqkv, qkv, false);
+    const int32_t* pos = positions.ptr<int32_t>();
+    const int32_t* row = rows.ptr<int32_t>();
+    const int64_t n_store = k_store.rows(), n_pos = rope.cos.rows();
+    for (int64_t t = 0; t < T; ++t) {
+      FDLLM_CHECK_ARG(pos[t] >= 0 && pos[t] < n_pos, "qkv_rope_store: position {} at row {} outside the RoPE table [0, {})",
+                      pos[t], t, n_pos);
+      FDLLM_CHECK_ARG(row[t] >= 0 && row[t] < n_store, "qkv_rope_store: store row {} at row {} outside [0, {})", row[t],
+                      t, n_store);
+    }
+#pragma omp parallel for num_threads(threads_)
+    for (int64_t t = 0; t < T; ++t) {
+      const float* src = qkv.ptr<float>() + t * 3 * HD;
+      const float* c = rope.cos.ptr<float>() + static_cast<int64_t>(pos[t]) * (Dh / 2);
+      const float* s = rope.sin.ptr<float>() + static_cast<int64_t>(pos[t]) * (Dh / 2);
+      float* kdst = k_store.ptr<float>() + static_cast<int64_t>(row[t]) * HD;
+      float* vdst = v_store.ptr<float>() + static_cast<int64_t>(row[t]) * HD;
+      for (int h = 0; h < n_heads; ++h) {
+        cpu::rope_head(src + h * Dh, c, s, Dh, q_out.ptr<float>() + t * HD + h * Dh);
+        cpu::rope_head(src + HD + h * Dh, c, s, Dh, kdst + h * Dh);
+      }
+      std::memcpy(vdst, src + 2 * HD, HD * sizeof(float));
+    }
+  }
+
+  void attention(Tensor q, Tensor k_store, Tensor v_store, Tensor table, int n_heads, float scale,
+                 Tensor out) override {
+    check_dtype(q, DType::kF32, "attention", "q");
+    check_dtype(k_store, DType::kF32, "attention", "k_store");
+    check_dtype(v_store, DType::kF32, "attention", "v_store");
+    check_dtype(out, DType::kF32, "attention", "out");
+    check_dtype(table, DType::kI32, "attention", "table");
+    const int64_t Tq = q.rows(), HD = q.row_size(), N = k_store.rows();
+    FDLLM_CHECK_ARG(n_heads > 0 && HD % n_heads == 0, "attention: {} columns not divisible by n_heads {}", HD, n_heads);
+    check_2d(out, Tq, HD, "attention", "out");
+    check_2d(k_store, N, HD, "attention", "k_store");
+    check_2d(v_store, N, HD, "attention", "v_store");
+    FDLLM_CHECK_ARG(table.numel() % 4 == 0, "attention: table must be [n_tiles, 4], got {}", table.describe());
+    const auto* tiles = reinterpret_cast<const AttentionTile*>(table.data);
+    const int64_t n_tiles = table.numel() / 4;
+    // Flatten (tile, query row) pairs so OpenMP balances tiles of very different lengths.
+    std::vector<std::pair<int32_t, int32_t>> work;
+    for (int64_t i = 0; i < n_tiles; ++i) {
+      const AttentionTile& a = tiles[i];
+      FDLLM_CHECK_ARG(0 <= a.q_start && a.q_start <= a.q_end && a.q_end <= Tq && 0 <= a.k_start &&
+                          a.k_start < a.k_end && a.k_end <= N,
+                      "attention: tile {} (q [{}, {}), k [{}, {})) outside q rows {} / store rows {}", i, a.q_start,
+                      a.q_end, a.k_start, a.k_end, Tq, N);
+      for (int32_t r = a.q_start; r < a.q_end; ++r) work.emplace_back(static_cast<int32_t>(i), r);
+    }
+    const int64_t Dh = HD / n_heads;
+#pragma omp parallel num_threads(threads_)
+    {
+      std::vector<double> scores;
+      std::vector<double> acc(static_cast<size_t>(Dh));
+#pragma omp for schedule(dynamic, 4)
+      for (size_t w = 0; w < work.size(); ++w) {
+        const AttentionTile& a = tiles[work[w].first];
+        const int64_t r = work[w].second;
+        for (int h = 0; h < n_heads; ++h) {
+          cpu::attend_row(q.ptr<float>() + r * HD + h * Dh, k_store.ptr<float>() + h * Dh,
+                          v_store.ptr<float>() + h * Dh, HD, a.k_start, a.k_end, Dh, scale, scores, acc,
+                          out.ptr<float>() + r * HD + h * Dh);
+        }
+      }
+    }
+  }
+
+  void swiglu(Tensor gate_up, Tensor out) override {
+    check_dtype(gate_up, DType::kF32, "swiglu", "gate_up");
+    check_dtype(out, DType::kF32, "swiglu", "out");
+    const int64_t T = gate_up.rows(), F = gate_up.row_size() / 2;
+    FDLLM_CHECK_ARG(gate_up.row_size() % 2 == 0, "swiglu: gate_up width {} is odd", gate_up.row_size());
+    check_2d(out, T, F, "swiglu", "out");
+#pragma omp parallel for num_threads(threads_)
+    for (int64_t t = 0; t < T; ++t) {
+      const float* g = gate_up.ptr<float>() + t * 2 * F;
+      float* o = out.ptr<float>() + t * F;
+      for (int64_t f = 0; f < F; ++f) o[f] = cpu::silu(g[f]) * g[F + f];
+    }
+  }
+
+  void gather_rows(Tensor x, Tensor rows, Tensor out) override {
+    check_dtype(rows, DType::kI32, "gather_rows", "rows");
+    FDLLM_CHECK_ARG(x.dtype == out.dtype, "gather_rows: x is {} but out is {}", x.describe(), out.describe());
+    const int64_t R = rows.numel(), D = x.row_size();
+    check_2d(out, R, D, "gather_rows", "out");
+    const size_t row_bytes = static_cast<size_t>(D) * dtype_size(x.dtype);
+    const int32_t* r = rows.ptr<int32_t>();
+    for (int64_t i = 0; i < R; ++i) {
+      FDLLM_CHECK_ARG(r[i] >= 0 && r[i] < x.rows(), "gather_rows: row {} outside [0, {})", r[i], x.rows());
+      std::memcpy(static_cast<char*>(out.data) + i * row_bytes, static_cast<const char*>(x.data) + r[i] * row_bytes,
+                  row_bytes);
+    }
+  }
+
+  void cfg_combine(Tensor cond, Tensor uncond, float scale, Tensor out) override {
+    check_dtype(cond, DType::kF32, "cfg_combine", "cond");
+    check_dtype(uncond, DType::kF32, "cfg_combine", "uncond");
+    check_dtype(out, DType::kF32, "cfg_combine", "out");
+    FDLLM_CHECK_ARG(cond.numel() == uncond.numel() && cond.numel() == out.numel(),
+                    "cfg_combine: cond {}, uncond {}, out {} differ in size", cond.describe(), uncond.describe(),
+                    out.describe());
+    const float* c = cond.ptr<float>();
+    const float* u = uncond.ptr<float>();
+    float* o = out.ptr<float>();
+    const int64_t n = cond.numel();
+#pragma omp parallel for num_threads(threads_)
+    for (int64_t i = 0; i < n; ++i) o[i] = u[i] + (scale + 1.0f) * (c[i] - u[i]);
+  }
+
+  void select_tokens(Tensor logits, Tensor row_keys, const SelectParams& p, Tensor x0, Tensor conf) override {
+    check_dtype(logits, DType::kF32, "select_tokens", "logits");
+    check_dtype(row_keys, DType::kI32, "select_tokens", "row_keys");
+    check_dtype(x0, DType::kI32, "select_tokens", "x0");
+    check_dtype(conf, DType::kF64, "select_tokens", "conf");
+    const int64_t R = logits.rows(), V = logits.row_size();
+    FDLLM_CHECK_ARG(row_keys.numel() == R && x0.numel() == R && conf.numel() == R,
+                    "select_tokens: row_keys/x0/conf must have {} entries", R);
+    FDLLM_CHECK_ARG(p.temperature >= 0.0 && std::isfinite(p.temperature), "select_tokens: temperature {} must be >= 0",
+                    p.temperature);
+#pragma omp parallel for num_threads(threads_)
+    for (int64_t r = 0; r < R; ++r) {
+      cpu::SelectResult s = cpu::select_row(logits.ptr<float>() + r * V, V,
+                                            static_cast<uint32_t>(row_keys.ptr<int32_t>()[r]), p);
+      x0.ptr<int32_t>()[r] = s.token;
+      conf.ptr<double>()[r] = s.confidence;
+    }
+  }
+
+ private:
+  int threads_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int threads) { return std::make_unique<CpuBackend>(threads); }
+
+}  // namespace flashdllm

@@ -1,0 +1,106 @@
+// The LLaDA sampler (reference §B; ML-GSAI/LLaDA generate.py) with full recompute every step,
+// plus the confidence-threshold mode of Fast-dLLM's `generate` (reference §C, NVlabs/Fast-dLLM
+// llada/generate.py with `threshold`).
+//
+// A canvas of gen_length MASK tokens follows each prompt and is decoded in semi-autoregressive
+// blocks of block_length. Quota mode: each block gets steps / n_blocks forward passes and commits
+// quota_schedule(#masks, steps per block)[i] tokens at step i, chosen by confidence (low_confidence)
+// or at random (random). Threshold mode: each step commits every masked position of the block with
+// confidence >= threshold, at least the most confident one, until the block is full (steps ignored).
+//
+// Batches: prompts of different lengths run together without padding (each sequence is its own
+// attention tile), so a sequence's result does not depend on its batch mates.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/llada.h"
+
+namespace flashdllm {
+
+enum class Remasking { kLowConfidence, kRandom };
+
+struct LladaSamplerOptions {
+  int64_t gen_length = 128;    ///< canvas length G (tokens generated)
+  int64_t block_length = 32;   ///< semi-autoregressive block B; G % B == 0
+  int64_t steps = 128;         ///< forward passes in quota mode; steps % (G / B) == 0
+  double temperature = 0.0;    ///< Gumbel-max temperature (0 = greedy)
+  double cfg_scale = 0.0;      ///< unsupervised classifier-free guidance w (0 = off)
+  Remasking remasking = Remasking::kLowConfidence;
+  std::optional<double> threshold;     ///< confidence-threshold mode ε in (0, 1]; nullopt = quota
+  bool logits_eos_inf = false;         ///< forbid EOS (logit -inf) — LLaDA option
+  bool confidence_eos_eot_inf = false; ///< LLaDA option, with its τ = 0 quirk (reference §B)
+  /// Confidence softmax precision: float64 (Fast-dLLM, and LLaDA's current generate.py) or
+  /// float32 (the golden LLaDA traces; LLaDA softmaxes logits in their own dtype).
+  bool confidence_f64 = true;
+  uint64_t seed = 0;                   ///< noise seed (temperature > 0, random remasking)
+  int32_t eot_token_id = -1;           ///< needed by confidence_eos_eot_inf; -1 = none
+};
+
+/// Validates options against the model: G > 0, B > 0, G % B == 0, steps > 0 and divisible by
+/// G / B (quota mode), threshold in (0, 1], temperature >= 0, cfg_scale >= 0, and that
+/// confidence_eos_eot_inf has an EOT id. Throws Error(kInvalidArgument) naming the parameter.
+void validate_sampler_options(const LladaSamplerOptions& o, const LladaConfig& cfg);
+
+/// One sequence being denoised.
+struct SequenceState {
+  std::vector<int32_t> x;  ///< prompt + canvas (mask_token_id where undecoded)
+  int64_t prompt_len = 0;
+  int64_t block = 0;                 ///< current block index
+  int64_t step_in_block = 0;         ///< steps already taken in the current block
+  std::vector<int64_t> block_quota;  ///< quota mode: tokens to commit at each step of the block
+  int64_t nfe = 0;                   ///< forward passes this sequence took part in
+  bool done = false;
+
+  int64_t gen_begin() const noexcept { return prompt_len; }
+};
+
+/// What one step did to one sequence: committed positions (absolute, ascending) and tokens.
+struct StepCommit {
+  std::vector<int64_t> positions;
+  std::vector<int32_t> tokens;
+};
+
+/// Called after every step with the sequence index in the batch, its state and the commit.
+using StepObserver = std::function<void(size_t seq, const SequenceState&, const StepCommit&)>;
+
+class LladaSampler {
+ public:
+  /// The sampler allocates its workspaces lazily for the largest batch it sees.
+  LladaSampler(Backend& backend, const LladaModel& model, LladaSamplerOptions options);
+
+  const LladaSamplerOptions& options() const noexcept { return opt_; }
+
+  /// New state: prompt followed by gen_length masks. Throws Error(kInvalidArgument) for an empty
+  /// prompt, a prompt holding the mask id or ids outside the vocabulary, or prompt + gen_length
+  /// beyond max_sequence_length.
+  SequenceState init_state(std::span<const int32_t> prompt) const;
+
+  /// One denoising step (one forward over all sequences not yet done). Sequences whose block is
+  /// complete move to the next block; a sequence is done after its last block. Returns one commit
+  /// per sequence (empty for sequences that were already done).
+  std::vector<StepCommit> step(std::vector<SequenceState>& batch);
+
+  /// Runs every prompt to completion; returns the final states.
+  std::vector<SequenceState> generate(const std::vector<std::vector<int32_t>>& prompts,
+                                      const StepObserver& observer = {});
+
+ private:
+  void ensure_capacity(int64_t tokens, int64_t logit_rows, int64_t tiles);
+  void prepare_block(SequenceState& s) const;
+
+  Backend& backend_;
+  const LladaModel& model_;
+  LladaSamplerOptions opt_;
+  KvStore kv_;
+  ForwardWorkspace ws_;
+  Buffer sel_buf_;
+  Tensor x0_, conf_;
+};
+
+}  // namespace flashdllm

@@ -1,0 +1,217 @@
+// Engine: loads a checkpoint onto a backend and runs requests through a denoiser.
+#include "flashdllm/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <optional>
+
+#include "backend/backend.h"
+#include "core/check.h"
+#include "core/log.h"
+#include "denoise/llada_sampler.h"
+#include "io/chat_template.h"
+#include "io/safetensors.h"
+#include "io/tokenizer.h"
+#include "model/llada.h"
+#include "model/llada_config.h"
+
+namespace flashdllm {
+
+namespace fs = std::filesystem;
+
+struct Engine::Impl {
+  EngineOptions options;
+  std::unique_ptr<Backend> backend;
+  std::optional<Tokenizer> tokenizer;
+  std::optional<ChatTemplate> chat;
+  std::string chat_error;  // why there is no chat template, for the error message
+  LladaModel model;
+  int32_t eot_id = -1;
+  double load_seconds = 0.0;
+  size_t checkpoint_bytes = 0;
+  std::string weights_dtype;
+};
+
+namespace {
+
+std::unique_ptr<Backend> make_backend(const EngineOptions& o) {
+  if (o.device == "cpu") return make_cpu_backend(o.threads);
+  if (o.device == "cuda") return make_cuda_backend(0);
+  if (o.device.rfind("cuda:", 0) == 0) {
+    int index = -1;
+    try {
+      index = std::stoi(o.device.substr(5));
+    } catch (...) {
+    }
+    FDLLM_CHECK_ARG(index >= 0, "device '{}': expected cuda:<index>", o.device);
+    return make_cuda_backend(index);
+  }
+  FDLLM_FAIL(ErrorCode::kInvalidArgument, "unknown device '{}' (use cpu, cuda or cuda:N)", o.device);
+}
+
+Remasking parse_remasking(const std::string& s) {
+  if (s == "low_confidence") return Remasking::kLowConfidence;
+  if (s == "random") return Remasking::kRandom;
+  FDLLM_FAIL(ErrorCode::kInvalidArgument, "remasking must be 'low_confidence' or 'random', got '{}'", s);
+}
+
+}  // namespace
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  const fs::path dir = options.model_dir;
+  FDLLM_CHECK(fs::is_directory(dir), ErrorCode::kIo, "model directory '{}' does not exist", dir.string());
+  impl->model.config = load_llada_config(dir / "config.json");
+  const LladaConfig& cfg = impl->model.config;
+
+  if (fs::exists(dir / "tokenizer.json")) {
+    impl->tokenizer.emplace(Tokenizer::from_file(dir / "tokenizer.json"));
+    if (auto id = impl->tokenizer->token_to_id("<|eot_id|>")) impl->eot_id = *id;
+  }
+  if (fs::exists(dir / "tokenizer_config.json")) {
+    try {
+      impl->chat.emplace(ChatTemplate::from_tokenizer_config(dir / "tokenizer_config.json"));
+    } catch (const Error& e) {
+      impl->chat_error = e.what();  // reported only if the chat template is asked for
+    }
+  } else {
+    impl->chat_error = fmt::format("'{}' has no tokenizer_config.json with a chat template", dir.string());
+  }
+
+  impl->backend = make_backend(options);
+  if (options.load_format == "dummy") {
+    impl->model.weights = make_dummy_llada_weights(*impl->backend, cfg, options.dummy_seed);
+    impl->weights_dtype = "random (dummy)";
+  } else {
+    FDLLM_CHECK_ARG(options.load_format == "auto", "load_format must be 'auto' or 'dummy', got '{}'",
+                    options.load_format);
+    Checkpoint ckpt = Checkpoint::open(dir);
+    impl->checkpoint_bytes = ckpt.total_bytes();
+    impl->weights_dtype = dtype_name(ckpt.get("model.transformer.wte.weight").dtype);
+    impl->model.weights = load_llada_weights(*impl->backend, ckpt, cfg);
+  }
+  // Positions up to max_sequence_length plus one 128-row tile of padding (Flash-dLLM layout).
+  impl->model.rope = make_rope_tables(*impl->backend, cfg, cfg.max_sequence_length + 256);
+  impl->load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  logger().info("loaded {} ({} layers, d_model {}) on {} in {:.2f} s", dir.string(), cfg.n_layers, cfg.d_model,
+                impl->backend->name(), impl->load_seconds);
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+std::vector<int32_t> Engine::encode_prompt(const std::string& text, bool chat) const {
+  FDLLM_CHECK_ARG(impl_->tokenizer.has_value(),
+                  "'{}' has no tokenizer.json: pass token ids (--prompt-ids) instead of text",
+                  impl_->options.model_dir.string());
+  if (!chat) return impl_->tokenizer->encode(text, /*add_special_tokens=*/false);
+  FDLLM_CHECK_ARG(impl_->chat.has_value(), "cannot apply the chat template: {} (use --raw)", impl_->chat_error);
+  return impl_->tokenizer->encode(impl_->chat->render({{"user", text}}), false);
+}
+
+std::string Engine::decode(const std::vector<int32_t>& ids) const {
+  if (!impl_->tokenizer) return "";
+  return impl_->tokenizer->decode(ids, /*skip_special_tokens=*/true);
+}
+
+std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>& requests,
+                                             const GenerateOptions& o, const ProgressCallback& progress) {
+  FDLLM_CHECK_ARG(!requests.empty(), "generate: no requests");
+  const LladaConfig& cfg = impl_->model.config;
+  LladaSamplerOptions so;
+  so.gen_length = o.gen_length;
+  so.block_length = o.block_length;
+  so.steps = o.steps;
+  so.temperature = o.temperature;
+  so.cfg_scale = o.cfg_scale;
+  so.remasking = parse_remasking(o.remasking);
+  so.threshold = o.threshold;
+  so.logits_eos_inf = o.logits_eos_inf;
+  so.confidence_eos_eot_inf = o.confidence_eos_eot_inf;
+  so.confidence_f64 = !o.confidence_f32;
+  so.seed = o.seed;
+  so.eot_token_id = o.eot_token_id.value_or(impl_->eot_id);
+  LladaSampler sampler(*impl_->backend, impl_->model, so);
+
+  std::vector<std::vector<int32_t>> prompts;
+  for (const GenerateRequest& r : requests)
+    prompts.push_back(r.prompt_ids.empty() ? encode_prompt(r.prompt, r.chat) : r.prompt_ids);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  StepObserver observer;
+  std::vector<int32_t> canvas;
+  if (progress) {
+    observer = [&](size_t i, const SequenceState& s, const StepCommit&) {
+      canvas.assign(s.x.begin() + s.prompt_len, s.x.end());
+      progress(StepProgress{i, &canvas, s.done});
+    };
+  }
+  std::vector<SequenceState> states = sampler.generate(prompts, observer);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  std::vector<GenerateResult> out(states.size());
+  for (size_t i = 0; i < states.size(); ++i) {
+    const SequenceState& s = states[i];
+    GenerateResult& r = out[i];
+    r.prompt_ids = prompts[i];
+    r.canvas_ids.assign(s.x.begin() + s.prompt_len, s.x.end());
+    for (int32_t id : r.canvas_ids) {
+      if (id == cfg.eos_token_id || (so.eot_token_id >= 0 && id == so.eot_token_id)) {
+        r.stopped_at_eos = true;
+        break;
+      }
+      r.output_ids.push_back(id);
+    }
+    r.text = decode(r.output_ids);
+    r.nfe = s.nfe;
+    r.seconds = seconds;
+  }
+  return out;
+}
+
+const LladaConfig& Engine::config() const noexcept { return impl_->model.config; }
+bool Engine::has_tokenizer() const noexcept { return impl_->tokenizer.has_value(); }
+bool Engine::has_chat_template() const noexcept { return impl_->chat.has_value(); }
+int32_t Engine::mask_token_id() const noexcept { return impl_->model.config.mask_token_id; }
+int32_t Engine::eot_token_id() const noexcept { return impl_->eot_id; }
+double Engine::load_seconds() const noexcept { return impl_->load_seconds; }
+size_t Engine::weight_bytes() const noexcept { return impl_->checkpoint_bytes; }
+std::string Engine::backend_name() const { return impl_->backend->name(); }
+
+std::string Engine::info() const {
+  const LladaConfig& c = impl_->model.config;
+  const int64_t params = c.parameter_count();
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  const size_t dev_bytes = impl_->model.weights.bytes;
+  std::string s;
+  s += fmt::format("model directory   {}\n", impl_->options.model_dir.string());
+  s += fmt::format("architecture      LLaDA ({} / {} block), bidirectional, RoPE theta {}\n", c.model_type,
+                   c.block_type, c.rope_theta);
+  s += fmt::format("d_model           {}\n", c.d_model);
+  s += fmt::format("n_layers          {}\n", c.n_layers);
+  s += fmt::format("n_heads           {} (head_dim {}, n_kv_heads {})\n", c.n_heads, c.head_dim, c.n_kv_heads);
+  s += fmt::format("mlp_hidden_size   {}\n", c.mlp_hidden_size);
+  s += fmt::format("vocab_size        {} (embedding_size {})\n", c.vocab_size, c.embedding_size);
+  s += fmt::format("max_sequence_len  {}\n", c.max_sequence_length);
+  s += fmt::format("special ids       mask {}, eos {}, pad {}, eot {}\n", c.mask_token_id, c.eos_token_id,
+                   c.pad_token_id, impl_->eot_id);
+  s += fmt::format("parameters        {} ({:.3f} B)\n", params, static_cast<double>(params) / 1e9);
+  s += fmt::format("checkpoint dtype  {} ({:.3f} GiB on disk)\n", impl_->weights_dtype,
+                   static_cast<double>(impl_->checkpoint_bytes) / gib);
+  s += fmt::format("backend           {}\n", impl_->backend->name());
+  s += fmt::format("weights in memory {:.3f} GiB ({})\n", static_cast<double>(dev_bytes) / gib,
+                   dtype_name(impl_->backend->weight_dtype()));
+  const int64_t kv_per_token = 2 * c.n_layers * c.n_heads * c.head_dim *
+                               static_cast<int64_t>(dtype_size(impl_->backend->activation_dtype()));
+  s += fmt::format("KV cache / token  {} bytes ({:.3f} GiB for 32 slots x 1536 positions)\n", kv_per_token,
+                   static_cast<double>(kv_per_token) * 32 * 1536 / gib);
+  s += fmt::format("tokenizer         {}\n", impl_->tokenizer ? "tokenizer.json" : "none (token ids only)");
+  s += fmt::format("chat template     {}\n", impl_->chat ? "LLaDA" : "none");
+  return s;
+}
+
+}  // namespace flashdllm

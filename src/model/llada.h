@@ -1,0 +1,112 @@
+// LLaDA (reference §A.3): config + weights + one forward function, written once over backend.h.
+//
+//   h = wte[x]
+//   for each layer:  a = RMSNorm(h); [q|k|v] = a·Wqkvᵀ; q,k = RoPE(q,k); K/V -> store rows
+//                    h += Attn(q, K, V)·Woᵀ;  f = RMSNorm(h);  h += (SiLU(f·Wgateᵀ) ⊙ f·Wupᵀ)·Wdownᵀ
+//   logits = RMSNorm(h)[logit rows] · Wheadᵀ        (no shift: row t predicts position t)
+//
+// The caller (a denoiser) describes one forward with a ForwardBatch: the query rows (token id,
+// RoPE position, K/V store row), an attention schedule (tiles of query rows x store rows) and the
+// rows whose logits it needs. Full recompute = every position is a query row and its own store row;
+// cached modes (Fast-dLLM, Flash-Cache) query a subset and read the rest from a persistent KvCache.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "io/safetensors.h"
+#include "model/llada_config.h"
+
+namespace flashdllm {
+
+struct LladaLayerWeights {
+  Tensor attn_norm;  // [d_model]
+  Tensor wqkv;       // [3·d_model, d_model]: rows q_proj | k_proj | v_proj
+  Tensor attn_out;   // [d_model, d_model]
+  Tensor ff_norm;    // [d_model]
+  Tensor w_gate_up;  // [2·mlp_hidden_size, d_model]: rows ff_proj (gate) | up_proj
+  Tensor ff_out;     // [d_model, mlp_hidden_size] (down projection)
+};
+
+/// All weights on the backend's device, in its weight dtype, in one allocation.
+struct LladaWeights {
+  Tensor wte;      // [embedding_size, d_model]
+  std::vector<LladaLayerWeights> layers;
+  Tensor ln_f;     // [d_model]
+  Tensor lm_head;  // [embedding_size, d_model]  (model.transformer.ff_out)
+  Buffer storage;
+  size_t bytes = 0;
+};
+
+/// Copies (and converts to the backend's weight dtype) every tensor of a validated checkpoint.
+/// Throws as validate_llada_checkpoint, or Error(kOutOfMemory) when the device cannot hold them.
+LladaWeights load_llada_weights(Backend& backend, const Checkpoint& ckpt, const LladaConfig& cfg);
+
+/// Seeded random weights of the config's shapes (N(0, 0.02) matrices, norm weights 1), for
+/// benchmarks without a checkpoint (`--load-format dummy`).
+LladaWeights make_dummy_llada_weights(Backend& backend, const LladaConfig& cfg, uint64_t seed);
+
+/// RoPE cos/sin tables for positions [0, max_positions) on the backend's device.
+struct RopeTables {
+  RopeTable table;
+  Buffer storage;
+};
+
+/// Builds the tables as upstream modeling_llada.py does: inv_freq_i = 1 / theta^(2i/Dh) in fp32,
+/// angle = fp32(p) · inv_freq_i (fp32 product), cos/sin of that fp32 angle.
+RopeTables make_rope_tables(Backend& backend, const LladaConfig& cfg, int64_t max_positions);
+
+/// Persistent per-layer K/V stores of `rows` rows x (n_heads·head_dim), activation dtype.
+/// Full recompute uses one shared scratch store for all layers (`shared_across_layers`).
+struct KvStore {
+  std::vector<Tensor> k, v;  // per layer, [rows, n_heads·head_dim]
+  int64_t rows = 0;
+  Buffer storage;
+  size_t bytes = 0;
+};
+KvStore make_kv_store(Backend& backend, const LladaConfig& cfg, int64_t rows, bool shared_across_layers);
+
+/// Host-side description of one forward pass (built by a denoiser once per step).
+struct ForwardBatch {
+  std::vector<int32_t> token_ids;   // [T] token of each query row
+  std::vector<int32_t> positions;   // [T] RoPE position of each query row
+  std::vector<int32_t> kv_rows;     // [T] K/V store row each query row writes
+  std::vector<AttentionTile> tiles; // attention schedule over query rows x store rows
+  std::vector<int32_t> logit_rows;  // [R] query rows whose logits are returned, in order
+  std::vector<int32_t> row_keys;    // [R] Gumbel-noise keys of those rows (stable per position)
+
+  int64_t n_tokens() const noexcept { return static_cast<int64_t>(token_ids.size()); }
+  /// Throws Error(kInvalidArgument) when the vectors are inconsistent.
+  void validate(int64_t store_rows, int64_t vocab_rows, int64_t max_positions) const;
+};
+
+/// Preallocated activations for forwards of up to `max_tokens` query rows and `max_logit_rows`
+/// logits rows, plus the device copy of the current ForwardBatch (the "plan").
+struct ForwardWorkspace {
+  int64_t max_tokens = 0, max_logit_rows = 0, max_tiles = 0;
+  Tensor x, xn, q, attn, gate_up, act, sel;  // activations
+  Tensor scratch;                            // qkv_rope_store scratch
+  Tensor logits;                             // F32 [max_logit_rows, embedding_size]
+  Tensor ids, positions, kv_rows, tiles, logit_rows, row_keys;  // plan, I32
+  Buffer storage;
+  size_t bytes = 0;
+};
+ForwardWorkspace make_forward_workspace(Backend& backend, const LladaConfig& cfg, int64_t max_tokens,
+                                        int64_t max_logit_rows, int64_t max_tiles);
+
+/// Loaded model: config, device weights and RoPE tables.
+struct LladaModel {
+  LladaConfig config;
+  LladaWeights weights;
+  RopeTables rope;
+};
+
+/// Runs the forward described by `batch` and returns the logits of batch.logit_rows:
+/// a view of ws.logits, F32 [R, embedding_size], valid until the next call. Uploads the plan
+/// once, then runs every layer from it; no host synchronisation except the plan upload.
+/// Throws Error(kInvalidArgument) if the batch exceeds the workspace or is inconsistent.
+Tensor llada_forward(Backend& backend, const LladaModel& model, const ForwardBatch& batch, KvStore& kv,
+                     ForwardWorkspace& ws);
+
+}  // namespace flashdllm

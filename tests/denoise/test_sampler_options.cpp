@@ -1,0 +1,108 @@
+// Parameter combinations the reference rejects get a clear Error(kInvalidArgument) naming the
+// parameter (issue 2 item 5); prompts are validated against the model.
+#include <gtest/gtest.h>
+
+#include "backend/backend.h"
+#include "common/model_fixture.h"
+#include "common/test_paths.h"
+#include "denoise/llada_sampler.h"
+
+namespace flashdllm::test {
+namespace {
+
+struct Model {
+  std::unique_ptr<Backend> backend = make_cpu_backend(1);
+  LladaModel model = load_model(*backend, golden_dir());
+};
+Model& model() {
+  static Model m;
+  return m;
+}
+
+void expect_invalid(const LladaSamplerOptions& o, const std::string& needle) {
+  try {
+    LladaSampler s(*model().backend, model().model, o);
+    FAIL() << "expected an error mentioning '" << needle << "'";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(SamplerOptions, GenLengthMustBeMultipleOfBlockLength) {
+  LladaSamplerOptions o;
+  o.gen_length = 100;
+  o.block_length = 32;
+  o.steps = 100;
+  expect_invalid(o, "multiple of block_length");
+}
+
+TEST(SamplerOptions, StepsMustDivideIntoBlocks) {
+  LladaSamplerOptions o;
+  o.gen_length = 128;
+  o.block_length = 32;
+  o.steps = 30;
+  expect_invalid(o, "divisible by the number of blocks");
+}
+
+TEST(SamplerOptions, GenLengthZeroRejected) {
+  LladaSamplerOptions o;
+  o.gen_length = 0;
+  expect_invalid(o, "gen_length must be positive");
+}
+
+TEST(SamplerOptions, StepsZeroRejected) {
+  LladaSamplerOptions o;
+  o.steps = 0;
+  expect_invalid(o, "steps must be positive");
+}
+
+TEST(SamplerOptions, ThresholdOutOfRangeRejected) {
+  LladaSamplerOptions o;
+  o.threshold = 1.5;
+  expect_invalid(o, "threshold");
+  o.threshold = 0.0;
+  expect_invalid(o, "threshold");
+}
+
+TEST(SamplerOptions, NegativeTemperatureAndCfgRejected) {
+  LladaSamplerOptions o;
+  o.temperature = -1;
+  expect_invalid(o, "temperature");
+  o = {};
+  o.cfg_scale = -0.5;
+  expect_invalid(o, "cfg_scale");
+}
+
+TEST(SamplerOptions, EosEotConfidenceNeedsEotId) {
+  LladaSamplerOptions o;
+  o.confidence_eos_eot_inf = true;
+  expect_invalid(o, "EOT");
+}
+
+TEST(SamplerPrompt, PromptPlusGenLengthBeyondContextRejected) {
+  LladaSamplerOptions o;  // gen 128
+  LladaSampler s(*model().backend, model().model, o);
+  std::vector<int32_t> prompt(static_cast<size_t>(model().model.config.max_sequence_length - 127), 5);
+  try {
+    s.init_state(prompt);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("max_sequence_length"), std::string::npos) << e.what();
+  }
+  prompt.pop_back();  // exactly at the limit is fine
+  EXPECT_NO_THROW(s.init_state(prompt));
+}
+
+TEST(SamplerPrompt, EmptyMaskedAndOutOfVocabularyPromptsRejected) {
+  LladaSamplerOptions o;
+  LladaSampler s(*model().backend, model().model, o);
+  EXPECT_THROW(s.init_state(std::vector<int32_t>{}), Error);
+  EXPECT_THROW(s.init_state(std::vector<int32_t>{1, model().model.config.mask_token_id}), Error);
+  EXPECT_THROW(s.init_state(std::vector<int32_t>{1, 1 << 20}), Error);
+  EXPECT_THROW(s.init_state(std::vector<int32_t>{-3}), Error);
+}
+
+}  // namespace
+}  // namespace flashdllm::test

@@ -1,0 +1,106 @@
+// CPU forward pass vs the upstream HF LLaDA logits recorded in the golden fixture
+// (tests/data/golden/g1/forward.safetensors; golden README "Forward fixture"):
+// max|Δ| / max|ref| <= 5e-5 and argmax exact, on every sequence; plus batch invariance.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "backend/backend.h"
+#include "common/model_fixture.h"
+#include "common/numerics.h"
+#include "common/test_paths.h"
+#include "io/safetensors.h"
+
+namespace flashdllm::test {
+namespace {
+
+struct Fixture {
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  LladaModel model;
+  std::unique_ptr<SafetensorsFile> fwd;
+  Fixture() {
+    model = load_model(*backend, golden_dir());
+    fwd = SafetensorsFile::open(golden_dir() / "forward.safetensors");
+  }
+  std::vector<int32_t> ids(const std::string& key) const {
+    const TensorInfo& t = fwd->tensors().at("input_ids." + key);
+    EXPECT_EQ(t.dtype, DType::kI64);
+    std::vector<int32_t> out(static_cast<size_t>(t.numel()));
+    for (size_t i = 0; i < out.size(); ++i) {
+      int64_t v;
+      std::memcpy(&v, static_cast<const char*>(t.data) + 8 * i, 8);
+      out[i] = static_cast<int32_t>(v);
+    }
+    return out;
+  }
+  std::vector<float> ref(const std::string& key) const {
+    const TensorInfo& t = fwd->tensors().at("logits." + key);
+    EXPECT_EQ(t.dtype, DType::kF32);
+    std::vector<float> out(static_cast<size_t>(t.numel()));
+    std::memcpy(out.data(), t.data, out.size() * 4);
+    return out;
+  }
+};
+
+Fixture& fixture() {
+  static Fixture f;
+  return f;
+}
+
+int64_t argmax_row(const float* r, int64_t V) {
+  int64_t best = 0;
+  for (int64_t v = 1; v < V; ++v)
+    if (r[v] > r[best]) best = v;
+  return best;
+}
+
+class GoldenForward : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GoldenForward, LogitsMatchUpstreamFp32) {
+  Fixture& f = fixture();
+  const std::string key = GetParam();
+  std::vector<int32_t> ids = f.ids(key);
+  std::vector<float> ref = f.ref(key);
+  std::vector<float> got = full_logits(*f.backend, f.model, {ids});
+  ASSERT_EQ(got.size(), ref.size());
+  const double err = rel_max_err(got, ref);
+  EXPECT_LE(err, kFp32LogitRelTol) << key << ": max|Δ|/max|ref| = " << err;
+  const int64_t V = f.model.config.embedding_size;
+  int64_t mismatches = 0;
+  for (size_t t = 0; t < ids.size(); ++t)
+    mismatches += argmax_row(&got[t * V], V) != argmax_row(&ref[t * V], V);
+  EXPECT_EQ(mismatches, 0) << key << ": argmax differs on " << mismatches << " of " << ids.size() << " rows";
+}
+
+INSTANTIATE_TEST_SUITE_P(Sequences, GoldenForward, ::testing::Values("L7", "L64", "L200", "L333"),
+                         [](const auto& info) { return info.param; });
+
+TEST(GoldenForwardBatch, DifferentLengthsInOneForwardEqualSingleRuns) {
+  Fixture& f = fixture();
+  std::vector<std::vector<int32_t>> seqs;
+  for (const char* k : {"L333", "L7", "L200", "L64"}) seqs.push_back(f.ids(k));
+  std::vector<float> batched = full_logits(*f.backend, f.model, seqs);
+  const int64_t V = f.model.config.embedding_size;
+  size_t off = 0;
+  for (const auto& s : seqs) {
+    std::vector<float> single = full_logits(*f.backend, f.model, {s});
+    std::span<const float> part(batched.data() + off * V, s.size() * V);
+    EXPECT_LE(rel_max_err(part, single), kFp32OpRelTol) << "sequence of length " << s.size();
+    off += s.size();
+  }
+}
+
+TEST(GoldenForwardErrors, RejectsTokenOutsideVocabulary) {
+  Fixture& f = fixture();
+  std::vector<int32_t> bad = {1, 2, static_cast<int32_t>(f.model.config.embedding_size)};
+  try {
+    full_logits(*f.backend, f.model, {bad});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("outside the embedding table"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace flashdllm::test
