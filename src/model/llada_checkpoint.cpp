@@ -1,1 +1,120 @@
-// placeholder: implemented by the owning work item
+// Name and shape checks of a LLaDA checkpoint against its config (reference §A.2).
+#include "model/llada_checkpoint.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/check.h"
+
+namespace flashdllm {
+
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+std::vector<ExpectedTensor> llada_expected_tensors(const LladaConfig& cfg) {
+  const int64_t d = cfg.d_model, f = cfg.mlp_hidden_size, v = cfg.embedding_size;
+  std::vector<ExpectedTensor> out;
+  out.reserve(static_cast<size_t>(9 * cfg.n_layers + 3));
+  out.push_back({"model.transformer.wte.weight", {v, d}});
+  for (int64_t i = 0; i < cfg.n_layers; ++i) {
+    const std::string p = "model.transformer.blocks." + std::to_string(i) + ".";
+    out.push_back({p + "attn_norm.weight", {d}});
+    out.push_back({p + "q_proj.weight", {cfg.n_heads * cfg.head_dim, d}});
+    out.push_back({p + "k_proj.weight", {cfg.n_kv_heads * cfg.head_dim, d}});
+    out.push_back({p + "v_proj.weight", {cfg.n_kv_heads * cfg.head_dim, d}});
+    out.push_back({p + "attn_out.weight", {d, cfg.n_heads * cfg.head_dim}});
+    out.push_back({p + "ff_norm.weight", {d}});
+    out.push_back({p + "ff_proj.weight", {f, d}});
+    out.push_back({p + "up_proj.weight", {f, d}});
+    out.push_back({p + "ff_out.weight", {d, f}});
+  }
+  out.push_back({"model.transformer.ln_f.weight", {d}});
+  out.push_back({"model.transformer.ff_out.weight", {v, d}});
+  return out;
+}
+
+void validate_llada_checkpoint(const Checkpoint& ckpt, const LladaConfig& cfg) {
+  const auto expected = llada_expected_tensors(cfg);
+  std::set<std::string> names;
+  for (const ExpectedTensor& e : expected) {
+    names.insert(e.name);
+    const TensorInfo* t = ckpt.find(e.name);
+    FDLLM_CHECK_CKPT(t != nullptr, "{}: missing tensor '{}' (expected shape {} from the config)", ckpt.dir().string(),
+                     e.name, shape_str(e.shape));
+    FDLLM_CHECK_CKPT(t->shape == e.shape, "{}: tensor '{}' has shape {}, but the config implies {}", t->file, e.name,
+                     shape_str(t->shape), shape_str(e.shape));
+    FDLLM_CHECK_CKPT(t->dtype == DType::kF32 || t->dtype == DType::kF16 || t->dtype == DType::kBF16,
+                     "{}: tensor '{}' has dtype {} (supported weight dtypes: F32, F16, BF16)", t->file, e.name,
+                     dtype_name(t->dtype));
+  }
+  for (const std::string& n : ckpt.names()) {
+    if (names.count(n) != 0) continue;
+    const TensorInfo* t = ckpt.find(n);
+    FDLLM_FAIL(ErrorCode::kInvalidCheckpoint,
+               "{}: unexpected tensor '{}' (not part of a LLaDA checkpoint with this config: biases, tied or extra "
+               "weights are not supported)",
+               t->file, n);
+  }
+}
+
+int validate_llada_index(const std::filesystem::path& index_json, const LladaConfig& cfg) {
+  const std::string src = index_json.string();
+  std::ifstream in(index_json, std::ios::binary);
+  FDLLM_CHECK(in.good(), ErrorCode::kIo, "{}: cannot open: {}", src, std::strerror(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(ss.str());
+  } catch (const nlohmann::json::exception& e) {
+    FDLLM_FAIL(ErrorCode::kInvalidCheckpoint, "{}: invalid JSON: {}", src, e.what());
+  }
+  FDLLM_CHECK_CKPT(j.is_object(), "{}: index must be a JSON object", src);
+  auto wm = j.find("weight_map");
+  FDLLM_CHECK_CKPT(wm != j.end() && wm->is_object(), "{}: missing or non-object 'weight_map'", src);
+
+  const auto expected = llada_expected_tensors(cfg);
+  std::set<std::string> names;
+  int64_t params = 0;
+  for (const ExpectedTensor& e : expected) {
+    names.insert(e.name);
+    auto it = wm->find(e.name);
+    FDLLM_CHECK_CKPT(it != wm->end(), "{}: missing tensor '{}' in weight_map", src, e.name);
+    FDLLM_CHECK_CKPT(it->is_string() && !it->get_ref<const std::string&>().empty(),
+                     "{}: weight_map entry of tensor '{}' must be a shard file name", src, e.name);
+    int64_t n = 1;
+    for (int64_t s : e.shape) n *= s;
+    params += n;
+  }
+  for (const auto& [name, shard] : wm->items())
+    FDLLM_CHECK_CKPT(names.count(name) != 0, "{}: unexpected tensor '{}' in weight_map (not part of a LLaDA checkpoint "
+                     "with this config)", src, name);
+
+  auto meta = j.find("metadata");
+  FDLLM_CHECK_CKPT(meta != j.end() && meta->is_object(), "{}: missing 'metadata' object (with total_size)", src);
+  auto ts = meta->find("total_size");
+  FDLLM_CHECK_CKPT(ts != meta->end() && ts->is_number_unsigned(),
+                   "{}: metadata.total_size missing or not a non-negative integer", src);
+  const uint64_t total = ts->get<uint64_t>();
+  const auto p = static_cast<uint64_t>(params);
+  if (total == 2 * p) return 2;
+  if (total == 4 * p) return 4;
+  FDLLM_FAIL(ErrorCode::kInvalidCheckpoint,
+             "{}: metadata.total_size = {} matches neither 2 bytes ({}) nor 4 bytes ({}) per parameter for the {} "
+             "parameters the config implies",
+             src, total, 2 * p, 4 * p, params);
+}
+
+}  // namespace flashdllm
