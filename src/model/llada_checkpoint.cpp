@@ -47,12 +47,15 @@ std::vector<ExpectedTensor> llada_expected_tensors(const LladaConfig& cfg) {
 
 void validate_llada_checkpoint(const Checkpoint& ckpt, const LladaConfig& cfg) {
   const auto expected = llada_expected_tensors(cfg);
+  // Where a missing tensor should have been: the index of a sharded checkpoint, else the file.
+  const std::string where =
+      (ckpt.dir() / (ckpt.sharded() ? "model.safetensors.index.json" : "model.safetensors")).string();
   std::set<std::string> names;
   for (const ExpectedTensor& e : expected) {
     names.insert(e.name);
     const TensorInfo* t = ckpt.find(e.name);
-    FDLLM_CHECK_CKPT(t != nullptr, "{}: missing tensor '{}' (expected shape {} from the config)", ckpt.dir().string(),
-                     e.name, shape_str(e.shape));
+    FDLLM_CHECK_CKPT(t != nullptr, "{}: missing tensor '{}' (expected shape {} from the config)", where, e.name,
+                     shape_str(e.shape));
     FDLLM_CHECK_CKPT(t->shape == e.shape, "{}: tensor '{}' has shape {}, but the config implies {}", t->file, e.name,
                      shape_str(t->shape), shape_str(e.shape));
     FDLLM_CHECK_CKPT(t->dtype == DType::kF32 || t->dtype == DType::kF16 || t->dtype == DType::kBF16,
