@@ -1,0 +1,119 @@
+"""LLaDA conventions shared by the training tools: special-token layout, chat prompt, SFT target.
+
+Token layout of a small LLaDA-style vocabulary (reference-algorithms.md §A.5): N regular byte-level
+BPE tokens get ids 0..N-1, then LLaDA's 269 added tokens follow in LLaDA's own order, so every
+special id is `N + (real id - 126080)`:
+  bos <|startoftext|> = N, eos/pad <|endoftext|> = N+1, mask <|mdm_mask|> = N+256,
+  <|start_header_id|> = N+266, <|end_header_id|> = N+267, eot <|eot_id|> = N+268.
+The embedding / LM-head rows are rounded up to a multiple of 64 (LLaDA: 126349 used of 126464).
+
+The chat template is LLaDA-8B-Instruct's, read through tools/common/llada_tokenizer_spec.py and
+rendered with jinja2 exactly as transformers' apply_chat_template would.
+
+SFT target (LLaDA GUIDELINES.md "SFT", reference §A.4/§A.5): input = prompt ++ answer ++ EOS...EOS up
+to the training canvas; the answer is NOT followed by <|eot_id|> (GUIDELINES' example is
+`...assistant<end_id>\\nParis.<EOS><EOS>...`); the prompt is never masked; the EOS run is part of the
+response and is masked and predicted like any other response token.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from tools.common import llada_tokenizer_spec as spec  # noqa: E402
+
+N_ADDED = 269
+EMBEDDING_MULTIPLE = 64
+
+
+@functools.lru_cache(maxsize=1)
+def _added_offsets() -> dict[str, int]:
+    """content -> (LLaDA id - 126080) for LLaDA's added tokens (read once)."""
+    return {c: real_id - spec.LLADA_FIRST_ADDED_ID for real_id, c in spec.llada_added_tokens()}
+
+
+@dataclass(frozen=True)
+class SpecialIds:
+    """Ids of LLaDA's special tokens in a vocabulary with `n_regular` BPE tokens before them."""
+
+    n_regular: int
+
+    def of(self, content: str) -> int:
+        """Id of the added token `content` (e.g. '<|mdm_mask|>'); KeyError if it is not one."""
+        offset = _added_offsets().get(content)
+        if offset is None:
+            raise KeyError(f"{content!r} is not one of LLaDA's added tokens")
+        return self.n_regular + offset
+
+    @property
+    def bos(self) -> int:
+        return self.of("<|startoftext|>")
+
+    @property
+    def eos(self) -> int:
+        return self.of("<|endoftext|>")
+
+    @property
+    def pad(self) -> int:
+        return self.eos
+
+    @property
+    def mask(self) -> int:
+        return self.of("<|mdm_mask|>")
+
+    @property
+    def eot(self) -> int:
+        return self.of("<|eot_id|>")
+
+    @property
+    def start_header(self) -> int:
+        return self.of("<|start_header_id|>")
+
+    @property
+    def end_header(self) -> int:
+        return self.of("<|end_header_id|>")
+
+    @property
+    def n_tokens(self) -> int:
+        """Tokens the tokenizer can produce: regular + added."""
+        return self.n_regular + N_ADDED
+
+    @property
+    def embedding_size(self) -> int:
+        """Embedding / LM-head rows: n_tokens rounded up to a multiple of 64."""
+        m = EMBEDDING_MULTIPLE
+        return (self.n_tokens + m - 1) // m * m
+
+
+@functools.lru_cache(maxsize=1)
+def _chat_template():
+    import jinja2
+
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    return env.from_string(spec.llada_chat_template())
+
+
+def render_chat(messages: list[dict]) -> str:
+    """LLaDA's chat template applied to `messages` ([{"role", "content"}]), BOS string included.
+
+    The template always ends with the assistant header (it ignores add_generation_prompt)."""
+    return _chat_template().render(messages=messages, bos_token="<|startoftext|>", add_generation_prompt=True)
+
+
+def chat_prompt(question: str) -> str:
+    """The prompt string for one user message (reference §A.5)."""
+    return render_chat([{"role": "user", "content": question}])
+
+
+def flash_seqlen_k(prompt_len: int, gen_length: int, tile: int = 128) -> int:
+    """Flash-dLLM key length of a slot: floor((P+G)/tile)*tile + tile (reference §D.3)."""
+    if prompt_len < 0 or gen_length <= 0:
+        raise ValueError(f"prompt_len {prompt_len} / gen_length {gen_length} must be >= 0 / > 0")
+    return (prompt_len + gen_length) // tile * tile + tile

@@ -1,0 +1,244 @@
+"""A from-scratch PyTorch LLaDA (reference-algorithms.md §A.3) with the HF checkpoint's parameter names.
+
+Module tree = tensor names of LLaDA's model.safetensors (§A.2), so `state_dict()` is the checkpoint:
+  model.transformer.wte.weight                    [embedding_size, d_model]   token embedding
+  model.transformer.blocks.{i}.attn_norm.weight   [d_model]                   pre-attention RMSNorm
+  model.transformer.blocks.{i}.q_proj/k_proj/v_proj.weight [d_model, d_model] (nn.Linear: [out, in])
+  model.transformer.blocks.{i}.attn_out.weight    [d_model, d_model]          O projection
+  model.transformer.blocks.{i}.ff_norm.weight     [d_model]                   pre-MLP RMSNorm
+  model.transformer.blocks.{i}.ff_proj.weight     [mlp_hidden_size, d_model]  gate (SiLU applied)
+  model.transformer.blocks.{i}.up_proj.weight     [mlp_hidden_size, d_model]  up
+  model.transformer.blocks.{i}.ff_out.weight      [d_model, mlp_hidden_size]  down
+  model.transformer.ln_f.weight                   [d_model]                   final RMSNorm
+  model.transformer.ff_out.weight                 [embedding_size, d_model]   LM head (untied)
+
+Forward (per §A.3, upstream modeling_llada.py semantics): no embedding scaling, no biases, RMSNorm
+computed in fp32 then cast back to the input dtype and multiplied by the weight, half-rotation
+("rotate_half") RoPE applied in fp32 with tables cat(freqs, freqs) built in fp32 from
+inv_freq_i = theta^(-2i/head_dim), bidirectional (non-causal) softmax attention scaled 1/sqrt(head_dim),
+SwiGLU MLP SiLU(ff_proj x) * up_proj x, untied head. Logits row t predicts token t (no shift).
+Only the optional key-padding mask (`key_valid`) deviates from a plain full attention: it is used
+by training/eval batches whose rows have different lengths and equals running each row alone.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+@dataclass
+class LladaConfig:
+    """The config.json fields the forward pass uses (LLaDA names)."""
+
+    d_model: int = 256
+    n_heads: int = 2
+    n_kv_heads: int = 2
+    n_layers: int = 12
+    mlp_hidden_size: int = 768
+    vocab_size: int = 2368
+    embedding_size: int = 2368
+    max_sequence_length: int = 4096
+    rope_theta: float = 500000.0
+    rms_norm_eps: float = 1e-5
+    mask_token_id: int = 2304
+    eos_token_id: int = 2049
+    pad_token_id: int = 2049
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    def validate(self) -> None:
+        """Raise ValueError naming the field if the shape is not one this model supports."""
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model {self.d_model} not divisible by n_heads {self.n_heads}")
+        if self.n_kv_heads != self.n_heads:
+            raise ValueError(f"n_kv_heads {self.n_kv_heads} != n_heads {self.n_heads} (no GQA in LLaDA-8B)")
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim {self.head_dim} must be even for RoPE")
+        if self.embedding_size < self.vocab_size:
+            raise ValueError(f"embedding_size {self.embedding_size} < vocab_size {self.vocab_size}")
+
+    @classmethod
+    def from_json(cls, path: Path) -> "LladaConfig":
+        """Read the used fields from an HF config.json; checks LLaDA's fixed-architecture flags."""
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        fixed = {"block_type": "llama", "activation_type": "silu", "layer_norm_type": "rms", "rope": True,
+                 "alibi": False, "weight_tying": False, "include_bias": False, "include_qkv_bias": False,
+                 "attention_layer_norm": False, "scale_logits": False, "input_emb_norm": False,
+                 "block_group_size": 1}
+        for k, v in fixed.items():
+            if raw.get(k) != v:
+                raise ValueError(f"{path}: field {k} = {raw.get(k)!r}, this model supports only {v!r}")
+        names = {f.name for f in fields(cls)}
+        missing = names - raw.keys()
+        if missing:
+            raise ValueError(f"{path}: missing fields {sorted(missing)}")
+        cfg = cls(**{k: raw[k] for k in names})
+        cfg.validate()
+        return cfg
+
+
+class RMSNorm(nn.Module):
+    """y = cast(x_fp32 * rsqrt(mean(x_fp32^2) + eps), x.dtype) * weight  (weight only, no bias)."""
+
+    def __init__(self, d: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return y.to(x.dtype) * self.weight
+
+
+def rope_tables(seq_len: int, head_dim: int, theta: float, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sin, cos), each fp32 [seq_len, head_dim], rows cat(freqs, freqs) with freqs[p, i] = p * theta^(-2i/D)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float) / head_dim))
+    pos = torch.arange(seq_len, device=device, dtype=torch.float)
+    freqs = torch.outer(pos, inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.sin(), emb.cos()
+
+
+def apply_rope(x: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor) -> torch.Tensor:
+    """Half-rotation RoPE on x [B, H, L, D] in fp32, cast back to x.dtype.
+
+    u'[i] = u[i] cos - u[i+D/2] sin,  u'[i+D/2] = u[i+D/2] cos + u[i] sin."""
+    xf = x.float()
+    half = xf.shape[-1] // 2
+    rot = torch.cat((-xf[..., half:], xf[..., :half]), dim=-1)
+    return (xf * cos + rot * sin).to(x.dtype)
+
+
+class LladaBlock(nn.Module):
+    """One LLaDALlamaBlock: attention + SwiGLU MLP, both pre-norm with residuals."""
+
+    def __init__(self, cfg: LladaConfig):
+        super().__init__()
+        d, m = cfg.d_model, cfg.mlp_hidden_size
+        self.n_heads, self.head_dim = cfg.n_heads, cfg.head_dim
+        self.attn_norm = RMSNorm(d, cfg.rms_norm_eps)
+        self.q_proj = nn.Linear(d, d, bias=False)
+        self.k_proj = nn.Linear(d, d, bias=False)
+        self.v_proj = nn.Linear(d, d, bias=False)
+        self.attn_out = nn.Linear(d, d, bias=False)
+        self.ff_norm = RMSNorm(d, cfg.rms_norm_eps)
+        self.ff_proj = nn.Linear(d, m, bias=False)  # gate
+        self.up_proj = nn.Linear(d, m, bias=False)
+        self.ff_out = nn.Linear(m, d, bias=False)   # down
+
+    def forward(self, h: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor,
+                attn_mask: torch.Tensor | None) -> torch.Tensor:
+        B, L, _ = h.shape
+        a = self.attn_norm(h)
+
+        def heads(t: torch.Tensor) -> torch.Tensor:
+            return t.view(B, L, self.n_heads, self.head_dim).transpose(1, 2)
+
+        q = apply_rope(heads(self.q_proj(a)), sin, cos)
+        k = apply_rope(heads(self.k_proj(a)), sin, cos)
+        v = heads(self.v_proj(a))
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=False,
+                                           scale=1.0 / math.sqrt(self.head_dim))
+        h = h + self.attn_out(o.transpose(1, 2).reshape(B, L, -1))
+        f = self.ff_norm(h)
+        return h + self.ff_out(F.silu(self.ff_proj(f)) * self.up_proj(f))
+
+
+class LladaTransformer(nn.Module):
+    def __init__(self, cfg: LladaConfig):
+        super().__init__()
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(cfg.embedding_size, cfg.d_model),
+            blocks=nn.ModuleList([LladaBlock(cfg) for _ in range(cfg.n_layers)]),
+            ln_f=RMSNorm(cfg.d_model, cfg.rms_norm_eps),
+            ff_out=nn.Linear(cfg.d_model, cfg.embedding_size, bias=False),
+        ))
+
+
+class LladaModel(nn.Module):
+    """LLaDA mask predictor. `forward(ids)` -> logits [B, L, embedding_size]."""
+
+    def __init__(self, cfg: LladaConfig):
+        super().__init__()
+        cfg.validate()
+        self.cfg = cfg
+        self.model = LladaTransformer(cfg)
+        self._rope_cache: dict = {}
+
+    def init_weights(self, seed: int, std: float = 0.02) -> None:
+        """Normal(0, std) for matrices (output projections scaled by 1/sqrt(2 n_layers)), ones for norms."""
+        g = torch.Generator().manual_seed(seed)
+        for name, p in self.named_parameters():
+            if p.ndim == 1:
+                nn.init.ones_(p)
+                continue
+            residual_out = name.endswith(".attn_out.weight") or (".blocks." in name and name.endswith(".ff_out.weight"))
+            s = std / math.sqrt(2 * self.cfg.n_layers) if residual_out else std
+            with torch.no_grad():
+                p.copy_(torch.randn(p.shape, generator=g) * s)
+
+    def _rope(self, L: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+        key = (L, str(device))
+        if key not in self._rope_cache:
+            if L > self.cfg.max_sequence_length:
+                raise ValueError(f"sequence length {L} > max_sequence_length {self.cfg.max_sequence_length}")
+            # Built over the whole max_sequence_length as upstream does, then sliced.
+            sin, cos = rope_tables(self.cfg.max_sequence_length, self.cfg.head_dim, self.cfg.rope_theta, device)
+            self._rope_cache = {key: (sin[:L], cos[:L])}
+        return self._rope_cache[key]
+
+    def hidden(self, ids: torch.Tensor, key_valid: torch.Tensor | None = None) -> torch.Tensor:
+        """Final-norm hidden states [B, L, d_model] for token ids [B, L] (int64).
+
+        key_valid: optional bool [B, L]; False marks padding keys no query may attend to."""
+        if ids.dim() != 2:
+            raise ValueError(f"ids must be [B, L], got shape {tuple(ids.shape)}")
+        t = self.model.transformer
+        h = t.wte(ids)
+        sin, cos = self._rope(ids.shape[1], ids.device)
+        mask = None if key_valid is None else key_valid[:, None, None, :]
+        for blk in t.blocks:
+            h = blk(h, sin, cos, mask)
+        return t.ln_f(h)
+
+    def head(self, h: torch.Tensor) -> torch.Tensor:
+        """LM head: logits = h @ ff_out.weight^T."""
+        return self.model.transformer.ff_out(h)
+
+    def forward(self, ids: torch.Tensor, key_valid: torch.Tensor | None = None) -> torch.Tensor:
+        return self.head(self.hidden(ids, key_valid))
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+def load_checkpoint(model_dir: Path, device="cpu", dtype=torch.float32) -> LladaModel:
+    """Build a LladaModel from an exported HF dir (config.json + model.safetensors) in `dtype`.
+
+    Raises ValueError naming the tensor if a name or shape differs from the model's."""
+    from safetensors.torch import load_file
+
+    model_dir = Path(model_dir)
+    cfg = LladaConfig.from_json(model_dir / "config.json")
+    model = LladaModel(cfg)
+    sd = load_file(str(model_dir / "model.safetensors"))
+    want = model.state_dict()
+    if set(sd) != set(want):
+        raise ValueError(f"{model_dir}/model.safetensors: tensor names differ; missing "
+                         f"{sorted(set(want) - set(sd))[:5]}, unexpected {sorted(set(sd) - set(want))[:5]}")
+    for k, v in sd.items():
+        if tuple(v.shape) != tuple(want[k].shape):
+            raise ValueError(f"{model_dir}/model.safetensors: tensor {k} has shape {tuple(v.shape)}, "
+                             f"config implies {tuple(want[k].shape)}")
+    model.load_state_dict({k: v.to(torch.float32) for k, v in sd.items()})
+    return model.to(device=device, dtype=dtype).eval()

@@ -1,0 +1,174 @@
+"""Training batch construction (LLaDA SFT masking) and the PyTorch evaluation decoders."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from tokenizers import Tokenizer  # noqa: E402
+
+import arith_data  # noqa: E402
+import eval_pytorch  # noqa: E402
+import llada_format as fmt  # noqa: E402
+import train  # noqa: E402
+
+IDS = fmt.SpecialIds(2048)
+
+
+@pytest.fixture(scope="module")
+def tok(small_tokenizer_dir):
+    return Tokenizer.from_file(str(small_tokenizer_dir / "tokenizer.json"))
+
+
+@pytest.fixture(scope="module")
+def problems():
+    return arith_data.read_jsonl(fmt.REPO / "data" / "arith" / "validation.jsonl")[:64]
+
+
+def test_plan_and_batch_follow_llada_sft(tok, problems):
+    ds = train.TokenizedSplit(tok, problems, "cpu", 128, 255)
+    rng = np.random.default_rng(0)
+    batches = train.plan_epoch(rng, ds, 16, sort_window=2)
+    assert sum(len(b["idx"]) for b in batches) == ds.n
+    seen_flash = seen_llada = seen_clean = False
+    g = torch.Generator().manual_seed(0)
+    for bt in batches:
+        P = ds.plen_np[bt["idx"]]
+        A = ds.alen_np[bt["idx"]]
+        G, L = bt["G"], bt["L"]
+        assert (G >= A + 1).all() and set(G) <= {64, 128, 256}
+        flash = bt["flash"]
+        assert (L[flash] == (P + G)[flash] // 128 * 128 + 128).all()
+        assert (L[~flash] == (P + G)[~flash]).all()
+        seen_flash |= flash.any()
+        seen_llada |= (~flash).any()
+        seen_clean |= bt["clean"].any()
+        assert not (bt["clean"] & ~flash).any()
+        t = torch.linspace(0.2, 0.9, len(P))
+        noisy, ids, kv, masked, w = train.build_batch(ds, bt, IDS, g, "cpu", t_fixed=t)
+        for r in range(len(P)):
+            p, a, l = int(P[r]), int(A[r]), int(L[r])
+            want = tok.encode(fmt.chat_prompt(problems[bt["idx"][r]]["question"])).ids
+            assert ids[r, :p].tolist() == want                               # chat prompt
+            assert ids[r, p:p + a].tolist() == tok.encode(problems[bt["idx"][r]]["answer"]).ids
+            assert (ids[r, p + a:l] == IDS.eos).all()                       # EOS run, no EOT
+            assert not masked[r, :p].any() and not masked[r, l:].any()      # prompt / padding never masked
+            assert (noisy[r][masked[r]] == IDS.mask).all()
+            assert (noisy[r][~masked[r]] == ids[r][~masked[r]]).all()
+            if bt["clean"][r]:
+                assert not masked[r, p + int(G[r]):].any()
+                resp = int(G[r])
+            else:
+                resp = l - p
+            pm = (1 - train.EPS_MASK) * float(t[r]) + train.EPS_MASK
+            assert torch.allclose(w[r, 0], torch.tensor(1 / (pm * resp)))
+            if kv is not None:
+                assert kv[r].sum() == l
+    assert seen_flash and seen_llada and seen_clean
+
+
+def test_mask_rate_tracks_t(tok, problems):
+    ds = train.TokenizedSplit(tok, problems, "cpu", 128, 255)
+    bt = train.plan_epoch(np.random.default_rng(1), ds, 64)[0]
+    g = torch.Generator().manual_seed(0)
+    for tv in (0.1, 0.5, 0.9):
+        t = torch.full((len(bt["idx"]),), tv)
+        noisy, ids, kv, masked, w = train.build_batch(ds, bt, IDS, g, "cpu", t_fixed=t)
+        P = torch.from_numpy(ds.plen_np[bt["idx"]])[:, None]
+        L = torch.from_numpy(bt["L"])[:, None]
+        pos = torch.arange(ids.shape[1])[None]
+        maskable = (pos >= P) & (pos < L) & ~(torch.from_numpy(bt["clean"])[:, None]
+                                              & (pos >= P + torch.from_numpy(bt["G"])[:, None]))
+        rate = masked.sum() / maskable.sum()
+        assert abs(float(rate) - tv) < 0.03
+
+
+class Oracle(torch.nn.Module):
+    """Stand-in model: at every position predicts the gold token (answer then EOS) with logit `margin`."""
+
+    def __init__(self, prompts, targets, margin, vocab=IDS.embedding_size, wrong=False):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(1))
+        self.prompts, self.targets, self.margin, self.vocab, self.wrong = prompts, targets, margin, vocab, wrong
+
+    def hidden(self, x, key_valid=None):
+        B, L = x.shape
+        out = torch.zeros(B, L, self.vocab)
+        for r in range(B):
+            k = next(i for i, p in enumerate(self.prompts) if x[r, :len(p)].tolist() == p)
+            p, t = self.prompts[k], self.targets[k]
+            for j in range(L - len(p)):
+                tgt = t[j] if j < len(t) else IDS.eos
+                if self.wrong and j < len(t) and tok_is_digit(tgt):
+                    tgt = DIGIT_SWAP[tgt]
+                out[r, len(p) + j, tgt] = self.margin
+        return out
+
+    def head(self, h):
+        return h
+
+
+DIGIT_SWAP: dict = {}
+
+
+def tok_is_digit(t):
+    return t in DIGIT_SWAP
+
+
+def _setup(tok, problems, n=6):
+    probs = problems[:n]
+    prompts = [tok.encode(fmt.chat_prompt(p["question"])).ids for p in probs]
+    targets = [tok.encode(p["answer"]).ids for p in probs]
+    digits = [tok.token_to_id(str(d)) for d in range(10)]
+    DIGIT_SWAP.clear()
+    DIGIT_SWAP.update({digits[d]: digits[(d + 1) % 10] for d in range(10)})
+    return probs, prompts, targets
+
+
+def test_evaluate_with_oracle(tok, problems):
+    probs, prompts, targets = _setup(tok, problems)
+    res = eval_pytorch.evaluate(Oracle(prompts, targets, 30.0), tok, 2048, probs, log=lambda *a: None)
+    for k in ("llada_sampler", "llada_sampler_flash_layout", "threshold_0.9", "threshold_0.9_flash_layout"):
+        assert res[k]["accuracy"] == 1.0, k
+        assert res[k]["empty_rate"] == 0.0
+    assert res["llada_sampler"]["nfe_mean"] == 128 and res["llada_sampler"]["tokens_per_forward"] == 1.0
+    # a confident oracle commits a whole 32-token block per forward pass
+    assert res["threshold_0.9"]["nfe_mean"] == 4 and res["threshold_0.9"]["tokens_per_forward"] == 32.0
+
+
+def test_evaluate_scores_wrong_answers_and_low_confidence(tok, problems):
+    probs, prompts, targets = _setup(tok, problems)
+    res = eval_pytorch.evaluate(Oracle(prompts, targets, 30.0, wrong=True), tok, 2048, probs, log=lambda *a: None)
+    assert res["llada_sampler"]["accuracy"] == 0.0
+    # margin 5 over 2368 logits -> confidence ~0.06 < 0.9: one token per forward pass
+    res = eval_pytorch.evaluate(Oracle(prompts, targets, 5.0), tok, 2048, probs[:2], log=lambda *a: None)
+    assert res["threshold_0.9"]["nfe_mean"] == 128 and res["threshold_0.9"]["accuracy"] == 1.0
+
+
+def test_quota_split_and_argument_checks():
+    assert eval_pytorch._num_transfer(32, 32) == [1] * 32
+    assert eval_pytorch._num_transfer(10, 4) == [3, 3, 2, 2]
+    with pytest.raises(ValueError, match="multiple"):
+        eval_pytorch.generate(None, [[1]], gen_length=100, block_length=32, mask_id=0, eos_id=1)
+    assert eval_pytorch.cut_at_end([5, 6, 7, 9, 7], {7}) == [5, 6]
+
+
+def test_flash_layout_rows_carry_eos_pad(tok, problems):
+    """The flash layout feeds prompt + masks + EOS up to floor((P+G)/128)*128+128 keys."""
+    probs, prompts, targets = _setup(tok, problems, 3)
+    seen = []
+
+    class Spy(Oracle):
+        def hidden(self, x, key_valid=None):
+            seen.append((x.clone(), None if key_valid is None else key_valid.clone()))
+            return super().hidden(x, key_valid)
+
+    eval_pytorch.generate(Spy(prompts, targets, 30.0), prompts, steps=None, threshold=0.9, layout="flash",
+                          mask_id=IDS.mask, eos_id=IDS.eos)
+    x, kv = seen[0]
+    for r, p in enumerate(prompts):
+        L = fmt.flash_seqlen_k(len(p), 128)
+        n = L if kv is None else int(kv[r].sum())
+        assert n == L
+        assert (x[r, len(p):len(p) + 128] == IDS.mask).all() and (x[r, len(p) + 128:L] == IDS.eos).all()

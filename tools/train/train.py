@@ -1,0 +1,452 @@
+"""Train the small LLaDA model with LLaDA's SFT masked-diffusion objective, export it, evaluate it.
+
+Objective (LLaDA GUIDELINES.md "SFT"; reference §A.4): a row is chat prompt ++ worked answer ++ EOS run
+up to the row's training canvas length L. The prompt is never masked. Per row t ~ U(0,1),
+p = (1 - 1e-3) t + 1e-3; each response position (answer and EOS run) is replaced by <|mdm_mask|> with
+probability p; loss = sum over masked positions of CE / p / (response length of the row), averaged over
+rows. Logits are computed only at masked positions (the LM head is per-position, so this is exact).
+
+Canvas lengths are the key lengths the engine shows the model at inference: per row a gen_length
+G in {64, 128, 256} (answer + at least one EOS must fit) and a layout:
+  llada - L = P + G (LLaDA sampler);
+  flash - L = floor((P+G)/128)*128 + 128 (Flash-dLLM slot, reference §D.3). In half of the flash rows
+          the tail [P+G, L) is kept unmasked (clean EOS pad, exactly what the engine's slot holds);
+          those rows normalise by G, the maskable length.
+Rows of a batch are grouped by similar L and padded; padding keys are masked out of attention, so
+every row is trained exactly on its own canvas.
+
+Training runs for a wall-clock budget: after `--measure-steps` steps the mean step time fixes the total
+step count (re-estimated once at 6x that many steps), which sets a warm-up + cosine learning-rate
+schedule; `--steps N` fixes the count instead (bit-for-bit repeatable run order; printed at the end).
+
+Outputs in --out: train_log.jsonl, loss_curve.png, eval.json and the exported model directory
+(config.json, model.safetensors BF16, tokenizer files, generation_config.json, README.md,
+loss_curve.png).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import arith_data  # noqa: E402
+import llada_format as fmt  # noqa: E402
+from model import LladaConfig, LladaModel, load_checkpoint  # noqa: E402
+
+GEN_LENGTHS = (64, 128, 256)
+GEN_WEIGHTS = (0.25, 0.5, 0.25)
+EPS_MASK = 1e-3
+
+
+# ---------------------------------------------------------------------------------------------
+# Data
+# ---------------------------------------------------------------------------------------------
+class TokenizedSplit:
+    """Prompt and answer token ids of a split, padded into device tensors.
+
+    prompts [N, Pmax] int32, plen [N]; answers [N, Amax] int32, alen [N] (answer without EOS)."""
+
+    def __init__(self, tokenizer, problems: list[dict], device, max_prompt: int, max_answer: int):
+        pr = tokenizer.encode_batch([fmt.chat_prompt(p["question"]) for p in problems])
+        an = tokenizer.encode_batch([p["answer"] for p in problems])
+        keep = [i for i in range(len(problems))
+                if len(pr[i].ids) <= max_prompt and len(an[i].ids) <= max_answer]
+        self.dropped = len(problems) - len(keep)
+        self.n = len(keep)
+        plen = np.array([len(pr[i].ids) for i in keep], dtype=np.int64)
+        alen = np.array([len(an[i].ids) for i in keep], dtype=np.int64)
+        P = np.zeros((self.n, max(1, plen.max())), dtype=np.int32)
+        A = np.zeros((self.n, max(1, alen.max())), dtype=np.int32)
+        for j, i in enumerate(keep):
+            P[j, :plen[j]] = pr[i].ids
+            A[j, :alen[j]] = an[i].ids
+        self.plen_np, self.alen_np = plen, alen
+        self.prompts = torch.from_numpy(P).to(device)
+        self.answers = torch.from_numpy(A).to(device)
+        self.plen = torch.from_numpy(plen).to(device)
+        self.alen = torch.from_numpy(alen).to(device)
+
+
+def plan_epoch(rng: np.random.Generator, ds: TokenizedSplit, batch: int, sort_window: int = 64) -> list[dict]:
+    """Shuffle, draw (G, layout, clean tail) per row, group rows of similar canvas length into batches."""
+    n = ds.n
+    perm = rng.permutation(n)
+    alen = ds.alen_np[perm]
+    plen = ds.plen_np[perm]
+    g_choice = rng.choice(len(GEN_LENGTHS), size=n, p=GEN_WEIGHTS)
+    G = np.array(GEN_LENGTHS)[g_choice]
+    # the answer plus at least one EOS must fit: bump G to the smallest allowed length
+    for gl in GEN_LENGTHS:
+        G = np.where(G < alen + 1, np.maximum(G, gl), G)
+    if (G < alen + 1).any():
+        raise ValueError("an answer longer than the largest gen_length - 1 reached the planner")
+    flash = rng.random(n) < 0.5
+    clean = flash & (rng.random(n) < 0.5)
+    L = np.where(flash, (plen + G) // 128 * 128 + 128, plen + G)
+    batches = []
+    win = batch * sort_window
+    for s in range(0, n, win):
+        sl = slice(s, min(n, s + win))
+        order = np.argsort(L[sl], kind="stable") + s
+        for b in range(0, len(order), batch):
+            o = order[b:b + batch]
+            if len(o) < batch // 2:
+                continue
+            batches.append(dict(idx=perm[o], G=G[o], flash=flash[o], clean=clean[o], L=L[o]))
+    rng.shuffle(batches)
+    return batches
+
+
+def build_batch(ds: TokenizedSplit, bt: dict, ids_sp: fmt.SpecialIds, gen: torch.Generator | None,
+                device, t_fixed: torch.Tensor | None = None):
+    """Device tensors of one batch: (noisy ids, clean ids, key_valid or None, masked, weight per position).
+
+    weight = 1 / (p_row * response_len_row) at masked positions."""
+    idx = torch.from_numpy(bt["idx"]).to(device)
+    G = torch.from_numpy(bt["G"]).to(device)
+    L = torch.from_numpy(bt["L"]).to(device)
+    clean = torch.from_numpy(bt["clean"]).to(device)
+    Lmax = int(bt["L"].max())
+    B = len(bt["idx"])
+    P = ds.plen[idx][:, None]
+    A = ds.alen[idx][:, None]
+    pos = torch.arange(Lmax, device=device)[None, :]
+    ptok = ds.prompts[idx].gather(1, pos.clamp(max=ds.prompts.shape[1] - 1).expand(B, -1)).long()
+    atok = ds.answers[idx].gather(1, (pos - P).clamp(0, ds.answers.shape[1] - 1)).long()
+    ids = torch.where(pos < P, ptok, torch.where(pos < P + A, atok, torch.full_like(atok, ids_sp.eos)))
+    valid = pos < L[:, None]
+    maskable = (pos >= P) & valid & ~(clean[:, None] & (pos >= P + G[:, None]))
+    t = t_fixed if t_fixed is not None else torch.rand(B, device=device, generator=gen)
+    p = (1 - EPS_MASK) * t + EPS_MASK
+    masked = maskable & (torch.rand(B, Lmax, device=device, generator=gen) < p[:, None])
+    noisy = torch.where(masked, torch.full_like(ids, ids_sp.mask), ids)
+    resp_len = maskable.sum(1).clamp(min=1)
+    w = (1.0 / (p * resp_len))[:, None].expand(B, Lmax)
+    key_valid = None if bool((bt["L"] == Lmax).all()) else valid
+    return noisy, ids, key_valid, masked, w
+
+
+def diffusion_loss(model: LladaModel, noisy, ids, key_valid, masked, w, n_rows: int):
+    """(LLaDA SFT loss, mean CE over masked positions)."""
+    h = model.hidden(noisy, key_valid)
+    logits = model.head(h[masked]).float()
+    ce = F.cross_entropy(logits, ids[masked], reduction="none")
+    return (ce * w[masked]).sum() / n_rows, ce.mean()
+
+
+# ---------------------------------------------------------------------------------------------
+# Export
+# ---------------------------------------------------------------------------------------------
+def hf_config(cfg: LladaConfig) -> dict:
+    """LLaDA-8B-Instruct's config.json with only the size and id fields changed."""
+    raw = json.loads((fmt.REPO / "data" / "llada-8b-instruct" / "config.json").read_text())
+    for k in ("d_model", "n_heads", "n_kv_heads", "n_layers", "mlp_hidden_size", "vocab_size", "embedding_size",
+              "mask_token_id", "eos_token_id", "pad_token_id", "max_sequence_length", "rope_theta", "rms_norm_eps"):
+        if k not in raw:
+            raise KeyError(f"LLaDA config.json has no field {k}")
+        raw[k] = getattr(cfg, k)
+    return raw
+
+
+def export(model: LladaModel, tokenizer_dir: Path, out_dir: Path) -> None:
+    """Write the HF-layout model dir: config.json, model.safetensors (BF16), tokenizer files,
+    generation_config.json. Checks the written tensors load back under the same names and shapes."""
+    from safetensors.torch import save_file
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cfg = model.cfg
+    (out_dir / "config.json").write_text(json.dumps(hf_config(cfg), indent=2) + "\n")
+    sd = {k: v.detach().to("cpu", torch.bfloat16).contiguous() for k, v in model.state_dict().items()}
+    save_file(sd, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copyfile(tokenizer_dir / f, out_dir / f)
+    gen = json.loads((fmt.REPO / "data" / "llada-8b-instruct" / "generation_config.json").read_text())
+    gen["bos_token_id"] = cfg.eos_token_id - 1
+    gen["eos_token_id"] = cfg.eos_token_id
+    (out_dir / "generation_config.json").write_text(json.dumps(gen, indent=4) + "\n")
+    back = load_checkpoint(out_dir, dtype=torch.float32)
+    for k, v in back.state_dict().items():
+        if not torch.equal(v, sd[k].float()):
+            raise RuntimeError(f"exported tensor {k} does not read back identically")
+
+
+def model_name(n_params: int) -> str:
+    return f"llada-arith-{round(n_params / 1e6)}m"
+
+
+def write_model_card(out_dir: Path, info: dict) -> None:
+    tmpl = (Path(__file__).resolve().parent / "MODEL_CARD.md.in").read_text()
+    text = tmpl
+    for k, v in info.items():
+        text = text.replace("@" + k + "@", str(v))
+    missing = sorted(set(re.findall(r"@[A-Z_]+@", text)))
+    if missing:
+        raise KeyError(f"model card template placeholders not filled: {missing}")
+    (out_dir / "README.md").write_text(text)
+
+
+def plot_loss(log: list[dict], val: list[dict], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(1, 2, figsize=(11, 4))
+    st = [r["step"] for r in log]
+    ax[0].plot(st, [r["loss"] for r in log], label="train SFT loss (CE/p/len)", lw=1)
+    if val:
+        ax[0].plot([r["step"] for r in val], [r["val_loss"] for r in val], "o-", label="validation SFT loss")
+    ax[0].set_yscale("log")
+    ax[0].set_xlabel("step")
+    ax[0].legend()
+    ax[1].plot(st, [r["ce"] for r in log], label="train CE on masked tokens", lw=1)
+    if val:
+        ax[1].plot([r["step"] for r in val], [r["val_ce"] for r in val], "o-", label="validation CE")
+    ax[1].set_yscale("log")
+    ax[1].set_xlabel("step")
+    ax[1].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------
+# Training
+# ---------------------------------------------------------------------------------------------
+def lr_at(step: int, total: int, warmup: int, peak: float, final_frac: float) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    prog = min(1.0, (step - warmup) / max(1, total - warmup))
+    return peak * (final_frac + (1 - final_frac) * 0.5 * (1 + math.cos(math.pi * prog)))
+
+
+@torch.no_grad()
+def val_loss(model, ds, batches, ids_sp, device, amp) -> tuple[float, float]:
+    """Deterministic validation loss: fixed batches, fixed t grid, fixed mask generator."""
+    model.eval()
+    g = torch.Generator(device=device).manual_seed(1234)
+    tot, ce_tot, n = 0.0, 0.0, 0
+    for bt in batches:
+        B = len(bt["idx"])
+        t = (torch.arange(B, device=device, dtype=torch.float) + 0.5) / B
+        noisy, ids, kv, masked, w = build_batch(ds, bt, ids_sp, g, device, t_fixed=t)
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
+            loss, ce = diffusion_loss(model, noisy, ids, kv, masked, w, B)
+        tot += float(loss) * B
+        ce_tot += float(ce) * B
+        n += B
+    model.train()
+    return tot / n, ce_tot / n
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, required=True, help="dir with train.jsonl and validation.jsonl")
+    ap.add_argument("--test", type=Path, default=fmt.REPO / "data" / "arith" / "test.jsonl")
+    ap.add_argument("--tokenizer", type=Path, required=True, help="dir written by build_tokenizer.py")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--d-model", type=int, default=256)
+    ap.add_argument("--n-heads", type=int, default=2)
+    ap.add_argument("--n-layers", type=int, default=12)
+    ap.add_argument("--mlp-hidden-size", type=int, default=768)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--lr", type=float, default=1.5e-3)
+    ap.add_argument("--final-lr-frac", type=float, default=0.05)
+    ap.add_argument("--warmup", type=int, default=150)
+    ap.add_argument("--weight-decay", type=float, default=0.1)
+    ap.add_argument("--time-budget", type=float, default=360.0, help="training seconds (excl. setup/eval)")
+    ap.add_argument("--steps", type=int, default=0, help="fixed step count (overrides the time budget)")
+    ap.add_argument("--measure-steps", type=int, default=50)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--eval-n", type=int, default=200, help="test problems for the final eval (0 = skip)")
+    ap.add_argument("--log-every", type=int, default=25)
+    ap.add_argument("--val-every", type=int, default=500)
+    ap.add_argument("--name", default="", help="model dir name (default llada-arith-<params>m)")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model (dynamic shapes)")
+    args = ap.parse_args(argv)
+
+    t_start = time.time()
+    from tokenizers import Tokenizer
+
+    device = torch.device(args.device)
+    amp = device.type == "cuda"
+    torch.manual_seed(args.seed)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    args.out.mkdir(parents=True, exist_ok=True)
+    tok = Tokenizer.from_file(str(args.tokenizer / "tokenizer.json"))
+    n_regular = tok.get_vocab_size(with_added_tokens=False)
+    ids_sp = fmt.SpecialIds(n_regular)
+    if tok.token_to_id("<|mdm_mask|>") != ids_sp.mask:
+        raise ValueError(f"{args.tokenizer}/tokenizer.json: mask token id {tok.token_to_id('<|mdm_mask|>')} "
+                         f"!= expected {ids_sp.mask}")
+
+    train = arith_data.read_jsonl(args.data / "train.jsonl")
+    val = arith_data.read_jsonl(args.data / "validation.jsonl")
+    max_prompt, max_answer = 128, max(GEN_LENGTHS) - 1
+    ds = TokenizedSplit(tok, train, device, max_prompt, max_answer)
+    vds = TokenizedSplit(tok, val, device, max_prompt, max_answer)
+    print(f"data: {ds.n} train rows ({ds.dropped} dropped as too long), {vds.n} validation rows; "
+          f"prompt tokens max {ds.plen_np.max()} mean {ds.plen_np.mean():.1f}, answer tokens max "
+          f"{ds.alen_np.max()} mean {ds.alen_np.mean():.1f}  [{time.time() - t_start:.1f} s]", flush=True)
+
+    cfg = LladaConfig(d_model=args.d_model, n_heads=args.n_heads, n_kv_heads=args.n_heads, n_layers=args.n_layers,
+                      mlp_hidden_size=args.mlp_hidden_size, vocab_size=ids_sp.embedding_size,
+                      embedding_size=ids_sp.embedding_size, mask_token_id=ids_sp.mask,
+                      eos_token_id=ids_sp.eos, pad_token_id=ids_sp.pad)
+    model = LladaModel(cfg)
+    model.init_weights(args.seed)
+    model.to(device).train()
+    n_params = model.num_parameters()
+    name = args.name or model_name(n_params)
+    print(f"model {name}: {n_params:,} parameters, d_model {cfg.d_model}, n_heads {cfg.n_heads} "
+          f"(head_dim {cfg.head_dim}), n_layers {cfg.n_layers}, mlp {cfg.mlp_hidden_size}, "
+          f"embedding rows {cfg.embedding_size}", flush=True)
+    fwd_model = torch.compile(model, dynamic=True) if args.compile else model
+
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(0.9, 0.95), eps=1e-8,
+                            **({"fused": True} if device.type == "cuda" else {}))
+    rng = np.random.default_rng(args.seed)
+    gen = torch.Generator(device=device).manual_seed(args.seed + 1)
+    vrng = np.random.default_rng(999)
+    val_batches = plan_epoch(vrng, vds, min(args.batch, 128))[:8]
+
+    total = args.steps if args.steps else 10 ** 9
+    log, vlog = [], []
+    step, epoch = 0, 0
+    batches: list = []
+    acc_loss = torch.zeros((), device=device)
+    acc_ce = torch.zeros((), device=device)
+    acc_n = 0
+    t_train = None
+    t_measure = None
+    print(f"training: batch {args.batch}, peak lr {args.lr}, "
+          f"{'fixed ' + str(args.steps) + ' steps' if args.steps else 'time budget ' + str(args.time_budget) + ' s'}"
+          f"  [{time.time() - t_start:.1f} s]", flush=True)
+    while step < total:
+        if not batches:
+            batches = plan_epoch(rng, ds, args.batch)
+            epoch += 1
+        bt = batches.pop()
+        lr = lr_at(step, total if total < 10 ** 9 else 10 ** 9, args.warmup, args.lr, args.final_lr_frac)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        noisy, ids, kv, masked, w = build_batch(ds, bt, ids_sp, gen, device)
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
+            loss, ce = diffusion_loss(fwd_model, noisy, ids, kv, masked, w, len(bt["idx"]))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        acc_loss += loss.detach()
+        acc_ce += ce.detach()
+        acc_n += 1
+        step += 1
+
+        # --- time budget: measure, then fix the total step count -------------------------------
+        if not args.steps:
+            if step == 5:
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                t_measure = time.time()
+                t_train = t_measure
+            elif t_measure is not None and step in (5 + args.measure_steps, 5 + 6 * args.measure_steps):
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                per = (time.time() - t_measure) / (step - 5)
+                total = max(step + 1, int(args.time_budget / per))
+                print(f"  step time {per * 1000:.1f} ms -> {total} steps in {args.time_budget:.0f} s", flush=True)
+            if t_train is not None and time.time() - t_train > args.time_budget * 1.05:
+                print(f"  time budget exceeded at step {step}; stopping", flush=True)
+                total = step
+        elif t_train is None:
+            t_train = time.time()
+
+        if step % args.log_every == 0 or step == total:
+            r = {"step": step, "epoch": epoch, "lr": lr, "loss": float(acc_loss) / acc_n, "ce": float(acc_ce) / acc_n,
+                 "elapsed": round(time.time() - (t_train or time.time()), 2)}
+            log.append(r)
+            acc_loss.zero_()
+            acc_ce.zero_()
+            acc_n = 0
+            if step % (args.log_every * 8) == 0 or step == total:
+                print(f"  step {step:6d}/{total if total < 10**9 else '?'}  loss {r['loss']:.4f}  ce {r['ce']:.4f}  "
+                      f"lr {lr:.2e}  {r['elapsed']:.0f} s", flush=True)
+        if step % args.val_every == 0 or step == total:
+            vl, vc = val_loss(model, vds, val_batches, ids_sp, device, amp)
+            vlog.append({"step": step, "val_loss": vl, "val_ce": vc})
+            print(f"  step {step:6d}  validation loss {vl:.4f}  ce {vc:.4f}", flush=True)
+    train_seconds = time.time() - (t_train or time.time())
+    print(f"trained {step} steps ({epoch} epochs started) in {train_seconds:.0f} s; "
+          f"repeat the schedule exactly with --steps {step}", flush=True)
+
+    with open(args.out / "train_log.jsonl", "w") as fh:
+        for r in log:
+            fh.write(json.dumps(r) + "\n")
+        for r in vlog:
+            fh.write(json.dumps(r) + "\n")
+    plot_loss(log, vlog, args.out / "loss_curve.png")
+
+    mdir = args.out / name
+    export(model, args.tokenizer, mdir)
+    shutil.copyfile(args.out / "loss_curve.png", mdir / "loss_curve.png")
+    (args.out / "model_dir.txt").write_text(str(mdir.resolve()) + "\n")
+    size = (mdir / "model.safetensors").stat().st_size
+    print(f"exported {mdir} (model.safetensors {size / 1e6:.1f} MB)", flush=True)
+
+    ev: dict = {}
+    if args.eval_n:
+        from eval_pytorch import evaluate
+
+        emodel = load_checkpoint(mdir, device=device, dtype=torch.bfloat16 if amp else torch.float32)
+        probs = arith_data.read_jsonl(args.test)[:args.eval_n]
+        print(f"eval (PyTorch, exported BF16 weights) on the first {len(probs)} problems of {args.test}:", flush=True)
+        ev = evaluate(emodel, tok, n_regular, probs)
+        (args.out / "eval.json").write_text(json.dumps(ev, indent=2) + "\n")
+
+    def pct(k: str) -> str:
+        return f"{ev[k]['accuracy'] * 100:.1f}%" if k in ev else "n/a"
+
+    info = {
+        "NAME": name, "N_PARAMS": f"{n_params:,}", "D_MODEL": cfg.d_model, "N_HEADS": cfg.n_heads,
+        "HEAD_DIM": cfg.head_dim, "N_LAYERS": cfg.n_layers, "MLP": cfg.mlp_hidden_size,
+        "N_REGULAR": n_regular, "N_TOKENS": ids_sp.n_tokens, "EMB": cfg.embedding_size,
+        "BOS": ids_sp.bos, "EOS": ids_sp.eos, "MASK": ids_sp.mask, "EOT": ids_sp.eot,
+        "SH": ids_sp.start_header, "EH": ids_sp.end_header,
+        "STEPS": step, "BATCH": args.batch, "LR": args.lr, "TRAIN_SECONDS": f"{train_seconds:.0f}",
+        "N_TRAIN": ds.n, "FINAL_LOSS": f"{log[-1]['loss']:.4f}" if log else "n/a",
+        "FINAL_VAL_LOSS": f"{vlog[-1]['val_loss']:.4f}" if vlog else "n/a",
+        "DEVICE": torch.cuda.get_device_name(0) if device.type == "cuda" else "CPU",
+        "TORCH": torch.__version__, "SEED": args.seed,
+        "EVAL_N": ev.get("n", 0),
+        "ACC_LLADA": pct("llada_sampler"), "ACC_FLASH": pct("llada_sampler_flash_layout"),
+        "ACC_THR": pct("threshold_0.9"), "ACC_THR_FLASH": pct("threshold_0.9_flash_layout"),
+        "TPF_THR": f"{ev['threshold_0.9']['tokens_per_forward']:.2f}" if ev else "n/a",
+        "TPF_THR_FLASH": f"{ev['threshold_0.9_flash_layout']['tokens_per_forward']:.2f}" if ev else "n/a",
+        "EMPTY_FLASH": f"{ev['llada_sampler_flash_layout']['empty_rate'] * 100:.1f}%" if ev else "n/a",
+        "SIZE_MB": f"{size / 1e6:.1f}",
+    }
+    write_model_card(mdir, info)
+    print(f"done in {time.time() - t_start:.0f} s: model {mdir}, log {args.out / 'train_log.jsonl'}, "
+          f"loss curve {args.out / 'loss_curve.png'}" + (f", eval {args.out / 'eval.json'}" if ev else ""), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
