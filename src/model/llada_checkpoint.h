@@ -31,14 +31,17 @@ struct ExpectedTensor {
 std::vector<ExpectedTensor> llada_expected_tensors(const LladaConfig& cfg);
 
 /// Checks that `ckpt` holds exactly the expected tensors (no missing, no unexpected), each with
-/// the expected shape and a dtype in {F32, F16, BF16}. Throws one Error(kInvalidCheckpoint)
-/// naming the file and tensor at fault.
+/// the expected shape and a dtype in {F32, F16, BF16} (dtypes may differ between tensors).
+/// Throws one Error(kInvalidCheckpoint) naming the file and tensor at fault (for a missing tensor:
+/// the index of a sharded checkpoint, else model.safetensors), with actual and expected shapes.
 void validate_llada_checkpoint(const Checkpoint& ckpt, const LladaConfig& cfg);
 
 /// Checks a `model.safetensors.index.json` without its shards: the weight_map keys are exactly
-/// the expected tensors and metadata.total_size equals the expected parameter bytes for a 2-byte
-/// (BF16/F16) or 4-byte (F32) dtype. Returns the bytes per parameter implied (2 or 4).
-/// Throws Error(kInvalidCheckpoint) naming the file and the first offending tensor.
+/// the expected tensors and metadata.total_size (required) equals the expected parameter bytes
+/// for a 2-byte (BF16/F16) or 4-byte (F32) dtype — so a mixed-dtype index is rejected. Returns
+/// the bytes per parameter implied (2 or 4). Throws Error(kIo) if the file cannot be read,
+/// Error(kInvalidCheckpoint) naming the file and the first offending tensor (missing ones in
+/// llada_expected_tensors order).
 int validate_llada_index(const std::filesystem::path& index_json, const LladaConfig& cfg);
 
 }  // namespace flashdllm

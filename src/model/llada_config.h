@@ -28,18 +28,38 @@ struct LladaConfig {
   std::string model_type;           // "llada"
   std::string block_type;           // "llama"
 
-  /// Number of parameters implied by the shapes (embedding + blocks + final norm + LM head).
+  /// Number of parameters implied by the shapes (embedding + blocks + final norm + LM head):
+  /// 2 * embedding_size * d_model + n_layers * (4 d_model^2 + 3 d_model mlp_hidden_size +
+  /// 2 d_model) + d_model (8,015,581,184 for LLaDA-8B, reference §A.2).
   int64_t parameter_count() const noexcept;
 };
 
 /// Parses and validates a LLaDA `config.json` object. `source` names the file in messages.
-/// Throws Error(kInvalidCheckpoint) naming the file and field for missing or ill-typed fields,
-/// unknown `model_type` / `block_type`, and options this engine does not implement (ALiBi,
-/// biases, weight tying, QK layer norm, logit scaling, non-RMS norms, non-SiLU activations,
-/// rope disabled, d_model not divisible by n_heads, n_kv_heads != n_heads, ...).
+///
+/// Required (error when absent or null): model_type, d_model, n_layers, n_heads, vocab_size,
+/// max_sequence_length, rope_theta, mask_token_id, eos_token_id. Defaults: n_kv_heads null/absent
+/// -> n_heads; embedding_size null/absent -> vocab_size; mlp_hidden_size null/absent ->
+/// mlp_ratio (default 4) x d_model; pad_token_id -> eos_token_id; rms_norm_eps -> 1e-5.
+/// Architecture switches take the default of LLaDA's own `ModelConfig` (configuration_llada.py)
+/// when absent, as the reference loader does, and are then checked, so e.g. an absent
+/// `weight_tying` means tied and is rejected. Supported values only: model_type "llada",
+/// block_type "llama", activation_type "silu" (LLaDA's gated MLP: silu(ff_proj x) * up_proj x;
+/// "swiglu" would make the block split ff_proj's output in halves — a different network),
+/// layer_norm_type "rms", rope true, alibi / include_bias / include_qkv_bias /
+/// bias_for_layer_norm / weight_tying / attention_layer_norm / scale_logits / input_emb_norm /
+/// multi_query_attention false, layer_norm_with_affine true, block_group_size 1, rope_scaling
+/// null, yarn false, n_kv_heads == n_heads, d_model % n_heads == 0 with an even head_dim, sizes
+/// > 0, embedding_size >= vocab_size (and < 2^31), token ids in [0, embedding_size).
+/// rope_full_precision false is accepted with a warning (RoPE is always computed in fp32).
+/// Other keys (training options, dropouts, "golden_notes", ...) are ignored.
+///
+/// Throws Error(kInvalidCheckpoint) whose message names `source`, the field and its value and
+/// says what is supported; integers must be JSON integers (4096.0 is rejected), booleans JSON
+/// booleans, strings JSON strings.
 LladaConfig parse_llada_config(const nlohmann::json& j, const std::string& source);
 
-/// Reads and parses `path` (a config.json). Throws Error(kIo) if unreadable, else as above.
+/// Reads and parses `path` (a config.json). Throws Error(kIo) if unreadable,
+/// Error(kInvalidCheckpoint) naming the file for invalid JSON, else as above.
 LladaConfig load_llada_config(const std::filesystem::path& path);
 
 }  // namespace flashdllm
