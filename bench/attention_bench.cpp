@@ -1,0 +1,232 @@
+// attention_bench: times the flash attention kernel alone (bidirectional, head_dim 128) on packed
+// batches of equal-length sequences, the layout of a full-recompute forward:
+//   q, k, v, out [B·L, H·128] bf16, block table = B tiles (b·L, (b+1)·L, b·L, (b+1)·L).
+// For every (batch, seqlen) and flash variant: warm-up, then `iters` measurements of back-to-back
+// launches between CUDA events over rotating input sets (> L2), median / min / max per launch;
+// TFLOP/s = 4·B·H·L²·D / t, % of the given peak, and the roofline floor
+// max(flops / peak, bytes(q, k, v, out) / bandwidth). The device-side plan (table -> work items)
+// is timed separately (it runs once per attention call; the table is shared by all layers).
+// --check compares each variant with the CUDA reference kernel (B == 1 shapes).
+//
+// Output: a markdown table on stdout, all numbers as JSON (--json).
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <vector>
+
+#include "bench/cuda_bench_util.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/fill.h"
+
+using namespace flashdllm;
+using namespace flashdllm::kernels;
+
+namespace {
+
+struct DeviceBuffer {
+  void* p = nullptr;
+  explicit DeviceBuffer(size_t bytes) { CUDA_CHECK(cudaMalloc(&p, bytes)); }
+  ~DeviceBuffer() {
+    if (p) cudaFree(p);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
+};
+
+FlashVariant parse_variant(const std::string& s) {
+  for (FlashVariant v : {FlashVariant::kM64N64, FlashVariant::kM128N64, FlashVariant::kM128N128})
+    if (s == flash_variant_name(v)) return v;
+  throw std::runtime_error("unknown variant '" + s + "' (m64n64, m128n64, m128n128)");
+}
+
+std::vector<float> to_float(const DeviceBuffer& b, size_t n) {
+  std::vector<uint16_t> h(n);
+  CUDA_CHECK(cudaMemcpy(h.data(), b.p, n * 2, cudaMemcpyDeviceToHost));
+  std::vector<float> f(n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t u = static_cast<uint32_t>(h[i]) << 16;
+    std::memcpy(&f[i], &u, 4);
+  }
+  return f;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Flash attention kernel microbenchmark (bidirectional, head_dim 128)"};
+  std::string seqlens = "256,512,1024,2048,4096", batches = "1,8,32", variants = "m64n64,m128n64,m128n128";
+  int heads = 32, warmup = 5, iters = 20;
+  double peak_tflops = 989.4, peak_gbps = 4800.0;
+  std::string json_path;
+  bool check = false;
+  app.add_option("--seqlens", seqlens, "comma-separated sequence lengths L");
+  app.add_option("--batches", batches, "comma-separated batch sizes B");
+  app.add_option("--heads", heads, "attention heads H");
+  app.add_option("--variants", variants, "flash variants to time");
+  app.add_option("--warmup", warmup, "warm-up launches");
+  app.add_option("--iters", iters, "timed measurements (median reported)");
+  app.add_option("--peak-tflops", peak_tflops, "dense bf16 peak for % of peak (H200 SXM datasheet: 989.4)");
+  app.add_option("--peak-gbps", peak_gbps, "memory bandwidth for the roofline floor (H200: 4800)");
+  app.add_option("--json", json_path, "write results as JSON");
+  app.add_flag("--check", check, "compare each variant with the reference kernel on B == 1 shapes");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    constexpr int kHeadDim = 128;
+    const bench::DeviceInfo dev = bench::device_info();
+    cudaStream_t stream;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    nlohmann::json out;
+    out["bench"] = "attention";
+    out["device"] = dev.name;
+    out["sm_count"] = dev.sm_count;
+    out["commit"] = bench::commit_id();
+    out["peak_tflops"] = peak_tflops;
+    out["peak_gbps"] = peak_gbps;
+    out["heads"] = heads;
+    out["head_dim"] = kHeadDim;
+    out["results"] = nlohmann::json::array();
+
+    std::printf("device: %s (%d SMs), peak %.1f TFLOP/s, %.0f GB/s\n\n", dev.name.c_str(), dev.sm_count, peak_tflops,
+                peak_gbps);
+    std::printf("| variant | B | L | H | median us | min us | max us | TFLOP/s | %% peak | floor us | plan us | rel err |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+
+    for (long long B : bench::parse_list(batches)) {
+      for (long long L : bench::parse_list(seqlens)) {
+        const int64_t rows = B * L, width = static_cast<int64_t>(heads) * kHeadDim;
+        const size_t tensor_bytes = static_cast<size_t>(rows * width) * 2;
+        size_t free_b = 0, total_b = 0;
+        CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+        const size_t set_bytes = 4 * tensor_bytes;
+        int n_sets = static_cast<int>(std::clamp<size_t>((size_t{512} << 20) / set_bytes + 1, 1, 16));
+        while (n_sets > 1 && n_sets * set_bytes > free_b * 6 / 10) --n_sets;
+        if (set_bytes > free_b * 8 / 10) {
+          std::printf("| (skipped B=%lld L=%lld: %.1f GiB needed) |\n", B, L, set_bytes / 1073741824.0);
+          continue;
+        }
+        std::vector<std::unique_ptr<DeviceBuffer>> q, k, v, o;
+        for (int s = 0; s < n_sets; ++s) {
+          q.push_back(std::make_unique<DeviceBuffer>(tensor_bytes));
+          k.push_back(std::make_unique<DeviceBuffer>(tensor_bytes));
+          v.push_back(std::make_unique<DeviceBuffer>(tensor_bytes));
+          o.push_back(std::make_unique<DeviceBuffer>(tensor_bytes));
+          // |q·k|·scale up to ~ a few units: softmax neither flat nor one-hot.
+          fill_uniform_bf16(q[s]->as<__nv_bfloat16>(), rows * width, 1000 + s, -1.0f, 1.0f, stream);
+          fill_uniform_bf16(k[s]->as<__nv_bfloat16>(), rows * width, 2000 + s, -1.0f, 1.0f, stream);
+          fill_uniform_bf16(v[s]->as<__nv_bfloat16>(), rows * width, 3000 + s, -1.0f, 1.0f, stream);
+        }
+        std::vector<int32_t> table;
+        for (long long b = 0; b < B; ++b)
+          table.insert(table.end(), {static_cast<int32_t>(b * L), static_cast<int32_t>((b + 1) * L),
+                                     static_cast<int32_t>(b * L), static_cast<int32_t>((b + 1) * L)});
+        DeviceBuffer table_d(table.size() * 4), flags_d(sizeof(int)), count_d(sizeof(int32_t));
+        CUDA_CHECK(cudaMemcpyAsync(table_d.p, table.data(), table.size() * 4, cudaMemcpyHostToDevice, stream));
+        CUDA_CHECK(cudaMemsetAsync(flags_d.p, 0, sizeof(int), stream));
+        auto args_for = [&](int s) {
+          AttentionArgs a;
+          a.q = q[s]->as<__nv_bfloat16>();
+          a.k = k[s]->as<__nv_bfloat16>();
+          a.v = v[s]->as<__nv_bfloat16>();
+          a.out = o[s]->as<__nv_bfloat16>();
+          a.q_rows = rows;
+          a.kv_rows = rows;
+          a.n_heads = heads;
+          a.head_dim = kHeadDim;
+          a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(kHeadDim)));
+          return a;
+        };
+        const bool do_check = check && B == 1;
+        std::vector<float> ref;
+        if (do_check) {
+          attention_reference(args_for(0), table_d.as<int32_t>(), B, flags_d.as<int>(), stream);
+          CUDA_CHECK(cudaStreamSynchronize(stream));
+          ref = to_float(*o[0], static_cast<size_t>(rows * width));
+        }
+        const double flops = 4.0 * static_cast<double>(B) * heads * static_cast<double>(L) * L * kHeadDim;
+        const double floor_us =
+            std::max(flops / (peak_tflops * 1e12), 4.0 * tensor_bytes / (peak_gbps * 1e9)) * 1e6;
+        for (const std::string& vname : bench::split(variants)) {
+          const FlashVariant var = parse_variant(vname);
+          const int block_m = flash_block_m(var);
+          const int64_t capacity = attention_work_capacity(rows, B, block_m);
+          DeviceBuffer work(static_cast<size_t>(capacity) * sizeof(AttentionWorkItem));
+          auto plan = [&](int) {
+            attention_plan(table_d.as<int32_t>(), B, rows, rows, block_m, work.as<AttentionWorkItem>(),
+                           count_d.as<int32_t>(), capacity, flags_d.as<int>(), stream);
+          };
+          const bench::Timing tp = bench::time_launches(plan, stream, 2, 5, 0.2);
+          const bench::Timing t = bench::time_launches(
+              [&](int i) {
+                attention_flash(args_for(i % n_sets), var, work.as<AttentionWorkItem>(), count_d.as<int32_t>(),
+                                capacity, stream);
+              },
+              stream, warmup, iters);
+          int flags = 0;
+          CUDA_CHECK(cudaMemcpy(&flags, flags_d.p, sizeof(int), cudaMemcpyDeviceToHost));
+          if (flags != 0) throw std::runtime_error("kernel error flags set: " + std::to_string(flags));
+          double rel_err = -1.0;
+          if (do_check) {
+            attention_flash(args_for(0), var, work.as<AttentionWorkItem>(), count_d.as<int32_t>(), capacity, stream);
+            CUDA_CHECK(cudaStreamSynchronize(stream));
+            const std::vector<float> got = to_float(*o[0], ref.size());
+            double md = 0, mr = 0;
+            for (size_t i = 0; i < got.size(); ++i) {
+              double d = std::fabs(static_cast<double>(got[i]) - ref[i]);
+              if (std::isnan(d)) d = INFINITY;
+              md = std::max(md, d);
+              mr = std::max(mr, std::fabs(static_cast<double>(ref[i])));
+            }
+            rel_err = mr > 0 ? md / mr : md;
+          }
+          const double tflops = flops / (t.median_us * 1e-6) / 1e12;
+          std::printf("| %s | %lld | %lld | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %s |\n",
+                      vname.c_str(), B, L, heads, t.median_us, t.min_us, t.max_us, tflops,
+                      100.0 * tflops / peak_tflops, floor_us, tp.median_us,
+                      rel_err >= 0 ? std::to_string(rel_err).c_str() : "-");
+          std::fflush(stdout);
+          nlohmann::json r;
+          r["variant"] = vname;
+          r["batch"] = B;
+          r["seqlen"] = L;
+          r["heads"] = heads;
+          r["head_dim"] = kHeadDim;
+          r["median_us"] = t.median_us;
+          r["min_us"] = t.min_us;
+          r["max_us"] = t.max_us;
+          r["launches_per_measurement"] = t.inner;
+          r["measurements"] = t.iters;
+          r["input_sets"] = n_sets;
+          r["tflops"] = tflops;
+          r["pct_peak"] = 100.0 * tflops / peak_tflops;
+          r["floor_us"] = floor_us;
+          r["plan_us"] = tp.median_us;
+          r["ctas"] = capacity * heads;
+          if (rel_err >= 0) r["rel_err_vs_reference"] = rel_err;
+          out["results"].push_back(r);
+        }
+      }
+    }
+    CUDA_CHECK(cudaStreamDestroy(stream));
+    if (!json_path.empty()) {
+      std::ofstream f(json_path);
+      f << out.dump(2) << "\n";
+      std::printf("\nwrote %s\n", json_path.c_str());
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attention_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,130 @@
+// gemm_bench: the CUDA backend's cuBLASLt GEMM (kernels/cuda/gemm.h: bf16 in, fp32 accumulate)
+// at LLaDA-8B layer shapes, out[T, N] = x[T, K]·w[N, K]ᵀ:
+//   qkv      N 12288 (3·4096 fused q|k|v), K 4096, bf16 out
+//   attn_out N 4096,  K 4096,  bf16 out, accumulate (residual add in the epilogue)
+//   gate_up  N 24576 (2·12288 fused gate|up), K 4096, bf16 out
+//   down     N 4096,  K 12288, bf16 out, accumulate
+//   lm_head  N 126464, K 4096, fp32 out (logits)
+// for T in --tokens. TFLOP/s = 2·T·N·K / t against --peak-tflops; roofline floor
+// max(flops / peak, bytes(x, w, out[, out read]) / bandwidth). Median of --iters measurements.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "bench/cuda_bench_util.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/fill.h"
+#include "kernels/cuda/gemm.h"
+
+using namespace flashdllm;
+using namespace flashdllm::kernels;
+
+namespace {
+
+struct Shape {
+  const char* name;
+  int64_t N, K;
+  GemmOut out;
+  bool accumulate;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"cuBLASLt GEMM microbenchmark at LLaDA-8B shapes"};
+  std::string tokens = "256,512,1024,2048,4096,8192,16384", shapes_sel = "qkv,attn_out,gate_up,down,lm_head";
+  int warmup = 3, iters = 10;
+  double peak_tflops = 989.4, peak_gbps = 4800.0;
+  std::string json_path;
+  app.add_option("--tokens", tokens, "comma-separated T (rows of x)");
+  app.add_option("--shapes", shapes_sel, "subset of qkv,attn_out,gate_up,down,lm_head");
+  app.add_option("--warmup", warmup, "warm-up launches");
+  app.add_option("--iters", iters, "timed measurements (median reported)");
+  app.add_option("--peak-tflops", peak_tflops, "dense bf16 peak (H200 SXM datasheet: 989.4)");
+  app.add_option("--peak-gbps", peak_gbps, "memory bandwidth for the roofline floor (H200: 4800)");
+  app.add_option("--json", json_path, "write results as JSON");
+  CLI11_PARSE(app, argc, argv);
+
+  const std::vector<Shape> all = {{"qkv", 12288, 4096, GemmOut::kBF16, false},
+                                  {"attn_out", 4096, 4096, GemmOut::kBF16, true},
+                                  {"gate_up", 24576, 4096, GemmOut::kBF16, false},
+                                  {"down", 4096, 12288, GemmOut::kBF16, true},
+                                  {"lm_head", 126464, 4096, GemmOut::kF32, false}};
+  try {
+    const bench::DeviceInfo dev = bench::device_info();
+    cudaStream_t stream;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    GemmLt gemm;
+    nlohmann::json out;
+    out["bench"] = "gemm";
+    out["device"] = dev.name;
+    out["commit"] = bench::commit_id();
+    out["peak_tflops"] = peak_tflops;
+    out["peak_gbps"] = peak_gbps;
+    out["results"] = nlohmann::json::array();
+    std::printf("device: %s (%d SMs), peak %.1f TFLOP/s\n\n", dev.name.c_str(), dev.sm_count, peak_tflops);
+    std::printf("| shape | T | N | K | out | median us | TFLOP/s | %% peak | floor us |\n|---|---|---|---|---|---|---|---|---|\n");
+    const std::vector<std::string> wanted = bench::split(shapes_sel);
+    for (const Shape& s : all) {
+      if (std::find(wanted.begin(), wanted.end(), s.name) == wanted.end()) continue;
+      const std::vector<long long> ts = bench::parse_list(tokens);
+      const int64_t t_max = *std::max_element(ts.begin(), ts.end());
+      const size_t out_esize = s.out == GemmOut::kF32 ? 4 : 2;
+      void *x = nullptr, *w = nullptr, *o = nullptr;
+      CUDA_CHECK(cudaMalloc(&x, static_cast<size_t>(t_max * s.K) * 2));
+      CUDA_CHECK(cudaMalloc(&w, static_cast<size_t>(s.N * s.K) * 2));
+      CUDA_CHECK(cudaMalloc(&o, static_cast<size_t>(t_max * s.N) * out_esize));
+      fill_uniform_bf16(static_cast<__nv_bfloat16*>(x), t_max * s.K, 1, -1.0f, 1.0f, stream);
+      fill_uniform_bf16(static_cast<__nv_bfloat16*>(w), s.N * s.K, 2, -0.02f, 0.02f, stream);
+      CUDA_CHECK(cudaMemsetAsync(o, 0, static_cast<size_t>(t_max * s.N) * out_esize, stream));
+      for (long long T : ts) {
+        const bench::Timing t = bench::time_launches(
+            [&](int) {
+              gemm.matmul(static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(w), o, s.out, T,
+                          s.N, s.K, s.accumulate, stream);
+            },
+            stream, warmup, iters, 2.0);
+        const double flops = 2.0 * static_cast<double>(T) * s.N * s.K;
+        const double bytes = 2.0 * (T * s.K + s.N * s.K) + static_cast<double>(out_esize) * T * s.N * (s.accumulate ? 2 : 1);
+        const double floor_us = std::max(flops / (peak_tflops * 1e12), bytes / (peak_gbps * 1e9)) * 1e6;
+        const double tflops = flops / (t.median_us * 1e-6) / 1e12;
+        std::printf("| %s | %lld | %lld | %lld | %s | %.1f | %.1f | %.1f | %.1f |\n", s.name, T,
+                    static_cast<long long>(s.N), static_cast<long long>(s.K), s.out == GemmOut::kF32 ? "F32" : "BF16",
+                    t.median_us, tflops, 100.0 * tflops / peak_tflops, floor_us);
+        std::fflush(stdout);
+        nlohmann::json r;
+        r["shape"] = s.name;
+        r["T"] = T;
+        r["N"] = s.N;
+        r["K"] = s.K;
+        r["out"] = s.out == GemmOut::kF32 ? "F32" : "BF16";
+        r["accumulate"] = s.accumulate;
+        r["median_us"] = t.median_us;
+        r["min_us"] = t.min_us;
+        r["max_us"] = t.max_us;
+        r["tflops"] = tflops;
+        r["pct_peak"] = 100.0 * tflops / peak_tflops;
+        r["floor_us"] = floor_us;
+        out["results"].push_back(r);
+      }
+      CUDA_CHECK(cudaFree(x));
+      CUDA_CHECK(cudaFree(w));
+      CUDA_CHECK(cudaFree(o));
+    }
+    CUDA_CHECK(cudaStreamDestroy(stream));
+    if (!json_path.empty()) {
+      std::ofstream f(json_path);
+      f << out.dump(2) << "\n";
+      std::printf("\nwrote %s\n", json_path.c_str());
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gemm_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,608 @@
+// CUDA backend: bf16 weights and activations, fp32 accumulation; cuBLASLt GEMMs and the kernels
+// of src/kernels/cuda. Every op follows validate -> dispatch -> launch:
+//   validate  operand device / dtype / shape against backend.h, Error(kInvalidArgument) naming
+//             the op and the operand;
+//   dispatch  pick the kernel (e.g. flash variant or reference attention);
+//   launch    enqueue on this backend's one stream; every launch is checked (CUDA_CHECK_LAUNCH).
+// Nothing waits for the device except copy_to_host() and synchronize() (and every op when
+// FLASHDLLM_CUDA_SYNC=1, a debug mode that pins asynchronous faults to the op that caused them).
+//
+// Data-dependent input errors (token ids, rows, positions, attention tiles) are detected by the
+// kernels into a device flag word and reported as Error(kInvalidArgument) at the next
+// synchronising call (see kernels/cuda/kernel_errors.h).
+//
+// Environment:
+//   FLASHDLLM_CUDA_SYNC=1        synchronise and check after every op (debugging)
+//   FLASHDLLM_ATTENTION=<mode>   auto (default) | reference | m64n64 | m128n64 | m128n128
+
+// nvcc 13 cannot evaluate fmt 9's C++20 consteval format-string checks (core/check.h includes
+// fmt): when compiled as C++20, this translation unit uses fmt's runtime-checked format strings
+// instead (what fmt itself does in C++17). Argument types are still checked by the compiler.
+#if defined(__CUDACC__) && __cplusplus >= 202002L
+#ifndef FMT_CONSTEVAL
+#define FMT_CONSTEVAL
+#endif
+#ifndef FMT_USE_CONSTEXPR
+#define FMT_USE_CONSTEXPR 1
+#endif
+#endif
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "core/check.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/convert.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/gather.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/kernel_errors.h"
+#include "kernels/cuda/rmsnorm.h"
+#include "kernels/cuda/rope_store.h"
+#include "kernels/cuda/select.h"
+#include "kernels/cuda/swiglu.h"
+
+namespace flashdllm {
+namespace {
+
+// ----------------------------------------------------------------------------- validation
+
+void expect(const Tensor& t, DType dtype, const char* op, const char* operand) {
+  FDLLM_CHECK_ARG(t.device == DeviceKind::kCUDA, "{}: operand '{}' ({}) is not in CUDA device memory", op, operand,
+                  t.describe());
+  FDLLM_CHECK_ARG(t.dtype == dtype, "{}: operand '{}' must be {}, got {}", op, operand, dtype_name(dtype),
+                  t.describe());
+  FDLLM_CHECK_ARG(t.data != nullptr || t.numel() == 0, "{}: operand '{}' ({}) has no data", op, operand,
+                  t.describe());
+}
+
+void expect_matrix(const Tensor& t, int64_t rows, int64_t cols, const char* op, const char* operand) {
+  FDLLM_CHECK_ARG(t.rows() == rows && t.row_size() == cols, "{}: operand '{}' must be [{}, {}], got {}", op, operand,
+                  rows, cols, t.describe());
+}
+
+void expect_numel(const Tensor& t, int64_t n, const char* op, const char* operand) {
+  FDLLM_CHECK_ARG(t.numel() == n, "{}: operand '{}' must have {} elements, got {}", op, operand, n, t.describe());
+}
+
+bool overlap(const Tensor& a, const Tensor& b) {
+  if (a.nbytes() == 0 || b.nbytes() == 0) return false;
+  const auto a0 = reinterpret_cast<uintptr_t>(a.data), b0 = reinterpret_cast<uintptr_t>(b.data);
+  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
+
+void expect_disjoint(const Tensor& out, const Tensor& in, const char* op, const char* out_name, const char* in_name) {
+  FDLLM_CHECK_ARG(!overlap(out, in), "{}: operand '{}' must not overlap '{}'", op, out_name, in_name);
+}
+
+__nv_bfloat16* bf16(const Tensor& t) { return static_cast<__nv_bfloat16*>(t.data); }
+
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
+}
+
+// ----------------------------------------------------------------------------- attention dispatch
+
+enum class AttentionMode { kAuto, kReference, kFlashForced };
+
+struct AttentionChoice {
+  AttentionMode mode = AttentionMode::kAuto;
+  kernels::FlashVariant forced = kernels::FlashVariant::kM128N64;
+};
+
+AttentionChoice parse_attention_env() {
+  AttentionChoice c;
+  const char* v = std::getenv("FLASHDLLM_ATTENTION");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return c;
+  if (std::strcmp(v, "reference") == 0) {
+    c.mode = AttentionMode::kReference;
+    return c;
+  }
+  for (auto var : {kernels::FlashVariant::kM64N64, kernels::FlashVariant::kM128N64, kernels::FlashVariant::kM128N128}) {
+    if (std::strcmp(v, kernels::flash_variant_name(var)) == 0) {
+      c.mode = AttentionMode::kFlashForced;
+      c.forced = var;
+      return c;
+    }
+  }
+  FDLLM_FAIL(ErrorCode::kInvalidArgument,
+             "FLASHDLLM_ATTENTION='{}' is not one of auto, reference, m64n64, m128n64, m128n128", v);
+}
+
+// Provisional choice (to be tuned from bench/attention_bench results): 128-row CTAs halve the
+// K/V traffic per flop when tiles are long and there are enough CTAs to fill the GPU; 64-row
+// CTAs waste less on short tiles (the 16-row windows of Flash-dLLM steps) and fill more SMs.
+kernels::FlashVariant auto_variant(int64_t q_rows, int64_t n_tiles, int n_heads, int sm_count) {
+  const int64_t rows_per_tile = n_tiles > 0 ? q_rows / n_tiles : q_rows;
+  const int64_t ctas_m128 = (q_rows + 127) / 128 * n_heads;
+  if (rows_per_tile >= 128 && ctas_m128 >= 2 * static_cast<int64_t>(sm_count)) return kernels::FlashVariant::kM128N64;
+  return kernels::FlashVariant::kM64N64;
+}
+
+// ----------------------------------------------------------------------------- backend
+
+struct CudaFree {
+  void operator()(void* p) const noexcept {
+    if (p) cudaFree(p);
+  }
+};
+struct CudaFreeHost {
+  void operator()(void* p) const noexcept {
+    if (p) cudaFreeHost(p);
+  }
+};
+struct StreamDestroy {
+  void operator()(cudaStream_t s) const noexcept {
+    if (s) {
+      cudaStreamSynchronize(s);
+      cudaStreamDestroy(s);
+    }
+  }
+};
+using DevicePtr = std::unique_ptr<void, CudaFree>;
+using StreamPtr = std::unique_ptr<CUstream_st, StreamDestroy>;
+using PinnedPtr = std::unique_ptr<void, CudaFreeHost>;
+
+DevicePtr device_alloc(size_t bytes, const char* what) {
+  void* p = nullptr;
+  const cudaError_t err = cudaMalloc(&p, bytes);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    size_t free_b = 0, total_b = 0;
+    (void)cudaMemGetInfo(&free_b, &total_b);
+    FDLLM_FAIL(err == cudaErrorMemoryAllocation ? ErrorCode::kOutOfMemory : ErrorCode::kDevice,
+               "cannot allocate {} bytes ({:.2f} GiB) of CUDA device memory for {} ({:.2f} GiB free): {}", bytes,
+               static_cast<double>(bytes) / (1 << 30), what, static_cast<double>(free_b) / (1 << 30),
+               cudaGetErrorString(err));
+  }
+  return DevicePtr(p);
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device_index) : device_(device_index) {
+    int count = 0;
+    const cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      FDLLM_FAIL(ErrorCode::kDevice, "CUDA backend: no usable CUDA driver/device ({}: {})", cudaGetErrorName(err),
+                 cudaGetErrorString(err));
+    }
+    FDLLM_CHECK(count > 0, ErrorCode::kDevice, "CUDA backend: no CUDA device found");
+    FDLLM_CHECK(device_index >= 0 && device_index < count, ErrorCode::kDevice,
+                "CUDA backend: device index {} outside [0, {})", device_index, count);
+    CUDA_CHECK(cudaSetDevice(device_));
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+    sm_count_ = prop.multiProcessorCount;
+    name_ = fmt::format("cuda ({}, sm_{}{}, {} SMs)", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
+    FDLLM_CHECK(prop.major >= 8, ErrorCode::kUnsupported,
+                "CUDA backend: {} has compute capability {}.{}; the bf16 kernels need 8.0 or newer", prop.name,
+                prop.major, prop.minor);
+    cudaStream_t stream = nullptr;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    stream_owner_.reset(stream);
+    stream_ = stream;
+    flags_ = device_alloc(sizeof(int), "kernel error flags");
+    CUDA_CHECK(cudaMemsetAsync(flags_.get(), 0, sizeof(int), stream_));
+    void* pinned = nullptr;
+    CUDA_CHECK(cudaMallocHost(&pinned, sizeof(int)));
+    host_flags_.reset(pinned);
+    *static_cast<int*>(host_flags_.get()) = 0;
+    gemm_ = std::make_unique<kernels::GemmLt>();
+    attention_ = parse_attention_env();
+    debug_sync_ = env_flag("FLASHDLLM_CUDA_SYNC");
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  ~CudaBackend() override {
+    // Members are released in reverse order: queued work finishes (StreamDestroy synchronises)
+    // before the work list, workspace and flag buffers are freed.
+    cudaSetDevice(device_);
+  }
+
+  DeviceKind device() const noexcept override { return DeviceKind::kCUDA; }
+  std::string name() const override { return name_; }
+  DType activation_dtype() const noexcept override { return DType::kBF16; }
+  DType weight_dtype() const noexcept override { return DType::kBF16; }
+
+  // --------------------------------------------------------------------------- memory
+
+  Buffer alloc(size_t bytes, const char* what) override {
+    CUDA_CHECK(cudaSetDevice(device_));
+    DevicePtr p = device_alloc(bytes > 0 ? bytes : 1, what);
+    const int dev = device_;
+    return Buffer(p.release(), bytes, DeviceKind::kCUDA, [dev](void* q) {
+      int cur = -1;
+      if (cudaGetDevice(&cur) == cudaSuccess && cur != dev) cudaSetDevice(dev);
+      cudaFree(q);
+      if (cur >= 0 && cur != dev) cudaSetDevice(cur);
+    });
+  }
+
+  void copy_from_host(Tensor dst, const void* src) override {
+    FDLLM_CHECK_ARG(dst.device == DeviceKind::kCUDA, "copy_from_host: destination {} is not device memory",
+                    dst.describe());
+    if (dst.nbytes() == 0) return;
+    FDLLM_CHECK_ARG(src != nullptr && dst.data != nullptr, "copy_from_host: null pointer");
+    CUDA_CHECK(cudaSetDevice(device_));
+    CUDA_CHECK(cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice, stream_));
+    after_op("copy_from_host");
+  }
+
+  void copy_to_host(void* dst, Tensor src) override {
+    FDLLM_CHECK_ARG(src.device == DeviceKind::kCUDA, "copy_to_host: source {} is not device memory", src.describe());
+    CUDA_CHECK(cudaSetDevice(device_));
+    if (src.nbytes() > 0) {
+      FDLLM_CHECK_ARG(dst != nullptr && src.data != nullptr, "copy_to_host: null pointer");
+      CUDA_CHECK(cudaMemcpyAsync(dst, src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_));
+    }
+    sync_and_check("copy_to_host");
+  }
+
+  void fill_zero(Tensor t) override {
+    FDLLM_CHECK_ARG(t.device == DeviceKind::kCUDA, "fill_zero: {} is not device memory", t.describe());
+    if (t.nbytes() == 0) return;
+    CUDA_CHECK(cudaSetDevice(device_));
+    CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.nbytes(), stream_));
+    after_op("fill_zero");
+  }
+
+  void synchronize() override {
+    CUDA_CHECK(cudaSetDevice(device_));
+    sync_and_check("synchronize");
+  }
+
+  size_t free_memory() const override {
+    CUDA_CHECK(cudaSetDevice(device_));
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    return free_b;
+  }
+
+  void upload_weight(Tensor dst, DType src_dtype, const void* src) override {
+    expect(dst, DType::kBF16, "upload_weight", "dst");
+    FDLLM_CHECK_ARG(src_dtype == DType::kF32 || src_dtype == DType::kF16 || src_dtype == DType::kBF16,
+                    "upload_weight: source dtype {} is not convertible to BF16 (supported: F32, F16, BF16)",
+                    dtype_name(src_dtype));
+    const int64_t n = dst.numel();
+    if (n == 0) return;
+    FDLLM_CHECK_ARG(src != nullptr, "upload_weight: null source for {}", dst.describe());
+    CUDA_CHECK(cudaSetDevice(device_));
+    if (src_dtype == DType::kBF16) {
+      CUDA_CHECK(cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice, stream_));
+    } else {
+      // Host -> staging (source dtype) -> convert kernel -> dst, in chunks; stream order keeps
+      // the staging buffer from being overwritten before the previous chunk was converted.
+      const size_t esize = dtype_size(src_dtype);
+      if (!staging_) staging_ = device_alloc(kStagingBytes, "weight upload staging");
+      const int64_t chunk = static_cast<int64_t>(kStagingBytes / esize);
+      for (int64_t off = 0; off < n; off += chunk) {
+        const int64_t cnt = std::min(chunk, n - off);
+        CUDA_CHECK(cudaMemcpyAsync(staging_.get(), static_cast<const char*>(src) + static_cast<size_t>(off) * esize,
+                                   static_cast<size_t>(cnt) * esize, cudaMemcpyHostToDevice, stream_));
+        kernels::convert_to_bf16(src_dtype, staging_.get(), bf16(dst) + off, cnt, stream_);
+      }
+    }
+    after_op("upload_weight");
+  }
+
+  // --------------------------------------------------------------------------- model ops
+
+  void embedding(Tensor table, Tensor ids, Tensor out) override {
+    static constexpr const char* kOp = "embedding";
+    expect(table, DType::kBF16, kOp, "table");
+    expect(ids, DType::kI32, kOp, "ids");
+    expect(out, DType::kBF16, kOp, "out");
+    const int64_t T = ids.numel(), V = table.rows(), D = table.row_size();
+    expect_matrix(out, T, D, kOp, "out");
+    CUDA_CHECK(cudaSetDevice(device_));
+    kernels::gather_rows(table.data, V, D * 2, ids.ptr<int32_t>(), T, out.data, flags(), kernels::kErrEmbeddingId,
+                         stream_);
+    after_op(kOp);
+  }
+
+  void rmsnorm(Tensor x, Tensor w, float eps, Tensor out) override {
+    static constexpr const char* kOp = "rmsnorm";
+    expect(x, DType::kBF16, kOp, "x");
+    expect(w, DType::kBF16, kOp, "w");
+    expect(out, DType::kBF16, kOp, "out");
+    const int64_t T = x.rows(), D = x.row_size();
+    expect_numel(w, D, kOp, "w");
+    expect_matrix(out, T, D, kOp, "out");
+    FDLLM_CHECK_ARG(out.data == x.data || !overlap(out, x), "rmsnorm: 'out' must alias 'x' exactly or not overlap it");
+    FDLLM_CHECK_ARG(std::isfinite(eps) && eps >= 0.f, "rmsnorm: eps {} must be finite and >= 0", eps);
+    CUDA_CHECK(cudaSetDevice(device_));
+    kernels::rmsnorm_bf16(bf16(x), bf16(w), T, D, eps, bf16(out), stream_);
+    after_op(kOp);
+  }
+
+  void matmul(Tensor x, Tensor w, Tensor out, bool accumulate) override {
+    static constexpr const char* kOp = "matmul";
+    expect(x, DType::kBF16, kOp, "x");
+    expect(w, DType::kBF16, kOp, "w");
+    FDLLM_CHECK_ARG(out.dtype == DType::kBF16 || out.dtype == DType::kF32,
+                    "matmul: operand 'out' must be BF16 or F32, got {}", out.describe());
+    expect(out, out.dtype, kOp, "out");
+    const int64_t T = x.rows(), K = x.row_size(), N = w.rows();
+    FDLLM_CHECK_ARG(w.row_size() == K, "matmul: x is {} but w is {} (inner dimensions differ)", x.describe(),
+                    w.describe());
+    expect_matrix(out, T, N, kOp, "out");
+    expect_disjoint(out, x, kOp, "out", "x");
+    expect_disjoint(out, w, kOp, "out", "w");
+    if (T == 0) return;
+    FDLLM_CHECK_ARG(N > 0 && K > 0, "matmul: empty weight {}", w.describe());
+    CUDA_CHECK(cudaSetDevice(device_));
+    gemm_->matmul(bf16(x), bf16(w), out.data,
+                  out.dtype == DType::kF32 ? kernels::GemmOut::kF32 : kernels::GemmOut::kBF16, T, N, K, accumulate,
+                  stream_);
+    after_op(kOp);
+  }
+
+  void qkv_rope_store(Tensor xn, Tensor wqkv, Tensor positions, Tensor rows, const RopeTable& rope, int n_heads,
+                      Tensor q_out, Tensor k_store, Tensor v_store, Tensor scratch) override {
+    static constexpr const char* kOp = "qkv_rope_store";
+    expect(xn, DType::kBF16, kOp, "xn");
+    expect(wqkv, DType::kBF16, kOp, "wqkv");
+    expect(positions, DType::kI32, kOp, "positions");
+    expect(rows, DType::kI32, kOp, "rows");
+    expect(rope.cos, DType::kF32, kOp, "rope.cos");
+    expect(rope.sin, DType::kF32, kOp, "rope.sin");
+    expect(q_out, DType::kBF16, kOp, "q_out");
+    expect(k_store, DType::kBF16, kOp, "k_store");
+    expect(v_store, DType::kBF16, kOp, "v_store");
+    expect(scratch, DType::kBF16, kOp, "scratch");
+    const int64_t T = xn.rows(), D = xn.row_size();
+    FDLLM_CHECK_ARG(n_heads > 0 && wqkv.rows() % 3 == 0 && (wqkv.rows() / 3) % n_heads == 0,
+                    "qkv_rope_store: wqkv {} is not [3·n_heads·head_dim, d_model] for n_heads {}", wqkv.describe(),
+                    n_heads);
+    FDLLM_CHECK_ARG(wqkv.row_size() == D, "qkv_rope_store: xn is {} but wqkv is {} (inner dimensions differ)",
+                    xn.describe(), wqkv.describe());
+    const int64_t HD = wqkv.rows() / 3, Dh = HD / n_heads;
+    FDLLM_CHECK_ARG(Dh % 2 == 0, "qkv_rope_store: head_dim {} must be even", Dh);
+    expect_numel(positions, T, kOp, "positions");
+    expect_numel(rows, T, kOp, "rows");
+    expect_matrix(q_out, T, HD, kOp, "q_out");
+    FDLLM_CHECK_ARG(k_store.row_size() == HD && v_store.row_size() == HD && k_store.rows() == v_store.rows(),
+                    "qkv_rope_store: K/V stores must both be [N, {}], got {} and {}", HD, k_store.describe(),
+                    v_store.describe());
+    FDLLM_CHECK_ARG(rope.cos.row_size() * 2 == Dh && rope.sin.row_size() * 2 == Dh &&
+                        rope.cos.rows() == rope.sin.rows(),
+                    "qkv_rope_store: RoPE tables must be [max_positions, {}], got cos {} and sin {}", Dh / 2,
+                    rope.cos.describe(), rope.sin.describe());
+    FDLLM_CHECK_ARG(scratch.numel() >= T * 3 * HD, "qkv_rope_store: scratch {} holds fewer than {}·{} elements",
+                    scratch.describe(), T, 3 * HD);
+    if (T == 0) return;
+    Tensor qkv(scratch.data, DType::kBF16, DeviceKind::kCUDA, {T, 3 * HD});
+    for (const Tensor* t : {&xn, &wqkv, &q_out, &k_store, &v_store})
+      FDLLM_CHECK_ARG(!overlap(qkv, *t), "qkv_rope_store: 'scratch' overlaps another operand ({})", t->describe());
+    CUDA_CHECK(cudaSetDevice(device_));
+    gemm_->matmul(bf16(xn), bf16(wqkv), qkv.data, kernels::GemmOut::kBF16, T, 3 * HD, D, false, stream_);
+    kernels::RopeStoreArgs a;
+    a.qkv = bf16(qkv);
+    a.positions = positions.ptr<int32_t>();
+    a.rows = rows.ptr<int32_t>();
+    a.cos = rope.cos.ptr<float>();
+    a.sin = rope.sin.ptr<float>();
+    a.q_out = bf16(q_out);
+    a.k_store = bf16(k_store);
+    a.v_store = bf16(v_store);
+    a.tokens = T;
+    a.n_heads = n_heads;
+    a.head_dim = static_cast<int>(Dh);
+    a.max_positions = rope.cos.rows();
+    a.store_rows = k_store.rows();
+    a.error_flags = flags();
+    kernels::rope_store_bf16(a, stream_);
+    after_op(kOp);
+  }
+
+  void attention(Tensor q, Tensor k_store, Tensor v_store, Tensor table, int n_heads, float scale,
+                 Tensor out) override {
+    static constexpr const char* kOp = "attention";
+    expect(q, DType::kBF16, kOp, "q");
+    expect(k_store, DType::kBF16, kOp, "k_store");
+    expect(v_store, DType::kBF16, kOp, "v_store");
+    expect(table, DType::kI32, kOp, "table");
+    expect(out, DType::kBF16, kOp, "out");
+    const int64_t Tq = q.rows(), HD = q.row_size(), N = k_store.rows();
+    FDLLM_CHECK_ARG(n_heads > 0 && HD % n_heads == 0, "attention: {} columns of q not divisible by n_heads {}", HD,
+                    n_heads);
+    expect_matrix(out, Tq, HD, kOp, "out");
+    expect_matrix(k_store, N, HD, kOp, "k_store");
+    expect_matrix(v_store, N, HD, kOp, "v_store");
+    FDLLM_CHECK_ARG(table.numel() % 4 == 0, "attention: table must be [n_tiles, 4], got {}", table.describe());
+    FDLLM_CHECK_ARG(std::isfinite(scale) && scale > 0.f, "attention: scale {} must be finite and > 0", scale);
+    for (const Tensor* t : {&q, &k_store, &v_store})
+      FDLLM_CHECK_ARG(!overlap(out, *t), "attention: 'out' overlaps an input ({})", t->describe());
+    const int64_t n_tiles = table.numel() / 4;
+    if (n_tiles == 0 || Tq == 0) return;
+    kernels::AttentionArgs a;
+    a.q = bf16(q);
+    a.k = bf16(k_store);
+    a.v = bf16(v_store);
+    a.out = bf16(out);
+    a.q_rows = Tq;
+    a.kv_rows = N;
+    a.n_heads = n_heads;
+    a.head_dim = static_cast<int>(HD / n_heads);
+    a.scale = scale;
+    CUDA_CHECK(cudaSetDevice(device_));
+    if (attention_.mode == AttentionMode::kReference) {
+      kernels::attention_reference(a, table.ptr<int32_t>(), n_tiles, flags(), stream_);
+      after_op(kOp);
+      return;
+    }
+    FDLLM_CHECK(kernels::flash_supports_head_dim(a.head_dim), ErrorCode::kUnsupported,
+                "attention: head_dim {} has no flash kernel (supported: 128); FLASHDLLM_ATTENTION=reference runs the "
+                "slow reference kernel for head_dim multiples of 32 up to 256",
+                a.head_dim);
+    const kernels::FlashVariant variant = attention_.mode == AttentionMode::kFlashForced
+                                              ? attention_.forced
+                                              : auto_variant(Tq, n_tiles, n_heads, sm_count_);
+    const int block_m = kernels::flash_block_m(variant);
+    const int64_t capacity = kernels::attention_work_capacity(Tq, n_tiles, block_m);
+    ensure_attention_work(capacity);
+    kernels::attention_plan(table.ptr<int32_t>(), n_tiles, Tq, N, block_m, work_.get(), work_count(), capacity,
+                            flags(), stream_);
+    kernels::attention_flash(a, variant, work_.get(), work_count(), capacity, stream_);
+    after_op(kOp);
+  }
+
+  void swiglu(Tensor gate_up, Tensor out) override {
+    static constexpr const char* kOp = "swiglu";
+    expect(gate_up, DType::kBF16, kOp, "gate_up");
+    expect(out, DType::kBF16, kOp, "out");
+    FDLLM_CHECK_ARG(gate_up.row_size() % 2 == 0, "swiglu: gate_up width {} is odd", gate_up.row_size());
+    const int64_t T = gate_up.rows(), F = gate_up.row_size() / 2;
+    expect_matrix(out, T, F, kOp, "out");
+    expect_disjoint(out, gate_up, kOp, "out", "gate_up");
+    CUDA_CHECK(cudaSetDevice(device_));
+    kernels::swiglu_bf16(bf16(gate_up), T, F, bf16(out), stream_);
+    after_op(kOp);
+  }
+
+  void gather_rows(Tensor x, Tensor rows, Tensor out) override {
+    static constexpr const char* kOp = "gather_rows";
+    expect(x, x.dtype, kOp, "x");
+    expect(rows, DType::kI32, kOp, "rows");
+    expect(out, x.dtype, kOp, "out");
+    const int64_t R = rows.numel(), D = x.row_size();
+    expect_matrix(out, R, D, kOp, "out");
+    expect_disjoint(out, x, kOp, "out", "x");
+    CUDA_CHECK(cudaSetDevice(device_));
+    kernels::gather_rows(x.data, x.rows(), D * static_cast<int64_t>(dtype_size(x.dtype)), rows.ptr<int32_t>(), R,
+                         out.data, flags(), kernels::kErrGatherRow, stream_);
+    after_op(kOp);
+  }
+
+  // --------------------------------------------------------------------------- denoiser ops
+
+  void cfg_combine(Tensor cond, Tensor uncond, float scale, Tensor out) override {
+    static constexpr const char* kOp = "cfg_combine";
+    expect(cond, DType::kF32, kOp, "cond");
+    expect(uncond, DType::kF32, kOp, "uncond");
+    expect(out, DType::kF32, kOp, "out");
+    FDLLM_CHECK_ARG(cond.numel() == uncond.numel() && cond.numel() == out.numel(),
+                    "cfg_combine: cond {}, uncond {}, out {} differ in size", cond.describe(), uncond.describe(),
+                    out.describe());
+    FDLLM_CHECK_ARG((out.data == cond.data || !overlap(out, cond)) && (out.data == uncond.data || !overlap(out, uncond)),
+                    "cfg_combine: 'out' must alias an input exactly or not overlap it");
+    CUDA_CHECK(cudaSetDevice(device_));
+    kernels::cfg_combine_f32(cond.ptr<float>(), uncond.ptr<float>(), scale, cond.numel(), out.ptr<float>(), stream_);
+    after_op(kOp);
+  }
+
+  void select_tokens(Tensor logits, Tensor row_keys, const SelectParams& p, Tensor x0, Tensor conf) override {
+    static constexpr const char* kOp = "select_tokens";
+    expect(logits, DType::kF32, kOp, "logits");
+    expect(row_keys, DType::kI32, kOp, "row_keys");
+    expect(x0, DType::kI32, kOp, "x0");
+    expect(conf, DType::kF64, kOp, "conf");
+    const int64_t R = logits.rows(), V = logits.row_size();
+    expect_numel(row_keys, R, kOp, "row_keys");
+    expect_numel(x0, R, kOp, "x0");
+    expect_numel(conf, R, kOp, "conf");
+    FDLLM_CHECK_ARG(p.temperature >= 0.0 && std::isfinite(p.temperature),
+                    "select_tokens: temperature {} must be finite and >= 0", p.temperature);
+    if (R == 0) return;
+    FDLLM_CHECK_ARG(V > 0 && V < (int64_t{1} << 31), "select_tokens: vocabulary size {} outside [1, 2^31)", V);
+    kernels::SelectArgs a;
+    a.logits = logits.ptr<float>();
+    a.row_keys = row_keys.ptr<int32_t>();
+    a.x0 = x0.ptr<int32_t>();
+    a.conf = conf.ptr<double>();
+    a.rows = R;
+    a.vocab = V;
+    a.temperature = p.temperature;
+    a.seed = p.seed;
+    a.step = p.step;
+    a.suppress_token = p.suppress_token;
+    a.conf_suppress_a = p.conf_suppress_a;
+    a.conf_suppress_b = p.conf_suppress_b;
+    a.confidence_f64 = p.confidence_f64;
+    CUDA_CHECK(cudaSetDevice(device_));
+    kernels::select_tokens_f32(a, stream_);
+    after_op(kOp);
+  }
+
+ private:
+  static constexpr size_t kStagingBytes = size_t{64} << 20;
+
+  int* flags() const noexcept { return static_cast<int*>(flags_.get()); }
+  int32_t* work_count() const noexcept { return static_cast<int32_t*>(work_count_.get()); }
+
+  // Synchronises the stream, then turns device-side input errors into Error(kInvalidArgument).
+  void sync_and_check(const char* where) {
+    CUDA_CHECK(cudaMemcpyAsync(host_flags_.get(), flags_.get(), sizeof(int), cudaMemcpyDeviceToHost, stream_));
+    const cudaError_t err = cudaStreamSynchronize(stream_);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      FDLLM_FAIL(ErrorCode::kDevice, "CUDA backend: device error surfaced at {}: {}: {}", where,
+                 cudaGetErrorName(err), cudaGetErrorString(err));
+    }
+    const int f = *static_cast<volatile int*>(host_flags_.get());
+    if (f != 0) {
+      CUDA_CHECK(cudaMemsetAsync(flags_.get(), 0, sizeof(int), stream_));
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      *static_cast<int*>(host_flags_.get()) = 0;
+      FDLLM_FAIL(ErrorCode::kInvalidArgument, "CUDA backend: invalid input detected on the device (reported at {}): {}",
+                 where, kernels::describe_kernel_errors(f));
+    }
+  }
+
+  void after_op(const char* op) {
+    if (debug_sync_) sync_and_check(op);
+  }
+
+  // Grows the attention work list; only reallocates when a larger table than ever before arrives.
+  void ensure_attention_work(int64_t capacity) {
+    if (capacity <= work_capacity_) return;
+    const int64_t cap = std::max<int64_t>(capacity, 2 * work_capacity_);
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // the old list may still be read by queued kernels
+    work_ = std::unique_ptr<kernels::AttentionWorkItem, CudaFree>(static_cast<kernels::AttentionWorkItem*>(
+        device_alloc(static_cast<size_t>(cap) * sizeof(kernels::AttentionWorkItem), "attention work list").release()));
+    if (!work_count_) work_count_ = device_alloc(sizeof(int32_t), "attention work count");
+    work_capacity_ = cap;
+  }
+
+  int device_ = 0;
+  int sm_count_ = 1;
+  std::string name_;
+  DevicePtr flags_;
+  PinnedPtr host_flags_;
+  DevicePtr staging_;
+  std::unique_ptr<kernels::GemmLt> gemm_;
+  std::unique_ptr<kernels::AttentionWorkItem, CudaFree> work_;
+  DevicePtr work_count_;
+  int64_t work_capacity_ = 0;
+  AttentionChoice attention_;
+  bool debug_sync_ = false;
+  // Declared last, destroyed first: StreamDestroy waits for queued work before anything above is freed.
+  StreamPtr stream_owner_;
+  cudaStream_t stream_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(int device_index) { return std::make_unique<CudaBackend>(device_index); }
+
+bool cuda_available() noexcept {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return count > 0;
+}
+
+}  // namespace flashdllm

@@ -1,0 +1,340 @@
+// Flash attention forward, head_dim 128, bf16 tensor cores (see attention.h for the contract).
+//
+// Per CTA: one work item (≤ kBlockM query rows of one tile) × one head; kBlockM/16 warps, each
+// owning 16 query rows. Per warp and key tile of kBlockN keys:
+//   S = Q·Kᵀ      mma.sync m16n8k16 (A = Q fragments kept in registers, B = K via ldmatrix)
+//   online softmax on S in fp32 (row max over the 4 lanes of a quad, exp2 with log2(e)·scale folded)
+//   O += P·V      P re-packed from the S accumulators to bf16 A fragments (same layout), V via ldmatrix.trans
+// Shared memory: two buffers of {K tile, V tile} (cp.async double buffering: tile j+1 is loaded
+// while tile j is computed); the Q tile is staged in buffer 1 before the loop starts. Each
+// [rows][128] bf16 tile stores row r's 16-byte chunk c at chunk position c ^ (r & 7), so the 8
+// row addresses of every ldmatrix phase hit 8 distinct bank groups (no conflicts).
+//
+// Invariants: every key tile holds at least one key < k_end (tiles are ceil-divided), so row
+// maxima are finite after the first tile; keys ≥ k_end are zero-filled in shared memory and
+// their scores set to −inf; query rows ≥ q_end are zero-filled, computed, and not stored.
+#include <string>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/cuda_check.h"
+
+namespace flashdllm::kernels {
+namespace {
+
+constexpr int kHeadDim = 128;
+constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks in a 128-dim bf16 row
+constexpr int kRowBytes = kHeadDim * 2;       // bytes of one tile row in shared memory
+
+// ----------------------------------------------------------------------------- PTX wrappers
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte async copy global -> shared; with valid == false nothing is read and zeros are written.
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// d += a · b for one m16n8k16 bf16 tile with fp32 accumulators.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Two floats -> bf16x2 in one register; `lo` goes to the low half (the lower column index).
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Element offset of (row, 16-byte chunk) in a swizzled [rows][128] bf16 tile.
+__device__ __forceinline__ int swizzle(int row, int chunk) { return row * kHeadDim + ((chunk ^ (row & 7)) << 3); }
+
+// ----------------------------------------------------------------------------- kernel
+
+template <int kBlockM, int kBlockN>
+struct FlashTraits {
+  static constexpr int kWarps = kBlockM / 16;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kTileElems = kBlockN * kHeadDim;                          // one K or V tile
+  static constexpr int kSmemBytes = 2 * 2 * kTileElems * sizeof(__nv_bfloat16);  // 2 buffers × {K, V}
+  static_assert(kBlockM % 16 == 0 && kBlockN % 16 == 0, "tile shape");
+  static_assert(kBlockM * kHeadDim <= 2 * kTileElems, "the Q tile must fit in K/V buffer 1");
+};
+
+template <int kBlockM, int kBlockN>
+__global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN>::kThreads)
+    flash_attention_kernel(const AttentionArgs a, const AttentionWorkItem* __restrict__ work,
+                           const int32_t* __restrict__ work_count) {
+  using T = FlashTraits<kBlockM, kBlockN>;
+  constexpr int kThreads = T::kThreads;
+  constexpr int kNB = kBlockN / 8;  // n8 blocks of S per key tile
+
+  if (static_cast<int>(blockIdx.x) >= *work_count) return;  // uniform over the CTA
+  const AttentionWorkItem w = work[blockIdx.x];
+  const int head = blockIdx.y;
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  __nv_bfloat16* const sQ = smem + 2 * T::kTileElems;  // aliases buffer 1 until the loop starts
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t ld = static_cast<int64_t>(a.n_heads) * kHeadDim;
+  const __nv_bfloat16* const qg = a.q + static_cast<int64_t>(head) * kHeadDim;
+  const __nv_bfloat16* const kg = a.k + static_cast<int64_t>(head) * kHeadDim;
+  const __nv_bfloat16* const vg = a.v + static_cast<int64_t>(head) * kHeadDim;
+  const int q_len = w.q_end - w.q_begin;
+
+  // K/V tile jt -> buffer b (keys ≥ k_end zero-filled).
+  auto load_kv = [&](int jt, int b) {
+    __nv_bfloat16* const sK = smem + b * 2 * T::kTileElems;
+    __nv_bfloat16* const sV = sK + T::kTileElems;
+    const int kv0 = w.k_begin + jt * kBlockN;
+    static_assert(kBlockN * kChunksPerRow % kThreads == 0, "K/V tile chunks per thread");
+#pragma unroll
+    for (int it = 0; it < kBlockN * kChunksPerRow / kThreads; ++it) {
+      const int c = tid + it * kThreads;
+      const int r = c / kChunksPerRow, ch = c % kChunksPerRow;
+      const bool valid = kv0 + r < w.k_end;
+      const int64_t off = valid ? static_cast<int64_t>(kv0 + r) * ld + ch * 8 : 0;
+      cp_async_16(smem_addr(sK + swizzle(r, ch)), kg + off, valid);
+      cp_async_16(smem_addr(sV + swizzle(r, ch)), vg + off, valid);
+    }
+  };
+
+  // Prologue: Q tile (rows ≥ q_len zero-filled) into buffer 1, K/V tile 0 into buffer 0.
+  static_assert(kBlockM * kChunksPerRow % kThreads == 0, "Q tile chunks per thread");
+#pragma unroll
+  for (int it = 0; it < kBlockM * kChunksPerRow / kThreads; ++it) {
+    const int c = tid + it * kThreads;
+    const int r = c / kChunksPerRow, ch = c % kChunksPerRow;
+    const bool valid = r < q_len;
+    const int64_t off = valid ? static_cast<int64_t>(w.q_begin + r) * ld + ch * 8 : 0;
+    cp_async_16(smem_addr(sQ + swizzle(r, ch)), qg + off, valid);
+  }
+  load_kv(0, 0);
+  cp_async_commit();
+  cp_async_wait_all();
+  __syncthreads();
+
+  // Warps whose 16 rows are all past the work item's end only help with loads.
+  const bool active = warp * 16 < q_len;
+  uint32_t qf[kHeadDim / 16][4];
+  // ldmatrix addressing. Every fragment row index below is (lane & 7) plus a multiple of 8, so
+  // its swizzle term is lane & 7 and the physical chunk of logical chunk 2i + c (c ∈ {0, 1}) is
+  // 2i ^ (c ^ (lane & 7)): one thread constant per operand, XORed with the compile-time 2i.
+  const int sw_qv = (lane >> 4) ^ (lane & 7);         // Q and V: c = lane >> 4
+  const int sw_k = ((lane >> 3) & 1) ^ (lane & 7);    // K: c = (lane >> 3) & 1
+  const int row_qv = (lane & 7) + ((lane >> 3) & 1) * 8;
+  const int row_k = (lane & 7) + (lane >> 4) * 8;
+  if (active) {
+    const uint32_t q_base = smem_addr(sQ) + (warp * 16 + row_qv) * kRowBytes;
+#pragma unroll
+    for (int ks = 0; ks < kHeadDim / 16; ++ks) ldmatrix_x4(qf[ks], q_base + (((2 * ks) ^ sw_qv) << 4));
+  }
+  __syncthreads();  // buffer 1 (holding Q) is overwritten by the first prefetch
+
+  float o[kHeadDim / 8][4];
+#pragma unroll
+  for (int i = 0; i < kHeadDim / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float row_max[2] = {-__int_as_float(0x7f800000), -__int_as_float(0x7f800000)};  // log2 domain, scaled
+  float row_sum[2] = {0.f, 0.f};  // this thread's partial sums (reduced over the quad at the end)
+  const float scale_log2 = a.scale * 1.4426950408889634f;
+
+  const int n_kv = (w.k_end - w.k_begin + kBlockN - 1) / kBlockN;
+  for (int j = 0; j < n_kv; ++j) {
+    const int buf = j & 1;
+    if (j + 1 < n_kv) {
+      load_kv(j + 1, buf ^ 1);
+      cp_async_commit();
+    }
+    if (active) {
+      const __nv_bfloat16* const sK = smem + buf * 2 * T::kTileElems;
+      const __nv_bfloat16* const sV = sK + T::kTileElems;
+
+      // S = Q · Kᵀ for this warp's 16 rows × kBlockN keys.
+      float s[kNB][4];
+#pragma unroll
+      for (int i = 0; i < kNB; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+      const uint32_t k_base = smem_addr(sK) + row_k * kRowBytes;
+#pragma unroll
+      for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+        const uint32_t k_addr = k_base + (((2 * ks) ^ sw_k) << 4);
+#pragma unroll
+        for (int nb = 0; nb < kBlockN / 16; ++nb) {
+          uint32_t b[4];
+          ldmatrix_x4(b, k_addr + nb * 16 * kRowBytes);
+          mma_bf16(s[2 * nb], qf[ks], b[0], b[1]);
+          mma_bf16(s[2 * nb + 1], qf[ks], b[2], b[3]);
+        }
+      }
+
+      // Mask keys ≥ k_end (only the last tile can have them).
+      const int kv0 = w.k_begin + j * kBlockN;
+      if (kv0 + kBlockN > w.k_end) {
+        const int valid_keys = w.k_end - kv0;
+#pragma unroll
+        for (int nb = 0; nb < kNB; ++nb) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int col = nb * 8 + 2 * (lane & 3) + (e & 1);
+            if (col >= valid_keys) s[nb][e] = -__int_as_float(0x7f800000);
+          }
+        }
+      }
+
+      // Online softmax; this thread holds rows lane/4 (e = 0, 1) and lane/4 + 8 (e = 2, 3).
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) {
+        float mx = -__int_as_float(0x7f800000);
+#pragma unroll
+        for (int nb = 0; nb < kNB; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * rr], s[nb][2 * rr + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(row_max[rr], mx * scale_log2);  // finite: ≥ 1 valid key per tile
+        const float alpha = fast_exp2(row_max[rr] - m_new);         // 0 on the first tile (−inf)
+        row_max[rr] = m_new;
+        row_sum[rr] *= alpha;
+#pragma unroll
+        for (int nd = 0; nd < kHeadDim / 8; ++nd) {
+          o[nd][2 * rr] *= alpha;
+          o[nd][2 * rr + 1] *= alpha;
+        }
+#pragma unroll
+        for (int nb = 0; nb < kNB; ++nb) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float p = fast_exp2(fmaf(s[nb][2 * rr + e], scale_log2, -m_new));
+            s[nb][2 * rr + e] = p;
+            row_sum[rr] += p;
+          }
+        }
+      }
+
+      // O += P · V; P's A fragment for keys [16kk, 16kk+16) is S blocks 2kk and 2kk+1.
+      const uint32_t v_base = smem_addr(sV) + row_qv * kRowBytes;
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        uint32_t pa[4];
+        pa[0] = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
+        pa[1] = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
+        pa[2] = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        pa[3] = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        const uint32_t v_row = v_base + kk * 16 * kRowBytes;
+#pragma unroll
+        for (int nd = 0; nd < kHeadDim / 16; ++nd) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, v_row + (((2 * nd) ^ sw_qv) << 4));
+          mma_bf16(o[2 * nd], pa, b[0], b[1]);
+          mma_bf16(o[2 * nd + 1], pa, b[2], b[3]);
+        }
+      }
+    }
+    cp_async_wait_all();  // tile j+1 has landed ...
+    __syncthreads();      // ... for every thread, and nobody still reads buffer `buf`
+  }
+
+  if (!active) return;
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    float l = row_sum[rr];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const int row = warp * 16 + (lane >> 2) + 8 * rr;
+    if (row < q_len) {
+      __nv_bfloat16* const dst =
+          a.out + static_cast<int64_t>(w.q_begin + row) * ld + static_cast<int64_t>(head) * kHeadDim;
+#pragma unroll
+      for (int nd = 0; nd < kHeadDim / 8; ++nd) {
+        const int col = nd * 8 + 2 * (lane & 3);
+        *reinterpret_cast<__nv_bfloat162*>(dst + col) =
+            __floats2bfloat162_rn(o[nd][2 * rr] * inv, o[nd][2 * rr + 1] * inv);
+      }
+    }
+  }
+}
+
+template <int kBlockM, int kBlockN>
+void launch_flash(const AttentionArgs& a, const AttentionWorkItem* work, const int32_t* work_count, int64_t capacity,
+                  cudaStream_t stream) {
+  using T = FlashTraits<kBlockM, kBlockN>;
+  auto kernel = flash_attention_kernel<kBlockM, kBlockN>;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
+  const dim3 grid(static_cast<unsigned>(capacity), static_cast<unsigned>(a.n_heads));
+  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(a, work, work_count);
+  CUDA_CHECK_LAUNCH();
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+const char* flash_variant_name(FlashVariant v) noexcept {
+  switch (v) {
+    case FlashVariant::kM64N64: return "m64n64";
+    case FlashVariant::kM128N64: return "m128n64";
+    case FlashVariant::kM128N128: return "m128n128";
+  }
+  return "?";
+}
+
+int flash_block_m(FlashVariant v) noexcept { return v == FlashVariant::kM64N64 ? 64 : 128; }
+
+int flash_smem_bytes(FlashVariant v) noexcept {
+  switch (v) {
+    case FlashVariant::kM64N64: return FlashTraits<64, 64>::kSmemBytes;
+    case FlashVariant::kM128N64: return FlashTraits<128, 64>::kSmemBytes;
+    case FlashVariant::kM128N128: return FlashTraits<128, 128>::kSmemBytes;
+  }
+  return 0;
+}
+
+bool flash_supports_head_dim(int head_dim) noexcept { return head_dim == kHeadDim; }
+
+void attention_flash(const AttentionArgs& a, FlashVariant variant, const AttentionWorkItem* work,
+                     const int32_t* work_count, int64_t capacity, cudaStream_t stream) {
+  if (!flash_supports_head_dim(a.head_dim))
+    cuda::throw_unsupported("attention: head_dim " + std::to_string(a.head_dim) +
+                            " has no flash kernel (supported: 128)");
+  if (a.n_heads <= 0 || a.n_heads > 65535)
+    cuda::throw_invalid_argument("attention: n_heads " + std::to_string(a.n_heads) + " outside [1, 65535]");
+  if (!aligned16(a.q) || !aligned16(a.k) || !aligned16(a.v) || !aligned16(a.out))
+    cuda::throw_invalid_argument("attention: q, k_store, v_store and out must be 16-byte aligned");
+  if (a.q_rows > 0x7fffffff || a.kv_rows > 0x7fffffff)
+    cuda::throw_invalid_argument("attention: more than 2^31-1 query or K/V rows");
+  if (capacity <= 0) return;
+  if (capacity > 0x7fffffff) cuda::throw_invalid_argument("attention: work capacity exceeds 2^31-1");
+  switch (variant) {
+    case FlashVariant::kM64N64: launch_flash<64, 64>(a, work, work_count, capacity, stream); return;
+    case FlashVariant::kM128N64: launch_flash<128, 64>(a, work, work_count, capacity, stream); return;
+    case FlashVariant::kM128N128: launch_flash<128, 128>(a, work, work_count, capacity, stream); return;
+  }
+  cuda::throw_invalid_argument("attention: unknown flash variant");
+}
+
+}  // namespace flashdllm::kernels

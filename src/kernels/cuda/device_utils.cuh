@@ -1,0 +1,66 @@
+// Small device-side helpers shared by the kernel families (include from .cu files only).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace flashdllm::kernels::detail {
+
+/// bf16 NaN used to poison outputs whose inputs were invalid.
+__device__ __forceinline__ __nv_bfloat16 bf16_nan() { return __ushort_as_bfloat16(static_cast<unsigned short>(0x7fc0)); }
+
+/// Rounds an fp32 value to bf16 and back (round to nearest even), as PyTorch's .to(bfloat16).float().
+__device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ double warp_sum(double v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+/// Sum over a block of kThreads threads (multiple of 32, <= 1024). Every thread gets the result.
+/// `scratch` must hold 32 values; the function ends with a barrier so scratch can be reused.
+template <int kThreads, class T>
+__device__ __forceinline__ T block_sum(T v, T* scratch) {
+  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "block size");
+  constexpr int kWarps = kThreads / 32;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_sum(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  T r = lane < kWarps ? scratch[lane] : T(0);
+  r = warp_sum(r);
+  __syncthreads();
+  return r;
+}
+
+/// Max over a block of kThreads threads; every thread gets the result.
+template <int kThreads>
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "block size");
+  constexpr int kWarps = kThreads / 32;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_max(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float r = lane < kWarps ? scratch[lane] : -__int_as_float(0x7f800000);
+  r = warp_max(r);
+  __syncthreads();
+  return r;
+}
+
+}  // namespace flashdllm::kernels::detail

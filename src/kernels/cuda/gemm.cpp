@@ -1,0 +1,149 @@
+#include "kernels/cuda/gemm.h"
+
+#include <cublasLt.h>
+
+#include <tuple>
+#include <unordered_map>
+
+#include "core/check.h"
+#include "kernels/cuda/cuda_check.h"
+
+namespace flashdllm::kernels {
+namespace {
+
+struct PlanKey {
+  int64_t T, N, K;
+  int out_type;
+  bool accumulate;
+  int align_x, align_w, align_out;  // largest power-of-two alignment (bytes, capped at 16)
+  bool operator==(const PlanKey& o) const {
+    return std::tie(T, N, K, out_type, accumulate, align_x, align_w, align_out) ==
+           std::tie(o.T, o.N, o.K, o.out_type, o.accumulate, o.align_x, o.align_w, o.align_out);
+  }
+};
+
+struct PlanKeyHash {
+  size_t operator()(const PlanKey& k) const noexcept {
+    size_t h = std::hash<int64_t>()(k.T);
+    auto mix = [&h](size_t v) { h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
+    mix(std::hash<int64_t>()(k.N));
+    mix(std::hash<int64_t>()(k.K));
+    mix(static_cast<size_t>(k.out_type) | (static_cast<size_t>(k.accumulate) << 4) |
+        (static_cast<size_t>(k.align_x) << 8) | (static_cast<size_t>(k.align_w) << 16) |
+        (static_cast<size_t>(k.align_out) << 24));
+    return h;
+  }
+};
+
+// Owns the descriptors of one GEMM shape and the algorithm the heuristic chose for it.
+struct Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  ~Plan() {
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+int alignment_of(const void* p) {
+  const auto u = reinterpret_cast<uintptr_t>(p);
+  int al = 16;
+  while (al > 1 && u % static_cast<uintptr_t>(al) != 0) al /= 2;
+  return al;
+}
+
+}  // namespace
+
+struct GemmLt::Impl {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans;
+
+  const Plan& plan_for(const PlanKey& key) {
+    auto it = plans.find(key);
+    if (it != plans.end()) return *it->second;
+    auto p = std::make_unique<Plan>();
+    const cudaDataType_t out_dt = key.out_type == static_cast<int>(GemmOut::kF32) ? CUDA_R_32F : CUDA_R_16BF;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
+    const auto N = static_cast<uint64_t>(key.N), T = static_cast<uint64_t>(key.T), K = static_cast<uint64_t>(key.K);
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, K, N, key.K));  // w: col-major [K, N]
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, K, T, key.K));  // x: col-major [K, T]
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, out_dt, N, T, key.N));       // out: col-major [N, T]
+
+    cublasLtMatmulPreference_t pref = nullptr;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    struct PrefGuard {
+      cublasLtMatmulPreference_t p;
+      ~PrefGuard() { cublasLtMatmulPreferenceDestroy(p); }
+    } guard{pref};
+    const uint64_t ws = workspace_bytes;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    const uint32_t al_a = static_cast<uint32_t>(key.align_w), al_b = static_cast<uint32_t>(key.align_x),
+                   al_c = static_cast<uint32_t>(key.align_out);
+    CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
+    CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
+    CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
+    CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
+
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, p->op, p->a, p->b, p->c, p->c, pref, 1, &result, &found));
+    FDLLM_CHECK(found > 0, ErrorCode::kUnsupported,
+                "matmul: cuBLASLt has no algorithm for out[{}, {}] = x[{}, {}]·w[{}, {}]ᵀ ({} output, beta {})", key.T,
+                key.N, key.T, key.K, key.N, key.K, out_dt == CUDA_R_32F ? "F32" : "BF16", key.accumulate ? 1 : 0);
+    p->algo = result.algo;
+    auto [ins, ok] = plans.emplace(key, std::move(p));
+    (void)ok;
+    return *ins->second;
+  }
+};
+
+GemmLt::GemmLt(size_t workspace_bytes) : impl_(std::make_unique<Impl>()) {
+  CUBLAS_CHECK(cublasLtCreate(&impl_->handle));
+  if (workspace_bytes > 0) {
+    const cudaError_t err = cudaMalloc(&impl_->workspace, workspace_bytes);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      cublasLtDestroy(impl_->handle);
+      FDLLM_FAIL(ErrorCode::kOutOfMemory, "matmul: cannot allocate the {} MiB cuBLASLt workspace: {}",
+                 workspace_bytes >> 20, cudaGetErrorString(err));
+    }
+  }
+  impl_->workspace_bytes = workspace_bytes;
+}
+
+GemmLt::~GemmLt() {
+  impl_->plans.clear();
+  if (impl_->workspace) cudaFree(impl_->workspace);
+  if (impl_->handle) cublasLtDestroy(impl_->handle);
+}
+
+size_t GemmLt::cached_plans() const noexcept { return impl_->plans.size(); }
+
+void GemmLt::matmul(const __nv_bfloat16* x, const __nv_bfloat16* w, void* out, GemmOut out_type, int64_t T, int64_t N,
+                    int64_t K, bool accumulate, cudaStream_t stream) {
+  FDLLM_CHECK_ARG(T >= 0 && N > 0 && K > 0, "matmul: sizes must be positive (T={}, N={}, K={})", T, N, K);
+  if (T == 0) return;
+  const PlanKey key{T, N, K, static_cast<int>(out_type), accumulate, alignment_of(x), alignment_of(w),
+                    alignment_of(out)};
+  const Plan& p = impl_->plan_for(key);
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  CUBLAS_CHECK(cublasLtMatmul(impl_->handle, p.op, &alpha, w, p.a, x, p.b, &beta, out, p.c, out, p.c, &p.algo,
+                              impl_->workspace, impl_->workspace_bytes, stream));
+}
+
+}  // namespace flashdllm::kernels

@@ -1,0 +1,47 @@
+// cuBLASLt GEMM for nn.Linear layers: out[T, N] = x[T, K] · w[N, K]ᵀ (+ out), bf16 inputs,
+// fp32 accumulation (CUBLAS_COMPUTE_32F), bf16 or fp32 output.
+//
+// Row-major out[T, N] is column-major outᵀ[N, T] = w · xᵀ, so cuBLASLt sees
+//   A = w as column-major [K, N] (ld K) with op T, B = x as column-major [K, T] (ld K) with op N,
+//   C = D = out as column-major [N, T] (ld N); m = N, n = T, k = K.
+// accumulate = true sets beta = 1 with C = D: the residual add is fused into the epilogue.
+// Descriptors and the heuristic's algorithm are cached per (shape, output type, beta,
+// alignments), so a steady-state call is a hash lookup plus cublasLtMatmul.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace flashdllm::kernels {
+
+enum class GemmOut { kBF16, kF32 };
+
+class GemmLt {
+ public:
+  /// Creates the cuBLASLt handle and a device workspace of `workspace_bytes` on the current device.
+  /// Throws Error(kDevice) / Error(kOutOfMemory).
+  explicit GemmLt(size_t workspace_bytes = size_t{32} << 20);
+  ~GemmLt();
+  GemmLt(const GemmLt&) = delete;
+  GemmLt& operator=(const GemmLt&) = delete;
+
+  /// out[T, N] (dtype `out_type`) = x[T, K] · w[N, K]ᵀ (+ out when accumulate), all device,
+  /// row-major and contiguous. out must not overlap x or w. T, N, K > 0 (T == 0 is a no-op).
+  /// Throws Error(kInvalidArgument) for non-positive sizes, Error(kUnsupported) when cuBLASLt
+  /// offers no algorithm, Error(kDevice) when a call fails. Not thread-safe (one per stream user).
+  void matmul(const __nv_bfloat16* x, const __nv_bfloat16* w, void* out, GemmOut out_type, int64_t T, int64_t N,
+              int64_t K, bool accumulate, cudaStream_t stream);
+
+  /// Number of distinct cached GEMM plans (for tests and logs).
+  size_t cached_plans() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace flashdllm::kernels

@@ -1,0 +1,40 @@
+// Half-rotation ("rotate_half" / NeoX) RoPE on q and k, and the K/V scatter into store rows
+// (Backend::qkv_rope_store after its GEMM; reference-algorithms §A.3 and §D.5 step 2).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace flashdllm::kernels {
+
+/// Arguments of rope_store_bf16. All pointers are device memory.
+struct RopeStoreArgs {
+  const __nv_bfloat16* qkv = nullptr;  ///< [T, 3·H·Dh]: q | k | v columns (the GEMM output, bf16)
+  const int32_t* positions = nullptr;  ///< [T] RoPE positions, each in [0, max_positions)
+  const int32_t* rows = nullptr;       ///< [T] destination rows of the K/V stores, each in [0, store_rows)
+  const float* cos = nullptr;          ///< [max_positions, Dh/2]
+  const float* sin = nullptr;          ///< [max_positions, Dh/2]
+  __nv_bfloat16* q_out = nullptr;      ///< [T, H·Dh]
+  __nv_bfloat16* k_store = nullptr;    ///< [store_rows, H·Dh]
+  __nv_bfloat16* v_store = nullptr;    ///< [store_rows, H·Dh]
+  int64_t tokens = 0;                  ///< T
+  int n_heads = 0;                     ///< H
+  int head_dim = 0;                    ///< Dh (even)
+  int64_t max_positions = 0;
+  int64_t store_rows = 0;
+  int* error_flags = nullptr;  ///< device int or null; kErrRopePosition / kErrStoreRow
+};
+
+/// For every token t, head h and i < Dh/2, with c = cos[pos_t, i], s = sin[pos_t, i]:
+///   q_out[t, h, i]      = bf16(q1·c − q2·s),  q_out[t, h, i + Dh/2] = bf16(q2·c + q1·s)
+/// where q1 = q[t, h, i], q2 = q[t, h, i + Dh/2] are the fp32 values of the bf16 GEMM output; the
+/// products and the sum are rounded separately in fp32 (no FMA), exactly as upstream's
+/// `q*cos + rotate_half(q)*sin` in fp32. Same for k, written to k_store[rows[t]]; v is copied to
+/// v_store[rows[t]]. A position out of range poisons q_out[t] with NaN and skips the store rows;
+/// a row out of range skips the store rows; both set their bit in *error_flags.
+/// tokens == 0 is a no-op. Throws Error(kDevice) on launch failure.
+void rope_store_bf16(const RopeStoreArgs& args, cudaStream_t stream);
+
+}  // namespace flashdllm::kernels

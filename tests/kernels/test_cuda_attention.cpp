@@ -1,0 +1,227 @@
+// CUDA attention vs the CPU backend (and vs the CUDA reference kernel, the second oracle):
+// every flash variant (m64n64, m128n64, m128n128), the automatic choice and the reference kernel,
+// over block tables with odd lengths, lengths off the 64/128 tiles, several tiles of very different
+// lengths in one launch, Flash-dLLM-style small query tiles over long key ranges, key ranges not
+// starting at 0, rows not covered by any tile (must stay untouched), 1–3 and 32 heads.
+//
+// Small/... cases are the compute-sanitizer set; Sweep/... the full sweep.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <numeric>
+#include <random>
+
+#include "kernels/cuda_twin.h"
+
+namespace flashdllm {
+namespace {
+
+using twin::close;
+using twin::Dev;
+using twin::get;
+using twin::make;
+using twin::put;
+using twin::put_i32;
+using twin::randn_bf16;
+
+struct AttnCase {
+  std::string name;
+  int64_t q_rows = 0, kv_rows = 0;
+  int heads = 1;
+  int head_dim = 128;
+  std::vector<AttentionTile> tiles;
+  bool vs_cpu = true;  // false: too large for the CPU oracle; compared with the CUDA reference kernel
+};
+
+/// Packed sequences (full recompute): tile b covers rows [off_b, off_b + len_b) as queries and keys.
+AttnCase packed(const std::string& name, const std::vector<int32_t>& lens, int heads, bool vs_cpu = true) {
+  AttnCase c;
+  c.name = name;
+  c.heads = heads;
+  c.vs_cpu = vs_cpu;
+  int32_t off = 0;
+  for (int32_t l : lens) {
+    c.tiles.push_back({off, off + l, off, off + l});
+    off += l;
+  }
+  c.q_rows = c.kv_rows = off;
+  return c;
+}
+
+/// Flash-dLLM-style step: per slot j, query tiles of <= 16 rows (a window and tracked rows) over
+/// the slot's key range [j·L_max, j·L_max + seqlen_j) of a larger store; plus `uncovered` query
+/// rows at the end that no tile covers.
+AttnCase dllm_step(const std::string& name, const std::vector<int32_t>& seqlens,
+                   const std::vector<int32_t>& rows_per_slot, int32_t l_max, int heads, int32_t uncovered) {
+  AttnCase c;
+  c.name = name;
+  c.heads = heads;
+  int32_t q = 0;
+  for (size_t j = 0; j < seqlens.size(); ++j) {
+    const int32_t k0 = static_cast<int32_t>(j) * l_max;
+    for (int32_t r = 0; r < rows_per_slot[j]; r += 16) {
+      const int32_t n = std::min(16, rows_per_slot[j] - r);
+      c.tiles.push_back({q, q + n, k0, k0 + seqlens[j]});
+      q += n;
+    }
+  }
+  c.q_rows = q + uncovered;
+  c.kv_rows = static_cast<int64_t>(seqlens.size()) * l_max;
+  return c;
+}
+
+std::vector<AttnCase> small_cases() {
+  std::vector<AttnCase> v;
+  v.push_back(packed("one tile L=70", {70}, 2));
+  v.push_back(packed("three tiles 1/17/130", {1, 17, 130}, 1));
+  v.push_back(dllm_step("dllm 2 slots", {129, 64}, {20, 16}, 192, 2, 3));
+  AttnCase k = packed("keys offset", {33}, 1);
+  k.kv_rows = 200;
+  k.tiles = {{0, 20, 37, 170}, {20, 33, 100, 101}};  // a single key, too
+  v.push_back(k);
+  return v;
+}
+
+std::vector<AttnCase> sweep_cases() {
+  std::vector<AttnCase> v;
+  for (int32_t L : {1, 2, 15, 63, 64, 65, 127, 128, 129, 255, 257, 1000})
+    v.push_back(packed("one tile L=" + std::to_string(L), {L}, L % 3 + 1));
+  v.push_back(packed("batch 1/130/517/64", {1, 130, 517, 64}, 3));
+  v.push_back(packed("batch 2048/1000 32 heads", {2048, 1000}, 32, /*vs_cpu=*/false));
+  v.push_back(packed("batch 300/77 32 heads", {300, 77}, 32));
+  v.push_back(packed("batch 4 x 1024 2 heads", {1024, 1024, 1024, 1024}, 2));
+  v.push_back(dllm_step("dllm 3 slots, 16-row tiles", {256, 384, 129}, {64, 48, 16}, 512, 3, 5));
+  v.push_back(dllm_step("dllm 32 slots x 64 rows, 32 heads", std::vector<int32_t>(32, 640),
+                        std::vector<int32_t>(32, 64), 768, 32, 0));
+  AttnCase k = packed("keys offset", {200}, 2);
+  k.kv_rows = 3000;
+  k.tiles = {{0, 100, 1000, 2999}, {100, 150, 5, 70}, {150, 200, 2999, 3000}};
+  v.push_back(k);
+  return v;
+}
+
+class CudaAttention : public twin::TwinTest {
+ protected:
+  // Runs `c` on `be` (out poisoned first); returns the output downloaded as floats.
+  std::vector<float> run(Backend& be, const AttnCase& c, const std::vector<float>& q, const std::vector<float>& k,
+                         const std::vector<float>& v, bool poison_out) {
+    const int64_t HD = static_cast<int64_t>(c.heads) * c.head_dim;
+    const DType at = be.activation_dtype();
+    Dev qd = make(be, at, c.q_rows, HD), kd = make(be, at, c.kv_rows, HD), vd = make(be, at, c.kv_rows, HD);
+    Dev od = make(be, at, c.q_rows, HD), td = make(be, DType::kI32, static_cast<int64_t>(c.tiles.size()), 4);
+    put(be, qd.t, q);
+    put(be, kd.t, k);
+    put(be, vd.t, v);
+    std::vector<int32_t> table;
+    for (const AttentionTile& t : c.tiles) table.insert(table.end(), {t.q_start, t.q_end, t.k_start, t.k_end});
+    put_i32(be, td.t, table);
+    if (poison_out) twin::poison(be, od.t); else be.fill_zero(od.t);
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+    be.attention(qd.t, kd.t, vd.t, td.t, c.heads, scale, od.t);
+    return get(be, od.t);
+  }
+
+  // Compares the covered rows with `ref` and checks that uncovered rows are still poison.
+  void check(const AttnCase& c, const std::string& impl, const std::vector<float>& got, const std::vector<float>& ref) {
+    const int64_t HD = static_cast<int64_t>(c.heads) * c.head_dim;
+    std::vector<bool> covered(static_cast<size_t>(c.q_rows), false);
+    for (const AttentionTile& t : c.tiles)
+      for (int32_t r = t.q_start; r < t.q_end; ++r) covered[static_cast<size_t>(r)] = true;
+    std::vector<float> g, r;
+    int64_t modified_uncovered = 0;
+    for (int64_t row = 0; row < c.q_rows; ++row) {
+      const auto gb = got.begin() + row * HD;
+      if (covered[static_cast<size_t>(row)]) {
+        g.insert(g.end(), gb, gb + HD);
+        r.insert(r.end(), ref.begin() + row * HD, ref.begin() + (row + 1) * HD);
+      } else {
+        for (int64_t j = 0; j < HD; ++j) modified_uncovered += std::isnan(gb[j]) ? 0 : 1;
+      }
+    }
+    EXPECT_TRUE(close(c.name + " [" + impl + "]", g, r, HD, test::kBf16OpRelTol));
+    EXPECT_EQ(modified_uncovered, 0) << c.name << " [" << impl << "]: rows outside every tile were written";
+  }
+
+  void run_cases(const std::vector<AttnCase>& cases) {
+    // Implementations under test: the twin's default (auto on CUDA) and, on CUDA, each forced variant.
+    std::vector<std::pair<std::string, std::unique_ptr<Backend>>> impls;
+    if (is_cuda_)
+      for (const char* m : {"m64n64", "m128n64", "m128n128", "reference"}) impls.emplace_back(m, cuda_with_attention(m));
+    for (const AttnCase& c : cases) {
+      SCOPED_TRACE(c.name + ": q_rows " + std::to_string(c.q_rows) + ", kv_rows " + std::to_string(c.kv_rows) +
+                   ", heads " + std::to_string(c.heads) + ", tiles " + std::to_string(c.tiles.size()));
+      const int64_t HD = static_cast<int64_t>(c.heads) * c.head_dim;
+      const uint64_t seed = std::hash<std::string>()(c.name);
+      // q scaled by 2 sharpens the softmax (some rows nearly one-hot, some flat).
+      const std::vector<float> q = randn_bf16(static_cast<size_t>(c.q_rows * HD), seed, 2.0f);
+      const std::vector<float> k = randn_bf16(static_cast<size_t>(c.kv_rows * HD), seed + 1);
+      const std::vector<float> v = randn_bf16(static_cast<size_t>(c.kv_rows * HD), seed + 2);
+      std::vector<float> ref;
+      std::string ref_name;
+      if (c.vs_cpu) {
+        ref = run(*cpu_, c, q, k, v, false);
+        ref_name = "cpu";
+      } else if (is_cuda_) {
+        ref = run(*impls.back().second, c, q, k, v, false);  // the CUDA reference kernel
+        ref_name = "cuda reference";
+      } else {
+        continue;  // CPU-twin harness mode: too large for the CPU
+      }
+      SCOPED_TRACE("oracle: " + ref_name);
+      check(c, "default", run(*twin_, c, q, k, v, true), ref);
+      for (auto& [name, be] : impls) {
+        if (!c.vs_cpu && name == "reference") continue;
+        check(c, name, run(*be, c, q, k, v, true), ref);
+      }
+    }
+  }
+};
+
+TEST_F(CudaAttention, Small) { run_cases(small_cases()); }
+TEST_F(CudaAttention, Sweep) { run_cases(sweep_cases()); }
+
+TEST_F(CudaAttention, SmallHeadDim64RunsOnReferenceOnly) {
+  AttnCase c = packed("head_dim 64", {40}, 2);
+  c.head_dim = 64;
+  const int64_t HD = 128;
+  const std::vector<float> q = randn_bf16(static_cast<size_t>(c.q_rows * HD), 1, 2.0f);
+  const std::vector<float> k = randn_bf16(static_cast<size_t>(c.kv_rows * HD), 2);
+  const std::vector<float> v = randn_bf16(static_cast<size_t>(c.kv_rows * HD), 3);
+  const std::vector<float> ref = run(*cpu_, c, q, k, v, false);
+  if (!is_cuda_) {
+    check(c, "twin", run(*twin_, c, q, k, v, true), ref);
+    return;
+  }
+  EXPECT_TRUE(twin::throws_error(
+      *twin_, [&] { run(*twin_, c, q, k, v, true); }, ErrorCode::kUnsupported, "head_dim 64"));
+  auto reference = cuda_with_attention("reference");
+  check(c, "reference", run(*reference, c, q, k, v, true), ref);
+}
+
+TEST_F(CudaAttention, SmallInvalidTilesAreReported) {
+  const int64_t HD = 128;
+  Dev q = make(*twin_, twin_act(), 8, HD), k = make(*twin_, twin_act(), 10, HD), v = make(*twin_, twin_act(), 10, HD),
+      o = make(*twin_, twin_act(), 8, HD), t = make(*twin_, DType::kI32, 1, 4);
+  put(*twin_, q.t, randn_bf16(8 * HD, 1));
+  put(*twin_, k.t, randn_bf16(10 * HD, 2));
+  put(*twin_, v.t, randn_bf16(10 * HD, 3));
+  const float scale = 0.0883883f;
+  for (const std::vector<int32_t>& bad : {std::vector<int32_t>{0, 8, 0, 11},    // keys past the store
+                                          std::vector<int32_t>{0, 9, 0, 10},    // queries past q
+                                          std::vector<int32_t>{4, 2, 0, 10},    // reversed
+                                          std::vector<int32_t>{0, 8, 5, 5}}) {  // no keys
+    SCOPED_TRACE("tile " + std::to_string(bad[0]) + "," + std::to_string(bad[1]) + "," + std::to_string(bad[2]) +
+                 "," + std::to_string(bad[3]));
+    put_i32(*twin_, t.t, bad);
+    EXPECT_TRUE(twin::throws_error(
+        *twin_, [&] { twin_->attention(q.t, k.t, v.t, t.t, 1, scale, o.t); }, ErrorCode::kInvalidArgument,
+        "attention"));
+  }
+  // After the report the backend keeps working.
+  put_i32(*twin_, t.t, {0, 8, 0, 10});
+  twin_->attention(q.t, k.t, v.t, t.t, 1, scale, o.t);
+  EXPECT_NO_THROW(twin_->synchronize());
+}
+
+}  // namespace
+}  // namespace flashdllm

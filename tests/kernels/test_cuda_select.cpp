@@ -1,0 +1,179 @@
+// CUDA denoiser ops vs the CPU backend: cfg_combine and select_tokens (argmax / Gumbel-max with
+// counter-based noise, float64 / float32 softmax confidence, suppressed tokens), vocabulary sizes
+// off the 512-thread block, temperature 0 and > 0. x0 must be identical on both sides except at
+// documented near-ties of the noised keys (reported, counted); conf within kConfidenceF64RelTol / kConfidenceF32RelTol.
+//
+// Small/... cases are the compute-sanitizer set; Sweep/... the full sweep.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <random>
+
+#include "core/philox.h"
+#include "kernels/cuda_twin.h"
+
+namespace flashdllm {
+namespace {
+
+using twin::close;
+using twin::Dev;
+using twin::get;
+using twin::make;
+using twin::put;
+using twin::put_i32;
+using twin::randn_bf16;
+
+enum class Size { kSmall, kSweep };
+
+class CudaSelect : public twin::TwinTest, public ::testing::WithParamInterface<Size> {
+ protected:
+  bool small() const { return GetParam() == Size::kSmall; }
+};
+
+TEST_P(CudaSelect, CfgCombineMatchesCpu) {
+  struct Case {
+    int64_t R, V;
+    float scale;
+    bool in_place;
+  };
+  const std::vector<Case> cases = small() ? std::vector<Case>{{2, 1000, 0.5f, false}, {1, 77, 1.0f, true}}
+                                          : std::vector<Case>{{1, 126464, 0.0f, false}, {3, 126464, 0.5f, true},
+                                                              {33, 1024, 2.0f, false}, {5, 5, 3.5f, false}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE("cfg_combine R=" + std::to_string(c.R) + " V=" + std::to_string(c.V) + " scale " +
+                 std::to_string(c.scale) + (c.in_place ? " in place" : ""));
+    const std::vector<float> cond = randn_bf16(static_cast<size_t>(c.R * c.V), 5 + c.V, 4.0f);
+    const std::vector<float> unc = randn_bf16(static_cast<size_t>(c.R * c.V), 6 + c.V, 4.0f);
+    Dev cc = make(*cpu_, DType::kF32, c.R, c.V), uc = make(*cpu_, DType::kF32, c.R, c.V),
+        oc = make(*cpu_, DType::kF32, c.R, c.V);
+    Dev ct = make(*twin_, DType::kF32, c.R, c.V), ut = make(*twin_, DType::kF32, c.R, c.V),
+        ot = make(*twin_, DType::kF32, c.R, c.V);
+    put(*cpu_, cc.t, cond);
+    put(*cpu_, uc.t, unc);
+    put(*twin_, ct.t, cond);
+    put(*twin_, ut.t, unc);
+    twin::poison(*twin_, ot.t);
+    cpu_->cfg_combine(cc.t, uc.t, c.scale, oc.t);
+    const Tensor out = c.in_place ? ct.t : ot.t;
+    twin_->cfg_combine(ct.t, ut.t, c.scale, out);
+    // The same three fp32 operations in the same order on both sides (no FMA contraction).
+    EXPECT_TRUE(close("cfg_combine", get(*twin_, out), get(*cpu_, oc.t), c.V, test::kFp32OpRelTol));
+  }
+}
+
+// The noised key of every vocabulary entry, as the CPU defines it, for near-tie detection.
+double key_of(const std::vector<float>& logits, int64_t r, int64_t V, int64_t v, uint32_t row_key,
+              const SelectParams& p) {
+  if (v == p.suppress_token) return -std::numeric_limits<double>::infinity();
+  double s = logits[static_cast<size_t>(r * V + v)];
+  if (p.temperature > 0.0)
+    s += -p.temperature * std::log(-std::log(philox_uniform(p.seed, p.step, row_key, static_cast<uint32_t>(v))));
+  return s;
+}
+
+TEST_P(CudaSelect, SelectTokensMatchesCpu) {
+  struct Case {
+    int64_t R, V;
+    float logit_scale;
+  };
+  const std::vector<Case> cases = small() ? std::vector<Case>{{3, 1000, 3.0f}, {2, 5, 1.0f}}
+                                          : std::vector<Case>{{1, 126464, 3.0f}, {33, 126464, 6.0f}, {7, 126465, 2.0f},
+                                                              {16, 1024, 3.0f},   {5, 511, 1.0f},    {9, 513, 30.0f},
+                                                              {4, 1, 1.0f}};
+  std::vector<SelectParams> params;
+  for (double tau : {0.0, 0.5, 1.0}) {
+    for (bool f64 : {true, false}) {
+      SelectParams p;
+      p.temperature = tau;
+      p.seed = 0x1234567890abcdefull + static_cast<uint64_t>(tau * 10);
+      p.step = 3;
+      p.confidence_f64 = f64;
+      params.push_back(p);
+    }
+  }
+  {  // LLaDA's logits_eos_inf + confidence_eos_eot_inf
+    SelectParams p;
+    p.suppress_token = 3;
+    p.conf_suppress_a = 4;
+    p.conf_suppress_b = 0;
+    params.push_back(p);
+    p.temperature = 0.7;
+    p.step = (uint64_t{1} << 40) + 5;
+    params.push_back(p);
+  }
+  int64_t near_ties = 0, rows_checked = 0;
+  for (const Case& c : cases) {
+    std::vector<float> logits = randn_bf16(static_cast<size_t>(c.R * c.V), 77 + c.V, c.logit_scale);
+    // Row 0: exact ties of the maximum at two indices (argmax must pick the first on both sides).
+    if (c.V >= 3) {
+      const float m = *std::max_element(logits.begin(), logits.begin() + c.V) + 1.0f;
+      logits[1] = m;
+      logits[static_cast<size_t>(c.V - 1)] = m;
+    }
+    std::vector<int32_t> keys(static_cast<size_t>(c.R));
+    std::mt19937 rng(static_cast<uint32_t>(c.R * 7 + c.V));
+    for (auto& k : keys) k = static_cast<int32_t>(rng());  // negative keys included
+    Dev lc = make(*cpu_, DType::kF32, c.R, c.V), kc = make(*cpu_, DType::kI32, c.R), xc = make(*cpu_, DType::kI32, c.R),
+        fc = make(*cpu_, DType::kF64, c.R);
+    Dev lt = make(*twin_, DType::kF32, c.R, c.V), kt = make(*twin_, DType::kI32, c.R),
+        xt = make(*twin_, DType::kI32, c.R), ft = make(*twin_, DType::kF64, c.R);
+    put(*cpu_, lc.t, logits);
+    put(*twin_, lt.t, logits);
+    put_i32(*cpu_, kc.t, keys);
+    put_i32(*twin_, kt.t, keys);
+    for (const SelectParams& p : params) {
+      SCOPED_TRACE("select_tokens R=" + std::to_string(c.R) + " V=" + std::to_string(c.V) + " tau " +
+                   std::to_string(p.temperature) + (p.confidence_f64 ? " f64" : " f32") + " suppress " +
+                   std::to_string(p.suppress_token) + "/" + std::to_string(p.conf_suppress_a) + "/" +
+                   std::to_string(p.conf_suppress_b));
+      twin::poison(*twin_, xt.t);
+      twin::poison(*twin_, ft.t);
+      cpu_->select_tokens(lc.t, kc.t, p, xc.t, fc.t);
+      twin_->select_tokens(lt.t, kt.t, p, xt.t, ft.t);
+      std::vector<int32_t> x_cpu(static_cast<size_t>(c.R)), x_twin(x_cpu.size());
+      std::vector<double> f_cpu(x_cpu.size()), f_twin(x_cpu.size());
+      cpu_->copy_to_host(x_cpu.data(), xc.t);
+      cpu_->copy_to_host(f_cpu.data(), fc.t);
+      twin_->copy_to_host(x_twin.data(), xt.t);
+      twin_->copy_to_host(f_twin.data(), ft.t);
+      for (int64_t r = 0; r < c.R; ++r) {
+        const size_t i = static_cast<size_t>(r);
+        ++rows_checked;
+        if (x_twin[i] != x_cpu[i]) {
+          // Allowed only at a near-tie of the two largest noised keys.
+          double best = -INFINITY, second = -INFINITY;
+          for (int64_t v = 0; v < c.V; ++v) {
+            const double k = key_of(logits, r, c.V, v, static_cast<uint32_t>(keys[i]), p);
+            if (k > best) {
+              second = best;
+              best = k;
+            } else if (k > second) {
+              second = k;
+            }
+          }
+          const bool near_tie = p.temperature > 0.0 && best - second < twin::kGumbelNearTie;
+          EXPECT_TRUE(near_tie) << "row " << r << ": x0 twin " << x_twin[i] << " vs cpu " << x_cpu[i]
+                                << " (top-2 key margin " << best - second << ")";
+          near_ties += near_tie ? 1 : 0;
+          continue;
+        }
+        const double rel = p.confidence_f64 ? twin::kConfidenceF64RelTol : twin::kConfidenceF32RelTol;
+        const double tol = rel * std::max(std::fabs(f_cpu[i]), 1e-30);
+        EXPECT_NEAR(f_twin[i], f_cpu[i], tol) << "row " << r << ": confidence of token " << x_cpu[i];
+        if (c.V >= 3 && r == 0 && p.temperature == 0.0 && p.suppress_token != 1) {
+          EXPECT_EQ(x_twin[i], 1) << "tie of the maximum at indices 1 and V-1 must resolve to 1";
+        }
+      }
+    }
+  }
+  if (near_ties > 0)
+    std::printf("[ select_tokens ] %lld of %lld rows were Gumbel near-ties (allowed to differ)\n",
+                static_cast<long long>(near_ties), static_cast<long long>(rows_checked));
+}
+
+INSTANTIATE_TEST_SUITE_P(Small, CudaSelect, ::testing::Values(Size::kSmall));
+INSTANTIATE_TEST_SUITE_P(Sweep, CudaSelect, ::testing::Values(Size::kSweep));
+
+}  // namespace
+}  // namespace flashdllm
