@@ -28,7 +28,10 @@ class ChatTemplate {
   static ChatTemplate llada(std::string bos_token);
 
   /// Renders messages: per message "<|start_header_id|>" + role + "<|end_header_id|>\n\n" +
-  /// trim(content) + "<|eot_id|>", BOS before the first, then always the assistant header.
+  /// trim(content) + "<|eot_id|>", BOS before the first, then always the assistant header
+  /// (the template has no add_generation_prompt switch). trim is Python's str.strip() (Jinja's
+  /// `trim`): Unicode whitespace incl. U+001C..U+001F, not U+180E / U+200B / U+FEFF. With no
+  /// messages the result is the assistant header alone (no BOS). Roles are copied verbatim.
   std::string render(const std::vector<ChatMessage>& messages) const;
 
   const std::string& bos_token() const noexcept { return bos_token_; }

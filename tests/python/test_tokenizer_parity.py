@@ -15,6 +15,8 @@ and variants derived here from them, to cover the rest of the supported format:
   split_behaviors  Split with every behavior, invert, String patterns, Digits
   regex_features   ^/$ line anchors, \\w, \\h, empty matches, (?i:)
   added_flags      extra added tokens with single_word / lstrip / rstrip / normalized
+  default_model    models/llada-arith-12m/tokenizer.json, the shipped small model's tokenizer
+                   (skipped until tools/train has produced it)
 A sweep over every code point assigned in Unicode 14 (what both regex engines know; PCRE2 10.42
 stops there) runs on realids, template_nfc and gpt2.
 """
@@ -114,6 +116,11 @@ def variant(name: str, tmp: Path) -> tuple[Path, list[str]]:
     """(tokenizer.json path, extra strings for this variant)."""
     if name in ("realids", "compact"):
         return DATA / f"llada_{name}.tokenizer.json", []
+    if name == "default_model":
+        path = REPO / "models" / "llada-arith-12m" / "tokenizer.json"
+        if not path.is_file():
+            pytest.skip(f"{path} does not exist yet (the small model is trained by tools/train)")
+        return path, []
     if name == "template_nfc":
         j = base("realids")
         j["normalizer"] = {"type": "Sequence", "normalizers": [{"type": "NFC"}]}
@@ -195,7 +202,8 @@ def variant(name: str, tmp: Path) -> tuple[Path, list[str]]:
     raise KeyError(name)
 
 
-VARIANTS = ["realids", "compact", "template_nfc", "gpt2", "split_behaviors", "regex_features", "added_flags"]
+VARIANTS = ["realids", "compact", "template_nfc", "gpt2", "split_behaviors", "regex_features", "added_flags",
+            "default_model"]
 SWEEP_VARIANTS = {"realids", "template_nfc", "gpt2"}
 
 
