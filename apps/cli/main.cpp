@@ -168,6 +168,7 @@ int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
     else
       std::cout << ids_to_string(engine->has_tokenizer() ? r.output_ids : r.canvas_ids) << "\n";
   }
+  std::cout.flush();  // answers first, then the timing line on stderr
   int64_t nfe = 0, toks = 0;
   for (const auto& r : results) {
     nfe = std::max(nfe, r.nfe);

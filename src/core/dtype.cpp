@@ -94,14 +94,23 @@ uint16_t f32_to_f16(float f) noexcept {
 void convert_to_f32(DType src_dtype, const void* src, float* dst, size_t n) {
   switch (src_dtype) {
     case DType::kF32: std::memcpy(dst, src, n * 4); return;
+    // safetensors data may sit at odd addresses: read elements with memcpy, never through a cast pointer.
     case DType::kBF16: {
-      auto* s = static_cast<const uint16_t*>(src);
-      for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
+      auto* s = static_cast<const unsigned char*>(src);
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t b;
+        std::memcpy(&b, s + 2 * i, 2);
+        dst[i] = bf16_to_f32(b);
+      }
       return;
     }
     case DType::kF16: {
-      auto* s = static_cast<const uint16_t*>(src);
-      for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+      auto* s = static_cast<const unsigned char*>(src);
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t b;
+        std::memcpy(&b, s + 2 * i, 2);
+        dst[i] = f16_to_f32(b);
+      }
       return;
     }
     default:

@@ -115,7 +115,14 @@ std::vector<int32_t> Engine::encode_prompt(const std::string& text, bool chat) c
 
 std::string Engine::decode(const std::vector<int32_t>& ids) const {
   if (!impl_->tokenizer) return "";
-  return impl_->tokenizer->decode(ids, /*skip_special_tokens=*/true);
+  // The LM head scores more rows than the tokenizer knows (LLaDA-8B: 126464 vs 126349); such ids
+  // have no text and are dropped, like special tokens.
+  std::vector<int32_t> known;
+  known.reserve(ids.size());
+  for (int32_t id : ids)
+    if (id >= 0 && id < impl_->tokenizer->vocab_size() && !impl_->tokenizer->id_to_token(id).empty())
+      known.push_back(id);
+  return impl_->tokenizer->decode(known, /*skip_special_tokens=*/true);
 }
 
 std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>& requests,

@@ -52,6 +52,7 @@ struct Case {
   size_t index = 0;
   std::string name;
 };
+void PrintTo(const Case& c, std::ostream* os) { *os << c.file << " run " << c.index; }
 
 std::vector<Case> cases(const std::string& file, bool free_run_only) {
   json j = load_json(golden_dir() / (file == "llada" ? "gen_llada.json" : "gen_fastdllm.json"));
@@ -138,14 +139,19 @@ TEST_P(SamplerTeacherForced, EveryStepMatchesAboveNoiseMargin) {
     for (int64_t p : got[k].positions) have.push_back(p - P);
     if (margin <= kFp32DecisionMargin) {
       ++near_ties;
-      EXPECT_EQ(have.size(), want.size()) << "step " << k << ": the number committed never depends on ties";
+      // In quota mode the count is fixed by the schedule; in threshold mode a confidence near ε
+      // decides the count itself, so nothing about this step is comparable.
+      if (!spec.opt.threshold) {
+        EXPECT_EQ(have.size(), want.size()) << "step " << k << ": quota counts never depend on ties";
+      }
       continue;
     }
     ++compared;
     EXPECT_EQ(have, want) << "step " << k << " (margin " << margin << ")";
     for (size_t j = 0; j < got[k].positions.size() && j < want.size(); ++j)
-      if (have[j] == want[j])
+      if (have[j] == want[j]) {
         EXPECT_EQ(got[k].tokens[j], out[static_cast<size_t>(want[j])]) << "step " << k << " position " << want[j];
+      }
   }
   EXPECT_GT(compared, 0);
   RecordProperty("near_tie_steps", near_ties);
@@ -206,8 +212,9 @@ TEST(SamplerBatch, GoldenBatchPairMatches) {
     // Batch invariance: the same prompt alone gives the same tokens.
     auto alone = sampler.generate({prompts[i]});
     EXPECT_EQ(alone[0].x, states[i].x) << "batched result differs from the single run of prompt " << i;
-    if (r["min_margin"].is_number() && r["min_margin"].get<double>() > kFp32DecisionMargin)
+    if (r["min_margin"].is_number() && r["min_margin"].get<double>() > kFp32DecisionMargin) {
       EXPECT_EQ(canvas, r["output_ids"].get<std::vector<int32_t>>());
+    }
   }
 }
 

@@ -14,7 +14,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <thread>
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_ops.h"
@@ -38,7 +37,8 @@ void check_2d(const Tensor& t, int64_t rows, int64_t cols, const char* op, const
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int threads) {
-    threads_ = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    // 0 = OpenMP's default (OMP_NUM_THREADS if set, else all hardware threads).
+    threads_ = threads > 0 ? threads : std::max(1, omp_get_max_threads());
     openblas_set_num_threads(threads_);
   }
 

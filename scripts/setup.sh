@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian/Ubuntu machine and builds flashdllm into ./build.
+#   scripts/setup.sh            install dependencies (apt + pip) if missing, configure, build
+#   FLASHDLLM_CUDA=ON|OFF       force the CUDA backend on/off (default: on when nvcc is found)
+#   FLASHDLLM_SKIP_DEPS=1       skip package installation (dependencies already present)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(cmake g++ make pkg-config python3 python3-pip
+  nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libpcre2-dev libutf8proc-dev
+  libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev)
+PIP_PACKAGES=(-r requirements-test.txt)
+
+if [[ "${FLASHDLLM_SKIP_DEPS:-0}" != 1 ]]; then
+  missing=()
+  for p in "${APT_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  if ((${#missing[@]})); then
+    echo "[setup] installing Debian packages: ${missing[*]}"
+    SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+  if ! python3 -c "import tokenizers, safetensors, numpy, pytest, jinja2, matplotlib" 2>/dev/null; then
+    echo "[setup] installing Python test oracles (pip): $(tr '\n' ' ' < requirements-test.txt)"
+    python3 -m pip install -q "${PIP_PACKAGES[@]}" 2>/dev/null ||
+      python3 -m pip install -q --break-system-packages "${PIP_PACKAGES[@]}"
+  fi
+fi
+
+CUDA="${FLASHDLLM_CUDA:-}"
+if [[ -z "$CUDA" ]]; then
+  if command -v nvcc >/dev/null 2>&1; then CUDA=ON; else CUDA=OFF; fi
+fi
+echo "[setup] configuring (CUDA backend: $CUDA)"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DFLASHDLLM_CUDA="$CUDA" >/dev/null
+echo "[setup] building with $(nproc) jobs"
+cmake --build build -j "$(nproc)"
+echo "[setup] done: ./build/flashdllm"

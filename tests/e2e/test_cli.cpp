@@ -1,0 +1,115 @@
+// End-to-end: the flashdllm command on the golden checkpoint (token ids in, ids out), its JSON
+// output, exit codes and error messages.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <sys/wait.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/model_fixture.h"
+#include "common/test_paths.h"
+
+namespace flashdllm::test {
+namespace {
+
+struct CliRun {
+  int code = -1;
+  std::string out;  // stdout + stderr
+};
+
+CliRun run_cli(const std::string& args) {
+  std::string cmd = fmt::format("{} {} 2>&1", cli_binary().string(), args);
+  CliRun r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string ids_arg(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+  return s;
+}
+
+TEST(Cli, GeneratesGoldenRunFromTokenIds) {
+  // The golden LLaDA run with the largest decision margin (run 212: prompt common[10], G 32, B 8, steps 8).
+  nlohmann::json g = load_json(golden_dir() / "gen_llada.json");
+  const nlohmann::json* run = nullptr;
+  for (const auto& r : g["runs"])
+    if (r["prompt_set"] == "common" && r["prompt_index"] == 10 && r["gen_length"] == 32 && r["block_length"] == 8 &&
+        r["steps"] == 8)
+      run = &r;
+  ASSERT_NE(run, nullptr);
+  auto prompt = g["prompts"]["common"][10].get<std::vector<int32_t>>();
+  CliRun r = run_cli(fmt::format("generate -m {} --prompt-ids {} --gen-length 32 --block-length 8 --steps 8 "
+                              "--confidence-f32 --json",
+                              golden_dir().string(), ids_arg(prompt)));
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  ASSERT_EQ(j["results"].size(), 1u);
+  EXPECT_EQ(j["results"][0]["canvas_ids"].get<std::vector<int32_t>>(), (*run)["output_ids"].get<std::vector<int32_t>>());
+  EXPECT_EQ(j["results"][0]["nfe"].get<int>(), 8);
+  EXPECT_EQ(j["results"][0]["prompt_ids"].get<std::vector<int32_t>>(), prompt);
+}
+
+TEST(Cli, PlainOutputPrintsIdsWithoutTokenizer) {
+  CliRun r = run_cli(fmt::format("generate -m {} --prompt-ids 5,6,7 --gen-length 8 --block-length 8 --steps 8",
+                              golden_dir().string()));
+  ASSERT_EQ(r.code, 0) << r.out;
+  // stdout's line of ids: 8 ids separated by spaces (the timing line goes to stderr).
+  std::istringstream lines(r.out);
+  std::string first;
+  while (std::getline(lines, first) && first.rfind("[flashdllm]", 0) == 0) {
+  }
+  int n = 0;
+  for (size_t i = 0; i < first.size(); ++i) n += first[i] != ' ' && (i == 0 || first[i - 1] == ' ');
+  EXPECT_EQ(n, 8) << r.out;
+  EXPECT_NE(r.out.find("NFE 8"), std::string::npos) << r.out;
+}
+
+TEST(Cli, TextPromptWithoutTokenizerIsAClearError) {
+  CliRun r = run_cli(fmt::format("generate -m {} -p hello", golden_dir().string()));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("has no tokenizer.json"), std::string::npos) << r.out;
+}
+
+TEST(Cli, ImpossibleParametersExitWithCode2) {
+  CliRun r = run_cli(fmt::format("generate -m {} --prompt-ids 5,6 --gen-length 100 --block-length 32",
+                              golden_dir().string()));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("multiple of block_length"), std::string::npos) << r.out;
+  r = run_cli(fmt::format("generate -m {} --prompt-ids 5,6 --steps 7", golden_dir().string()));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("divisible"), std::string::npos) << r.out;
+  r = run_cli(fmt::format("generate -m {} --prompt-ids 5,x", golden_dir().string()));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("'x' is not a token id"), std::string::npos) << r.out;
+}
+
+TEST(Cli, MissingModelDirectoryNamesIt) {
+  CliRun r = run_cli("generate -m /nonexistent/model --prompt-ids 1,2");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("/nonexistent/model"), std::string::npos) << r.out;
+}
+
+TEST(Cli, InfoPrintsConfigAndParameterCount) {
+  CliRun r = run_cli(fmt::format("info -m {}", golden_dir().string()));
+  ASSERT_EQ(r.code, 0) << r.out;
+  // g1: 2*1024*256 + 3*(4*256*256 + 3*256*512 + 2*256) + 256 = 2,492,160 parameters.
+  EXPECT_NE(r.out.find("2492160"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("F32"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("n_layers          3"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace flashdllm::test
