@@ -9,7 +9,7 @@ Output directory gets (the same file set LLaDA-8B-Instruct ships for its tokeniz
   tokenizer_config.json    LLaDA's file with only the ids of added_tokens_decoder rewritten.
   special_tokens_map.json  LLaDA's file, unchanged (it holds contents, not ids).
 
-Training text: the questions and answers of the arithmetic train split, the chat-template role words,
+Training text: the questions and answers of the first 50,000 arithmetic train problems, the chat-template role words,
 and (if present) the GSM8K train questions/answers in data/gsm8k_train.jsonl, which widen the word
 list so the vocabulary reaches a few thousand entries instead of only the templates' words.
 The BPE trainer is deterministic for a given input order.
@@ -33,21 +33,27 @@ from llada_format import REPO, spec  # noqa: E402
 GSM8K_TRAIN = REPO / "data" / "gsm8k_train.jsonl"
 
 
-def _corpus(train_jsonl: Path, use_gsm8k: bool):
-    """Yield training strings: arithmetic train split, role words, GSM8K train (optional)."""
+def _corpus(train_jsonl: Path, use_gsm8k: bool, max_problems: int):
+    """Yield training strings: role words, the first `max_problems` arithmetic train problems,
+    GSM8K train (optional)."""
     for _ in range(2000):  # the template's role words and blank line, so they become tokens
         yield "user\n\n"
         yield "assistant\n\n"
-    for path in [train_jsonl] + ([GSM8K_TRAIN] if use_gsm8k and GSM8K_TRAIN.exists() else []):
+    for path, limit in [(train_jsonl, max_problems)] + ([(GSM8K_TRAIN, None)] if use_gsm8k and GSM8K_TRAIN.exists() else []):
         with open(path, encoding="utf-8") as fh:
+            n = 0
             for line in fh:
+                if limit is not None and n >= limit:
+                    break
                 if line.strip():
                     r = json.loads(line)
                     yield r["question"]
                     yield r["answer"]
+                    n += 1
 
 
-def train_tokenizer(train_jsonl: Path, vocab_size: int, use_gsm8k: bool = True) -> Tokenizer:
+def train_tokenizer(train_jsonl: Path, vocab_size: int, use_gsm8k: bool = True,
+                    max_problems: int = 50_000) -> Tokenizer:
     """Train the BPE model on the corpus and return the complete tokenizer (added tokens included).
 
     Raises RuntimeError if the corpus cannot supply `vocab_size` regular tokens or if the added
@@ -61,7 +67,7 @@ def train_tokenizer(train_jsonl: Path, vocab_size: int, use_gsm8k: bool = True) 
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, min_frequency=2, show_progress=False, special_tokens=[],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(_corpus(train_jsonl, use_gsm8k), trainer=trainer)
+    tok.train_from_iterator(_corpus(train_jsonl, use_gsm8k, max_problems), trainer=trainer)
     n = tok.get_vocab_size(with_added_tokens=False)
     if n != vocab_size:
         raise RuntimeError(f"BPE training produced {n} regular tokens, wanted {vocab_size}: "
@@ -129,8 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True, help="directory for the tokenizer files")
     ap.add_argument("--vocab-size", type=int, default=2048, help="regular BPE tokens (N)")
     ap.add_argument("--no-gsm8k", action="store_true", help="train on the arithmetic data only")
+    ap.add_argument("--max-problems", type=int, default=50_000, help="arithmetic train problems used")
     args = ap.parse_args(argv)
-    tok = train_tokenizer(args.train, args.vocab_size, use_gsm8k=not args.no_gsm8k)
+    tok = train_tokenizer(args.train, args.vocab_size, use_gsm8k=not args.no_gsm8k, max_problems=args.max_problems)
     write_tokenizer_files(tok, args.vocab_size, args.out)
     ids = fmt.SpecialIds(args.vocab_size)
     print(f"tokenizer: {args.vocab_size} regular + {fmt.N_ADDED} added tokens -> {args.out} "

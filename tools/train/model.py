@@ -203,13 +203,20 @@ class LladaModel(nn.Module):
         key_valid: optional bool [B, L]; False marks padding keys no query may attend to."""
         if ids.dim() != 2:
             raise ValueError(f"ids must be [B, L], got shape {tuple(ids.shape)}")
+        L = ids.shape[1]
+        if key_valid is not None and L % 16:
+            # Pad to a multiple of 16 with masked-out keys so SDPA's memory-efficient kernel gets an
+            # aligned mask; the extra rows sit after every real position and are dropped below.
+            extra = 16 - L % 16
+            ids = F.pad(ids, (0, extra), value=0)
+            key_valid = F.pad(key_valid, (0, extra), value=False)
         t = self.model.transformer
         h = t.wte(ids)
         sin, cos = self._rope(ids.shape[1], ids.device)
         mask = None if key_valid is None else key_valid[:, None, None, :]
         for blk in t.blocks:
             h = blk(h, sin, cos, mask)
-        return t.ln_f(h)
+        return t.ln_f(h[:, :L])
 
     def head(self, h: torch.Tensor) -> torch.Tensor:
         """LM head: logits = h @ ff_out.weight^T."""
