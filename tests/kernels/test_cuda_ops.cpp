@@ -105,8 +105,8 @@ TEST_P(CudaOps, EmbeddingGathersExactRows) {
     int64_t V, D, T;
   };
   const std::vector<Case> cases = small() ? std::vector<Case>{{50, 64, 7}}
-                                          : std::vector<Case>{{1024, 256, 1}, {1024, 256, 333}, {126464, 4096, 77},
-                                                              {1000, 130, 9}};
+                                          : std::vector<Case>{{1024, 256, 1}, {1024, 256, 333}, {126464, 64, 77},
+                                                              {8192, 4096, 300}, {1000, 130, 9}};
   for (const Case& c : cases) {
     SCOPED_TRACE("embedding V=" + std::to_string(c.V) + " D=" + std::to_string(c.D) + " T=" + std::to_string(c.T));
     const std::vector<float> table = randn_bf16(static_cast<size_t>(c.V * c.D), 3 + c.V);
