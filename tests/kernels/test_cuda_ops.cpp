@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <ostream>
 #include <random>
 
 #include "kernels/cuda_twin.h"
@@ -24,6 +25,8 @@ using twin::put_i32;
 using twin::randn_bf16;
 
 enum class Size { kSmall, kSweep };
+void PrintTo(Size s, std::ostream* os) { *os << (s == Size::kSmall ? "small" : "sweep"); }
+std::string size_name(const ::testing::TestParamInfo<Size>& i) { return i.param == Size::kSmall ? "small" : "sweep"; }
 
 class CudaOps : public twin::TwinTest, public ::testing::WithParamInterface<Size> {
  protected:
@@ -425,8 +428,8 @@ TEST_P(CudaOps, GatherRowsOutOfRangeIsReported) {
       *twin_, [&] { twin_->gather_rows(x.t, i.t, o.t); }, ErrorCode::kInvalidArgument, "gather_rows"));
 }
 
-INSTANTIATE_TEST_SUITE_P(Small, CudaOps, ::testing::Values(Size::kSmall));
-INSTANTIATE_TEST_SUITE_P(Sweep, CudaOps, ::testing::Values(Size::kSweep));
+INSTANTIATE_TEST_SUITE_P(Small, CudaOps, ::testing::Values(Size::kSmall), size_name);
+INSTANTIATE_TEST_SUITE_P(Sweep, CudaOps, ::testing::Values(Size::kSweep), size_name);
 
 }  // namespace
 }  // namespace flashdllm

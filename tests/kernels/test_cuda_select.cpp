@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <ostream>
 #include <random>
 
 #include "core/philox.h"
@@ -25,6 +26,8 @@ using twin::put_i32;
 using twin::randn_bf16;
 
 enum class Size { kSmall, kSweep };
+void PrintTo(Size s, std::ostream* os) { *os << (s == Size::kSmall ? "small" : "sweep"); }
+std::string size_name(const ::testing::TestParamInfo<Size>& i) { return i.param == Size::kSmall ? "small" : "sweep"; }
 
 class CudaSelect : public twin::TwinTest, public ::testing::WithParamInterface<Size> {
  protected:
@@ -172,8 +175,8 @@ TEST_P(CudaSelect, SelectTokensMatchesCpu) {
                 static_cast<long long>(near_ties), static_cast<long long>(rows_checked));
 }
 
-INSTANTIATE_TEST_SUITE_P(Small, CudaSelect, ::testing::Values(Size::kSmall));
-INSTANTIATE_TEST_SUITE_P(Sweep, CudaSelect, ::testing::Values(Size::kSweep));
+INSTANTIATE_TEST_SUITE_P(Small, CudaSelect, ::testing::Values(Size::kSmall), size_name);
+INSTANTIATE_TEST_SUITE_P(Sweep, CudaSelect, ::testing::Values(Size::kSweep), size_name);
 
 }  // namespace
 }  // namespace flashdllm
