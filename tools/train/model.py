@@ -40,7 +40,7 @@ class LladaConfig:
     d_model: int = 256
     n_heads: int = 2
     n_kv_heads: int = 2
-    n_layers: int = 12
+    n_layers: int = 13
     mlp_hidden_size: int = 768
     vocab_size: int = 2368
     embedding_size: int = 2368

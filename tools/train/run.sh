@@ -3,10 +3,10 @@
 #
 #   tools/train/run.sh OUT_DIR [--smoke] [extra train.py flags, e.g. --time-budget 300 --steps N]
 #
-# Full run (GPU, <= 8 min on one H200): 400k train problems, 2048-token BPE, d_model 256 / 12 layers,
-# 360 s training budget, eval on 200 test problems. --smoke: 2000 problems, a 2-layer d_model-128
-# model trained 15 s, eval on 4 problems; runs on the CPU (a few minutes on a busy 2-core machine);
-# it checks the plumbing only, the model learns nothing useful.
+# Full run (GPU, <= 8 min on one H200): 400k train problems, 2048-token BPE, d_model 256, 13 layers
+# (12.3M parameters, model dir llada-arith-12m), 360 s training budget, eval on 200 test problems.
+# --smoke: 2000 problems, a 2-layer d_model-128 model trained 15 s, eval on 4 problems; runs on the
+# CPU (a few minutes on a busy 2-core machine); it checks the plumbing only, the model learns nothing.
 #
 # Writes: OUT_DIR/data/{train,validation,test}.jsonl, OUT_DIR/tokenizer/, OUT_DIR/train_log.jsonl,
 # OUT_DIR/loss_curve.png, OUT_DIR/eval.json, OUT_DIR/<model name>/ (the HF-layout model dir to copy to

@@ -169,6 +169,7 @@ def export(model: LladaModel, tokenizer_dir: Path, out_dir: Path) -> None:
     (out_dir / "config.json").write_text(json.dumps(hf_config(cfg), indent=2) + "\n")
     sd = {k: v.detach().to("cpu", torch.bfloat16).contiguous() for k, v in model.state_dict().items()}
     save_file(sd, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    (out_dir / "model.safetensors").chmod(0o644)
     for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         shutil.copyfile(tokenizer_dir / f, out_dir / f)
     gen = json.loads((fmt.REPO / "data" / "llada-8b-instruct" / "generation_config.json").read_text())
@@ -257,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--d-model", type=int, default=256)
     ap.add_argument("--n-heads", type=int, default=2)
-    ap.add_argument("--n-layers", type=int, default=12)
+    ap.add_argument("--n-layers", type=int, default=13)
     ap.add_argument("--mlp-hidden-size", type=int, default=768)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--lr", type=float, default=1.5e-3)
@@ -434,6 +435,7 @@ def main(argv: list[str] | None = None) -> int:
         "FINAL_VAL_LOSS": f"{vlog[-1]['val_loss']:.4f}" if vlog else "n/a",
         "DEVICE": torch.cuda.get_device_name(0) if device.type == "cuda" else "CPU",
         "TORCH": torch.__version__, "SEED": args.seed,
+        "AMP": "bf16 autocast" if amp else "fp32",
         "EVAL_N": ev.get("n", 0),
         "ACC_LLADA": pct("llada_sampler"), "ACC_FLASH": pct("llada_sampler_flash_layout"),
         "ACC_THR": pct("threshold_0.9"), "ACC_THR_FLASH": pct("threshold_0.9_flash_layout"),
