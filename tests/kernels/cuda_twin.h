@@ -31,6 +31,9 @@ namespace flashdllm::twin {
 /// than this (float64 key units), CPU and CUDA may pick different tokens (their `log` differ by
 /// up to 1 ulp); such rows are reported, not failed.
 inline constexpr double kGumbelNearTie = 1e-9;
+/// GEMM with fp32 output (logits): bf16 products are exact in fp32, only the accumulation order
+/// differs (cuBLASLt tensor-core fp32 vs OpenBLAS fp32), a few ulp of the row sums for K <= 12288.
+inline constexpr double kF32GemmRelTol = 10 * test::kFp32OpRelTol;
 /// float64 softmax confidence of two implementations (different summation orders), relative.
 inline constexpr double kConfidenceF64RelTol = test::kFp32OpRelTol;
 /// float32 softmax confidence (confidence_f64 = false): the CPU sums up to 126464 terms
