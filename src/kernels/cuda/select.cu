@@ -24,8 +24,13 @@ struct Best {
   int32_t index;
 };
 
-// Larger key wins; equal keys -> smaller index (first occurrence, as torch.argmax / std::max_element).
+constexpr int32_t kNoCandidate = 0x7fffffff;
+
+// Larger key wins; equal keys -> smaller index (first occurrence, as torch.argmax and the CPU
+// backend). Any candidate beats "no candidate" (index kNoCandidate), even a −inf key.
 __device__ __forceinline__ Best better(Best a, Best b) {
+  if (b.index == kNoCandidate) return a;
+  if (a.index == kNoCandidate) return b;
   if (b.key > a.key || (b.key == a.key && b.index < a.index)) return b;
   return a;
 }
@@ -56,7 +61,7 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectArgs a) {
   const uint32_t row_key = static_cast<uint32_t>(a.row_keys[r]);
 
   // Pass 1: argmax of the (noised) key and the max of the confidence logits.
-  Best best{-__longlong_as_double(0x7ff0000000000000LL), 0x7fffffff};
+  Best best{-__longlong_as_double(0x7ff0000000000000LL), kNoCandidate};
   float cmax = kNegInf;
   for (int32_t v = threadIdx.x; v < vocab; v += kSelectThreads) {
     if (v == a.suppress_token) continue;  // excluded from the argmax and the confidence
@@ -78,7 +83,8 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectArgs a) {
   __syncthreads();
   if (warp == 0) {
     constexpr int kWarps = kSelectThreads / 32;
-    Best b = lane < kWarps ? Best{s_key[lane], s_idx[lane]} : Best{-__longlong_as_double(0x7ff0000000000000LL), 0x7fffffff};
+    Best b = lane < kWarps ? Best{s_key[lane], s_idx[lane]}
+                           : Best{-__longlong_as_double(0x7ff0000000000000LL), kNoCandidate};
     b = warp_best(b);
     if (lane == 0) {
       s_key[0] = b.key;
@@ -86,12 +92,13 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectArgs a) {
     }
   }
   __syncthreads();
-  int32_t x0 = s_idx[0];
-  if (x0 < 0 || x0 >= vocab) x0 = 0;  // every key was NaN: fall back to token 0
+  // No candidate at all (the whole vocabulary is the suppressed token): x0 = −1, confidence 0.
+  const int32_t x0 = s_idx[0] == kNoCandidate ? -1 : s_idx[0];
   cmax = detail::block_max<kSelectThreads>(cmax, s_max);
 
   // Pass 2: softmax denominator of the confidence logits.
-  const bool x0_masked = x0 == a.suppress_token || x0 == a.conf_suppress_a || x0 == a.conf_suppress_b;
+  const bool x0_masked =
+      x0 < 0 || x0 == a.suppress_token || x0 == a.conf_suppress_a || x0 == a.conf_suppress_b;
   if constexpr (kF64) {
     double sum = 0.0;
     const double m = cmax;

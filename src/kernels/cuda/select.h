@@ -34,7 +34,8 @@ struct SelectArgs {
 ///   key_v = l_v                                   if temperature == 0
 ///   key_v = (double)l_v − τ·ln(−ln u_v)          otherwise, u_v = philox_uniform(seed, step, row_keys[r], v),
 /// which is the log of upstream's exp(l)/(−ln u)^τ in float64, so both have the same argmax;
-///   x0[r]   = argmax_v key_v (the smallest v among equal maxima);
+///   x0[r]   = argmax_v key_v over v != suppress_token (the smallest v among equal maxima; −1
+///             when no token is left);
 ///   conf[r] = exp(c_{x0} − m) / Σ_v exp(c_v − m), c = l with conf_suppress_a/b also −inf,
 ///             m = max_v c_v, computed in float64 or float32 (confidence_f64); 0 when c_{x0} = −inf.
 /// One 512-thread block per row, two passes over the row. rows == 0 is a no-op.
