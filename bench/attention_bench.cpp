@@ -222,6 +222,7 @@ int main(int argc, char** argv) {
     if (!json_path.empty()) {
       std::ofstream f(json_path);
       f << out.dump(2) << "\n";
+      if (!f) throw std::runtime_error("cannot write " + json_path);
       std::printf("\nwrote %s\n", json_path.c_str());
     }
   } catch (const std::exception& e) {

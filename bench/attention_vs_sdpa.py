@@ -73,14 +73,24 @@ def sdpa_results(batches, seqlens, heads, head_dim, warmup, iters):
             scale = 1.0 / math.sqrt(head_dim)
             for name, backend in backends.items():
                 entry = {"impl": name, "batch": B, "seqlen": L, "heads": heads, "head_dim": head_dim, "input_sets": n_sets}
-                try:
-                    with sdpa_kernel(backend):
-                        def call(s):
-                            q, k, v = sets[s]
-                            return F.scaled_dot_product_attention(q, k, v, is_causal=False, scale=scale)
-                        entry.update(time_calls(call, n_sets, warmup, iters))
-                except Exception as e:  # backend unavailable for this shape / build
-                    entry["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                # Our layout first ((B, L, H, D) memory viewed as (B, H, L, D)); if the backend refuses
+                # it, contiguous (B, H, L, D) copies.
+                for layout in ("bshd", "bhsd"):
+                    use = sets if layout == "bshd" else [tuple(t.contiguous() for t in st) for st in sets]
+                    try:
+                        with sdpa_kernel(backend):
+                            def call(s, use=use):
+                                q, k, v = use[s]
+                                return F.scaled_dot_product_attention(q, k, v, is_causal=False, scale=scale)
+                            entry.update(time_calls(call, n_sets, warmup, iters))
+                        entry["layout"] = layout
+                        entry.pop("error", None)
+                        break
+                    except Exception as e:  # backend unavailable for this shape / layout / build
+                        entry["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                    finally:
+                        if layout == "bhsd":
+                            del use
                 results.append(entry)
             del sets
             torch.cuda.empty_cache()
@@ -114,6 +124,7 @@ def main():
     sdpa = sdpa_results(batches, seqlens, args.heads, head_dim, args.warmup, args.iters)
     torch.cuda.empty_cache()
 
+    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
     ours_json = os.path.splitext(args.json)[0] + ".ours.json"
     cmd = [args.bench, "--seqlens", args.seqlens, "--batches", args.batches, "--heads", str(args.heads),
            "--variants", args.variants, "--warmup", str(args.warmup), "--iters", str(args.iters),
@@ -180,7 +191,6 @@ def main():
         if "error" in r:
             print(f"note: {r['impl']} B={r['batch']} L={r['seqlen']} unavailable: {r['error']}")
 
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
     with open(args.json, "w") as f:
         json.dump({"device": device, "torch": torch.__version__, "heads": args.heads, "head_dim": head_dim,
                    "peak_tflops": args.peak_tflops, "commit": os.environ.get("FLASHDLLM_COMMIT", "unknown"),
