@@ -181,7 +181,12 @@ if ((${#DEBS[@]})); then
   P=/tmp/fdllm-deps
   A="$P/usr/lib/x86_64-linux-gnu"
   rm -rf "$P" && mkdir -p "$P"
-  for f in "${DEBS[@]}"; do dpkg-deb -x "$f" "$P" || { echo "cannot unpack $f" | tee -a "$LOG"; FAILED=1; }; done
+  unpack() {  # dpkg-deb where present, else ar + tar
+    if command -v dpkg-deb > /dev/null; then dpkg-deb -x "$1" "$P"; return; fi
+    local d
+    d=$(mktemp -d) && (cd "$d" && ar x "$1" && tar -xf data.tar.* -C "$P") && rm -rf "$d"
+  }
+  for f in "${DEBS[@]}"; do unpack "$f" || { echo "cannot unpack $f" | tee -a "$LOG"; FAILED=1; }; done
   export LD_LIBRARY_PATH="$A:$A/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export LIBRARY_PATH="$A:$A/openblas-pthread${LIBRARY_PATH:+:$LIBRARY_PATH}"
   export PKG_CONFIG_LIBDIR="$A/pkgconfig:$P/usr/share/pkgconfig"
