@@ -91,7 +91,7 @@ elapsed() { echo $(($(date +%s) - T0)); }
 # One-line result of a step from its output.
 step_detail() {
   local f=$1 d
-  d=$(grep -E "^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test|ERROR SUMMARY|RACECHECK SUMMARY|acceptance .*FAIL" "$f" | tr '\n' ' ' | cut -c1-160)
+  d=$(grep -E "^\[  PASSED  \]|^\[  SKIPPED \] [0-9]+ test|^\[  FAILED  \] [0-9]+ test|ERROR SUMMARY|RACECHECK SUMMARY|acceptance .*FAIL" "$f" | tr '\n' ' ' | cut -c1-160)
   [[ -z "$d" ]] && d=$(grep -v '^\s*$' "$f" | tail -n 1 | cut -c1-160)
   echo "${d//|//}"
 }
@@ -118,6 +118,8 @@ run_step() {
   dt=$(($(date +%s) - t))
   status=PASS
   if ((rc == 124 || rc == 137)); then status=TIMEOUT; elif ((rc != 0)); then status="FAIL(rc=$rc)"; fi
+  # A GoogleTest binary whose every test skipped did not test anything (no GPU visible?).
+  if [[ $status == PASS ]] && grep -q "^\[  PASSED  \] 0 tests" "$STEP_OUT"; then status="ALL-SKIPPED"; fi
   SUMMARY+=("| $name | $status | $dt | $(step_detail "$STEP_OUT") |")
   echo "[gpu_check] $name: $status in ${dt}s"
   if [[ $status != PASS ]]; then
