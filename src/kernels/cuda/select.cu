@@ -50,6 +50,7 @@ template <bool kGumbel, bool kF64>
 __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectArgs a) {
   __shared__ double s_key[32];
   __shared__ int32_t s_idx[32];
+  __shared__ int32_t s_best;  // separate slot: warp 0 reads s_idx while lane 0 publishes the result
   __shared__ float s_max[32];
   __shared__ double s_sum_d[32];
   __shared__ float s_sum_f[32];
@@ -86,14 +87,11 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectArgs a) {
     Best b = lane < kWarps ? Best{s_key[lane], s_idx[lane]}
                            : Best{-__longlong_as_double(0x7ff0000000000000LL), kNoCandidate};
     b = warp_best(b);
-    if (lane == 0) {
-      s_key[0] = b.key;
-      s_idx[0] = b.index;
-    }
+    if (lane == 0) s_best = b.index;
   }
   __syncthreads();
   // No candidate at all (the whole vocabulary is the suppressed token): x0 = −1, confidence 0.
-  const int32_t x0 = s_idx[0] == kNoCandidate ? -1 : s_idx[0];
+  const int32_t x0 = s_best == kNoCandidate ? -1 : s_best;
   cmax = detail::block_max<kSelectThreads>(cmax, s_max);
 
   // Pass 2: softmax denominator of the confidence logits.
