@@ -9,6 +9,7 @@
 # Usage
 #   scripts/gpu_check.sh                 run everything (on the GPU machine); ~5-8 minutes
 #   scripts/gpu_check.sh --build-only    configure + build only (any machine with nvcc)
+#   scripts/gpu_check.sh --tests-only    everything but the benchmarks (safe beside other GPU work)
 #   scripts/gpu_check.sh --fetch-deps    (on a Debian 12 machine with apt) download the build
 #                                        dependencies as .deb files into .carry/gpudeps/ (~15 MB)
 #
@@ -36,7 +37,7 @@ DEB_PACKAGES=(libfmt-dev libfmt9 libspdlog-dev libspdlog1.10 nlohmann-json3-dev 
   libopenblas-pthread-dev libopenblas0-pthread libgfortran5 libpcre2-dev libpcre2-8-0 libpcre2-16-0
   libpcre2-32-0 libpcre2-posix3 libutf8proc-dev libutf8proc2 pkgconf-bin libpkgconf3)
 
-TESTS=(test_cuda_ops test_cuda_attention test_cuda_select)
+TESTS=(test_cuda_ops test_cuda_attention test_cuda_select test_cuda_forward)
 
 # Internal: --sanitize TOOL BUILD SANITIZER runs every test binary's Small set under
 # compute-sanitizer TOOL (a separate process so that `timeout` can bound it).
@@ -45,6 +46,7 @@ if [[ "${1:-}" == --sanitize ]]; then
   for t in "${TESTS[@]}"; do
     filter='Small*'
     [[ $t == test_cuda_attention ]] && filter='CudaAttention.Small*'
+    [[ $t == test_cuda_forward ]] && filter='CudaForward.Golden*'
     echo "### compute-sanitizer --tool $tool $t --gtest_filter=$filter"
     FLASHDLLM_CUDA_SYNC=1 "$san" --tool "$tool" --error-exitcode 86 --print-limit 30 --report-api-errors no \
       "$build/tests/$t" --gtest_color=no --gtest_filter="$filter" || rc=1
@@ -61,6 +63,7 @@ case "${1:-}" in
     echo "run the check with the device tool carrying .carry (e.g. carry: [\".carry\"])"
     exit 0 ;;
   --build-only) MODE=build ;;
+  --tests-only) MODE=tests ;;
   "") ;;
   *) echo "usage: $0 [--build-only | --fetch-deps]" >&2; exit 2 ;;
 esac
@@ -211,13 +214,16 @@ command -v ninja > /dev/null && GEN=(-G Ninja)
 run_step configure 180 cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DFLASHDLLM_CUDA=ON \
   -DFLASHDLLM_CUDA_ARCHS=90 -DFLASHDLLM_PTXAS_VERBOSE=ON -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
   -DCMAKE_USER_MAKE_RULES_OVERRIDE_CUDA="$BUILD/cuda20_flags.cmake" "${CMAKE_DEP_ARGS[@]}" || finish
-run_step build 330 cmake --build "$BUILD" -j "$JOBS" --target "${TESTS[@]}" attention_bench gemm_bench || finish
+run_step build 330 cmake --build "$BUILD" -j "$JOBS" --target "${TESTS[@]}" flashdllm attention_bench gemm_bench || finish
 [[ $MODE == build ]] && finish
 
 # ---------------------------------------------------------------------------- tests
 for t in "${TESTS[@]}"; do
   run_step "$t" 240 "$BUILD/tests/$t" --gtest_color=no
 done
+
+run_step cli_generate_cuda 60 "$BUILD/flashdllm" generate --device cuda -m "$ROOT/tests/data/golden/g1" \
+  --prompt-ids 1,2,3,4,5,6,7,8 --gen-length 32 --block-length 8 --steps 32 --json
 
 # ---------------------------------------------------------------------------- sanitizers (Small sets)
 SAN="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
@@ -228,6 +234,8 @@ else
   SUMMARY+=("| sanitizers | SKIP | 0 | compute-sanitizer not found |")
   FAILED=1
 fi
+
+[[ $MODE == tests ]] && finish
 
 # ---------------------------------------------------------------------------- benchmarks
 if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" > /dev/null 2>&1; then

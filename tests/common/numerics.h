@@ -19,6 +19,11 @@ inline constexpr double kFp32OpRelTol = 2e-5;
 inline constexpr double kBf16OpRelTol = 1.6e-2;
 /// Whole bf16 forward vs fp32 forward (logits), relative to max|ref| (golden README: ~1e-2).
 inline constexpr double kBf16LogitRelTol = 3e-2;
+/// Fraction of rows whose argmax a bf16 forward must share with the fp32 reference (the rest are
+/// near-ties between the top-2 logits, which bf16 rounding may flip).
+inline constexpr double kBf16ArgmaxAgreement = 0.97;
+/// Decision margin (confidence gap) above which a bf16 engine must reproduce fp32 decisions.
+inline constexpr double kBf16DecisionMargin = 2e-2;
 /// Decision margin above which fp32 engines must reproduce upstream fp32 decisions exactly
 /// (golden README: "exact match when margin > 1e-3").
 inline constexpr double kFp32DecisionMargin = 1e-3;
