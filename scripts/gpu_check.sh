@@ -59,6 +59,12 @@ case "${1:-}" in
   --fetch-deps)
     mkdir -p "$DEPS_DIR" && cd "$DEPS_DIR" || exit 1
     apt-get download "${DEB_PACKAGES[@]}" || exit 1
+    # The OpenBLAS -dev package is mostly a 50 MB static library we never link: keep headers,
+    # the .so link, pkg-config and CMake files only (the device tool carries 64 MiB at most).
+    for d in libopenblas-pthread-dev_*.deb; do
+      t=$(mktemp -d) && dpkg-deb -x "$d" "$t" && find "$t" -name '*.a' -delete && rm -rf "$t/usr/share" &&
+        tar -czf libopenblas-pthread-dev-min.tar.gz -C "$t" usr && rm -rf "$t" "$d"
+    done
     echo "downloaded $(find . -name '*.deb' | wc -l) packages ($(du -sh . | cut -f1)) into $DEPS_DIR"
     echo "run the check with the device tool carrying .carry (e.g. carry: [\".carry\"])"
     exit 0 ;;
@@ -181,6 +187,7 @@ finish() {
 CMAKE_DEP_ARGS=()
 shopt -s nullglob
 DEBS=("$DEPS_DIR"/*.deb)
+TARS=("$DEPS_DIR"/*.tar.gz)  # trimmed packages (e.g. openblas -dev without its 50 MB static library)
 shopt -u nullglob
 if ((${#DEBS[@]})); then
   P=/tmp/fdllm-deps
@@ -192,6 +199,7 @@ if ((${#DEBS[@]})); then
     d=$(mktemp -d) && (cd "$d" && ar x "$1" && tar -xf data.tar.* -C "$P") && rm -rf "$d"
   }
   for f in "${DEBS[@]}"; do unpack "$f" || { echo "cannot unpack $f" | tee -a "$LOG"; FAILED=1; }; done
+  for f in "${TARS[@]}"; do tar -xzf "$f" -C "$P" || { echo "cannot unpack $f" | tee -a "$LOG"; FAILED=1; }; done
   export LD_LIBRARY_PATH="$A:$A/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export LIBRARY_PATH="$A:$A/openblas-pthread${LIBRARY_PATH:+:$LIBRARY_PATH}"
   export PKG_CONFIG_LIBDIR="$A/pkgconfig:$P/usr/share/pkgconfig"

@@ -193,6 +193,8 @@ std::vector<StepCommit> LladaSampler::step(std::vector<SequenceState>& batch) {
     }
     std::sort(pick.begin(), pick.end());
     StepCommit& sc = commits[i];
+    sc.candidates = cand[i];
+    sc.confidences.assign(cs.begin(), cs.end());
     for (int64_t j : pick) {
       const int64_t pos = cand[i][static_cast<size_t>(j)];
       s.x[pos] = x0[static_cast<size_t>(r0 + j)];

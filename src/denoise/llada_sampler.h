@@ -60,10 +60,13 @@ struct SequenceState {
   int64_t gen_begin() const noexcept { return prompt_len; }
 };
 
-/// What one step did to one sequence: committed positions (absolute, ascending) and tokens.
+/// What one step did to one sequence: committed positions (absolute, ascending) and tokens, plus
+/// the decision's inputs: every candidate position of the step and its confidence (for margins).
 struct StepCommit {
   std::vector<int64_t> positions;
   std::vector<int32_t> tokens;
+  std::vector<int64_t> candidates;
+  std::vector<double> confidences;
 };
 
 /// Called after every step with the sequence index in the batch, its state and the commit.

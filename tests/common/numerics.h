@@ -22,6 +22,11 @@ inline constexpr double kBf16LogitRelTol = 3e-2;
 /// Fraction of rows whose argmax a bf16 forward must share with the fp32 reference (the rest are
 /// near-ties between the top-2 logits, which bf16 rounding may flip).
 inline constexpr double kBf16ArgmaxAgreement = 0.97;
+/// A bf16 engine on a model whose bf16 error was measured with an independent straightforward bf16
+/// forward (the "yardstick"): allowed error = this factor x the yardstick's, and argmax agreement
+/// at most this much below the yardstick's.
+inline constexpr double kBf16YardstickFactor = 1.5;
+inline constexpr double kBf16YardstickArgmaxSlack = 0.05;
 /// Decision margin (confidence gap) above which a bf16 engine must reproduce fp32 decisions.
 inline constexpr double kBf16DecisionMargin = 2e-2;
 /// Decision margin above which fp32 engines must reproduce upstream fp32 decisions exactly

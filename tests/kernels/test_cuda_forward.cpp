@@ -15,7 +15,9 @@
 #include "common/test_paths.h"
 #include "denoise/decode_rules.h"
 #include "denoise/llada_sampler.h"
+#include "io/chat_template.h"
 #include "io/safetensors.h"
+#include "io/tokenizer.h"
 
 namespace flashdllm::test {
 namespace {
@@ -57,9 +59,13 @@ double argmax_agreement(const std::vector<float>& a, const std::vector<float>& b
   return static_cast<double>(same) / static_cast<double>(rows);
 }
 
-TEST_F(CudaForward, GoldenLogitsWithinBf16Tolerance) {
+// g1's attention is deliberately sharp, so any bf16 forward moves its logits by 10-40% of max|logit|
+// (tests/data/golden/g1_bf16_reference_error.json, measured with an independent PyTorch bf16
+// forward). The bound is a small multiple of that yardstick, per the numerics policy.
+TEST_F(CudaForward, GoldenLogitsWithinBf16Yardstick) {
   LladaModel model = load_model(*gpu_, golden_dir());
   auto fwd = SafetensorsFile::open(golden_dir() / "forward.safetensors");
+  const auto yard = load_json(test_data_dir() / "golden" / "g1_bf16_reference_error.json");
   std::vector<std::vector<int32_t>> seqs;
   for (const char* key : {"L7", "L64", "L200", "L333"}) {
     std::vector<int32_t> ids = ids_of(fwd->tensors().at(std::string("input_ids.") + key));
@@ -67,8 +73,8 @@ TEST_F(CudaForward, GoldenLogitsWithinBf16Tolerance) {
     std::vector<float> got = full_logits(*gpu_, model, {ids});
     const double err = rel_max_err(got, ref);
     const double agree = argmax_agreement(got, ref, model.config.embedding_size);
-    EXPECT_LE(err, kBf16LogitRelTol) << key;
-    EXPECT_GE(agree, kBf16ArgmaxAgreement) << key;
+    EXPECT_LE(err, kBf16YardstickFactor * yard["rel_max_err"][key].get<double>()) << key;
+    EXPECT_GE(agree, yard["argmax_agreement"][key].get<double>() - kBf16YardstickArgmaxSlack) << key;
     RecordProperty(std::string("rel_err_") + key, std::to_string(err));
     RecordProperty(std::string("argmax_agree_") + key, std::to_string(agree));
     std::printf("golden %s: rel max err %.3e, argmax agreement %.4f\n", key, err, agree);
@@ -106,47 +112,51 @@ TEST_F(CudaForward, SmallModelCudaMatchesCpu) {
   EXPECT_GE(agree, kBf16ArgmaxAgreement);
 }
 
-TEST_F(CudaForward, SamplerTeacherForcedMatchesGoldenAboveBf16Margin) {
-  LladaModel model = load_model(*gpu_, golden_dir());
-  nlohmann::json g = load_json(golden_dir() / "gen_llada.json");
+// The LLaDA sampler on CUDA, teacher-forced along the CPU sampler's trajectory on the small trained
+// model: every step whose CPU decision margin (gap between the last committed and the first left
+// confidence) exceeds kBf16DecisionMargin must commit the same positions and tokens.
+TEST_F(CudaForward, SamplerMatchesCpuAboveBf16Margin) {
+  const auto dir = default_model_dir();
+  if (!std::filesystem::exists(dir / "model.safetensors")) GTEST_SKIP() << "no small model at " << dir;
+  LladaModel mc = load_model(*cpu_, dir);
+  LladaModel mg = load_model(*gpu_, dir);
+  Tokenizer tok = Tokenizer::from_file(dir / "tokenizer.json");
+  ChatTemplate chat = ChatTemplate::from_tokenizer_config(dir / "tokenizer_config.json");
+  LladaSamplerOptions o;
+  o.gen_length = 64;
+  o.block_length = 32;
+  o.steps = 64;
+  LladaSampler cpu_sampler(*cpu_, mc, o), gpu_sampler(*gpu_, mg, o);
   int compared = 0, near_ties = 0, mismatches = 0;
-  for (const auto& r : g["runs"]) {
-    if (r["prompt_set"] != "common" || r["gen_length"] != 32 || r["block_length"] != 8 || r["steps"] != 32) continue;
-    auto prompt = g["prompts"]["common"][r["prompt_index"].get<size_t>()].get<std::vector<int32_t>>();
-    auto out = r["output_ids"].get<std::vector<int32_t>>();
-    LladaSamplerOptions o;
-    o.gen_length = 32;
-    o.block_length = 8;
-    o.steps = 32;
-    LladaSampler sampler(*gpu_, model, o);
-    const int64_t P = static_cast<int64_t>(prompt.size());
-    std::vector<SequenceState> states;
-    SequenceState cur = sampler.init_state(prompt);
-    for (size_t k = 0; k < r["trace"].size(); ++k) {
-      SequenceState s = cur;
-      s.block = static_cast<int64_t>(k) / 8;
-      s.step_in_block = static_cast<int64_t>(k) % 8;
-      s.block_quota = quota_schedule(8, 8);
-      states.push_back(s);
-      for (int64_t p : r["trace"][k]["committed"].get<std::vector<int64_t>>()) cur.x[P + p] = out[p];
+  for (const char* q : {"Mia has 12 apples. She buys 3 bags with 4 apples each. How many apples does she have now?",
+                        "Leo collected 250 shells. He gives away 75 shells. How many shells does he have left?",
+                        "A farmer has 9 rows of 8 plants. How many plants does he have?"}) {
+    std::vector<int32_t> prompt = tok.encode(chat.render({{"user", q}}));
+    std::vector<SequenceState> before;
+    std::vector<StepCommit> cpu_commits;
+    std::vector<SequenceState> run = {cpu_sampler.init_state(prompt)};
+    while (!run[0].done) {
+      before.push_back(run[0]);
+      cpu_commits.push_back(cpu_sampler.step(run)[0]);
     }
-    auto got = sampler.step(states);
-    for (size_t k = 0; k < r["trace"].size(); ++k) {
-      const auto& m = r["trace"][k]["margin"];
-      const double margin = m.is_number() ? m.get<double>() : 1e9;
+    std::vector<StepCommit> gpu_commits = gpu_sampler.step(before);
+    for (size_t k = 0; k < before.size(); ++k) {
+      std::vector<double> c = cpu_commits[k].confidences;
+      std::sort(c.begin(), c.end(), std::greater<>());
+      const size_t n = cpu_commits[k].positions.size();
+      const double margin = n < c.size() ? c[n - 1] - c[n] : 1e9;
       if (margin <= kBf16DecisionMargin) {
         ++near_ties;
         continue;
       }
       ++compared;
-      std::vector<int64_t> have;
-      for (int64_t p : got[k].positions) have.push_back(p - P);
-      if (have != r["trace"][k]["committed"].get<std::vector<int64_t>>()) ++mismatches;
+      if (gpu_commits[k].positions != cpu_commits[k].positions || gpu_commits[k].tokens != cpu_commits[k].tokens)
+        ++mismatches;
     }
   }
-  std::printf("sampler on CUDA: %d steps compared, %d near-ties (margin <= %.0e), %d mismatches\n", compared,
+  std::printf("sampler CUDA vs CPU: %d steps compared, %d near-ties (margin <= %.0e), %d mismatches\n", compared,
               near_ties, kBf16DecisionMargin, mismatches);
-  EXPECT_GT(compared, 50);
+  EXPECT_GT(compared, 30);
   EXPECT_EQ(mismatches, 0);
 }
 

@@ -11,7 +11,9 @@ the first test problems (data/arith/test.jsonl), chat-formatted with LLaDA's tem
 
 Output safetensors tensors (all contiguous):
   case{i}.input_ids  int64 [L]      token ids
-  case{i}.logits     float32 [L, embedding_size]   row t = prediction for position t (no shift)
+  case{i}.rows       int64 [R]      the positions whose logits are stored (about 32 spread over L;
+                                    storing every row would add ~10 MB to the repository)
+  case{i}.logits     float32 [R, embedding_size]   row j = prediction for position rows[j] (no shift)
 Metadata (strings): "model_dir", "n_cases", "case{i}.description", "case{i}.prompt_length",
 "mask_token_id", "eos_token_id", "dtype" ("float32 compute, bf16 checkpoint weights").
 
@@ -75,8 +77,12 @@ def main(argv: list[str] | None = None) -> int:
                          "dtype": "float32 compute, bf16 checkpoint weights"}
     for i, (desc, x, plen) in enumerate(cases):
         inp = torch.tensor([x], dtype=torch.long)
-        logits = model(inp)[0].float().contiguous()
+        full = model(inp)[0].float()
+        L = full.shape[0]
+        rows = torch.tensor(sorted(set(range(0, L, max(1, L // 32))) | {plen - 1, plen, L - 1}), dtype=torch.long)
+        logits = full[rows].contiguous()
         tensors[f"case{i}.input_ids"] = inp[0].contiguous()
+        tensors[f"case{i}.rows"] = rows
         tensors[f"case{i}.logits"] = logits
         meta[f"case{i}.description"] = desc
         meta[f"case{i}.prompt_length"] = str(plen)
