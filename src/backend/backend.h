@@ -83,6 +83,18 @@ class Backend {
   /// (weight dtype, numel == n).
   virtual void upload_weight(Tensor dst, DType src_dtype, const void* src) = 0;
 
+  /// Seeded normal fill made on the device (dummy weights, `--load-format dummy`; no host data).
+  /// Element pairs (i, i+1), i even, come from one Box-Muller transform in double precision:
+  ///   u1 = philox_uniform(seed, stream, i >> 32, i),  u2 = philox_uniform(seed ^ 0x9e3779b97f4a7c15,
+  ///   stream, i >> 32, i)  (core/philox.h);  r = sqrt(-2·ln u1) · std;  a = 2π·u2;
+  ///   dst[i] = fp32(r·cos a + mean),  dst[i+1] = fp32(r·sin a + mean)  (when i + 1 < numel),
+  /// with unfused double multiply and add. std == 0 gives exactly `mean`. `stream` separates tensors
+  /// of one seed. dst: the weight or activation dtype (CPU: F32; CUDA: BF16, the RNE rounding of
+  /// that fp32 value, or F32). Values differ across backends only where their libm cos/sin/log
+  /// differ by an ulp (tests/kernels/test_cuda_fill.cpp). Throws Error(kInvalidArgument) for
+  /// another dtype, a non-finite mean or std, or std < 0.
+  virtual void fill_normal(Tensor dst, uint64_t seed, uint64_t stream, float mean, float std) = 0;
+
   // ---------------------------------------------------------------- model ops
   /// out[t, :] = table[ids[t], :].  table [V, D] weight dtype; ids I32 [T] (each in [0, V));
   /// out [T, D] activation dtype.

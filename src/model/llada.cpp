@@ -114,22 +114,13 @@ LladaWeights load_llada_weights(Backend& backend, const Checkpoint& ckpt, const 
 
 LladaWeights make_dummy_llada_weights(Backend& backend, const LladaConfig& cfg, uint64_t seed) {
   LladaWeights w = allocate_weights(backend, cfg);
-  uint32_t tensor_index = 0;
-  std::vector<float> host;
+  // Made on the device (Backend::fill_normal: Box-Muller on counter-based uniforms, stream = the
+  // tensor's index in for_each_weight order): N(0, 0.02²) matrices; norm weights exactly 1 like a
+  // fresh model.
+  uint64_t tensor_index = 0;
   for_each_weight(w, [&](Tensor& t) {
-    host.resize(static_cast<size_t>(t.numel()));
     const bool is_norm = t.ndim == 1;
-    for (size_t i = 0; i < host.size(); i += 2) {
-      // Box-Muller on two counter-based uniforms; norm weights are exactly 1 like a fresh model.
-      double u1 = philox_uniform(seed, tensor_index, static_cast<uint32_t>(i >> 32), static_cast<uint32_t>(i));
-      double u2 = philox_uniform(seed ^ 0x9e3779b97f4a7c15ull, tensor_index, static_cast<uint32_t>(i >> 32),
-                                 static_cast<uint32_t>(i));
-      double r = std::sqrt(-2.0 * std::log(u1)) * 0.02;
-      host[i] = is_norm ? 1.0f : static_cast<float>(r * std::cos(6.283185307179586 * u2));
-      if (i + 1 < host.size()) host[i + 1] = is_norm ? 1.0f : static_cast<float>(r * std::sin(6.283185307179586 * u2));
-    }
-    backend.upload_weight(t, DType::kF32, host.data());
-    ++tensor_index;
+    backend.fill_normal(t, seed, tensor_index++, is_norm ? 1.0f : 0.0f, is_norm ? 0.0f : 0.02f);
   });
   backend.synchronize();
   return w;

@@ -41,6 +41,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/convert.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/fill.h"
 #include "kernels/cuda/gather.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/kernel_errors.h"
@@ -293,6 +294,23 @@ class CudaBackend final : public Backend {
       }
     }
     after_op("upload_weight");
+  }
+
+  void fill_normal(Tensor dst, uint64_t seed, uint64_t stream, float mean, float std) override {
+    static constexpr const char* kOp = "fill_normal";
+    FDLLM_CHECK_ARG(dst.dtype == DType::kBF16 || dst.dtype == DType::kF32,
+                    "fill_normal: operand 'dst' must be BF16 or F32, got {}", dst.describe());
+    expect(dst, dst.dtype, kOp, "dst");
+    FDLLM_CHECK_ARG(std::isfinite(mean) && std::isfinite(std) && std >= 0.0f,
+                    "fill_normal: mean {} and std {} must be finite, std >= 0", mean, std);
+    const int64_t n = dst.numel();
+    if (n == 0) return;
+    CUDA_CHECK(cudaSetDevice(device_));
+    if (dst.dtype == DType::kF32)
+      kernels::fill_normal_f32(dst.ptr<float>(), n, seed, stream, mean, std, stream_);
+    else
+      kernels::fill_normal_bf16(bf16(dst), n, seed, stream, mean, std, stream_);
+    after_op(kOp);
   }
 
   // --------------------------------------------------------------------------- model ops

@@ -14,7 +14,52 @@ __global__ void fill_uniform_kernel(__nv_bfloat16* p, int64_t n, uint64_t seed, 
   }
 }
 
+__device__ __forceinline__ void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void store(float* p, float v) { *p = v; }
+
+// Same expression order as CpuBackend::fill_normal; __dmul_rn / __dadd_rn keep nvcc from
+// contracting r·cos(a) + mean into an FMA (a different rounding than the host's).
+template <class T>
+__global__ void fill_normal_kernel(T* p, int64_t n, uint64_t seed, uint64_t rng_stream, double mean, double std) {
+  const int64_t pairs = (n + 1) / 2;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < pairs; k += stride) {
+    const int64_t i = 2 * k;
+    const auto hi = static_cast<uint32_t>(static_cast<uint64_t>(i) >> 32), lo = static_cast<uint32_t>(i);
+    const double u1 = philox_uniform(seed, rng_stream, hi, lo);
+    const double u2 = philox_uniform(seed ^ 0x9e3779b97f4a7c15ull, rng_stream, hi, lo);
+    const double r = __dmul_rn(sqrt(__dmul_rn(-2.0, log(u1))), std);
+    const double a = __dmul_rn(6.283185307179586, u2);
+    double s, c;
+    sincos(a, &s, &c);
+    store(p + i, static_cast<float>(__dadd_rn(__dmul_rn(r, c), mean)));
+    if (i + 1 < n) store(p + i + 1, static_cast<float>(__dadd_rn(__dmul_rn(r, s), mean)));
+  }
+}
+
+template <class T>
+void launch_fill_normal(T* p, int64_t n, uint64_t seed, uint64_t rng_stream, float mean, float std,
+                        cudaStream_t stream) {
+  if (n <= 0) return;
+  constexpr int kThreads = 256;
+  const int64_t blocks = ((n + 1) / 2 + kThreads - 1) / kThreads;
+  // 16384 blocks of 256 threads fill any current GPU; larger tensors loop (grid stride).
+  fill_normal_kernel<T><<<static_cast<unsigned>(blocks < 16384 ? blocks : 16384), kThreads, 0, stream>>>(
+      p, n, seed, rng_stream, static_cast<double>(mean), static_cast<double>(std));
+  CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
+
+void fill_normal_bf16(__nv_bfloat16* p, int64_t n, uint64_t seed, uint64_t rng_stream, float mean, float std,
+                      cudaStream_t stream) {
+  launch_fill_normal(p, n, seed, rng_stream, mean, std, stream);
+}
+
+void fill_normal_f32(float* p, int64_t n, uint64_t seed, uint64_t rng_stream, float mean, float std,
+                     cudaStream_t stream) {
+  launch_fill_normal(p, n, seed, rng_stream, mean, std, stream);
+}
 
 void fill_uniform_bf16(__nv_bfloat16* p, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t stream) {
   if (n <= 0) return;

@@ -1,5 +1,5 @@
-// Deterministic device-side fills for benchmarks and large tests (no host-side generation of
-// gigabytes of inputs).
+// Deterministic device-side fills for benchmarks, large tests and dummy weights (no host-side
+// generation of gigabytes of inputs).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -13,5 +13,16 @@ namespace flashdllm::kernels {
 /// streams; larger i reuse the low 32 bits with the high bits in the step). n == 0 is a no-op.
 /// Throws Error(kDevice) on launch failure.
 void fill_uniform_bf16(__nv_bfloat16* p, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t stream);
+
+/// The Box-Muller normal fill of Backend::fill_normal (backend.h has the exact definition): for
+/// even i, u1 = philox_uniform(seed, rng_stream, i >> 32, i), u2 = philox_uniform(seed ^
+/// 0x9e3779b97f4a7c15, rng_stream, i >> 32, i), r = sqrt(-2 ln u1)·std, a = 2π·u2,
+/// p[i] = fp32(r·cos a + mean), p[i+1] = fp32(r·sin a + mean), computed in double without FMA
+/// contraction (as the CPU backend); the bf16 variant stores the RNE rounding of that fp32 value.
+/// One thread per pair (grid-stride). n == 0 is a no-op. Throws Error(kDevice) on launch failure.
+void fill_normal_bf16(__nv_bfloat16* p, int64_t n, uint64_t seed, uint64_t rng_stream, float mean, float std,
+                      cudaStream_t stream);
+void fill_normal_f32(float* p, int64_t n, uint64_t seed, uint64_t rng_stream, float mean, float std,
+                     cudaStream_t stream);
 
 }  // namespace flashdllm::kernels
