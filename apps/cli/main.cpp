@@ -137,7 +137,14 @@ int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
     nlohmann::json j;
     j["model"] = ca.model_dir;
     j["backend"] = engine->backend_name();
+    // Load time covers config, tokenizer, backend start-up, weights and RoPE tables; the rate is the
+    // checkpoint's bytes over that time (no rate for --load-format dummy: nothing is read).
+    j["load_format"] = ca.load_format;
     j["load_seconds"] = engine->load_seconds();
+    j["weight_bytes"] = engine->weight_bytes();
+    j["load_gb_per_s"] = engine->weight_bytes() > 0 && engine->load_seconds() > 0
+                             ? nlohmann::json(static_cast<double>(engine->weight_bytes()) / engine->load_seconds() / 1e9)
+                             : nlohmann::json();
     j["options"] = {{"gen_length", ga.go.gen_length},     {"block_length", ga.go.block_length},
                     {"steps", ga.go.steps},               {"remasking", ga.go.remasking},
                     {"temperature", ga.go.temperature},   {"cfg_scale", ga.go.cfg_scale},
