@@ -6,10 +6,13 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 
+#include "eval/runner.h"
+#include "eval/tasks.h"
 #include "flashdllm/engine.h"
 #include "core/log.h"
 #include "live_view.h"
@@ -82,20 +85,53 @@ std::string ids_to_string(const std::vector<int32_t>& ids) {
   return s;
 }
 
+/// Decoding settings shared by generate and eval.
+struct DecodeArgs {
+  flashdllm::GenerateOptions go;
+  double threshold = -1.0;
+  int32_t eot_id = -1;
+
+  flashdllm::GenerateOptions options() const {
+    flashdllm::GenerateOptions o = go;
+    if (threshold >= 0.0) o.threshold = threshold;
+    if (eot_id >= 0) o.eot_token_id = eot_id;
+    return o;
+  }
+};
+
+void add_decode_options(CLI::App* app, DecodeArgs& d) {
+  auto& go = d.go;
+  app->add_option("--gen-length", go.gen_length, "tokens to generate")->capture_default_str();
+  app->add_option("--block-length", go.block_length, "semi-autoregressive block length")->capture_default_str();
+  app->add_option("--steps", go.steps, "forward passes (quota mode)")->capture_default_str();
+  app->add_option("--remasking", go.remasking, "low_confidence | random")->capture_default_str();
+  app->add_option("--temperature", go.temperature, "Gumbel-max sampling temperature (0 = greedy)")
+      ->capture_default_str();
+  app->add_option("--cfg-scale", go.cfg_scale, "classifier-free guidance scale (0 = off)")->capture_default_str();
+  app->add_option("--threshold", d.threshold,
+                  "confidence-threshold decoding: commit every masked position with confidence >= this (e.g. 0.9)");
+  app->add_option("--seed", go.seed, "noise seed")->capture_default_str();
+  app->add_flag("--logits-eos-inf", go.logits_eos_inf, "never generate EOS");
+  app->add_flag("--confidence-eos-eot-inf", go.confidence_eos_eot_inf, "LLaDA's EOS/EOT low-confidence option");
+  app->add_flag("--confidence-f32", go.confidence_f32, "float32 softmax confidences (default float64)");
+  app->add_option("--eot-id", d.eot_id, "end-of-turn token id for checkpoints without a tokenizer");
+  app->add_option("--eos-pad-tile", go.eos_pad_tile,
+                  "Flash-dLLM row layout: EOS padding after the canvas to the next multiple of this tile (e.g. 128)")
+      ->capture_default_str();
+}
+
 struct GenerateArgs {
   std::vector<std::string> prompts;
   std::vector<std::string> prompt_ids;
   std::string prompt_file;
   bool chat = false, raw = false, json = false, no_live = false;
+  DecodeArgs dec;
   flashdllm::GenerateOptions go;
-  double threshold = -1.0;
-  int32_t eot_id = -1;
 };
 
 int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
   if (ga.chat && ga.raw) throw Error(ErrorCode::kInvalidArgument, "--chat and --raw exclude each other");
-  if (ga.threshold >= 0.0) ga.go.threshold = ga.threshold;
-  if (ga.eot_id >= 0) ga.go.eot_token_id = ga.eot_id;
+  ga.go = ga.dec.options();
   if (!ga.prompt_file.empty()) {
     std::ifstream in(ga.prompt_file);
     if (!in) throw Error(ErrorCode::kIo, fmt::format("cannot read --prompt-file '{}'", ga.prompt_file));
@@ -191,6 +227,63 @@ int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
   return 0;
 }
 
+struct EvalArgs {
+  std::string task = "arith";
+  std::string data;
+  int64_t limit = 0;
+  int64_t batch = 16;
+  std::string out_dir;
+  DecodeArgs dec;
+};
+
+/// Progress on stderr: a rewritten line with rate and ETA on a terminal, plain lines otherwise.
+flashdllm::eval::EvalProgress make_progress(const std::string& label) {
+  const bool tty = flashdllm::cli::is_tty(fileno(stderr));
+  return [label, tty, last = -1.0](int64_t done, int64_t total, double sec) mutable {
+    if (!tty && sec - last < 10.0 && done < total) return;  // at most one line per 10 s in logs
+    last = sec;
+    const double rate = sec > 0 ? static_cast<double>(done) / sec : 0.0;
+    const double eta = rate > 0 ? static_cast<double>(total - done) / rate : 0.0;
+    std::fprintf(stderr, "%s[%s] %lld/%lld (%.0f%%)  %.2f samples/s  elapsed %.0fs  ETA %.0fs%s", tty ? "\r" : "",
+                 label.c_str(), static_cast<long long>(done), static_cast<long long>(total),
+                 100.0 * static_cast<double>(done) / static_cast<double>(total), rate, sec, eta,
+                 tty ? (done == total ? "\n" : "") : "\n");
+    std::fflush(stderr);
+  };
+}
+
+int run_eval(const CommonArgs& ca, EvalArgs& ea) {
+  namespace ev = flashdllm::eval;
+  if (ea.task != "arith")
+    throw Error(ErrorCode::kInvalidArgument, fmt::format("--task '{}' is not known (available: arith)", ea.task));
+  const std::string data = ea.data.empty() ? std::string(FLASHDLLM_DATA_DIR) + "/arith/test.jsonl" : ea.data;
+  std::vector<ev::EvalSample> samples = ev::load_arith(data, ea.limit);
+  auto engine = load_engine(ca);
+  const flashdllm::GenerateOptions go = ea.dec.options();
+  auto results = ev::run_eval(*engine, samples, go, ea.batch, ev::score_arith, make_progress("eval " + ea.task));
+  ev::EvalSummary sum = ev::summarize(ea.task, results, go.gen_length);
+  nlohmann::json summary = ev::to_json(sum);
+  summary["model"] = ca.model_dir;
+  summary["data"] = data;
+  summary["backend"] = engine->backend_name();
+  summary["options"] = {{"gen_length", go.gen_length},     {"block_length", go.block_length},
+                        {"steps", go.steps},               {"remasking", go.remasking},
+                        {"temperature", go.temperature},   {"cfg_scale", go.cfg_scale},
+                        {"threshold", go.threshold ? nlohmann::json(*go.threshold) : nlohmann::json()},
+                        {"eos_pad_tile", go.eos_pad_tile}, {"batch", ea.batch}};
+  if (!ea.out_dir.empty()) {
+    std::filesystem::create_directories(ea.out_dir);
+    std::ofstream js(std::filesystem::path(ea.out_dir) / "samples.jsonl");
+    for (const auto& r : results) js << ev::to_json(r).dump() << "\n";
+    std::ofstream(std::filesystem::path(ea.out_dir) / "summary.json") << summary.dump(2) << "\n";
+    std::ofstream(std::filesystem::path(ea.out_dir) / "summary.md") << ev::to_markdown({sum});
+    if (!js) throw Error(ErrorCode::kIo, fmt::format("cannot write results into '{}'", ea.out_dir));
+  }
+  std::cout << ev::to_markdown({sum});
+  std::cout.flush();
+  return 0;
+}
+
 int run_info(const CommonArgs& ca) {
   auto engine = load_engine(ca);
   std::cout << engine->info();
@@ -212,22 +305,19 @@ int main(int argc, char** argv) {
   gen->add_option("--prompt-ids", ga.prompt_ids, "comma-separated prompt token ids (repeat for a batch)");
   gen->add_flag("--chat", ga.chat, "apply the chat template (default when the model has one)");
   gen->add_flag("--raw", ga.raw, "do not apply the chat template");
-  gen->add_option("--gen-length", ga.go.gen_length, "tokens to generate")->capture_default_str();
-  gen->add_option("--block-length", ga.go.block_length, "semi-autoregressive block length")->capture_default_str();
-  gen->add_option("--steps", ga.go.steps, "forward passes (quota mode)")->capture_default_str();
-  gen->add_option("--remasking", ga.go.remasking, "low_confidence | random")->capture_default_str();
-  gen->add_option("--temperature", ga.go.temperature, "Gumbel-max sampling temperature (0 = greedy)")
-      ->capture_default_str();
-  gen->add_option("--cfg-scale", ga.go.cfg_scale, "classifier-free guidance scale (0 = off)")->capture_default_str();
-  gen->add_option("--threshold", ga.threshold,
-                  "confidence-threshold decoding: commit every masked position with confidence >= this (e.g. 0.9)");
-  gen->add_option("--seed", ga.go.seed, "noise seed")->capture_default_str();
-  gen->add_flag("--logits-eos-inf", ga.go.logits_eos_inf, "never generate EOS");
-  gen->add_flag("--confidence-eos-eot-inf", ga.go.confidence_eos_eot_inf, "LLaDA's EOS/EOT low-confidence option");
-  gen->add_flag("--confidence-f32", ga.go.confidence_f32, "float32 softmax confidences (default float64)");
-  gen->add_option("--eot-id", ga.eot_id, "end-of-turn token id for checkpoints without a tokenizer");
+  add_decode_options(gen, ga.dec);
   gen->add_flag("--json", ga.json, "machine-readable output with ids, timings and NFE");
   gen->add_flag("--no-live", ga.no_live, "no live denoising view on the terminal");
+
+  EvalArgs ea;
+  CLI::App* evl = app.add_subcommand("eval", "evaluate a task: accuracy, NFE, tokens/forward, tokens/s");
+  add_common(evl, ca);
+  evl->add_option("--task", ea.task, "arith (the small model's test split)")->capture_default_str();
+  evl->add_option("--data", ea.data, "task file (default: data/arith/test.jsonl of this source tree)");
+  evl->add_option("--limit", ea.limit, "evaluate only the first N samples (0 = all)")->capture_default_str();
+  evl->add_option("--batch", ea.batch, "requests per generate call")->capture_default_str();
+  evl->add_option("--out", ea.out_dir, "write samples.jsonl, summary.json and summary.md here");
+  add_decode_options(evl, ea.dec);
 
   CLI::App* info = app.add_subcommand("info", "print config, parameter count, dtype and memory need");
   add_common(info, ca);
@@ -241,6 +331,7 @@ int main(int argc, char** argv) {
   try {
     if (*gen) return run_generate(ca, ga);
     if (*info) return run_info(ca);
+    if (*evl) return run_eval(ca, ea);
   } catch (const Error& e) {
     std::fprintf(stderr, "flashdllm: %s: %s\n", flashdllm::error_code_name(e.code()), e.what());
     return e.code() == ErrorCode::kInvalidArgument ? 2 : 1;

@@ -23,6 +23,9 @@ struct GenerateOptions {
   bool confidence_f32 = false;      ///< softmax confidences in float32 instead of float64
   uint64_t seed = 0;                ///< noise seed for temperature > 0 / random remasking
   std::optional<int32_t> eot_token_id;  ///< overrides the tokenizer's <|eot_id|> (for tokenizer-less checkpoints)
+  /// Flash-dLLM row layout: EOS padding after the canvas up to the next multiple of this tile
+  /// (128 in Flash-dLLM), visible as context; 0 = LLaDA's layout.
+  int64_t eos_pad_tile = 0;
 };
 
 /// One prompt: text (tokenized, optionally with the chat template) or token ids.

@@ -43,6 +43,7 @@ void validate_sampler_options(const LladaSamplerOptions& o, const LladaConfig& c
   FDLLM_CHECK_ARG(!o.confidence_eos_eot_inf || (o.eot_token_id >= 0 && o.eot_token_id < cfg.embedding_size),
                   "confidence_eos_eot_inf needs the EOT token id (<|eot_id|>), which this checkpoint's tokenizer "
                   "does not define; pass --eot-id");
+  FDLLM_CHECK_ARG(o.eos_pad_tile >= 0, "eos_pad_tile must be >= 0, got {}", o.eos_pad_tile);
   FDLLM_CHECK_ARG(o.gen_length < cfg.max_sequence_length,
                   "gen_length {} does not fit the model's max_sequence_length {}", o.gen_length,
                   cfg.max_sequence_length);
@@ -70,8 +71,16 @@ SequenceState LladaSampler::init_state(std::span<const int32_t> prompt) const {
   }
   SequenceState s;
   s.prompt_len = static_cast<int64_t>(prompt.size());
+  s.gen_length = opt_.gen_length;
   s.x.assign(prompt.begin(), prompt.end());
   s.x.resize(static_cast<size_t>(total), c.mask_token_id);
+  if (opt_.eos_pad_tile > 0) {
+    const int64_t padded = total / opt_.eos_pad_tile * opt_.eos_pad_tile + opt_.eos_pad_tile;
+    FDLLM_CHECK_ARG(padded <= c.max_sequence_length + opt_.eos_pad_tile,
+                    "prompt + gen_length padded to the {}-token tile ({}) exceeds the model's context {}",
+                    opt_.eos_pad_tile, padded, c.max_sequence_length);
+    s.x.resize(static_cast<size_t>(padded), c.eos_token_id);
+  }
   prepare_block(s);
   return s;
 }

@@ -40,6 +40,10 @@ struct LladaSamplerOptions {
   bool confidence_f64 = true;
   uint64_t seed = 0;                   ///< noise seed (temperature > 0, random remasking)
   int32_t eot_token_id = -1;           ///< needed by confidence_eos_eot_inf; -1 = none
+  /// Flash-dLLM row layout (reference §D.3): when > 0, the sequence continues past the canvas with
+  /// EOS tokens up to floor((P + G) / tile) · tile + tile positions; the padding is visible context
+  /// (keys) but never decoded. 0 = LLaDA's layout (prompt + canvas only).
+  int64_t eos_pad_tile = 0;
 };
 
 /// Validates options against the model: G > 0, B > 0, G % B == 0, steps > 0 and divisible by
@@ -57,7 +61,10 @@ struct SequenceState {
   int64_t nfe = 0;                   ///< forward passes this sequence took part in
   bool done = false;
 
+  int64_t gen_length = 0;            ///< canvas length G; x.size() >= prompt_len + G (EOS padding after)
+
   int64_t gen_begin() const noexcept { return prompt_len; }
+  int64_t gen_end() const noexcept { return prompt_len + gen_length; }
 };
 
 /// What one step did to one sequence: committed positions (absolute, ascending) and tokens, plus

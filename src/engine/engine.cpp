@@ -142,6 +142,7 @@ std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>&
   so.confidence_f64 = !o.confidence_f32;
   so.seed = o.seed;
   so.eot_token_id = o.eot_token_id.value_or(impl_->eot_id);
+  so.eos_pad_tile = o.eos_pad_tile;
   LladaSampler sampler(*impl_->backend, impl_->model, so);
 
   std::vector<std::vector<int32_t>> prompts;
@@ -153,7 +154,7 @@ std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>&
   std::vector<int32_t> canvas;
   if (progress) {
     observer = [&](size_t i, const SequenceState& s, const StepCommit&) {
-      canvas.assign(s.x.begin() + s.prompt_len, s.x.end());
+      canvas.assign(s.x.begin() + s.gen_begin(), s.x.begin() + s.gen_end());
       progress(StepProgress{i, &canvas, s.done});
     };
   }
@@ -165,7 +166,7 @@ std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>&
     const SequenceState& s = states[i];
     GenerateResult& r = out[i];
     r.prompt_ids = prompts[i];
-    r.canvas_ids.assign(s.x.begin() + s.prompt_len, s.x.end());
+    r.canvas_ids.assign(s.x.begin() + s.gen_begin(), s.x.begin() + s.gen_end());
     for (int32_t id : r.canvas_ids) {
       if (id == cfg.eos_token_id || (so.eot_token_id >= 0 && id == so.eot_token_id)) {
         r.stopped_at_eos = true;

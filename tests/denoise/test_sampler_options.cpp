@@ -104,5 +104,32 @@ TEST(SamplerPrompt, EmptyMaskedAndOutOfVocabularyPromptsRejected) {
   EXPECT_THROW(s.init_state(std::vector<int32_t>{-3}), Error);
 }
 
+TEST(SamplerLayout, FlashLayoutPadsWithEosThatIsNeverDecoded) {
+  LladaSamplerOptions o;
+  o.gen_length = 32;
+  o.block_length = 16;
+  o.steps = 8;
+  o.eos_pad_tile = 128;
+  LladaSampler s(*model().backend, model().model, o);
+  std::vector<int32_t> prompt = {5, 6, 7, 8, 9, 10, 11, 12, 13, 14};
+  auto out = s.generate({prompt});
+  const int32_t eos = model().model.config.eos_token_id, mask = model().model.config.mask_token_id;
+  ASSERT_EQ(out[0].x.size(), 128u);  // floor((10 + 32) / 128) * 128 + 128
+  EXPECT_EQ(out[0].gen_end(), 42);
+  for (size_t p = 42; p < out[0].x.size(); ++p) ASSERT_EQ(out[0].x[p], eos) << p;
+  for (int64_t p = 10; p < 42; ++p) EXPECT_NE(out[0].x[p], mask) << p;
+  // The padding is context: the decoded canvas differs from the unpadded layout's for this prompt.
+  o.eos_pad_tile = 0;
+  LladaSampler plain(*model().backend, model().model, o);
+  auto ref = plain.generate({prompt});
+  EXPECT_NE(std::vector<int32_t>(out[0].x.begin() + 10, out[0].x.begin() + 42),
+            std::vector<int32_t>(ref[0].x.begin() + 10, ref[0].x.end()));
+  // Exactly at a tile boundary a whole extra tile is added (reference §D.3: "+128 when aligned").
+  o.eos_pad_tile = 128;
+  LladaSampler aligned(*model().backend, model().model, o);
+  std::vector<int32_t> p96(96, 5);
+  EXPECT_EQ(aligned.init_state(p96).x.size(), 256u);
+}
+
 }  // namespace
 }  // namespace flashdllm::test

@@ -15,7 +15,8 @@ Output safetensors tensors (all contiguous):
                                     storing every row would add ~10 MB to the repository)
   case{i}.logits     float32 [R, embedding_size]   row j = prediction for position rows[j] (no shift)
 Metadata (strings): "model_dir", "n_cases", "case{i}.description", "case{i}.prompt_length",
-"mask_token_id", "eos_token_id", "dtype" ("float32 compute, bf16 checkpoint weights").
+"mask_token_id", "eos_token_id", "dtype" ("float32 compute, bf16 checkpoint weights"), "model_sha256"
+(of MODEL_DIR/model.safetensors, so a test can tell a stale fixture from a wrong engine).
 
 Usage: python3 tools/train/reference_logits.py MODEL_DIR --out FILE.safetensors [--test data/arith/test.jsonl]
 """
@@ -72,7 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     if ids.mask != model.cfg.mask_token_id:
         raise ValueError(f"{args.model_dir}: mask_token_id {model.cfg.mask_token_id} != layout's {ids.mask}")
     cases = build_cases(tok, arith_data.read_jsonl(args.test)[:4], ids)
+    import hashlib
+    sha = hashlib.sha256((Path(args.model_dir) / "model.safetensors").read_bytes()).hexdigest()
     tensors, meta = {}, {"model_dir": str(args.model_dir), "n_cases": str(len(cases)),
+                         "model_sha256": sha,
                          "mask_token_id": str(ids.mask), "eos_token_id": str(ids.eos),
                          "dtype": "float32 compute, bf16 checkpoint weights"}
     for i, (desc, x, plen) in enumerate(cases):

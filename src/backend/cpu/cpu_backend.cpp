@@ -34,6 +34,10 @@ void check_2d(const Tensor& t, int64_t rows, int64_t cols, const char* op, const
                   rows, cols, t.describe());
 }
 
+/// Loops with less work than this many elements run on one thread: an OpenMP fork/join costs
+/// microseconds, and on a machine whose cores are busy a spinning barrier can cost milliseconds.
+constexpr int64_t kParallelMinWork = int64_t{1} << 16;
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int threads) {
@@ -97,7 +101,7 @@ class CpuBackend final : public Backend {
     for (int64_t t = 0; t < T; ++t)
       FDLLM_CHECK_ARG(id[t] >= 0 && id[t] < V, "embedding: token id {} at row {} is outside the vocabulary [0, {})",
                       id[t], t, V);
-#pragma omp parallel for num_threads(threads_)
+#pragma omp parallel for num_threads(threads_) if (T * D >= kParallelMinWork)
     for (int64_t t = 0; t < T; ++t)
       std::memcpy(out.ptr<float>() + t * D, table.ptr<float>() + static_cast<int64_t>(id[t]) * D, D * sizeof(float));
   }
@@ -109,7 +113,7 @@ class CpuBackend final : public Backend {
     const int64_t T = x.rows(), D = x.row_size();
     FDLLM_CHECK_ARG(w.numel() == D, "rmsnorm: weight has {} elements, rows have {}", w.numel(), D);
     check_2d(out, T, D, "rmsnorm", "out");
-#pragma omp parallel for num_threads(threads_)
+#pragma omp parallel for num_threads(threads_) if (T * D >= kParallelMinWork)
     for (int64_t t = 0; t < T; ++t)
       cpu::rmsnorm_row(x.ptr<float>() + t * D, w.ptr<float>(), D, eps, out.ptr<float>() + t * D);
   }
@@ -159,7 +163,7 @@ class CpuBackend final : public Backend {
       FDLLM_CHECK_ARG(row[t] >= 0 && row[t] < n_store, "qkv_rope_store: store row {} at row {} outside [0, {})", row[t],
                       t, n_store);
     }
-#pragma omp parallel for num_threads(threads_)
+#pragma omp parallel for num_threads(threads_) if (T * 3 * HD >= kParallelMinWork)
     for (int64_t t = 0; t < T; ++t) {
       const float* src = qkv.ptr<float>() + t * 3 * HD;
       const float* c = rope.cos.ptr<float>() + static_cast<int64_t>(pos[t]) * (Dh / 2);
@@ -223,7 +227,7 @@ class CpuBackend final : public Backend {
     const int64_t T = gate_up.rows(), F = gate_up.row_size() / 2;
     FDLLM_CHECK_ARG(gate_up.row_size() % 2 == 0, "swiglu: gate_up width {} is odd", gate_up.row_size());
     check_2d(out, T, F, "swiglu", "out");
-#pragma omp parallel for num_threads(threads_)
+#pragma omp parallel for num_threads(threads_) if (T * 2 * F >= kParallelMinWork)
     for (int64_t t = 0; t < T; ++t) {
       const float* g = gate_up.ptr<float>() + t * 2 * F;
       float* o = out.ptr<float>() + t * F;
@@ -256,7 +260,7 @@ class CpuBackend final : public Backend {
     const float* u = uncond.ptr<float>();
     float* o = out.ptr<float>();
     const int64_t n = cond.numel();
-#pragma omp parallel for num_threads(threads_)
+#pragma omp parallel for num_threads(threads_) if (n >= kParallelMinWork)
     for (int64_t i = 0; i < n; ++i) o[i] = u[i] + (scale + 1.0f) * (c[i] - u[i]);
   }
 
