@@ -325,7 +325,10 @@ int main(int argc, char** argv) {
     } else if (o.device == "cuda") {
       be = make_cuda_backend(0);
     } else if (o.device.rfind("cuda:", 0) == 0) {
-      be = make_cuda_backend(std::stoi(o.device.substr(5)));
+      const std::string idx = o.device.substr(5);
+      FDLLM_CHECK_ARG(!idx.empty() && idx.size() < 4 && idx.find_first_not_of("0123456789") == std::string::npos,
+                      "--device '{}': expected cuda:<index>", o.device);
+      be = make_cuda_backend(std::stoi(idx));
     } else {
       FDLLM_FAIL(ErrorCode::kInvalidArgument, "--device '{}': use cuda, cuda:N or cpu", o.device);
     }
@@ -498,11 +501,12 @@ int main(int argc, char** argv) {
         write_outputs();
       }
     }
+    if (!o.json_path.empty()) std::printf("\nwrote %s\n", o.json_path.c_str());
+    if (!o.md_path.empty()) std::printf("wrote %s\n", o.md_path.c_str());
     std::printf("\npeak memory over the run: %.2f GiB (free before the weights: %.2f GiB)\n",
                 static_cast<double>(mem.peak_used()) / kGiB, static_cast<double>(mem.before()) / kGiB);
+    // Last line: the verdict (scripts read a step's last line as its one-line result).
     if (const std::optional<std::string> v = acceptance(points, o, nullptr)) std::printf("%s\n", v->c_str());
-    if (!o.json_path.empty()) std::printf("wrote %s\n", o.json_path.c_str());
-    if (!o.md_path.empty()) std::printf("wrote %s\n", o.md_path.c_str());
   } catch (const Error& e) {
     std::fprintf(stderr, "forward_bench: %s: %s\n", error_code_name(e.code()), e.what());
     return e.code() == ErrorCode::kInvalidArgument ? 2 : 1;
