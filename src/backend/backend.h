@@ -123,6 +123,27 @@ class Backend {
   virtual void attention(Tensor q, Tensor k_store, Tensor v_store, Tensor table, int n_heads, float scale,
                          Tensor out) = 0;
 
+  /// Attention importance of keys (Flash-dLLM's a_t, reference §D.6 / §F.2), accumulated:
+  ///   scores[t] += weight · Σ_{tiles} Σ_{r ∈ [q_start, q_end)} Σ_{h < n_heads} f(r, h, t)   for t ∈ [k_start, k_end)
+  /// with, per (query row r, head h) of a tile and key t of the same tile,
+  ///   raw (probability_mass = false; the released code):  f = q[r,h] · k_store[t,h]
+  ///        (unscaled dot product of the rotated vectors, before softmax; can be negative);
+  ///   probability mass (the paper's "captured attention"): f = softmax over the tile's keys t' of
+  ///        scale · q[r,h] · k_store[t',h], evaluated at t (each tile's key range is taken as the whole
+  ///        key set of its query rows, as in the Flash-Cache schedules).
+  /// q [Tq, H·Dh] and k_store [N, H·Dh] activation dtype (the operands attention() used); table I32
+  /// [n_tiles, 4] AttentionTile rows (typically the masked-window tiles of the attention schedule);
+  /// scores F32 [N], indexed by store row; keys outside every tile are left untouched. weight: finite.
+  /// Dot products and sums at least in fp32 (CPU: double, one rounding per key and call; CUDA: fp32
+  /// with float atomics, so the summation order over heads / tiles is not fixed).
+  /// A fused attention kernel can produce the raw variant in the same pass (it already forms q·k for
+  /// every (row, key) of a tile: reduce the tile's rows and the head in registers, one atomic add per
+  /// key); the probability variant needs each row's final log-sum-exp, i.e. a second sweep over the
+  /// keys (or the lse written by the attention kernel and a light follow-up kernel).
+  /// Throws Error(kInvalidArgument) for bad shapes/dtypes or a tile outside q rows / store rows.
+  virtual void attention_importance(Tensor q, Tensor k_store, Tensor table, int n_heads, float scale,
+                                    bool probability_mass, float weight, Tensor scores) = 0;
+
   /// out[t, f] = SiLU(gate_up[t, f]) · gate_up[t, F + f].  gate_up [T, 2F]; out [T, F].
   virtual void swiglu(Tensor gate_up, Tensor out) = 0;
 

@@ -195,6 +195,17 @@ void ForwardBatch::validate(int64_t store_rows, int64_t vocab_rows, int64_t max_
                     a.q_end, a.k_start, a.k_end, T, store_rows);
   for (int32_t r : logit_rows)
     FDLLM_CHECK_ARG(r >= 0 && r < static_cast<int32_t>(T), "forward: logit row {} outside [0, {})", r, T);
+  const ImportanceSpec& imp = importance;
+  if (imp.tiles != 0) {
+    FDLLM_CHECK_ARG(imp.tiles > 0 && imp.tiles <= static_cast<int64_t>(tiles.size()),
+                    "forward: importance.tiles {} must be in [0, {}] (the number of attention tiles)", imp.tiles,
+                    tiles.size());
+    FDLLM_CHECK_ARG(imp.first_layer >= 0, "forward: importance.first_layer {} must be >= 0", imp.first_layer);
+    FDLLM_CHECK_ARG(std::isfinite(imp.weight), "forward: importance.weight {} must be finite", imp.weight);
+    FDLLM_CHECK_ARG(imp.scores.dtype == DType::kF32 && imp.scores.numel() == store_rows && imp.scores.data != nullptr,
+                    "forward: importance.scores must be F32 with one element per K/V store row ({}), got {}",
+                    store_rows, imp.scores.describe());
+  }
 }
 
 ForwardWorkspace make_forward_workspace(Backend& backend, const LladaConfig& c, int64_t max_tokens,
@@ -265,6 +276,10 @@ Tensor llada_forward(Backend& be, const LladaModel& model, const ForwardBatch& b
     be.qkv_rope_store(xn, lw.wqkv, pos, rows, model.rope.table, n_heads, q, kv.k[static_cast<size_t>(l)],
                       kv.v[static_cast<size_t>(l)], ws.scratch);
     be.attention(q, kv.k[static_cast<size_t>(l)], kv.v[static_cast<size_t>(l)], tiles, n_heads, scale, attn);
+    if (batch.importance.tiles > 0 && l >= batch.importance.first_layer)
+      be.attention_importance(q, kv.k[static_cast<size_t>(l)], tiles.slice_rows(0, batch.importance.tiles), n_heads,
+                              scale, batch.importance.probability_mass, batch.importance.weight,
+                              batch.importance.scores);
     be.matmul(attn, lw.attn_out, x, /*accumulate=*/true);
     be.rmsnorm(x, lw.ff_norm, c.rms_norm_eps, xn);
     be.matmul(xn, lw.w_gate_up, gate_up, false);

@@ -67,6 +67,19 @@ struct KvStore {
 };
 KvStore make_kv_store(Backend& backend, const LladaConfig& cfg, int64_t rows, bool shared_across_layers);
 
+/// Optional attention-importance output of a forward (Flash-Cache a_t, reference §D.6): after the
+/// attention of every layer l >= first_layer, Backend::attention_importance over the first `tiles`
+/// entries of ForwardBatch::tiles (by convention the masked-window tiles), accumulated into `scores`.
+/// The released Flash-dLLM code is first_layer 2, weight 1 / (block_length · n_heads) (a mean over the
+/// window rows and heads), raw q·k; probability_mass = true is the paper's attention-mass variant.
+struct ImportanceSpec {
+  int64_t tiles = 0;             ///< leading entries of ForwardBatch::tiles measured; 0 = off
+  int64_t first_layer = 2;       ///< first layer counted (0-based)
+  float weight = 1.0f;           ///< multiplier of every layer's contribution
+  bool probability_mass = false; ///< false: raw q·k; true: softmax probabilities
+  Tensor scores;                 ///< F32 [store rows] on the backend's device; += per layer (caller zeroes)
+};
+
 /// Host-side description of one forward pass (built by a denoiser once per step).
 struct ForwardBatch {
   std::vector<int32_t> token_ids;   // [T] token of each query row
@@ -75,6 +88,7 @@ struct ForwardBatch {
   std::vector<AttentionTile> tiles; // attention schedule over query rows x store rows
   std::vector<int32_t> logit_rows;  // [R] query rows whose logits are returned, in order
   std::vector<int32_t> row_keys;    // [R] Gumbel-noise keys of those rows (stable per position)
+  ImportanceSpec importance;        // optional attention-importance output (off by default)
 
   int64_t n_tokens() const noexcept { return static_cast<int64_t>(token_ids.size()); }
   /// Throws Error(kInvalidArgument) when the vectors are inconsistent.

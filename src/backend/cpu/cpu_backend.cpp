@@ -221,6 +221,82 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void attention_importance(Tensor q, Tensor k_store, Tensor table, int n_heads, float scale, bool probability_mass,
+                            float weight, Tensor scores) override {
+    static constexpr const char* kOp = "attention_importance";
+    check_dtype(q, DType::kF32, kOp, "q");
+    check_dtype(k_store, DType::kF32, kOp, "k_store");
+    check_dtype(table, DType::kI32, kOp, "table");
+    check_dtype(scores, DType::kF32, kOp, "scores");
+    const int64_t Tq = q.rows(), HD = q.row_size(), N = k_store.rows();
+    FDLLM_CHECK_ARG(n_heads > 0 && HD % n_heads == 0, "{}: {} columns of q not divisible by n_heads {}", kOp, HD,
+                    n_heads);
+    check_2d(k_store, N, HD, kOp, "k_store");
+    FDLLM_CHECK_ARG(scores.numel() == N, "{}: operand 'scores' must have {} elements (one per store row), got {}",
+                    kOp, N, scores.describe());
+    FDLLM_CHECK_ARG(table.numel() % 4 == 0, "{}: table must be [n_tiles, 4], got {}", kOp, table.describe());
+    FDLLM_CHECK_ARG(std::isfinite(weight), "{}: weight {} must be finite", kOp, weight);
+    FDLLM_CHECK_ARG(!probability_mass || (std::isfinite(scale) && scale > 0.f),
+                    "{}: scale {} must be finite and > 0 for the probability-mass variant", kOp, scale);
+    const auto* tiles = reinterpret_cast<const AttentionTile*>(table.data);
+    const int64_t n_tiles = table.numel() / 4;
+    for (int64_t i = 0; i < n_tiles; ++i) {
+      const AttentionTile& a = tiles[i];
+      FDLLM_CHECK_ARG(0 <= a.q_start && a.q_start <= a.q_end && a.q_end <= Tq && 0 <= a.k_start &&
+                          a.k_start <= a.k_end && a.k_end <= N && (a.q_start == a.q_end || a.k_start < a.k_end),
+                      "{}: tile {} (q [{}, {}), k [{}, {})) outside q rows {} / store rows {}", kOp, i, a.q_start,
+                      a.q_end, a.k_start, a.k_end, Tq, N);
+    }
+    const int64_t Dh = HD / n_heads;
+    const float* qp = q.ptr<float>();
+    const float* kp = k_store.ptr<float>();
+    // One double accumulator per key over every tile, row and head; one rounding per key at the end.
+    std::vector<double> acc(static_cast<size_t>(N), 0.0);
+    std::vector<char> touched(static_cast<size_t>(N), 0);
+    auto dot = [&](int64_t r, int h, int64_t t) {
+      const float* a = qp + r * HD + h * Dh;
+      const float* b = kp + t * HD + h * Dh;
+      double d = 0.0;
+      for (int64_t i = 0; i < Dh; ++i) d += static_cast<double>(a[i]) * b[i];
+      return d;
+    };
+    for (int64_t i = 0; i < n_tiles; ++i) {
+      const AttentionTile& a = tiles[i];
+      const int64_t rows = a.q_end - a.q_start, keys = a.k_end - a.k_start;
+      if (rows == 0 || keys == 0) continue;
+      // Probability mass: log-sum-exp of every (row, head) over the tile's keys first.
+      std::vector<double> lse;
+      if (probability_mass) {
+        lse.assign(static_cast<size_t>(rows * n_heads), 0.0);
+#pragma omp parallel for num_threads(threads_) if (rows * n_heads * keys * Dh >= kParallelMinWork)
+        for (int64_t rh = 0; rh < rows * n_heads; ++rh) {
+          const int64_t r = a.q_start + rh / n_heads;
+          const int h = static_cast<int>(rh % n_heads);
+          double m = -std::numeric_limits<double>::infinity();
+          for (int64_t t = a.k_start; t < a.k_end; ++t) m = std::max(m, dot(r, h, t) * scale);
+          double s = 0.0;
+          for (int64_t t = a.k_start; t < a.k_end; ++t) s += std::exp(dot(r, h, t) * scale - m);
+          lse[static_cast<size_t>(rh)] = m + std::log(s);
+        }
+      }
+#pragma omp parallel for num_threads(threads_) if (rows * n_heads * keys * Dh >= kParallelMinWork)
+      for (int64_t t = a.k_start; t < a.k_end; ++t) {
+        double s = 0.0;
+        for (int64_t r = 0; r < rows; ++r)
+          for (int h = 0; h < n_heads; ++h) {
+            const double d = dot(a.q_start + r, h, t);
+            s += probability_mass ? std::exp(d * scale - lse[static_cast<size_t>(r * n_heads + h)]) : d;
+          }
+        acc[static_cast<size_t>(t)] += s;
+        touched[static_cast<size_t>(t)] = 1;
+      }
+    }
+    float* out = scores.ptr<float>();
+    for (int64_t t = 0; t < N; ++t)
+      if (touched[static_cast<size_t>(t)])
+        out[t] = static_cast<float>(static_cast<double>(out[t]) + static_cast<double>(weight) * acc[static_cast<size_t>(t)]);
+  }
+
   void swiglu(Tensor gate_up, Tensor out) override {
     check_dtype(gate_up, DType::kF32, "swiglu", "gate_up");
     check_dtype(out, DType::kF32, "swiglu", "out");

@@ -39,6 +39,7 @@
 #include "backend/backend.h"
 #include "core/check.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_importance.h"
 #include "kernels/cuda/convert.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/fill.h"
@@ -472,6 +473,43 @@ class CudaBackend final : public Backend {
     kernels::attention_plan(table.ptr<int32_t>(), n_tiles, Tq, N, block_m, work_.get(), work_count(), capacity,
                             flags(), stream_);
     kernels::attention_flash(a, variant, work_.get(), work_count(), capacity, stream_);
+    after_op(kOp);
+  }
+
+  void attention_importance(Tensor q, Tensor k_store, Tensor table, int n_heads, float scale, bool probability_mass,
+                            float weight, Tensor scores) override {
+    static constexpr const char* kOp = "attention_importance";
+    expect(q, DType::kBF16, kOp, "q");
+    expect(k_store, DType::kBF16, kOp, "k_store");
+    expect(table, DType::kI32, kOp, "table");
+    expect(scores, DType::kF32, kOp, "scores");
+    const int64_t Tq = q.rows(), HD = q.row_size(), N = k_store.rows();
+    FDLLM_CHECK_ARG(n_heads > 0 && HD % n_heads == 0, "attention_importance: {} columns of q not divisible by n_heads {}",
+                    HD, n_heads);
+    expect_matrix(k_store, N, HD, kOp, "k_store");
+    expect_numel(scores, N, kOp, "scores");
+    FDLLM_CHECK_ARG(table.numel() % 4 == 0, "attention_importance: table must be [n_tiles, 4], got {}",
+                    table.describe());
+    FDLLM_CHECK_ARG(std::isfinite(weight), "attention_importance: weight {} must be finite", weight);
+    FDLLM_CHECK_ARG(!probability_mass || (std::isfinite(scale) && scale > 0.f),
+                    "attention_importance: scale {} must be finite and > 0 for the probability-mass variant", scale);
+    for (const Tensor* t : {&q, &k_store, &table})
+      FDLLM_CHECK_ARG(!overlap(scores, *t), "attention_importance: 'scores' overlaps an input ({})", t->describe());
+    const int64_t n_tiles = table.numel() / 4;
+    if (n_tiles == 0) return;
+    kernels::ImportanceArgs a;
+    a.q = bf16(q);
+    a.k = bf16(k_store);
+    a.scores = scores.ptr<float>();
+    a.q_rows = Tq;
+    a.kv_rows = N;
+    a.n_heads = n_heads;
+    a.head_dim = static_cast<int>(HD / n_heads);
+    a.scale = scale;
+    a.weight = weight;
+    a.probability_mass = probability_mass;
+    CUDA_CHECK(cudaSetDevice(device_));
+    kernels::attention_importance_bf16(a, table.ptr<int32_t>(), n_tiles, flags(), stream_);
     after_op(kOp);
   }
 

@@ -1,0 +1,445 @@
+// Flash-Cache denoiser; see flash_cache.h for the algorithm, the layout and the deviations.
+#include "denoise/flash_cache.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/check.h"
+
+namespace flashdllm {
+namespace {
+
+/// full_pos[a : b] with Python slice clipping (a, b clamped to [0, size]; a >= b gives nothing),
+/// appended to `out`.
+void append_slice(const std::vector<int32_t>& v, int64_t a, int64_t b, std::vector<int32_t>& out) {
+  const int64_t n = static_cast<int64_t>(v.size());
+  a = std::clamp<int64_t>(a, 0, n);
+  b = std::clamp<int64_t>(b, 0, n);
+  if (a < b) out.insert(out.end(), v.begin() + a, v.begin() + b);
+}
+
+}  // namespace
+
+FlashCacheOptions flash_cache_preset(std::string_view task) {
+  FlashCacheOptions o;
+  o.gen_length = 512;
+  o.block_length = 16;
+  o.threshold = 0.9;
+  o.mask_num = 4;
+  if (task == "gsm8k" || task == "math" || task == "humaneval") {
+    o.track_num = 4;
+  } else if (task == "mbpp") {
+    o.track_num = 3;
+  } else {
+    FDLLM_FAIL(ErrorCode::kInvalidArgument,
+               "flash-cache preset '{}' is unknown (presets of the paper's Table 3: gsm8k, math, humaneval, mbpp)",
+               task);
+  }
+  return o;
+}
+
+void validate_flash_cache_options(const FlashCacheOptions& o, const LladaConfig& cfg) {
+  FDLLM_CHECK_ARG(o.gen_length > 0, "flash-cache: gen_length must be positive, got {}", o.gen_length);
+  FDLLM_CHECK_ARG(o.gen_length < cfg.max_sequence_length,
+                  "flash-cache: gen_length {} does not fit the model's max_sequence_length {}", o.gen_length,
+                  cfg.max_sequence_length);
+  FDLLM_CHECK_ARG(o.block_length > 0, "flash-cache: block_length (masked window) must be positive, got {}",
+                  o.block_length);
+  FDLLM_CHECK_ARG(o.threshold > 0.0 && o.threshold <= 1.0, "flash-cache: threshold must be in (0, 1], got {}",
+                  o.threshold);
+  FDLLM_CHECK_ARG(o.mask_num >= 1,
+                  "flash-cache: mask_num must be >= 1 (β_m = mask_num·block_length includes the window), got {}",
+                  o.mask_num);
+  FDLLM_CHECK_ARG(o.key_tile > 0, "flash-cache: key_tile must be positive, got {}", o.key_tile);
+  FDLLM_CHECK_ARG(o.n_slots > 0, "flash-cache: n_slots must be positive, got {}", o.n_slots);
+  FDLLM_CHECK_ARG(o.tokens_per_step >= 1, "flash-cache: tokens_per_step must be >= 1, got {}", o.tokens_per_step);
+  for (size_t i = 0; i < o.forced_schedule.size(); ++i)
+    FDLLM_CHECK_ARG(o.forced_schedule[i] >= 1, "flash-cache: forced_schedule[{}] = {} must be >= 1", i,
+                    o.forced_schedule[i]);
+  FDLLM_CHECK_ARG(o.importance_first_layer >= 0, "flash-cache: importance_first_layer must be >= 0, got {}",
+                  o.importance_first_layer);
+  FDLLM_CHECK_ARG(o.query_tile_rows >= 0, "flash-cache: query_tile_rows must be >= 0, got {}", o.query_tile_rows);
+  FDLLM_CHECK_ARG(std::abs(o.track_num) <= (int64_t{1} << 24) && o.mask_num <= (int64_t{1} << 24) &&
+                      o.block_length <= (int64_t{1} << 20),
+                  "flash-cache: track_num {} / mask_num {} / block_length {} are implausibly large", o.track_num,
+                  o.mask_num, o.block_length);
+}
+
+int64_t flash_max_length(int64_t max_prompt_len, int64_t gen_length, int64_t block_length, int64_t key_tile) {
+  FDLLM_CHECK_ARG(max_prompt_len > 0 && gen_length > 0 && block_length > 0 && key_tile > 0,
+                  "flash_max_length: sizes must be positive (prompt {}, gen_length {}, block_length {}, key_tile {})",
+                  max_prompt_len, gen_length, block_length, key_tile);
+  const int64_t m = max_prompt_len + gen_length + block_length;
+  return (m / key_tile + 1) * key_tile;
+}
+
+int64_t flash_seqlen_k(int64_t prompt_len, int64_t gen_length, int64_t key_tile) {
+  FDLLM_CHECK_ARG(prompt_len > 0 && gen_length > 0 && key_tile > 0,
+                  "flash_seqlen_k: sizes must be positive (prompt {}, gen_length {}, key_tile {})", prompt_len,
+                  gen_length, key_tile);
+  return (prompt_len + gen_length) / key_tile * key_tile + key_tile;
+}
+
+size_t flash_kv_cache_bytes(const LladaConfig& cfg, DType act, int64_t n_slots, int64_t max_length) {
+  return 2 * static_cast<size_t>(cfg.n_layers) * static_cast<size_t>(n_slots) * static_cast<size_t>(max_length) *
+         static_cast<size_t>(cfg.n_heads * cfg.head_dim) * dtype_size(act);
+}
+
+int64_t flash_max_slots(const LladaConfig& cfg, DType act, int64_t max_length, size_t budget_bytes) {
+  const size_t per_slot = flash_kv_cache_bytes(cfg, act, 1, max_length);
+  return per_slot == 0 ? 0 : static_cast<int64_t>(budget_bytes / per_slot);
+}
+
+// ---------------------------------------------------------------------------------- slot state
+
+FlashSlot flash_init_slot(int64_t request, std::span<const int32_t> prompt, int64_t max_length,
+                          const FlashCacheOptions& o, int32_t mask_id, int32_t eos_id) {
+  const int64_t P = static_cast<int64_t>(prompt.size());
+  FDLLM_CHECK_ARG(P > 0, "flash-cache: request {} has an empty prompt", request);
+  FDLLM_CHECK_ARG(P + o.gen_length + o.block_length <= max_length,
+                  "flash-cache: request {}: prompt {} + gen_length {} + block_length {} exceeds the slot length {}",
+                  request, P, o.gen_length, o.block_length, max_length);
+  for (int64_t i = 0; i < P; ++i)
+    FDLLM_CHECK_ARG(prompt[i] != mask_id, "flash-cache: request {}: prompt position {} holds the mask token id {}",
+                    request, i, mask_id);
+  FlashSlot s;
+  s.request = request;
+  s.prompt_len = P;
+  s.seqlen_k = flash_seqlen_k(P, o.gen_length, o.key_tile);
+  FDLLM_ASSERT(s.seqlen_k <= max_length);
+  s.num_decoded = P;
+  s.stop = P + o.gen_length;
+  s.x.assign(static_cast<size_t>(max_length), eos_id);
+  std::copy(prompt.begin(), prompt.end(), s.x.begin());
+  std::fill(s.x.begin() + P, s.x.begin() + P + o.gen_length, mask_id);
+  s.full_pos.resize(static_cast<size_t>(max_length));
+  std::iota(s.full_pos.begin(), s.full_pos.end(), 0);
+  // First query set = full prefill of [0, seqlen_k): window [P, P + bm), tracked the rest.
+  append_slice(s.full_pos, P, P + o.block_length, s.window);
+  append_slice(s.full_pos, 0, P, s.tracked);
+  append_slice(s.full_pos, P + o.block_length, s.seqlen_k, s.tracked);
+  return s;
+}
+
+void flash_prepare_queries(FlashSlot& s, const FlashCacheOptions& o) {
+  const int64_t nd = s.num_decoded, bm = o.block_length;
+  s.window.clear();
+  s.tracked.clear();
+  append_slice(s.full_pos, nd, nd + bm, s.window);
+  if (o.track_num < 0) {
+    append_slice(s.full_pos, 0, nd, s.tracked);
+    append_slice(s.full_pos, nd + bm, s.seqlen_k, s.tracked);
+  } else {
+    append_slice(s.full_pos, std::max<int64_t>(0, nd - o.track_num * bm), nd, s.tracked);
+    append_slice(s.full_pos, nd + bm, std::min(s.seqlen_k, nd + o.mask_num * bm), s.tracked);
+  }
+}
+
+ForwardBatch flash_plan(const std::vector<FlashSlot>& slots, int64_t max_length, const FlashCacheOptions& o,
+                        int64_t n_heads) {
+  ForwardBatch fb;
+  const int64_t tile_rows = o.query_tile_rows > 0 ? o.query_tile_rows : o.block_length;
+  auto add_rows = [&](const FlashSlot& s, int64_t j, const std::vector<int32_t>& pos) {
+    for (int32_t t : pos) {
+      fb.token_ids.push_back(s.x[static_cast<size_t>(t)]);
+      fb.positions.push_back(t);
+      fb.kv_rows.push_back(static_cast<int32_t>(j * max_length + t));
+    }
+  };
+  int32_t q = 0;
+  int64_t n_windows = 0;
+  for (size_t j = 0; j < slots.size(); ++j) {
+    const FlashSlot& s = slots[j];
+    if (!s.active()) continue;
+    FDLLM_CHECK_ARG(!s.window.empty(), "flash_plan: active slot {} has an empty masked window", j);
+    const auto k0 = static_cast<int32_t>(static_cast<int64_t>(j) * max_length);
+    add_rows(s, static_cast<int64_t>(j), s.window);
+    const auto n = static_cast<int32_t>(s.window.size());
+    fb.tiles.push_back({q, q + n, k0, k0 + static_cast<int32_t>(s.seqlen_k)});
+    for (int32_t r = 0; r < n; ++r) {
+      fb.logit_rows.push_back(q + r);
+      fb.row_keys.push_back(0);  // greedy: no noise
+    }
+    q += n;
+    ++n_windows;
+  }
+  FDLLM_CHECK_ARG(n_windows > 0, "flash_plan: no active slot");
+  for (size_t j = 0; j < slots.size(); ++j) {
+    const FlashSlot& s = slots[j];
+    if (!s.active() || s.tracked.empty()) continue;
+    const auto k0 = static_cast<int32_t>(static_cast<int64_t>(j) * max_length);
+    add_rows(s, static_cast<int64_t>(j), s.tracked);
+    const auto n = static_cast<int32_t>(s.tracked.size());
+    for (int32_t r = 0; r < n; r += static_cast<int32_t>(tile_rows)) {
+      const int32_t e = std::min<int32_t>(n, r + static_cast<int32_t>(tile_rows));
+      fb.tiles.push_back({q + r, q + e, k0, k0 + static_cast<int32_t>(s.seqlen_k)});
+    }
+    q += n;
+  }
+  fb.importance.tiles = n_windows;
+  fb.importance.first_layer = o.importance_first_layer;
+  fb.importance.weight = static_cast<float>(1.0 / (static_cast<double>(o.block_length) * static_cast<double>(n_heads)));
+  fb.importance.probability_mass = o.importance_probability_mass;
+  return fb;
+}
+
+// ---------------------------------------------------------------------------------- decisions
+
+FlashDecision flash_decide(const FlashSlot& s, std::span<const double> conf, std::span<const int32_t> tokens,
+                           const FlashCacheOptions& o) {
+  const size_t w = s.window.size();
+  FDLLM_CHECK_ARG(conf.size() == w && tokens.size() == w,
+                  "flash_decide: {} confidences and {} tokens for a window of {} positions", conf.size(), tokens.size(),
+                  w);
+  FDLLM_CHECK_ARG(w > 0, "flash_decide: empty window");
+  FlashDecision d;
+  d.window = s.window;
+  d.tokens.assign(tokens.begin(), tokens.end());
+  d.confidence.assign(conf.begin(), conf.end());
+  d.eligible.assign(w, 1);
+  int64_t n_eligible = static_cast<int64_t>(w);
+  for (size_t r = 0; r < w; ++r) {
+    if (d.window[r] < s.stop) continue;
+    if (o.reference_quirks) {
+      // Released code: zeroed only once an EOS set the stop; the entry can still be the top-1.
+      if (s.eos_pos >= 0) d.confidence[r] = 0.0;
+    } else {
+      // Fixed: EOS padding / positions past the stop are never candidates.
+      d.confidence[r] = 0.0;
+      d.eligible[r] = 0;
+      --n_eligible;
+    }
+  }
+  FDLLM_CHECK_ARG(n_eligible > 0, "flash_decide: no window position of the slot is below its stop {}", s.stop);
+  d.order.resize(w);
+  std::iota(d.order.begin(), d.order.end(), 0);
+  // Eligible entries first (their confidence is > 0, ineligible ones are 0), then by confidence.
+  std::stable_sort(d.order.begin(), d.order.end(), [&](int64_t a, int64_t b) {
+    if (d.eligible[a] != d.eligible[b]) return d.eligible[a] > d.eligible[b];
+    return d.confidence[a] > d.confidence[b];
+  });
+  int64_t k;
+  if (!o.forced_schedule.empty()) {
+    const size_t i = std::min<size_t>(static_cast<size_t>(s.iterations), o.forced_schedule.size() - 1);
+    k = o.forced_schedule[i];
+  } else if (o.rule == FlashDecodeRule::kFixedCount) {
+    k = o.tokens_per_step;
+  } else {
+    k = 0;
+    for (size_t r = 0; r < w; ++r) k += d.eligible[r] && d.confidence[r] >= o.threshold;
+  }
+  d.count = std::clamp<int64_t>(k, 1, n_eligible);
+  return d;
+}
+
+void flash_force(FlashDecision& d, std::span<const int32_t> positions, std::span<const int32_t> tokens) {
+  FDLLM_CHECK_ARG(!positions.empty(), "flash_force: a forced commit needs at least one position");
+  FDLLM_CHECK_ARG(positions.size() == tokens.size(), "flash_force: {} positions but {} tokens", positions.size(),
+                  tokens.size());
+  std::vector<int64_t> order;
+  std::vector<uint8_t> used(d.window.size(), 0);
+  for (size_t i = 0; i < positions.size(); ++i) {
+    const auto it = std::find(d.window.begin(), d.window.end(), positions[i]);
+    FDLLM_CHECK_ARG(it != d.window.end(), "flash_force: position {} is not in the masked window", positions[i]);
+    const auto idx = static_cast<size_t>(it - d.window.begin());
+    FDLLM_CHECK_ARG(!used[idx], "flash_force: position {} is forced twice", positions[i]);
+    used[idx] = 1;
+    order.push_back(static_cast<int64_t>(idx));
+    d.tokens[idx] = tokens[i];
+  }
+  for (int64_t idx : d.order)
+    if (!used[static_cast<size_t>(idx)]) order.push_back(idx);
+  d.order = std::move(order);
+  d.count = static_cast<int64_t>(positions.size());
+}
+
+bool flash_commit(FlashSlot& s, const FlashDecision& d, int32_t eos_id) {
+  FDLLM_CHECK_ARG(d.window == s.window, "flash_commit: the decision is for another window");
+  FDLLM_CHECK_ARG(d.count >= 1 && d.count <= static_cast<int64_t>(d.window.size()) &&
+                      d.order.size() == d.window.size(),
+                  "flash_commit: decision commits {} of {} window positions", d.count, d.window.size());
+  const int64_t nd = s.num_decoded;
+  for (size_t i = 0; i < d.order.size(); ++i)
+    s.full_pos[static_cast<size_t>(nd) + i] = d.window[static_cast<size_t>(d.order[i])];
+  int64_t new_eos = -1;
+  for (int64_t i = 0; i < d.count; ++i) {
+    const auto idx = static_cast<size_t>(d.order[static_cast<size_t>(i)]);
+    const int32_t t = d.window[idx];
+    s.x[static_cast<size_t>(t)] = d.tokens[idx];
+    if (d.tokens[idx] == eos_id) new_eos = std::max<int64_t>(new_eos, t);
+  }
+  s.num_decoded = nd + d.count;
+  s.last_committed = d.count;
+  s.iterations += 1;
+  // EOS rule (§D.7, §F.9): the first iteration that commits any EOS fixes the stop at its largest
+  // EOS position + 1.
+  if (s.eos_pos < 0 && new_eos >= 0) {
+    s.eos_pos = new_eos;
+    s.stop = new_eos + 1;
+  }
+  for (size_t i = static_cast<size_t>(s.num_decoded); i < s.full_pos.size(); ++i)
+    if (s.full_pos[i] < s.stop) return true;
+  return false;
+}
+
+void flash_rerank(FlashSlot& s, std::span<const float> scores, const FlashCacheOptions& o) {
+  FDLLM_CHECK_ARG(scores.size() == s.full_pos.size(), "flash_rerank: {} scores for a slot of {} positions",
+                  scores.size(), s.full_pos.size());
+  const auto n_old = static_cast<size_t>(s.num_decoded - s.last_committed);
+  std::stable_sort(s.full_pos.begin(), s.full_pos.begin() + static_cast<std::ptrdiff_t>(n_old),
+                   [&](int32_t a, int32_t b) { return scores[static_cast<size_t>(a)] < scores[static_cast<size_t>(b)]; });
+  flash_prepare_queries(s, o);
+}
+
+// ---------------------------------------------------------------------------------- run
+
+FlashCacheDenoiser::FlashCacheDenoiser(Backend& backend, const LladaModel& model, FlashCacheOptions options)
+    : backend_(backend), model_(model), opt_(std::move(options)) {
+  validate_flash_cache_options(opt_, model_.config);
+}
+
+void FlashCacheDenoiser::ensure_workspace(int64_t tokens, int64_t logit_rows, int64_t tiles) {
+  if (ws_.max_tokens >= tokens && ws_.max_logit_rows >= logit_rows && ws_.max_tiles >= tiles) return;
+  ws_ = make_forward_workspace(backend_, model_.config, std::max(tokens, ws_.max_tokens),
+                               std::max(logit_rows, ws_.max_logit_rows), std::max(tiles, ws_.max_tiles));
+  const int64_t R = ws_.max_logit_rows;
+  const size_t bytes_x0 = static_cast<size_t>(R) * 4, pad = (bytes_x0 + 255) / 256 * 256;
+  sel_buf_ = backend_.alloc(pad + static_cast<size_t>(R) * 8, "flash-cache token selection outputs");
+  x0_ = Tensor(sel_buf_.data(), DType::kI32, backend_.device(), {R});
+  conf_ = Tensor(static_cast<char*>(sel_buf_.data()) + pad, DType::kF64, backend_.device(), {R});
+}
+
+FlashCacheResult FlashCacheDenoiser::generate(const std::vector<std::vector<int32_t>>& prompts,
+                                              const FlashStepObserver& observer) {
+  const LladaConfig& c = model_.config;
+  FDLLM_CHECK_ARG(!prompts.empty(), "flash-cache: no prompts");
+  int64_t max_p = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    FDLLM_CHECK_ARG(!prompts[i].empty(), "flash-cache: prompt {} is empty", i);
+    for (size_t p = 0; p < prompts[i].size(); ++p)
+      FDLLM_CHECK_ARG(prompts[i][p] >= 0 && prompts[i][p] < c.embedding_size,
+                      "flash-cache: prompt {} token {} at position {} is outside the vocabulary [0, {})", i,
+                      prompts[i][p], p, c.embedding_size);
+    max_p = std::max<int64_t>(max_p, static_cast<int64_t>(prompts[i].size()));
+  }
+  const int64_t L = flash_max_length(max_p, opt_.gen_length, opt_.block_length, opt_.key_tile);
+  FDLLM_CHECK_ARG(L <= model_.rope.table.cos.rows(),
+                  "flash-cache: slot length L_max = {} (longest prompt {} + gen_length {} + block_length {}, rounded "
+                  "up to the {}-key tile) exceeds the model's RoPE table of {} positions",
+                  L, max_p, opt_.gen_length, opt_.block_length, opt_.key_tile, model_.rope.table.cos.rows());
+  const int64_t n_slots = std::min<int64_t>(opt_.n_slots, static_cast<int64_t>(prompts.size()));
+  FDLLM_CHECK_ARG(n_slots * L < (int64_t{1} << 31), "flash-cache: {} slots × L_max {} exceed 2^31 store rows",
+                  n_slots, L);
+
+  // Flat K/V cache: per layer [n_slots·L_max, n_heads·head_dim]; refuse what cannot fit.
+  const size_t kv_bytes = flash_kv_cache_bytes(c, backend_.activation_dtype(), n_slots, L);
+  const size_t free_bytes = backend_.free_memory();
+  if (kv_bytes > free_bytes) {
+    const int64_t fit = flash_max_slots(c, backend_.activation_dtype(), L, free_bytes);
+    FDLLM_FAIL(ErrorCode::kOutOfMemory,
+               "flash-cache: the K/V cache for {} slots × L_max {} needs {:.2f} GiB but only {:.2f} GiB are free on {}; "
+               "at most {} slot(s) fit (pass fewer slots or a shorter gen_length)",
+               n_slots, L, static_cast<double>(kv_bytes) / (1 << 30), static_cast<double>(free_bytes) / (1 << 30),
+               backend_.name(), fit);
+  }
+  KvStore kv = make_kv_store(backend_, c, n_slots * L, /*shared_across_layers=*/false);
+  Buffer score_buf = backend_.alloc(static_cast<size_t>(n_slots * L) * sizeof(float), "flash-cache importance");
+  Tensor scores_dev(score_buf.data(), DType::kF32, backend_.device(), {n_slots * L});
+  backend_.fill_zero(scores_dev);
+  std::vector<float> scores(static_cast<size_t>(n_slots * L));
+
+  FlashCacheResult res;
+  res.requests.resize(prompts.size());
+  res.stats.n_slots = n_slots;
+  res.stats.max_length = L;
+  res.stats.kv_bytes = kv_bytes;
+  std::vector<FlashSlot> slots(static_cast<size_t>(n_slots));
+  size_t next = 0;
+  auto admit = [&](size_t j) {
+    const size_t r = next++;
+    slots[j] = flash_init_slot(static_cast<int64_t>(r), prompts[r], L, opt_, c.mask_token_id, c.eos_token_id);
+    FlashRequestResult& rr = res.requests[r];
+    rr.request = static_cast<int64_t>(r);
+    rr.slot = static_cast<int64_t>(j);
+    rr.prompt_len = slots[j].prompt_len;
+    rr.seqlen_k = slots[j].seqlen_k;
+  };
+  for (size_t j = 0; j < slots.size(); ++j) admit(j);
+
+  SelectParams sp;  // greedy argmax, float64 confidence (reference §D.7)
+  sp.confidence_f64 = true;
+  while (std::any_of(slots.begin(), slots.end(), [](const FlashSlot& s) { return s.active(); })) {
+    ForwardBatch fb = flash_plan(slots, L, opt_, c.n_heads);
+    fb.importance.scores = scores_dev;
+    const int64_t T = fb.n_tokens(), R = static_cast<int64_t>(fb.logit_rows.size());
+    ensure_workspace(T, R, static_cast<int64_t>(fb.tiles.size()));
+    Tensor logits = llada_forward(backend_, model_, fb, kv, ws_);
+    Tensor x0_dev = x0_.slice_rows(0, R), conf_dev = conf_.slice_rows(0, R);
+    backend_.select_tokens(logits, ws_.row_keys.slice_rows(0, R), sp, x0_dev, conf_dev);
+    std::vector<int32_t> x0(static_cast<size_t>(R));
+    std::vector<double> conf(static_cast<size_t>(R));
+    backend_.copy_to_host(x0.data(), x0_dev);
+    backend_.copy_to_host(conf.data(), conf_dev);
+    backend_.copy_to_host(scores.data(), scores_dev);
+    backend_.fill_zero(scores_dev);
+    const int64_t forward = res.stats.forwards++;
+    res.stats.query_rows += T;
+
+    size_t r0 = 0;
+    for (size_t j = 0; j < slots.size(); ++j) {
+      FlashSlot& s = slots[j];
+      if (!s.active()) continue;
+      const size_t w = s.window.size();
+      std::span<const float> slot_scores(scores.data() + j * static_cast<size_t>(L), static_cast<size_t>(L));
+      FlashDecision d = flash_decide(s, std::span<const double>(conf.data() + r0, w),
+                                     std::span<const int32_t>(x0.data() + r0, w), opt_);
+      r0 += w;
+      if (observer) {
+        FlashStep step;
+        step.forward = forward;
+        step.slot = static_cast<int64_t>(j);
+        step.state = &s;
+        step.decision = &d;
+        step.importance = slot_scores;
+        observer(step);
+        if (!step.forced_positions.empty() || !step.forced_tokens.empty())
+          flash_force(d, step.forced_positions, step.forced_tokens);
+      }
+      FlashRequestResult& rr = res.requests[static_cast<size_t>(s.request)];
+      std::vector<int32_t> committed;
+      for (int64_t i = 0; i < d.count; ++i)
+        committed.push_back(d.window[static_cast<size_t>(d.order[static_cast<size_t>(i)])] -
+                            static_cast<int32_t>(s.prompt_len));
+      std::sort(committed.begin(), committed.end());
+      rr.iterations.push_back(std::move(committed));
+      if (flash_commit(s, d, c.eos_token_id)) {
+        flash_rerank(s, slot_scores, opt_);
+        continue;
+      }
+      // Finished (§D.9): record, then refill from the queue in this same iteration.
+      const auto P = static_cast<size_t>(s.prompt_len);
+      const size_t end = opt_.reference_quirks ? static_cast<size_t>(s.num_decoded) : static_cast<size_t>(s.stop);
+      rr.output_ids.assign(s.x.begin() + static_cast<std::ptrdiff_t>(P), s.x.begin() + static_cast<std::ptrdiff_t>(end));
+      rr.canvas.assign(s.x.begin() + static_cast<std::ptrdiff_t>(P),
+                       s.x.begin() + static_cast<std::ptrdiff_t>(s.seqlen_k));
+      rr.nfe = s.iterations;
+      rr.num_tokens = s.stop - s.prompt_len;
+      rr.num_tokens_reference = s.num_decoded - s.prompt_len;
+      rr.stop_rel = s.stop - s.prompt_len;
+      rr.eos_rel = s.eos_pos >= 0 ? s.eos_pos - s.prompt_len : -1;
+      res.stats.nfe += rr.nfe;
+      res.stats.num_tokens += rr.num_tokens;
+      res.stats.num_tokens_reference += rr.num_tokens_reference;
+      res.stats.max_num_tokens += opt_.gen_length;
+      if (next < prompts.size()) {
+        admit(j);
+      } else {
+        s = FlashSlot{};
+      }
+    }
+  }
+  return res;
+}
+
+}  // namespace flashdllm

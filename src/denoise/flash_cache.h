@@ -1,0 +1,260 @@
+// Flash-Cache denoiser: Flash-dLLM's elastic KV cache without verification (reference-algorithms.md
+// §D.2–D.7, D.9; VILA-Lab/Flash-dLLM llada/generate.py `generate_with_Flash_dLLM(verify=False)` and
+// llada/flash_cache_triton.py `flash_fused_elastic_cache`).
+//
+// Layout (§D.2, D.3). One run serves a list of prompts with n_slots concurrent slots. Every slot j
+// owns the flat K/V store rows [j·L_max, (j+1)·L_max) of every layer (K stored after RoPE), with
+// L_max = (floor((max_P + G + bm) / 128) + 1) · 128 over all prompts of the run. A slot row holds
+// prompt | G masks | EOS padding; its keys are always [0, seqlen_k) with
+// seqlen_k = floor((P + G) / 128) · 128 + 128. Positions in this file are slot-relative
+// (t ∈ [0, L_max)); the store row of t is j·L_max + t, its RoPE position is t.
+//
+// full_pos (per slot) is a permutation of [0, L_max) kept as
+//   [ decoded positions, ranked | undecoded: window (last confidence order), then the rest in natural order ]
+// with the boundary at num_decoded (nd; the prompt counts as decoded).
+//
+// One iteration (§D.4–D.7), for all active slots in one forward:
+//  * masked window W = full_pos[nd : nd + bm]: query rows and decode candidates;
+//  * tracked set = full_pos[max(0, nd − β_t) : nd] (the newest commits plus the decoded positions with
+//    the highest attention importance, prompt included) ++ full_pos[nd + bm : min(seqlen_k, nd + β_m)]
+//    (look-ahead masks); β_t = track_num·bm, β_m = mask_num·bm; track_num < 0: every other position
+//    in [0, seqlen_k) (full recompute). A new or refilled slot queries all of [0, seqlen_k) (prefill).
+//  * query rows [W_0 … W_{n−1}, T_0 … T_{n−1}] (windows of all active slots, then tracked sets, as
+//    upstream; any order gives the same results since each row only depends on its own token and
+//    the keys), store rows j·L_max + t, one attention tile per window and tracked tiles of at most
+//    query_tile_rows rows, keys [j·L_max, j·L_max + seqlen_k). Every query row writes fresh K/V
+//    before any attention of the layer reads the store, so queried positions see each other fresh
+//    and all other positions stale (their K/V of the last pass that queried them).
+//  * attention importance a_t (§D.6): Σ over layers >= 2 of the mean over the bm window rows and the
+//    heads of raw q·k (or of attention probabilities, option), accumulated for every key.
+//  * per slot: confidence c = max softmax (float64) of the window's logits, token = argmax; commit
+//    (threshold rule: all c >= ε, at least the top one; fixed-count rule: the n most confident);
+//    the first iteration that commits any EOS sets the stop (predicted length) to the largest EOS
+//    position it committed + 1; the slot finishes when every position < stop is decoded, and is
+//    refilled from the queue in the same iteration (continuous batching). Otherwise the older
+//    decoded positions are re-ranked by a_t ascending (highest just before the newest commits).
+//
+// Fixes of released-code bugs (default) and `reference_quirks` (reproduces them, for parity runs):
+//  * EOS padding is decodable in the released code (§F.11): window positions >= P + G are candidates
+//    until an EOS was decoded, so a request can "generate" more than G tokens. Fixed: positions
+//    >= stop (= P + G until an EOS is decoded) are never committed; they stay queried as context.
+//  * The released output is the count-based slice x[P : nd], which can contain MASK ids and tokens
+//    past the stop (§D.9). Fixed: output = x[P : stop), every position of which is decoded.
+//  With reference_quirks both fixes are off; everything else is identical in both modes.
+//  (The short-prompt slice wrap of §D.11 exists only in verify mode; this mode clamps the tracked
+//  slice at 0 exactly like upstream, so prompts shorter than β_t are handled.)
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/llada.h"
+
+namespace flashdllm {
+
+/// How many window positions an iteration commits.
+enum class FlashDecodeRule {
+  kThreshold,   ///< confidence-aware: every candidate with confidence >= threshold, at least one
+  kFixedCount,  ///< greedy fixed count: the tokens_per_step most confident candidates
+};
+
+/// Options of the Flash-Cache denoiser. Defaults are the paper's / scripts' values (reference §D.1).
+struct FlashCacheOptions {
+  int64_t gen_length = 512;    ///< G: canvas length per request (scripts: 512; paper also 256)
+  int64_t block_length = 16;   ///< bm: masked-window size (decode candidates) and query tile size
+  double threshold = 0.9;      ///< ε of the threshold rule, in (0, 1]
+  int64_t track_num = 4;       ///< β_t = track_num·bm tracked decoded positions; < 0 = full recompute
+  int64_t mask_num = 4;        ///< β_m = mask_num·bm queried undecoded positions (window + look-ahead), >= 1
+  int64_t key_tile = 128;      ///< block_n: rounding unit of L_max and seqlen_k (128 upstream)
+  int64_t n_slots = 32;        ///< concurrent slots (lm-eval batch size 32); clamped to the number of prompts
+  FlashDecodeRule rule = FlashDecodeRule::kThreshold;
+  int64_t tokens_per_step = 1; ///< kFixedCount: tokens committed per iteration (fewer if fewer are eligible)
+  /// Forced schedule for benchmarks: when non-empty, iteration i of every request commits
+  /// forced_schedule[min(i, size − 1)] tokens (most confident first, capped by the eligible
+  /// candidates) regardless of confidence and of `rule`. Entries >= 1.
+  std::vector<int64_t> forced_schedule;
+  bool reference_quirks = false;        ///< reproduce the released code's EOS-padding and output-slice bugs
+  bool importance_probability_mass = false;  ///< a_t from softmax probabilities instead of raw q·k (§F.2)
+  int64_t importance_first_layer = 2;   ///< first layer counted in a_t (released code: 2); >= n_layers = none
+  int64_t query_tile_rows = 0;          ///< rows per tracked attention tile; 0 = block_length (upstream)
+};
+
+/// Preset β_t / β_m of the paper's Table 3 = the scripts' values: "gsm8k", "math", "humaneval"
+/// (track_num 4, mask_num 4: 64/64 tokens) and "mbpp" (track_num 3: 48/64 tokens), gen_length 512,
+/// block_length 16, threshold 0.9. Throws Error(kInvalidArgument) for another name.
+FlashCacheOptions flash_cache_preset(std::string_view task);
+
+/// Validates options (names the parameter on error, Error(kInvalidArgument)): gen_length > 0,
+/// block_length > 0, threshold in (0, 1], mask_num >= 1, key_tile > 0, n_slots > 0,
+/// tokens_per_step >= 1, forced_schedule entries >= 1, importance_first_layer >= 0,
+/// query_tile_rows >= 0, gen_length < the model's max_sequence_length.
+void validate_flash_cache_options(const FlashCacheOptions& o, const LladaConfig& cfg);
+
+// ------------------------------------------------------------------------------ layout (§D.2, D.3)
+
+/// L_max: m = max_prompt_len + gen_length + block_length, L_max = (floor(m / key_tile) + 1) · key_tile
+/// (adds a whole tile even when m is a multiple). Throws Error(kInvalidArgument) for sizes <= 0.
+int64_t flash_max_length(int64_t max_prompt_len, int64_t gen_length, int64_t block_length, int64_t key_tile = 128);
+
+/// seqlen_k = floor((prompt_len + gen_length) / key_tile) · key_tile + key_tile (> prompt_len + gen_length).
+int64_t flash_seqlen_k(int64_t prompt_len, int64_t gen_length, int64_t key_tile = 128);
+
+/// Bytes of the flat K/V cache: 2 (K and V) · n_layers · n_slots · max_length · n_heads·head_dim ·
+/// dtype_size(act) (LLaDA-8B, bf16, 32 slots × 1536: 25.8 GB).
+size_t flash_kv_cache_bytes(const LladaConfig& cfg, DType act, int64_t n_slots, int64_t max_length);
+
+/// Number of slots whose K/V cache fits in `budget_bytes` (0 if not even one).
+int64_t flash_max_slots(const LladaConfig& cfg, DType act, int64_t max_length, size_t budget_bytes);
+
+// ------------------------------------------------------------------------------ slot state
+
+/// One slot. Positions are slot-relative; `request` < 0 means inactive (empty query sets).
+struct FlashSlot {
+  int64_t request = -1;          ///< index of the request in the prompt list; -1 = inactive
+  int64_t prompt_len = 0;        ///< P
+  int64_t seqlen_k = 0;          ///< keys [0, seqlen_k)
+  int64_t num_decoded = 0;       ///< nd: decoded positions (prompt included) = boundary in full_pos
+  int64_t stop = 0;              ///< predicted_length: P + G, or the finishing EOS position + 1
+  int64_t eos_pos = -1;          ///< decoded_eos_pos: max EOS position of the first EOS-committing iteration
+  int64_t last_committed = 0;    ///< tokens committed by the last iteration (the newest entries of full_pos)
+  int64_t iterations = 0;        ///< iterations this request was active (n_steps = NFE)
+  std::vector<int32_t> x;        ///< [L_max] current tokens (MASK where undecoded, EOS padding after P + G)
+  std::vector<int32_t> full_pos; ///< [L_max] permutation of [0, L_max), see the file comment
+  std::vector<int32_t> window;   ///< masked window of the next iteration (query order)
+  std::vector<int32_t> tracked;  ///< tracked query positions of the next iteration (query order)
+  bool active() const noexcept { return request >= 0; }
+};
+
+/// Initialises a slot for `request` (§D.3): x = prompt | MASK·G | EOS up to L_max, nd = P,
+/// stop = P + G, seqlen_k from flash_seqlen_k, full_pos = identity, first query set = full prefill
+/// (window [P, P + bm), tracked [0, P) ∪ [P + bm, seqlen_k)). Throws Error(kInvalidArgument) for an
+/// empty prompt, a prompt holding mask_id, or P + G + bm beyond max_length.
+FlashSlot flash_init_slot(int64_t request, std::span<const int32_t> prompt, int64_t max_length,
+                          const FlashCacheOptions& o, int32_t mask_id, int32_t eos_id);
+
+/// Rebuilds slot.window and slot.tracked from full_pos and nd (§D.4, formulas above; slices are
+/// clipped like Python slices).
+void flash_prepare_queries(FlashSlot& slot, const FlashCacheOptions& o);
+
+/// The main-pass ForwardBatch of one iteration over `slots` (inactive ones skipped): query rows
+/// [windows…, tracked sets…] with token x[t], position t, store row j·max_length + t; tiles: one per
+/// window first (those are ImportanceSpec::tiles), then the tracked sets cut into tiles of
+/// query_tile_rows rows; keys [j·max_length, j·max_length + seqlen_k); logit rows = the window rows
+/// in slot order; importance: first layer, weight 1 / (block_length · n_heads), variant from the
+/// options (scores left for the caller to set). Throws Error(kInvalidArgument) if no slot is active.
+ForwardBatch flash_plan(const std::vector<FlashSlot>& slots, int64_t max_length, const FlashCacheOptions& o,
+                        int64_t n_heads);
+
+/// One slot's decision in one iteration (§D.7), from the window's predictions.
+struct FlashDecision {
+  std::vector<int32_t> window;     ///< W (slot-relative, query order)
+  std::vector<int32_t> tokens;     ///< argmax token per window entry
+  std::vector<double> confidence;  ///< confidence per window entry after the stop rule (0 = zeroed)
+  std::vector<uint8_t> eligible;   ///< 1 where the entry may be committed
+  std::vector<int64_t> order;      ///< window indices by confidence, descending (stable: ties -> lower index)
+  int64_t count = 0;               ///< k: the first `count` entries of `order` are committed
+};
+
+/// The natural decision: confidences zeroed for window positions >= stop (always when fixed;
+/// released code: only once an EOS was decoded, and the entries stay eligible), then the rule /
+/// forced schedule of `o` (iteration index = slot.iterations). conf F64 and tokens of the window rows.
+/// Throws Error(kInvalidArgument) if the sizes differ from the window.
+FlashDecision flash_decide(const FlashSlot& slot, std::span<const double> conf, std::span<const int32_t> tokens,
+                           const FlashCacheOptions& o);
+
+/// Replaces a decision by a forced commit (teacher forcing): `positions` (distinct, in the window,
+/// at least one) with `tokens` are committed in the given order; the other window entries follow in
+/// the decision's order. Throws Error(kInvalidArgument) for positions outside the window,
+/// duplicates, sizes that differ, or an empty set.
+void flash_force(FlashDecision& d, std::span<const int32_t> positions, std::span<const int32_t> tokens);
+
+/// Applies a decision (§D.7): full_pos[nd : nd+|W|] = W[order]; x[first count] = their tokens;
+/// nd += count; the EOS rule; iterations += 1. Returns true while some undecoded position < stop remains.
+bool flash_commit(FlashSlot& slot, const FlashDecision& d, int32_t eos_id);
+
+/// After a commit that left work: re-ranks full_pos[0 : nd − last_committed] by importance
+/// ascending (stable), `scores` = the slot's [max_length] a_t values indexed by slot-relative
+/// position, then prepares the next queries.
+void flash_rerank(FlashSlot& slot, std::span<const float> scores, const FlashCacheOptions& o);
+
+// ------------------------------------------------------------------------------ run
+
+/// Per-slot view of one iteration, given to the observer after the natural decision and before it
+/// is applied. The observer may replace the commit by filling forced_positions / forced_tokens
+/// (slot-relative positions; see flash_force).
+struct FlashStep {
+  int64_t forward = 0;                 ///< index of the main pass in the run
+  int64_t slot = 0;
+  const FlashSlot* state = nullptr;    ///< before the commit
+  const FlashDecision* decision = nullptr;
+  std::span<const float> importance;   ///< this pass's a_t of the slot ([max_length], slot-relative)
+  std::vector<int32_t> forced_positions;
+  std::vector<int32_t> forced_tokens;
+};
+using FlashStepObserver = std::function<void(FlashStep&)>;
+
+/// Result of one request.
+struct FlashRequestResult {
+  int64_t request = 0, slot = 0, prompt_len = 0, seqlen_k = 0;
+  /// Fixed: x[P : stop) (all decoded; ends with the finishing EOS if any). reference_quirks: the
+  /// released count-based slice x[P : nd] (may hold MASK ids and tokens past the stop).
+  std::vector<int32_t> output_ids;
+  std::vector<int32_t> canvas;                    ///< final x[P : seqlen_k) (MASK = never decoded)
+  std::vector<std::vector<int32_t>> iterations;   ///< committed positions per iteration, relative to P, ascending
+  int64_t nfe = 0;                  ///< iterations the request was active (the released n_steps)
+  int64_t num_tokens = 0;           ///< ours: decoded positions in [P, stop) = stop − P
+  int64_t num_tokens_reference = 0; ///< released: nd − P (counts decoded EOS padding / tokens past the stop)
+  int64_t stop_rel = 0;             ///< stop − P (predicted_length relative to P)
+  int64_t eos_rel = -1;             ///< finishing EOS position − P; -1 = none decoded
+  double tokens_per_iteration() const noexcept { return nfe > 0 ? static_cast<double>(num_tokens) / nfe : 0.0; }
+};
+
+/// Counters of a run.
+struct FlashRunStats {
+  int64_t forwards = 0;       ///< main passes
+  int64_t query_rows = 0;     ///< query rows over all passes
+  int64_t nfe = 0;            ///< Σ per-request NFE
+  int64_t num_tokens = 0;     ///< Σ num_tokens (ours)
+  int64_t num_tokens_reference = 0;  ///< Σ num_tokens_reference (released)
+  int64_t max_num_tokens = 0; ///< Σ gen_length
+  int64_t n_slots = 0;        ///< slots used (min(options.n_slots, requests))
+  int64_t max_length = 0;     ///< L_max
+  size_t kv_bytes = 0;        ///< K/V cache bytes
+};
+
+struct FlashCacheResult {
+  std::vector<FlashRequestResult> requests;  ///< in prompt order
+  FlashRunStats stats;
+};
+
+class FlashCacheDenoiser {
+ public:
+  /// Validates the options against the model (see validate_flash_cache_options).
+  FlashCacheDenoiser(Backend& backend, const LladaModel& model, FlashCacheOptions options);
+
+  const FlashCacheOptions& options() const noexcept { return opt_; }
+
+  /// Runs every prompt to completion with continuous batching (requests enter slots in order; a
+  /// finished slot takes the next request in the same iteration). Allocates the flat K/V cache for
+  /// min(n_slots, prompts) slots × L_max rows first and throws Error(kOutOfMemory) naming the slot
+  /// count that would fit when it exceeds the backend's free memory; throws Error(kInvalidArgument)
+  /// for no prompts, a bad prompt (empty, mask id, id outside the vocabulary) or L_max beyond the
+  /// model's RoPE table.
+  FlashCacheResult generate(const std::vector<std::vector<int32_t>>& prompts, const FlashStepObserver& observer = {});
+
+ private:
+  void ensure_workspace(int64_t tokens, int64_t logit_rows, int64_t tiles);
+
+  Backend& backend_;
+  const LladaModel& model_;
+  FlashCacheOptions opt_;
+  ForwardWorkspace ws_;
+  Buffer sel_buf_;
+  Tensor x0_, conf_;
+};
+
+}  // namespace flashdllm
