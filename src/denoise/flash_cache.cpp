@@ -107,7 +107,9 @@ FlashSlot flash_init_slot(int64_t request, std::span<const int32_t> prompt, int6
   s.request = request;
   s.prompt_len = P;
   s.seqlen_k = flash_seqlen_k(P, o.gen_length, o.key_tile);
-  FDLLM_ASSERT(s.seqlen_k <= max_length);
+  FDLLM_CHECK_ARG(s.seqlen_k <= max_length,
+                  "flash-cache: request {}: key length seqlen_k {} exceeds the slot length {} (use flash_max_length)",
+                  request, s.seqlen_k, max_length);
   s.num_decoded = P;
   s.stop = P + o.gen_length;
   s.x.assign(static_cast<size_t>(max_length), eos_id);
@@ -138,6 +140,9 @@ void flash_prepare_queries(FlashSlot& s, const FlashCacheOptions& o) {
 
 ForwardBatch flash_plan(const std::vector<FlashSlot>& slots, int64_t max_length, const FlashCacheOptions& o,
                         int64_t n_heads) {
+  FDLLM_CHECK_ARG(max_length > 0 && static_cast<int64_t>(slots.size()) * max_length < (int64_t{1} << 31),
+                  "flash_plan: {} slots × slot length {} must be positive and below 2^31 store rows", slots.size(),
+                  max_length);
   ForwardBatch fb;
   const int64_t tile_rows = o.query_tile_rows > 0 ? o.query_tile_rows : o.block_length;
   auto add_rows = [&](const FlashSlot& s, int64_t j, const std::vector<int32_t>& pos) {

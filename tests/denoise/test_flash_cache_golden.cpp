@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -29,6 +30,7 @@
 #include "common/numerics.h"
 #include "common/test_paths.h"
 #include "denoise/flash_cache.h"
+#include "model/llada_config.h"
 
 namespace flashdllm::test {
 namespace {
@@ -117,12 +119,9 @@ std::vector<int32_t> natural_set(const FlashDecision& d, int64_t P) {
 /// Near-tie of the a_t ranking at the tracked boundary after committing `fresh` (slot-relative):
 /// among the older decoded positions, the (β_t − k)-th and (β_t − k + 1)-th largest scores.
 bool rank_near_tie(const FlashSlot& s, const std::vector<int32_t>& fresh, std::span<const float> a, int64_t budget) {
-  const int64_t nd = s.num_decoded + static_cast<int64_t>(fresh.size());
   const int64_t keep = budget - static_cast<int64_t>(fresh.size());
   std::vector<float> old;
-  std::set<int32_t> f(fresh.begin(), fresh.end());
   for (int64_t i = 0; i < s.num_decoded; ++i) old.push_back(a[static_cast<size_t>(s.full_pos[static_cast<size_t>(i)])]);
-  (void)nd;
   if (keep <= 0 || keep >= static_cast<int64_t>(old.size())) return false;
   std::sort(old.rbegin(), old.rend());
   float scale = 0.f;
@@ -252,6 +251,866 @@ INSTANTIATE_TEST_SUITE_P(Fp32VerifyOff, FlashGolden, ::testing::ValuesIn(golden_
                            return fmt::format("run{}_G{}_slots{}", std::get<0>(i.param), r["gen_length"].get<int>(),
                                               std::get<1>(i.param));
                          });
+
+
+// Free-running with reference_quirks: the whole trajectory of every request must equal the recorded
+// one up to its first near-threshold decision (our confidences decide what is "near").
+class FlashGoldenFreeRun : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(FlashGoldenFreeRun, TrajectoriesMatchUpToFirstNearTie) {
+  Golden& g = golden();
+  const json& run = g.flash["runs"][GetParam()];
+  const json& reqs = run["requests"];
+  FlashCacheOptions o = options_of(run, run["batch_size"].get<int64_t>(), /*quirks=*/true);
+  std::map<int64_t, int64_t> first_near;  // request -> iteration
+  auto observer = [&](FlashStep& step) {
+    const FlashSlot& s = *step.state;
+    if (first_near.count(s.request)) return;
+    std::vector<int32_t> fresh;
+    for (int64_t i = 0; i < step.decision->count; ++i)
+      fresh.push_back(step.decision->window[static_cast<size_t>(step.decision->order[static_cast<size_t>(i)])]);
+    if (near_threshold(*step.decision, o.threshold, kNearThreshold) ||
+        rank_near_tie(s, fresh, step.importance, o.track_num * o.block_length))
+      first_near[s.request] = s.iterations;
+  };
+  FlashCacheDenoiser den(*g.backend, g.model, o);
+  FlashCacheResult res = den.generate(prompts_of(run), observer);
+  int whole = 0;
+  for (size_t r = 0; r < reqs.size(); ++r) {
+    const json& req = reqs[r];
+    const FlashRequestResult& rr = res.requests[r];
+    SCOPED_TRACE(fmt::format("request {}", r));
+    const auto it = first_near.find(static_cast<int64_t>(r));
+    const size_t limit = it == first_near.end() ? rr.iterations.size() : static_cast<size_t>(it->second);
+    for (size_t k = 0; k < limit && k < req["iterations"].size(); ++k)
+      ASSERT_EQ(rr.iterations[k], req["iterations"][k]["main"].get<std::vector<int32_t>>()) << "iteration " << k;
+    if (it != first_near.end()) continue;
+    ++whole;
+    EXPECT_EQ(rr.iterations.size(), req["iterations"].size());
+    EXPECT_EQ(rr.output_ids, req["output_ids"].get<std::vector<int32_t>>());
+    EXPECT_EQ(rr.canvas, req["x_final_rel"].get<std::vector<int32_t>>());
+    EXPECT_EQ(rr.nfe, req["n_steps"].get<int64_t>());
+  }
+  std::cout << fmt::format("[flash golden free run {}] {} of {} requests compared whole (the others up to their "
+                           "first near-tie)\n",
+                           GetParam(), whole, reqs.size());
+  if (first_near.empty()) {
+    EXPECT_EQ(res.stats.forwards, run["passes"]["main"].get<int64_t>());
+    EXPECT_EQ(res.stats.query_rows, run["query_rows"]["main"].get<int64_t>());
+    EXPECT_EQ(res.stats.num_tokens_reference, run["num_tokens"].get<int64_t>());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fp32VerifyOff, FlashGoldenFreeRun, ::testing::ValuesIn(fp32_runs()),
+                         [](const ::testing::TestParamInfo<size_t>& i) {
+                           return fmt::format("run{}_G{}", i.param,
+                                              golden().flash["runs"][i.param]["gen_length"].get<int>());
+                         });
+
+// Default (fixed) mode against the same traces: identical up to the first iteration in which the
+// reference commits EOS padding (a position >= G); there the fix commits the same positions minus
+// the padding; afterwards it runs free and must show the fixed behaviour. Requests whose reference
+// run never decodes padding follow the recorded trajectory to the end; their output is x[P, stop)
+// where the reference returns the count-based slice (with MASK ids when positions past the stop were
+// decoded).
+class FlashGoldenFixed : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(FlashGoldenFixed, AgreesUntilPaddingIsDecodedThenFixed) {
+  Golden& g = golden();
+  const json& run = g.flash["runs"][GetParam()];
+  const json& reqs = run["requests"];
+  const int64_t G = run["gen_length"];
+  FlashCacheOptions o = options_of(run, 4, /*quirks=*/false);
+  const int32_t mask = g.model.config.mask_token_id, eos = g.model.config.eos_token_id;
+  std::vector<int64_t> diverge(reqs.size(), -1);  // first recorded iteration that commits padding
+  for (size_t r = 0; r < reqs.size(); ++r)
+    for (size_t k = 0; k < reqs[r]["iterations"].size() && diverge[r] < 0; ++k)
+      for (int32_t p : reqs[r]["iterations"][k]["main"].get<std::vector<int32_t>>())
+        if (p >= G) diverge[r] = static_cast<int64_t>(k);
+  int compared = 0, at_divergence = 0;
+  auto observer = [&](FlashStep& step) {
+    const FlashSlot& s = *step.state;
+    const json& req = reqs[static_cast<size_t>(s.request)];
+    const int64_t k = s.iterations, div = diverge[static_cast<size_t>(s.request)];
+    if (div >= 0 && k > div) return;  // free-running after the divergence
+    ASSERT_LT(static_cast<size_t>(k), req["iterations"].size());
+    std::vector<int32_t> want = req["iterations"][static_cast<size_t>(k)]["main"].get<std::vector<int32_t>>();
+    if (k == div) std::erase_if(want, [&](int32_t p) { return p >= G; });
+    if (!want.empty() && !near_threshold(*step.decision, o.threshold, kNearThreshold)) {
+      EXPECT_EQ(natural_set(*step.decision, s.prompt_len), want)
+          << "request " << s.request << " iteration " << k << (k == div ? " (first padding iteration)" : "");
+      ++(k == div ? at_divergence : compared);
+    }
+    if (k == div) return;  // our own decision from here on
+    for (int32_t rel : want) {
+      step.forced_positions.push_back(rel + static_cast<int32_t>(s.prompt_len));
+      step.forced_tokens.push_back(recorded_token(req, rel));
+    }
+  };
+  FlashCacheDenoiser den(*g.backend, g.model, o);
+  FlashCacheResult res = den.generate(prompts_of(run), observer);
+  int slice_fixed = 0, followed = 0;
+  for (size_t r = 0; r < reqs.size(); ++r) {
+    const json& req = reqs[r];
+    const FlashRequestResult& rr = res.requests[r];
+    SCOPED_TRACE(fmt::format("request {} (reference decodes padding from iteration {})", r, diverge[r]));
+    // The fix: nothing at or past the stop is decoded, the output is exactly the decoded [P, stop).
+    // (Positions committed before the EOS iteration may lie past the stop; they are not output.)
+    EXPECT_LE(rr.stop_rel, G);
+    bool eos_seen = false;
+    for (const auto& it : rr.iterations) {
+      for (int32_t p : it) {
+        EXPECT_LT(p, G) << "EOS padding decoded";
+        if (eos_seen) {
+          EXPECT_LT(p, rr.stop_rel) << "decoded past the stop after the EOS";
+        }
+      }
+      eos_seen = eos_seen || std::find(it.begin(), it.end(), rr.eos_rel) != it.end();
+    }
+    ASSERT_EQ(static_cast<int64_t>(rr.output_ids.size()), rr.stop_rel);
+    EXPECT_EQ(rr.num_tokens, rr.stop_rel);
+    EXPECT_EQ(rr.output_ids, std::vector<int32_t>(rr.canvas.begin(), rr.canvas.begin() + rr.stop_rel));
+    EXPECT_EQ(std::count(rr.output_ids.begin(), rr.output_ids.end(), mask), 0);
+    if (rr.eos_rel >= 0) {
+      EXPECT_EQ(rr.stop_rel, rr.eos_rel + 1);
+      EXPECT_EQ(rr.output_ids.back(), eos);
+    }
+    for (size_t t = static_cast<size_t>(G); t < rr.canvas.size(); ++t)
+      EXPECT_EQ(rr.canvas[t], eos) << "padding position " << t << " was overwritten";
+    const size_t agree = diverge[r] < 0 ? req["iterations"].size() : static_cast<size_t>(diverge[r]);
+    ASSERT_GE(rr.iterations.size(), agree);
+    for (size_t k = 0; k < agree; ++k)
+      EXPECT_EQ(rr.iterations[k], req["iterations"][k]["main"].get<std::vector<int32_t>>()) << "iteration " << k;
+    if (diverge[r] >= 0) continue;
+    // Same trajectory as the reference: same final row, the output differs only by the slice fix.
+    ++followed;
+    EXPECT_EQ(rr.iterations.size(), req["iterations"].size());
+    EXPECT_EQ(rr.canvas, req["x_final_rel"].get<std::vector<int32_t>>());
+    EXPECT_EQ(rr.stop_rel, req["predicted_length_rel"].get<int64_t>());
+    EXPECT_EQ(rr.num_tokens_reference, req["generated_length"].get<int64_t>());
+    const auto xf = req["x_final_rel"].get<std::vector<int32_t>>();
+    EXPECT_EQ(rr.output_ids, std::vector<int32_t>(xf.begin(), xf.begin() + rr.stop_rel));
+    slice_fixed += rr.output_ids != req["output_ids"].get<std::vector<int32_t>>();
+  }
+  std::cout << fmt::format("[flash golden fixed run {}] iterations compared {} before / {} at the first padding "
+                           "iteration; {} requests follow the reference to the end, {} of them with a corrected "
+                           "output slice\n",
+                           GetParam(), compared, at_divergence, followed, slice_fixed);
+  EXPECT_GT(compared, 0);
+  EXPECT_GT(slice_fixed, 0) << "the traces contain count-based slices with MASK ids; the fix must show";
+}
+
+INSTANTIATE_TEST_SUITE_P(Fp32VerifyOff, FlashGoldenFixed, ::testing::ValuesIn(fp32_runs()),
+                         [](const ::testing::TestParamInfo<size_t>& i) {
+                           return fmt::format("run{}_G{}", i.param,
+                                              golden().flash["runs"][i.param]["gen_length"].get<int>());
+                         });
+
+// Layout formulas against every recorded run (bf16 and fp32, verify on and off).
+TEST(FlashLayout, MaxLengthAndSeqlenKMatchTheTraces) {
+  const json& flash = golden().flash;
+  int checked = 0;
+  for (const json& run : flash["runs"]) {
+    const int64_t G = run["gen_length"], bm = run["block_length"];
+    int64_t max_p = 0;
+    for (const auto& p : flash["prompts"][run["prompt_set"].get<std::string>()]) max_p = std::max<int64_t>(max_p, p.size());
+    EXPECT_EQ(flash_max_length(max_p, G, bm), run["max_length"].get<int64_t>());
+    for (const json& req : run["requests"]) {
+      EXPECT_EQ(flash_seqlen_k(req["prompt_length"].get<int64_t>(), G), req["seqlen_k"].get<int64_t>());
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 100);
+  // The rounding always adds a tile, also when the sum is already a multiple.
+  EXPECT_EQ(flash_max_length(112, 128, 16), 384);  // m = 256
+  EXPECT_EQ(flash_max_length(111, 128, 16), 256);  // m = 255
+  EXPECT_EQ(flash_seqlen_k(64, 64), 256);          // P + G = 128
+  EXPECT_EQ(flash_seqlen_k(63, 64), 128);
+  EXPECT_EQ(flash_seqlen_k(10, 20, 16), 32);
+  // Paper setting: LLaDA-8B, bf16, 32 slots x 1536 rows = 25.8 GB (reference §D.2).
+  const LladaConfig c8 = load_llada_config(repo_data_dir() / "llada-8b-instruct" / "config.json");
+  EXPECT_EQ(flash_kv_cache_bytes(c8, DType::kBF16, 32, 1536), size_t{25769803776});
+  EXPECT_EQ(flash_max_slots(c8, DType::kBF16, 1536, size_t{25769803776}), 32);
+  EXPECT_EQ(flash_max_slots(c8, DType::kBF16, 1536, size_t{25769803775}), 31);
+  EXPECT_EQ(flash_max_slots(c8, DType::kBF16, 1536, 1000), 0);
+}
+
+// Table 3 presets.
+TEST(FlashOptions, PresetsAndDefaults) {
+  const FlashCacheOptions d;
+  EXPECT_EQ(d.block_length, 16);
+  EXPECT_EQ(d.threshold, 0.9);
+  EXPECT_EQ(d.track_num, 4);
+  EXPECT_EQ(d.mask_num, 4);
+  EXPECT_FALSE(d.reference_quirks);
+  for (const char* t : {"gsm8k", "math", "humaneval"}) {
+    const FlashCacheOptions o = flash_cache_preset(t);
+    EXPECT_EQ(o.track_num * o.block_length, 64) << t;
+    EXPECT_EQ(o.mask_num * o.block_length, 64) << t;
+  }
+  EXPECT_EQ(flash_cache_preset("mbpp").track_num * 16, 48);
+  EXPECT_THROW(flash_cache_preset("squad"), Error);
+}
+
+
+// ================================================================================ exactness
+
+/// The Flash decode loop without any cache, written independently of src/denoise/flash_cache.cpp:
+/// every iteration runs a full forward over the whole slot row (keys [0, seqlen_k)); the window is
+/// the block_length smallest undecoded positions (which is what full_pos's window is, as a set).
+struct NoCacheRun {
+  std::vector<std::vector<int32_t>> iterations;
+  std::vector<int32_t> output;
+  int64_t stop_rel = 0, eos_rel = -1;
+};
+NoCacheRun nocache_flash(const std::vector<int32_t>& prompt, const FlashCacheOptions& o, int64_t L) {
+  Golden& g = golden();
+  Backend& be = *g.backend;
+  const LladaConfig& c = g.model.config;
+  const int64_t P = static_cast<int64_t>(prompt.size()), G = o.gen_length;
+  const int64_t seqlen_k = (P + G) / 128 * 128 + 128;
+  std::vector<int32_t> x(static_cast<size_t>(L), c.eos_token_id);
+  std::copy(prompt.begin(), prompt.end(), x.begin());
+  std::fill(x.begin() + P, x.begin() + P + G, c.mask_token_id);
+  std::vector<bool> decoded(static_cast<size_t>(L), false);
+  std::fill(decoded.begin(), decoded.begin() + P, true);
+  int64_t stop = P + G, eos = -1, nd = P;
+  KvStore kv = make_kv_store(be, c, L, true);
+  ForwardWorkspace ws = make_forward_workspace(be, c, L, o.block_length, 1);
+  Buffer sel = be.alloc(static_cast<size_t>(o.block_length) * 16, "test");
+  Tensor x0(sel.data(), DType::kI32, be.device(), {o.block_length});
+  Tensor cf(static_cast<char*>(sel.data()) + o.block_length * 4, DType::kF64, be.device(), {o.block_length});
+  NoCacheRun out;
+  for (;;) {
+    bool work = false;
+    for (int64_t t = 0; t < stop; ++t) work = work || !decoded[static_cast<size_t>(t)];
+    if (!work) break;
+    std::vector<int32_t> W;
+    for (int64_t t = 0; t < L && static_cast<int64_t>(W.size()) < o.block_length; ++t)
+      if (!decoded[static_cast<size_t>(t)]) W.push_back(static_cast<int32_t>(t));
+    ForwardBatch fb;
+    for (int64_t t = 0; t < L; ++t) {
+      fb.token_ids.push_back(x[static_cast<size_t>(t)]);
+      fb.positions.push_back(static_cast<int32_t>(t));
+      fb.kv_rows.push_back(static_cast<int32_t>(t));
+    }
+    fb.tiles.push_back({0, static_cast<int32_t>(L), 0, static_cast<int32_t>(seqlen_k)});
+    for (int32_t t : W) {
+      fb.logit_rows.push_back(t);
+      fb.row_keys.push_back(0);
+    }
+    const auto w = static_cast<int64_t>(W.size());
+    Tensor logits = llada_forward(be, g.model, fb, kv, ws);
+    be.select_tokens(logits, ws.row_keys.slice_rows(0, w), SelectParams{}, x0.slice_rows(0, w), cf.slice_rows(0, w));
+    std::vector<int32_t> tok(static_cast<size_t>(w));
+    std::vector<double> conf(static_cast<size_t>(w));
+    be.copy_to_host(tok.data(), x0.slice_rows(0, w));
+    be.copy_to_host(conf.data(), cf.slice_rows(0, w));
+    std::vector<std::pair<double, int32_t>> cand;  // (confidence, window index) of the candidates
+    for (int64_t r = 0; r < w; ++r) {
+      const bool past = W[static_cast<size_t>(r)] >= stop;
+      if (past && !o.reference_quirks) continue;
+      cand.emplace_back(past && eos >= 0 ? 0.0 : conf[static_cast<size_t>(r)], static_cast<int32_t>(r));
+    }
+    std::stable_sort(cand.begin(), cand.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    size_t k = 1;
+    while (k < cand.size() && cand[k].first >= o.threshold) ++k;
+    std::vector<int32_t> it;
+    int64_t new_eos = -1;
+    for (size_t i = 0; i < k; ++i) {
+      const int32_t t = W[static_cast<size_t>(cand[i].second)];
+      x[static_cast<size_t>(t)] = tok[static_cast<size_t>(cand[i].second)];
+      decoded[static_cast<size_t>(t)] = true;
+      if (x[static_cast<size_t>(t)] == c.eos_token_id) new_eos = std::max<int64_t>(new_eos, t);
+      it.push_back(t - static_cast<int32_t>(P));
+    }
+    nd += static_cast<int64_t>(k);
+    if (eos < 0 && new_eos >= 0) {
+      eos = new_eos;
+      stop = eos + 1;
+    }
+    std::sort(it.begin(), it.end());
+    out.iterations.push_back(it);
+  }
+  const int64_t end = o.reference_quirks ? nd : stop;
+  out.output.assign(x.begin() + P, x.begin() + end);
+  out.stop_rel = stop - P;
+  out.eos_rel = eos >= 0 ? eos - P : -1;
+  return out;
+}
+
+struct ExactCase {
+  std::string name;
+  bool quirks = false;
+  int64_t track_num = -1, mask_num = 4;
+  bool probability_mass = false;
+};
+
+class FlashExactness : public ::testing::TestWithParam<ExactCase> {};
+
+TEST_P(FlashExactness, FullBudgetEqualsNoCacheDecoding) {
+  const ExactCase& ec = GetParam();
+  Golden& g = golden();
+  const auto common = g.flash["prompts"]["common"].get<std::vector<std::vector<int32_t>>>();
+  const std::vector<std::vector<int32_t>> prompts = {common[0], common[5], common[11], common[9]};
+  FlashCacheOptions o;
+  o.gen_length = 32;
+  o.n_slots = 2;
+  o.track_num = ec.track_num;
+  o.mask_num = ec.mask_num;
+  o.reference_quirks = ec.quirks;
+  o.importance_probability_mass = ec.probability_mass;
+  FlashCacheDenoiser den(*g.backend, g.model, o);
+  const FlashCacheResult res = den.generate(prompts);
+  int64_t padding_decoded = 0;
+  for (size_t r = 0; r < prompts.size(); ++r) {
+    SCOPED_TRACE(fmt::format("request {} (P = {})", r, prompts[r].size()));
+    const NoCacheRun ref = nocache_flash(prompts[r], o, res.stats.max_length);
+    const FlashRequestResult& rr = res.requests[r];
+    EXPECT_EQ(rr.iterations, ref.iterations);
+    EXPECT_EQ(rr.output_ids, ref.output);
+    EXPECT_EQ(rr.stop_rel, ref.stop_rel);
+    EXPECT_EQ(rr.eos_rel, ref.eos_rel);
+    for (const auto& it : rr.iterations)
+      for (int32_t p : it) padding_decoded += p >= o.gen_length;
+  }
+  if (ec.quirks) {
+    EXPECT_GT(padding_decoded, 0) << "the quirk case should exercise decoded EOS padding";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    CpuExact, FlashExactness,
+    ::testing::Values(ExactCase{"full_recompute", false, -1, 4, false},
+                      ExactCase{"budget_covers_all", false, 1000, 1000, false},
+                      ExactCase{"budget_covers_all_probability_mass", false, 1000, 1000, true},
+                      ExactCase{"full_recompute_reference_quirks", true, -1, 4, false}),
+    [](const ::testing::TestParamInfo<ExactCase>& i) { return i.param.name; });
+
+// ================================================================================ block tables
+
+TEST(FlashPlan, BlockTableForPrefillAndIncrementalSlots) {
+  FlashCacheOptions o;
+  o.gen_length = 40;
+  o.track_num = 1;  // β_t = 16
+  o.mask_num = 2;   // β_m = 32
+  const int64_t L = flash_max_length(40, 40, 16);
+  ASSERT_EQ(L, 128);
+  const int32_t mask = 1000, eos = 1001;
+  std::vector<int32_t> p5 = {1, 2, 3, 4, 5}, p40(40);
+  std::iota(p40.begin(), p40.end(), 10);
+  std::vector<FlashSlot> slots(3);
+  slots[0] = flash_init_slot(0, p5, L, o, mask, eos);  // fresh: full prefill
+  slots[2] = flash_init_slot(1, p40, L, o, mask, eos);  // advanced by one iteration below
+  // Slot 1 stays inactive.
+  FlashSlot& s = slots[2];
+  ASSERT_EQ(s.window.size(), 16u);
+  std::vector<double> conf(16, 0.1);
+  conf[3] = 0.95;  // position 43
+  conf[7] = 0.97;  // position 47
+  const FlashDecision d = flash_decide(s, conf, std::vector<int32_t>(16, 7), o);
+  ASSERT_EQ(d.count, 2);
+  ASSERT_TRUE(flash_commit(s, d, eos));
+  std::vector<float> score(static_cast<size_t>(L), 0.f);
+  for (int t = 0; t < 40; ++t) score[static_cast<size_t>(t)] = static_cast<float>(t % 7);
+  flash_rerank(s, score, o);
+  // Older decoded [0, 40) sorted by t % 7 ascending (stable); the last 14 of them + the 2 newest
+  // (in confidence order) are the tracked decoded positions; then look-ahead full_pos[58 : 74).
+  const std::vector<int32_t> tracked_decoded = {18, 25, 32, 39, 5, 12, 19, 26, 33, 6, 13, 20, 27, 34, 47, 43};
+  std::vector<int32_t> want_window = {40, 41, 42, 44, 45, 46, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57};
+  std::vector<int32_t> want_tracked = tracked_decoded;
+  for (int32_t t = 58; t < 74; ++t) want_tracked.push_back(t);
+  EXPECT_EQ(s.window, want_window);
+  EXPECT_EQ(s.tracked, want_tracked);
+
+  const ForwardBatch fb = flash_plan(slots, L, o, /*n_heads=*/2);
+  // Rows: W0 (16) | W2 (16) | T0 (5 + 107 = 112) | T2 (32).
+  ASSERT_EQ(fb.n_tokens(), 16 + 16 + 112 + 32);
+  std::vector<int32_t> want_pos;
+  for (int32_t t = 5; t < 21; ++t) want_pos.push_back(t);
+  want_pos.insert(want_pos.end(), want_window.begin(), want_window.end());
+  for (int32_t t = 0; t < 5; ++t) want_pos.push_back(t);
+  for (int32_t t = 21; t < 128; ++t) want_pos.push_back(t);
+  want_pos.insert(want_pos.end(), want_tracked.begin(), want_tracked.end());
+  EXPECT_EQ(fb.positions, want_pos);
+  for (size_t i = 0; i < want_pos.size(); ++i) {
+    const bool slot2 = (i >= 16 && i < 32) || i >= 144;
+    EXPECT_EQ(fb.kv_rows[i], (slot2 ? 2 * 128 : 0) + want_pos[i]) << "row " << i;
+    EXPECT_EQ(fb.token_ids[i], (slot2 ? slots[2] : slots[0]).x[static_cast<size_t>(want_pos[i])]) << "row " << i;
+  }
+  std::vector<AttentionTile> want_tiles = {{0, 16, 0, 128}, {16, 32, 256, 384}};
+  for (int32_t q = 32; q < 144; q += 16) want_tiles.push_back({q, q + 16, 0, 128});
+  want_tiles.push_back({144, 160, 256, 384});
+  want_tiles.push_back({160, 176, 256, 384});
+  ASSERT_EQ(fb.tiles.size(), want_tiles.size());
+  for (size_t i = 0; i < want_tiles.size(); ++i) {
+    EXPECT_EQ(fb.tiles[i].q_start, want_tiles[i].q_start) << "tile " << i;
+    EXPECT_EQ(fb.tiles[i].q_end, want_tiles[i].q_end) << "tile " << i;
+    EXPECT_EQ(fb.tiles[i].k_start, want_tiles[i].k_start) << "tile " << i;
+    EXPECT_EQ(fb.tiles[i].k_end, want_tiles[i].k_end) << "tile " << i;
+  }
+  std::vector<int32_t> want_logits(32);
+  std::iota(want_logits.begin(), want_logits.end(), 0);
+  EXPECT_EQ(fb.logit_rows, want_logits);
+  EXPECT_EQ(fb.importance.tiles, 2);
+  EXPECT_EQ(fb.importance.first_layer, 2);
+  EXPECT_FLOAT_EQ(fb.importance.weight, 1.0f / 32.0f);
+  EXPECT_FALSE(fb.importance.probability_mass);
+  // A custom tracked tile size only changes the cut.
+  FlashCacheOptions big = o;
+  big.query_tile_rows = 1000;
+  const ForwardBatch fb2 = flash_plan(slots, L, big, 2);
+  ASSERT_EQ(fb2.tiles.size(), 4u);
+  EXPECT_EQ(fb2.tiles[2].q_end - fb2.tiles[2].q_start, 112);
+  EXPECT_EQ(fb2.tiles[3].q_end - fb2.tiles[3].q_start, 32);
+  // Full recompute: tracked = every other position below seqlen_k.
+  FlashCacheOptions full = o;
+  full.track_num = -1;
+  flash_prepare_queries(s, full);
+  std::set<int32_t> all(s.window.begin(), s.window.end());
+  all.insert(s.tracked.begin(), s.tracked.end());
+  EXPECT_EQ(all.size(), s.window.size() + s.tracked.size());
+  EXPECT_EQ(static_cast<int64_t>(all.size()), s.seqlen_k);
+  EXPECT_THROW(flash_plan(std::vector<FlashSlot>(2), L, o, 2), Error);
+}
+
+// ================================================================================ invariants
+
+/// Runs `prompts` and checks the state of every slot before every iteration: full_pos is a
+/// permutation, its decoded prefix is exactly prompt ∪ committed positions, the window is the next
+/// block_length entries, the rest is in natural order and right of the window, and the tracked
+/// decoded part is the newest commits plus the older positions with the highest a_t of the last pass.
+void check_invariants(const FlashCacheOptions& o, const std::vector<std::vector<int32_t>>& prompts) {
+  Golden& g = golden();
+  const int32_t mask = g.model.config.mask_token_id;
+  struct Prev {
+    std::vector<float> a;            // last pass's a_t (slot-relative)
+    std::vector<int32_t> old;        // decoded positions before the last commit
+    std::vector<int32_t> fresh;      // last commit
+  };
+  std::map<int64_t, std::set<int32_t>> decoded;
+  std::map<int64_t, Prev> prev;
+  int checks = 0, ranking_checks = 0;
+  const int64_t budget = o.track_num * o.block_length;
+  auto observer = [&](FlashStep& step) {
+    const FlashSlot& s = *step.state;
+    const int64_t L = static_cast<int64_t>(s.full_pos.size()), nd = s.num_decoded, bm = o.block_length;
+    if (s.iterations == 0) {
+      decoded[s.request].clear();
+      for (int32_t t = 0; t < s.prompt_len; ++t) decoded[s.request].insert(t);
+    }
+    const std::set<int32_t>& dec = decoded[s.request];
+    std::vector<int32_t> sorted = s.full_pos;
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<int32_t> ident(static_cast<size_t>(L));
+    std::iota(ident.begin(), ident.end(), 0);
+    ASSERT_EQ(sorted, ident) << "full_pos is not a permutation";
+    ASSERT_EQ(std::set<int32_t>(s.full_pos.begin(), s.full_pos.begin() + nd), dec);
+    ASSERT_EQ(static_cast<int64_t>(dec.size()), nd);
+    for (int32_t t = static_cast<int32_t>(s.prompt_len); t < s.prompt_len + o.gen_length; ++t)
+      ASSERT_EQ(s.x[static_cast<size_t>(t)] == mask, dec.count(t) == 0) << "position " << t;
+    const int64_t w = std::min(bm, L - nd);
+    ASSERT_EQ(s.window, std::vector<int32_t>(s.full_pos.begin() + nd, s.full_pos.begin() + nd + w));
+    const int32_t wmax = *std::max_element(s.window.begin(), s.window.end());
+    for (int64_t i = nd + w; i < L; ++i) {
+      ASSERT_GT(s.full_pos[static_cast<size_t>(i)], wmax);
+      if (i > nd + w) {
+        ASSERT_GT(s.full_pos[static_cast<size_t>(i)], s.full_pos[static_cast<size_t>(i - 1)]);
+      }
+    }
+    // Tracked set.
+    if (s.iterations == 0) {
+      std::vector<int32_t> want;
+      for (int32_t t = 0; t < s.prompt_len; ++t) want.push_back(t);
+      for (int32_t t = static_cast<int32_t>(s.prompt_len + bm); t < s.seqlen_k; ++t) want.push_back(t);
+      ASSERT_EQ(s.tracked, want);
+    } else {
+      const int64_t n_dec = std::min(budget, nd);
+      const std::vector<int32_t> tdec(s.full_pos.begin() + (nd - n_dec), s.full_pos.begin() + nd);
+      std::vector<int32_t> look;
+      for (int64_t i = nd + bm; i < std::min(s.seqlen_k, nd + o.mask_num * bm); ++i)
+        look.push_back(s.full_pos[static_cast<size_t>(i)]);
+      std::vector<int32_t> want = tdec;
+      want.insert(want.end(), look.begin(), look.end());
+      ASSERT_EQ(s.tracked, want);
+      const Prev& pv = prev[s.request];
+      const int64_t k = static_cast<int64_t>(pv.fresh.size());
+      ASSERT_EQ(s.last_committed, k);
+      // The newest commits close the decoded list (all of them when they fit in the budget).
+      const std::set<int32_t> newest(s.full_pos.begin() + (nd - k), s.full_pos.begin() + nd);
+      ASSERT_EQ(newest, std::set<int32_t>(pv.fresh.begin(), pv.fresh.end()));
+      // The older tracked ones are the highest-a_t older positions (unless the boundary is a near-tie).
+      const int64_t keep = std::max<int64_t>(0, n_dec - k);
+      std::vector<std::pair<float, int32_t>> ranked;
+      for (int32_t t : pv.old) ranked.emplace_back(pv.a[static_cast<size_t>(t)], t);
+      std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+      float scale = 0.f;
+      for (float v : pv.a) scale = std::max(scale, std::abs(v));
+      const bool tie = keep > 0 && keep < static_cast<int64_t>(ranked.size()) &&
+                       std::abs(ranked[static_cast<size_t>(keep - 1)].first - ranked[static_cast<size_t>(keep)].first) <=
+                           kRankNearTie * scale;
+      if (!tie && keep > 0) {
+        std::set<int32_t> want_old;
+        for (int64_t i = 0; i < keep; ++i) want_old.insert(ranked[static_cast<size_t>(i)].second);
+        ASSERT_EQ(std::set<int32_t>(tdec.begin(), tdec.end() - std::min<int64_t>(k, n_dec)), want_old);
+        ++ranking_checks;
+      }
+    }
+    ++checks;
+    // Remember this pass for the next check of the same request.
+    Prev& pv = prev[s.request];
+    pv.a.assign(step.importance.begin(), step.importance.end());
+    pv.old.assign(s.full_pos.begin(), s.full_pos.begin() + nd);
+    pv.fresh.clear();
+    for (int64_t i = 0; i < step.decision->count; ++i) {
+      const int32_t t = step.decision->window[static_cast<size_t>(step.decision->order[static_cast<size_t>(i)])];
+      pv.fresh.push_back(t);
+      decoded[s.request].insert(t);
+    }
+  };
+  FlashCacheDenoiser den(*g.backend, g.model, o);
+  const FlashCacheResult res = den.generate(prompts, observer);
+  EXPECT_GT(checks, 20);
+  EXPECT_GT(ranking_checks, 5);
+  // Final state of every request: decoded set == prompt ∪ all commits.
+  for (size_t r = 0; r < prompts.size(); ++r) {
+    std::set<int32_t> all;
+    for (const auto& it : res.requests[r].iterations) all.insert(it.begin(), it.end());
+    for (int32_t p = 0; p < static_cast<int32_t>(res.requests[r].canvas.size()); ++p)
+      if (p < o.gen_length) {
+        EXPECT_EQ(res.requests[r].canvas[static_cast<size_t>(p)] == mask, all.count(p) == 0);
+      }
+  }
+}
+
+TEST(FlashInvariants, FullPosWindowTrackedFixedMode) {
+  const auto common = golden().flash["prompts"]["common"].get<std::vector<std::vector<int32_t>>>();
+  FlashCacheOptions o;
+  o.gen_length = 64;
+  o.n_slots = 3;
+  o.track_num = 1;  // β_t = 16 < most prompts: ranking decides; prompt of 3 < β_t: short-prompt clamp
+  o.mask_num = 2;
+  check_invariants(o, {common[0], common[10], common[3], common[7], common[1]});
+}
+
+TEST(FlashInvariants, FullPosWindowTrackedReferenceQuirks) {
+  const auto common = golden().flash["prompts"]["common"].get<std::vector<std::vector<int32_t>>>();
+  FlashCacheOptions o;
+  o.gen_length = 64;
+  o.n_slots = 2;
+  o.reference_quirks = true;
+  check_invariants(o, {common[2], common[11], common[4]});
+}
+
+
+// ================================================================================ EOS rule, rules
+
+struct SmallSlot {
+  FlashCacheOptions o;
+  int64_t L = 0;
+  FlashSlot s;
+  static constexpr int32_t kMask = 1000, kEos = 1001;
+  explicit SmallSlot(bool quirks) {
+    o.gen_length = 20;
+    o.reference_quirks = quirks;
+    const std::vector<int32_t> prompt = {5, 6, 7, 8};
+    L = flash_max_length(4, 20, 16);  // 128
+    s = flash_init_slot(0, prompt, L, o, kMask, kEos);
+  }
+  /// Commits with these confidences/tokens (window order) and returns whether work remains.
+  bool step(const std::vector<double>& conf, const std::vector<int32_t>& tok) {
+    const FlashDecision d = flash_decide(s, conf, tok, o);
+    const bool more = flash_commit(s, d, kEos);
+    if (more) flash_rerank(s, std::vector<float>(static_cast<size_t>(L), 0.f), o);
+    return more;
+  }
+};
+
+TEST(FlashEosRule, StopIsTheLargestEosOfTheFirstEosIteration) {
+  SmallSlot t(false);
+  EXPECT_EQ(t.s.seqlen_k, 128);
+  EXPECT_EQ(t.s.stop, 24);
+  // Window [4, 20): EOS predicted at 6 and 9 (both >= ε), a token at 12 (>= ε), rest below ε.
+  std::vector<double> conf(16, 0.2);
+  std::vector<int32_t> tok(16, 3);
+  conf[2] = 0.95, tok[2] = SmallSlot::kEos;  // position 6
+  conf[5] = 0.99, tok[5] = SmallSlot::kEos;  // position 9
+  conf[8] = 0.91, tok[8] = 44;               // position 12
+  EXPECT_TRUE(t.step(conf, tok));
+  EXPECT_EQ(t.s.eos_pos, 9);
+  EXPECT_EQ(t.s.stop, 10);
+  EXPECT_EQ(t.s.num_decoded, 7);
+  EXPECT_EQ(t.s.x[12], 44);  // committed past the stop: kept in x, not output
+  // A later EOS (position 4) does not move the stop; positions >= stop are never candidates.
+  ASSERT_EQ(t.s.window.front(), 4);
+  std::vector<double> c2(t.s.window.size(), 0.99);
+  std::vector<int32_t> k2(t.s.window.size(), 3);
+  k2[0] = SmallSlot::kEos;
+  const FlashDecision d = flash_decide(t.s, c2, k2, t.o);
+  for (size_t r = 0; r < d.window.size(); ++r) EXPECT_EQ(d.eligible[r] != 0, d.window[r] < 10) << d.window[r];
+  EXPECT_EQ(d.count, 4);  // the undecoded positions below the stop: 4, 5, 7, 8
+  EXPECT_FALSE(flash_commit(t.s, d, SmallSlot::kEos)) << "every position below the stop is decoded";
+  EXPECT_EQ(t.s.stop, 10);
+  EXPECT_EQ(t.s.eos_pos, 9);
+  EXPECT_EQ(t.s.iterations, 2);
+}
+
+TEST(FlashEosRule, ReferenceQuirksDecodePaddingAndZeroPastTheStop) {
+  SmallSlot q(true), f(false);
+  // Decode everything of the canvas but one position so that the window reaches the padding.
+  for (SmallSlot* t : {&q, &f}) {
+    std::vector<int32_t> tok(16, 3);
+    ASSERT_TRUE(t->step(std::vector<double>(16, 0.99), tok));  // commits [4, 20)
+    ASSERT_EQ(t->s.window.front(), 20);
+  }
+  // Window [20, 36): canvas 20..23, padding 24..35 (P + G = 24), no EOS decoded yet.
+  std::vector<double> conf(16, 0.95);
+  std::vector<int32_t> tok(16, 3);
+  const FlashDecision dq = flash_decide(q.s, conf, tok, q.o), df = flash_decide(f.s, conf, tok, f.o);
+  EXPECT_EQ(dq.count, 16) << "released code: padding is a candidate";
+  EXPECT_EQ(df.count, 4) << "fixed: only the 4 canvas positions";
+  for (size_t r = 0; r < 16; ++r) {
+    EXPECT_TRUE(dq.eligible[r]);
+    EXPECT_EQ(df.eligible[r] != 0, df.window[r] < 24);
+    EXPECT_EQ(df.confidence[r], df.window[r] < 24 ? 0.95 : 0.0);
+  }
+  // Released behaviour: once an EOS set the stop, later entries are zeroed but stay eligible.
+  SmallSlot e(true);
+  std::vector<double> c(16, 0.2);
+  std::vector<int32_t> k(16, 3);
+  c[1] = 0.99, k[1] = SmallSlot::kEos;  // EOS at 5
+  ASSERT_TRUE(e.step(c, k));
+  ASSERT_EQ(e.s.stop, 6);
+  const FlashDecision de = flash_decide(e.s, std::vector<double>(e.s.window.size(), 0.5),
+                                        std::vector<int32_t>(e.s.window.size(), 3), e.o);
+  for (size_t r = 0; r < de.window.size(); ++r) {
+    EXPECT_TRUE(de.eligible[r]);
+    EXPECT_EQ(de.confidence[r], de.window[r] < 6 ? 0.5 : 0.0);
+  }
+  EXPECT_EQ(de.window[static_cast<size_t>(de.order[0])], 4);
+}
+
+TEST(FlashDecodeRules, FixedCountForcedScheduleAndForcing) {
+  SmallSlot t(false);
+  std::vector<double> conf(16);
+  for (int r = 0; r < 16; ++r) conf[static_cast<size_t>(r)] = 0.5 + 0.01 * r;  // all below ε
+  const std::vector<int32_t> tok(16, 3);
+  EXPECT_EQ(flash_decide(t.s, conf, tok, t.o).count, 1) << "threshold rule keeps at least one";
+  EXPECT_EQ(t.s.window[static_cast<size_t>(flash_decide(t.s, conf, tok, t.o).order[0])], 19);
+  t.o.rule = FlashDecodeRule::kFixedCount;
+  t.o.tokens_per_step = 3;
+  FlashDecision d = flash_decide(t.s, conf, tok, t.o);
+  EXPECT_EQ(d.count, 3);
+  EXPECT_EQ(natural_set(d, 0), (std::vector<int32_t>{17, 18, 19}));
+  t.o.forced_schedule = {2, 5};
+  EXPECT_EQ(flash_decide(t.s, conf, tok, t.o).count, 2);
+  t.s.iterations = 7;
+  EXPECT_EQ(flash_decide(t.s, conf, tok, t.o).count, 5) << "the last entry repeats";
+  t.o.forced_schedule = {100};
+  EXPECT_EQ(flash_decide(t.s, conf, tok, t.o).count, 16) << "capped by the eligible candidates";
+  // Teacher forcing.
+  d = flash_decide(t.s, conf, tok, t.o);
+  flash_force(d, std::vector<int32_t>{9, 5}, std::vector<int32_t>{77, 78});
+  EXPECT_EQ(d.count, 2);
+  EXPECT_EQ(d.window[static_cast<size_t>(d.order[0])], 9);
+  EXPECT_EQ(d.window[static_cast<size_t>(d.order[1])], 5);
+  EXPECT_EQ(d.tokens[5], 77);
+  EXPECT_EQ(d.tokens[1], 78);
+  std::set<int64_t> all(d.order.begin(), d.order.end());
+  EXPECT_EQ(all.size(), 16u);
+  FlashDecision bad = flash_decide(t.s, conf, tok, t.o);
+  EXPECT_THROW(flash_force(bad, std::vector<int32_t>{30}, std::vector<int32_t>{1}), Error);
+  EXPECT_THROW(flash_force(bad, std::vector<int32_t>{5, 5}, std::vector<int32_t>{1, 1}), Error);
+  EXPECT_THROW(flash_force(bad, std::vector<int32_t>{5}, std::vector<int32_t>{}), Error);
+  EXPECT_THROW(flash_force(bad, std::vector<int32_t>{}, std::vector<int32_t>{}), Error);
+  EXPECT_THROW(flash_decide(t.s, std::vector<double>(3), tok, t.o), Error);
+}
+
+TEST(FlashDecodeRules, FixedCountRunCommitsExactlyThatMany) {
+  Golden& g = golden();
+  const auto common = g.flash["prompts"]["common"].get<std::vector<std::vector<int32_t>>>();
+  FlashCacheOptions o;
+  o.gen_length = 32;
+  o.n_slots = 2;
+  o.forced_schedule = {3, 5};
+  FlashCacheDenoiser den(*g.backend, g.model, o);
+  const FlashCacheResult res = den.generate({common[4], common[8]});
+  for (const FlashRequestResult& rr : res.requests) {
+    ASSERT_GE(rr.iterations.size(), 2u);
+    EXPECT_EQ(rr.iterations[0].size(), 3u);
+    for (size_t k = 1; k + 1 < rr.iterations.size(); ++k) EXPECT_EQ(rr.iterations[k].size(), 5u) << "iteration " << k;
+    EXPECT_LE(rr.iterations.back().size(), 5u);
+    EXPECT_EQ(rr.nfe, static_cast<int64_t>(rr.iterations.size()));
+    EXPECT_DOUBLE_EQ(rr.tokens_per_iteration(), static_cast<double>(rr.num_tokens) / rr.nfe);
+  }
+}
+
+// ================================================================================ refill, batching
+
+TEST(FlashBatching, RefillWithVeryDifferentLengthsIsBatchInvariant) {
+  Golden& g = golden();
+  const auto common = g.flash["prompts"]["common"].get<std::vector<std::vector<int32_t>>>();
+  // Lengths 60, 3, 55, 5, 48, 8: slots mix full prefills of long rows with incremental short ones.
+  const std::vector<std::vector<int32_t>> prompts = {common[11], common[0], common[10], common[1], common[9], common[2]};
+  FlashCacheOptions o;
+  o.gen_length = 32;
+  o.n_slots = 1;
+  FlashCacheDenoiser one(*g.backend, g.model, o);
+  const FlashCacheResult r1 = one.generate(prompts);
+  o.n_slots = 2;
+  const FlashCacheResult r2 = FlashCacheDenoiser(*g.backend, g.model, o).generate(prompts);
+  o.n_slots = 9;  // more slots than requests: one slot per request
+  const FlashCacheResult r9 = FlashCacheDenoiser(*g.backend, g.model, o).generate(prompts);
+  EXPECT_EQ(r1.stats.n_slots, 1);
+  EXPECT_EQ(r2.stats.n_slots, 2);
+  EXPECT_EQ(r9.stats.n_slots, 6);
+  EXPECT_EQ(r9.stats.forwards, std::max_element(r9.requests.begin(), r9.requests.end(), [](const auto& a, const auto& b) {
+                                 return a.nfe < b.nfe;
+                               })->nfe);
+  // Continuous batching: requests enter in order; with 2 slots the first two occupy slots 0 and 1.
+  EXPECT_EQ(r2.requests[0].slot, 0);
+  EXPECT_EQ(r2.requests[1].slot, 1);
+  EXPECT_LT(r2.stats.forwards, r1.stats.forwards);
+  int64_t nfe = 0, tokens = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SCOPED_TRACE(fmt::format("request {}", i));
+    for (const FlashCacheResult* r : {&r2, &r9}) {
+      EXPECT_EQ(r->requests[i].output_ids, r1.requests[i].output_ids);
+      EXPECT_EQ(r->requests[i].iterations, r1.requests[i].iterations);
+      EXPECT_EQ(r->requests[i].canvas, r1.requests[i].canvas);
+    }
+    EXPECT_EQ(r1.requests[i].seqlen_k, flash_seqlen_k(static_cast<int64_t>(prompts[i].size()), 32));
+    nfe += r1.requests[i].nfe;
+    tokens += r1.requests[i].num_tokens;
+  }
+  EXPECT_EQ(r1.stats.nfe, nfe);
+  EXPECT_EQ(r1.stats.num_tokens, tokens);
+  EXPECT_EQ(r1.stats.max_num_tokens, 32 * 6);
+  EXPECT_EQ(r1.stats.forwards, nfe) << "one slot: one pass per iteration";
+  EXPECT_EQ(r2.stats.query_rows, r1.stats.query_rows) << "batching does not change the query sets";
+}
+
+// ================================================================================ forward wiring
+
+TEST(FlashImportance, ForwardAccumulatesTheRequestedLayersAndTiles) {
+  Golden& g = golden();
+  Backend& be = *g.backend;
+  const LladaConfig& c = g.model.config;
+  ASSERT_EQ(c.n_layers, 3);
+  const auto common = g.flash["prompts"]["common"].get<std::vector<std::vector<int32_t>>>();
+  FlashCacheOptions o;
+  o.gen_length = 32;
+  const int64_t L = flash_max_length(60, 32, 16);
+  std::vector<FlashSlot> slots = {flash_init_slot(0, common[11], L, o, c.mask_token_id, c.eos_token_id),
+                                  flash_init_slot(1, common[3], L, o, c.mask_token_id, c.eos_token_id)};
+  ForwardBatch fb = flash_plan(slots, L, o, c.n_heads);
+  KvStore kv = make_kv_store(be, c, 2 * L, false);
+  ForwardWorkspace ws = make_forward_workspace(be, c, fb.n_tokens(), 32, static_cast<int64_t>(fb.tiles.size()));
+  Buffer buf = be.alloc(static_cast<size_t>(2 * L) * 4, "test scores");
+  Tensor scores(buf.data(), DType::kF32, be.device(), {2 * L});
+  auto run = [&](int64_t first_layer, bool prob, float weight) {
+    ForwardBatch b = fb;
+    b.importance.first_layer = first_layer;
+    b.importance.probability_mass = prob;
+    b.importance.weight = weight;
+    b.importance.scores = scores;
+    be.fill_zero(scores);
+    llada_forward(be, g.model, b, kv, ws);
+    std::vector<float> out(static_cast<size_t>(2 * L));
+    be.copy_to_host(out.data(), scores);
+    return out;
+  };
+  // Probability mass: every counted (layer, window row, head) contributes exactly 1 in total.
+  const int64_t window_rows = 32;
+  for (int64_t first : {0, 1, 2, 3}) {
+    const std::vector<float> s = run(first, true, 1.0f);
+    double total = 0;
+    for (float v : s) total += v;
+    EXPECT_NEAR(total, static_cast<double>((3 - first) * window_rows * c.n_heads), 1e-3) << "first layer " << first;
+  }
+  // Raw: keys outside the windows' key ranges stay 0; linear in the weight; zero past the last layer.
+  const std::vector<float> raw = run(2, false, 1.0f), raw2 = run(2, false, 2.0f), none = run(3, false, 1.0f);
+  for (int64_t t = 0; t < 2 * L; ++t) {
+    const int64_t j = t / L, rel = t % L;
+    const bool key = rel < slots[static_cast<size_t>(j)].seqlen_k;
+    EXPECT_EQ(raw[static_cast<size_t>(t)] != 0.f, key) << "store row " << t;
+    EXPECT_EQ(raw2[static_cast<size_t>(t)], 2.0f * raw[static_cast<size_t>(t)]) << "store row " << t;
+    EXPECT_EQ(none[static_cast<size_t>(t)], 0.f);
+  }
+  // Bad specs are rejected.
+  ForwardBatch b = fb;
+  b.importance.scores = scores;
+  b.importance.tiles = static_cast<int64_t>(fb.tiles.size()) + 1;
+  EXPECT_THROW(llada_forward(be, g.model, b, kv, ws), Error);
+  b.importance.tiles = 2;
+  b.importance.scores = Tensor(buf.data(), DType::kF32, be.device(), {L});
+  EXPECT_THROW(llada_forward(be, g.model, b, kv, ws), Error);
+}
+
+// ================================================================================ parameter errors
+
+void expect_invalid(const std::function<void()>& f, const std::string& needle,
+                    ErrorCode code = ErrorCode::kInvalidArgument) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an error mentioning '" << needle << "'";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(FlashOptions, ParameterErrorsNameTheParameter) {
+  Golden& g = golden();
+  auto with = [&](const std::function<void(FlashCacheOptions&)>& edit, const std::string& needle) {
+    FlashCacheOptions o;
+    edit(o);
+    expect_invalid([&] { FlashCacheDenoiser d(*g.backend, g.model, o); }, needle);
+  };
+  with([](auto& o) { o.gen_length = 0; }, "gen_length");
+  with([](auto& o) { o.gen_length = 5000; }, "max_sequence_length");
+  with([](auto& o) { o.block_length = 0; }, "block_length");
+  with([](auto& o) { o.threshold = 0.0; }, "threshold");
+  with([](auto& o) { o.threshold = 1.5; }, "threshold");
+  with([](auto& o) { o.mask_num = 0; }, "mask_num");
+  with([](auto& o) { o.key_tile = 0; }, "key_tile");
+  with([](auto& o) { o.n_slots = 0; }, "n_slots");
+  with([](auto& o) { o.tokens_per_step = 0; }, "tokens_per_step");
+  with([](auto& o) { o.forced_schedule = {2, 0}; }, "forced_schedule[1]");
+  with([](auto& o) { o.importance_first_layer = -1; }, "importance_first_layer");
+  with([](auto& o) { o.query_tile_rows = -3; }, "query_tile_rows");
+  EXPECT_THROW(flash_max_length(0, 64, 16), Error);
+  EXPECT_THROW(flash_seqlen_k(10, 0), Error);
+
+  FlashCacheOptions o;
+  o.gen_length = 32;
+  FlashCacheDenoiser den(*g.backend, g.model, o);
+  expect_invalid([&] { den.generate({}); }, "no prompts");
+  expect_invalid([&] { den.generate({{1, 2}, {}}); }, "prompt 1 is empty");
+  expect_invalid([&] { den.generate({{1, 2000}}); }, "outside the vocabulary");
+  expect_invalid([&] { den.generate({{1, g.model.config.mask_token_id}}); }, "mask token");
+  // L_max beyond the RoPE table of the model.
+  LladaModel small = load_model(*g.backend, golden_dir());
+  small.rope = make_rope_tables(*g.backend, small.config, 200);
+  FlashCacheDenoiser d2(*g.backend, small, o);
+  expect_invalid([&] { d2.generate({std::vector<int32_t>(100, 3)}); }, "RoPE table");
+}
+
+TEST(FlashOptions, RefusesAKvCacheThatDoesNotFit) {
+  Golden& g = golden();
+  FlashCacheOptions o;
+  o.gen_length = 4000;
+  o.block_length = 16;
+  const int64_t L = flash_max_length(1, 4000, 16);
+  const size_t per_slot = flash_kv_cache_bytes(g.model.config, g.backend->activation_dtype(), 1, L);
+  const size_t free_bytes = g.backend->free_memory();
+  const size_t need = free_bytes / per_slot + 2;
+  if (need > 200000) GTEST_SKIP() << "too much free memory to exceed with one-token prompts";
+  o.n_slots = static_cast<int64_t>(need);
+  FlashCacheDenoiser den(*g.backend, g.model, o);
+  std::vector<std::vector<int32_t>> prompts(need, std::vector<int32_t>{3});
+  expect_invalid([&] { den.generate(prompts); }, "slot(s) fit", ErrorCode::kOutOfMemory);
+}
 
 }  // namespace
 }  // namespace flashdllm::test
