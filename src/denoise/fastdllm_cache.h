@@ -1,0 +1,125 @@
+// Fast-dLLM's cached denoisers (reference §C; NVlabs/Fast-dLLM llada/generate.py
+// `generate_with_prefix_cache` and `generate_with_dual_cache`, llada/model/modeling_llada.py).
+//
+// Semi-autoregressive blocks as in LLaDA (§B). Every block starts with one full forward over the
+// whole sequence (call kind 'F') whose logits make the block's first commit and whose per-layer
+// K/V become the cache of that block:
+//   * prefix cache: every further step of the block queries x[block_start:] (the current block and
+//     all later masked blocks, call 'S'); keys = cached K/V of positions < block_start + fresh K/V
+//     of the queried suffix.
+//   * dual cache: every further step queries only the current block's block_length positions
+//     (call 'B'); keys = the whole sequence: cached prefix, fresh block rows (they overwrite the
+//     block's cached rows), cached later blocks.
+// The cache is refreshed only by the next block's F call. Commits happen only inside the current
+// block. Token choice per step: quota mode (threshold unset; steps / n_blocks steps per block with
+// LLaDA's quota split) or threshold mode (commit {conf >= threshold} ∪ {top-1}); both loop until the
+// block has no mask left (`while True` upstream), so NFE is the number of model calls actually made.
+//
+// K/V layout: the cache holds K **after** RoPE at each row's absolute position. Fast-dLLM caches K
+// before RoPE and re-rotates the whole key sequence at every call with positions [end − q_len, end);
+// with absolute positions that is the same rotation of the same vectors, so the two agree (up to
+// where fp32 rounding happens).
+//
+// Batches: sequences of different prompt lengths share one forward per step; sequence i of the
+// batch owns store rows [Σ_{j<i} L_j, Σ_{j<=i} L_j) of per-layer K/V stores (L_j = x.size()), so
+// a step may mix F calls of some sequences with S/B calls of others, and a sequence's result does
+// not depend on its batch mates. The batch must therefore keep its order and sequence lengths
+// between the steps of a block; the sampler checks this and reports a clear error otherwise.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "denoise/llada_sampler.h"
+#include "model/llada.h"
+
+namespace flashdllm {
+
+/// Which Fast-dLLM cache: kPrefix = `generate_with_prefix_cache`, kDual = `generate_with_dual_cache`.
+enum class FastDllmCacheMode { kPrefix, kDual };
+
+/// Model-call kinds, as the golden traces name them (tests/data/golden/README.upstream.md).
+inline constexpr char kCallFull = 'F';    ///< whole sequence, refreshes the cache (block start)
+inline constexpr char kCallSuffix = 'S';  ///< prefix cache: x[block_start:] over cached prefix K/V
+inline constexpr char kCallBlock = 'B';   ///< dual cache: the current block over cached K/V of the rest
+
+struct FastDllmCacheOptions {
+  FastDllmCacheMode mode = FastDllmCacheMode::kDual;
+  int64_t gen_length = 128;   ///< canvas length G (tokens generated)
+  int64_t block_length = 32;  ///< semi-autoregressive block B; G % B == 0
+  int64_t steps = 128;        ///< quota mode: model calls per request; steps % (G / B) == 0
+  /// Confidence-threshold mode τ in (0, 1] (Fast-dLLM `threshold`); nullopt = quota mode.
+  std::optional<double> threshold;
+  double temperature = 0.0;   ///< Gumbel-max temperature in float64 (0 = greedy), as LLaDA §B
+  Remasking remasking = Remasking::kLowConfidence;  ///< random = U(0,1) confidences
+  /// Confidence softmax precision; Fast-dLLM softmaxes the logits in float64.
+  bool confidence_f64 = true;
+  uint64_t seed = 0;          ///< noise seed (temperature > 0, random remasking)
+};
+
+/// Validates options against the model: G > 0, B > 0, G % B == 0, quota mode: steps > 0 and
+/// divisible by G / B (Fast-dLLM asserts it), threshold in (0, 1], temperature finite and >= 0,
+/// G < max_sequence_length. Throws Error(kInvalidArgument) naming the parameter.
+void validate_fastdllm_cache_options(const FastDllmCacheOptions& o, const LladaConfig& cfg);
+
+/// One sequence under a cached denoiser: the LLaDA state plus its cache bookkeeping.
+/// Between steps a caller may rewrite `x` at positions >= the current block start (teacher forcing
+/// does); the cached rows keep what the block's F call computed until the next F call.
+struct CachedSequenceState : SequenceState {
+  std::string call_kinds;    ///< one letter per model call so far (kCallFull / kCallSuffix / kCallBlock)
+  int64_t cache_block = -1;  ///< block whose F call filled this sequence's cache; -1 = none yet
+  int64_t kv_offset = -1;    ///< first K/V store row of this sequence (set by the F call)
+  uint64_t cache_epoch = 0;  ///< identifies the F call that wrote the rows (checked before reuse)
+};
+
+/// Observer called after every step with the sequence's batch index, state and commit. A lambda
+/// taking `const SequenceState&` (LladaSampler's StepObserver) converts to it.
+using CachedStepObserver = std::function<void(size_t seq, const CachedSequenceState&, const StepCommit&)>;
+
+class FastDllmCacheSampler {
+ public:
+  /// Validates the options (validate_fastdllm_cache_options). Workspaces and the per-layer K/V
+  /// stores are allocated lazily for the largest batch seen.
+  FastDllmCacheSampler(Backend& backend, const LladaModel& model, FastDllmCacheOptions options);
+
+  const FastDllmCacheOptions& options() const noexcept { return opt_; }
+
+  /// New state: prompt followed by gen_length masks, block 0, no cache. Throws
+  /// Error(kInvalidArgument) for an empty prompt, a prompt holding the mask id or ids outside the
+  /// vocabulary, or prompt + gen_length beyond max_sequence_length.
+  CachedSequenceState init_state(std::span<const int32_t> prompt) const;
+
+  /// One denoising step: one model call per active sequence, all in one forward. A sequence at
+  /// step_in_block 0 makes an F call (cache refresh + first commit of the block); otherwise an S
+  /// (prefix) or B (dual) call against its cache. Appends the call kind to call_kinds, adds 1 to
+  /// nfe, moves to the next block when the current one has no mask left, and is done after the
+  /// last block. Returns one commit per sequence (empty for sequences already done). Throws
+  /// Error(kInvalidArgument) when a sequence needs a cached call but its cache is missing, belongs
+  /// to another block, or was overwritten (the batch changed order or lengths within a block).
+  std::vector<StepCommit> step(std::vector<CachedSequenceState>& batch);
+
+  /// Runs every prompt to completion (all in one batch); returns the final states.
+  std::vector<CachedSequenceState> generate(const std::vector<std::vector<int32_t>>& prompts,
+                                            const CachedStepObserver& observer = {});
+
+ private:
+  void ensure_capacity(int64_t store_rows, int64_t tokens, int64_t logit_rows, int64_t tiles);
+  void prepare_block(CachedSequenceState& s) const;
+
+  Backend& backend_;
+  const LladaModel& model_;
+  FastDllmCacheOptions opt_;
+  KvStore kv_;                         // per-layer stores (the cache)
+  std::vector<uint64_t> row_epoch_;    // [kv_.rows] epoch of the F call that last wrote each row
+  uint64_t next_epoch_ = 1;
+  ForwardWorkspace ws_;
+  Buffer sel_buf_;
+  Tensor x0_, conf_;
+};
+
+}  // namespace flashdllm
