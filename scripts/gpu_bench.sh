@@ -56,9 +56,11 @@ if [[ "${1:-}" == --step ]]; then
   shift 2
   case "$step" in
     make-ckpt)  # BUILD DIR
-      "$1/flashdllm-make-checkpoint" --config "$CONFIG_8B" --index "$INDEX_8B" --out "$2" --threads "$JOBS" --force ||
-        exit 1
-      df -h "$2" | tail -n 1 ;;
+      out=$("$1/flashdllm-make-checkpoint" --config "$CONFIG_8B" --index "$INDEX_8B" --out "$2" --threads "$JOBS" \
+        --force 2>&1) || { echo "$out"; exit 1; }
+      ls -l "$2"
+      df -h "$2"
+      echo "$out" ;;  # last line: "wrote DIR: 291 tensors, 6 file(s), ... GB/s"
     evict)  # DIR: write back, then drop the files from the page cache (no root needed), so the
             # next load reads the disk.
       t=$(date +%s%N)
@@ -264,9 +266,9 @@ else
   CKPT="$PARENT/fdllm-ckpt-8b.$$"
   echo "[gpu_bench] checkpoint folder: $CKPT ($(df -PTh "$PARENT" | awk 'NR == 2 {print $2 ", " $5 " free"}'))" |
     tee -a "$LOG"
-  if run_step checkpoint_write 150 bash "$ROOT/scripts/gpu_bench.sh" --step make-ckpt "$BUILD" "$CKPT"; then
+  if run_step checkpoint_write 200 bash "$ROOT/scripts/gpu_bench.sh" --step make-ckpt "$BUILD" "$CKPT"; then
     run_step checkpoint_evict 90 bash "$ROOT/scripts/gpu_bench.sh" --step evict x "$CKPT"
-    run_step generate_8b_cold 120 bash "$ROOT/scripts/gpu_bench.sh" --step generate "$BUILD" "$CKPT" \
+    run_step generate_8b_cold 150 bash "$ROOT/scripts/gpu_bench.sh" --step generate "$BUILD" "$CKPT" \
       "$OUT/generate_8b.json" "cold load"
     run_step generate_8b_warm 60 bash "$ROOT/scripts/gpu_bench.sh" --step generate "$BUILD" "$CKPT" \
       "$TMPD/generate_8b_warm.json" "warm load"
