@@ -15,6 +15,7 @@
 #include "eval/tasks.h"
 #include "flashdllm/engine.h"
 #include "core/log.h"
+#include "denoise/flash_cache.h"
 #include "live_view.h"
 #include "model/llada_config.h"
 
@@ -90,19 +91,58 @@ struct DecodeArgs {
   flashdllm::GenerateOptions go;
   double threshold = -1.0;
   int32_t eot_id = -1;
+  std::string preset;
+  std::string forced;
+  std::string importance = "qk";
+  CLI::App* app = nullptr;
 
+  /// The options as given, a --preset filling what the command line left unset.
   flashdllm::GenerateOptions options() const {
     flashdllm::GenerateOptions o = go;
+    if (!preset.empty()) {
+      auto set = [&](const char* flag) { return app->get_option(flag)->count() > 0; };
+      flashdllm::FlashCacheOptions p = flashdllm::flash_cache_preset(preset);
+      if (!set("--cache")) o.cache = "flash";
+      if (!set("--gen-length")) o.gen_length = p.gen_length;
+      if (!set("--block-length")) o.block_length = p.block_length;
+      if (!set("--track-num")) o.track_num = p.track_num;
+      if (!set("--mask-num")) o.mask_num = p.mask_num;
+      if (!set("--threshold")) o.threshold = p.threshold;
+    }
     if (threshold >= 0.0) o.threshold = threshold;
     if (eot_id >= 0) o.eot_token_id = eot_id;
+    if (!forced.empty()) {
+      std::stringstream ss(forced);
+      for (std::string item; std::getline(ss, item, ',');) {
+        try {
+          o.forced_schedule.push_back(std::stoll(item));
+        } catch (...) {
+          throw Error(ErrorCode::kInvalidArgument, fmt::format("--forced-schedule: '{}' is not a count", item));
+        }
+      }
+    }
+    if (importance != "qk" && importance != "prob")
+      throw Error(ErrorCode::kInvalidArgument, fmt::format("--importance must be qk or prob, got '{}'", importance));
+    o.importance_probability_mass = importance == "prob";
     return o;
   }
 };
 
+/// The block length a mode actually uses when --block-length is left at 0.
+int64_t effective_block_length(const flashdllm::GenerateOptions& o) {
+  return o.block_length > 0 ? o.block_length : (o.cache == "flash" ? 16 : 32);
+}
+
 void add_decode_options(CLI::App* app, DecodeArgs& d) {
   auto& go = d.go;
+  d.app = app;
+  app->add_option("--cache", go.cache,
+                  "none (LLaDA sampler, full recompute) | prefix | dual (Fast-dLLM) | flash (Flash-Cache)")
+      ->capture_default_str();
   app->add_option("--gen-length", go.gen_length, "tokens to generate")->capture_default_str();
-  app->add_option("--block-length", go.block_length, "semi-autoregressive block length")->capture_default_str();
+  app->add_option("--block-length", go.block_length,
+                  "semi-autoregressive block (none/prefix/dual) or masked window (flash); 0 = 32, or 16 for flash")
+      ->capture_default_str();
   app->add_option("--steps", go.steps, "forward passes (quota mode)")->capture_default_str();
   app->add_option("--remasking", go.remasking, "low_confidence | random")->capture_default_str();
   app->add_option("--temperature", go.temperature, "Gumbel-max sampling temperature (0 = greedy)")
@@ -117,6 +157,20 @@ void add_decode_options(CLI::App* app, DecodeArgs& d) {
   app->add_option("--eot-id", d.eot_id, "end-of-turn token id for checkpoints without a tokenizer");
   app->add_option("--eos-pad-tile", go.eos_pad_tile,
                   "Flash-dLLM row layout: EOS padding after the canvas to the next multiple of this tile (e.g. 128)")
+      ->capture_default_str();
+  app->add_option("--preset", d.preset, "Flash-Cache presets of the paper's Table 3: gsm8k | math | humaneval | mbpp");
+  app->add_option("--track-num", go.track_num, "flash: tracked budget = track-num x block-length; < 0 = full recompute")
+      ->capture_default_str();
+  app->add_option("--mask-num", go.mask_num, "flash: masked window = mask-num x block-length queried positions")
+      ->capture_default_str();
+  app->add_option("--slots", go.n_slots, "flash: concurrent slots (continuous batching)")->capture_default_str();
+  app->add_option("--tokens-per-step", go.tokens_per_step, "flash: greedy fixed-count decoding (0 = threshold rule)")
+      ->capture_default_str();
+  app->add_option("--forced-schedule", d.forced,
+                  "flash benchmarks: tokens committed per iteration regardless of confidence, e.g. 4 or 8,4,2");
+  app->add_flag("--reference-quirks", go.reference_quirks,
+                "flash: reproduce the released code's EOS-padding and output-slice bugs (parity runs)");
+  app->add_option("--importance", d.importance, "flash: a_i from raw q·k (qk, released code) or attention mass (prob, paper)")
       ->capture_default_str();
 }
 
@@ -181,7 +235,8 @@ int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
     j["load_gb_per_s"] = engine->weight_bytes() > 0 && engine->load_seconds() > 0
                              ? nlohmann::json(static_cast<double>(engine->weight_bytes()) / engine->load_seconds() / 1e9)
                              : nlohmann::json();
-    j["options"] = {{"gen_length", ga.go.gen_length},     {"block_length", ga.go.block_length},
+    j["options"] = {{"cache", ga.go.cache},               {"gen_length", ga.go.gen_length},
+                    {"block_length", effective_block_length(ga.go)},
                     {"steps", ga.go.steps},               {"remasking", ga.go.remasking},
                     {"temperature", ga.go.temperature},   {"cfg_scale", ga.go.cfg_scale},
                     {"threshold", ga.go.threshold ? nlohmann::json(*ga.go.threshold) : nlohmann::json()},
@@ -197,6 +252,9 @@ int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
       if (engine->has_tokenizer()) e["text"] = r.text;
       e["stopped_at_eos"] = r.stopped_at_eos;
       e["nfe"] = r.nfe;
+      e["committed_tokens"] = r.committed_tokens;
+      e["tokens_per_iteration"] = r.nfe > 0 ? static_cast<double>(r.committed_tokens) / static_cast<double>(r.nfe) : 0.0;
+      if (!r.call_kinds.empty()) e["call_kinds"] = r.call_kinds;
       e["generated_tokens"] = r.output_ids.size();
       e["seconds"] = r.seconds;
       e["tokens_per_second"] = r.seconds > 0 ? static_cast<double>(r.output_ids.size()) / r.seconds : 0.0;
@@ -261,12 +319,13 @@ int run_eval(const CommonArgs& ca, EvalArgs& ea) {
   auto engine = load_engine(ca);
   const flashdllm::GenerateOptions go = ea.dec.options();
   auto results = ev::run_eval(*engine, samples, go, ea.batch, ev::score_arith, make_progress("eval " + ea.task));
-  ev::EvalSummary sum = ev::summarize(ea.task, results, go.gen_length);
+  ev::EvalSummary sum = ev::summarize(ea.task, results);
   nlohmann::json summary = ev::to_json(sum);
   summary["model"] = ca.model_dir;
   summary["data"] = data;
   summary["backend"] = engine->backend_name();
-  summary["options"] = {{"gen_length", go.gen_length},     {"block_length", go.block_length},
+  summary["options"] = {{"cache", go.cache},               {"gen_length", go.gen_length},
+                        {"block_length", effective_block_length(go)},
                         {"steps", go.steps},               {"remasking", go.remasking},
                         {"temperature", go.temperature},   {"cfg_scale", go.cfg_scale},
                         {"threshold", go.threshold ? nlohmann::json(*go.threshold) : nlohmann::json()},

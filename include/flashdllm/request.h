@@ -9,10 +9,15 @@
 namespace flashdllm {
 
 /// Decoding settings of a generate call. Defaults are LLaDA's demo settings (generate.py main):
-/// gen_length 128, block_length 32, steps 128, greedy, low-confidence remasking.
+/// gen_length 128, block_length 32, steps 128, greedy, low-confidence remasking, no cache.
 struct GenerateOptions {
+  /// KV-cache strategy: "none" (LLaDA sampler, full recompute every step), "prefix" / "dual"
+  /// (Fast-dLLM, reference §C), "flash" (Flash-Cache, reference §D; threshold decoding).
+  std::string cache = "none";
   int64_t gen_length = 128;    ///< tokens to generate (canvas length)
-  int64_t block_length = 32;   ///< semi-autoregressive block length; gen_length % block_length == 0
+  /// Semi-autoregressive block (none/prefix/dual; gen_length % block_length == 0) or the masked
+  /// window of Flash-Cache; 0 = the mode's default (32, or 16 for flash).
+  int64_t block_length = 0;
   int64_t steps = 128;         ///< forward passes (quota mode); divisible by gen_length / block_length
   std::string remasking = "low_confidence";  ///< "low_confidence" | "random"
   double temperature = 0.0;    ///< Gumbel-max sampling temperature; 0 = greedy
@@ -26,6 +31,15 @@ struct GenerateOptions {
   /// Flash-dLLM row layout: EOS padding after the canvas up to the next multiple of this tile
   /// (128 in Flash-dLLM), visible as context; 0 = LLaDA's layout.
   int64_t eos_pad_tile = 0;
+
+  // Flash-Cache (cache == "flash"); defaults are the paper's (reference §D.1). threshold defaults to 0.9.
+  int64_t track_num = 4;        ///< tracked budget β_t = track_num · block_length; < 0 = full recompute
+  int64_t mask_num = 4;         ///< masked window β_m = mask_num · block_length queried positions
+  int64_t n_slots = 32;         ///< concurrent slots (continuous batching)
+  int64_t tokens_per_step = 0;  ///< > 0: greedy fixed-count decoding instead of the threshold rule
+  std::vector<int64_t> forced_schedule;  ///< benchmarks: tokens committed per iteration regardless of confidence
+  bool reference_quirks = false;         ///< reproduce the released code's EOS-padding/output-slice bugs
+  bool importance_probability_mass = false;  ///< a_i from attention probabilities (paper) instead of raw q·k (code)
 };
 
 /// One prompt: text (tokenized, optionally with the chat template) or token ids.
@@ -42,7 +56,9 @@ struct GenerateResult {
   std::vector<int32_t> output_ids;    ///< canvas_ids up to (excluding) the first EOS / EOT
   std::string text;                   ///< decoded output_ids, special tokens skipped ("" without tokenizer)
   bool stopped_at_eos = false;        ///< an EOS / EOT ended the answer inside the canvas
-  int64_t nfe = 0;                    ///< forward passes this request took part in
+  int64_t nfe = 0;                    ///< forward passes (iterations) this request took part in
+  int64_t committed_tokens = 0;       ///< canvas positions committed (tokens per iteration = this / nfe)
+  std::string call_kinds;             ///< prefix/dual cache: one letter per model call (F full, S suffix, B block)
   double seconds = 0.0;               ///< wall time of the generate call this request was in
 };
 

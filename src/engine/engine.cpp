@@ -9,6 +9,8 @@
 #include "backend/backend.h"
 #include "core/check.h"
 #include "core/log.h"
+#include "denoise/fastdllm_cache.h"
+#include "denoise/flash_cache.h"
 #include "denoise/llada_sampler.h"
 #include "io/chat_template.h"
 #include "io/safetensors.h"
@@ -125,13 +127,31 @@ std::string Engine::decode(const std::vector<int32_t>& ids) const {
   return impl_->tokenizer->decode(known, /*skip_special_tokens=*/true);
 }
 
-std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>& requests,
-                                             const GenerateOptions& o, const ProgressCallback& progress) {
-  FDLLM_CHECK_ARG(!requests.empty(), "generate: no requests");
-  const LladaConfig& cfg = impl_->model.config;
+namespace {
+
+/// What every denoiser returns per request, before text decoding.
+struct RawOutput {
+  std::vector<int32_t> canvas;  // the gen_length canvas positions (Flash-Cache: up to its stop, EOS last)
+  int64_t nfe = 0;
+  int64_t committed = 0;
+  std::string call_kinds;
+};
+
+int64_t block_or(int64_t v, int64_t fallback) { return v > 0 ? v : fallback; }
+
+void reject_for_cache(const GenerateOptions& o, const char* mode) {
+  FDLLM_CHECK_ARG(o.cfg_scale == 0.0, "--cache {}: classifier-free guidance (cfg_scale) is only supported with --cache none",
+                  mode);
+  FDLLM_CHECK_ARG(!o.logits_eos_inf && !o.confidence_eos_eot_inf,
+                  "--cache {}: logits_eos_inf / confidence_eos_eot_inf are LLaDA-sampler options (--cache none)", mode);
+  FDLLM_CHECK_ARG(o.eos_pad_tile == 0, "--cache {}: eos_pad_tile applies to --cache none only", mode);
+}
+
+std::vector<RawOutput> run_llada(Backend& be, const LladaModel& m, const GenerateOptions& o, int32_t eot,
+                                 const std::vector<std::vector<int32_t>>& prompts, const ProgressCallback& progress) {
   LladaSamplerOptions so;
   so.gen_length = o.gen_length;
-  so.block_length = o.block_length;
+  so.block_length = block_or(o.block_length, 32);
   so.steps = o.steps;
   so.temperature = o.temperature;
   so.cfg_scale = o.cfg_scale;
@@ -141,41 +161,122 @@ std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>&
   so.confidence_eos_eot_inf = o.confidence_eos_eot_inf;
   so.confidence_f64 = !o.confidence_f32;
   so.seed = o.seed;
-  so.eot_token_id = o.eot_token_id.value_or(impl_->eot_id);
+  so.eot_token_id = eot;
   so.eos_pad_tile = o.eos_pad_tile;
-  LladaSampler sampler(*impl_->backend, impl_->model, so);
+  LladaSampler sampler(be, m, so);
+  std::vector<int32_t> canvas;
+  StepObserver observer;
+  if (progress)
+    observer = [&](size_t i, const SequenceState& s, const StepCommit&) {
+      canvas.assign(s.x.begin() + s.gen_begin(), s.x.begin() + s.gen_end());
+      progress(StepProgress{i, &canvas, s.done});
+    };
+  std::vector<RawOutput> out;
+  for (const SequenceState& s : sampler.generate(prompts, observer))
+    out.push_back({std::vector<int32_t>(s.x.begin() + s.gen_begin(), s.x.begin() + s.gen_end()), s.nfe,
+                   o.gen_length, ""});
+  return out;
+}
+
+std::vector<RawOutput> run_fastdllm(Backend& be, const LladaModel& m, const GenerateOptions& o, FastDllmCacheMode mode,
+                                    const std::vector<std::vector<int32_t>>& prompts,
+                                    const ProgressCallback& progress) {
+  reject_for_cache(o, mode == FastDllmCacheMode::kPrefix ? "prefix" : "dual");
+  FastDllmCacheOptions fo;
+  fo.mode = mode;
+  fo.gen_length = o.gen_length;
+  fo.block_length = block_or(o.block_length, 32);
+  fo.steps = o.steps;
+  fo.threshold = o.threshold;
+  fo.temperature = o.temperature;
+  fo.remasking = parse_remasking(o.remasking);
+  fo.confidence_f64 = !o.confidence_f32;
+  fo.seed = o.seed;
+  FastDllmCacheSampler sampler(be, m, fo);
+  std::vector<int32_t> canvas;
+  CachedStepObserver observer;
+  if (progress)
+    observer = [&](size_t i, const CachedSequenceState& s, const StepCommit&) {
+      canvas.assign(s.x.begin() + s.gen_begin(), s.x.begin() + s.gen_end());
+      progress(StepProgress{i, &canvas, s.done});
+    };
+  std::vector<RawOutput> out;
+  for (const CachedSequenceState& s : sampler.generate(prompts, observer))
+    out.push_back({std::vector<int32_t>(s.x.begin() + s.gen_begin(), s.x.begin() + s.gen_end()), s.nfe,
+                   o.gen_length, s.call_kinds});
+  return out;
+}
+
+std::vector<RawOutput> run_flash(Backend& be, const LladaModel& m, const GenerateOptions& o,
+                                 const std::vector<std::vector<int32_t>>& prompts) {
+  reject_for_cache(o, "flash");
+  FDLLM_CHECK_ARG(o.temperature == 0.0 && o.remasking == "low_confidence",
+                  "--cache flash decodes greedily by confidence (Flash-dLLM has no temperature or random remasking)");
+  FlashCacheOptions fo;
+  fo.gen_length = o.gen_length;
+  fo.block_length = block_or(o.block_length, 16);
+  fo.threshold = o.threshold.value_or(0.9);
+  fo.track_num = o.track_num;
+  fo.mask_num = o.mask_num;
+  fo.n_slots = o.n_slots;
+  if (o.tokens_per_step > 0) {
+    fo.rule = FlashDecodeRule::kFixedCount;
+    fo.tokens_per_step = o.tokens_per_step;
+  }
+  fo.forced_schedule = o.forced_schedule;
+  fo.reference_quirks = o.reference_quirks;
+  fo.importance_probability_mass = o.importance_probability_mass;
+  FlashCacheDenoiser den(be, m, fo);
+  FlashCacheResult res = den.generate(prompts);
+  std::vector<RawOutput> out;
+  for (const FlashRequestResult& r : res.requests)
+    out.push_back({r.output_ids, r.nfe, r.num_tokens, ""});
+  return out;
+}
+
+}  // namespace
+
+std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>& requests,
+                                             const GenerateOptions& o, const ProgressCallback& progress) {
+  FDLLM_CHECK_ARG(!requests.empty(), "generate: no requests");
+  const LladaConfig& cfg = impl_->model.config;
+  const int32_t eot = o.eot_token_id.value_or(impl_->eot_id);
 
   std::vector<std::vector<int32_t>> prompts;
   for (const GenerateRequest& r : requests)
     prompts.push_back(r.prompt_ids.empty() ? encode_prompt(r.prompt, r.chat) : r.prompt_ids);
 
   const auto t0 = std::chrono::steady_clock::now();
-  StepObserver observer;
-  std::vector<int32_t> canvas;
-  if (progress) {
-    observer = [&](size_t i, const SequenceState& s, const StepCommit&) {
-      canvas.assign(s.x.begin() + s.gen_begin(), s.x.begin() + s.gen_end());
-      progress(StepProgress{i, &canvas, s.done});
-    };
+  Backend& be = *impl_->backend;
+  std::vector<RawOutput> raw;
+  if (o.cache == "none") {
+    raw = run_llada(be, impl_->model, o, eot, prompts, progress);
+  } else if (o.cache == "prefix" || o.cache == "dual") {
+    raw = run_fastdllm(be, impl_->model, o, o.cache == "prefix" ? FastDllmCacheMode::kPrefix : FastDllmCacheMode::kDual,
+                       prompts, progress);
+  } else if (o.cache == "flash") {
+    raw = run_flash(be, impl_->model, o, prompts);
+  } else {
+    FDLLM_FAIL(ErrorCode::kInvalidArgument, "cache must be none, prefix, dual or flash, got '{}'", o.cache);
   }
-  std::vector<SequenceState> states = sampler.generate(prompts, observer);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  std::vector<GenerateResult> out(states.size());
-  for (size_t i = 0; i < states.size(); ++i) {
-    const SequenceState& s = states[i];
+  std::vector<GenerateResult> out(raw.size());
+  for (size_t i = 0; i < raw.size(); ++i) {
     GenerateResult& r = out[i];
     r.prompt_ids = prompts[i];
-    r.canvas_ids.assign(s.x.begin() + s.gen_begin(), s.x.begin() + s.gen_end());
+    r.canvas_ids = std::move(raw[i].canvas);
     for (int32_t id : r.canvas_ids) {
-      if (id == cfg.eos_token_id || (so.eot_token_id >= 0 && id == so.eot_token_id)) {
+      if (id == cfg.eos_token_id || (eot >= 0 && id == eot)) {
         r.stopped_at_eos = true;
         break;
       }
       r.output_ids.push_back(id);
     }
     r.text = decode(r.output_ids);
-    r.nfe = s.nfe;
+    r.nfe = raw[i].nfe;
+    r.committed_tokens = raw[i].committed;
+    r.call_kinds = std::move(raw[i].call_kinds);
     r.seconds = seconds;
   }
   return out;

@@ -37,6 +37,7 @@ std::vector<SampleResult> run_eval(Engine& engine, const std::vector<EvalSample>
       s.extracted = sc.extracted;
       s.correct = sc.correct;
       s.nfe = g.nfe;
+      s.committed_tokens = g.committed_tokens;
       s.generated_tokens = static_cast<int64_t>(g.output_ids.size()) + (g.stopped_at_eos ? 1 : 0);
       s.seconds = g.seconds;
       out.push_back(std::move(s));
@@ -48,7 +49,7 @@ std::vector<SampleResult> run_eval(Engine& engine, const std::vector<EvalSample>
   return out;
 }
 
-EvalSummary summarize(const std::string& task, const std::vector<SampleResult>& results, int64_t gen_length) {
+EvalSummary summarize(const std::string& task, const std::vector<SampleResult>& results) {
   EvalSummary s;
   s.task = task;
   s.n = static_cast<int64_t>(results.size());
@@ -61,7 +62,7 @@ EvalSummary summarize(const std::string& task, const std::vector<SampleResult>& 
     s.empty_answers += r.extracted.empty();
     nfe += static_cast<double>(r.nfe);
     tokens += static_cast<double>(r.generated_tokens);
-    canvas += static_cast<double>(gen_length);
+    canvas += static_cast<double>(r.committed_tokens);
     if (i == 0 || r.seconds != results[i - 1].seconds) seconds += r.seconds;
   }
   if (s.n > 0) {
@@ -78,7 +79,8 @@ EvalSummary summarize(const std::string& task, const std::vector<SampleResult>& 
 nlohmann::json to_json(const SampleResult& r) {
   return {{"id", r.id},       {"prompt", r.prompt}, {"text", r.text},
           {"extracted", r.extracted}, {"gold", r.gold}, {"correct", r.correct},
-          {"nfe", r.nfe},     {"generated_tokens", r.generated_tokens}, {"latency_s", r.seconds}};
+          {"nfe", r.nfe},     {"committed_tokens", r.committed_tokens},
+          {"generated_tokens", r.generated_tokens}, {"latency_s", r.seconds}};
 }
 
 nlohmann::json to_json(const EvalSummary& s) {

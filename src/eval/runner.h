@@ -5,8 +5,8 @@
 //  * NFE: forward passes a request took part in (mean over requests);
 //  * tokens/s: generated tokens up to and including the ending EOS/EOT (excluding prompt and the
 //    padding after it), summed over requests, over the wall time of the generation loop;
-//  * tokens per forward: canvas positions committed per forward pass (gen_length / NFE for the
-//    samplers that fill the whole canvas), the parallel-decoding yardstick of Fast-dLLM/Flash-dLLM.
+//  * tokens per forward: canvas positions committed per forward pass, Σ committed / Σ NFE (gen_length
+//    / NFE for the samplers that fill the whole canvas; Flash-Cache stops at the finishing EOS).
 #pragma once
 
 #include <functional>
@@ -28,6 +28,7 @@ struct SampleResult {
   std::string gold;
   bool correct = false;
   int64_t nfe = 0;
+  int64_t committed_tokens = 0;  ///< canvas positions committed over the run
   int64_t generated_tokens = 0;  ///< answer tokens + the ending EOS/EOT when there is one
   double seconds = 0.0;          ///< wall time of the batch this sample ran in
 };
@@ -54,7 +55,7 @@ std::vector<SampleResult> run_eval(Engine& engine, const std::vector<EvalSample>
                                    const EvalProgress& progress = {});
 
 /// Aggregates results (see the metric definitions above).
-EvalSummary summarize(const std::string& task, const std::vector<SampleResult>& results, int64_t gen_length);
+EvalSummary summarize(const std::string& task, const std::vector<SampleResult>& results);
 
 nlohmann::json to_json(const SampleResult& r);
 nlohmann::json to_json(const EvalSummary& s);

@@ -1,0 +1,70 @@
+"""`flashdllm generate --cache none|prefix|dual|flash` end to end on the golden checkpoint.
+
+* --cache flash --reference-quirks with 1 slot reproduces the upstream Flash-dLLM fp32 run (golden
+  gen_flashdllm.json run 8: 12 prompts through one slot with refill) request for request.
+* prefix / dual record their call kinds (one full call per block, then cached calls).
+* Options a mode cannot honour are refused with exit code 2 and a message naming the option.
+"""
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(os.environ.get("FLASHDLLM_SOURCE_DIR", Path(__file__).resolve().parents[2]))
+BUILD = Path(os.environ.get("FLASHDLLM_BINARY_DIR", REPO / "build"))
+GOLDEN = REPO / "tests" / "data" / "golden" / "g1"
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    exe = BUILD / "flashdllm"
+    assert exe.exists(), f"{exe} is not built"
+    return subprocess.run([str(exe), "generate", "-m", str(GOLDEN), *args], capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
+
+
+def ids(p):
+    return ",".join(map(str, p))
+
+
+def test_flash_reference_quirks_reproduce_upstream_run():
+    g = json.loads((GOLDEN / "gen_flashdllm.json").read_text())
+    r = g["runs"][8]
+    assert (r["dtype"], r["batch_size"], r["gen_length"], r["verify"]) == ("float32", 1, 64, False)
+    prompts = g["prompts"][r["prompt_set"]]
+    args = ["--cache", "flash", "--gen-length", "64", "--block-length", "16", "--slots", "1", "--reference-quirks",
+            "--json"]
+    for p in prompts:
+        args += ["--prompt-ids", ids(p)]
+    p = run(*args)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)["results"]
+    assert len(out) == len(r["requests"])
+    for got, want in zip(out, sorted(r["requests"], key=lambda q: q["request"])):
+        assert got["canvas_ids"] == want["output_ids"], f"request {want['request']}"
+        assert got["nfe"] == want["n_steps"], f"request {want['request']}"
+
+
+@pytest.mark.parametrize("cache,call", [("prefix", "S"), ("dual", "B")])
+def test_fastdllm_caches_report_call_kinds(cache, call):
+    p = run("--cache", cache, "--prompt-ids", "5,6,7,8", "--gen-length", "32", "--block-length", "16", "--steps", "8",
+            "--json")
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)["results"][0]
+    kinds = r["call_kinds"]
+    assert len(kinds) == r["nfe"] == 8
+    assert kinds == "F" + call * 3 + "F" + call * 3
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--cache", "flash", "--cfg-scale", "1"], "cfg_scale"),
+    (["--cache", "dual", "--eos-pad-tile", "128"], "eos_pad_tile"),
+    (["--cache", "flash", "--temperature", "0.5"], "greedily"),
+    (["--cache", "nope"], "none, prefix, dual or flash"),
+    (["--cache", "flash", "--importance", "x"], "--importance"),
+])
+def test_impossible_combinations_are_refused(args, needle):
+    p = run("--prompt-ids", "5,6,7", *args)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert needle in p.stderr
