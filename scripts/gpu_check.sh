@@ -34,7 +34,7 @@ FDLLM_TAG=gpu_check
 # shellcheck source=scripts/gpu_env.sh
 source "$ROOT/scripts/gpu_env.sh"
 
-TESTS=(test_cuda_ops test_cuda_attention test_cuda_select test_cuda_forward)
+TESTS=(test_cuda_ops test_cuda_attention test_cuda_select test_cuda_fill test_cuda_importance test_cuda_forward)
 
 # Internal: --sanitize TOOL BUILD SANITIZER runs every test binary's Small set under
 # compute-sanitizer TOOL (a separate process so that `timeout` can bound it).
