@@ -44,6 +44,7 @@ if [[ "${1:-}" == --sanitize ]]; then
     filter='Small*'
     [[ $t == test_cuda_attention ]] && filter='CudaAttention.Small*'
     [[ $t == test_cuda_forward ]] && filter='CudaForward.Golden*'
+    [[ $t == test_cuda_importance ]] && filter='*/Small'
     echo "### compute-sanitizer --tool $tool $t --gtest_filter=$filter"
     FLASHDLLM_CUDA_SYNC=1 "$san" --tool "$tool" --error-exitcode 86 --print-limit 30 --report-api-errors no \
       "$build/tests/$t" --gtest_color=no --gtest_filter="$filter" || rc=1
