@@ -11,20 +11,9 @@
 #include <cmath>
 
 #include "core/check.h"
-#include "core/philox.h"
-#include "denoise/decode_rules.h"
 
 namespace flashdllm {
 namespace {
-
-/// Mixes a sequence's model-call counter and a position into a 32-bit noise key (splitmix-style):
-/// every (call, position) of a request draws independent noise regardless of batch composition.
-uint32_t noise_key(uint64_t salt, int64_t nfe, int64_t pos) {
-  uint64_t z = salt + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(nfe + 1) + static_cast<uint64_t>(pos);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return static_cast<uint32_t>(z ^ (z >> 31));
-}
 
 const char* mode_name(FastDllmCacheMode m) { return m == FastDllmCacheMode::kPrefix ? "prefix" : "dual"; }
 
@@ -33,27 +22,7 @@ const char* mode_name(FastDllmCacheMode m) { return m == FastDllmCacheMode::kPre
 void validate_fastdllm_cache_options(const FastDllmCacheOptions& o, const LladaConfig& cfg) {
   FDLLM_CHECK_ARG(o.mode == FastDllmCacheMode::kPrefix || o.mode == FastDllmCacheMode::kDual,
                   "Fast-dLLM cache mode must be prefix or dual, got {}", static_cast<int>(o.mode));
-  FDLLM_CHECK_ARG(o.gen_length > 0, "gen_length must be positive, got {}", o.gen_length);
-  FDLLM_CHECK_ARG(o.block_length > 0, "block_length must be positive, got {}", o.block_length);
-  FDLLM_CHECK_ARG(o.gen_length % o.block_length == 0,
-                  "gen_length ({}) must be a multiple of block_length ({}) (Fast-dLLM generate.py asserts this)",
-                  o.gen_length, o.block_length);
-  const int64_t n_blocks = o.gen_length / o.block_length;
-  if (!o.threshold) {
-    FDLLM_CHECK_ARG(o.steps > 0, "steps must be positive, got {}", o.steps);
-    FDLLM_CHECK_ARG(o.steps % n_blocks == 0,
-                    "steps ({}) must be divisible by the number of blocks gen_length/block_length = {} "
-                    "(Fast-dLLM generate.py asserts this)",
-                    o.steps, n_blocks);
-  } else {
-    FDLLM_CHECK_ARG(std::isfinite(*o.threshold) && *o.threshold > 0.0 && *o.threshold <= 1.0,
-                    "threshold must be in (0, 1], got {}", *o.threshold);
-  }
-  FDLLM_CHECK_ARG(o.temperature >= 0.0 && std::isfinite(o.temperature), "temperature must be >= 0, got {}",
-                  o.temperature);
-  FDLLM_CHECK_ARG(o.gen_length < cfg.max_sequence_length,
-                  "gen_length {} does not fit the model's max_sequence_length {}", o.gen_length,
-                  cfg.max_sequence_length);
+  validate_block_schedule(o.schedule(), o.temperature, cfg, "Fast-dLLM generate.py");
 }
 
 FastDllmCacheSampler::FastDllmCacheSampler(Backend& backend, const LladaModel& model, FastDllmCacheOptions options)
@@ -62,37 +31,10 @@ FastDllmCacheSampler::FastDllmCacheSampler(Backend& backend, const LladaModel& m
 }
 
 CachedSequenceState FastDllmCacheSampler::init_state(std::span<const int32_t> prompt) const {
-  const LladaConfig& c = model_.config;
-  FDLLM_CHECK_ARG(!prompt.empty(), "the prompt is empty (LLaDA needs at least one prompt token)");
-  const int64_t total = static_cast<int64_t>(prompt.size()) + opt_.gen_length;
-  FDLLM_CHECK_ARG(total <= c.max_sequence_length,
-                  "prompt of {} tokens + gen_length {} = {} exceeds the model's max_sequence_length {}",
-                  prompt.size(), opt_.gen_length, total, c.max_sequence_length);
-  for (size_t i = 0; i < prompt.size(); ++i) {
-    FDLLM_CHECK_ARG(prompt[i] >= 0 && prompt[i] < c.embedding_size,
-                    "prompt token {} at position {} is outside the vocabulary [0, {})", prompt[i], i,
-                    c.embedding_size);
-    FDLLM_CHECK_ARG(prompt[i] != c.mask_token_id,
-                    "prompt position {} holds the mask token id {}; prompts must not contain masks", i,
-                    c.mask_token_id);
-  }
   CachedSequenceState s;
-  s.prompt_len = static_cast<int64_t>(prompt.size());
-  s.gen_length = opt_.gen_length;
-  s.x.assign(prompt.begin(), prompt.end());
-  s.x.resize(static_cast<size_t>(total), c.mask_token_id);
-  prepare_block(s);
+  init_sequence(s, prompt, opt_.gen_length, model_.config);
+  begin_block(s, opt_.schedule(), model_.config.mask_token_id);
   return s;
-}
-
-void FastDllmCacheSampler::prepare_block(CachedSequenceState& s) const {
-  s.step_in_block = 0;
-  s.block_quota.clear();
-  if (opt_.threshold) return;
-  const int64_t b0 = s.prompt_len + s.block * opt_.block_length;
-  int64_t n_masked = 0;
-  for (int64_t p = b0; p < b0 + opt_.block_length; ++p) n_masked += s.x[p] == model_.config.mask_token_id;
-  s.block_quota = quota_schedule(n_masked, opt_.steps / (opt_.gen_length / opt_.block_length));
 }
 
 void FastDllmCacheSampler::ensure_capacity(int64_t store_rows, int64_t tokens, int64_t logit_rows, int64_t tiles) {
@@ -107,12 +49,6 @@ void FastDllmCacheSampler::ensure_capacity(int64_t store_rows, int64_t tokens, i
                   n_tiles = std::max(tiles, ws_.max_tiles);
     ws_ = ForwardWorkspace{};  // free the old one first
     ws_ = make_forward_workspace(backend_, model_.config, t, r, n_tiles);
-    const int64_t R = ws_.max_logit_rows;
-    const size_t bytes_x0 = static_cast<size_t>(R) * 4, pad = (bytes_x0 + 255) / 256 * 256;
-    sel_buf_ = Buffer{};
-    sel_buf_ = backend_.alloc(pad + static_cast<size_t>(R) * 8, "token selection outputs");
-    x0_ = Tensor(sel_buf_.data(), DType::kI32, backend_.device(), {R});
-    conf_ = Tensor(static_cast<char*>(sel_buf_.data()) + pad, DType::kF64, backend_.device(), {R});
   }
 }
 
@@ -186,8 +122,7 @@ std::vector<StepCommit> FastDllmCacheSampler::step(std::vector<CachedSequenceSta
     }
     fb.tiles.push_back({static_cast<int32_t>(q_first[i]), static_cast<int32_t>(fb.n_tokens()),
                         static_cast<int32_t>(base[i]), static_cast<int32_t>(base[i] + L)});
-    for (int64_t p = b0; p < b1; ++p)
-      if (s.x[static_cast<size_t>(p)] == mask) cand[i].push_back(p);
+    cand[i] = block_candidates(s, B, mask);
   }
   for (size_t i = 0; i < n; ++i)
     for (int64_t p : cand[i]) {
@@ -209,72 +144,34 @@ std::vector<StepCommit> FastDllmCacheSampler::step(std::vector<CachedSequenceSta
   }
 
   // --- forward and token choice on the device; only R ids + confidences come back
-  std::vector<int32_t> x0(static_cast<size_t>(R));
-  std::vector<double> conf(static_cast<size_t>(R));
+  std::vector<int32_t> x0;
+  std::vector<double> conf;
   Tensor logits = llada_forward(backend_, model_, fb, kv_, ws_);
-  if (R > 0) {
-    SelectParams sp;
-    sp.temperature = opt_.temperature;
-    sp.seed = opt_.seed;
-    sp.confidence_f64 = opt_.confidence_f64;
-    Tensor x0_dev = x0_.slice_rows(0, R), conf_dev = conf_.slice_rows(0, R);
-    backend_.select_tokens(logits, ws_.row_keys.slice_rows(0, R), sp, x0_dev, conf_dev);
-    backend_.copy_to_host(x0.data(), x0_dev);
-    backend_.copy_to_host(conf.data(), conf_dev);
-  } else {
-    backend_.synchronize();
-  }
+  SelectParams sp;
+  sp.temperature = opt_.temperature;
+  sp.seed = opt_.seed;
+  sp.confidence_f64 = opt_.confidence_f64;
+  selection_.run(backend_, logits, ws_.row_keys.slice_rows(0, R), sp, x0, conf);
+  if (R == 0) backend_.synchronize();
 
-  // --- per-sequence decisions (Fast-dLLM get_transfer_index), commits only inside the block
-  int64_t r0 = 0;
+  // --- per-sequence decisions (Fast-dLLM get_transfer_index), commits only inside the block;
+  // Fast-dLLM loops until the block has no mask left (in quota mode: after the last non-zero quota).
+  const BlockSchedule sched = opt_.schedule();
+  size_t r0 = 0;
   for (size_t i = 0; i < n; ++i) {
     if (!kind[i]) continue;
     CachedSequenceState& s = batch[i];
-    const int64_t nc = static_cast<int64_t>(cand[i].size());
-    std::span<const double> cs(conf.data() + r0, static_cast<size_t>(nc));
-    std::vector<double> random_conf;
-    if (opt_.remasking == Remasking::kRandom) {
-      for (int64_t j = 0; j < nc; ++j)
-        random_conf.push_back(philox_uniform(opt_.seed, 1, static_cast<uint32_t>(fb.row_keys[r0 + j]), 0xffffffffu));
-      cs = random_conf;
-    }
-    std::vector<int64_t> pick;
-    if (opt_.threshold) {
-      pick = threshold_indices(cs, *opt_.threshold);
-    } else {
-      FDLLM_CHECK_ARG(s.step_in_block < static_cast<int64_t>(s.block_quota.size()),
-                      "Fast-dLLM {} cache: sequence {} is at step {} of block {} but the block's quota schedule has "
-                      "{} steps (masks were added to the block after it started?)",
-                      mode_name(opt_.mode), i, s.step_in_block, s.block, s.block_quota.size());
-      pick = top_k_indices(cs, s.block_quota[static_cast<size_t>(s.step_in_block)]);
-    }
-    std::sort(pick.begin(), pick.end());
-    StepCommit& sc = commits[i];
-    sc.candidates = cand[i];
-    sc.confidences.assign(cs.begin(), cs.end());
-    for (int64_t j : pick) {
-      const int64_t pos = cand[i][static_cast<size_t>(j)];
-      s.x[static_cast<size_t>(pos)] = x0[static_cast<size_t>(r0 + j)];
-      sc.positions.push_back(pos);
-      sc.tokens.push_back(s.x[static_cast<size_t>(pos)]);
-    }
-    r0 += nc;
-    s.nfe += 1;
-    s.step_in_block += 1;
+    const size_t nc = cand[i].size();
+    FDLLM_CHECK_ARG(opt_.threshold || s.step_in_block < static_cast<int64_t>(s.block_quota.size()),
+                    "Fast-dLLM {} cache: sequence {} is at step {} of block {} but the block's quota schedule has "
+                    "{} steps (masks were added to the block after it started?)",
+                    mode_name(opt_.mode), i, s.step_in_block, s.block, s.block_quota.size());
+    commits[i] = commit_step(s, cand[i], std::span<const int32_t>(x0).subspan(r0, nc),
+                             std::span<const double>(conf).subspan(r0, nc),
+                             std::span<const int32_t>(fb.row_keys).subspan(r0, nc), sched, opt_.remasking, opt_.seed,
+                             BlockEnd::kWhenFull, mask);
     s.call_kinds.push_back(kind[i]);
-    // Fast-dLLM loops until the block has no mask left (in quota mode that is after the last
-    // step with a non-zero quota).
-    const int64_t b0 = s.prompt_len + s.block * B;
-    const bool block_done =
-        std::none_of(s.x.begin() + b0, s.x.begin() + b0 + B, [mask](int32_t t) { return t == mask; });
-    if (block_done) {
-      s.block += 1;
-      if (s.block == opt_.gen_length / B) {
-        s.done = true;
-      } else {
-        prepare_block(s);
-      }
-    }
+    r0 += nc;
   }
   return commits;
 }

@@ -60,6 +60,8 @@ struct FastDllmCacheOptions {
   /// Confidence softmax precision; Fast-dLLM softmaxes the logits in float64.
   bool confidence_f64 = true;
   uint64_t seed = 0;          ///< noise seed (temperature > 0, random remasking)
+
+  BlockSchedule schedule() const { return {gen_length, block_length, steps, threshold}; }
 };
 
 /// Validates options against the model: G > 0, B > 0, G % B == 0, quota mode: steps > 0 and
@@ -109,7 +111,6 @@ class FastDllmCacheSampler {
 
  private:
   void ensure_capacity(int64_t store_rows, int64_t tokens, int64_t logit_rows, int64_t tiles);
-  void prepare_block(CachedSequenceState& s) const;
 
   Backend& backend_;
   const LladaModel& model_;
@@ -118,8 +119,7 @@ class FastDllmCacheSampler {
   std::vector<uint64_t> row_epoch_;    // [kv_.rows] epoch of the F call that last wrote each row
   uint64_t next_epoch_ = 1;
   ForwardWorkspace ws_;
-  Buffer sel_buf_;
-  Tensor x0_, conf_;
+  TokenSelection selection_;
 };
 
 }  // namespace flashdllm

@@ -19,11 +19,10 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "denoise/block_decoding.h"
 #include "model/llada.h"
 
 namespace flashdllm {
-
-enum class Remasking { kLowConfidence, kRandom };
 
 struct LladaSamplerOptions {
   int64_t gen_length = 128;    ///< canvas length G (tokens generated)
@@ -44,37 +43,14 @@ struct LladaSamplerOptions {
   /// EOS tokens up to floor((P + G) / tile) · tile + tile positions; the padding is visible context
   /// (keys) but never decoded. 0 = LLaDA's layout (prompt + canvas only).
   int64_t eos_pad_tile = 0;
+
+  BlockSchedule schedule() const { return {gen_length, block_length, steps, threshold}; }
 };
 
-/// Validates options against the model: G > 0, B > 0, G % B == 0, steps > 0 and divisible by
-/// G / B (quota mode), threshold in (0, 1], temperature >= 0, cfg_scale >= 0, and that
-/// confidence_eos_eot_inf has an EOT id. Throws Error(kInvalidArgument) naming the parameter.
+/// Validates options against the model: the block schedule (validate_block_schedule), cfg_scale >= 0,
+/// eos_pad_tile >= 0, and that confidence_eos_eot_inf has an EOT id. Throws Error(kInvalidArgument)
+/// naming the parameter.
 void validate_sampler_options(const LladaSamplerOptions& o, const LladaConfig& cfg);
-
-/// One sequence being denoised.
-struct SequenceState {
-  std::vector<int32_t> x;  ///< prompt + canvas (mask_token_id where undecoded)
-  int64_t prompt_len = 0;
-  int64_t block = 0;                 ///< current block index
-  int64_t step_in_block = 0;         ///< steps already taken in the current block
-  std::vector<int64_t> block_quota;  ///< quota mode: tokens to commit at each step of the block
-  int64_t nfe = 0;                   ///< forward passes this sequence took part in
-  bool done = false;
-
-  int64_t gen_length = 0;            ///< canvas length G; x.size() >= prompt_len + G (EOS padding after)
-
-  int64_t gen_begin() const noexcept { return prompt_len; }
-  int64_t gen_end() const noexcept { return prompt_len + gen_length; }
-};
-
-/// What one step did to one sequence: committed positions (absolute, ascending) and tokens, plus
-/// the decision's inputs: every candidate position of the step and its confidence (for margins).
-struct StepCommit {
-  std::vector<int64_t> positions;
-  std::vector<int32_t> tokens;
-  std::vector<int64_t> candidates;
-  std::vector<double> confidences;
-};
 
 /// Called after every step with the sequence index in the batch, its state and the commit.
 using StepObserver = std::function<void(size_t seq, const SequenceState&, const StepCommit&)>;
@@ -102,15 +78,13 @@ class LladaSampler {
 
  private:
   void ensure_capacity(int64_t tokens, int64_t logit_rows, int64_t tiles);
-  void prepare_block(SequenceState& s) const;
 
   Backend& backend_;
   const LladaModel& model_;
   LladaSamplerOptions opt_;
   KvStore kv_;
   ForwardWorkspace ws_;
-  Buffer sel_buf_;
-  Tensor x0_, conf_;
+  TokenSelection selection_;
 };
 
 }  // namespace flashdllm
