@@ -11,7 +11,9 @@
 #include <iostream>
 #include <sstream>
 
+#include "eval/progress.h"
 #include "eval/runner.h"
+#include "eval/sandbox.h"
 #include "eval/tasks.h"
 #include "flashdllm/engine.h"
 #include "core/log.h"
@@ -288,59 +290,206 @@ int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
 struct EvalArgs {
   std::string task = "arith";
   std::string data;
+  std::string fewshot_data;
+  uint64_t fewshot_seed = 1234;
+  int64_t fewshot_processes = 1;
   int64_t limit = 0;
   int64_t batch = 16;
+  int64_t chunk = 0;
+  bool chat = false, raw = false, dry_run = false;
   std::string out_dir;
+  std::string baseline;
+  std::string label;
+  std::string python = "python3";
+  double code_timeout = 3.0;
+  int64_t code_memory_mb = 4096;
+  int code_jobs = 0;
   DecodeArgs dec;
+  CLI::App* app = nullptr;
 };
 
-/// Progress on stderr: a rewritten line with rate and ETA on a terminal, plain lines otherwise.
-flashdllm::eval::EvalProgress make_progress(const std::string& label) {
-  const bool tty = flashdllm::cli::is_tty(fileno(stderr));
-  return [label, tty, last = -1.0](int64_t done, int64_t total, double sec) mutable {
-    if (!tty && sec - last < 10.0 && done < total) return;  // at most one line per 10 s in logs
-    last = sec;
-    const double rate = sec > 0 ? static_cast<double>(done) / sec : 0.0;
-    const double eta = rate > 0 ? static_cast<double>(total - done) / rate : 0.0;
-    std::fprintf(stderr, "%s[%s] %lld/%lld (%.0f%%)  %.2f samples/s  elapsed %.0fs  ETA %.0fs%s", tty ? "\r" : "",
-                 label.c_str(), static_cast<long long>(done), static_cast<long long>(total),
-                 100.0 * static_cast<double>(done) / static_cast<double>(total), rate, sec, eta,
-                 tty ? (done == total ? "\n" : "") : "\n");
-    std::fflush(stderr);
-  };
+/// The default method label of a decoding setting (the column of the paper's Table 1).
+std::string eval_method_label(const flashdllm::GenerateOptions& go) {
+  std::string m = go.cache == "none" ? "LLaDA (no cache)" : go.cache == "prefix" ? "Fast-dLLM prefix cache"
+                  : go.cache == "dual"  ? "Fast-dLLM dual cache"
+                                        : "Flash-Cache";
+  if (go.cache == "flash")
+    m += fmt::format(", track {} mask {}", go.track_num, go.mask_num);
+  if (go.threshold)
+    m += fmt::format(", threshold {}", *go.threshold);
+  else if (go.cache != "flash")
+    m += fmt::format(", {} steps", go.steps);
+  return m;
+}
+
+void write_file(const std::filesystem::path& p, const std::string& text) {
+  std::ofstream f(p, std::ios::binary);
+  f << text;
+  if (!f) throw Error(ErrorCode::kIo, fmt::format("cannot write '{}'", p.string()));
 }
 
 int run_eval(const CommonArgs& ca, EvalArgs& ea) {
   namespace ev = flashdllm::eval;
-  if (ea.task != "arith")
-    throw Error(ErrorCode::kInvalidArgument, fmt::format("--task '{}' is not known (available: arith)", ea.task));
-  const std::string data = ea.data.empty() ? std::string(FLASHDLLM_DATA_DIR) + "/arith/test.jsonl" : ea.data;
-  std::vector<ev::EvalSample> samples = ev::load_arith(data, ea.limit);
+  namespace fs = std::filesystem;
+  if (ea.chat && ea.raw) throw Error(ErrorCode::kInvalidArgument, "--chat and --raw exclude each other");
+  const ev::TaskInfo& info = ev::task_info(ea.task);
+  const std::string data = ea.data.empty() ? std::string(FLASHDLLM_DATA_DIR) + "/" + info.default_data : ea.data;
+  ev::LoadOptions lo;
+  lo.limit = ea.limit;
+  lo.fewshot_data = ea.fewshot_data;
+  lo.fewshot_seed = ea.fewshot_seed;
+  lo.fewshot_processes = ea.fewshot_processes;
+  std::vector<ev::EvalSample> samples = ev::load_task(ea.task, data, lo);
+  if (!ea.out_dir.empty()) fs::create_directories(ea.out_dir);
+
+  if (ea.dry_run) {  // prompts only: no model is loaded
+    std::string lines;
+    for (const auto& s : samples)
+      lines += nlohmann::json({{"id", s.id}, {"prompt", s.prompt}, {"gold", s.gold}, {"until", s.until}}).dump() + "\n";
+    if (ea.out_dir.empty())
+      std::cout << lines;
+    else
+      write_file(fs::path(ea.out_dir) / "prompts.jsonl", lines);
+    std::fprintf(stderr, "[flashdllm] %s: %zu prompts built (%d-shot)\n", info.name.c_str(), samples.size(),
+                 info.num_fewshot);
+    return 0;
+  }
+
+  std::unique_ptr<ev::PythonSandbox> sandbox;  // before the model: a missing interpreter fails fast
+  if (info.code) {
+    ev::SandboxOptions so;
+    so.python = ea.python;
+    so.timeout_s = ea.code_timeout;
+    so.memory_bytes = static_cast<uint64_t>(std::max<int64_t>(ea.code_memory_mb, 0)) << 20;
+    so.jobs = ea.code_jobs;
+    sandbox = std::make_unique<ev::PythonSandbox>(so);
+  }
+  nlohmann::json baseline;
+  if (!ea.baseline.empty()) {
+    std::ifstream in(ea.baseline);
+    if (!in) throw Error(ErrorCode::kIo, fmt::format("cannot read --baseline '{}'", ea.baseline));
+    try {
+      in >> baseline;
+    } catch (const std::exception& e) {
+      throw Error(ErrorCode::kInvalidArgument, fmt::format("--baseline '{}' is not JSON: {}", ea.baseline, e.what()));
+    }
+    ev::EvalSummary probe;  // check the baseline before the model is loaded
+    probe.task = ea.task;
+    ev::apply_baseline(probe, baseline, ea.baseline);
+  }
+
   auto engine = load_engine(ca);
-  const flashdllm::GenerateOptions go = ea.dec.options();
-  auto results = ev::run_eval(*engine, samples, go, ea.batch, ev::score_arith, make_progress("eval " + ea.task));
+  flashdllm::GenerateOptions go = ea.dec.options();
+  const bool flash = go.cache == "flash";
+  if (flash && ea.app->get_option("--slots")->count() == 0) go.n_slots = ea.batch;  // --batch = slots, as lm-eval's batch_size
+  // Chat template: --chat/--raw; otherwise the task's rule (arith: the model's template; benchmarks:
+  // Flash-dLLM's wrapper, which templates only model paths containing "instruct").
+  std::optional<bool> chat;
+  if (ea.chat || ea.raw)
+    chat = ea.chat;
+  else if (ea.task == "arith")
+    chat = engine->has_chat_template();
+  else
+    chat = ev::chat_by_model_path(ca.model_dir);
+
+  ev::RunOptions run;
+  run.requests_per_call = flash ? ea.chunk : ea.batch;
+  run.chat = chat;
+  ev::ProgressBar bar("eval " + ea.task, static_cast<int64_t>(samples.size()));
+  run.progress = [&](int64_t done, int64_t, double) { bar.update(done); };
+  auto results = ev::generate_samples(*engine, samples, go, run);
+  bar.finish();
+  const int64_t peak = ev::peak_rss_bytes();
+  const std::string backend = engine->backend_name();
+  engine.reset();  // free the model before forking sandboxed programs
+
+  if (info.code) {
+    ev::ProgressBar sbar("sandbox " + ea.task, static_cast<int64_t>(results.size()), "programs");
+    ev::score_samples(ea.task, samples, results, sandbox.get(), [&](int64_t d, int64_t) { sbar.update(d); });
+    sbar.finish();
+  } else {
+    ev::score_samples(ea.task, samples, results, nullptr);
+  }
+
   ev::EvalSummary sum = ev::summarize(ea.task, results);
+  sum.gen_length = go.gen_length;
+  sum.method = ea.label.empty() ? eval_method_label(go) : ea.label;
+  sum.peak_memory_bytes = peak;
+  sum.peak_memory_kind = backend.rfind("cpu", 0) == 0
+                             ? "host max RSS (getrusage)"
+                             : "host max RSS (getrusage); device memory is not reported by the engine API";
+  if (!ea.baseline.empty()) ev::apply_baseline(sum, baseline, ea.baseline);
   nlohmann::json summary = ev::to_json(sum);
   summary["model"] = ca.model_dir;
   summary["data"] = data;
-  summary["backend"] = engine->backend_name();
-  summary["options"] = {{"cache", go.cache},               {"gen_length", go.gen_length},
+  summary["backend"] = backend;
+  summary["chat_template"] = *chat;
+  summary["num_fewshot"] = info.num_fewshot;
+  if (ea.task == "gsm8k") summary["fewshot"] = {{"seed", ea.fewshot_seed}, {"processes", ea.fewshot_processes}};
+  if (sandbox)
+    summary["sandbox"] = {{"python", sandbox->python_version()},
+                          {"timeout_s", ea.code_timeout},
+                          {"memory_mb", ea.code_memory_mb},
+                          {"network_isolation", sandbox->network_isolation()}};
+  summary["options"] = {{"cache", go.cache},
+                        {"gen_length", go.gen_length},
                         {"block_length", effective_block_length(go)},
-                        {"steps", go.steps},               {"remasking", go.remasking},
-                        {"temperature", go.temperature},   {"cfg_scale", go.cfg_scale},
+                        {"steps", go.steps},
+                        {"remasking", go.remasking},
+                        {"temperature", go.temperature},
+                        {"cfg_scale", go.cfg_scale},
                         {"threshold", go.threshold ? nlohmann::json(*go.threshold) : nlohmann::json()},
-                        {"eos_pad_tile", go.eos_pad_tile}, {"batch", ea.batch}};
+                        {"eos_pad_tile", go.eos_pad_tile},
+                        {"batch", ea.batch},
+                        {"requests_per_call", run.requests_per_call}};
+  if (flash)
+    summary["options"].update({{"slots", go.n_slots}, {"track_num", go.track_num}, {"mask_num", go.mask_num}});
+  const std::string md = ev::to_markdown({sum});
   if (!ea.out_dir.empty()) {
-    std::filesystem::create_directories(ea.out_dir);
-    std::ofstream js(std::filesystem::path(ea.out_dir) / "samples.jsonl");
-    for (const auto& r : results) js << ev::to_json(r).dump() << "\n";
-    std::ofstream(std::filesystem::path(ea.out_dir) / "summary.json") << summary.dump(2) << "\n";
-    std::ofstream(std::filesystem::path(ea.out_dir) / "summary.md") << ev::to_markdown({sum});
-    if (!js) throw Error(ErrorCode::kIo, fmt::format("cannot write results into '{}'", ea.out_dir));
+    std::string lines;
+    for (const auto& r : results) lines += ev::to_json(r).dump() + "\n";
+    write_file(fs::path(ea.out_dir) / "samples.jsonl", lines);
+    write_file(fs::path(ea.out_dir) / "summary.json", summary.dump(2) + "\n");
+    write_file(fs::path(ea.out_dir) / "summary.md", md);
   }
-  std::cout << ev::to_markdown({sum});
+  std::cout << md;
   std::cout.flush();
   return 0;
+}
+
+void add_eval_subcommand(CLI::App& app, CommonArgs& ca, EvalArgs& ea, CLI::App*& evl) {
+  std::string tasks;
+  for (const auto& t : flashdllm::eval::task_infos()) tasks += (tasks.empty() ? "" : " | ") + t.name;
+  evl = app.add_subcommand("eval", "evaluate a task: accuracy, NFE, tokens/iteration, tokens/s (docs/eval.md)");
+  ea.app = evl;
+  add_common(evl, ca);
+  evl->add_option("--task", ea.task, tasks)->capture_default_str();
+  evl->add_option("--data", ea.data, "test-split file (default: the task's file under data/ of this source tree)");
+  evl->add_option("--fewshot-data", ea.fewshot_data, "gsm8k: train split for the exemplars (default: gsm8k_train.jsonl beside --data)");
+  evl->add_option("--fewshot-seed", ea.fewshot_seed, "gsm8k: lm-eval few-shot sampler seed")->capture_default_str();
+  evl->add_option("--fewshot-processes", ea.fewshot_processes,
+                  "gsm8k: lm-eval processes that built the prompts (each seeds its own sampler)")
+      ->capture_default_str();
+  evl->add_option("--limit", ea.limit, "evaluate only the first N samples (0 = all)")->capture_default_str();
+  evl->add_option("--batch", ea.batch,
+                  "none/prefix/dual: requests per generate call; flash: slots (continuous batching) unless --slots")
+      ->capture_default_str();
+  evl->add_option("--chunk", ea.chunk, "flash: requests per generate call (0 = all at once, as Flash-dLLM)")
+      ->capture_default_str();
+  evl->add_flag("--chat", ea.chat, "apply the chat template (default: arith yes; benchmarks only for *instruct* models)");
+  evl->add_flag("--raw", ea.raw, "do not apply the chat template");
+  evl->add_flag("--dry-run", ea.dry_run, "build the prompts only (prompts.jsonl in --out, else stdout); no model");
+  evl->add_option("--out", ea.out_dir, "write samples.jsonl, summary.json and summary.md here");
+  evl->add_option("--baseline", ea.baseline, "summary.json of the no-cache greedy run: adds the speed-up");
+  evl->add_option("--label", ea.label, "method name in the table (default: from the decoding options)");
+  evl->add_option("--python", ea.python, "humaneval/mbpp: interpreter for the sandbox")->capture_default_str();
+  evl->add_option("--code-timeout", ea.code_timeout, "humaneval/mbpp: seconds per program (code_eval's 3)")
+      ->capture_default_str();
+  evl->add_option("--code-memory-mb", ea.code_memory_mb, "humaneval/mbpp: address-space limit per program")
+      ->capture_default_str();
+  evl->add_option("--code-jobs", ea.code_jobs, "humaneval/mbpp: programs run in parallel (0 = all cores)")
+      ->capture_default_str();
+  add_decode_options(evl, ea.dec);
 }
 
 int run_info(const CommonArgs& ca) {
@@ -369,14 +518,8 @@ int main(int argc, char** argv) {
   gen->add_flag("--no-live", ga.no_live, "no live denoising view on the terminal");
 
   EvalArgs ea;
-  CLI::App* evl = app.add_subcommand("eval", "evaluate a task: accuracy, NFE, tokens/forward, tokens/s");
-  add_common(evl, ca);
-  evl->add_option("--task", ea.task, "arith (the small model's test split)")->capture_default_str();
-  evl->add_option("--data", ea.data, "task file (default: data/arith/test.jsonl of this source tree)");
-  evl->add_option("--limit", ea.limit, "evaluate only the first N samples (0 = all)")->capture_default_str();
-  evl->add_option("--batch", ea.batch, "requests per generate call")->capture_default_str();
-  evl->add_option("--out", ea.out_dir, "write samples.jsonl, summary.json and summary.md here");
-  add_decode_options(evl, ea.dec);
+  CLI::App* evl = nullptr;
+  add_eval_subcommand(app, ca, ea, evl);
 
   CLI::App* info = app.add_subcommand("info", "print config, parameter count, dtype and memory need");
   add_common(info, ca);

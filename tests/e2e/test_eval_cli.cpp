@@ -1,6 +1,9 @@
-// `flashdllm eval` on a slice of the small model's test split (the CI run of issue 3): files are
-// written and internally consistent (accuracy = correct / n, each sample's extraction is the number
-// after its text's last "####", NFE and tokens per forward agree with the settings).
+// `flashdllm eval` end to end (the CI runs of issues 3 and 7): a slice of the small model's test
+// split (files written and internally consistent: accuracy = correct / n, each extraction is the
+// number after its text's last "####", NFE, tokens per iteration, both tokens/s definitions, the
+// speed-up over a --baseline summary), a GSM8K slice as a format check (5-shot prompts built as
+// --dry-run builds them, stop strings applied, answers extracted by lm-eval's filters, table
+// written), HumanEval through the sandbox, and argument errors.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -12,6 +15,7 @@
 
 #include "common/model_fixture.h"
 #include "common/test_paths.h"
+#include "eval/scoring.h"
 #include "eval/tasks.h"
 
 namespace flashdllm::test {
@@ -31,10 +35,11 @@ TEST(EvalCli, ArithSliceWritesConsistentResults) {
   if (!std::filesystem::exists(default_model_dir() / "model.safetensors"))
     GTEST_SKIP() << "no default model at " << default_model_dir();
   auto dir = temp_dir();
+  std::ofstream(dir / "baseline.json") << R"({"task": "arith", "tokens_per_second": 2.0, "tokens_per_second_released": 4.0})";
   std::string out;
   ASSERT_EQ(run(fmt::format("eval --task arith --limit 6 --batch 3 --threshold 0.9 --gen-length 128 "
-                            "--block-length 32 --out {}",
-                            dir.string()),
+                            "--block-length 32 --baseline {}/baseline.json --out {}",
+                            dir.string(), dir.string()),
                 &out),
             0)
       << out;
@@ -60,8 +65,96 @@ TEST(EvalCli, ArithSliceWritesConsistentResults) {
   EXPECT_EQ(n, 6);
   EXPECT_EQ(summary["correct"].get<int>(), correct);
   EXPECT_DOUBLE_EQ(summary["accuracy"].get<double>(), correct / 6.0);
-  EXPECT_NEAR(summary["tokens_per_forward"].get<double>(), committed / nfe, 1e-9);
-  EXPECT_NE(out.find("| arith | 6 |"), std::string::npos) << out;
+  EXPECT_NEAR(summary["tokens_per_iteration"].get<double>(), committed / nfe, 1e-9);
+  const double sec = summary["seconds"].get<double>();
+  ASSERT_GT(sec, 0);
+  EXPECT_NEAR(summary["tokens_per_second"].get<double>(), summary["generated_tokens"].get<double>() / sec, 1e-6);
+  EXPECT_NEAR(summary["tokens_per_second_released"].get<double>(), 128.0 * 6 / sec, 1e-6);
+  EXPECT_NEAR(summary["speedup"].get<double>(), summary["tokens_per_second"].get<double>() / 2.0, 1e-9);
+  EXPECT_NEAR(summary["speedup_released"].get<double>(), summary["tokens_per_second_released"].get<double>() / 4.0, 1e-9);
+  EXPECT_GT(summary["peak_memory_bytes"].get<double>(), 0);
+  EXPECT_EQ(summary["generate_calls"].get<int>(), 2);  // --batch 3: two static batches
+  EXPECT_TRUE(summary["chat_template"].get<bool>());
+  EXPECT_NE(out.find("| arith | 128 | LLaDA (no cache), threshold 0.9 | 6 | exact_match "), std::string::npos) << out;
+  EXPECT_TRUE(std::filesystem::exists(dir / "summary.md"));
+}
+
+TEST(EvalCli, Gsm8kSliceFormatCheck) {
+  if (!std::filesystem::exists(default_model_dir() / "model.safetensors"))
+    GTEST_SKIP() << "no default model at " << default_model_dir();
+  auto dir = temp_dir();
+  std::string out;
+  ASSERT_EQ(run(fmt::format("eval --task gsm8k --dry-run --limit 2 --out {}/dry", dir.string()), &out), 0) << out;
+  ASSERT_EQ(run(fmt::format("eval --task gsm8k --limit 2 --batch 2 --threshold 0.9 --gen-length 32 --block-length 32 "
+                            "--out {}",
+                            dir.string()),
+                &out),
+            0)
+      << out;
+  std::ifstream dry(dir / "dry" / "prompts.jsonl"), in(dir / "samples.jsonl");
+  std::string dline, line;
+  int n = 0;
+  while (std::getline(in, line) && std::getline(dry, dline)) {
+    auto s = nlohmann::json::parse(line), d = nlohmann::json::parse(dline);
+    ++n;
+    EXPECT_EQ(s["prompt"], d["prompt"]);  // the prompts the model saw are the 5-shot lm-eval prompts
+    EXPECT_EQ(s["gold"], d["gold"]);
+    const std::string raw = s["raw_text"], text = s["text"];
+    EXPECT_EQ(text, eval::truncate_at_stops(raw, {"Question:", "</s>", "<|im_end|>"}));
+    EXPECT_EQ(s["metrics"]["flexible_extract"]["extracted"], eval::gsm8k_flexible_extract(text).value_or(""));
+    EXPECT_EQ(s["metrics"]["strict_match"]["extracted"], eval::gsm8k_strict_extract(text).value_or(""));
+    EXPECT_EQ(s["extracted"], s["metrics"]["flexible_extract"]["extracted"]);
+    EXPECT_GT(s["prompt_tokens"].get<int>(), 500);
+  }
+  EXPECT_EQ(n, 2);
+  auto summary = load_json(dir / "summary.json");
+  EXPECT_EQ(summary["metrics"][0]["name"], "flexible_extract");
+  EXPECT_EQ(summary["metrics"][1]["name"], "strict_match");
+  EXPECT_FALSE(summary["chat_template"].get<bool>());  // raw prompts unless the model path says "instruct"
+  EXPECT_EQ(summary["num_fewshot"].get<int>(), 5);
+  EXPECT_NE(out.find("| gsm8k | 32 | "), std::string::npos) << out;
+  EXPECT_NE(out.find("flexible_extract"), std::string::npos) << out;
+}
+
+TEST(EvalCli, HumanEvalSliceRunsTheSandbox) {
+  if (!std::filesystem::exists(default_model_dir() / "model.safetensors"))
+    GTEST_SKIP() << "no default model at " << default_model_dir();
+  auto dir = temp_dir();
+  std::string out;
+  ASSERT_EQ(run(fmt::format("eval --task humaneval --limit 2 --batch 2 --threshold 0.9 --gen-length 32 "
+                            "--block-length 32 --out {}",
+                            dir.string()),
+                &out),
+            0)
+      << out;
+  std::ifstream in(dir / "samples.jsonl");
+  int n = 0;
+  for (std::string line; std::getline(in, line); ++n) {
+    auto s = nlohmann::json::parse(line);
+    const std::string result = s["sandbox_result"];
+    EXPECT_EQ(s["correct"].get<bool>(), result == "passed") << result;
+  }
+  EXPECT_EQ(n, 2);
+  auto summary = load_json(dir / "summary.json");
+  EXPECT_FALSE(summary["sandbox"]["python"].get<std::string>().empty());
+  EXPECT_EQ(summary["metrics"][0]["name"], "pass@1");
+  EXPECT_NE(out.find("[sandbox humaneval]"), std::string::npos) << out;
+}
+
+TEST(EvalCli, DryRunAndArgumentErrors) {
+  auto dir = temp_dir();
+  std::string out;
+  ASSERT_EQ(run(fmt::format("eval --task mbpp --dry-run --limit 3 --out {}", dir.string()), &out), 0) << out;
+  std::ifstream in(dir / "prompts.jsonl");
+  int n = 0;
+  for (std::string line; std::getline(in, line);) ++n;
+  EXPECT_EQ(n, 3);
+  out.clear();
+  std::ofstream(dir / "b.json") << R"({"task": "gsm8k", "tokens_per_second": 1, "tokens_per_second_released": 1})";
+  EXPECT_EQ(run(fmt::format("eval --task arith --limit 1 --baseline {}/b.json", dir.string()), &out), 2) << out;
+  EXPECT_NE(out.find("is for task 'gsm8k'"), std::string::npos) << out;
+  out.clear();
+  EXPECT_EQ(run("eval --task arith --limit 1 --chat --raw", &out), 2) << out;
 }
 
 TEST(EvalCli, UnknownTaskIsAnError) {
