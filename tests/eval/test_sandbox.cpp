@@ -63,7 +63,7 @@ TEST(Sandbox, InfiniteLoopIsKilledAndFailed) {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_FALSE(r.passed);
   EXPECT_EQ(r.result, "timed out");
-  EXPECT_LT(s, 1.0 + 2.0 + 1.0);
+  EXPECT_LT(s, 1.0 + 2.0 + 3.0);  // timeout + grace, with slack for a loaded machine
   // A loop that swallows the timeout exception is killed at the wall-clock deadline.
   r = sb.run("while True:\n    try:\n        while True: pass\n    except BaseException:\n        pass\n");
   EXPECT_FALSE(r.passed);
