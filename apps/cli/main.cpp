@@ -110,6 +110,7 @@ struct DecodeArgs {
       if (!set("--track-num")) o.track_num = p.track_num;
       if (!set("--mask-num")) o.mask_num = p.mask_num;
       if (!set("--threshold")) o.threshold = p.threshold;
+      if (!set("--gamma")) o.gamma = p.gamma;
     }
     if (threshold >= 0.0) o.threshold = threshold;
     if (eot_id >= 0) o.eot_token_id = eot_id;
@@ -173,6 +174,19 @@ void add_decode_options(CLI::App* app, DecodeArgs& d) {
   app->add_flag("--reference-quirks", go.reference_quirks,
                 "flash: reproduce the released code's EOS-padding and output-slice bugs (parity runs)");
   app->add_option("--importance", d.importance, "flash: a_i from raw q·k (qk, released code) or attention mass (prob, paper)")
+      ->capture_default_str();
+  app->add_flag("--verify", go.verify, "flash: Flash-Verify (a verify pass per iteration checks further drafts)");
+  app->add_option("--gamma", go.gamma, "flash verify: acceptance threshold (a --preset sets its task's value)")
+      ->capture_default_str();
+  app->add_option("--verify-rule", go.verify_rule,
+                  "flash verify: product (released code: running product of p(draft) >= gamma) | paper (argmax == draft "
+                  "and confidence >= gamma)")
+      ->capture_default_str();
+  app->add_option("--max-candidates", go.max_candidates,
+                  "flash verify: drafts checked per iteration (<= block length; 0 = block length / 2)")
+      ->capture_default_str();
+  app->add_option("--forced-acceptance", go.forced_acceptance,
+                  "flash verify benchmarks: accept up to this many drafts per iteration regardless of gamma (0 = off)")
       ->capture_default_str();
 }
 
@@ -243,6 +257,11 @@ int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
                     {"temperature", ga.go.temperature},   {"cfg_scale", ga.go.cfg_scale},
                     {"threshold", ga.go.threshold ? nlohmann::json(*ga.go.threshold) : nlohmann::json()},
                     {"seed", ga.go.seed},                 {"chat", chat}};
+    if (ga.go.verify)
+      j["options"]["verify"] = {{"gamma", ga.go.gamma},
+                                {"rule", ga.go.verify_rule},
+                                {"max_candidates", ga.go.max_candidates},
+                                {"forced_acceptance", ga.go.forced_acceptance}};
     nlohmann::json arr = nlohmann::json::array();
     for (size_t i = 0; i < results.size(); ++i) {
       const auto& r = results[i];
@@ -255,6 +274,11 @@ int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
       e["stopped_at_eos"] = r.stopped_at_eos;
       e["nfe"] = r.nfe;
       e["committed_tokens"] = r.committed_tokens;
+      e["forward_passes"] = r.forward_passes;
+      if (ga.go.verify) {
+        e["verify_candidates"] = r.verify_candidates;
+        e["verify_accepted"] = r.verify_accepted;
+      }
       e["tokens_per_iteration"] = r.nfe > 0 ? static_cast<double>(r.committed_tokens) / static_cast<double>(r.nfe) : 0.0;
       if (!r.call_kinds.empty()) e["call_kinds"] = r.call_kinds;
       e["generated_tokens"] = r.output_ids.size();
@@ -275,11 +299,18 @@ int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
       std::cout << ids_to_string(engine->has_tokenizer() ? r.output_ids : r.canvas_ids) << "\n";
   }
   std::cout.flush();  // answers first, then the timing line on stderr
-  int64_t nfe = 0, toks = 0;
+  int64_t nfe = 0, toks = 0, cand = 0, acc = 0, passes = 0;
   for (const auto& r : results) {
     nfe = std::max(nfe, r.nfe);
     toks += static_cast<int64_t>(r.output_ids.size());
+    cand += r.verify_candidates;
+    acc += r.verify_accepted;
+    passes = std::max(passes, r.forward_passes);
   }
+  if (ga.go.verify)
+    std::fprintf(stderr, "[flashdllm] verify: %lld forward passes (main + verify) for NFE %lld, drafts accepted %lld of %lld\n",
+                 static_cast<long long>(passes), static_cast<long long>(nfe), static_cast<long long>(acc),
+                 static_cast<long long>(cand));
   const double sec = results.front().seconds;
   std::fprintf(stderr, "[flashdllm] %zu request(s), %lld tokens, NFE %lld, %.2f s, %.1f tokens/s (%s)\n",
                results.size(), static_cast<long long>(toks), static_cast<long long>(nfe), sec,

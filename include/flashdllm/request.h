@@ -40,6 +40,13 @@ struct GenerateOptions {
   std::vector<int64_t> forced_schedule;  ///< benchmarks: tokens committed per iteration regardless of confidence
   bool reference_quirks = false;         ///< reproduce the released code's EOS-padding/output-slice bugs
   bool importance_probability_mass = false;  ///< a_i from attention probabilities (paper) instead of raw q·k (code)
+
+  // Flash-Verify (cache == "flash"; reference §D.8): a verify pass per iteration checks drafts.
+  bool verify = false;
+  double gamma = 0.8;                     ///< acceptance threshold γ in (0, 1] (scripts: 0.8 GSM8K/MBPP, 0.85 MATH/HumanEval)
+  std::string verify_rule = "product";    ///< "product" (released code: running product >= γ) | "paper" (argmax & conf >= γ)
+  int64_t max_candidates = 0;             ///< candidates per iteration (<= block_length); 0 = block_length / 2
+  int64_t forced_acceptance = 0;          ///< benchmarks: accept up to this many candidates regardless of γ; 0 = off
 };
 
 /// One prompt: text (tokenized, optionally with the chat template) or token ids.
@@ -58,6 +65,9 @@ struct GenerateResult {
   bool stopped_at_eos = false;        ///< an EOS / EOT ended the answer inside the canvas
   int64_t nfe = 0;                    ///< forward passes (iterations) this request took part in
   int64_t committed_tokens = 0;       ///< canvas positions committed (tokens per iteration = this / nfe)
+  int64_t forward_passes = 0;         ///< model passes incl. Flash-Verify passes (= nfe without verify)
+  int64_t verify_candidates = 0;      ///< Flash-Verify: drafts checked by the verify passes
+  int64_t verify_accepted = 0;        ///< Flash-Verify: drafts accepted
   std::string call_kinds;             ///< prefix/dual cache: one letter per model call (F full, S suffix, B block)
   double seconds = 0.0;               ///< wall time of the generate call this request was in
 };

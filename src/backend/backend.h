@@ -29,6 +29,36 @@ struct AttentionTile {
   int32_t q_start, q_end, k_start, k_end;
 };
 
+/// One tile of a Flash-Verify pass (reference §D.8), stored as 5 consecutive I32. Query rows
+/// [q_start, q_end) are, in order, T = (q_end − q_start) − 2·n_cand "kept" rows, n_cand "draft" rows
+/// D_0..D_{S−1} and n_cand "mask" rows M_0..M_{S−1} (S = n_cand; D_i and M_i are the same position,
+/// filled with its draft token and with [MASK]). Their keys are the store rows listed in
+/// key_rows[k_start, k_end) (a gather list: the slot's cached K/V, minus the positions recomputed in
+/// the tile) followed by the tile's own fresh K/V (k_tile/v_tile rows [q_start, q_end)) under the
+/// in-tile mask verify_may_attend().
+struct VerifyTile {
+  int32_t q_start, q_end, k_start, k_end, n_cand;
+};
+
+/// The in-tile isolation mask of Flash-Verify (reference §D.8), rows = queries, columns = keys,
+/// both in tile order [kept T | drafts D_0..D_{S−1} | masks M_0..M_{S−1}]; true = may attend:
+///  * every row sees every kept column;
+///  * kept rows see no draft and every mask (the all-masked state);
+///  * D_i sees D_k for k <= i and M_k for k > i ("candidates <= i filled in");
+///  * M_i sees D_k for k < i and M_k for k >= i (drafts of earlier candidates only, never its own).
+/// So every row sees exactly one view of each candidate, and a draft and a mask of the same position
+/// never see each other. row, col in [0, n_kept + 2·n_cand).
+constexpr bool verify_may_attend(int64_t n_kept, int64_t n_cand, int64_t row, int64_t col) noexcept {
+  if (col < n_kept) return true;
+  const bool col_draft = col < n_kept + n_cand;
+  const int64_t k = col_draft ? col - n_kept : col - n_kept - n_cand;
+  if (row < n_kept) return !col_draft;
+  const bool row_draft = row < n_kept + n_cand;
+  const int64_t i = row_draft ? row - n_kept : row - n_kept - n_cand;
+  if (row_draft) return col_draft ? k <= i : k > i;
+  return col_draft ? k < i : k >= i;
+}
+
 /// RoPE tables for the half-rotation ("rotate_half"/NeoX) layout, reference §A.3:
 /// cos/sin F32 [max_positions, head_dim/2]; angle(p, i) = fp32(p) * inv_freq_i with
 /// inv_freq_i = 1 / theta^(2i/head_dim) computed in fp32 (as upstream modeling_llada.py).
@@ -122,6 +152,23 @@ class Backend {
   /// k_store, v_store [N, H·Dh]. Query rows not covered by a tile are left untouched.
   virtual void attention(Tensor q, Tensor k_store, Tensor v_store, Tensor table, int n_heads, float scale,
                          Tensor out) = 0;
+
+  /// Flash-Verify attention (reference §D.8, Flash-dLLM `_flash_verify_attention_fwd`), per tile of
+  /// `table` (I32 [n_tiles, 5] = VerifyTile rows) and head h, for every query row r of the tile:
+  ///   keys = { k_store[key_rows[g]] : g ∈ [k_start, k_end) }  ∪  { k_tile[c] : c ∈ [q_start, q_end),
+  ///          verify_may_attend(T, S, r − q_start, c − q_start) }   (values likewise from v_store / v_tile)
+  ///   out[r, h] = softmax(scale · q[r, h] · keysᵀ) · values
+  /// with one softmax over both parts (a proper running maximum across them; the released kernel
+  /// folds the in-tile block in with the cache part's maximum, §F.8). Every row sees at least its
+  /// own column, so an empty gather range is allowed. The tile's fresh K/V live in k_tile/v_tile
+  /// (indexed like q), never in the stores: the verify pass does not write the KV cache (§F.7).
+  /// q, k_tile, v_tile, out [Tq, H·Dh]; k_store, v_store [N, H·Dh] (activation dtype); key_rows I32
+  /// [G], entries in [0, N). Query rows outside every tile are left untouched. CPU: scores and
+  /// softmax in double; CUDA: fp32 online softmax. Throws Error(kInvalidArgument) for bad shapes or
+  /// dtypes, a tile outside [0, Tq) x [0, G) or with 2·n_cand > q_end − q_start, or (CPU; CUDA
+  /// reports it at the next synchronising call) a key row outside the store.
+  virtual void attention_verify(Tensor q, Tensor k_store, Tensor v_store, Tensor key_rows, Tensor k_tile,
+                                Tensor v_tile, Tensor table, int n_heads, float scale, Tensor out) = 0;
 
   /// Attention importance of keys (Flash-dLLM's a_t, reference §D.6 / §F.2), accumulated:
   ///   scores[t] += weight · Σ_{tiles} Σ_{r ∈ [q_start, q_end)} Σ_{h < n_heads} f(r, h, t)   for t ∈ [k_start, k_end)

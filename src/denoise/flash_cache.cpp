@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/check.h"
+#include "denoise/flash_verify.h"
 
 namespace flashdllm {
 namespace {
@@ -29,8 +30,10 @@ FlashCacheOptions flash_cache_preset(std::string_view task) {
   o.mask_num = 4;
   if (task == "gsm8k" || task == "math" || task == "humaneval") {
     o.track_num = 4;
+    o.gamma = task == "gsm8k" ? 0.8 : 0.85;
   } else if (task == "mbpp") {
     o.track_num = 3;
+    o.gamma = 0.8;
   } else {
     FDLLM_FAIL(ErrorCode::kInvalidArgument,
                "flash-cache preset '{}' is unknown (presets of the paper's Table 3: gsm8k, math, humaneval, mbpp)",
@@ -60,6 +63,14 @@ void validate_flash_cache_options(const FlashCacheOptions& o, const LladaConfig&
   FDLLM_CHECK_ARG(o.importance_first_layer >= 0, "flash-cache: importance_first_layer must be >= 0, got {}",
                   o.importance_first_layer);
   FDLLM_CHECK_ARG(o.query_tile_rows >= 0, "flash-cache: query_tile_rows must be >= 0, got {}", o.query_tile_rows);
+  FDLLM_CHECK_ARG(o.gamma > 0.0 && o.gamma <= 1.0, "flash-cache: verify gamma must be in (0, 1], got {}", o.gamma);
+  FDLLM_CHECK_ARG(o.max_candidates >= 0 && o.max_candidates <= o.block_length,
+                  "flash-cache: verify max_candidates must be in [0, block_length = {}] (0 = block_length / 2), got {}",
+                  o.block_length, o.max_candidates);
+  FDLLM_CHECK_ARG(o.forced_acceptance >= 0, "flash-cache: verify forced_acceptance must be >= 0, got {}",
+                  o.forced_acceptance);
+  FDLLM_CHECK_ARG(o.verify_rule == FlashVerifyRule::kProduct || o.verify_rule == FlashVerifyRule::kPaper,
+                  "flash-cache: unknown verify_rule {}", static_cast<int>(o.verify_rule));
   FDLLM_CHECK_ARG(std::abs(o.track_num) <= (int64_t{1} << 24) && o.mask_num <= (int64_t{1} << 24) &&
                       o.block_length <= (int64_t{1} << 20),
                   "flash-cache: track_num {} / mask_num {} / block_length {} are implausibly large", o.track_num,
@@ -283,6 +294,10 @@ bool flash_commit(FlashSlot& s, const FlashDecision& d, int32_t eos_id) {
     s.eos_pos = new_eos;
     s.stop = new_eos + 1;
   }
+  return flash_has_work(s);
+}
+
+bool flash_has_work(const FlashSlot& s) {
   for (size_t i = static_cast<size_t>(s.num_decoded); i < s.full_pos.size(); ++i)
     if (s.full_pos[i] < s.stop) return true;
   return false;
@@ -302,6 +317,28 @@ void flash_rerank(FlashSlot& s, std::span<const float> scores, const FlashCacheO
 FlashCacheDenoiser::FlashCacheDenoiser(Backend& backend, const LladaModel& model, FlashCacheOptions options)
     : backend_(backend), model_(model), opt_(std::move(options)) {
   validate_flash_cache_options(opt_, model_.config);
+}
+
+void FlashCacheDenoiser::ensure_verify_workspace(int64_t tokens, int64_t logit_rows, int64_t tiles, int64_t keys) {
+  logit_rows = std::max<int64_t>(logit_rows, 1);
+  keys = std::max<int64_t>(keys, 1);
+  if (vws_.max_tokens >= tokens && vws_.max_logit_rows >= logit_rows && vws_.max_tiles >= tiles &&
+      vws_.max_verify_keys >= keys)
+    return;
+  vws_ = make_forward_workspace(backend_, model_.config, std::max(tokens, vws_.max_tokens),
+                                std::max(logit_rows, vws_.max_logit_rows), std::max(tiles, vws_.max_tiles),
+                                std::max(keys, vws_.max_verify_keys));
+  // Selection outputs of the mask rows and the gather of two logits per row (p(draft)).
+  const int64_t R = vws_.max_logit_rows;
+  auto pad = [](size_t b) { return (b + 255) / 256 * 256; };
+  const size_t b_x0 = pad(static_cast<size_t>(R) * 4), b_conf = pad(static_cast<size_t>(R) * 8);
+  const size_t b_idx = pad(static_cast<size_t>(2 * R) * 4), b_val = static_cast<size_t>(2 * R) * 4;
+  vsel_buf_ = backend_.alloc(b_x0 + b_conf + b_idx + b_val, "flash-verify selection outputs");
+  char* base = static_cast<char*>(vsel_buf_.data());
+  vx0_ = Tensor(base, DType::kI32, backend_.device(), {R});
+  vconf_ = Tensor(base + b_x0, DType::kF64, backend_.device(), {R});
+  vidx_ = Tensor(base + b_x0 + b_conf, DType::kI32, backend_.device(), {2 * R});
+  vval_ = Tensor(base + b_x0 + b_conf + b_idx, DType::kF32, backend_.device(), {2 * R, 1});
 }
 
 void FlashCacheDenoiser::ensure_workspace(int64_t tokens, int64_t logit_rows, int64_t tiles) {
@@ -391,15 +428,28 @@ FlashCacheResult FlashCacheDenoiser::generate(const std::vector<std::vector<int3
     const int64_t forward = res.stats.forwards++;
     res.stats.query_rows += T;
 
+    // Phase 1 (every mode): the main-pass decision of every active slot, committed.
+    struct SlotStep {
+      bool active = false, work = false;
+      int64_t k1 = 0;
+      FlashDecision decision;
+      std::vector<int32_t> committed;  // this iteration's commits (slot-relative)
+      std::vector<int32_t> verified;   // the verified subset
+    };
+    std::vector<SlotStep> steps(slots.size());
+    std::vector<FlashVerifyTile> tiles;
     size_t r0 = 0;
     for (size_t j = 0; j < slots.size(); ++j) {
       FlashSlot& s = slots[j];
       if (!s.active()) continue;
       const size_t w = s.window.size();
       std::span<const float> slot_scores(scores.data() + j * static_cast<size_t>(L), static_cast<size_t>(L));
-      FlashDecision d = flash_decide(s, std::span<const double>(conf.data() + r0, w),
-                                     std::span<const int32_t>(x0.data() + r0, w), opt_);
-      r0 += w;
+      SlotStep& st = steps[j];
+      st.active = true;
+      st.decision = flash_decide(s, std::span<const double>(conf.data() + r0, w),
+                                 std::span<const int32_t>(x0.data() + r0, w), opt_);
+      FlashDecision& d = st.decision;
+      r0 += w;  // only the window's own rows, also when it is shorter than block_length
       if (observer) {
         FlashStep step;
         step.forward = forward;
@@ -411,14 +461,110 @@ FlashCacheResult FlashCacheDenoiser::generate(const std::vector<std::vector<int3
         if (!step.forced_positions.empty() || !step.forced_tokens.empty())
           flash_force(d, step.forced_positions, step.forced_tokens);
       }
-      FlashRequestResult& rr = res.requests[static_cast<size_t>(s.request)];
-      std::vector<int32_t> committed;
       for (int64_t i = 0; i < d.count; ++i)
-        committed.push_back(d.window[static_cast<size_t>(d.order[static_cast<size_t>(i)])] -
-                            static_cast<int32_t>(s.prompt_len));
-      std::sort(committed.begin(), committed.end());
-      rr.iterations.push_back(std::move(committed));
-      if (flash_commit(s, d, c.eos_token_id)) {
+        st.committed.push_back(d.window[static_cast<size_t>(d.order[static_cast<size_t>(i)])]);
+      const int64_t n_valid = opt_.verify ? flash_verify_valid_count(s, d, opt_) : 0;
+      st.k1 = d.count;
+      st.work = flash_commit(s, d, c.eos_token_id);
+      if (!opt_.verify) continue;
+      FlashVerifyTile tile = flash_verify_plan_slot(s, static_cast<int64_t>(j), d, n_valid, opt_);
+      // Released code: a tile for every active slot; default: only where candidates can be accepted.
+      if (opt_.reference_quirks || (!tile.candidates.empty() && st.work)) tiles.push_back(std::move(tile));
+    }
+
+    // Phase 2 (verify): one verify pass over every tile, acceptance, commit.
+    if (!tiles.empty()) {
+      VerifyBatch vb = flash_verify_batch(slots, tiles, L);
+      const int64_t VT = vb.n_tokens(), VR = static_cast<int64_t>(vb.logit_rows.size());
+      ensure_verify_workspace(VT, VR, static_cast<int64_t>(vb.tiles.size()), static_cast<int64_t>(vb.key_rows.size()));
+      Tensor vlogits = llada_verify_forward(backend_, model_, vb, kv, vws_);
+      res.stats.verify_forwards += 1;
+      res.stats.verify_query_rows += VT;
+      // Mask-view argmax / max probability (select_tokens), then p(draft) = p_max · exp(ℓ_draft − ℓ_argmax)
+      // from the two gathered logits (the same float64 softmax, without copying whole logit rows).
+      std::vector<int32_t> vx0(static_cast<size_t>(VR));
+      std::vector<double> vconf(static_cast<size_t>(VR));
+      std::vector<float> vval(static_cast<size_t>(2 * VR));
+      std::vector<int32_t> drafts;
+      for (const FlashVerifyTile& v : tiles) drafts.insert(drafts.end(), v.drafts.begin(), v.drafts.end());
+      if (VR > 0) {
+        Tensor x0_dev = vx0_.slice_rows(0, VR), conf_dev = vconf_.slice_rows(0, VR);
+        backend_.select_tokens(vlogits, vws_.row_keys.slice_rows(0, VR), sp, x0_dev, conf_dev);
+        backend_.copy_to_host(vx0.data(), x0_dev);
+        backend_.copy_to_host(vconf.data(), conf_dev);
+        const int64_t V = vlogits.row_size();
+        FDLLM_CHECK_ARG(VR * V < (int64_t{1} << 31), "flash-verify: {} mask rows × vocabulary {} exceed 2^31 logits",
+                        VR, V);
+        std::vector<int32_t> idx(static_cast<size_t>(2 * VR));
+        for (int64_t r = 0; r < VR; ++r) {
+          idx[static_cast<size_t>(r)] = static_cast<int32_t>(r * V + drafts[static_cast<size_t>(r)]);
+          idx[static_cast<size_t>(VR + r)] = static_cast<int32_t>(r * V + vx0[static_cast<size_t>(r)]);
+        }
+        Tensor idx_dev = vidx_.slice_rows(0, 2 * VR), val_dev = vval_.slice_rows(0, 2 * VR);
+        backend_.copy_from_host(idx_dev, idx.data());
+        backend_.gather_rows(vlogits.reshape({VR * V, 1}), idx_dev, val_dev);
+        backend_.copy_to_host(vval.data(), val_dev);
+      }
+      size_t m0 = 0;
+      for (const FlashVerifyTile& v : tiles) {
+        const auto j = static_cast<size_t>(v.slot);
+        FlashSlot& s = slots[j];
+        SlotStep& st = steps[j];
+        const size_t S = v.candidates.size();
+        FlashVerification ver;
+        ver.tile = &v;
+        for (size_t i = 0; i < S; ++i) {
+          const size_t r = m0 + i;
+          ver.argmax.push_back(vx0[r]);
+          ver.p_max.push_back(vconf[r]);
+          ver.p_draft.push_back(v.drafts[i] == vx0[r] ? vconf[r]
+                                                      : vconf[r] * std::exp(static_cast<double>(vval[r]) -
+                                                                            static_cast<double>(vval[static_cast<size_t>(VR) + r])));
+        }
+        m0 += S;
+        ver.blocked = flash_verify_blocked(s, v, opt_);
+        ver.count = flash_verify_accept(ver.p_draft, ver.p_max, ver.argmax, v.drafts, ver.blocked, opt_.verify_rule,
+                                        opt_.gamma, opt_.forced_acceptance);
+        std::vector<int32_t> accepted(v.candidates.begin(), v.candidates.begin() + ver.count);
+        std::vector<int32_t> tokens(v.drafts.begin(), v.drafts.begin() + ver.count);
+        if (observer) {
+          FlashStep step;
+          step.forward = forward;
+          step.slot = static_cast<int64_t>(j);
+          step.phase = 2;
+          step.state = &s;
+          step.decision = &st.decision;
+          step.verification = &ver;
+          step.importance = std::span<const float>(scores.data() + j * static_cast<size_t>(L), static_cast<size_t>(L));
+          observer(step);
+          if (step.override_acceptance || !step.forced_positions.empty()) {
+            accepted = step.forced_positions;
+            tokens = step.forced_tokens;
+          }
+        }
+        s.verify_passes += 1;
+        s.candidates += static_cast<int64_t>(S);
+        st.work = flash_verify_commit(s, v, accepted, tokens, st.k1, c.eos_token_id, !opt_.reference_quirks);
+        st.verified = accepted;
+        st.committed.insert(st.committed.end(), accepted.begin(), accepted.end());
+      }
+    }
+
+    // Continue (re-rank, next queries) or finish and refill.
+    for (size_t j = 0; j < slots.size(); ++j) {
+      FlashSlot& s = slots[j];
+      SlotStep& st = steps[j];
+      if (!st.active) continue;
+      std::span<const float> slot_scores(scores.data() + j * static_cast<size_t>(L), static_cast<size_t>(L));
+      FlashRequestResult& rr = res.requests[static_cast<size_t>(s.request)];
+      const auto rel = [&](std::vector<int32_t> v) {
+        for (int32_t& t : v) t -= static_cast<int32_t>(s.prompt_len);
+        std::sort(v.begin(), v.end());
+        return v;
+      };
+      rr.iterations.push_back(rel(st.committed));
+      if (opt_.verify) rr.verified.push_back(rel(st.verified));
+      if (st.work) {
         flash_rerank(s, slot_scores, opt_);
         continue;
       }
@@ -429,6 +575,9 @@ FlashCacheResult FlashCacheDenoiser::generate(const std::vector<std::vector<int3
       rr.canvas.assign(s.x.begin() + static_cast<std::ptrdiff_t>(P),
                        s.x.begin() + static_cast<std::ptrdiff_t>(s.seqlen_k));
       rr.nfe = s.iterations;
+      rr.forward_passes = s.iterations + s.verify_passes;
+      rr.candidates = s.candidates;
+      rr.accepted = s.accepted;
       rr.num_tokens = s.stop - s.prompt_len;
       rr.num_tokens_reference = s.num_decoded - s.prompt_len;
       rr.stop_rel = s.stop - s.prompt_len;
@@ -437,6 +586,8 @@ FlashCacheResult FlashCacheDenoiser::generate(const std::vector<std::vector<int3
       res.stats.num_tokens += rr.num_tokens;
       res.stats.num_tokens_reference += rr.num_tokens_reference;
       res.stats.max_num_tokens += opt_.gen_length;
+      res.stats.candidates += rr.candidates;
+      res.stats.accepted += rr.accepted;
       if (next < prompts.size()) {
         admit(j);
       } else {

@@ -1,6 +1,8 @@
-// Flash-Cache denoiser: Flash-dLLM's elastic KV cache without verification (reference-algorithms.md
-// §D.2–D.7, D.9; VILA-Lab/Flash-dLLM llada/generate.py `generate_with_Flash_dLLM(verify=False)` and
-// llada/flash_cache_triton.py `flash_fused_elastic_cache`).
+// Flash-Cache denoiser: Flash-dLLM's elastic KV cache (reference-algorithms.md §D.2–D.7, D.9;
+// VILA-Lab/Flash-dLLM llada/generate.py `generate_with_Flash_dLLM` and llada/flash_cache_triton.py
+// `flash_fused_elastic_cache`). With options.verify the same loop runs Flash-Verify (§D.8): after
+// each iteration's commit a verify pass checks further drafts of the window; its pieces, semantics
+// and deviations are documented in denoise/flash_verify.h.
 //
 // Layout (§D.2, D.3). One run serves a list of prompts with n_slots concurrent slots. Every slot j
 // owns the flat K/V store rows [j·L_max, (j+1)·L_max) of every layer (K stored after RoPE), with
@@ -62,6 +64,12 @@ enum class FlashDecodeRule {
   kFixedCount,  ///< greedy fixed count: the tokens_per_step most confident candidates
 };
 
+/// Acceptance rule of Flash-Verify (reference §D.8, §F.1).
+enum class FlashVerifyRule {
+  kProduct,  ///< released code: accept the longest prefix whose running product of mask-view p(draft) is >= γ
+  kPaper,    ///< README/paper: accept while the mask-view argmax is the draft and its probability is >= γ
+};
+
 /// Options of the Flash-Cache denoiser. Defaults are the paper's / scripts' values (reference §D.1).
 struct FlashCacheOptions {
   int64_t gen_length = 512;    ///< G: canvas length per request (scripts: 512; paper also 256)
@@ -81,17 +89,29 @@ struct FlashCacheOptions {
   bool importance_probability_mass = false;  ///< a_t from softmax probabilities instead of raw q·k (§F.2)
   int64_t importance_first_layer = 2;   ///< first layer counted in a_t (released code: 2); >= n_layers = none
   int64_t query_tile_rows = 0;          ///< rows per tracked attention tile; 0 = block_length (upstream)
+
+  // Flash-Verify (reference §D.8; src/denoise/flash_verify.h): every iteration = main (draft) pass +
+  // one verify pass that checks up to max_candidates drafts of the window in draft-confidence order.
+  bool verify = false;
+  double gamma = 0.8;                   ///< γ in (0, 1] (scripts: GSM8K/MBPP 0.8, MATH/HumanEval 0.85)
+  FlashVerifyRule verify_rule = FlashVerifyRule::kProduct;
+  int64_t max_candidates = 0;           ///< candidates per iteration, <= block_length; 0 = block_length / 2 (released)
+  /// Benchmarks (random weights never pass γ): accept the first min(this, S) candidates below the
+  /// stop regardless of their probabilities; 0 = off.
+  int64_t forced_acceptance = 0;
 };
 
 /// Preset β_t / β_m of the paper's Table 3 = the scripts' values: "gsm8k", "math", "humaneval"
 /// (track_num 4, mask_num 4: 64/64 tokens) and "mbpp" (track_num 3: 48/64 tokens), gen_length 512,
-/// block_length 16, threshold 0.9. Throws Error(kInvalidArgument) for another name.
+/// block_length 16, threshold 0.9, and the scripts' Flash-Verify γ (GSM8K and MBPP 0.8, MATH and
+/// HumanEval 0.85; verify itself stays off). Throws Error(kInvalidArgument) for another name.
 FlashCacheOptions flash_cache_preset(std::string_view task);
 
 /// Validates options (names the parameter on error, Error(kInvalidArgument)): gen_length > 0,
 /// block_length > 0, threshold in (0, 1], mask_num >= 1, key_tile > 0, n_slots > 0,
 /// tokens_per_step >= 1, forced_schedule entries >= 1, importance_first_layer >= 0,
-/// query_tile_rows >= 0, gen_length < the model's max_sequence_length.
+/// query_tile_rows >= 0, gen_length < the model's max_sequence_length; verify: gamma in (0, 1],
+/// 0 <= max_candidates <= block_length, forced_acceptance >= 0.
 void validate_flash_cache_options(const FlashCacheOptions& o, const LladaConfig& cfg);
 
 // ------------------------------------------------------------------------------ layout (§D.2, D.3)
@@ -120,8 +140,12 @@ struct FlashSlot {
   int64_t num_decoded = 0;       ///< nd: decoded positions (prompt included) = boundary in full_pos
   int64_t stop = 0;              ///< predicted_length: P + G, or the finishing EOS position + 1
   int64_t eos_pos = -1;          ///< decoded_eos_pos: max EOS position of the first EOS-committing iteration
-  int64_t last_committed = 0;    ///< tokens committed by the last iteration (the newest entries of full_pos)
+  int64_t last_committed = 0;    ///< newest entries of full_pos pinned into the next tracked set (the
+                                 ///< last iteration's commits; verify with reference_quirks: only its verified ones)
   int64_t iterations = 0;        ///< iterations this request was active (n_steps = NFE)
+  int64_t verify_passes = 0;     ///< verify passes this request took part in
+  int64_t candidates = 0;        ///< Flash-Verify candidates tried (Σ S)
+  int64_t accepted = 0;          ///< Flash-Verify candidates accepted (Σ k2)
   std::vector<int32_t> x;        ///< [L_max] current tokens (MASK where undecoded, EOS padding after P + G)
   std::vector<int32_t> full_pos; ///< [L_max] permutation of [0, L_max), see the file comment
   std::vector<int32_t> window;   ///< masked window of the next iteration (query order)
@@ -176,6 +200,9 @@ void flash_force(FlashDecision& d, std::span<const int32_t> positions, std::span
 /// nd += count; the EOS rule; iterations += 1. Returns true while some undecoded position < stop remains.
 bool flash_commit(FlashSlot& slot, const FlashDecision& d, int32_t eos_id);
 
+/// True while some undecoded position (full_pos[nd:]) lies below the slot's stop (§D.9).
+bool flash_has_work(const FlashSlot& slot);
+
 /// After a commit that left work: re-ranks full_pos[0 : nd − last_committed] by importance
 /// ascending (stable), `scores` = the slot's [max_length] a_t values indexed by slot-relative
 /// position, then prepares the next queries.
@@ -183,17 +210,25 @@ void flash_rerank(FlashSlot& slot, std::span<const float> scores, const FlashCac
 
 // ------------------------------------------------------------------------------ run
 
-/// Per-slot view of one iteration, given to the observer after the natural decision and before it
-/// is applied. The observer may replace the commit by filling forced_positions / forced_tokens
-/// (slot-relative positions; see flash_force).
+struct FlashVerification;  // flash_verify.h
+
+/// Per-slot view of one iteration, given to the observer after a natural decision and before it is
+/// applied. Phase 1 (every iteration): the main-pass decision; the observer may replace the commit
+/// by filling forced_positions / forced_tokens (slot-relative positions; see flash_force).
+/// Phase 2 (verify on, every slot with a verify tile): the verification; with override_acceptance the
+/// observer replaces the accepted set by forced_positions (candidates, possibly none) with
+/// forced_tokens (see flash_verify_commit).
 struct FlashStep {
   int64_t forward = 0;                 ///< index of the main pass in the run
   int64_t slot = 0;
-  const FlashSlot* state = nullptr;    ///< before the commit
-  const FlashDecision* decision = nullptr;
+  int phase = 1;                       ///< 1: main-pass decision; 2: verification
+  const FlashSlot* state = nullptr;    ///< before this phase's commit
+  const FlashDecision* decision = nullptr;            ///< the phase-1 decision (both phases)
+  const FlashVerification* verification = nullptr;    ///< phase 2 only
   std::span<const float> importance;   ///< this pass's a_t of the slot ([max_length], slot-relative)
   std::vector<int32_t> forced_positions;
   std::vector<int32_t> forced_tokens;
+  bool override_acceptance = false;    ///< phase 2: forced_positions replace the accepted set even when empty
 };
 using FlashStepObserver = std::function<void(FlashStep&)>;
 
@@ -205,7 +240,11 @@ struct FlashRequestResult {
   std::vector<int32_t> output_ids;
   std::vector<int32_t> canvas;                    ///< final x[P : seqlen_k) (MASK = never decoded)
   std::vector<std::vector<int32_t>> iterations;   ///< committed positions per iteration, relative to P, ascending
+  std::vector<std::vector<int32_t>> verified;     ///< verify on: the subset of each iteration accepted by verification
   int64_t nfe = 0;                  ///< iterations the request was active (the released n_steps)
+  int64_t forward_passes = 0;       ///< main + verify passes the request took part in (nfe without verify)
+  int64_t candidates = 0;           ///< Flash-Verify candidates tried (Σ S over its iterations)
+  int64_t accepted = 0;             ///< Flash-Verify candidates accepted
   int64_t num_tokens = 0;           ///< ours: decoded positions in [P, stop) = stop − P
   int64_t num_tokens_reference = 0; ///< released: nd − P (counts decoded EOS padding / tokens past the stop)
   int64_t stop_rel = 0;             ///< stop − P (predicted_length relative to P)
@@ -216,7 +255,11 @@ struct FlashRequestResult {
 /// Counters of a run.
 struct FlashRunStats {
   int64_t forwards = 0;       ///< main passes
-  int64_t query_rows = 0;     ///< query rows over all passes
+  int64_t query_rows = 0;     ///< query rows over all main passes
+  int64_t verify_forwards = 0;    ///< verify passes (forward passes = forwards + verify_forwards)
+  int64_t verify_query_rows = 0;  ///< query rows over all verify passes
+  int64_t candidates = 0;     ///< Σ Flash-Verify candidates tried
+  int64_t accepted = 0;       ///< Σ Flash-Verify candidates accepted
   int64_t nfe = 0;            ///< Σ per-request NFE
   int64_t num_tokens = 0;     ///< Σ num_tokens (ours)
   int64_t num_tokens_reference = 0;  ///< Σ num_tokens_reference (released)
@@ -248,6 +291,7 @@ class FlashCacheDenoiser {
 
  private:
   void ensure_workspace(int64_t tokens, int64_t logit_rows, int64_t tiles);
+  void ensure_verify_workspace(int64_t tokens, int64_t logit_rows, int64_t tiles, int64_t keys);
 
   Backend& backend_;
   const LladaModel& model_;
@@ -255,6 +299,10 @@ class FlashCacheDenoiser {
   ForwardWorkspace ws_;
   Buffer sel_buf_;
   Tensor x0_, conf_;
+  // Verify pass: its own (small) workspace, selection outputs and the logit gather of p(draft).
+  ForwardWorkspace vws_;
+  Buffer vsel_buf_;
+  Tensor vx0_, vconf_, vidx_, vval_;
 };
 
 }  // namespace flashdllm

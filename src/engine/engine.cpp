@@ -11,6 +11,7 @@
 #include "core/log.h"
 #include "denoise/fastdllm_cache.h"
 #include "denoise/flash_cache.h"
+#include "denoise/flash_verify.h"
 #include "denoise/llada_sampler.h"
 #include "io/chat_template.h"
 #include "io/safetensors.h"
@@ -135,6 +136,8 @@ struct RawOutput {
   int64_t nfe = 0;
   int64_t committed = 0;
   std::string call_kinds;
+  int64_t forward_passes = -1;  // -1: = nfe
+  int64_t verify_candidates = 0, verify_accepted = 0;
 };
 
 int64_t block_or(int64_t v, int64_t fallback) { return v > 0 ? v : fallback; }
@@ -226,11 +229,18 @@ std::vector<RawOutput> run_flash(Backend& be, const LladaModel& m, const Generat
   fo.forced_schedule = o.forced_schedule;
   fo.reference_quirks = o.reference_quirks;
   fo.importance_probability_mass = o.importance_probability_mass;
+  fo.verify = o.verify;
+  fo.gamma = o.gamma;
+  fo.verify_rule = parse_flash_verify_rule(o.verify_rule);
+  fo.max_candidates = o.max_candidates;
+  fo.forced_acceptance = o.forced_acceptance;
+  FDLLM_CHECK_ARG(o.verify || (o.max_candidates == 0 && o.forced_acceptance == 0),
+                  "--cache flash: max_candidates / forced_acceptance need verify on (--verify)");
   FlashCacheDenoiser den(be, m, fo);
   FlashCacheResult res = den.generate(prompts);
   std::vector<RawOutput> out;
   for (const FlashRequestResult& r : res.requests)
-    out.push_back({r.output_ids, r.nfe, r.num_tokens, ""});
+    out.push_back({r.output_ids, r.nfe, r.num_tokens, "", r.forward_passes, r.candidates, r.accepted});
   return out;
 }
 
@@ -248,6 +258,7 @@ std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>&
 
   const auto t0 = std::chrono::steady_clock::now();
   Backend& be = *impl_->backend;
+  FDLLM_CHECK_ARG(!o.verify || o.cache == "flash", "verify (Flash-Verify) needs cache 'flash', got '{}'", o.cache);
   std::vector<RawOutput> raw;
   if (o.cache == "none") {
     raw = run_llada(be, impl_->model, o, eot, prompts, progress);
@@ -276,6 +287,9 @@ std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>&
     r.text = decode(r.output_ids);
     r.nfe = raw[i].nfe;
     r.committed_tokens = raw[i].committed;
+    r.forward_passes = raw[i].forward_passes >= 0 ? raw[i].forward_passes : raw[i].nfe;
+    r.verify_candidates = raw[i].verify_candidates;
+    r.verify_accepted = raw[i].verify_accepted;
     r.call_kinds = std::move(raw[i].call_kinds);
     r.seconds = seconds;
   }

@@ -2,9 +2,11 @@
 // LLaDALlamaBlock). See llada.h for the data flow.
 #include "model/llada.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <utility>
 
 #include "core/check.h"
 #include "core/log.h"
@@ -208,11 +210,49 @@ void ForwardBatch::validate(int64_t store_rows, int64_t vocab_rows, int64_t max_
   }
 }
 
+void VerifyBatch::validate(int64_t store_rows, int64_t vocab_rows, int64_t max_positions) const {
+  const size_t T = token_ids.size();
+  FDLLM_CHECK_ARG(T > 0, "verify forward: empty batch");
+  FDLLM_CHECK_ARG(positions.size() == T, "verify forward: {} tokens but {} positions", T, positions.size());
+  FDLLM_CHECK_ARG(row_keys.size() == logit_rows.size(), "verify forward: {} logit rows but {} noise keys",
+                  logit_rows.size(), row_keys.size());
+  for (size_t t = 0; t < T; ++t) {
+    FDLLM_CHECK_ARG(token_ids[t] >= 0 && token_ids[t] < vocab_rows,
+                    "verify forward: token id {} (query row {}) is outside the embedding table [0, {})", token_ids[t],
+                    t, vocab_rows);
+    FDLLM_CHECK_ARG(positions[t] >= 0 && positions[t] < max_positions,
+                    "verify forward: position {} (query row {}) is beyond the supported context [0, {})",
+                    positions[t], t, max_positions);
+  }
+  for (size_t g = 0; g < key_rows.size(); ++g)
+    FDLLM_CHECK_ARG(key_rows[g] >= 0 && key_rows[g] < store_rows,
+                    "verify forward: key_rows[{}] = {} is outside the K/V store [0, {})", g, key_rows[g], store_rows);
+  FDLLM_CHECK_ARG(!tiles.empty(), "verify forward: no tiles");
+  const auto G = static_cast<int64_t>(key_rows.size());
+  std::vector<std::pair<int32_t, int32_t>> ranges;
+  for (const VerifyTile& a : tiles) {
+    FDLLM_CHECK_ARG(0 <= a.q_start && a.q_start < a.q_end && a.q_end <= static_cast<int32_t>(T) && 0 <= a.k_start &&
+                        a.k_start <= a.k_end && a.k_end <= G && a.n_cand >= 0 &&
+                        2 * static_cast<int64_t>(a.n_cand) <= a.q_end - a.q_start,
+                    "verify forward: tile q [{}, {}) keys [{}, {}) with {} candidates is outside {} query rows / {} key "
+                    "rows or has more than (q_end - q_start) / 2 candidates",
+                    a.q_start, a.q_end, a.k_start, a.k_end, a.n_cand, T, G);
+    ranges.emplace_back(a.q_start, a.q_end);
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i)
+    FDLLM_CHECK_ARG(ranges[i].first >= ranges[i - 1].second,
+                    "verify forward: tiles q [{}, {}) and [{}, {}) overlap", ranges[i - 1].first, ranges[i - 1].second,
+                    ranges[i].first, ranges[i].second);
+  for (int32_t r : logit_rows)
+    FDLLM_CHECK_ARG(r >= 0 && r < static_cast<int32_t>(T), "verify forward: logit row {} outside [0, {})", r, T);
+}
+
 ForwardWorkspace make_forward_workspace(Backend& backend, const LladaConfig& c, int64_t max_tokens,
-                                        int64_t max_logit_rows, int64_t max_tiles) {
-  FDLLM_CHECK_ARG(max_tokens > 0 && max_logit_rows > 0 && max_tiles > 0,
-                  "forward workspace: sizes must be positive (tokens {}, logit rows {}, tiles {})", max_tokens,
-                  max_logit_rows, max_tiles);
+                                        int64_t max_logit_rows, int64_t max_tiles, int64_t max_verify_keys) {
+  FDLLM_CHECK_ARG(max_tokens > 0 && max_logit_rows > 0 && max_tiles > 0 && max_verify_keys >= 0,
+                  "forward workspace: sizes must be positive (tokens {}, logit rows {}, tiles {}; verify keys {} >= 0)",
+                  max_tokens, max_logit_rows, max_tiles, max_verify_keys);
   const DType at = backend.activation_dtype();
   const int64_t T = max_tokens, D = c.d_model, HD = c.n_heads * c.head_dim, F = c.mlp_hidden_size;
   const int64_t R = max_logit_rows;
@@ -236,18 +276,70 @@ ForwardWorkspace make_forward_workspace(Backend& backend, const LladaConfig& c, 
   ws.tiles = cv.take(DType::kI32, {max_tiles, 4});
   ws.logit_rows = cv.take(DType::kI32, {R});
   ws.row_keys = cv.take(DType::kI32, {R});
+  ws.max_verify_keys = max_verify_keys;
+  if (max_verify_keys > 0) {
+    ws.k_tile = cv.take(at, {T, HD});
+    ws.v_tile = cv.take(at, {T, HD});
+    ws.key_rows = cv.take(DType::kI32, {max_verify_keys});
+    ws.verify_tiles = cv.take(DType::kI32, {max_tiles, 5});
+  }
   ws.bytes = cv.bytes();
   ws.storage = backend.alloc(ws.bytes, "forward workspace");
   for (Tensor* t : {&ws.x, &ws.xn, &ws.q, &ws.attn, &ws.gate_up, &ws.act, &ws.sel, &ws.scratch, &ws.logits, &ws.ids,
                     &ws.positions, &ws.kv_rows, &ws.tiles, &ws.logit_rows, &ws.row_keys})
     Carver::bind(*t, ws.storage);
+  if (max_verify_keys > 0)
+    for (Tensor* t : {&ws.k_tile, &ws.v_tile, &ws.key_rows, &ws.verify_tiles}) Carver::bind(*t, ws.storage);
   return ws;
 }
+
+namespace {
+
+/// The attention stage of one layer: given the normalised input xn [T, D], writes q and the
+/// attention output attn [T, H·Dh] (and whatever K/V the mode keeps).
+using AttentionStage = std::function<void(int64_t layer, const LladaLayerWeights& lw, Tensor xn, Tensor q, Tensor attn)>;
+
+/// The layer loop shared by llada_forward and llada_verify_forward: embedding of the uploaded ids,
+/// per layer attn_norm -> attention stage -> attn_out (+residual) -> ff_norm -> SwiGLU MLP
+/// (+residual), then ln_f and the LM head over the requested rows only (the largest GEMM).
+Tensor run_layers(Backend& be, const LladaModel& model, ForwardWorkspace& ws, int64_t T, Tensor ids,
+                  const std::vector<int32_t>& logit_rows, const std::vector<int32_t>& row_keys,
+                  const AttentionStage& attention) {
+  const LladaConfig& c = model.config;
+  const LladaWeights& w = model.weights;
+  const auto R = static_cast<int64_t>(logit_rows.size());
+  Tensor x = ws.x.slice_rows(0, T), xn = ws.xn.slice_rows(0, T), q = ws.q.slice_rows(0, T);
+  Tensor attn = ws.attn.slice_rows(0, T), gate_up = ws.gate_up.slice_rows(0, T), act = ws.act.slice_rows(0, T);
+  be.embedding(w.wte, ids, x);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const LladaLayerWeights& lw = w.layers[static_cast<size_t>(l)];
+    be.rmsnorm(x, lw.attn_norm, c.rms_norm_eps, xn);
+    attention(l, lw, xn, q, attn);
+    be.matmul(attn, lw.attn_out, x, /*accumulate=*/true);
+    be.rmsnorm(x, lw.ff_norm, c.rms_norm_eps, xn);
+    be.matmul(xn, lw.w_gate_up, gate_up, false);
+    be.swiglu(gate_up, act);
+    be.matmul(act, lw.ff_out, x, /*accumulate=*/true);
+  }
+  Tensor logits = ws.logits.slice_rows(0, R);
+  if (R == 0) return logits;
+  Tensor lrows = ws.logit_rows.slice_rows(0, R);
+  be.copy_from_host(lrows, logit_rows.data());
+  be.copy_from_host(ws.row_keys.slice_rows(0, R), row_keys.data());
+  Tensor sel = ws.sel.slice_rows(0, R);
+  be.gather_rows(x, lrows, sel);
+  be.rmsnorm(sel, w.ln_f, c.rms_norm_eps, sel);
+  be.matmul(sel, w.lm_head, logits, false);
+  return logits;
+}
+
+float attention_scale(const LladaConfig& c) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim))); }
+
+}  // namespace
 
 Tensor llada_forward(Backend& be, const LladaModel& model, const ForwardBatch& batch, KvStore& kv,
                      ForwardWorkspace& ws) {
   const LladaConfig& c = model.config;
-  const LladaWeights& w = model.weights;
   const int64_t T = batch.n_tokens();
   const int64_t R = static_cast<int64_t>(batch.logit_rows.size());
   const int64_t n_tiles = static_cast<int64_t>(batch.tiles.size());
@@ -264,39 +356,58 @@ Tensor llada_forward(Backend& be, const LladaModel& model, const ForwardBatch& b
   be.copy_from_host(rows, batch.kv_rows.data());
   be.copy_from_host(tiles, batch.tiles.data());
 
-  Tensor x = ws.x.slice_rows(0, T), xn = ws.xn.slice_rows(0, T), q = ws.q.slice_rows(0, T);
-  Tensor attn = ws.attn.slice_rows(0, T), gate_up = ws.gate_up.slice_rows(0, T), act = ws.act.slice_rows(0, T);
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+  const float scale = attention_scale(c);
   const int n_heads = static_cast<int>(c.n_heads);
+  const ImportanceSpec& imp = batch.importance;
+  return run_layers(be, model, ws, T, ids, batch.logit_rows, batch.row_keys,
+                    [&](int64_t l, const LladaLayerWeights& lw, Tensor xn, Tensor q, Tensor attn) {
+                      Tensor k = kv.k[static_cast<size_t>(l)], v = kv.v[static_cast<size_t>(l)];
+                      be.qkv_rope_store(xn, lw.wqkv, pos, rows, model.rope.table, n_heads, q, k, v, ws.scratch);
+                      be.attention(q, k, v, tiles, n_heads, scale, attn);
+                      if (imp.tiles > 0 && l >= imp.first_layer)
+                        be.attention_importance(q, k, tiles.slice_rows(0, imp.tiles), n_heads, scale,
+                                                imp.probability_mass, imp.weight, imp.scores);
+                    });
+}
 
-  be.embedding(w.wte, ids, x);
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    const LladaLayerWeights& lw = w.layers[static_cast<size_t>(l)];
-    be.rmsnorm(x, lw.attn_norm, c.rms_norm_eps, xn);
-    be.qkv_rope_store(xn, lw.wqkv, pos, rows, model.rope.table, n_heads, q, kv.k[static_cast<size_t>(l)],
-                      kv.v[static_cast<size_t>(l)], ws.scratch);
-    be.attention(q, kv.k[static_cast<size_t>(l)], kv.v[static_cast<size_t>(l)], tiles, n_heads, scale, attn);
-    if (batch.importance.tiles > 0 && l >= batch.importance.first_layer)
-      be.attention_importance(q, kv.k[static_cast<size_t>(l)], tiles.slice_rows(0, batch.importance.tiles), n_heads,
-                              scale, batch.importance.probability_mass, batch.importance.weight,
-                              batch.importance.scores);
-    be.matmul(attn, lw.attn_out, x, /*accumulate=*/true);
-    be.rmsnorm(x, lw.ff_norm, c.rms_norm_eps, xn);
-    be.matmul(xn, lw.w_gate_up, gate_up, false);
-    be.swiglu(gate_up, act);
-    be.matmul(act, lw.ff_out, x, /*accumulate=*/true);
-  }
-  // Only the requested rows go through the final norm and the LM head (the largest GEMM).
-  Tensor logits = ws.logits.slice_rows(0, R);
-  if (R == 0) return logits;
-  Tensor lrows = ws.logit_rows.slice_rows(0, R);
-  be.copy_from_host(lrows, batch.logit_rows.data());
-  be.copy_from_host(ws.row_keys.slice_rows(0, R), batch.row_keys.data());
-  Tensor sel = ws.sel.slice_rows(0, R);
-  be.gather_rows(x, lrows, sel);
-  be.rmsnorm(sel, w.ln_f, c.rms_norm_eps, sel);
-  be.matmul(sel, w.lm_head, logits, false);
-  return logits;
+Tensor llada_verify_forward(Backend& be, const LladaModel& model, const VerifyBatch& batch, const KvStore& kv,
+                            ForwardWorkspace& ws) {
+  const LladaConfig& c = model.config;
+  const int64_t T = batch.n_tokens();
+  const auto R = static_cast<int64_t>(batch.logit_rows.size());
+  const auto n_tiles = static_cast<int64_t>(batch.tiles.size());
+  const auto G = static_cast<int64_t>(batch.key_rows.size());
+  FDLLM_CHECK_ARG(ws.max_verify_keys > 0,
+                  "verify forward: the workspace was made without verify buffers (max_verify_keys = 0)");
+  FDLLM_CHECK_ARG(T <= ws.max_tokens && R <= ws.max_logit_rows && n_tiles <= ws.max_tiles && G <= ws.max_verify_keys,
+                  "verify forward: batch of {} rows / {} logit rows / {} tiles / {} keys exceeds the workspace "
+                  "({} / {} / {} / {})",
+                  T, R, n_tiles, G, ws.max_tokens, ws.max_logit_rows, ws.max_tiles, ws.max_verify_keys);
+  FDLLM_CHECK_ARG(!kv.k.empty() && static_cast<int64_t>(kv.k.size()) == c.n_layers,
+                  "verify forward: the K/V store has {} layers, the model {}", kv.k.size(), c.n_layers);
+  batch.validate(kv.rows, c.embedding_size, model.rope.table.cos.rows());
+
+  // Plan upload. The tile K/V scratch is indexed like the query rows: store row t for query row t.
+  Tensor ids = ws.ids.slice_rows(0, T), pos = ws.positions.slice_rows(0, T), rows = ws.kv_rows.slice_rows(0, T);
+  Tensor keys = ws.key_rows.slice_rows(0, G), tiles = ws.verify_tiles.slice_rows(0, n_tiles);
+  std::vector<int32_t> iota(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) iota[static_cast<size_t>(t)] = static_cast<int32_t>(t);
+  be.copy_from_host(ids, batch.token_ids.data());
+  be.copy_from_host(pos, batch.positions.data());
+  be.copy_from_host(rows, iota.data());
+  be.copy_from_host(keys, batch.key_rows.data());
+  be.copy_from_host(tiles, batch.tiles.data());
+  Tensor k_tile = ws.k_tile.slice_rows(0, T), v_tile = ws.v_tile.slice_rows(0, T);
+
+  const float scale = attention_scale(c);
+  const int n_heads = static_cast<int>(c.n_heads);
+  return run_layers(be, model, ws, T, ids, batch.logit_rows, batch.row_keys,
+                    [&](int64_t l, const LladaLayerWeights& lw, Tensor xn, Tensor q, Tensor attn) {
+                      be.qkv_rope_store(xn, lw.wqkv, pos, rows, model.rope.table, n_heads, q, k_tile, v_tile,
+                                        ws.scratch);
+                      be.attention_verify(q, kv.k[static_cast<size_t>(l)], kv.v[static_cast<size_t>(l)], keys, k_tile,
+                                          v_tile, tiles, n_heads, scale, attn);
+                    });
 }
 
 }  // namespace flashdllm

@@ -95,19 +95,43 @@ struct ForwardBatch {
   void validate(int64_t store_rows, int64_t vocab_rows, int64_t max_positions) const;
 };
 
+/// Host-side description of one Flash-Verify pass (reference §D.8; built by the Flash-Verify
+/// denoiser once per iteration). Per slot one VerifyTile of query rows [kept T | drafts S | masks S]
+/// (tokens: the kept rows' tokens, the candidates' draft tokens, [MASK]; positions: the kept and
+/// candidate positions, the candidates' twice) whose keys are the listed cache rows plus the tile's
+/// own fresh K/V under the isolation mask. The pass reads the K/V cache and never writes it (§F.7).
+struct VerifyBatch {
+  std::vector<int32_t> token_ids;   // [T] token of each query row
+  std::vector<int32_t> positions;   // [T] RoPE position of each query row
+  std::vector<int32_t> key_rows;    // [G] gather list of K/V store rows (VerifyTile::k_start/k_end index it)
+  std::vector<VerifyTile> tiles;    // one per slot; query ranges disjoint
+  std::vector<int32_t> logit_rows;  // [R] query rows whose logits are returned, in order
+  std::vector<int32_t> row_keys;    // [R] noise keys of those rows (0 for greedy use)
+
+  int64_t n_tokens() const noexcept { return static_cast<int64_t>(token_ids.size()); }
+  /// Throws Error(kInvalidArgument) when the vectors are inconsistent: sizes, token ids outside
+  /// [0, vocab_rows), positions outside [0, max_positions), key rows outside [0, store_rows), a tile
+  /// outside the query rows / key list or with 2·n_cand > its rows, overlapping tiles, logit rows
+  /// outside [0, T).
+  void validate(int64_t store_rows, int64_t vocab_rows, int64_t max_positions) const;
+};
+
 /// Preallocated activations for forwards of up to `max_tokens` query rows and `max_logit_rows`
-/// logits rows, plus the device copy of the current ForwardBatch (the "plan").
+/// logits rows, plus the device copy of the current ForwardBatch (the "plan"). A workspace made
+/// with max_verify_keys > 0 can also run llada_verify_forward (tile K/V and the key gather list).
 struct ForwardWorkspace {
-  int64_t max_tokens = 0, max_logit_rows = 0, max_tiles = 0;
+  int64_t max_tokens = 0, max_logit_rows = 0, max_tiles = 0, max_verify_keys = 0;
   Tensor x, xn, q, attn, gate_up, act, sel;  // activations
   Tensor scratch;                            // qkv_rope_store scratch
   Tensor logits;                             // F32 [max_logit_rows, embedding_size]
   Tensor ids, positions, kv_rows, tiles, logit_rows, row_keys;  // plan, I32
+  Tensor k_tile, v_tile;                     // verify: fresh K/V of the query rows [max_tokens, H·Dh]
+  Tensor key_rows, verify_tiles;             // verify plan: I32 [max_verify_keys], I32 [max_tiles, 5]
   Buffer storage;
   size_t bytes = 0;
 };
 ForwardWorkspace make_forward_workspace(Backend& backend, const LladaConfig& cfg, int64_t max_tokens,
-                                        int64_t max_logit_rows, int64_t max_tiles);
+                                        int64_t max_logit_rows, int64_t max_tiles, int64_t max_verify_keys = 0);
 
 /// Loaded model: config, device weights and RoPE tables.
 struct LladaModel {
@@ -122,5 +146,15 @@ struct LladaModel {
 /// Throws Error(kInvalidArgument) if the batch exceeds the workspace or is inconsistent.
 Tensor llada_forward(Backend& backend, const LladaModel& model, const ForwardBatch& batch, KvStore& kv,
                      ForwardWorkspace& ws);
+
+/// Runs a Flash-Verify pass (reference §D.8) and returns the logits of batch.logit_rows (a view of
+/// ws.logits, F32 [R, embedding_size], valid until the next call; the denoiser asks for the mask
+/// rows, tests for any row). Same layer stack as llada_forward (one shared layer loop), except the
+/// attention stage: q/k/v + RoPE of the query rows go to the workspace's k_tile/v_tile (not to the
+/// K/V cache `kv`, which is only read) and Backend::attention_verify applies the tiles.
+/// Throws Error(kInvalidArgument) if the batch is inconsistent or exceeds the workspace (which must
+/// have been made with max_verify_keys >= batch.key_rows.size()).
+Tensor llada_verify_forward(Backend& backend, const LladaModel& model, const VerifyBatch& batch, const KvStore& kv,
+                            ForwardWorkspace& ws);
 
 }  // namespace flashdllm

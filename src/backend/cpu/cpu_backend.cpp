@@ -221,6 +221,88 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void attention_verify(Tensor q, Tensor k_store, Tensor v_store, Tensor key_rows, Tensor k_tile, Tensor v_tile,
+                        Tensor table, int n_heads, float scale, Tensor out) override {
+    static constexpr const char* kOp = "attention_verify";
+    check_dtype(q, DType::kF32, kOp, "q");
+    check_dtype(k_store, DType::kF32, kOp, "k_store");
+    check_dtype(v_store, DType::kF32, kOp, "v_store");
+    check_dtype(key_rows, DType::kI32, kOp, "key_rows");
+    check_dtype(k_tile, DType::kF32, kOp, "k_tile");
+    check_dtype(v_tile, DType::kF32, kOp, "v_tile");
+    check_dtype(table, DType::kI32, kOp, "table");
+    check_dtype(out, DType::kF32, kOp, "out");
+    const int64_t Tq = q.rows(), HD = q.row_size(), N = k_store.rows(), G = key_rows.numel();
+    FDLLM_CHECK_ARG(n_heads > 0 && HD % n_heads == 0, "{}: {} columns of q not divisible by n_heads {}", kOp, HD,
+                    n_heads);
+    check_2d(k_store, N, HD, kOp, "k_store");
+    check_2d(v_store, N, HD, kOp, "v_store");
+    check_2d(k_tile, Tq, HD, kOp, "k_tile");
+    check_2d(v_tile, Tq, HD, kOp, "v_tile");
+    check_2d(out, Tq, HD, kOp, "out");
+    FDLLM_CHECK_ARG(table.numel() % 5 == 0, "{}: table must be [n_tiles, 5] (VerifyTile rows), got {}", kOp,
+                    table.describe());
+    const auto* tiles = reinterpret_cast<const VerifyTile*>(table.data);
+    const int64_t n_tiles = table.numel() / 5;
+    const int32_t* gather = key_rows.ptr<int32_t>();
+    for (int64_t g = 0; g < G; ++g)
+      FDLLM_CHECK_ARG(gather[g] >= 0 && gather[g] < N, "{}: key_rows[{}] = {} is outside the store rows [0, {})", kOp,
+                      g, gather[g], N);
+    std::vector<std::pair<int32_t, int32_t>> work;  // (tile, query row)
+    for (int64_t i = 0; i < n_tiles; ++i) {
+      const VerifyTile& a = tiles[i];
+      FDLLM_CHECK_ARG(0 <= a.q_start && a.q_start <= a.q_end && a.q_end <= Tq && 0 <= a.k_start &&
+                          a.k_start <= a.k_end && a.k_end <= G && a.n_cand >= 0 &&
+                          2 * static_cast<int64_t>(a.n_cand) <= a.q_end - a.q_start,
+                      "{}: tile {} (q [{}, {}), keys [{}, {}), {} candidates) is outside {} query rows / {} key rows "
+                      "or has more than (q_end - q_start) / 2 candidates",
+                      kOp, i, a.q_start, a.q_end, a.k_start, a.k_end, a.n_cand, Tq, G);
+      for (int32_t r = a.q_start; r < a.q_end; ++r) work.emplace_back(static_cast<int32_t>(i), r);
+    }
+    const int64_t Dh = HD / n_heads;
+#pragma omp parallel num_threads(threads_)
+    {
+      std::vector<double> scores;
+      std::vector<const float*> vrows;
+      std::vector<double> acc(static_cast<size_t>(Dh));
+#pragma omp for schedule(dynamic, 4)
+      for (size_t w = 0; w < work.size(); ++w) {
+        const VerifyTile& a = tiles[work[w].first];
+        const int64_t r = work[w].second, rows = a.q_end - a.q_start, S = a.n_cand, T = rows - 2 * S;
+        for (int h = 0; h < n_heads; ++h) {
+          const float* qr = q.ptr<float>() + r * HD + h * Dh;
+          scores.clear();
+          vrows.clear();
+          auto add_key = [&](const float* kr, const float* vr) {
+            double d = 0.0;
+            for (int64_t i = 0; i < Dh; ++i) d += static_cast<double>(qr[i]) * kr[i];
+            scores.push_back(d * scale);
+            vrows.push_back(vr);
+          };
+          for (int32_t g = a.k_start; g < a.k_end; ++g)
+            add_key(k_store.ptr<float>() + static_cast<int64_t>(gather[g]) * HD + h * Dh,
+                    v_store.ptr<float>() + static_cast<int64_t>(gather[g]) * HD + h * Dh);
+          for (int64_t c = 0; c < rows; ++c)
+            if (verify_may_attend(T, S, r - a.q_start, c))
+              add_key(k_tile.ptr<float>() + (a.q_start + c) * HD + h * Dh,
+                      v_tile.ptr<float>() + (a.q_start + c) * HD + h * Dh);
+          // One softmax over the cached and the in-tile keys (global maximum).
+          double m = -std::numeric_limits<double>::infinity();
+          for (double sc : scores) m = std::max(m, sc);
+          double sum = 0.0;
+          std::fill(acc.begin(), acc.end(), 0.0);
+          for (size_t j = 0; j < scores.size(); ++j) {
+            const double p = std::exp(scores[j] - m);
+            sum += p;
+            for (int64_t i = 0; i < Dh; ++i) acc[static_cast<size_t>(i)] += p * vrows[j][i];
+          }
+          float* o = out.ptr<float>() + r * HD + h * Dh;
+          for (int64_t i = 0; i < Dh; ++i) o[i] = static_cast<float>(acc[static_cast<size_t>(i)] / sum);
+        }
+      }
+    }
+  }
+
   void attention_importance(Tensor q, Tensor k_store, Tensor table, int n_heads, float scale, bool probability_mass,
                             float weight, Tensor scores) override {
     static constexpr const char* kOp = "attention_importance";

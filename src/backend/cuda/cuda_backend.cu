@@ -40,6 +40,7 @@
 #include "core/check.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_importance.h"
+#include "kernels/cuda/attention_verify.h"
 #include "kernels/cuda/convert.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/fill.h"
@@ -473,6 +474,51 @@ class CudaBackend final : public Backend {
     kernels::attention_plan(table.ptr<int32_t>(), n_tiles, Tq, N, block_m, work_.get(), work_count(), capacity,
                             flags(), stream_);
     kernels::attention_flash(a, variant, work_.get(), work_count(), capacity, stream_);
+    after_op(kOp);
+  }
+
+  void attention_verify(Tensor q, Tensor k_store, Tensor v_store, Tensor key_rows, Tensor k_tile, Tensor v_tile,
+                        Tensor table, int n_heads, float scale, Tensor out) override {
+    static constexpr const char* kOp = "attention_verify";
+    expect(q, DType::kBF16, kOp, "q");
+    expect(k_store, DType::kBF16, kOp, "k_store");
+    expect(v_store, DType::kBF16, kOp, "v_store");
+    expect(key_rows, DType::kI32, kOp, "key_rows");
+    expect(k_tile, DType::kBF16, kOp, "k_tile");
+    expect(v_tile, DType::kBF16, kOp, "v_tile");
+    expect(table, DType::kI32, kOp, "table");
+    expect(out, DType::kBF16, kOp, "out");
+    const int64_t Tq = q.rows(), HD = q.row_size(), N = k_store.rows();
+    FDLLM_CHECK_ARG(n_heads > 0 && HD % n_heads == 0, "attention_verify: {} columns of q not divisible by n_heads {}",
+                    HD, n_heads);
+    expect_matrix(k_store, N, HD, kOp, "k_store");
+    expect_matrix(v_store, N, HD, kOp, "v_store");
+    expect_matrix(k_tile, Tq, HD, kOp, "k_tile");
+    expect_matrix(v_tile, Tq, HD, kOp, "v_tile");
+    expect_matrix(out, Tq, HD, kOp, "out");
+    FDLLM_CHECK_ARG(table.numel() % 5 == 0, "attention_verify: table must be [n_tiles, 5] (VerifyTile rows), got {}",
+                    table.describe());
+    FDLLM_CHECK_ARG(std::isfinite(scale) && scale > 0.f, "attention_verify: scale {} must be finite and > 0", scale);
+    for (const Tensor* t : {&q, &k_store, &v_store, &k_tile, &v_tile, &key_rows, &table})
+      FDLLM_CHECK_ARG(!overlap(out, *t), "attention_verify: 'out' overlaps an input ({})", t->describe());
+    const int64_t n_tiles = table.numel() / 5;
+    if (n_tiles == 0 || Tq == 0) return;
+    kernels::VerifyAttentionArgs a;
+    a.q = bf16(q);
+    a.k_store = bf16(k_store);
+    a.v_store = bf16(v_store);
+    a.key_rows = key_rows.ptr<int32_t>();
+    a.k_tile = bf16(k_tile);
+    a.v_tile = bf16(v_tile);
+    a.out = bf16(out);
+    a.q_rows = Tq;
+    a.kv_rows = N;
+    a.n_keys = key_rows.numel();
+    a.n_heads = n_heads;
+    a.head_dim = static_cast<int>(HD / n_heads);
+    a.scale = scale;
+    CUDA_CHECK(cudaSetDevice(device_));
+    kernels::attention_verify_bf16(a, table.ptr<int32_t>(), n_tiles, flags(), stream_);
     after_op(kOp);
   }
 

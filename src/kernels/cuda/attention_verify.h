@@ -1,0 +1,50 @@
+// Flash-Verify attention (Backend::attention_verify; reference-algorithms §D.8, Flash-dLLM
+// `_flash_verify_attention_fwd`).
+//
+// Per verify tile (q_start, q_end, k_start, k_end, n_cand) the query rows are [kept T | drafts S |
+// masks S]; each row attends to the gathered cache keys k_store[key_rows[g]], g ∈ [k_start, k_end),
+// and then to the tile's own fresh keys k_tile[q_start .. q_end) under the in-tile isolation mask
+// (computed from T and S in registers; no mask tensor in memory). Both parts go through one online
+// softmax whose running maximum is updated by every key, the in-tile ones included (the released
+// Triton kernel keeps the cache part's maximum for the in-tile block, §F.8).
+//
+// Deliberately simple first version (like attention_reference.cu): one CTA per (tile, head), one
+// warp per query row, scalar fp32 dot products (each lane owns head_dim/32 dimensions), expf. No
+// tensor cores: a verify pass has only 2·block_length rows per slot and keys ≈ seqlen_k, so it is
+// small next to the main pass; an mma.sync version can follow the flash kernel's layout if
+// profiles show it matters.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace flashdllm::kernels {
+
+/// Operands (device memory, row-major; head h of a row in columns [h·head_dim, (h+1)·head_dim)).
+struct VerifyAttentionArgs {
+  const __nv_bfloat16* q = nullptr;       ///< [q_rows, n_heads·head_dim]
+  const __nv_bfloat16* k_store = nullptr; ///< [kv_rows, n_heads·head_dim] (the layer's K cache)
+  const __nv_bfloat16* v_store = nullptr; ///< [kv_rows, n_heads·head_dim]
+  const int32_t* key_rows = nullptr;      ///< [n_keys] gather list of store rows
+  const __nv_bfloat16* k_tile = nullptr;  ///< [q_rows, n_heads·head_dim] fresh K of the query rows
+  const __nv_bfloat16* v_tile = nullptr;  ///< [q_rows, n_heads·head_dim]
+  __nv_bfloat16* out = nullptr;           ///< [q_rows, n_heads·head_dim]; rows outside every tile untouched
+  int64_t q_rows = 0;
+  int64_t kv_rows = 0;
+  int64_t n_keys = 0;
+  int n_heads = 0;
+  int head_dim = 0;
+  float scale = 0.f;  ///< softmax scale (> 0), applied to q·k in fp32
+};
+
+/// Runs the verify attention over `table` (device I32 [n_tiles, 5] = VerifyTile rows). Invalid
+/// tiles (outside [0, q_rows) × [0, n_keys), reversed, or 2·n_cand > q_end − q_start) are skipped
+/// and gather entries outside [0, kv_rows) are ignored; both set kErrAttentionTile in *error_flags.
+/// head_dim must be a multiple of 32 and <= 256, n_heads in [1, 65535]: Error(kUnsupported /
+/// kInvalidArgument) otherwise; Error(kDevice) on launch failure.
+void attention_verify_bf16(const VerifyAttentionArgs& args, const int32_t* table, int64_t n_tiles, int* error_flags,
+                           cudaStream_t stream);
+
+}  // namespace flashdllm::kernels

@@ -1,0 +1,383 @@
+// Backend::attention_verify (Flash-Verify attention, reference §D.8):
+//  * VerifyMask: verify_may_attend against the S = 3 table of §D.8 written out by hand, and the
+//    structural properties for S = 0..8 with block_length 16 (T = 32 − 2S): every row sees exactly
+//    one view of each candidate, kept rows see the all-masked state, D_i / M_i never see each other.
+//  * CpuVerifyAttention: the CPU oracle against a dense-mask softmax written naively in the test
+//    (gathered cache keys + in-tile keys under the mask; several tiles, empty gather lists, S = 0,
+//    T = 0, T odd), plus operand errors. Also: the in-tile logits may exceed every cache logit by
+//    far more than fp32's exp range (the released kernel's running-max hazard, §F.8) and the
+//    result stays exact.
+//  * CudaVerify (twin): CUDA vs CPU on bf16-rounded inputs over Flash-Verify-like tiles (32 rows
+//    per slot, keys ≈ seqlen_k gathered from a flat multi-slot store), 1–3 and 32 heads, head_dim
+//    128 and 64; query rows outside every tile stay untouched; invalid tiles and gather rows are
+//    reported. Skips without a GPU (kernels/cuda_twin.h; FLASHDLLM_TEST_TWIN=cpu runs the harness).
+#include <cmath>
+#include <functional>
+#include <random>
+
+#include "kernels/cuda_twin.h"
+
+namespace flashdllm {
+namespace {
+
+using twin::close;
+using twin::Dev;
+using twin::get;
+using twin::make;
+using twin::put;
+using twin::put_i32;
+using twin::randn_bf16;
+
+// ------------------------------------------------------------------------------ mask
+
+TEST(VerifyMask, MatchesTheReferenceTableForThreeCandidates) {
+  // reference-algorithms.md §D.8, S = 3, one kept row K (1 = attend); columns K D0 D1 D2 M0 M1 M2.
+  const int table[7][7] = {
+      {1, 0, 0, 0, 1, 1, 1},  // K
+      {1, 1, 0, 0, 0, 1, 1},  // D0
+      {1, 1, 1, 0, 0, 0, 1},  // D1
+      {1, 1, 1, 1, 0, 0, 0},  // D2
+      {1, 0, 0, 0, 1, 1, 1},  // M0
+      {1, 1, 0, 0, 0, 1, 1},  // M1
+      {1, 1, 1, 0, 0, 0, 1},  // M2
+  };
+  for (int r = 0; r < 7; ++r)
+    for (int c = 0; c < 7; ++c) EXPECT_EQ(verify_may_attend(1, 3, r, c), table[r][c] == 1) << "row " << r << " col " << c;
+  static_assert(!verify_may_attend(2, 1, 3, 2) && !verify_may_attend(2, 1, 2, 3), "D0 and M0 never see each other");
+}
+
+TEST(VerifyMask, StructuralPropertiesForEveryCandidateCount) {
+  const int64_t bm = 16;
+  for (int64_t S = 0; S <= bm / 2; ++S) {
+    const int64_t T = 2 * bm - 2 * S, n = T + 2 * S;
+    SCOPED_TRACE("S = " + std::to_string(S));
+    for (int64_t r = 0; r < n; ++r) {
+      // Every row sees every kept column and itself.
+      for (int64_t c = 0; c < T; ++c) EXPECT_TRUE(verify_may_attend(T, S, r, c));
+      EXPECT_TRUE(verify_may_attend(T, S, r, r));
+      // Exactly one view (draft or mask) of each candidate k.
+      for (int64_t k = 0; k < S; ++k) {
+        const bool d = verify_may_attend(T, S, r, T + k), m = verify_may_attend(T, S, r, T + S + k);
+        EXPECT_NE(d, m) << "row " << r << " candidate " << k;
+      }
+    }
+    for (int64_t i = 0; i < S; ++i) {
+      const int64_t Di = T + i, Mi = T + S + i;
+      EXPECT_FALSE(verify_may_attend(T, S, Di, Mi));  // a draft and the mask of the same position
+      EXPECT_FALSE(verify_may_attend(T, S, Mi, Di));
+      for (int64_t k = 0; k < S; ++k) {
+        EXPECT_EQ(verify_may_attend(T, S, Mi, T + k), k < i) << "M" << i << " sees drafts of earlier candidates only";
+        EXPECT_EQ(verify_may_attend(T, S, Di, T + k), k <= i) << "D" << i;
+      }
+    }
+    for (int64_t r = 0; r < T; ++r)
+      for (int64_t k = 0; k < S; ++k) {
+        EXPECT_FALSE(verify_may_attend(T, S, r, T + k)) << "kept rows never see drafts";
+        EXPECT_TRUE(verify_may_attend(T, S, r, T + S + k));
+      }
+  }
+}
+
+// ------------------------------------------------------------------------------ cases
+
+struct VCase {
+  std::string name;
+  int64_t q_rows = 0, kv_rows = 0;
+  int heads = 1;
+  int head_dim = 128;
+  std::vector<int32_t> key_rows;
+  std::vector<VerifyTile> tiles;
+};
+
+/// Flash-Verify-like layout: slot j owns store rows [j·l_max, (j+1)·l_max); its tile has T + 2S rows
+/// (S = cands[j], T = 2·bm − 2S, or kept[j] when given) and gathers every row < seqlen[j] of its slot
+/// except `T + S` of them (those recomputed in the tile), in a shuffled order.
+VCase slots_case(const std::string& name, const std::vector<int32_t>& seqlens, const std::vector<int32_t>& cands,
+                 int32_t l_max, int32_t bm, int heads, int head_dim = 128, std::vector<int32_t> kept = {}) {
+  VCase c;
+  c.name = name;
+  c.heads = heads;
+  c.head_dim = head_dim;
+  std::mt19937 rng(static_cast<uint32_t>(std::hash<std::string>()(name)));
+  int32_t q = 3;  // rows before the first tile belong to no tile
+  for (size_t j = 0; j < seqlens.size(); ++j) {
+    const int32_t S = cands[j], T = kept.empty() ? 2 * bm - 2 * S : kept[j];
+    std::vector<int32_t> rows;
+    for (int32_t t = 0; t < seqlens[j]; ++t) rows.push_back(static_cast<int32_t>(j) * l_max + t);
+    std::shuffle(rows.begin(), rows.end(), rng);
+    const int32_t drop = std::min<int32_t>(T + S, static_cast<int32_t>(rows.size()));
+    const auto k0 = static_cast<int32_t>(c.key_rows.size());
+    c.key_rows.insert(c.key_rows.end(), rows.begin() + drop, rows.end());
+    c.tiles.push_back({q, q + T + 2 * S, k0, static_cast<int32_t>(c.key_rows.size()), S});
+    q += T + 2 * S;
+  }
+  c.q_rows = q + 2;
+  c.kv_rows = static_cast<int64_t>(seqlens.size()) * l_max;
+  return c;
+}
+
+struct Inputs {
+  std::vector<float> q, k, v, kt, vt;
+};
+Inputs inputs(const VCase& c, float q_scale = 0.5f) {
+  const int64_t HD = static_cast<int64_t>(c.heads) * c.head_dim;
+  const uint64_t seed = std::hash<std::string>()(c.name);
+  Inputs in;
+  in.q = randn_bf16(static_cast<size_t>(c.q_rows * HD), seed, q_scale);
+  in.k = randn_bf16(static_cast<size_t>(c.kv_rows * HD), seed + 1, 0.5f);
+  in.v = randn_bf16(static_cast<size_t>(c.kv_rows * HD), seed + 2, 1.0f);
+  in.kt = randn_bf16(static_cast<size_t>(c.q_rows * HD), seed + 3, 0.5f);
+  in.vt = randn_bf16(static_cast<size_t>(c.q_rows * HD), seed + 4, 1.0f);
+  return in;
+}
+
+/// The semantics of backend.h written out naively: per (tile, row, head) the list of allowed keys
+/// (dense mask over the tile), one softmax in double. Rows outside every tile: NaN (not compared).
+std::vector<double> naive(const VCase& c, const Inputs& in, float scale) {
+  const int64_t HD = static_cast<int64_t>(c.heads) * c.head_dim, D = c.head_dim;
+  std::vector<double> out(static_cast<size_t>(c.q_rows * HD), NAN);
+  for (const VerifyTile& t : c.tiles) {
+    const int64_t n = t.q_end - t.q_start, S = t.n_cand, T = n - 2 * S;
+    // Dense mask of §D.8 built from the row/column categories.
+    std::vector<std::vector<bool>> mask(static_cast<size_t>(n), std::vector<bool>(static_cast<size_t>(n)));
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t col = 0; col < n; ++col) {
+        const int rk = r < T ? 0 : (r < T + S ? 1 : 2), ck = col < T ? 0 : (col < T + S ? 1 : 2);
+        const int64_t i = rk == 1 ? r - T : r - T - S, k = ck == 1 ? col - T : col - T - S;
+        bool m;
+        if (ck == 0) m = true;
+        else if (rk == 0) m = ck == 2;
+        else if (rk == 1) m = ck == 1 ? k <= i : k > i;
+        else m = ck == 1 ? k < i : k >= i;
+        mask[static_cast<size_t>(r)][static_cast<size_t>(col)] = m;
+      }
+    for (int64_t r = 0; r < n; ++r)
+      for (int h = 0; h < c.heads; ++h) {
+        const float* qr = in.q.data() + (t.q_start + r) * HD + h * D;
+        std::vector<std::pair<const float*, const float*>> kv;
+        for (int32_t g = t.k_start; g < t.k_end; ++g)
+          kv.emplace_back(in.k.data() + c.key_rows[static_cast<size_t>(g)] * HD + h * D,
+                          in.v.data() + c.key_rows[static_cast<size_t>(g)] * HD + h * D);
+        for (int64_t col = 0; col < n; ++col)
+          if (mask[static_cast<size_t>(r)][static_cast<size_t>(col)])
+            kv.emplace_back(in.kt.data() + (t.q_start + col) * HD + h * D, in.vt.data() + (t.q_start + col) * HD + h * D);
+        std::vector<double> s;
+        double m = -INFINITY;
+        for (const auto& [kr, vr] : kv) {
+          double d = 0;
+          for (int64_t i = 0; i < D; ++i) d += static_cast<double>(qr[i]) * kr[i];
+          s.push_back(d * scale);
+          m = std::max(m, d * scale);
+        }
+        double z = 0;
+        for (double x : s) z += std::exp(x - m);
+        for (int64_t i = 0; i < D; ++i) {
+          double acc = 0;
+          for (size_t j = 0; j < kv.size(); ++j) acc += std::exp(s[j] - m) / z * kv[j].second[i];
+          out[static_cast<size_t>((t.q_start + r) * HD + h * D + i)] = acc;
+        }
+      }
+  }
+  return out;
+}
+
+/// Runs the op on `be`; out starts poisoned (NaN) so untouched rows stay NaN.
+std::vector<float> run(Backend& be, const VCase& c, const Inputs& in, float scale) {
+  const int64_t HD = static_cast<int64_t>(c.heads) * c.head_dim;
+  const DType at = be.activation_dtype();
+  Dev qd = make(be, at, c.q_rows, HD), kd = make(be, at, c.kv_rows, HD), vd = make(be, at, c.kv_rows, HD);
+  Dev ktd = make(be, at, c.q_rows, HD), vtd = make(be, at, c.q_rows, HD), od = make(be, at, c.q_rows, HD);
+  Dev gd = make(be, DType::kI32, std::max<int64_t>(1, static_cast<int64_t>(c.key_rows.size())));
+  Dev td = make(be, DType::kI32, std::max<int64_t>(1, static_cast<int64_t>(c.tiles.size())), 5);
+  put(be, qd.t, in.q);
+  put(be, kd.t, in.k);
+  put(be, vd.t, in.v);
+  put(be, ktd.t, in.kt);
+  put(be, vtd.t, in.vt);
+  twin::poison(be, od.t);
+  std::vector<int32_t> g = c.key_rows;
+  if (g.empty()) g.push_back(0);
+  put_i32(be, gd.t, g);
+  std::vector<int32_t> table;
+  for (const VerifyTile& t : c.tiles) table.insert(table.end(), {t.q_start, t.q_end, t.k_start, t.k_end, t.n_cand});
+  if (table.empty()) table.assign(5, 0);
+  put_i32(be, td.t, table);
+  be.attention_verify(qd.t, kd.t, vd.t, gd.t.slice_rows(0, static_cast<int64_t>(c.key_rows.size())), ktd.t, vtd.t,
+                      td.t.slice_rows(0, static_cast<int64_t>(c.tiles.size())), c.heads, scale, od.t);
+  return get(be, od.t);
+}
+
+std::vector<bool> covered_rows(const VCase& c) {
+  std::vector<bool> cov(static_cast<size_t>(c.q_rows), false);
+  for (const VerifyTile& t : c.tiles)
+    for (int32_t r = t.q_start; r < t.q_end; ++r) cov[static_cast<size_t>(r)] = true;
+  return cov;
+}
+
+std::vector<VCase> small_cases() {
+  std::vector<VCase> v;
+  v.push_back(slots_case("2 slots, bm 8", {64, 45}, {3, 4}, 64, 8, 2, 64));
+  v.push_back(slots_case("S = 0 and S = bm/2, 1 head", {40, 50}, {0, 8}, 64, 16, 1, 32));
+  v.push_back(slots_case("T = 0 (all candidates), odd T", {30, 30}, {5, 2}, 32, 4, 3, 32, {0, 3}));
+  VCase e = slots_case("empty gather list", {12}, {3}, 16, 4, 2, 32);
+  e.key_rows.clear();
+  e.tiles[0].k_start = e.tiles[0].k_end = 0;
+  v.push_back(e);
+  return v;
+}
+
+std::vector<VCase> sweep_cases() {
+  std::vector<VCase> v;
+  v.push_back(slots_case("8 slots x 32 rows, 32 heads", std::vector<int32_t>(8, 256), {0, 1, 2, 3, 5, 8, 8, 4}, 384,
+                         16, 32));
+  v.push_back(slots_case("odd seqlens", {1, 33, 129, 255, 300}, {1, 0, 8, 7, 2}, 384, 16, 3));
+  v.push_back(slots_case("head_dim 64, bm 32", {200, 90}, {16, 11}, 256, 32, 2, 64));
+  return v;
+}
+
+// ------------------------------------------------------------------------------ CPU semantics
+
+TEST(CpuVerifyAttention, MatchesTheDenseMaskFormula) {
+  auto cpu = make_cpu_backend(1);
+  for (const VCase& c : small_cases()) {
+    SCOPED_TRACE(c.name);
+    const Inputs in = inputs(c);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    const std::vector<float> got = run(*cpu, c, in, scale);
+    const std::vector<double> want = naive(c, in, scale);
+    const std::vector<bool> cov = covered_rows(c);
+    const int64_t HD = static_cast<int64_t>(c.heads) * c.head_dim;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const size_t row = i / static_cast<size_t>(HD);
+      if (!cov[row]) {
+        EXPECT_TRUE(std::isnan(got[i])) << "row " << row << " is outside every tile but was written";
+        continue;
+      }
+      ASSERT_NEAR(got[i], want[i], 1e-6 * (1.0 + std::abs(want[i]))) << "row " << row << " col " << i % HD;
+    }
+  }
+}
+
+// The released kernel folds the in-tile block in with the cache part's maximum (§F.8): when an
+// in-tile logit exceeds every cache logit by more than ~88, exp overflows in fp32. A proper running
+// maximum gives the exact result: the row's own key dominates and out ≈ its value.
+struct DominantCase {
+  VCase c;
+  Inputs in;
+  int32_t row = 0;
+};
+DominantCase dominant_case() {
+  DominantCase dc;
+  dc.c = slots_case("dominant in-tile key", {20}, {1}, 32, 2, 1, 32);
+  VCase& c = dc.c;
+  Inputs& in = dc.in;
+  in = inputs(c, 0.0f);  // q = 0 except row M0
+  const int64_t D = c.head_dim;
+  const int32_t q0 = c.tiles[0].q_start, T = c.tiles[0].q_end - q0 - 2;  // rows: T kept, D0, M0
+  dc.row = q0 + T + 1;
+  for (int64_t i = 0; i < D; ++i) {
+    in.q[static_cast<size_t>(dc.row * D + i)] = 8.0f;
+    in.kt[static_cast<size_t>(dc.row * D + i)] = 8.0f;  // own key: logit 8·8·32 / sqrt(32) ≈ 362
+    for (int32_t r = q0; r < dc.row; ++r) in.kt[static_cast<size_t>(r * D + i)] = 0.0f;
+  }
+  return dc;
+}
+
+TEST(CpuVerifyAttention, InTileLogitsFarAboveTheCacheAreExact) {
+  auto cpu = make_cpu_backend(1);
+  const DominantCase dc = dominant_case();
+  const int64_t D = dc.c.head_dim;
+  const int32_t m0 = dc.row;
+  const std::vector<float> got = run(*cpu, dc.c, dc.in, 1.0f / std::sqrt(static_cast<float>(D)));
+  for (int64_t i = 0; i < D; ++i) {
+    ASSERT_TRUE(std::isfinite(got[static_cast<size_t>(m0 * D + i)]));
+    EXPECT_NEAR(got[static_cast<size_t>(m0 * D + i)], dc.in.vt[static_cast<size_t>(m0 * D + i)], 1e-6);
+  }
+}
+
+TEST(CpuVerifyAttention, RejectsBadOperands) {
+  auto cpu = make_cpu_backend(1);
+  const VCase c = slots_case("bad", {20}, {2}, 32, 4, 2, 32);
+  const Inputs in = inputs(c);
+  auto expect_error = [&](const VCase& bad, const std::string& needle) {
+    try {
+      run(*cpu, bad, in, 0.1f);
+      ADD_FAILURE() << "expected an error mentioning " << needle;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  VCase t = c;
+  t.tiles[0].n_cand = 5;  // 2·5 > 8 rows
+  expect_error(t, "tile 0");
+  t = c;
+  t.tiles[0].k_end = static_cast<int32_t>(t.key_rows.size()) + 1;
+  expect_error(t, "tile 0");
+  t = c;
+  t.key_rows[3] = static_cast<int32_t>(c.kv_rows);
+  expect_error(t, "key_rows[3]");
+}
+
+// ------------------------------------------------------------------------------ CUDA twin
+
+enum class Size { kSmall, kSweep };
+void PrintTo(Size s, std::ostream* os) { *os << (s == Size::kSmall ? "small" : "sweep"); }
+class CudaVerify : public twin::TwinTest, public ::testing::WithParamInterface<Size> {};
+
+TEST_P(CudaVerify, MatchesCpu) {
+  for (const VCase& c : GetParam() == Size::kSmall ? small_cases() : sweep_cases()) {
+    SCOPED_TRACE(c.name + ", heads " + std::to_string(c.heads) + ", head_dim " + std::to_string(c.head_dim));
+    const Inputs in = inputs(c);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    const std::vector<float> ref = run(*cpu_, c, in, scale);
+    const std::vector<float> got = run(*twin_, c, in, scale);
+    const int64_t HD = static_cast<int64_t>(c.heads) * c.head_dim;
+    const std::vector<bool> cov = covered_rows(c);
+    std::vector<float> g, r;
+    int64_t written_outside = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (cov[i / static_cast<size_t>(HD)]) {
+        g.push_back(got[i]);
+        r.push_back(ref[i]);
+      } else {
+        written_outside += !std::isnan(got[i]);
+      }
+    }
+    EXPECT_TRUE(close(c.name, g, r, HD, test::kBf16OpRelTol));
+    EXPECT_EQ(written_outside, 0) << "query rows outside every tile were written";
+  }
+}
+
+TEST_P(CudaVerify, InvalidTileAndKeyRowAreReported) {
+  if (GetParam() == Size::kSweep) GTEST_SKIP() << "small only";
+  const VCase c = slots_case("bad tile", {20}, {2}, 32, 4, 2, 32);
+  const Inputs in = inputs(c);
+  VCase t = c;
+  t.tiles[0].n_cand = 5;
+  EXPECT_TRUE(twin::throws_error(*twin_, [&] { run(*twin_, t, in, 0.1f); }, ErrorCode::kInvalidArgument, "tile"));
+  t = c;
+  t.key_rows[0] = static_cast<int32_t>(c.kv_rows) + 7;
+  EXPECT_TRUE(twin::throws_error(*twin_, [&] { run(*twin_, t, in, 0.1f); }, ErrorCode::kInvalidArgument, ""));
+}
+
+// Proper running maximum on the device: an in-tile logit ~360 above the cache logits stays finite.
+TEST_P(CudaVerify, InTileLogitsFarAboveTheCacheStayFinite) {
+  if (GetParam() == Size::kSweep) GTEST_SKIP() << "small only";
+  const DominantCase dc = dominant_case();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dc.c.head_dim));
+  const std::vector<float> ref = run(*cpu_, dc.c, dc.in, scale);
+  const std::vector<float> got = run(*twin_, dc.c, dc.in, scale);
+  const int64_t D = dc.c.head_dim;
+  std::vector<float> g(got.begin() + dc.row * D, got.begin() + (dc.row + 1) * D);
+  std::vector<float> r(ref.begin() + dc.row * D, ref.begin() + (dc.row + 1) * D);
+  EXPECT_TRUE(close("dominant row", g, r, D, test::kBf16OpRelTol));
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, CudaVerify, ::testing::Values(Size::kSmall, Size::kSweep),
+                         [](const ::testing::TestParamInfo<Size>& i) {
+                           return std::string(i.param == Size::kSmall ? "Small" : "Sweep");
+                         });
+
+}  // namespace
+}  // namespace flashdllm

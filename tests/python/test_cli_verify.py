@@ -1,0 +1,91 @@
+"""`flashdllm generate --cache flash --verify` (Flash-Verify) end to end on the golden checkpoint.
+
+* --verify --reference-quirks with 1 slot and gamma 0.8 reproduces the upstream Flash-dLLM fp32
+  verify run (golden gen_flashdllm.json run 9: 12 prompts through one slot with refill) request for
+  request: outputs, iterations (n_steps), accepted drafts (sum of k_verify), and two forward passes
+  per iteration (main + verify).
+* The default (fixed) mode reports its counters; forced acceptance accepts drafts that random-like
+  probabilities never would.
+* Options that cannot be honoured are refused with exit code 2 and a message naming the option.
+"""
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(os.environ.get("FLASHDLLM_SOURCE_DIR", Path(__file__).resolve().parents[2]))
+BUILD = Path(os.environ.get("FLASHDLLM_BINARY_DIR", REPO / "build"))
+GOLDEN = REPO / "tests" / "data" / "golden" / "g1"
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    exe = BUILD / "flashdllm"
+    assert exe.exists(), f"{exe} is not built"
+    return subprocess.run([str(exe), "generate", "-m", str(GOLDEN), *args], capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
+
+
+def ids(p):
+    return ",".join(map(str, p))
+
+
+def golden_run(index):
+    g = json.loads((GOLDEN / "gen_flashdllm.json").read_text())
+    return g, g["runs"][index]
+
+
+def test_verify_reference_quirks_reproduce_upstream_run():
+    g, r = golden_run(9)
+    assert (r["dtype"], r["batch_size"], r["gen_length"], r["verify"], r["gamma"]) == ("float32", 1, 64, True, 0.8)
+    args = ["--cache", "flash", "--verify", "--gamma", "0.8", "--gen-length", "64", "--block-length", "16",
+            "--slots", "1", "--reference-quirks", "--json"]
+    for p in g["prompts"][r["prompt_set"]]:
+        args += ["--prompt-ids", ids(p)]
+    p = run(*args)
+    assert p.returncode == 0, p.stderr
+    j = json.loads(p.stdout)
+    assert j["options"]["verify"]["rule"] == "product"
+    out = j["results"]
+    assert len(out) == len(r["requests"])
+    for got, want in zip(out, sorted(r["requests"], key=lambda q: q["request"])):
+        assert got["canvas_ids"] == want["output_ids"], f"request {want['request']}"
+        assert got["nfe"] == want["n_steps"], f"request {want['request']}"
+        assert got["verify_accepted"] == sum(want["k_verify"]), f"request {want['request']}"
+        assert got["forward_passes"] == 2 * want["n_steps"], f"request {want['request']}"
+        assert got["verify_candidates"] >= got["verify_accepted"]
+
+
+def test_default_mode_prints_verify_counters():
+    g, _ = golden_run(9)
+    prompt = g["prompts"]["flash_verify"][2]
+    p = run("--cache", "flash", "--verify", "--gamma", "0.5", "--gen-length", "32", "--prompt-ids", ids(prompt))
+    assert p.returncode == 0, p.stderr
+    assert "[flashdllm] verify:" in p.stderr and "drafts accepted" in p.stderr, p.stderr
+
+
+def test_forced_acceptance_accepts_drafts():
+    g, _ = golden_run(9)
+    prompt = g["prompts"]["flash_verify"][0]
+    base = ["--cache", "flash", "--verify", "--gen-length", "32", "--forced-schedule", "1", "--json",
+            "--prompt-ids", ids(prompt)]
+    none = json.loads(run(*base, "--gamma", "1.0").stdout)["results"][0]
+    forced = json.loads(run(*base, "--gamma", "1.0", "--forced-acceptance", "3").stdout)["results"][0]
+    assert forced["verify_accepted"] > none["verify_accepted"]
+    # One phase-1 token per iteration plus up to 3 verified ones.
+    assert forced["committed_tokens"] <= 4 * forced["nfe"]
+    assert forced["nfe"] < none["nfe"]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--cache", "none", "--verify"], "needs cache 'flash'"),
+    (["--cache", "flash", "--verify", "--verify-rule", "cumprod"], "verify_rule"),
+    (["--cache", "flash", "--verify", "--gamma", "1.5"], "gamma"),
+    (["--cache", "flash", "--verify", "--max-candidates", "17"], "max_candidates"),
+    (["--cache", "flash", "--max-candidates", "4"], "--verify"),
+])
+def test_impossible_verify_options_are_refused(args, needle):
+    p = run("--prompt-ids", "5,6,7", *args)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert needle in p.stderr
