@@ -15,12 +15,15 @@
 //  * golden parity: VILA-Lab/Flash-dLLM fp32 verify run (gen_flashdllm.json run 9: 12 requests, G 64,
 //    1 slot), teacher-forced through 1 and 4 slots with reference_quirks: every phase-1 decision and
 //    every acceptance must equal the recorded one unless a confidence / running product is within
-//    1e-4 of ε / γ or the candidate order has a near-tie; drafts must equal the recorded tokens;
-//    counters (passes, query rows, n_steps, num_tokens) must match. Free-running: whole trajectories
-//    up to the first near-tie.
+//    1e-4 of ε / γ or the candidate order has a near-tie, and until the a_t ranking has a tie at a
+//    cut that shapes the next state (decoded EOS padding past seqlen_k all scores exactly 0, ordered
+//    by torch's unstable sort upstream; later decisions are reported, not failed); drafts must equal
+//    the recorded tokens; counters (passes, query rows, n_steps, num_tokens) must match.
+//    Free-running: whole trajectories up to the first near-tie.
 //  * the released code's crash (fewer undecoded positions than a window) is handled: a forced run
 //    into the end of the slot row completes with short windows and verify tiles, identically with 1
-//    and 2 slots (the rows of a short window are its own).
+//    and 2 slots (the rows of a short window are its own); the configuration that crashed upstream
+//    (fp32, G 128, verify, 1 slot, reference_quirks) runs free through short windows to the end.
 //  * counters (forward passes, candidates, accepted, per request and in aggregate); a verify pass
 //    whose acceptances are overridden to none leaves the Flash-Cache trajectory unchanged (the pass
 //    has no side effect); options, presets and errors.
@@ -1089,6 +1092,44 @@ TEST(VerifyShortWindow, RunIntoTheEndOfTheSlotRowCompletes) {
   std::cout << fmt::format("[verify short window] {} iterations, {} with a short window, {} short-window "
                            "verifications, {} tokens\n",
                            r.nfe, one.short_windows, one.short_verifies, r.num_tokens_reference);
+}
+
+// The configuration the released code crashed on (golden `errors[]`: fp32, G 128, verify, 1 slot,
+// "value tensor of shape [16] cannot be broadcast to indexing result of shape [11]"), free-running
+// with reference_quirks: decoding runs into the EOS padding up to L_max, windows get shorter than
+// block_length, and the run completes.
+TEST(VerifyShortWindow, ReleasedCrashConfigurationCompletes) {
+  Golden& g = golden();
+  const json& err = g.flash["errors"][0];
+  ASSERT_EQ(err["gen_length"].get<int64_t>(), 128);
+  ASSERT_TRUE(err["verify"].get<bool>());
+  ASSERT_NE(err["error"].get<std::string>().find("shape mismatch"), std::string::npos);
+  FlashCacheOptions o;
+  o.gen_length = 128;
+  o.verify = true;
+  o.gamma = 0.8;
+  o.n_slots = 1;
+  o.reference_quirks = true;
+  const auto prompts = g.flash["prompts"]["flash_verify"].get<std::vector<std::vector<int32_t>>>();
+  int short_windows = 0;
+  size_t min_window = 16;
+  auto observer = [&](FlashStep& step) {
+    if (step.phase != 1) return;
+    const size_t w = step.state->window.size();
+    short_windows += w < static_cast<size_t>(o.block_length);
+    min_window = std::min(min_window, w);
+  };
+  FlashCacheDenoiser den(*g.backend, g.model, o);
+  const FlashCacheResult res = den.generate(prompts, observer);
+  EXPECT_GT(short_windows, 0) << "no window shorter than block_length: the crash condition was not reached";
+  ASSERT_EQ(res.requests.size(), prompts.size());
+  for (const FlashRequestResult& r : res.requests) {
+    EXPECT_GT(r.nfe, 0);
+    EXPECT_EQ(static_cast<int64_t>(r.output_ids.size()), r.num_tokens_reference);
+  }
+  std::cout << fmt::format("[verify crash configuration] {} iterations with a short window (smallest {} rows); "
+                           "{} main + {} verify passes\n",
+                           short_windows, min_window, res.stats.forwards, res.stats.verify_forwards);
 }
 
 // ================================================================================ counters, invariance
