@@ -34,7 +34,7 @@ FDLLM_TAG=gpu_check
 # shellcheck source=scripts/gpu_env.sh
 source "$ROOT/scripts/gpu_env.sh"
 
-TESTS=(test_cuda_ops test_cuda_attention test_cuda_select test_cuda_fill test_cuda_importance test_cuda_forward)
+TESTS=(test_cuda_ops test_cuda_attention test_cuda_select test_cuda_fill test_cuda_importance test_cuda_verify test_cuda_forward)
 
 # Internal: --sanitize TOOL BUILD SANITIZER runs every test binary's Small set under
 # compute-sanitizer TOOL (a separate process so that `timeout` can bound it).
@@ -44,7 +44,7 @@ if [[ "${1:-}" == --sanitize ]]; then
     filter='Small*'
     [[ $t == test_cuda_attention ]] && filter='CudaAttention.Small*'
     [[ $t == test_cuda_forward ]] && filter='CudaForward.Golden*'
-    [[ $t == test_cuda_importance ]] && filter='*/Small'
+    [[ $t == test_cuda_importance || $t == test_cuda_verify ]] && filter='*/Small'
     echo "### compute-sanitizer --tool $tool $t --gtest_filter=$filter"
     FLASHDLLM_CUDA_SYNC=1 "$san" --tool "$tool" --error-exitcode 86 --print-limit 30 --report-api-errors no \
       "$build/tests/$t" --gtest_color=no --gtest_filter="$filter" || rc=1
