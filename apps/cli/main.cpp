@@ -274,6 +274,7 @@ int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
       e["stopped_at_eos"] = r.stopped_at_eos;
       e["nfe"] = r.nfe;
       e["committed_tokens"] = r.committed_tokens;
+      e["committed_tokens_reference"] = r.committed_tokens_reference;
       e["forward_passes"] = r.forward_passes;
       if (ga.go.verify) {
         e["verify_candidates"] = r.verify_candidates;
@@ -287,6 +288,7 @@ int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
       arr.push_back(std::move(e));
     }
     j["results"] = std::move(arr);
+    j["peak_memory_bytes"] = engine->peak_memory_bytes();
     std::cout << j.dump(2) << "\n";
     return 0;
   }
@@ -430,8 +432,9 @@ int run_eval(const CommonArgs& ca, EvalArgs& ea) {
   run.progress = [&](int64_t done, int64_t, double) { bar.update(done); };
   auto results = ev::generate_samples(*engine, samples, go, run);
   bar.finish();
-  const int64_t peak = ev::peak_rss_bytes();
   const std::string backend = engine->backend_name();
+  const bool on_cpu = backend.rfind("cpu", 0) == 0;
+  const int64_t peak = on_cpu ? ev::peak_rss_bytes() : static_cast<int64_t>(engine->peak_memory_bytes());
   engine.reset();  // free the model before forking sandboxed programs
 
   if (info.code) {
@@ -446,9 +449,8 @@ int run_eval(const CommonArgs& ca, EvalArgs& ea) {
   sum.gen_length = go.gen_length;
   sum.method = ea.label.empty() ? eval_method_label(go) : ea.label;
   sum.peak_memory_bytes = peak;
-  sum.peak_memory_kind = backend.rfind("cpu", 0) == 0
-                             ? "host max RSS (getrusage)"
-                             : "host max RSS (getrusage); device memory is not reported by the engine API";
+  sum.peak_memory_kind = on_cpu ? "host max RSS (getrusage)"
+                                : "device memory in use (weights + K/V + workspaces, Engine::peak_memory_bytes)";
   if (!ea.baseline.empty()) ev::apply_baseline(sum, baseline, ea.baseline);
   nlohmann::json summary = ev::to_json(sum);
   summary["model"] = ca.model_dir;

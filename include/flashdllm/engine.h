@@ -72,6 +72,10 @@ class Engine {
   int32_t eot_token_id() const noexcept;
   /// Multi-line description: config, parameter count, dtype, memory need, backend.
   std::string info() const;
+  /// Largest device (CPU: host) memory in use seen so far, in bytes: weights + K/V stores +
+  /// workspaces, sampled from the backend's free memory at the end of each generate call (while
+  /// the denoiser's buffers are still allocated), relative to the free memory before loading.
+  size_t peak_memory_bytes() const noexcept;
   /// Seconds spent loading and bytes of weights read.
   double load_seconds() const noexcept;
   size_t weight_bytes() const noexcept;

@@ -65,6 +65,9 @@ struct GenerateResult {
   bool stopped_at_eos = false;        ///< an EOS / EOT ended the answer inside the canvas
   int64_t nfe = 0;                    ///< forward passes (iterations) this request took part in
   int64_t committed_tokens = 0;       ///< canvas positions committed (tokens per iteration = this / nfe)
+  /// The released Flash-dLLM code's count (num_decoded − P: decoded EOS padding and tokens past the
+  /// stop included under --reference-quirks); equals committed_tokens for the other modes.
+  int64_t committed_tokens_reference = 0;
   int64_t forward_passes = 0;         ///< model passes incl. Flash-Verify passes (= nfe without verify)
   int64_t verify_candidates = 0;      ///< Flash-Verify: drafts checked by the verify passes
   int64_t verify_accepted = 0;        ///< Flash-Verify: drafts accepted

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 
@@ -33,6 +34,8 @@ struct Engine::Impl {
   int32_t eot_id = -1;
   double load_seconds = 0.0;
   size_t checkpoint_bytes = 0;
+  size_t free_before_load = 0;  // backend free memory before weights
+  size_t peak_in_use = 0;
   std::string weights_dtype;
 };
 
@@ -88,6 +91,7 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
   }
 
   impl->backend = make_backend(options);
+  impl->free_before_load = impl->backend->free_memory();
   if (options.load_format == "dummy") {
     impl->model.weights = make_dummy_llada_weights(*impl->backend, cfg, options.dummy_seed);
     impl->weights_dtype = "random (dummy)";
@@ -138,6 +142,13 @@ struct RawOutput {
   std::string call_kinds;
   int64_t forward_passes = -1;  // -1: = nfe
   int64_t verify_candidates = 0, verify_accepted = 0;
+  int64_t committed_reference = -1;  // -1: = committed
+};
+
+/// Free backend memory while a denoiser still holds its buffers (the run's peak footprint).
+struct MemorySample {
+  size_t min_free = SIZE_MAX;
+  void take(Backend& be) { min_free = std::min(min_free, be.free_memory()); }
 };
 
 int64_t block_or(int64_t v, int64_t fallback) { return v > 0 ? v : fallback; }
@@ -151,7 +162,8 @@ void reject_for_cache(const GenerateOptions& o, const char* mode) {
 }
 
 std::vector<RawOutput> run_llada(Backend& be, const LladaModel& m, const GenerateOptions& o, int32_t eot,
-                                 const std::vector<std::vector<int32_t>>& prompts, const ProgressCallback& progress) {
+                                 const std::vector<std::vector<int32_t>>& prompts, const ProgressCallback& progress,
+                                 MemorySample& mem) {
   LladaSamplerOptions so;
   so.gen_length = o.gen_length;
   so.block_length = block_or(o.block_length, 32);
@@ -175,7 +187,9 @@ std::vector<RawOutput> run_llada(Backend& be, const LladaModel& m, const Generat
       progress(StepProgress{i, &canvas, s.done});
     };
   std::vector<RawOutput> out;
-  for (const SequenceState& s : sampler.generate(prompts, observer))
+  std::vector<SequenceState> states = sampler.generate(prompts, observer);
+  mem.take(be);
+  for (const SequenceState& s : states)
     out.push_back({std::vector<int32_t>(s.x.begin() + s.gen_begin(), s.x.begin() + s.gen_end()), s.nfe,
                    o.gen_length, ""});
   return out;
@@ -183,7 +197,7 @@ std::vector<RawOutput> run_llada(Backend& be, const LladaModel& m, const Generat
 
 std::vector<RawOutput> run_fastdllm(Backend& be, const LladaModel& m, const GenerateOptions& o, FastDllmCacheMode mode,
                                     const std::vector<std::vector<int32_t>>& prompts,
-                                    const ProgressCallback& progress) {
+                                    const ProgressCallback& progress, MemorySample& mem) {
   reject_for_cache(o, mode == FastDllmCacheMode::kPrefix ? "prefix" : "dual");
   FastDllmCacheOptions fo;
   fo.mode = mode;
@@ -204,14 +218,16 @@ std::vector<RawOutput> run_fastdllm(Backend& be, const LladaModel& m, const Gene
       progress(StepProgress{i, &canvas, s.done});
     };
   std::vector<RawOutput> out;
-  for (const CachedSequenceState& s : sampler.generate(prompts, observer))
+  std::vector<CachedSequenceState> states = sampler.generate(prompts, observer);
+  mem.take(be);
+  for (const CachedSequenceState& s : states)
     out.push_back({std::vector<int32_t>(s.x.begin() + s.gen_begin(), s.x.begin() + s.gen_end()), s.nfe,
                    o.gen_length, s.call_kinds});
   return out;
 }
 
 std::vector<RawOutput> run_flash(Backend& be, const LladaModel& m, const GenerateOptions& o,
-                                 const std::vector<std::vector<int32_t>>& prompts) {
+                                 const std::vector<std::vector<int32_t>>& prompts, MemorySample& mem) {
   reject_for_cache(o, "flash");
   FDLLM_CHECK_ARG(o.temperature == 0.0 && o.remasking == "low_confidence",
                   "--cache flash decodes greedily by confidence (Flash-dLLM has no temperature or random remasking)");
@@ -238,9 +254,11 @@ std::vector<RawOutput> run_flash(Backend& be, const LladaModel& m, const Generat
                   "--cache flash: max_candidates / forced_acceptance need verify on (--verify)");
   FlashCacheDenoiser den(be, m, fo);
   FlashCacheResult res = den.generate(prompts);
+  mem.take(be);
   std::vector<RawOutput> out;
   for (const FlashRequestResult& r : res.requests)
-    out.push_back({r.output_ids, r.nfe, r.num_tokens, "", r.forward_passes, r.candidates, r.accepted});
+    out.push_back({r.output_ids, r.nfe, r.num_tokens, "", r.forward_passes, r.candidates, r.accepted,
+                   r.num_tokens_reference});
   return out;
 }
 
@@ -260,17 +278,20 @@ std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>&
   Backend& be = *impl_->backend;
   FDLLM_CHECK_ARG(!o.verify || o.cache == "flash", "verify (Flash-Verify) needs cache 'flash', got '{}'", o.cache);
   std::vector<RawOutput> raw;
+  MemorySample mem;
   if (o.cache == "none") {
-    raw = run_llada(be, impl_->model, o, eot, prompts, progress);
+    raw = run_llada(be, impl_->model, o, eot, prompts, progress, mem);
   } else if (o.cache == "prefix" || o.cache == "dual") {
     raw = run_fastdllm(be, impl_->model, o, o.cache == "prefix" ? FastDllmCacheMode::kPrefix : FastDllmCacheMode::kDual,
-                       prompts, progress);
+                       prompts, progress, mem);
   } else if (o.cache == "flash") {
-    raw = run_flash(be, impl_->model, o, prompts);
+    raw = run_flash(be, impl_->model, o, prompts, mem);
   } else {
     FDLLM_FAIL(ErrorCode::kInvalidArgument, "cache must be none, prefix, dual or flash, got '{}'", o.cache);
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (mem.min_free != SIZE_MAX && impl_->free_before_load > mem.min_free)
+    impl_->peak_in_use = std::max(impl_->peak_in_use, impl_->free_before_load - mem.min_free);
 
   std::vector<GenerateResult> out(raw.size());
   for (size_t i = 0; i < raw.size(); ++i) {
@@ -287,6 +308,7 @@ std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>&
     r.text = decode(r.output_ids);
     r.nfe = raw[i].nfe;
     r.committed_tokens = raw[i].committed;
+    r.committed_tokens_reference = raw[i].committed_reference >= 0 ? raw[i].committed_reference : raw[i].committed;
     r.forward_passes = raw[i].forward_passes >= 0 ? raw[i].forward_passes : raw[i].nfe;
     r.verify_candidates = raw[i].verify_candidates;
     r.verify_accepted = raw[i].verify_accepted;
@@ -302,6 +324,7 @@ bool Engine::has_chat_template() const noexcept { return impl_->chat.has_value()
 int32_t Engine::mask_token_id() const noexcept { return impl_->model.config.mask_token_id; }
 int32_t Engine::eot_token_id() const noexcept { return impl_->eot_id; }
 double Engine::load_seconds() const noexcept { return impl_->load_seconds; }
+size_t Engine::peak_memory_bytes() const noexcept { return impl_->peak_in_use; }
 size_t Engine::weight_bytes() const noexcept { return impl_->checkpoint_bytes; }
 std::string Engine::backend_name() const { return impl_->backend->name(); }
 

@@ -58,6 +58,7 @@ std::vector<SampleResult> generate_samples(Engine& engine, const std::vector<Eva
       s.prompt_tokens = static_cast<int64_t>(g.prompt_ids.size());
       s.nfe = g.nfe;
       s.committed_tokens = g.committed_tokens;
+      s.committed_tokens_reference = g.committed_tokens_reference;
       s.generated_tokens = static_cast<int64_t>(g.output_ids.size()) + (g.stopped_at_eos ? 1 : 0);
       s.stopped_at_eos = g.stopped_at_eos;
       s.call_seconds = g.seconds;
@@ -137,6 +138,7 @@ EvalSummary summarize(const std::string& task, const std::vector<SampleResult>& 
     s.total_nfe += r.nfe;
     s.generated_tokens += r.generated_tokens;
     s.committed_tokens += r.committed_tokens;
+    s.committed_tokens_reference += r.committed_tokens_reference;
     call_seconds[r.call] = r.call_seconds;
     for (size_t m = 0; m < r.metrics.size(); ++m) {
       if (metrics.size() <= m) metrics.push_back({r.metrics[m].name});
@@ -158,7 +160,7 @@ EvalSummary summarize(const std::string& task, const std::vector<SampleResult>& 
   s.metrics = std::move(metrics);
   s.seconds = seconds;
   s.tokens_per_second = seconds > 0 ? static_cast<double>(s.generated_tokens) / seconds : 0.0;
-  s.tokens_per_second_released = seconds > 0 ? static_cast<double>(s.committed_tokens) / seconds : 0.0;
+  s.tokens_per_second_released = seconds > 0 ? static_cast<double>(s.committed_tokens_reference) / seconds : 0.0;
   s.tokens_per_iteration = nfe > 0 ? static_cast<double>(s.committed_tokens) / nfe : 0.0;
   return s;
 }
@@ -200,6 +202,7 @@ nlohmann::json to_json(const SampleResult& r) {
                       {"prompt_tokens", r.prompt_tokens},
                       {"generated_tokens", r.generated_tokens},
                       {"committed_tokens", r.committed_tokens},
+                      {"committed_tokens_reference", r.committed_tokens_reference},
                       {"stopped_at_eos", r.stopped_at_eos},
                       {"latency_s", r.seconds},
                       {"call", r.call},

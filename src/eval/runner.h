@@ -42,7 +42,8 @@ struct SampleResult {
   std::string detail;     ///< code tasks: sandbox result
   int64_t prompt_tokens = 0;
   int64_t nfe = 0;
-  int64_t committed_tokens = 0;  ///< canvas positions committed over the run (released-code token count)
+  int64_t committed_tokens = 0;  ///< canvas positions committed over the run (ours)
+  int64_t committed_tokens_reference = 0;  ///< the released code's count (num_decoded − P), for its tokens/s
   int64_t generated_tokens = 0;  ///< answer tokens + the ending EOS/EOT when there is one (our count)
   bool stopped_at_eos = false;
   double seconds = 0.0;          ///< latency: from the start of its generate call to its completion
@@ -63,7 +64,7 @@ struct EvalSummary {
   std::vector<MetricSummary> metrics;  ///< all metrics, headline first
   double mean_nfe = 0.0;
   int64_t total_nfe = 0;
-  int64_t generated_tokens = 0, committed_tokens = 0;
+  int64_t generated_tokens = 0, committed_tokens = 0, committed_tokens_reference = 0;
   double tokens_per_second = 0.0;           ///< ours (see the header comment)
   double tokens_per_second_released = 0.0;  ///< the released code's definition
   double tokens_per_iteration = 0.0;
