@@ -346,8 +346,10 @@ std::string eval_method_label(const flashdllm::GenerateOptions& go) {
   std::string m = go.cache == "none" ? "LLaDA (no cache)" : go.cache == "prefix" ? "Fast-dLLM prefix cache"
                   : go.cache == "dual"  ? "Fast-dLLM dual cache"
                                         : "Flash-Cache";
-  if (go.cache == "flash")
+  if (go.cache == "flash") {
+    if (go.verify) m += fmt::format(" + Verify (gamma {}, {})", go.gamma, go.verify_rule);
     m += fmt::format(", track {} mask {}", go.track_num, go.mask_num);
+  }
   if (go.threshold)
     m += fmt::format(", threshold {}", *go.threshold);
   else if (go.cache != "flash")
