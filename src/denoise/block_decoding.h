@@ -3,6 +3,7 @@
 // token selection on the device, and the commit step of one sequence.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -98,5 +99,24 @@ enum class BlockEnd { kAfterQuotaSteps, kWhenFull };
 StepCommit commit_step(SequenceState& s, std::span<const int64_t> cand, std::span<const int32_t> x0,
                        std::span<const double> conf, std::span<const int32_t> keys, const BlockSchedule& sched,
                        Remasking remasking, uint64_t seed, BlockEnd end, int32_t mask_id);
+
+/// The generate loop of a step-wise sampler: init_state for every prompt, then step() until every
+/// sequence is done; `observer(i, state, commit)` (if set) sees each sequence that took part in a step.
+template <class State, class Sampler, class Observer>
+std::vector<State> run_to_completion(Sampler& sampler, const std::vector<std::vector<int32_t>>& prompts,
+                                     const Observer& observer) {
+  std::vector<State> batch;
+  batch.reserve(prompts.size());
+  for (const auto& p : prompts) batch.push_back(sampler.init_state(p));
+  std::vector<bool> was_done(batch.size());
+  while (std::any_of(batch.begin(), batch.end(), [](const State& s) { return !s.done; })) {
+    for (size_t i = 0; i < batch.size(); ++i) was_done[i] = batch[i].done;
+    std::vector<StepCommit> commits = sampler.step(batch);
+    if (observer)
+      for (size_t i = 0; i < batch.size(); ++i)
+        if (!was_done[i]) observer(i, batch[i], commits[i]);
+  }
+  return batch;
+}
 
 }  // namespace flashdllm

@@ -132,18 +132,7 @@ std::vector<StepCommit> LladaSampler::step(std::vector<SequenceState>& batch) {
 
 std::vector<SequenceState> LladaSampler::generate(const std::vector<std::vector<int32_t>>& prompts,
                                                   const StepObserver& observer) {
-  std::vector<SequenceState> batch;
-  batch.reserve(prompts.size());
-  for (const auto& p : prompts) batch.push_back(init_state(p));
-  while (std::any_of(batch.begin(), batch.end(), [](const SequenceState& s) { return !s.done; })) {
-    std::vector<bool> was_done(batch.size());
-    for (size_t i = 0; i < batch.size(); ++i) was_done[i] = batch[i].done;
-    std::vector<StepCommit> commits = step(batch);
-    if (observer)
-      for (size_t i = 0; i < batch.size(); ++i)
-        if (!was_done[i]) observer(i, batch[i], commits[i]);
-  }
-  return batch;
+  return run_to_completion<SequenceState>(*this, prompts, observer);
 }
 
 }  // namespace flashdllm
