@@ -1,5 +1,6 @@
 #include "common/model_fixture.h"
 
+#include <cstring>
 #include <fstream>
 
 #include "core/check.h"
@@ -15,6 +16,24 @@ LladaModel load_model(Backend& backend, const std::filesystem::path& dir) {
   m.weights = load_llada_weights(backend, ckpt, m.config);
   m.rope = make_rope_tables(backend, m.config, m.config.max_sequence_length + 256);
   return m;
+}
+
+std::vector<int32_t> i64_tensor_as_i32(const TensorInfo& t) {
+  FDLLM_ASSERT_MSG(t.dtype == DType::kI64, "fixture tensor {} is not I64", t.name);
+  std::vector<int32_t> out(static_cast<size_t>(t.numel()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    int64_t v;
+    std::memcpy(&v, static_cast<const char*>(t.data) + 8 * i, 8);
+    out[i] = static_cast<int32_t>(v);
+  }
+  return out;
+}
+
+std::vector<float> f32_tensor(const TensorInfo& t) {
+  FDLLM_ASSERT_MSG(t.dtype == DType::kF32, "fixture tensor {} is not F32", t.name);
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  std::memcpy(out.data(), t.data, out.size() * 4);
+  return out;
 }
 
 nlohmann::json load_json(const std::filesystem::path& path) {

@@ -32,22 +32,6 @@ class CudaForward : public ::testing::Test {
   std::unique_ptr<Backend> cpu_, gpu_;
 };
 
-std::vector<int32_t> ids_of(const TensorInfo& t) {
-  std::vector<int32_t> out(static_cast<size_t>(t.numel()));
-  for (size_t i = 0; i < out.size(); ++i) {
-    int64_t v;
-    std::memcpy(&v, static_cast<const char*>(t.data) + 8 * i, 8);
-    out[i] = static_cast<int32_t>(v);
-  }
-  return out;
-}
-
-std::vector<float> f32_of(const TensorInfo& t) {
-  std::vector<float> out(static_cast<size_t>(t.numel()));
-  std::memcpy(out.data(), t.data, out.size() * 4);
-  return out;
-}
-
 double argmax_agreement(const std::vector<float>& a, const std::vector<float>& b, int64_t V) {
   const int64_t rows = static_cast<int64_t>(a.size()) / V;
   int64_t same = 0;
@@ -68,8 +52,8 @@ TEST_F(CudaForward, GoldenLogitsWithinBf16Yardstick) {
   const auto yard = load_json(test_data_dir() / "golden" / "g1_bf16_reference_error.json");
   std::vector<std::vector<int32_t>> seqs;
   for (const char* key : {"L7", "L64", "L200", "L333"}) {
-    std::vector<int32_t> ids = ids_of(fwd->tensors().at(std::string("input_ids.") + key));
-    std::vector<float> ref = f32_of(fwd->tensors().at(std::string("logits.") + key));
+    std::vector<int32_t> ids = i64_tensor_as_i32(fwd->tensors().at(std::string("input_ids.") + key));
+    std::vector<float> ref = f32_tensor(fwd->tensors().at(std::string("logits.") + key));
     std::vector<float> got = full_logits(*gpu_, model, {ids});
     const double err = rel_max_err(got, ref);
     const double agree = argmax_agreement(got, ref, model.config.embedding_size);

@@ -23,23 +23,9 @@ struct Fixture {
     fwd = SafetensorsFile::open(golden_dir() / "forward.safetensors");
   }
   std::vector<int32_t> ids(const std::string& key) const {
-    const TensorInfo& t = fwd->tensors().at("input_ids." + key);
-    EXPECT_EQ(t.dtype, DType::kI64);
-    std::vector<int32_t> out(static_cast<size_t>(t.numel()));
-    for (size_t i = 0; i < out.size(); ++i) {
-      int64_t v;
-      std::memcpy(&v, static_cast<const char*>(t.data) + 8 * i, 8);
-      out[i] = static_cast<int32_t>(v);
-    }
-    return out;
+    return i64_tensor_as_i32(fwd->tensors().at("input_ids." + key));
   }
-  std::vector<float> ref(const std::string& key) const {
-    const TensorInfo& t = fwd->tensors().at("logits." + key);
-    EXPECT_EQ(t.dtype, DType::kF32);
-    std::vector<float> out(static_cast<size_t>(t.numel()));
-    std::memcpy(out.data(), t.data, out.size() * 4);
-    return out;
-  }
+  std::vector<float> ref(const std::string& key) const { return f32_tensor(fwd->tensors().at("logits." + key)); }
 };
 
 Fixture& fixture() {

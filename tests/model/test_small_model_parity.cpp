@@ -20,16 +20,6 @@ namespace {
 /// Relative error bound of issue 3 for fp32 engine vs fp32 PyTorch on the same bf16 weights.
 constexpr double kTrainingCodeParityTol = 1e-4;
 
-std::vector<int32_t> ids_of(const TensorInfo& t) {
-  std::vector<int32_t> out(static_cast<size_t>(t.numel()));
-  for (size_t i = 0; i < out.size(); ++i) {
-    int64_t v;
-    std::memcpy(&v, static_cast<const char*>(t.data) + 8 * i, 8);
-    out[i] = static_cast<int32_t>(v);
-  }
-  return out;
-}
-
 TEST(SmallModelParity, CppForwardMatchesPytorchTrainingForward) {
   const auto dir = default_model_dir();
   ASSERT_TRUE(std::filesystem::exists(dir / "model.safetensors")) << "the default model must be committed";
@@ -41,12 +31,10 @@ TEST(SmallModelParity, CppForwardMatchesPytorchTrainingForward) {
   const int64_t V = model.config.embedding_size;
   for (int c = 0; c < n_cases; ++c) {
     const std::string k = "case" + std::to_string(c);
-    std::vector<int32_t> ids = ids_of(ref->tensors().at(k + ".input_ids"));
-    std::vector<int32_t> rows = ids_of(ref->tensors().at(k + ".rows"));
-    const TensorInfo& lt = ref->tensors().at(k + ".logits");
-    ASSERT_EQ(lt.numel(), static_cast<int64_t>(rows.size()) * V);
-    std::vector<float> want(static_cast<size_t>(lt.numel()));
-    std::memcpy(want.data(), lt.data, want.size() * 4);
+    std::vector<int32_t> ids = i64_tensor_as_i32(ref->tensors().at(k + ".input_ids"));
+    std::vector<int32_t> rows = i64_tensor_as_i32(ref->tensors().at(k + ".rows"));
+    std::vector<float> want = f32_tensor(ref->tensors().at(k + ".logits"));
+    ASSERT_EQ(static_cast<int64_t>(want.size()), static_cast<int64_t>(rows.size()) * V);
     std::vector<float> all = full_logits(*backend, model, {ids});
     std::vector<float> got;
     for (int32_t r : rows) got.insert(got.end(), all.begin() + r * V, all.begin() + (r + 1) * V);
