@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -670,12 +671,17 @@ int run_bench(const CommonArgs& ca, BenchArgs& ba) {
     if (partial.is_open()) partial << ev::point_to_json(r).dump() << "\n" << std::flush;
   };
   std::string backend;
+  const auto t0 = std::chrono::steady_clock::now();
   std::vector<ev::PointResult> results = ev::run_bench([&] { return load_engine(ca); }, points, ro, &backend);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (bar) bar->finish();
   partial.close();
   ev::finalize_results(results, ba.baseline_method, table_setting);
   nlohmann::ordered_json meta =
       ev::bench_meta(ba.command, fs::path(FLASHDLLM_DATA_DIR).parent_path(), backend, ca.model_dir);
+  meta["hardware"]["load_average_end"] = ev::host_info()["load_average"];
+  meta["wall_seconds"] = wall;
+  meta["cpu_seconds"] = ev::process_cpu_seconds();
   meta["device"] = ca.device;
   meta["threads"] = ca.threads;
   meta["baseline_method"] = ba.baseline_method;

@@ -1,5 +1,6 @@
 #include "eval/bench.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -761,6 +762,13 @@ nlohmann::ordered_json host_info() {
   return h;
 }
 
+double process_cpu_seconds() {
+  struct rusage ru {};
+  if (getrusage(RUSAGE_SELF, &ru) != 0) return -1.0;
+  auto sec = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
+  return sec(ru.ru_utime) + sec(ru.ru_stime);
+}
+
 nlohmann::ordered_json bench_meta(const std::string& command, const std::filesystem::path& source_dir,
                                   const std::string& backend, const std::string& model) {
   char date[32] = {};
@@ -956,9 +964,14 @@ std::string bench_markdown(const nlohmann::ordered_json& meta, const std::vector
   if (meta.contains("hardware")) {
     const auto& h = meta["hardware"];
     auto hs = [&](const char* k) { return h.contains(k) ? (h[k].is_string() ? h[k].get<std::string>() : h[k].dump()) : std::string("—"); };
-    m += fmt::format("* hardware: {}; CPU {} ({} logical CPUs, OMP_NUM_THREADS={}); load average at start {}\n",
-                     hs("backend"), hs("cpu_model"), hs("logical_cpus"), hs("omp_num_threads"), hs("load_average"));
+    m += fmt::format("* hardware: {}; CPU {} ({} logical CPUs, OMP_NUM_THREADS={}); load average (1/5/15 min) at "
+                     "start {}, at the end {}\n",
+                     hs("backend"), hs("cpu_model"), hs("logical_cpus"), hs("omp_num_threads"), hs("load_average"),
+                     hs("load_average_end"));
   }
+  if (meta.contains("wall_seconds") && meta["wall_seconds"].is_number())
+    m += fmt::format("* run time: {:.0f} s wall, {:.0f} s CPU (the whole process)\n", meta["wall_seconds"].get<double>(),
+                     meta.value("cpu_seconds", -1.0));
   if (!results.empty() && !results.front().peak_memory_kind.empty())
     m += fmt::format("* peak memory: {}\n", results.front().peak_memory_kind);
   m += "* speeds: median over the repeats [min–max]; tokens/s = generated tokens incl. the ending EOS per second of "

@@ -220,6 +220,9 @@ std::string cpu_model_from_cpuinfo(std::string_view cpuinfo);
 /// differ from HEAD), else "unknown".
 std::string detect_commit(const std::filesystem::path& source_dir);
 
+/// User + system CPU time of this process so far in seconds (getrusage), -1 if unavailable.
+double process_cpu_seconds();
+
 /// The provenance block of a bench summary: tool, command, commit (detect_commit), date (UTC,
 /// ISO 8601), model, hardware {backend, host_info()...}.
 nlohmann::ordered_json bench_meta(const std::string& command, const std::filesystem::path& source_dir,
