@@ -5,8 +5,12 @@ the answer is a worked solution, one short sentence per arithmetic step with the
 out (`4 * 12 = 48`), and a final line `#### <number>`. GSM8K's calculator annotations `<<4*12=48>>`
 are left out so a 4-step answer stays well inside a 128-token generation.
 
-Difficulty mix (issue 3, item 1): 1 to 4 operations per problem (uniform), operators + - * /,
-every result exact and every number (operand, intermediate and final) an integer in [1, 999].
+Difficulty mix (issue 3, item 1): 1 to 4 operations per problem in the proportions 7:6:4:3
+(OP_CYCLE), operators + - * /, every result exact and every number (operand, intermediate and final) an
+integer in [1, 999]. Products are a 1-digit factor (2-9) times a number of at most 2 digits; quotients
+divide by 2-9 and are at most 2 digits; sums and differences take numbers of up to 3 digits. Free
+numbers are drawn 1-, 2- or 3-digit with weights 1:2:1 (DIGIT_CAPS). The model therefore meets easy
+problems (one step, small numbers) and hard ones (four chained steps with 3-digit sums).
 Four story families with several sentence templates each, 40 names, 20 countable objects, shop
 items, activities and containers:
   chain    - one person's count changes step by step (buys, gives away, doubles, splits, boxes of)
@@ -41,6 +45,12 @@ SPLIT_SEEDS = {"test": 20260301, "validation": 20260302, "train": 20260303}
 DEFAULT_SIZES = {"test": 1000, "validation": 500, "train": 400_000}
 MAX_VALUE = 999  # every number in a problem is an integer in [1, MAX_VALUE]
 MAX_OPS = 4
+MAX_FACTOR = 99    # the multi-digit factor of a product (the other factor is 2..9)
+MAX_QUOTIENT = 99  # quotients (divisor 2..9)
+# Op counts of consecutive problems of every split: 7 x 1, 6 x 2, 4 x 3, 3 x 4 per 20 problems.
+OP_CYCLE = (1, 2, 1, 3, 2, 1, 4, 2, 1, 3, 1, 2, 4, 1, 2, 3, 1, 2, 4, 3)
+# Upper caps of free numbers and their weights: 1-, 2- and 3-digit numbers 1:2:1.
+DIGIT_CAPS = ((9, 1), (99, 2), (999, 1))
 
 NAMES = [
     ("Maya", "she"), ("Liam", "he"), ("Sofia", "she"), ("Noah", "he"), ("Emma", "she"),
@@ -91,12 +101,13 @@ class Reject(Exception):
 
 
 def _num(rng: random.Random, lo: int, hi: int) -> int:
-    """An integer in [lo, hi]; the upper end is first capped at 9, 99 or 999 (weights 1:1:2, caps
-    below `lo` skipped) so that 1-, 2- and 3-digit numbers all occur often."""
+    """An integer in [lo, hi]; the upper end is first capped at 9, 99 or 999 (DIGIT_CAPS weights,
+    caps below `lo` skipped) so that 1-, 2- and 3-digit numbers all occur. Reject if lo > hi."""
     if lo > hi:
         raise Reject()
-    caps = [c for c in (9, 99, 999, 999) if c >= lo] or [hi]
-    return rng.randint(lo, min(hi, rng.choice(caps)))
+    caps = [(c, w) for c, w in DIGIT_CAPS if c >= lo] or [(hi, 1)]
+    cap = rng.choices([c for c, _ in caps], [w for _, w in caps])[0]
+    return rng.randint(lo, min(hi, cap))
 
 
 def _small(rng: random.Random, lo: int = 2, hi: int = 9) -> int:
@@ -127,7 +138,15 @@ def _eq(a: int, op: str, b: int) -> tuple[str, int]:
 
 
 def _divisors(x: int, lo: int = 2, hi: int = 9) -> list[int]:
-    return [k for k in range(lo, hi + 1) if x % k == 0 and x // k >= 1]
+    """Divisors k in [lo, hi] of x whose quotient is in [1, MAX_QUOTIENT]."""
+    return [k for k in range(lo, hi + 1) if x % k == 0 and 1 <= x // k <= MAX_QUOTIENT]
+
+
+def _factors(x: int) -> list[int]:
+    """Factors k in 2..9 with x * k <= MAX_VALUE, if x may be the multi-digit factor (x <= MAX_FACTOR)."""
+    if not 1 <= x <= MAX_FACTOR:
+        return []
+    return [k for k in range(2, 10) if x * k <= MAX_VALUE]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -141,16 +160,6 @@ def _chain(rng: random.Random, n_ops: int) -> tuple[str, list[str], int]:
     q: list[str] = []
     a: list[str] = []
 
-    # Plan the step kinds: 1-op kinds add/sub/mul/div, 2-op kinds addbox/subbox.
-    plan: list[str] = []
-    left = n_ops
-    while left > 0:
-        kinds = ["add", "sub", "mul", "div"] + (["addbox", "subbox"] if left >= 2 else [])
-        k = rng.choice(kinds)
-        plan.append(k)
-        left -= 2 if k.endswith("box") else 1
-    final_each = plan[-1] == "div" and rng.random() < 0.4  # "how many in each container?"
-
     x = _num(rng, 2, MAX_VALUE)
     q.append(rng.choice([
         f"{p.name} has {x} {many}.",
@@ -158,8 +167,19 @@ def _chain(rng: random.Random, n_ops: int) -> tuple[str, list[str], int]:
         f"{p.name} starts the week with {x} {many}.",
         f"There are {x} {many} in {p.name}'s room.",
     ]))
-    for i, kind in enumerate(plan):
-        last = i == len(plan) - 1
+    # Step kinds: 1-op add/sub/mul/div, 2-op addbox/subbox; each step picks among the kinds the
+    # current count x allows (mul needs x <= MAX_FACTOR, div a divisor 2..9 with quotient <= 99).
+    left = n_ops
+    final_each = False
+    while left > 0:
+        kinds = ["add", "sub"] + (["mul"] if _factors(x) else []) + (["div"] if _divisors(x) else [])
+        if left >= 2:
+            kinds += ["addbox", "subbox"]
+        kind = rng.choice(kinds)
+        left -= 2 if kind.endswith("box") else 1
+        last = left == 0
+        if last and kind == "div":
+            final_each = rng.random() < 0.4  # "how many in each container?"
         if kind == "add":
             b = _num(rng, 1, MAX_VALUE - x)
             e, y = _eq(x, "+", b)
@@ -183,10 +203,7 @@ def _chain(rng: random.Random, n_ops: int) -> tuple[str, list[str], int]:
             ]))
             a.append(rng.choice([f"{p.name} has {e} {many} left.", f"Then {p.pron} has {e} {many}."]))
         elif kind == "mul":
-            ks = [k for k in range(2, 10) if x * k <= MAX_VALUE]
-            if not ks:
-                raise Reject()
-            k = rng.choice(ks)
+            k = rng.choice(_factors(x))
             e, y = _eq(x, "*", k)
             if k == 2 and rng.random() < 0.5:
                 q.append(f"Then the number of {many} {p.pron} has doubles.")
@@ -199,10 +216,7 @@ def _chain(rng: random.Random, n_ops: int) -> tuple[str, list[str], int]:
                 ]))
             a.append(f"{p.name} then has {e} {many}.")
         elif kind == "div":
-            ks = _divisors(x)
-            if not ks:
-                raise Reject()
-            k = rng.choice(ks)
+            k = rng.choice(_divisors(x))
             e, y = _eq(x, "/", k)
             if last and final_each:
                 q.append(f"{p.Pron} puts all of {p.poss} {many} equally into {k} {cs}.")
@@ -215,7 +229,7 @@ def _chain(rng: random.Random, n_ops: int) -> tuple[str, list[str], int]:
                 a.append(f"{p.name} keeps {e} {many}.")
         elif kind == "addbox":
             k = _small(rng)
-            b = _num(rng, 2, min(99, (MAX_VALUE - x) // k))
+            b = _num(rng, 2, min(MAX_FACTOR, (MAX_VALUE - x) // k))
             e1, m = _eq(k, "*", b)
             e2, y = _eq(x, "+", m)
             q.append(rng.choice([
@@ -226,7 +240,7 @@ def _chain(rng: random.Random, n_ops: int) -> tuple[str, list[str], int]:
             a.append(f"{p.name} now has {e2} {many}.")
         elif kind == "subbox":
             k = _small(rng)
-            b = _num(rng, 2, min(99, (x - 1) // k))
+            b = _num(rng, 2, min(MAX_FACTOR, (x - 1) // k))
             e1, m = _eq(k, "*", b)
             e2, y = _eq(x, "-", m)
             if rng.random() < 0.5:
@@ -265,7 +279,7 @@ def _relation(rng: random.Random, base: int, other: Person, ref: Person, many: s
         e, v = _eq(base, "-", b)
         s = f"{other.name} has {b} fewer {many} than {ref.name}."
     elif kind == "times":
-        ks = [k for k in range(2, 10) if base * k <= MAX_VALUE]
+        ks = _factors(base)
         if not ks:
             raise Reject()
         k = rng.choice(ks)
@@ -339,7 +353,7 @@ def _shopping(rng: random.Random, n_ops: int) -> tuple[str, list[str], int]:
     p = Person(*rng.choice(NAMES))
     (i1, i1s), (i2, i2s) = rng.sample(ITEMS, 2)
     k1 = _small(rng, 2, 9)
-    c1 = _num(rng, 1, MAX_VALUE // k1)
+    c1 = _num(rng, 1, min(MAX_FACTOR, MAX_VALUE // k1))
     e1, s1 = _eq(k1, "*", c1)
     buy1 = rng.choice([f"{p.Pron} buys {k1} {i1s} for {c1} dollars each.",
                        f"{p.Pron} buys {k1} {i1s} that cost {c1} dollars each.",
@@ -354,7 +368,7 @@ def _shopping(rng: random.Random, n_ops: int) -> tuple[str, list[str], int]:
         q = [f"{p.name} has {m} dollars.", buy1, f"How many dollars does {p.pron} have left?"]
         return " ".join(q), [line1, f"{p.name} has {e2} dollars left."], r
     k2 = _small(rng, 2, 9)
-    c2 = _num(rng, 1, max(1, (MAX_VALUE - s1) // k2))
+    c2 = _num(rng, 1, min(MAX_FACTOR, max(1, (MAX_VALUE - s1) // k2)))
     e2, s2 = _eq(k2, "*", c2)
     e3, tot = _eq(s1, "+", s2)
     buy2 = f"{p.Pron} also buys {k2} {i2s} for {c2} dollars each."
@@ -377,7 +391,7 @@ def _rate(rng: random.Random, n_ops: int) -> tuple[str, list[str], int]:
     if n_ops == 1 and rng.random() < 0.4:
         # division: a goal split over days
         d = _small(rng, 2, 9)
-        b = _num(rng, 1, MAX_VALUE // d)
+        b = _num(rng, 1, min(MAX_QUOTIENT, MAX_VALUE // d))
         goal = b * d
         e, v = _eq(goal, "/", d)
         q = [f"{p.name} wants to {base} {goal} {unit} in {d} days.",
@@ -385,7 +399,7 @@ def _rate(rng: random.Random, n_ops: int) -> tuple[str, list[str], int]:
              f"How many {unit} does {p.pron} {base} each day?"]
         return " ".join(q), [f"Each day {p.pron} {verb} {e} {unit}."], v
     d1 = _small(rng, 2, 9)
-    b1 = _num(rng, 1, MAX_VALUE // d1)
+    b1 = _num(rng, 1, min(MAX_FACTOR, MAX_VALUE // d1))
     e1, s1 = _eq(b1, "*", d1)
     q = [rng.choice([f"{p.name} {verb} {b1} {unit} every day for {d1} days.",
                      f"For {d1} days, {p.name} {verb} {b1} {unit} each day."])]
@@ -406,7 +420,7 @@ def _rate(rng: random.Random, n_ops: int) -> tuple[str, list[str], int]:
         q.append(f"How many more {unit} does {p.pron} need to {base}?")
         return " ".join(q), lines + [f"{p.Pron} still needs {e2} {unit}."], r
     d2 = _small(rng, 2, 9)
-    b2 = _num(rng, 1, max(1, (MAX_VALUE - s1) // d2))
+    b2 = _num(rng, 1, min(MAX_FACTOR, max(1, (MAX_VALUE - s1) // d2)))
     e2, s2 = _eq(b2, "*", d2)
     e3, t = _eq(s1, "+", s2)
     q.append(f"Then {p.pron} {verb} {b2} {unit} every day for {d2} more days.")
@@ -430,9 +444,9 @@ _FINAL_RE = re.compile(r"#### (-?[0-9.,]+)")
 
 
 def make_problem(rng: random.Random, n_ops: int | None = None) -> dict:
-    """One problem as {"question", "answer"}; `n_ops` (1..4) defaults to a uniform draw."""
+    """One problem as {"question", "answer"}; `n_ops` (1..4) defaults to a draw from OP_CYCLE."""
     if n_ops is None:
-        n_ops = rng.randint(1, MAX_OPS)
+        n_ops = rng.choice(OP_CYCLE)
     if not 1 <= n_ops <= MAX_OPS:
         raise ValueError(f"n_ops must be in [1, {MAX_OPS}], got {n_ops}")
     names = list(FAMILY_WEIGHTS)
@@ -484,6 +498,10 @@ def check_problem(rec: dict) -> None:
         want = {"+": a + b, "-": a - b, "*": a * b, "/": a // b if b and a % b == 0 else None}[op]
         if want != c:
             raise ValueError(f"wrong equation {a} {op} {b} = {c}: {rec!r}")
+        if op == "*" and not ((2 <= a <= 9 and b <= MAX_FACTOR) or (2 <= b <= 9 and a <= MAX_FACTOR)):
+            raise ValueError(f"product {a} * {b} is not a 1-digit factor (2-9) times <= {MAX_FACTOR}: {rec!r}")
+        if op == "/" and not (2 <= b <= 9 and c <= MAX_QUOTIENT):
+            raise ValueError(f"quotient {a} / {b} is not a division by 2-9 with result <= {MAX_QUOTIENT}: {rec!r}")
     for n in _NUM_RE.findall(rec["question"] + " " + rec["answer"]):
         if not 1 <= int(n) <= MAX_VALUE:
             raise ValueError(f"number {n} out of range: {rec!r}")
@@ -494,13 +512,14 @@ def check_problem(rec: dict) -> None:
 def generate_split(name: str, n: int, exclude: set | None = None) -> list[dict]:
     """`n` problems of split `name` from its fixed seed, skipping keys in `exclude` and repeats.
 
-    The op count cycles 1,2,3,4 so every split has an exact 25% share of each difficulty."""
+    The op count follows OP_CYCLE, so every split holds the exact 7:6:4:3 mix of 1..4 operations
+    (exact for n a multiple of len(OP_CYCLE))."""
     rng = random.Random(SPLIT_SEEDS[name])
     seen: set = set(exclude or ())
     out: list[dict] = []
     i = 0
     while len(out) < n:
-        rec = make_problem(rng, 1 + i % MAX_OPS)
+        rec = make_problem(rng, OP_CYCLE[i % len(OP_CYCLE)])
         key = problem_key(rec)
         if key in seen:
             continue

@@ -112,6 +112,35 @@ def chat_prompt(question: str) -> str:
     return render_chat([{"role": "user", "content": question}])
 
 
+_SENTINEL = "\x00QUESTION\x00"
+
+
+@functools.lru_cache(maxsize=1)
+def _chat_frame() -> tuple[str, str]:
+    """(text before, text after) the user message in a rendered one-message chat."""
+    before, sep, after = chat_prompt(_SENTINEL).partition(_SENTINEL)
+    if not sep:
+        raise RuntimeError("LLaDA chat template dropped the user message")
+    return before, after
+
+
+def chat_prompts(questions: list[str]) -> list[str]:
+    """chat_prompt() of many questions (training-set scale): the template is rendered once and the
+    question spliced in; every question is checked against jinja2 where splicing could differ (the
+    template trims the content), and the first few always are. Raises RuntimeError on a mismatch."""
+    before, after = _chat_frame()
+    out = []
+    for i, q in enumerate(questions):
+        fast = before + q + after
+        if i < 8 or q != q.strip():
+            slow = chat_prompt(q)
+            if slow != fast and q == q.strip():
+                raise RuntimeError(f"chat template splice differs from jinja2 for {q!r}")
+            fast = slow
+        out.append(fast)
+    return out
+
+
 def flash_seqlen_k(prompt_len: int, gen_length: int, tile: int = 128) -> int:
     """Flash-dLLM key length of a slot: floor((P+G)/tile)*tile + tile (reference §D.3)."""
     if prompt_len < 0 or gen_length <= 0:

@@ -1,23 +1,39 @@
 """Train the small LLaDA model with LLaDA's SFT masked-diffusion objective, export it, evaluate it.
 
 Objective (LLaDA GUIDELINES.md "SFT"; reference §A.4): a row is chat prompt ++ worked answer ++ EOS run
-up to the row's training canvas length L. The prompt is never masked. Per row t ~ U(0,1),
+up to the row's canvas. The prompt is never masked. Per row t ~ U(0,1) (stratified over the batch),
 p = (1 - 1e-3) t + 1e-3; each response position (answer and EOS run) is replaced by <|mdm_mask|> with
 probability p; loss = sum over masked positions of CE / p / (response length of the row), averaged over
 rows. Logits are computed only at masked positions (the LM head is per-position, so this is exact).
 
-Canvas lengths are the key lengths the engine shows the model at inference: per row a gen_length
-G in {64, 128, 256} (answer + at least one EOS must fit) and a layout:
-  llada - L = P + G (LLaDA sampler);
-  flash - L = floor((P+G)/128)*128 + 128 (Flash-dLLM slot, reference §D.3). In half of the flash rows
-          the tail [P+G, L) is kept unmasked (clean EOS pad, exactly what the engine's slot holds);
-          those rows normalise by G, the maskable length.
-Rows of a batch are grouped by similar L and padded; padding keys are masked out of attention, so
-every row is trained exactly on its own canvas.
+Canvases (what the rows cost): the answer is <= ~90 tokens but the inference canvases are 128-384
+tokens of mostly EOS, so most rows are tight and a fraction `--full-frac` carries the layouts the
+engine shows the model:
+  tight  - L = P + A + 1 + U{0..tight_extra}: the answer and a short EOS run;
+  llada  - L = P + G, G in {64, 128, 256} (weights 1:2:1; answer + one EOS must fit), LLaDA sampler;
+  flash  - L = floor((P+G)/128)*128 + 128 (Flash-dLLM slot, reference §D.3); in half of the flash rows
+           the tail [P+G, L) is kept unmasked (the clean EOS pad the engine's slot holds); those rows
+           normalise by the maskable length.
+Rows are sorted by L inside windows of 64 batches and every row of a batch is EOS-padded to the
+batch's longest canvas (LLaDA's SFT pads with EOS and trains on it), so no attention mask is needed
+and SDPA can use its flash kernel.
+
+Inference-state rows (`--suffix-frac`): in this fraction of rows one equation's result and every
+response position after it are masked with probability 1 (the rest of the response with p as
+usual); such positions weigh 1 = 1/(their mask probability), the others 1/p, so every position
+keeps expected weight 1 as in LLaDA's loss. Why: the semi-autoregressive sampler commits the
+copied operands and the wording before a result, and the result's later copies (next equation,
+`#### N`) are still masked, so the result must be computed from visible operands. Under i.i.d.
+masking that state (operands visible, result and all its copies masked) has probability about
+∫ t^3 (1-t)^4 dt ≈ 0.4%, so the arithmetic, the only hard part of the task, gets almost no direct
+training signal (issue 3: a 12M model trained this way copied operands but could not add 1-digit
+numbers).
 
 Training runs for a wall-clock budget: after `--measure-steps` steps the mean step time fixes the total
 step count (re-estimated once at 6x that many steps), which sets a warm-up + cosine learning-rate
 schedule; `--steps N` fixes the count instead (bit-for-bit repeatable run order; printed at the end).
+Each validation also runs a teacher-forced result probe (`result_probe`): the share of validation
+equations whose result the model gets right from the sampler's state.
 
 Outputs in --out: train_log.jsonl, loss_curve.png, eval.json and the exported model directory
 (config.json, model.safetensors BF16, tokenizer files, generation_config.json, README.md,
@@ -55,10 +71,12 @@ EPS_MASK = 1e-3
 class TokenizedSplit:
     """Prompt and answer token ids of a split, padded into device tensors.
 
-    prompts [N, Pmax] int32, plen [N]; answers [N, Amax] int32, alen [N] (answer without EOS)."""
+    prompts [N, Pmax] int32, plen [N]; answers [N, Amax] int32, alen [N] (answer without EOS);
+    results [N, MAX_OPS] int64: answer-relative index of the first token of each equation's result
+    (`a op b = c` -> the first digit of c), -1 where the answer has fewer equations."""
 
     def __init__(self, tokenizer, problems: list[dict], device, max_prompt: int, max_answer: int):
-        pr = tokenizer.encode_batch([fmt.chat_prompt(p["question"]) for p in problems])
+        pr = tokenizer.encode_batch(fmt.chat_prompts([p["question"] for p in problems]))
         an = tokenizer.encode_batch([p["answer"] for p in problems])
         keep = [i for i in range(len(problems))
                 if len(pr[i].ids) <= max_prompt and len(an[i].ids) <= max_answer]
@@ -72,14 +90,61 @@ class TokenizedSplit:
             P[j, :plen[j]] = pr[i].ids
             A[j, :alen[j]] = an[i].ids
         self.plen_np, self.alen_np = plen, alen
+        self.results_np = self._result_starts(tokenizer, [problems[i]["answer"] for i in keep],
+                                              [an[i] for i in keep], A, alen)
         self.prompts = torch.from_numpy(P).to(device)
         self.answers = torch.from_numpy(A).to(device)
         self.plen = torch.from_numpy(plen).to(device)
         self.alen = torch.from_numpy(alen).to(device)
 
+    @staticmethod
+    def _result_starts(tokenizer, answers: list[str], encs, A: np.ndarray, alen: np.ndarray) -> np.ndarray:
+        """[N, MAX_OPS] answer-relative index of the first token of each equation's result, -1 if none.
 
-def plan_epoch(rng: np.random.Generator, ds: TokenizedSplit, batch: int, sort_window: int = 64) -> list[dict]:
-    """Shuffle, draw (G, layout, clean tail) per row, group rows of similar canvas length into batches."""
+        Fast path: with one-digit pieces every equation reads `<" =">< ><digit>...`, so the result
+        starts two tokens after each " =" token; rows where that does not hold for exactly the
+        equations the text has fall back to the character offsets of the encoding."""
+        n = len(answers)
+        R = np.full((n, arith_data.MAX_OPS), -1, dtype=np.int64)
+        eq = tokenizer.encode(" =").ids
+        digits = np.zeros(max(int(A.max()) + 1, 1), dtype=bool)
+        for d in range(10):
+            t = tokenizer.token_to_id(str(d))
+            if t is not None and t < len(digits):
+                digits[t] = True
+        n_eq = np.array([a.count(" = ") for a in answers])
+        ok = np.zeros(n, dtype=bool)
+        if len(eq) == 1:
+            rows, cols = np.nonzero(A == eq[0])
+            valid = (cols + 2 < alen[rows])
+            rows, cols = rows[valid], cols[valid]
+            good = digits[A[rows, cols + 2]]
+            rows, cols = rows[good], cols[good]
+            counts = np.bincount(rows, minlength=n)
+            rank = np.arange(len(rows)) - np.searchsorted(rows, rows)  # k-th equation of its row
+            keep = rank < arith_data.MAX_OPS
+            R[rows[keep], rank[keep]] = cols[keep] + 2
+            ok = counts == n_eq
+        for j in np.nonzero(~ok)[0]:
+            R[j] = -1
+            offs = encs[j].offsets
+            for k, m in enumerate(list(arith_data._EQ_RE.finditer(answers[j]))[:arith_data.MAX_OPS]):
+                R[j, k] = next(t for t, (a, b) in enumerate(offs) if a >= m.start(4) and b > a)
+        return R
+
+
+def plan_epoch(rng: np.random.Generator, ds: TokenizedSplit, batch: int, full_frac: float = 1.0,
+               tight_extra: int = 32, suffix_frac: float = 0.0, sort_window: int = 64) -> list[dict]:
+    """Shuffle and draw each row's canvas, then group rows of similar canvas length into batches.
+
+    Per row: with probability `full_frac` an inference layout (gen_length G in GEN_LENGTHS with
+    GEN_WEIGHTS, bumped until answer + 1 EOS fits; LLaDA layout L = P + G or, for half of these rows,
+    the Flash-dLLM slot L = floor((P+G)/128)*128 + 128, whose tail [P+G, L) stays unmasked in half of
+    the flash rows), otherwise a tight canvas L = P + A + 1 + U{0..tight_extra} (answer, then a short
+    EOS run). With probability `suffix_frac` the row gets an inference-state cut: the answer-relative
+    index of the first result token of a uniformly chosen equation (-1 = none), see build_batch.
+    Returns batches as dicts of numpy arrays idx, G (the response length before batch padding),
+    full, flash, clean, L, cut (one entry per row)."""
     n = ds.n
     perm = rng.permutation(n)
     alen = ds.alen_np[perm]
@@ -91,9 +156,15 @@ def plan_epoch(rng: np.random.Generator, ds: TokenizedSplit, batch: int, sort_wi
         G = np.where(G < alen + 1, np.maximum(G, gl), G)
     if (G < alen + 1).any():
         raise ValueError("an answer longer than the largest gen_length - 1 reached the planner")
-    flash = rng.random(n) < 0.5
+    full = rng.random(n) < full_frac
+    G = np.where(full, G, alen + 1 + rng.integers(0, tight_extra + 1, size=n))
+    flash = full & (rng.random(n) < 0.5)
     clean = flash & (rng.random(n) < 0.5)
     L = np.where(flash, (plen + G) // 128 * 128 + 128, plen + G)
+    res = ds.results_np[perm]
+    n_eq = (res >= 0).sum(1)
+    pick = (rng.random(n) * np.maximum(n_eq, 1)).astype(np.int64)
+    cut = np.where((rng.random(n) < suffix_frac) & (n_eq > 0), res[np.arange(n), pick], -1)
     batches = []
     win = batch * sort_window
     for s in range(0, n, win):
@@ -103,43 +174,55 @@ def plan_epoch(rng: np.random.Generator, ds: TokenizedSplit, batch: int, sort_wi
             o = order[b:b + batch]
             if len(o) < batch // 2:
                 continue
-            batches.append(dict(idx=perm[o], G=G[o], flash=flash[o], clean=clean[o], L=L[o]))
+            batches.append(dict(idx=perm[o], G=G[o], full=full[o], flash=flash[o], clean=clean[o], L=L[o],
+                                cut=cut[o]))
     rng.shuffle(batches)
     return batches
 
 
 def build_batch(ds: TokenizedSplit, bt: dict, ids_sp: fmt.SpecialIds, gen: torch.Generator | None,
-                device, t_fixed: torch.Tensor | None = None):
-    """Device tensors of one batch: (noisy ids, clean ids, key_valid or None, masked, weight per position).
+                device, t_fixed: torch.Tensor | None = None, align: int = 8):
+    """Device tensors of one batch: (noisy ids, clean ids, masked, weight per position), all [B, Lb].
 
-    weight = 1 / (p_row * response_len_row) at masked positions."""
+    Every row is EOS-padded to the batch length Lb = max(L) rounded up to `align` (LLaDA SFT pads
+    with EOS; the pad is part of the response), so no attention mask is needed. Response positions
+    (>= P) are maskable except a clean Flash tail [P+G, Lb). t per row is stratified over the batch
+    (t_i = (perm_i + u_i) / B, as MDLM's low-discrepancy sampler) unless `t_fixed` is given;
+    p = (1 - 1e-3) t + 1e-3. Maskable positions are masked with probability p, and in rows with an
+    inference-state cut every response position from P + cut on is masked (probability 1: the
+    result and everything after it, as the semi-autoregressive sampler sees a result that is not yet
+    committed). weight = 1 / (mask probability * maskable count of the row): 1/p as in LLaDA's loss,
+    1 on the forced suffix."""
     idx = torch.from_numpy(bt["idx"]).to(device)
     G = torch.from_numpy(bt["G"]).to(device)
-    L = torch.from_numpy(bt["L"]).to(device)
     clean = torch.from_numpy(bt["clean"]).to(device)
-    Lmax = int(bt["L"].max())
+    cut = torch.from_numpy(bt["cut"]).to(device)
+    Lb = (int(bt["L"].max()) + align - 1) // align * align
     B = len(bt["idx"])
     P = ds.plen[idx][:, None]
     A = ds.alen[idx][:, None]
-    pos = torch.arange(Lmax, device=device)[None, :]
+    pos = torch.arange(Lb, device=device)[None, :]
     ptok = ds.prompts[idx].gather(1, pos.clamp(max=ds.prompts.shape[1] - 1).expand(B, -1)).long()
     atok = ds.answers[idx].gather(1, (pos - P).clamp(0, ds.answers.shape[1] - 1)).long()
     ids = torch.where(pos < P, ptok, torch.where(pos < P + A, atok, torch.full_like(atok, ids_sp.eos)))
-    valid = pos < L[:, None]
-    maskable = (pos >= P) & valid & ~(clean[:, None] & (pos >= P + G[:, None]))
-    t = t_fixed if t_fixed is not None else torch.rand(B, device=device, generator=gen)
+    maskable = (pos >= P) & ~(clean[:, None] & (pos >= P + G[:, None]))
+    forced = maskable & (cut[:, None] >= 0) & (pos >= P + cut[:, None])
+    if t_fixed is not None:
+        t = t_fixed
+    else:
+        u = torch.rand(B, device=device, generator=gen)
+        t = (torch.randperm(B, device=device, generator=gen) + u) / B
     p = (1 - EPS_MASK) * t + EPS_MASK
-    masked = maskable & (torch.rand(B, Lmax, device=device, generator=gen) < p[:, None])
+    masked = maskable & ((torch.rand(B, Lb, device=device, generator=gen) < p[:, None]) | forced)
     noisy = torch.where(masked, torch.full_like(ids, ids_sp.mask), ids)
-    resp_len = maskable.sum(1).clamp(min=1)
-    w = (1.0 / (p * resp_len))[:, None].expand(B, Lmax)
-    key_valid = None if bool((bt["L"] == Lmax).all()) else valid
-    return noisy, ids, key_valid, masked, w
+    resp_len = maskable.sum(1, keepdim=True).clamp(min=1)
+    w = torch.where(forced, torch.ones_like(p)[:, None], 1.0 / p[:, None]) / resp_len
+    return noisy, ids, masked, w
 
 
-def diffusion_loss(model: LladaModel, noisy, ids, key_valid, masked, w, n_rows: int):
+def diffusion_loss(model: LladaModel, noisy, ids, masked, w, n_rows: int):
     """(LLaDA SFT loss, mean CE over masked positions)."""
-    h = model.hidden(noisy, key_valid)
+    h = model.hidden(noisy)
     logits = model.head(h[masked]).float()
     ce = F.cross_entropy(logits, ids[masked], reduction="none")
     return (ce * w[masked]).sum() / n_rows, ce.mean()
@@ -215,7 +298,14 @@ def plot_loss(log: list[dict], val: list[dict], path: Path) -> None:
         ax[1].plot([r["step"] for r in val], [r["val_ce"] for r in val], "o-", label="validation CE")
     ax[1].set_yscale("log")
     ax[1].set_xlabel("step")
-    ax[1].legend()
+    ax[1].legend(loc="lower left")
+    probe = [r for r in val if "val_result_acc" in r]
+    if probe:
+        ax2 = ax[1].twinx()
+        ax2.plot([r["step"] for r in probe], [100 * r["val_result_acc"] for r in probe], "s--", color="tab:green",
+                 label="validation result probe (%)")
+        ax2.set_ylim(0, 100)
+        ax2.legend(loc="upper right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -240,14 +330,56 @@ def val_loss(model, ds, batches, ids_sp, device, amp) -> tuple[float, float]:
     for bt in batches:
         B = len(bt["idx"])
         t = (torch.arange(B, device=device, dtype=torch.float) + 0.5) / B
-        noisy, ids, kv, masked, w = build_batch(ds, bt, ids_sp, g, device, t_fixed=t)
+        noisy, ids, masked, w = build_batch(ds, bt, ids_sp, g, device, t_fixed=t)
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
-            loss, ce = diffusion_loss(model, noisy, ids, kv, masked, w, B)
+            loss, ce = diffusion_loss(model, noisy, ids, masked, w, B)
         tot += float(loss) * B
         ce_tot += float(ce) * B
         n += B
     model.train()
     return tot / n, ce_tot / n
+
+
+@torch.no_grad()
+def result_probe(model, ds: TokenizedSplit, ids_sp: fmt.SpecialIds, digit_ids: set[int], device, amp,
+                 n_rows: int, gen_length: int = 128, batch: int = 256) -> float:
+    """Teacher-forced arithmetic accuracy in the sampler's state (a cheap training-time proxy).
+
+    For each equation of the first `n_rows` rows: canvas = prompt + gold answer up to the equation's
+    result, then <|mdm_mask|> up to P + gen_length (LLaDA layout). Counts the equation as right when
+    the argmax at every token of the gold result (the gold tokens from the result's first token up
+    to the first one not in `digit_ids`, the ids of "0".."9") equals the gold token. Returns the
+    fraction right (0 when there is no equation)."""
+    device = torch.device(device)
+    model.eval()
+    items = []
+    for r in range(min(n_rows, ds.n)):
+        P, A = int(ds.plen_np[r]), int(ds.alen_np[r])
+        ans = ds.answers[r, :A].tolist()
+        for c in ds.results_np[r]:
+            if c < 0:
+                continue
+            end = int(c)
+            while end < A and ans[end] in digit_ids:
+                end += 1
+            items.append((r, P, int(c), end))
+    right = 0
+    for s in range(0, len(items), batch):
+        chunk = items[s:s + batch]
+        B = len(chunk)
+        L = max(P + gen_length for _, P, _, _ in chunk)
+        x = torch.full((B, L), ids_sp.mask, dtype=torch.long, device=device)
+        valid = torch.zeros((B, L), dtype=torch.bool, device=device)
+        for i, (r, P, c, _) in enumerate(chunk):
+            x[i, :P] = ds.prompts[r, :P]
+            x[i, P:P + c] = ds.answers[r, :c]
+            valid[i, :P + gen_length] = True
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
+            pred = model.head(model.hidden(x, None if bool(valid.all()) else valid)).argmax(-1)
+        for i, (r, P, c, e) in enumerate(chunk):
+            right += bool((pred[i, P + c:P + e] == ds.answers[r, c:e]).all())
+    model.train()
+    return right / max(1, len(items))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -275,13 +407,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--name", default="", help="model dir name (default llada-arith-<params>m)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model (dynamic shapes)")
+    ap.add_argument("--full-frac", type=float, default=0.3,
+                    help="fraction of rows on an inference layout canvas (the rest: tight canvases)")
+    ap.add_argument("--tight-extra", type=int, default=32, help="tight canvas: answer + 1 + U{0..N} EOS")
+    ap.add_argument("--suffix-frac", type=float, default=0.5,
+                    help="fraction of rows with an inference-state cut (result and all after it masked)")
+    ap.add_argument("--probe-n", type=int, default=200,
+                    help="validation rows of the teacher-forced result probe at each validation (0 = off)")
+    ap.add_argument("--amp", choices=["auto", "on", "off"], default="auto",
+                    help="bf16 autocast (auto: on for CUDA only)")
     args = ap.parse_args(argv)
 
     t_start = time.time()
     from tokenizers import Tokenizer
 
     device = torch.device(args.device)
-    amp = device.type == "cuda"
+    amp = device.type == "cuda" if args.amp == "auto" else args.amp == "on"
     torch.manual_seed(args.seed)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -326,7 +467,11 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(args.seed)
     gen = torch.Generator(device=device).manual_seed(args.seed + 1)
     vrng = np.random.default_rng(999)
-    val_batches = plan_epoch(vrng, vds, min(args.batch, 128))[:8]
+    val_batches = plan_epoch(vrng, vds, min(args.batch, 128), full_frac=args.full_frac,
+                             tight_extra=args.tight_extra)[:8]
+    digit_ids = {tok.token_to_id(str(d)) for d in range(10)}
+    if None in digit_ids:
+        raise ValueError(f"{args.tokenizer}/tokenizer.json has no single-digit tokens 0..9")
 
     total = args.steps if args.steps else 10 ** 9
     log, vlog = [], []
@@ -334,29 +479,33 @@ def main(argv: list[str] | None = None) -> int:
     batches: list = []
     acc_loss = torch.zeros((), device=device)
     acc_ce = torch.zeros((), device=device)
+    acc_gn = torch.zeros((), device=device)
     acc_n = 0
     t_train = None
     t_measure = None
-    print(f"training: batch {args.batch}, peak lr {args.lr}, "
+    print(f"training: batch {args.batch}, peak lr {args.lr}, full-layout rows {args.full_frac}, "
+          f"tight extra EOS <= {args.tight_extra}, inference-state rows {args.suffix_frac}, "
           f"{'fixed ' + str(args.steps) + ' steps' if args.steps else 'time budget ' + str(args.time_budget) + ' s'}"
           f"  [{time.time() - t_start:.1f} s]", flush=True)
     while step < total:
         if not batches:
-            batches = plan_epoch(rng, ds, args.batch)
+            batches = plan_epoch(rng, ds, args.batch, full_frac=args.full_frac, tight_extra=args.tight_extra,
+                                 suffix_frac=args.suffix_frac)
             epoch += 1
         bt = batches.pop()
         lr = lr_at(step, total if total < 10 ** 9 else 10 ** 9, args.warmup, args.lr, args.final_lr_frac)
         for g in opt.param_groups:
             g["lr"] = lr
-        noisy, ids, kv, masked, w = build_batch(ds, bt, ids_sp, gen, device)
+        noisy, ids, masked, w = build_batch(ds, bt, ids_sp, gen, device)
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
-            loss, ce = diffusion_loss(fwd_model, noisy, ids, kv, masked, w, len(bt["idx"]))
+            loss, ce = diffusion_loss(fwd_model, noisy, ids, masked, w, len(bt["idx"]))
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         acc_loss += loss.detach()
         acc_ce += ce.detach()
+        acc_gn += gnorm.detach()
         acc_n += 1
         step += 1
 
@@ -381,18 +530,23 @@ def main(argv: list[str] | None = None) -> int:
 
         if step % args.log_every == 0 or step == total:
             r = {"step": step, "epoch": epoch, "lr": lr, "loss": float(acc_loss) / acc_n, "ce": float(acc_ce) / acc_n,
-                 "elapsed": round(time.time() - (t_train or time.time()), 2)}
+                 "grad_norm": float(acc_gn) / acc_n, "elapsed": round(time.time() - (t_train or time.time()), 2)}
             log.append(r)
             acc_loss.zero_()
             acc_ce.zero_()
+            acc_gn.zero_()
             acc_n = 0
             if step % (args.log_every * 8) == 0 or step == total:
                 print(f"  step {step:6d}/{total if total < 10**9 else '?'}  loss {r['loss']:.4f}  ce {r['ce']:.4f}  "
-                      f"lr {lr:.2e}  {r['elapsed']:.0f} s", flush=True)
+                      f"grad norm {r['grad_norm']:.2f}  lr {lr:.2e}  {r['elapsed']:.0f} s", flush=True)
         if step % args.val_every == 0 or step == total:
             vl, vc = val_loss(model, vds, val_batches, ids_sp, device, amp)
-            vlog.append({"step": step, "val_loss": vl, "val_ce": vc})
-            print(f"  step {step:6d}  validation loss {vl:.4f}  ce {vc:.4f}", flush=True)
+            v = {"step": step, "val_loss": vl, "val_ce": vc}
+            if args.probe_n:
+                v["val_result_acc"] = result_probe(model, vds, ids_sp, digit_ids, device, amp, args.probe_n)
+            vlog.append(v)
+            print(f"  step {step:6d}  validation loss {vl:.4f}  ce {vc:.4f}"
+                  + (f"  result probe {v['val_result_acc'] * 100:.1f}%" if args.probe_n else ""), flush=True)
     train_seconds = time.time() - (t_train or time.time())
     print(f"trained {step} steps ({epoch} epochs started) in {train_seconds:.0f} s; "
           f"repeat the schedule exactly with --steps {step}", flush=True)
@@ -443,6 +597,9 @@ def main(argv: list[str] | None = None) -> int:
         "TPF_THR_FLASH": f"{ev['threshold_0.9_flash_layout']['tokens_per_forward']:.2f}" if ev else "n/a",
         "EMPTY_FLASH": f"{ev['llada_sampler_flash_layout']['empty_rate'] * 100:.1f}%" if ev else "n/a",
         "SIZE_MB": f"{size / 1e6:.1f}",
+        "SUFFIX_FRAC": f"{args.suffix_frac:.0%}", "FULL_FRAC": f"{args.full_frac:.0%}",
+        "TIGHT_MAX": args.tight_extra + 1,
+        "FINAL_PROBE": f"{vlog[-1]['val_result_acc'] * 100:.1f}%" if vlog and "val_result_acc" in vlog[-1] else "n/a",
     }
     write_model_card(mdir, info)
     print(f"done in {time.time() - t_start:.0f} s: model {mdir}, log {args.out / 'train_log.jsonl'}, "

@@ -27,9 +27,44 @@ def test_committed_records_are_valid_and_balanced():
             assert set(r) == {"question", "answer"}
             arith_data.check_problem(r)
         ops = Counter(arith_data.count_ops(r) for r in recs)
-        assert ops == {k: n // 4 for k in (1, 2, 3, 4)}
+        assert ops == {1: n * 7 // 20, 2: n * 6 // 20, 3: n * 4 // 20, 4: n * 3 // 20}
         ops_used = Counter(op for r in recs for (_, op, _, _) in arith_data._EQ_RE.findall(r["answer"]))
         assert set(ops_used) == {"+", "-", "*", "/"} and min(ops_used.values()) > n // 20
+        # difficulty mix: products 1-digit x <= 2-digit, quotients <= 2 digits, 3-digit sums present
+        for r in recs:
+            for a, op, b, c in arith_data._EQ_RE.findall(r["answer"]):
+                if op == "*":
+                    assert min(int(a), int(b)) <= 9 and max(int(a), int(b)) <= 99, r
+                if op == "/":
+                    assert 2 <= int(b) <= 9 and int(c) <= 99, r
+        big_sums = [1 for r in recs for a, op, b, c in arith_data._EQ_RE.findall(r["answer"])
+                    if op in "+-" and len(a) == 3 and len(c) == 3]
+        assert len(big_sums) > n // 10
+        one_op_small = [r for r in recs if arith_data.count_ops(r) == 1
+                        and int(arith_data.final_answer(r["answer"])) <= 99]
+        assert len(one_op_small) > n // 20  # an easy tier exists
+
+
+def test_check_problem_enforces_the_difficulty_limits():
+    ok = {"question": "Tom buys 4 pens for 25 dollars each.", "answer": "The pens cost 4 * 25 = 100 dollars.\n#### 100"}
+    arith_data.check_problem(ok)
+    big = {"question": "x", "answer": "The pens cost 3 * 125 = 375 dollars.\n#### 375"}
+    with pytest.raises(ValueError, match="1-digit factor"):
+        arith_data.check_problem(big)
+    div = {"question": "x", "answer": "Each gets 800 / 2 = 400 apples.\n#### 400"}
+    with pytest.raises(ValueError, match="quotient"):
+        arith_data.check_problem(div)
+
+
+def test_make_problem_draws_the_op_mix():
+    import random
+
+    rng = random.Random(0)
+    ops = Counter(arith_data.count_ops(arith_data.make_problem(rng)) for _ in range(4000))
+    for k, w in ((1, 7), (2, 6), (3, 4), (4, 3)):
+        assert abs(ops[k] / 4000 - w / 20) < 0.03, ops
+    with pytest.raises(ValueError, match="n_ops"):
+        arith_data.make_problem(rng, 5)
 
 
 def test_splits_are_disjoint():
@@ -105,6 +140,11 @@ def test_tokenizer_config_is_llada_with_new_ids(small_tokenizer_dir):
     dec = ours["added_tokens_decoder"]
     assert dec["2048"]["content"] == "<|startoftext|>" and dec["2304"]["content"] == "<|mdm_mask|>"
     assert sorted(int(k) for k in dec) == list(range(2048, 2048 + 269))
+
+
+def test_chat_prompts_equal_jinja_rendering():
+    qs = ["Tom has 12 apples. How many?", "  padded question  ", "two\nlines", ""]
+    assert fmt.chat_prompts(qs) == [fmt.chat_prompt(q) for q in qs]
 
 
 def test_test_split_fits_generation_budget(small_tokenizer_dir):

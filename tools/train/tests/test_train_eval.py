@@ -29,43 +29,93 @@ def problems():
 def test_plan_and_batch_follow_llada_sft(tok, problems):
     ds = train.TokenizedSplit(tok, problems, "cpu", 128, 255)
     rng = np.random.default_rng(0)
-    batches = train.plan_epoch(rng, ds, 16, sort_window=2)
+    batches = train.plan_epoch(rng, ds, 16, full_frac=0.5, tight_extra=20, suffix_frac=0.5, sort_window=2)
     assert sum(len(b["idx"]) for b in batches) == ds.n
-    seen_flash = seen_llada = seen_clean = False
+    seen = {"flash": False, "llada": False, "tight": False, "clean": False, "cut": False}
     g = torch.Generator().manual_seed(0)
+    digit_ids = {tok.token_to_id(str(d)) for d in range(10)}
+    eq_id = tok.token_to_id("Ġ=")
     for bt in batches:
         P = ds.plen_np[bt["idx"]]
         A = ds.alen_np[bt["idx"]]
-        G, L = bt["G"], bt["L"]
-        assert (G >= A + 1).all() and set(G) <= {64, 128, 256}
-        flash = bt["flash"]
+        G, L, cut = bt["G"], bt["L"], bt["cut"]
+        assert (G >= A + 1).all()
+        flash, full = bt["flash"], bt["full"]
         assert (L[flash] == (P + G)[flash] // 128 * 128 + 128).all()
         assert (L[~flash] == (P + G)[~flash]).all()
-        seen_flash |= flash.any()
-        seen_llada |= (~flash).any()
-        seen_clean |= bt["clean"].any()
+        assert np.isin(G[full], train.GEN_LENGTHS).all()                   # inference layouts
+        assert (G[~full] <= A[~full] + 1 + 20).all() and not (flash & ~full).any()   # tight canvases
+        seen["flash"] |= flash.any()
+        seen["llada"] |= (full & ~flash).any()
+        seen["tight"] |= (~full).any()
+        seen["clean"] |= bt["clean"].any()
+        seen["cut"] |= (cut >= 0).any()
         assert not (bt["clean"] & ~flash).any()
         t = torch.linspace(0.2, 0.9, len(P))
-        noisy, ids, kv, masked, w = train.build_batch(ds, bt, IDS, g, "cpu", t_fixed=t)
+        noisy, ids, masked, w = train.build_batch(ds, bt, IDS, g, "cpu", t_fixed=t)
+        Lb = ids.shape[1]
+        assert Lb % 8 == 0 and Lb - 8 < L.max() <= Lb                      # one length, no key mask
         for r in range(len(P)):
-            p, a, l = int(P[r]), int(A[r]), int(L[r])
+            p, a = int(P[r]), int(A[r])
             want = tok.encode(fmt.chat_prompt(problems[bt["idx"][r]]["question"])).ids
             assert ids[r, :p].tolist() == want                               # chat prompt
             assert ids[r, p:p + a].tolist() == tok.encode(problems[bt["idx"][r]]["answer"]).ids
-            assert (ids[r, p + a:l] == IDS.eos).all()                       # EOS run, no EOT
-            assert not masked[r, :p].any() and not masked[r, l:].any()      # prompt / padding never masked
+            assert (ids[r, p + a:] == IDS.eos).all()                        # EOS run to the batch length
+            assert not masked[r, :p].any()                                  # prompt never masked
             assert (noisy[r][masked[r]] == IDS.mask).all()
             assert (noisy[r][~masked[r]] == ids[r][~masked[r]]).all()
             if bt["clean"][r]:
-                assert not masked[r, p + int(G[r]):].any()
+                assert not masked[r, p + int(G[r]):].any()                  # clean Flash tail
                 resp = int(G[r])
             else:
-                resp = l - p
+                resp = Lb - p
             pm = (1 - train.EPS_MASK) * float(t[r]) + train.EPS_MASK
-            assert torch.allclose(w[r, 0], torch.tensor(1 / (pm * resp)))
-            if kv is not None:
-                assert kv[r].sum() == l
-    assert seen_flash and seen_llada and seen_clean
+            if cut[r] >= 0:
+                c = p + int(cut[r])
+                assert int(ids[r, c]) in digit_ids and int(ids[r, c - 2]) == eq_id   # a result's first digit
+                end = p + int(G[r]) if bt["clean"][r] else Lb
+                assert masked[r, c:end].all()                               # result and all after it
+                assert torch.allclose(w[r, c], torch.tensor(1 / resp))
+                before = torch.arange(p, c)
+            else:
+                before = torch.arange(p, Lb)
+            assert torch.allclose(w[r, before], torch.tensor(1 / (pm * resp)))
+    assert all(seen.values()), seen
+
+
+def test_stratified_t_and_result_starts(tok, problems):
+    ds = train.TokenizedSplit(tok, problems, "cpu", 128, 255)
+    bt = train.plan_epoch(np.random.default_rng(3), ds, 64, full_frac=0.0)[0]
+    g = torch.Generator().manual_seed(0)
+    noisy, ids, masked, w = train.build_batch(ds, bt, IDS, g, "cpu")
+    # t_i = (perm_i + u_i) / B: the rows' 1/p weights cover every stratum [k/B, (k+1)/B) once
+    B = len(bt["idx"])
+    P = torch.from_numpy(ds.plen_np[bt["idx"]])
+    resp = ids.shape[1] - P
+    first = w[torch.arange(B), P]
+    t = ((1 / (first * resp)) - train.EPS_MASK) / (1 - train.EPS_MASK)
+    assert sorted((t * B).floor().long().tolist()) == list(range(B))
+    # the fast result-start path equals the character-offset path
+    answers = [p["answer"] for p in problems]
+    encs = tok.encode_batch(answers)
+
+    class Split:  # a tokenizer whose " =" is two tokens forces the offset path
+        def __init__(self, t):
+            self.t = t
+
+        def encode(self, s):
+            return type("E", (), {"ids": [1, 2]})()
+
+        def token_to_id(self, s):
+            return self.t.token_to_id(s)
+
+    A = np.zeros((len(answers), max(len(e.ids) for e in encs)), dtype=np.int64)
+    for i, e in enumerate(encs):
+        A[i, :len(e.ids)] = e.ids
+    alen = np.array([len(e.ids) for e in encs])
+    slow = train.TokenizedSplit._result_starts(Split(tok), answers, encs, A, alen)
+    assert (slow == ds.results_np).all()
+    assert ((ds.results_np >= 0).sum(1) == [arith_data.count_ops(p) for p in problems]).all()
 
 
 def test_mask_rate_tracks_t(tok, problems):
@@ -74,12 +124,11 @@ def test_mask_rate_tracks_t(tok, problems):
     g = torch.Generator().manual_seed(0)
     for tv in (0.1, 0.5, 0.9):
         t = torch.full((len(bt["idx"]),), tv)
-        noisy, ids, kv, masked, w = train.build_batch(ds, bt, IDS, g, "cpu", t_fixed=t)
+        noisy, ids, masked, w = train.build_batch(ds, bt, IDS, g, "cpu", t_fixed=t)
         P = torch.from_numpy(ds.plen_np[bt["idx"]])[:, None]
-        L = torch.from_numpy(bt["L"])[:, None]
         pos = torch.arange(ids.shape[1])[None]
-        maskable = (pos >= P) & (pos < L) & ~(torch.from_numpy(bt["clean"])[:, None]
-                                              & (pos >= P + torch.from_numpy(bt["G"])[:, None]))
+        maskable = (pos >= P) & ~(torch.from_numpy(bt["clean"])[:, None]
+                                  & (pos >= P + torch.from_numpy(bt["G"])[:, None]))
         rate = masked.sum() / maskable.sum()
         assert abs(float(rate) - tv) < 0.03
 
@@ -172,3 +221,12 @@ def test_flash_layout_rows_carry_eos_pad(tok, problems):
         n = L if kv is None else int(kv[r].sum())
         assert n == L
         assert (x[r, len(p):len(p) + 128] == IDS.mask).all() and (x[r, len(p) + 128:L] == IDS.eos).all()
+
+
+def test_result_probe_scores_results(tok, problems):
+    probs, prompts, targets = _setup(tok, problems)
+    ds = train.TokenizedSplit(tok, probs, "cpu", 128, 255)
+    digit_ids = {tok.token_to_id(str(d)) for d in range(10)}
+    args = (ds, IDS, digit_ids, "cpu", False, len(probs))
+    assert train.result_probe(Oracle(prompts, targets, 30.0), *args) == 1.0
+    assert train.result_probe(Oracle(prompts, targets, 30.0, wrong=True), *args) == 0.0
