@@ -1,28 +1,39 @@
 #!/usr/bin/env bash
-# Reproduce the small LLaDA model end to end: data -> tokenizer -> training -> export -> evaluation.
+# Reproduce the small LLaDA model end to end: data -> tokenizer -> training (two stages) -> export ->
+# evaluation -> reference logits.
 #
-#   tools/train/run.sh OUT_DIR [--smoke] [extra train.py flags, e.g. --time-budget 300 --steps N]
+#   tools/train/run.sh OUT_DIR [--smoke | --exact]
 #
-# Full run (GPU, <= 8 min on one H200): 400k train problems, 2048-token BPE, d_model 256, 13 layers
-# (12.3M parameters, model dir llada-arith-12m), 360 s training budget, eval on 200 test problems.
-# --smoke: 2000 problems, a 2-layer d_model-128 model trained 15 s, eval on 4 problems; runs on the
+# Full run (GPU, about 15 minutes on one H200, of which 12.5 training): 400k train problems, 2048-token
+# BPE, d_model 256, 13 layers (12.3M parameters, model dir llada-arith-12m).
+#   stage 1: from scratch, peak lr 1.5e-3, inference-state rows 50%, 390 s budget   -> OUT_DIR/stage1/
+#   stage 2: --init stage 1, peak lr 1e-3 (fresh warm-up + cosine), inference-state rows 70%, 415 s
+#            budget, eval on 200 test problems                                       -> OUT_DIR/
+# --exact: fixed step counts of the committed model's run (5594 + 5141 steps) instead of time budgets.
+# --smoke: 2000 problems, a 2-layer d_model-128 model, 15 s per stage, eval on 4 problems; runs on the
 # CPU (a few minutes on a busy 2-core machine); it checks the plumbing only, the model learns nothing.
 #
-# Writes: OUT_DIR/data/{train,validation,test}.jsonl, OUT_DIR/tokenizer/, OUT_DIR/train_log.jsonl,
-# OUT_DIR/loss_curve.png, OUT_DIR/eval.json, OUT_DIR/<model name>/ (the HF-layout model dir to copy to
-# models/), OUT_DIR/run.log (everything printed).
+# Writes: OUT_DIR/data/{train,validation,test}.jsonl, OUT_DIR/tokenizer/, OUT_DIR/stage1/ (stage 1's
+# log, loss curve and model dir), OUT_DIR/train_log.jsonl (both stages, stage 2's steps continue stage
+# 1's), OUT_DIR/loss_curve.png (both stages), OUT_DIR/eval.json, OUT_DIR/<model name>/ (the HF-layout
+# model dir to copy to models/), OUT_DIR/run.log (everything printed).
 set -euo pipefail
 
 if [[ $# -lt 1 ]]; then
-  sed -n '2,14p' "$0"
+  sed -n '2,21p' "$0"
   exit 2
 fi
 OUT=$1
 shift
 SMOKE=0
-if [[ "${1:-}" == "--smoke" ]]; then
-  SMOKE=1
-  shift
+EXACT=0
+case "${1:-}" in
+  --smoke) SMOKE=1; shift ;;
+  --exact) EXACT=1; shift ;;
+esac
+if [[ $# -gt 0 ]]; then
+  echo "run.sh: unknown argument '$1' (usage: run.sh OUT_DIR [--smoke | --exact])" >&2
+  exit 2
 fi
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 PY=${PYTHON:-python3}
@@ -34,13 +45,23 @@ export PYTHONUNBUFFERED=1
 {
   echo "== flashdllm small-model pipeline: $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo n/a), smoke=$SMOKE"
   T0=$(date +%s)
+  STAGE2=(--lr 1e-3 --warmup 100 --suffix-frac 0.7)
   if [[ $SMOKE == 1 ]]; then
     NTRAIN=2000
-    TRAIN_FLAGS=(--d-model 128 --n-heads 1 --n-layers 2 --mlp-hidden-size 384 --batch 32 --time-budget 15
-                 --measure-steps 5 --warmup 10 --log-every 5 --val-every 50 --eval-n 4 --name smoke-model)
+    TRAIN_FLAGS=(--d-model 128 --n-heads 1 --n-layers 2 --mlp-hidden-size 384 --batch 32
+                 --measure-steps 5 --log-every 5 --val-every 50 --name smoke-model)
+    STAGE1=(--time-budget 15 --warmup 10 --eval-n 0)
+    STAGE2=(--time-budget 15 --warmup 10 --suffix-frac 0.7 --eval-n 4)
+  elif [[ $EXACT == 1 ]]; then
+    NTRAIN=400000
+    TRAIN_FLAGS=()
+    STAGE1=(--steps 5594 --eval-n 0)
+    STAGE2+=(--steps 5141)
   else
     NTRAIN=400000
     TRAIN_FLAGS=()
+    STAGE1=(--time-budget 390 --eval-n 0)
+    STAGE2+=(--time-budget 415)
   fi
 
   echo "== 1/4 data (committed test/validation must match the generator)"
@@ -50,9 +71,12 @@ export PYTHONUNBUFFERED=1
   echo "== 2/4 tokenizer"
   "$PY" tools/train/build_tokenizer.py --train "$OUT/data/train.jsonl" --out "$OUT/tokenizer"
 
-  echo "== 3/4 training, export, evaluation"
+  echo "== 3/4 training stage 1 (from scratch), stage 2 (continued), export, evaluation"
   "$PY" tools/train/train.py --data "$OUT/data" --test data/arith/test.jsonl --tokenizer "$OUT/tokenizer" \
-      --out "$OUT" "${TRAIN_FLAGS[@]}" "$@"
+      --out "$OUT/stage1" "${TRAIN_FLAGS[@]}" "${STAGE1[@]}"
+  STAGE1_DIR=$(cat "$OUT/stage1/model_dir.txt")
+  "$PY" tools/train/train.py --data "$OUT/data" --test data/arith/test.jsonl --tokenizer "$OUT/tokenizer" \
+      --out "$OUT" --init "$STAGE1_DIR" --prev-log "$OUT/stage1/train_log.jsonl" "${TRAIN_FLAGS[@]}" "${STAGE2[@]}"
 
   echo "== 4/4 reference logits for the C++ parity test"
   MODEL_DIR=$(cat "$OUT/model_dir.txt")

@@ -280,7 +280,35 @@ def write_model_card(out_dir: Path, info: dict) -> None:
     (out_dir / "README.md").write_text(text)
 
 
-def plot_loss(log: list[dict], val: list[dict], path: Path) -> None:
+def read_prev_stage(log_path: Path) -> tuple[list[dict], list[dict], dict]:
+    """(train records, validation records, run facts) of an earlier stage's train_log.jsonl and the
+    train_meta.json beside it. Raises ValueError naming the file if either is missing or malformed."""
+    log_path = Path(log_path)
+    meta_path = log_path.parent / "train_meta.json"
+    try:
+        recs = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+        meta = json.loads(meta_path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"--prev-log {log_path}: cannot read the earlier stage's log or {meta_path.name}: {e}") from e
+    train_recs = [r for r in recs if "loss" in r]
+    val_recs = [r for r in recs if "val_loss" in r]
+    if not train_recs or "stages" not in meta:
+        raise ValueError(f"--prev-log {log_path}: no training records or no 'stages' in {meta_path}")
+    return train_recs, val_recs, meta
+
+
+def describe_stages(stages: list[dict]) -> str:
+    """Markdown lines of the training history for the model card, one per stage."""
+    out = []
+    for i, st in enumerate(stages, 1):
+        how = "from scratch" if not st.get("init") else "continued from stage " + str(i - 1) + " (fresh optimizer state)"
+        out.append(f"  - stage {i}, {how}: peak lr {st['lr']}, warm-up {st['warmup']} steps, inference-state rows "
+                   f"{st['suffix_frac']:.0%}, {st['steps']} steps in {st['seconds']:.0f} s "
+                   f"(repeat with `--steps {st['steps']}`)")
+    return "\n".join(out)
+
+
+def plot_loss(log: list[dict], val: list[dict], path: Path, stage_starts: tuple[int, ...] = ()) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -306,6 +334,9 @@ def plot_loss(log: list[dict], val: list[dict], path: Path) -> None:
                  label="validation result probe (%)")
         ax2.set_ylim(0, 100)
         ax2.legend(loc="upper right")
+    for x in stage_starts:
+        for a in ax:
+            a.axvline(x, color="grey", ls=":", lw=1)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -414,12 +445,22 @@ def main(argv: list[str] | None = None) -> int:
                     help="fraction of rows with an inference-state cut (result and all after it masked)")
     ap.add_argument("--probe-n", type=int, default=200,
                     help="validation rows of the teacher-forced result probe at each validation (0 = off)")
+    ap.add_argument("--init", type=Path, default=None,
+                    help="continue training from this exported model dir (its config replaces the size flags; "
+                         "optimizer state starts fresh with a new warm-up + cosine schedule)")
+    ap.add_argument("--prev-log", type=Path, default=None,
+                    help="with --init: the earlier stage's train_log.jsonl (its train_meta.json beside it); the "
+                         "log, loss curve and model card then cover both stages, this stage's steps continuing")
     ap.add_argument("--amp", choices=["auto", "on", "off"], default="auto",
                     help="bf16 autocast (auto: on for CUDA only)")
     args = ap.parse_args(argv)
 
     t_start = time.time()
     from tokenizers import Tokenizer
+
+    if args.prev_log and not args.init:
+        raise ValueError("--prev-log needs --init (the model the earlier stage exported)")
+    prev_log, prev_val, prev_meta = read_prev_stage(args.prev_log) if args.prev_log else ([], [], {"stages": []})
 
     device = torch.device(args.device)
     amp = device.type == "cuda" if args.amp == "auto" else args.amp == "on"
@@ -444,12 +485,22 @@ def main(argv: list[str] | None = None) -> int:
           f"prompt tokens max {ds.plen_np.max()} mean {ds.plen_np.mean():.1f}, answer tokens max "
           f"{ds.alen_np.max()} mean {ds.alen_np.mean():.1f}  [{time.time() - t_start:.1f} s]", flush=True)
 
-    cfg = LladaConfig(d_model=args.d_model, n_heads=args.n_heads, n_kv_heads=args.n_heads, n_layers=args.n_layers,
-                      mlp_hidden_size=args.mlp_hidden_size, vocab_size=ids_sp.embedding_size,
-                      embedding_size=ids_sp.embedding_size, mask_token_id=ids_sp.mask,
-                      eos_token_id=ids_sp.eos, pad_token_id=ids_sp.pad)
-    model = LladaModel(cfg)
-    model.init_weights(args.seed)
+    if args.init:
+        # Continued training: the weights (FP32 copy of the exported BF16) and config of an earlier run.
+        model = load_checkpoint(args.init, device="cpu", dtype=torch.float32)
+        cfg = model.cfg
+        if (cfg.embedding_size, cfg.mask_token_id, cfg.eos_token_id) != (ids_sp.embedding_size, ids_sp.mask, ids_sp.eos):
+            raise ValueError(f"--init {args.init}: embedding rows / mask / EOS ids ({cfg.embedding_size}, "
+                             f"{cfg.mask_token_id}, {cfg.eos_token_id}) differ from {args.tokenizer}'s "
+                             f"({ids_sp.embedding_size}, {ids_sp.mask}, {ids_sp.eos})")
+        print(f"continuing from {args.init}", flush=True)
+    else:
+        cfg = LladaConfig(d_model=args.d_model, n_heads=args.n_heads, n_kv_heads=args.n_heads, n_layers=args.n_layers,
+                          mlp_hidden_size=args.mlp_hidden_size, vocab_size=ids_sp.embedding_size,
+                          embedding_size=ids_sp.embedding_size, mask_token_id=ids_sp.mask,
+                          eos_token_id=ids_sp.eos, pad_token_id=ids_sp.pad)
+        model = LladaModel(cfg)
+        model.init_weights(args.seed)
     model.to(device).train()
     n_params = model.num_parameters()
     name = args.name or model_name(n_params)
@@ -551,12 +602,20 @@ def main(argv: list[str] | None = None) -> int:
     print(f"trained {step} steps ({epoch} epochs started) in {train_seconds:.0f} s; "
           f"repeat the schedule exactly with --steps {step}", flush=True)
 
+    stages = prev_meta["stages"] + [{"init": str(args.init) if args.init else "", "lr": args.lr, "warmup": args.warmup,
+                                     "suffix_frac": args.suffix_frac, "steps": step, "seconds": train_seconds}]
+    offset = max((r["step"] for r in prev_log), default=0)
+    for r in log + vlog:
+        r["step"] += offset
+        r["stage"] = len(stages)
+    log, vlog = prev_log + log, prev_val + vlog
     with open(args.out / "train_log.jsonl", "w") as fh:
         for r in log:
             fh.write(json.dumps(r) + "\n")
         for r in vlog:
             fh.write(json.dumps(r) + "\n")
-    plot_loss(log, vlog, args.out / "loss_curve.png")
+    (args.out / "train_meta.json").write_text(json.dumps({"stages": stages}, indent=2) + "\n")
+    plot_loss(log, vlog, args.out / "loss_curve.png", (offset,) if offset else ())
 
     mdir = args.out / name
     export(model, args.tokenizer, mdir)
@@ -584,7 +643,8 @@ def main(argv: list[str] | None = None) -> int:
         "N_REGULAR": n_regular, "N_TOKENS": ids_sp.n_tokens, "EMB": cfg.embedding_size,
         "BOS": ids_sp.bos, "EOS": ids_sp.eos, "MASK": ids_sp.mask, "EOT": ids_sp.eot,
         "SH": ids_sp.start_header, "EH": ids_sp.end_header,
-        "STEPS": step, "BATCH": args.batch, "LR": args.lr, "TRAIN_SECONDS": f"{train_seconds:.0f}",
+        "BATCH": args.batch, "STAGES": describe_stages(stages), "TOTAL_STEPS": sum(st["steps"] for st in stages),
+        "TRAIN_SECONDS": f"{sum(st['seconds'] for st in stages):.0f}",
         "N_TRAIN": ds.n, "FINAL_LOSS": f"{log[-1]['loss']:.4f}" if log else "n/a",
         "FINAL_VAL_LOSS": f"{vlog[-1]['val_loss']:.4f}" if vlog else "n/a",
         "DEVICE": torch.cuda.get_device_name(0) if device.type == "cuda" else "CPU",
@@ -597,7 +657,7 @@ def main(argv: list[str] | None = None) -> int:
         "TPF_THR_FLASH": f"{ev['threshold_0.9_flash_layout']['tokens_per_forward']:.2f}" if ev else "n/a",
         "EMPTY_FLASH": f"{ev['llada_sampler_flash_layout']['empty_rate'] * 100:.1f}%" if ev else "n/a",
         "SIZE_MB": f"{size / 1e6:.1f}",
-        "SUFFIX_FRAC": f"{args.suffix_frac:.0%}", "FULL_FRAC": f"{args.full_frac:.0%}",
+        "SUFFIX_FRAC": " / ".join(f"{st['suffix_frac']:.0%}" for st in stages) + (" (by stage)" if len(stages) > 1 else ""), "FULL_FRAC": f"{args.full_frac:.0%}",
         "TIGHT_MAX": args.tight_extra + 1,
         "FINAL_PROBE": f"{vlog[-1]['val_result_acc'] * 100:.1f}%" if vlog and "val_result_acc" in vlog[-1] else "n/a",
     }

@@ -230,3 +230,37 @@ def test_result_probe_scores_results(tok, problems):
     args = (ds, IDS, digit_ids, "cpu", False, len(probs))
     assert train.result_probe(Oracle(prompts, targets, 30.0), *args) == 1.0
     assert train.result_probe(Oracle(prompts, targets, 30.0, wrong=True), *args) == 0.0
+
+
+def test_two_stage_training_continues_log_and_card(small_tokenizer_dir, tmp_path):
+    """run.sh's two stages on a tiny model: stage 2 starts from stage 1's export (--init), its log
+    continues stage 1's steps (--prev-log), the card lists both stages; bad combinations are refused."""
+    data = tmp_path / "data"
+    arith_data.write_jsonl(data / "train.jsonl", arith_data.generate_split("train", 96))
+    arith_data.write_jsonl(data / "validation.jsonl", arith_data.generate_split("validation", 16))
+    test = data / "test.jsonl"
+    arith_data.write_jsonl(test, arith_data.generate_split("test", 4))
+    common = ["--data", str(data), "--test", str(test), "--tokenizer", str(small_tokenizer_dir), "--device", "cpu",
+              "--d-model", "128", "--n-heads", "1", "--n-layers", "1", "--mlp-hidden-size", "128", "--batch", "16",
+              "--log-every", "1", "--val-every", "3", "--probe-n", "4", "--eval-n", "0", "--name", "tiny"]
+    s1, s2 = tmp_path / "s1", tmp_path / "s2"
+    assert train.main(common + ["--out", str(s1), "--steps", "3", "--warmup", "1"]) == 0
+    with pytest.raises(ValueError, match="--prev-log needs --init"):
+        train.main(common + ["--out", str(s2), "--steps", "2", "--prev-log", str(s1 / "train_log.jsonl")])
+    with pytest.raises(ValueError, match="train_meta.json"):
+        train.main(common + ["--out", str(s2), "--steps", "2", "--init", str(s1 / "tiny"),
+                             "--prev-log", str(tmp_path / "missing.jsonl")])
+    assert train.main(common + ["--out", str(s2), "--steps", "2", "--warmup", "1", "--lr", "5e-4",
+                                "--suffix-frac", "0.7", "--init", str(s1 / "tiny"),
+                                "--prev-log", str(s1 / "train_log.jsonl")]) == 0
+    import json
+
+    recs = [json.loads(line) for line in (s2 / "train_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in recs if "loss" in r] == [1, 2, 3, 4, 5]
+    assert [r.get("stage", 1) for r in recs if "loss" in r] == [1, 1, 1, 2, 2]
+    stages = json.loads((s2 / "train_meta.json").read_text())["stages"]
+    assert [(st["steps"], st["lr"], st["suffix_frac"], bool(st["init"])) for st in stages] == \
+        [(3, 1.5e-3, 0.5, False), (2, 5e-4, 0.7, True)]
+    card = (s2 / "tiny" / "README.md").read_text()
+    assert "stage 1, from scratch" in card and "stage 2, continued from stage 1" in card
+    assert "5 steps in" in card and "50% / 70% (by stage)" in card
