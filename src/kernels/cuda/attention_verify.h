@@ -8,11 +8,13 @@
 // softmax whose running maximum is updated by every key, the in-tile ones included (the released
 // Triton kernel keeps the cache part's maximum for the in-tile block, §F.8).
 //
-// Deliberately simple first version (like attention_reference.cu): one CTA per (tile, head), one
-// warp per query row, scalar fp32 dot products (each lane owns head_dim/32 dimensions), expf. No
-// tensor cores: a verify pass has only 2·block_length rows per slot and keys ≈ seqlen_k, so it is
-// small next to the main pass; an mma.sync version can follow the flash kernel's layout if
-// profiles show it matters.
+// One CTA per (tile, head) streams the tile's keys through shared memory in chunks of 32; each warp
+// carries up to 4 query rows through the sweep. Per chunk a lane forms partial q·k over its head
+// dimensions for all 32 keys and a reduce-scatter of 31 shuffles hands lane j the score of key j, so
+// the online-softmax bookkeeping happens once per 32 keys, not once per key. No tensor cores: a
+// verify pass has 2·block_length rows per slot. (The first version folded one key at a time with a
+// warp reduction each: at LLaDA-8B shape the verify pass then cost 5.6x a draft pass at 1 slot,
+// bench/results/2026-11-30-h200-8b-verify.)
 #pragma once
 
 #include <cuda_bf16.h>
