@@ -16,7 +16,6 @@
 #include <cmath>
 #include <cstring>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <vector>
 
@@ -219,12 +218,7 @@ int main(int argc, char** argv) {
       }
     }
     CUDA_CHECK(cudaStreamDestroy(stream));
-    if (!json_path.empty()) {
-      std::ofstream f(json_path);
-      f << out.dump(2) << "\n";
-      if (!f) throw std::runtime_error("cannot write " + json_path);
-      std::printf("\nwrote %s\n", json_path.c_str());
-    }
+    bench::write_json(json_path, out);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attention_bench: %s\n", e.what());
     return 1;

@@ -4,9 +4,14 @@
 
 #include <cuda_runtime.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cstdlib>
+#include <cstdio>
+#include <fstream>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -102,6 +107,16 @@ inline std::vector<std::string> split(const std::string& s) {
     pos = e + 1;
   }
   return out;
+}
+
+/// Writes `j` (indented) to `path` unless the path is empty; throws std::runtime_error if the file
+/// cannot be written.
+inline void write_json(const std::string& path, const nlohmann::json& j) {
+  if (path.empty()) return;
+  std::ofstream f(path);
+  f << j.dump(2) << "\n";
+  if (!f) throw std::runtime_error("cannot write " + path);
+  std::printf("\nwrote %s\n", path.c_str());
 }
 
 /// Git commit given by the environment (FLASHDLLM_COMMIT, set by scripts/gpu_check.sh) or "unknown".

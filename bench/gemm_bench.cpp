@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -117,12 +116,7 @@ int main(int argc, char** argv) {
       CUDA_CHECK(cudaFree(o));
     }
     CUDA_CHECK(cudaStreamDestroy(stream));
-    if (!json_path.empty()) {
-      std::ofstream f(json_path);
-      f << out.dump(2) << "\n";
-      if (!f) throw std::runtime_error("cannot write " + json_path);
-      std::printf("\nwrote %s\n", json_path.c_str());
-    }
+    bench::write_json(json_path, out);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gemm_bench: %s\n", e.what());
     return 1;

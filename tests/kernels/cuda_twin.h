@@ -154,21 +154,28 @@ class TwinTest : public ::testing::Test {
   DType cpu_act() const { return cpu_->activation_dtype(); }
   DType twin_act() const { return twin_->activation_dtype(); }
 
-  /// A twin backend with FLASHDLLM_ATTENTION=mode (CUDA only), restoring the variable afterwards.
-  std::unique_ptr<Backend> cuda_with_attention(const char* mode) {
-    const char* old = std::getenv("FLASHDLLM_ATTENTION");
+  /// A CUDA backend made while the environment variable `name` = `value` (backend choices read at
+  /// construction, e.g. FLASHDLLM_ATTENTION, FLASHDLLM_QKV); the variable is restored afterwards.
+  static std::unique_ptr<Backend> cuda_with_env(const char* name, const char* value) {
+    const char* old = std::getenv(name);
     const std::string saved = old ? old : "";
-    setenv("FLASHDLLM_ATTENTION", mode, 1);
+    setenv(name, value, 1);
+    auto restore = [&] {
+      if (old) setenv(name, saved.c_str(), 1); else unsetenv(name);
+    };
     std::unique_ptr<Backend> be;
     try {
       be = make_cuda_backend(0);
     } catch (...) {
-      if (old) setenv("FLASHDLLM_ATTENTION", saved.c_str(), 1); else unsetenv("FLASHDLLM_ATTENTION");
+      restore();
       throw;
     }
-    if (old) setenv("FLASHDLLM_ATTENTION", saved.c_str(), 1); else unsetenv("FLASHDLLM_ATTENTION");
+    restore();
     return be;
   }
+
+  /// A twin backend with FLASHDLLM_ATTENTION=mode (CUDA only).
+  std::unique_ptr<Backend> cuda_with_attention(const char* mode) { return cuda_with_env("FLASHDLLM_ATTENTION", mode); }
 
   std::unique_ptr<Backend> cpu_, twin_;
   bool is_cuda_ = false;

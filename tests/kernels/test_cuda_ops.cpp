@@ -264,7 +264,7 @@ TEST_P(CudaOps, QkvRopeStoreMatchesCpu) {
     int64_t Dh, N, P;
   };
   const std::vector<Case> cases = small()
-                                      ? std::vector<Case>{{5, 64, 2, 32, 9, 16}}
+                                      ? std::vector<Case>{{5, 64, 2, 32, 9, 16}, {70, 64, 1, 64, 80, 16}}
                                       : std::vector<Case>{{1, 256, 2, 128, 4, 64},   {37, 256, 2, 128, 100, 4096},
                                                           {129, 512, 3, 128, 300, 512}, {65, 4096, 32, 128, 70, 4096},
                                                           {17, 256, 4, 64, 40, 128}};
@@ -309,33 +309,46 @@ TEST_P(CudaOps, QkvRopeStoreMatchesCpu) {
       be.qkv_rope_store(xd.t, wd.t, pd.t, rd.t, RopeTable{cd.t, sd.t}, c.H, q.t, ks.t, vs.t, scratch.t);
       be.synchronize();
     };
-    Dev qc, kc, vc, qt, kt, vt;
+    Dev qc, kc, vc;
     run(*cpu_, qc, kc, vc, false);
-    run(*twin_, qt, kt, vt, true);
-    EXPECT_TRUE(close("q_out", get(*twin_, qt.t), get(*cpu_, qc.t), HD, test::kBf16OpRelTol));
-    // Written store rows match; every other store row is untouched (still poison).
-    const std::vector<float> kt_h = get(*twin_, kt.t), vt_h = get(*twin_, vt.t);
-    const std::vector<float> kc_h = get(*cpu_, kc.t), vc_h = get(*cpu_, vc.t);
-    std::vector<float> kg, kr, vg, vr;
-    std::vector<bool> written(static_cast<size_t>(c.N), false);
-    for (int32_t r : rows) written[static_cast<size_t>(r)] = true;
-    int64_t touched_unwritten = 0;
-    for (int64_t r = 0; r < c.N; ++r) {
-      const auto b = kt_h.begin() + r * HD, vb = vt_h.begin() + r * HD;
-      if (written[static_cast<size_t>(r)]) {
-        kg.insert(kg.end(), b, b + HD);
-        kr.insert(kr.end(), kc_h.begin() + r * HD, kc_h.begin() + (r + 1) * HD);
-        vg.insert(vg.end(), vb, vb + HD);
-        vr.insert(vr.end(), vc_h.begin() + r * HD, vc_h.begin() + (r + 1) * HD);
-      } else {
-        for (int64_t j = 0; j < HD; ++j)
-          if (!std::isnan(b[j]) || !std::isnan(vb[j])) ++touched_unwritten;
-      }
+    // The twin as configured, then (CUDA) each qkv path forced: the fused QKV+RoPE+store kernel
+    // (head_dim 64 / 128 only) and the unfused cuBLASLt GEMM + rope_store.
+    std::vector<std::pair<std::string, std::unique_ptr<Backend>>> twins;
+    twins.emplace_back("default", nullptr);
+    if (is_cuda_) {
+      if (c.Dh == 64 || c.Dh == 128) twins.emplace_back("fused", cuda_with_env("FLASHDLLM_QKV", "fused"));
+      twins.emplace_back("unfused", cuda_with_env("FLASHDLLM_QKV", "unfused"));
     }
-    EXPECT_TRUE(close("k_store rows", kg, kr, HD, test::kBf16OpRelTol));
-    // v is a copy of the GEMM output: one bf16 rounding on the twin.
-    EXPECT_TRUE(close("v_store rows", vg, vr, HD, test::kBf16OpRelTol));
-    EXPECT_EQ(touched_unwritten, 0) << "store elements outside `rows` were modified";
+    for (auto& [mode, owned] : twins) {
+      SCOPED_TRACE("FLASHDLLM_QKV=" + mode);
+      Backend& tb = owned ? *owned : *twin_;
+      Dev qt, kt, vt;
+      run(tb, qt, kt, vt, true);
+      EXPECT_TRUE(close("q_out", get(tb, qt.t), get(*cpu_, qc.t), HD, test::kBf16OpRelTol));
+      // Written store rows match; every other store row is untouched (still poison).
+      const std::vector<float> kt_h = get(tb, kt.t), vt_h = get(tb, vt.t);
+      const std::vector<float> kc_h = get(*cpu_, kc.t), vc_h = get(*cpu_, vc.t);
+      std::vector<float> kg, kr, vg, vr;
+      std::vector<bool> written(static_cast<size_t>(c.N), false);
+      for (int32_t r : rows) written[static_cast<size_t>(r)] = true;
+      int64_t touched_unwritten = 0;
+      for (int64_t r = 0; r < c.N; ++r) {
+        const auto b = kt_h.begin() + r * HD, vb = vt_h.begin() + r * HD;
+        if (written[static_cast<size_t>(r)]) {
+          kg.insert(kg.end(), b, b + HD);
+          kr.insert(kr.end(), kc_h.begin() + r * HD, kc_h.begin() + (r + 1) * HD);
+          vg.insert(vg.end(), vb, vb + HD);
+          vr.insert(vr.end(), vc_h.begin() + r * HD, vc_h.begin() + (r + 1) * HD);
+        } else {
+          for (int64_t j = 0; j < HD; ++j)
+            if (!std::isnan(b[j]) || !std::isnan(vb[j])) ++touched_unwritten;
+        }
+      }
+      EXPECT_TRUE(close("k_store rows", kg, kr, HD, test::kBf16OpRelTol));
+      // v is a copy of the GEMM output: one bf16 rounding on the twin.
+      EXPECT_TRUE(close("v_store rows", vg, vr, HD, test::kBf16OpRelTol));
+      EXPECT_EQ(touched_unwritten, 0) << "store elements outside `rows` were modified";
+    }
   }
 }
 
@@ -361,6 +374,37 @@ TEST_P(CudaOps, QkvRopeStoreReportsBadPositionAndRow) {
   put_i32(*twin_, pd.t, {0, 7});
   put_i32(*twin_, rd.t, {0, 4});  // store row 4 outside [0, 4)
   EXPECT_TRUE(twin::throws_error(*twin_, call, ErrorCode::kInvalidArgument, "row"));
+}
+
+TEST_P(CudaOps, FusedQkvRopeStoreReportsBadInputAndUnsupportedShapes) {
+  if (!is_cuda_) GTEST_SKIP() << "FLASHDLLM_QKV selects between CUDA paths";
+  auto be = cuda_with_env("FLASHDLLM_QKV", "fused");
+  for (const int64_t Dh : {int64_t{64}, int64_t{32}}) {
+    SCOPED_TRACE("head_dim " + std::to_string(Dh));
+    const int64_t T = 3, D = 64, H = 2, N = 4, P = 8;
+    Dev xd = make(*be, be->activation_dtype(), T, D), wd = make(*be, be->weight_dtype(), 3 * H * Dh, D);
+    Dev pd = make(*be, DType::kI32, T), rd = make(*be, DType::kI32, T);
+    Dev cd = make(*be, DType::kF32, P, Dh / 2), sd = make(*be, DType::kF32, P, Dh / 2);
+    Dev q = make(*be, be->activation_dtype(), T, H * Dh), ks = make(*be, be->activation_dtype(), N, H * Dh),
+        vs = make(*be, be->activation_dtype(), N, H * Dh), scratch = make(*be, be->activation_dtype(), T, 3 * H * Dh);
+    put(*be, xd.t, randn_bf16(T * D, 3));
+    put(*be, wd.t, randn_bf16(3 * H * Dh * D, 4));
+    std::vector<float> cs, sn;
+    rope_tables(P, Dh, 10000.0, cs, sn);
+    put(*be, cd.t, cs);
+    put(*be, sd.t, sn);
+    put_i32(*be, rd.t, {0, 1, 2});
+    put_i32(*be, pd.t, {0, 8, 1});  // position 8 outside [0, 8)
+    auto call = [&] { be->qkv_rope_store(xd.t, wd.t, pd.t, rd.t, RopeTable{cd.t, sd.t}, H, q.t, ks.t, vs.t, scratch.t); };
+    if (Dh == 32) {  // the fused kernel takes head_dim 64 and 128 only: a clear refusal, not a wrong result
+      EXPECT_TRUE(twin::throws_error(*be, call, ErrorCode::kUnsupported, "FLASHDLLM_QKV=fused"));
+      continue;
+    }
+    EXPECT_TRUE(twin::throws_error(*be, call, ErrorCode::kInvalidArgument, "position"));
+    put_i32(*be, pd.t, {0, 7, 1});
+    put_i32(*be, rd.t, {0, 4, 1});  // store row 4 outside [0, 4)
+    EXPECT_TRUE(twin::throws_error(*be, call, ErrorCode::kInvalidArgument, "row"));
+  }
 }
 
 // ------------------------------------------------------------------------------------- swiglu

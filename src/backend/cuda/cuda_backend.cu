@@ -48,6 +48,7 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/kernel_errors.h"
 #include "kernels/cuda/rmsnorm.h"
+#include "kernels/cuda/qkv_rope_fused.h"
 #include "kernels/cuda/rope_store.h"
 #include "kernels/cuda/select.h"
 #include "kernels/cuda/swiglu.h"
@@ -130,6 +131,25 @@ kernels::FlashVariant auto_variant(int64_t q_rows, int64_t n_tiles, int n_heads,
   return kernels::FlashVariant::kM64N64;
 }
 
+// ----------------------------------------------------------------------------- qkv dispatch
+
+// Which qkv_rope_store path runs: FLASHDLLM_QKV = auto (default) | fused | unfused.
+enum class QkvMode { kAuto, kFused, kUnfused };
+
+QkvMode parse_qkv_env() {
+  const char* v = std::getenv("FLASHDLLM_QKV");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return QkvMode::kAuto;
+  if (std::strcmp(v, "fused") == 0) return QkvMode::kFused;
+  if (std::strcmp(v, "unfused") == 0) return QkvMode::kUnfused;
+  FDLLM_FAIL(ErrorCode::kInvalidArgument, "FLASHDLLM_QKV='{}' is not one of auto, fused, unfused", v);
+}
+
+// The auto choice per shape, from bench/qkv_bench on the H200 (bench/results/2026-11-30-h200-qkv-fused):
+// the first fused kernel (WMMA, 2-stage pipeline) is exact but 3-5x slower than cuBLASLt + rope_store
+// at every window (128-8192 rows) and prefill shape measured, so auto picks the unfused path
+// everywhere until a faster fused kernel is measured.
+bool auto_qkv_fused(int64_t /*tokens*/, int64_t /*d_model*/, int64_t /*width*/) { return false; }
+
 // ----------------------------------------------------------------------------- backend
 
 struct CudaFree {
@@ -202,6 +222,7 @@ class CudaBackend final : public Backend {
     *static_cast<int*>(host_flags_.get()) = 0;
     gemm_ = std::make_unique<kernels::GemmLt>();
     attention_ = parse_attention_env();
+    qkv_mode_ = parse_qkv_env();
     debug_sync_ = env_flag("FLASHDLLM_CUDA_SYNC");
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
@@ -401,10 +422,39 @@ class CudaBackend final : public Backend {
     FDLLM_CHECK_ARG(scratch.numel() >= T * 3 * HD, "qkv_rope_store: scratch {} holds fewer than {}·{} elements",
                     scratch.describe(), T, 3 * HD);
     if (T == 0) return;
+    CUDA_CHECK(cudaSetDevice(device_));
+    kernels::FusedQkvArgs f;
+    f.xn = bf16(xn);
+    f.wqkv = bf16(wqkv);
+    f.positions = positions.ptr<int32_t>();
+    f.rows = rows.ptr<int32_t>();
+    f.cos = rope.cos.ptr<float>();
+    f.sin = rope.sin.ptr<float>();
+    f.q_out = bf16(q_out);
+    f.k_store = bf16(k_store);
+    f.v_store = bf16(v_store);
+    f.tokens = T;
+    f.d_model = D;
+    f.n_heads = n_heads;
+    f.head_dim = static_cast<int>(Dh);
+    f.max_positions = rope.cos.rows();
+    f.store_rows = k_store.rows();
+    f.error_flags = flags();
+    const bool fused = qkv_mode_ == QkvMode::kFused ||
+                       (qkv_mode_ == QkvMode::kAuto && auto_qkv_fused(T, D, 3 * HD));
+    if (fused) {
+      if (!kernels::qkv_rope_fused_supported(f))
+        FDLLM_FAIL(ErrorCode::kUnsupported,
+                   "qkv_rope_store: FLASHDLLM_QKV=fused needs head_dim 64 or 128 and d_model a multiple of 32 "
+                   "(got head_dim {}, d_model {}); unset it to use the unfused path",
+                   Dh, D);
+      kernels::qkv_rope_store_fused_bf16(f, stream_);
+      after_op(kOp);
+      return;
+    }
     Tensor qkv(scratch.data, DType::kBF16, DeviceKind::kCUDA, {T, 3 * HD});
     for (const Tensor* t : {&xn, &wqkv, &q_out, &k_store, &v_store})
       FDLLM_CHECK_ARG(!overlap(qkv, *t), "qkv_rope_store: 'scratch' overlaps another operand ({})", t->describe());
-    CUDA_CHECK(cudaSetDevice(device_));
     gemm_->matmul(bf16(xn), bf16(wqkv), qkv.data, kernels::GemmOut::kBF16, T, 3 * HD, D, false, stream_);
     kernels::RopeStoreArgs a;
     a.qkv = bf16(qkv);
@@ -687,6 +737,7 @@ class CudaBackend final : public Backend {
   DevicePtr work_count_;
   int64_t work_capacity_ = 0;
   AttentionChoice attention_;
+  QkvMode qkv_mode_ = QkvMode::kAuto;
   bool debug_sync_ = false;
   // Declared last, destroyed first: StreamDestroy waits for queued work before anything above is freed.
   StreamPtr stream_owner_;

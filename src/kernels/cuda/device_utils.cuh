@@ -8,6 +8,23 @@
 
 namespace flashdllm::kernels::detail {
 
+/// Shared-memory address of a generic pointer into shared memory (for PTX operands).
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+/// 16-byte async copy global -> shared (sm_80+); with valid == false nothing is read and zeros
+/// are written. `src` must still be a mapped address.
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+/// Waits until at most N committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { cp_async_wait<0>(); }
+
 /// bf16 NaN used to poison outputs whose inputs were invalid.
 __device__ __forceinline__ __nv_bfloat16 bf16_nan() { return __ushort_as_bfloat16(static_cast<unsigned short>(0x7fc0)); }
 

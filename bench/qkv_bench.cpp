@@ -1,0 +1,215 @@
+// qkv_bench: the two CUDA paths of Backend::qkv_rope_store at LLaDA-8B shape (d_model 4096, 32
+// heads × 128), issue 5 item 2:
+//   unfused  cuBLASLt GEMM xn·wqkvᵀ -> [T, 12288] bf16 scratch, then rope_store_bf16 (RoPE on q, k;
+//            k, v scattered to their store rows)
+//   fused    qkv_rope_store_fused_bf16 (one kernel, no intermediate)
+// Shapes: Flash-Cache windows (--rows-per-slot query rows per slot, default β_t + β_m = 128, for
+// --slots) and prefill (--prefill-tokens). Store rows are scattered over a store of 128 slots × 1024
+// rows, positions over [0, 1024). Also checks the two paths agree (max |Δ| over q and the written
+// K/V rows, relative to max |ref|) before timing. Median of --iters event-timed measurements.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/cuda_bench_util.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/fill.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/qkv_rope_fused.h"
+#include "kernels/cuda/rope_store.h"
+
+using namespace flashdllm;
+using namespace flashdllm::kernels;
+
+namespace {
+
+constexpr int64_t kD = 4096, kHeads = 32, kDh = 128, kHD = kHeads * kDh, kPositions = 1024, kStoreRows = 128 * 1024;
+
+template <class T>
+T* dev_alloc(size_t n) {
+  void* p = nullptr;
+  CUDA_CHECK(cudaMalloc(&p, n * sizeof(T)));
+  return static_cast<T*>(p);
+}
+
+std::vector<float> to_float(const __nv_bfloat16* d, size_t n) {
+  std::vector<__nv_bfloat16> h(n);
+  CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost));
+  std::vector<float> f(n);
+  for (size_t i = 0; i < n; ++i) f[i] = __bfloat162float(h[i]);
+  return f;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"fused vs unfused QKV projection + RoPE + K/V store at LLaDA-8B shape"};
+  std::string slots = "1,2,4,8,16,32,64", prefill = "256,1024,4096,8192";
+  int rows_per_slot = 128, warmup = 3, iters = 10;
+  std::string json_path;
+  app.add_option("--slots", slots, "window shapes: slot counts (T = slots × rows-per-slot)");
+  app.add_option("--rows-per-slot", rows_per_slot, "query rows per slot (β_t + β_m)");
+  app.add_option("--prefill-tokens", prefill, "prefill shapes: T");
+  app.add_option("--warmup", warmup, "warm-up launches");
+  app.add_option("--iters", iters, "timed measurements (median reported)");
+  app.add_option("--json", json_path, "write results as JSON");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    const bench::DeviceInfo dev = bench::device_info();
+    std::vector<std::pair<std::string, long long>> shapes;
+    for (long long s : bench::parse_list(slots)) shapes.emplace_back("window " + std::to_string(s) + " slots", s * rows_per_slot);
+    for (long long t : bench::parse_list(prefill)) shapes.emplace_back("prefill", t);
+    long long t_max = 1;
+    for (const auto& s : shapes) t_max = std::max(t_max, s.second);
+
+    cudaStream_t stream;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    auto* x = dev_alloc<__nv_bfloat16>(static_cast<size_t>(t_max * kD));
+    auto* w = dev_alloc<__nv_bfloat16>(static_cast<size_t>(3 * kHD * kD));
+    auto* scratch = dev_alloc<__nv_bfloat16>(static_cast<size_t>(t_max * 3 * kHD));
+    auto* q1 = dev_alloc<__nv_bfloat16>(static_cast<size_t>(t_max * kHD));
+    auto* q2 = dev_alloc<__nv_bfloat16>(static_cast<size_t>(t_max * kHD));
+    auto* k1 = dev_alloc<__nv_bfloat16>(static_cast<size_t>(kStoreRows * kHD));
+    auto* v1 = dev_alloc<__nv_bfloat16>(static_cast<size_t>(kStoreRows * kHD));
+    auto* k2 = dev_alloc<__nv_bfloat16>(static_cast<size_t>(kStoreRows * kHD));
+    auto* v2 = dev_alloc<__nv_bfloat16>(static_cast<size_t>(kStoreRows * kHD));
+    auto* cs = dev_alloc<float>(static_cast<size_t>(kPositions * kDh / 2));
+    auto* sn = dev_alloc<float>(static_cast<size_t>(kPositions * kDh / 2));
+    auto* pos = dev_alloc<int32_t>(static_cast<size_t>(t_max));
+    auto* rows = dev_alloc<int32_t>(static_cast<size_t>(t_max));
+    int* flags = dev_alloc<int>(1);
+    CUDA_CHECK(cudaMemset(flags, 0, sizeof(int)));
+    fill_uniform_bf16(x, t_max * kD, 1, -1.0f, 1.0f, stream);
+    fill_uniform_bf16(w, 3 * kHD * kD, 2, -0.02f, 0.02f, stream);
+    {  // RoPE tables (θ 500000) and scattered positions / distinct store rows
+      std::vector<float> c(static_cast<size_t>(kPositions * kDh / 2)), s(c.size());
+      for (int64_t i = 0; i < kDh / 2; ++i) {
+        const double inv = 1.0 / std::pow(500000.0, 2.0 * static_cast<double>(i) / kDh);
+        for (int64_t p = 0; p < kPositions; ++p) {
+          c[static_cast<size_t>(p * kDh / 2 + i)] = static_cast<float>(std::cos(static_cast<double>(p) * inv));
+          s[static_cast<size_t>(p * kDh / 2 + i)] = static_cast<float>(std::sin(static_cast<double>(p) * inv));
+        }
+      }
+      CUDA_CHECK(cudaMemcpy(cs, c.data(), c.size() * 4, cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(sn, s.data(), s.size() * 4, cudaMemcpyHostToDevice));
+      std::mt19937 rng(7);
+      std::vector<int32_t> p(static_cast<size_t>(t_max)), r(static_cast<size_t>(kStoreRows));
+      for (auto& v : p) v = static_cast<int32_t>(rng() % kPositions);
+      std::iota(r.begin(), r.end(), 0);
+      std::shuffle(r.begin(), r.end(), rng);
+      CUDA_CHECK(cudaMemcpy(pos, p.data(), p.size() * 4, cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(rows, r.data(), p.size() * 4, cudaMemcpyHostToDevice));
+    }
+    GemmLt gemm;
+    auto unfused = [&](int64_t T, __nv_bfloat16* q, __nv_bfloat16* k, __nv_bfloat16* v) {
+      gemm.matmul(x, w, scratch, GemmOut::kBF16, T, 3 * kHD, kD, false, stream);
+      RopeStoreArgs a;
+      a.qkv = scratch;
+      a.positions = pos;
+      a.rows = rows;
+      a.cos = cs;
+      a.sin = sn;
+      a.q_out = q;
+      a.k_store = k;
+      a.v_store = v;
+      a.tokens = T;
+      a.n_heads = kHeads;
+      a.head_dim = kDh;
+      a.max_positions = kPositions;
+      a.store_rows = kStoreRows;
+      a.error_flags = flags;
+      rope_store_bf16(a, stream);
+    };
+    auto fused = [&](int64_t T, __nv_bfloat16* q, __nv_bfloat16* k, __nv_bfloat16* v) {
+      FusedQkvArgs a;
+      a.xn = x;
+      a.wqkv = w;
+      a.positions = pos;
+      a.rows = rows;
+      a.cos = cs;
+      a.sin = sn;
+      a.q_out = q;
+      a.k_store = k;
+      a.v_store = v;
+      a.tokens = T;
+      a.d_model = kD;
+      a.n_heads = kHeads;
+      a.head_dim = kDh;
+      a.max_positions = kPositions;
+      a.store_rows = kStoreRows;
+      a.error_flags = flags;
+      qkv_rope_store_fused_bf16(a, stream);
+    };
+
+    nlohmann::json out;
+    out["bench"] = "qkv_rope_store";
+    out["device"] = dev.name;
+    out["commit"] = bench::commit_id();
+    out["d_model"] = kD;
+    out["n_heads"] = kHeads;
+    out["head_dim"] = kDh;
+    out["results"] = nlohmann::json::array();
+    std::printf("device: %s (%d SMs)\n\n| shape | T | unfused us | fused us | fused / unfused | max rel diff |\n"
+                "|---|---:|---:|---:|---:|---:|\n",
+                dev.name.c_str(), dev.sm_count);
+    for (const auto& [name, T] : shapes) {
+      // Agreement first: both paths on the same inputs, q rows and the written store rows compared.
+      unfused(T, q1, k1, v1);
+      fused(T, q2, k2, v2);
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      int hflags = 0;
+      CUDA_CHECK(cudaMemcpy(&hflags, flags, sizeof(int), cudaMemcpyDeviceToHost));
+      if (hflags != 0) throw std::runtime_error("device error flags set: " + std::to_string(hflags));
+      const auto n_check = static_cast<size_t>(std::min<long long>(T, 512));
+      double max_ref = 0, max_diff = 0;
+      {
+        const std::vector<float> a = to_float(q1, n_check * kHD), b = to_float(q2, n_check * kHD);
+        for (size_t i = 0; i < a.size(); ++i) {
+          max_ref = std::max(max_ref, static_cast<double>(std::abs(a[i])));
+          max_diff = std::max(max_diff, static_cast<double>(std::abs(a[i] - b[i])));
+        }
+        std::vector<int32_t> hr(n_check);
+        CUDA_CHECK(cudaMemcpy(hr.data(), rows, n_check * 4, cudaMemcpyDeviceToHost));
+        for (const auto& [sa, sb] : {std::pair{k1, k2}, std::pair{v1, v2}})
+          for (size_t t = 0; t < n_check; t += 7) {
+            const std::vector<float> ra = to_float(sa + static_cast<int64_t>(hr[t]) * kHD, kHD);
+            const std::vector<float> rb = to_float(sb + static_cast<int64_t>(hr[t]) * kHD, kHD);
+            for (int64_t i = 0; i < kHD; ++i) {
+              max_ref = std::max(max_ref, static_cast<double>(std::abs(ra[static_cast<size_t>(i)])));
+              max_diff = std::max(max_diff, static_cast<double>(std::abs(ra[static_cast<size_t>(i)] - rb[static_cast<size_t>(i)])));
+            }
+          }
+      }
+      const double rel = max_ref > 0 ? max_diff / max_ref : 0.0;
+      const bench::Timing tu = bench::time_launches([&](int) { unfused(T, q1, k1, v1); }, stream, warmup, iters, 2.0);
+      const bench::Timing tf = bench::time_launches([&](int) { fused(T, q2, k2, v2); }, stream, warmup, iters, 2.0);
+      std::printf("| %s | %lld | %.1f | %.1f | %.2f | %.2e |\n", name.c_str(), T, tu.median_us, tf.median_us,
+                  tf.median_us / tu.median_us, rel);
+      std::fflush(stdout);
+      nlohmann::json r;
+      r["shape"] = name;
+      r["T"] = T;
+      r["unfused_us"] = {{"median", tu.median_us}, {"min", tu.min_us}, {"max", tu.max_us}};
+      r["fused_us"] = {{"median", tf.median_us}, {"min", tf.min_us}, {"max", tf.max_us}};
+      r["fused_over_unfused"] = tf.median_us / tu.median_us;
+      r["max_rel_diff"] = rel;
+      out["results"].push_back(r);
+    }
+    for (void* p : std::initializer_list<void*>{x, w, scratch, q1, q2, k1, v1, k2, v2, cs, sn, pos, rows, flags})
+      CUDA_CHECK(cudaFree(p));
+    CUDA_CHECK(cudaStreamDestroy(stream));
+    bench::write_json(json_path, out);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "qkv_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
