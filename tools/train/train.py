@@ -32,10 +32,13 @@ numbers).
 Training runs for a wall-clock budget: after `--measure-steps` steps the mean step time fixes the total
 step count (re-estimated once at 6x that many steps), which sets a warm-up + cosine learning-rate
 schedule; `--steps N` fixes the count instead (bit-for-bit repeatable run order; printed at the end).
+Stages: `--init DIR` starts from an exported model (fresh optimizer, new warm-up + cosine schedule);
+with `--prev-log` the earlier stage's log and train_meta.json are carried on, so the log, loss curve and
+model card describe the whole history (run.sh trains two stages this way).
 Each validation also runs a teacher-forced result probe (`result_probe`): the share of validation
 equations whose result the model gets right from the sampler's state.
 
-Outputs in --out: train_log.jsonl, loss_curve.png, eval.json and the exported model directory
+Outputs in --out: train_log.jsonl, train_meta.json (the stages), loss_curve.png, eval.json and the exported model directory
 (config.json, model.safetensors BF16, tokenizer files, generation_config.json, README.md,
 loss_curve.png).
 """
@@ -301,7 +304,10 @@ def describe_stages(stages: list[dict]) -> str:
     """Markdown lines of the training history for the model card, one per stage."""
     out = []
     for i, st in enumerate(stages, 1):
-        how = "from scratch" if not st.get("init") else "continued from stage " + str(i - 1) + " (fresh optimizer state)"
+        if not st.get("init"):
+            how = "from scratch"
+        else:
+            how = f"continued from {'stage ' + str(i - 1) if i > 1 else '`' + st['init'] + '`'} (fresh optimizer state)"
         out.append(f"  - stage {i}, {how}: peak lr {st['lr']}, warm-up {st['warmup']} steps, inference-state rows "
                    f"{st['suffix_frac']:.0%}, {st['steps']} steps in {st['seconds']:.0f} s "
                    f"(repeat with `--steps {st['steps']}`)")
@@ -657,7 +663,8 @@ def main(argv: list[str] | None = None) -> int:
         "TPF_THR_FLASH": f"{ev['threshold_0.9_flash_layout']['tokens_per_forward']:.2f}" if ev else "n/a",
         "EMPTY_FLASH": f"{ev['llada_sampler_flash_layout']['empty_rate'] * 100:.1f}%" if ev else "n/a",
         "SIZE_MB": f"{size / 1e6:.1f}",
-        "SUFFIX_FRAC": " / ".join(f"{st['suffix_frac']:.0%}" for st in stages) + (" (by stage)" if len(stages) > 1 else ""), "FULL_FRAC": f"{args.full_frac:.0%}",
+        "SUFFIX_FRAC": " / ".join(f"{st['suffix_frac']:.0%}" for st in stages) + (" (by stage)" if len(stages) > 1 else ""),
+        "FULL_FRAC": f"{args.full_frac:.0%}",
         "TIGHT_MAX": args.tight_extra + 1,
         "FINAL_PROBE": f"{vlog[-1]['val_result_acc'] * 100:.1f}%" if vlog and "val_result_acc" in vlog[-1] else "n/a",
     }
