@@ -118,7 +118,9 @@ struct DecodeArgs {
       if (!set("--threshold")) o.threshold = p.threshold;
       if (!set("--gamma")) o.gamma = p.gamma;
     }
-    if (threshold >= 0.0) o.threshold = threshold;
+    if (app->get_option("--threshold")->count() > 0) o.threshold = threshold;  // the engine checks (0, 1]
+    // Default steps (128) for a shorter generation: one token per step (steps <= gen_length).
+    if (app->get_option("--steps")->count() == 0 && o.steps > o.gen_length) o.steps = o.gen_length;
     if (eot_id >= 0) o.eot_token_id = eot_id;
     if (!forced.empty()) {
       std::stringstream ss(forced);
@@ -151,8 +153,10 @@ void add_decode_options(CLI::App* app, DecodeArgs& d) {
   app->add_option("--gen-length", go.gen_length, "tokens to generate")->capture_default_str();
   app->add_option("--block-length", go.block_length,
                   "semi-autoregressive block (none/prefix/dual) or masked window (flash); 0 = 32, or 16 for flash")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  app->add_option("--steps", go.steps, "forward passes (quota mode)")->capture_default_str();
+  app->add_option("--steps", go.steps, "forward passes (quota mode), at most gen_length (default 128, or gen_length if smaller)")
+      ->capture_default_str();
   app->add_option("--remasking", go.remasking, "low_confidence | random")->capture_default_str();
   app->add_option("--temperature", go.temperature, "Gumbel-max sampling temperature (0 = greedy)")
       ->capture_default_str();
@@ -174,6 +178,7 @@ void add_decode_options(CLI::App* app, DecodeArgs& d) {
       ->capture_default_str();
   app->add_option("--slots", go.n_slots, "flash: concurrent slots (continuous batching)")->capture_default_str();
   app->add_option("--tokens-per-step", go.tokens_per_step, "flash: greedy fixed-count decoding (0 = threshold rule)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app->add_option("--forced-schedule", d.forced,
                   "flash benchmarks: tokens committed per iteration regardless of confidence, e.g. 4 or 8,4,2");
@@ -295,7 +300,7 @@ int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
     }
     j["results"] = std::move(arr);
     j["peak_memory_bytes"] = engine->peak_memory_bytes();
-    std::cout << j.dump(2) << "\n";
+    std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return 0;
   }
   for (size_t i = 0; i < results.size(); ++i) {
@@ -511,7 +516,9 @@ void add_eval_subcommand(CLI::App& app, CommonArgs& ca, EvalArgs& ea, CLI::App*&
   evl->add_option("--fewshot-processes", ea.fewshot_processes,
                   "gsm8k: lm-eval processes that built the prompts (each seeds its own sampler)")
       ->capture_default_str();
-  evl->add_option("--limit", ea.limit, "evaluate only the first N samples (0 = all)")->capture_default_str();
+  evl->add_option("--limit", ea.limit, "evaluate only the first N samples (0 = all)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   evl->add_option("--batch", ea.batch,
                   "none/prefix/dual: requests per generate call; flash: slots (continuous batching) unless --slots")
       ->capture_default_str();
@@ -715,6 +722,7 @@ void add_bench_subcommand(CLI::App& app, CommonArgs& ca, BenchArgs& ba, CLI::App
   bch->add_option("--data", ba.data, "test-split file (default: the task's file under data/)");
   bch->add_option("--limit", ba.limit,
                   "accuracy: the first N documents (0 = all); timing-only: prompts per repeat (0 = the batch size)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   bch->add_flag("--timing-only", ba.timing_only, "fixed prompts (the task's first ones), no scoring");
   bch->add_option("--methods", ba.methods, "comma-separated: none, prefix, dual, flash, flash+verify")
@@ -784,7 +792,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int rc = app.exit(e);  // prints help (rc 0) or the parse error
+    return rc == 0 ? 0 : 2;      // every command-line error exits 2, as bad parameter values do
   }
   flashdllm::logger().set_level(ca.verbose ? spdlog::level::info : spdlog::level::warn);
   try {

@@ -16,7 +16,9 @@ void validate_block_schedule(const BlockSchedule& o, double temperature, const L
                   "gen_length ({}) must be a multiple of block_length ({}) ({} asserts this)", o.gen_length,
                   o.block_length, source);
   if (!o.threshold) {
-    FDLLM_CHECK_ARG(o.steps > 0, "steps must be positive, got {}", o.steps);
+    FDLLM_CHECK_ARG(o.steps > 0 && o.steps <= o.gen_length,
+                    "steps must be in [1, gen_length = {}] (a step commits at least one token), got {}", o.gen_length,
+                    o.steps);
     FDLLM_CHECK_ARG(o.steps % o.n_blocks() == 0,
                     "steps ({}) must be divisible by the number of blocks gen_length/block_length = {} ({} asserts "
                     "this)",

@@ -13,7 +13,9 @@ void validate_sampler_options(const LladaSamplerOptions& o, const LladaConfig& c
   FDLLM_CHECK_ARG(!o.confidence_eos_eot_inf || (o.eot_token_id >= 0 && o.eot_token_id < cfg.embedding_size),
                   "confidence_eos_eot_inf needs the EOT token id (<|eot_id|>), which this checkpoint's tokenizer "
                   "does not define; pass --eot-id");
-  FDLLM_CHECK_ARG(o.eos_pad_tile >= 0, "eos_pad_tile must be >= 0, got {}", o.eos_pad_tile);
+  FDLLM_CHECK_ARG(o.eos_pad_tile >= 0 && o.eos_pad_tile <= cfg.max_sequence_length,
+                  "eos_pad_tile must be in [0, max_sequence_length = {}], got {}", cfg.max_sequence_length,
+                  o.eos_pad_tile);
 }
 
 LladaSampler::LladaSampler(Backend& backend, const LladaModel& model, LladaSamplerOptions options)
@@ -28,9 +30,13 @@ SequenceState LladaSampler::init_state(std::span<const int32_t> prompt) const {
   if (opt_.eos_pad_tile > 0) {
     const int64_t total = static_cast<int64_t>(s.x.size());
     const int64_t padded = total / opt_.eos_pad_tile * opt_.eos_pad_tile + opt_.eos_pad_tile;
-    FDLLM_CHECK_ARG(padded <= c.max_sequence_length + opt_.eos_pad_tile,
-                    "prompt + gen_length padded to the {}-token tile ({}) exceeds the model's context {}",
-                    opt_.eos_pad_tile, padded, c.max_sequence_length);
+    // The padded row must stay inside the RoPE table (the engine makes max_sequence_length + 256 rows,
+    // room for the Flash-dLLM layout's padding).
+    const int64_t rope_rows = model_.rope.table.cos.rows();
+    FDLLM_CHECK_ARG(padded <= rope_rows,
+                    "--eos-pad-tile {}: prompt + gen_length = {} padded to the next tile is {} positions, beyond the "
+                    "{} positions this model supports (max_sequence_length {})",
+                    opt_.eos_pad_tile, total, padded, rope_rows, c.max_sequence_length);
     s.x.resize(static_cast<size_t>(padded), c.eos_token_id);
   }
   begin_block(s, opt_.schedule(), c.mask_token_id);

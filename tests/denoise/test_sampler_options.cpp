@@ -51,10 +51,20 @@ TEST(SamplerOptions, GenLengthZeroRejected) {
   expect_invalid(o, "gen_length must be positive");
 }
 
-TEST(SamplerOptions, StepsZeroRejected) {
+TEST(SamplerOptions, StepsOutsideOneToGenLengthRejected) {
   LladaSamplerOptions o;
   o.steps = 0;
-  expect_invalid(o, "steps must be positive");
+  expect_invalid(o, "steps must be in [1, gen_length");
+  // More steps than tokens would run forward passes that commit nothing (and an unbounded count
+  // would size the quota schedule by it): refused.
+  o.steps = o.gen_length * 2;
+  expect_invalid(o, "steps must be in [1, gen_length");
+}
+
+TEST(SamplerOptions, EosPadTileBeyondTheContextRejected) {
+  LladaSamplerOptions o;
+  o.eos_pad_tile = 1 << 30;
+  expect_invalid(o, "eos_pad_tile must be in [0, max_sequence_length");
 }
 
 TEST(SamplerOptions, ThresholdOutOfRangeRejected) {

@@ -99,6 +99,25 @@ TEST(Cli, ImpossibleParametersExitWithCode2) {
   EXPECT_NE(r.out.find("'x' is not a token id"), std::string::npos) << r.out;
 }
 
+TEST(Cli, BadOptionValuesAreRefusedNotIgnored) {
+  const std::string base = fmt::format("generate -m {} --prompt-ids 5,6 --gen-length 32 --block-length 32 ",
+                                       golden_dir().string());
+  // Values that used to fall back silently to another decoding mode, and an out-of-range pad tile
+  // that used to allocate without bound: all exit 2 with the parameter named.
+  for (const auto& [args, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"--threshold=-0.5", "threshold must be in (0, 1]"},
+           {"--threshold nan", "threshold must be in (0, 1]"},
+           {"--block-length=-16", "--block-length"},
+           {"--steps 64", "steps must be in [1, gen_length = 32]"},
+           {"--steps 32 --eos-pad-tile 2147483647", "eos_pad_tile must be in [0, max_sequence_length"},
+           {"--bogus-flag", "bogus"},
+           {"--gen-length abc", "--gen-length"}}) {
+    CliRun r = run_cli(base + args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find(needle), std::string::npos) << args << "\n" << r.out;
+  }
+}
+
 TEST(Cli, MissingModelDirectoryNamesIt) {
   CliRun r = run_cli("generate -m /nonexistent/model --prompt-ids 1,2");
   EXPECT_EQ(r.code, 1) << r.out;

@@ -57,6 +57,14 @@ class LladaConfig:
 
     def validate(self) -> None:
         """Raise ValueError naming the field if the shape is not one this model supports."""
+        for f in fields(self):
+            v = getattr(self, f.name)
+            want = float if f.type in (float, "float") else int
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or (want is int and not isinstance(v, int)):
+                raise ValueError(f"field {f.name} = {v!r} must be {want.__name__}")
+            if f.name in ("d_model", "n_heads", "n_kv_heads", "n_layers", "mlp_hidden_size", "vocab_size",
+                          "embedding_size", "max_sequence_length") and v <= 0:
+                raise ValueError(f"field {f.name} = {v} must be positive")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model {self.d_model} not divisible by n_heads {self.n_heads}")
         if self.n_kv_heads != self.n_heads:
@@ -69,7 +77,12 @@ class LladaConfig:
     @classmethod
     def from_json(cls, path: Path) -> "LladaConfig":
         """Read the used fields from an HF config.json; checks LLaDA's fixed-architecture flags."""
-        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        try:
+            raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValueError(f"{path}: cannot read the config: {e}") from e
+        if not isinstance(raw, dict):
+            raise ValueError(f"{path}: expected a JSON object")
         fixed = {"block_type": "llama", "activation_type": "silu", "layer_norm_type": "rms", "rope": True,
                  "alibi": False, "weight_tying": False, "include_bias": False, "include_qkv_bias": False,
                  "attention_layer_norm": False, "scale_logits": False, "input_emb_norm": False,
@@ -82,7 +95,10 @@ class LladaConfig:
         if missing:
             raise ValueError(f"{path}: missing fields {sorted(missing)}")
         cfg = cls(**{k: raw[k] for k in names})
-        cfg.validate()
+        try:
+            cfg.validate()
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from e
         return cfg
 
 

@@ -19,8 +19,8 @@
 # model dir to copy to models/), OUT_DIR/run.log (everything printed).
 set -euo pipefail
 
-if [[ $# -lt 1 ]]; then
-  sed -n '2,21p' "$0"
+if [[ $# -lt 1 || "$1" == -* ]]; then  # no OUT_DIR (or a flag in its place): the usage
+  sed -n '2,/^set -euo/p' "$0" | grep '^#'
   exit 2
 fi
 OUT=$1
@@ -32,7 +32,7 @@ case "${1:-}" in
   --exact) EXACT=1; shift ;;
 esac
 if [[ $# -gt 0 ]]; then
-  echo "run.sh: unknown argument '$1' (usage: run.sh OUT_DIR [--smoke | --exact])" >&2
+  echo "run.sh: unexpected argument '$1' (usage: run.sh OUT_DIR [--smoke | --exact], one mode at most)" >&2
   exit 2
 fi
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)

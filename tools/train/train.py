@@ -289,15 +289,33 @@ def read_prev_stage(log_path: Path) -> tuple[list[dict], list[dict], dict]:
     log_path = Path(log_path)
     meta_path = log_path.parent / "train_meta.json"
     try:
-        recs = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
-        meta = json.loads(meta_path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
+        recs = [json.loads(line) for line in log_path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"--prev-log {log_path}: cannot read the earlier stage's log or {meta_path.name}: {e}") from e
+    if not all(isinstance(r, dict) and isinstance(r.get("step"), int) for r in recs):
+        raise ValueError(f"--prev-log {log_path}: every line must be a JSON object with an integer 'step'")
     train_recs = [r for r in recs if "loss" in r]
     val_recs = [r for r in recs if "val_loss" in r]
-    if not train_recs or "stages" not in meta:
-        raise ValueError(f"--prev-log {log_path}: no training records or no 'stages' in {meta_path}")
+    stages = meta.get("stages") if isinstance(meta, dict) else None
+    keys = {"init": str, "lr": (int, float), "warmup": int, "suffix_frac": (int, float), "steps": int,
+            "seconds": (int, float)}
+    if (not train_recs or not isinstance(stages, list) or not stages
+            or not all(isinstance(st, dict) and all(isinstance(st.get(k), t) for k, t in keys.items()) for st in stages)
+            or not isinstance(meta.get("export_sha256"), str)):
+        raise ValueError(f"--prev-log {log_path}: no training records, or {meta_path} is not a train.py stage record "
+                         f"(a 'stages' list with {sorted(keys)} each, and 'export_sha256')")
     return train_recs, val_recs, meta
+
+
+def file_sha256(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def describe_stages(stages: list[dict]) -> str:
@@ -467,6 +485,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.prev_log and not args.init:
         raise ValueError("--prev-log needs --init (the model the earlier stage exported)")
     prev_log, prev_val, prev_meta = read_prev_stage(args.prev_log) if args.prev_log else ([], [], {"stages": []})
+    if args.prev_log and file_sha256(Path(args.init) / "model.safetensors") != prev_meta["export_sha256"]:
+        raise ValueError(f"--init {args.init}: its model.safetensors is not the model the stage of --prev-log "
+                         f"{args.prev_log} exported (sha256 differs from train_meta.json's export_sha256)")
+    for flag in ("log_every", "val_every", "measure_steps", "batch"):
+        if getattr(args, flag) < 1:
+            raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
 
     device = torch.device(args.device)
     amp = device.type == "cuda" if args.amp == "auto" else args.amp == "on"
@@ -620,11 +644,12 @@ def main(argv: list[str] | None = None) -> int:
             fh.write(json.dumps(r) + "\n")
         for r in vlog:
             fh.write(json.dumps(r) + "\n")
-    (args.out / "train_meta.json").write_text(json.dumps({"stages": stages}, indent=2) + "\n")
     plot_loss(log, vlog, args.out / "loss_curve.png", (offset,) if offset else ())
 
     mdir = args.out / name
     export(model, args.tokenizer, mdir)
+    (args.out / "train_meta.json").write_text(
+        json.dumps({"stages": stages, "export_sha256": file_sha256(mdir / "model.safetensors")}, indent=2) + "\n")
     shutil.copyfile(args.out / "loss_curve.png", mdir / "loss_curve.png")
     (args.out / "model_dir.txt").write_text(str(mdir.resolve()) + "\n")
     size = (mdir / "model.safetensors").stat().st_size

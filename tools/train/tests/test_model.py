@@ -152,3 +152,21 @@ def test_export_roundtrip(tmp_path):
         ref = LladaModel(m.cfg)
         ref.load_state_dict({k: v.to(torch.bfloat16).float() for k, v in m.state_dict().items()})
         torch.testing.assert_close(back(x), ref.eval()(x), rtol=0, atol=0)
+
+
+def test_config_json_errors_name_the_file_and_field(tmp_path):
+    import json
+
+    good = json.loads((Path(__file__).resolve().parents[3] / "models" / "llada-arith-12m" / "config.json").read_text())
+    p = tmp_path / "config.json"
+    p.write_text("{not json")
+    with pytest.raises(ValueError, match=r"config.json: cannot read the config"):
+        LladaConfig.from_json(p)
+    for field, value, msg in (("n_layers", "1", "n_layers = '1' must be int"), ("d_model", 0, "d_model = 0 must be positive"),
+                              ("rope_theta", True, "rope_theta = True must be float")):
+        bad = dict(good, **{field: value})
+        p.write_text(json.dumps(bad))
+        with pytest.raises(ValueError, match=f"config.json: field {msg}"):
+            LladaConfig.from_json(p)
+    p.write_text(json.dumps(good))
+    assert LladaConfig.from_json(p).n_layers == good["n_layers"]

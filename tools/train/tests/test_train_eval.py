@@ -250,6 +250,20 @@ def test_two_stage_training_continues_log_and_card(small_tokenizer_dir, tmp_path
     with pytest.raises(ValueError, match="train_meta.json"):
         train.main(common + ["--out", str(s2), "--steps", "2", "--init", str(s1 / "tiny"),
                              "--prev-log", str(tmp_path / "missing.jsonl")])
+    # --prev-log must come with the model that stage exported, and a stage record train.py wrote.
+    shipped = fmt.REPO / "models" / "llada-arith-12m"
+    with pytest.raises(ValueError, match="sha256 differs"):
+        train.main(common + ["--out", str(s2), "--steps", "2", "--init", str(shipped),
+                             "--prev-log", str(s1 / "train_log.jsonl")])
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "train_log.jsonl").write_text((s1 / "train_log.jsonl").read_text())
+    (bad / "train_meta.json").write_text('{"stages": [{}]}')
+    with pytest.raises(ValueError, match="not a train.py stage record"):
+        train.main(common + ["--out", str(s2), "--steps", "2", "--init", str(s1 / "tiny"),
+                             "--prev-log", str(bad / "train_log.jsonl")])
+    with pytest.raises(ValueError, match="--val-every must be >= 1"):
+        train.main(common + ["--out", str(s2), "--steps", "2", "--val-every", "0"])
     assert train.main(common + ["--out", str(s2), "--steps", "2", "--warmup", "1", "--lr", "5e-4",
                                 "--suffix-frac", "0.7", "--init", str(s1 / "tiny"),
                                 "--prev-log", str(s1 / "train_log.jsonl")]) == 0
