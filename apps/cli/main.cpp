@@ -69,7 +69,8 @@ std::vector<int32_t> parse_ids(const std::string& s) {
   while (std::getline(ss, item, ',')) {
     item.erase(0, item.find_first_not_of(" \t"));
     item.erase(item.find_last_not_of(" \t") + 1);
-    if (item.empty()) continue;
+    if (item.empty())
+      throw Error(ErrorCode::kInvalidArgument, fmt::format("--prompt-ids: empty entry in '{}'", s));
     size_t used = 0;
     long long v = 0;
     try {
@@ -104,8 +105,10 @@ struct DecodeArgs {
   std::string importance = "qk";
   CLI::App* app = nullptr;
 
-  /// The options as given, a --preset filling what the command line left unset.
-  flashdllm::GenerateOptions options() const {
+  /// The options as given, a --preset filling what the command line left unset. With
+  /// `one_mode` (generate, eval) flags of another decoding mode are refused; bench's base options
+  /// serve several methods and pass false.
+  flashdllm::GenerateOptions options(bool one_mode = true) const {
     flashdllm::GenerateOptions o = go;
     if (!preset.empty()) {
       auto set = [&](const char* flag) { return app->get_option(flag)->count() > 0; };
@@ -119,6 +122,16 @@ struct DecodeArgs {
       if (!set("--gamma")) o.gamma = p.gamma;
     }
     if (app->get_option("--threshold")->count() > 0) o.threshold = threshold;  // the engine checks (0, 1]
+    // Options of one mode given to another are refused rather than silently ignored.
+    auto given = [&](const char* flag) { return app->get_option(flag)->count() > 0; };
+    if (one_mode && o.cache != "flash")
+      for (const char* f : {"--slots", "--track-num", "--mask-num", "--tokens-per-step", "--forced-schedule",
+                            "--reference-quirks", "--importance"})
+        if (given(f))
+          throw Error(ErrorCode::kInvalidArgument, fmt::format("{} applies to --cache flash only (cache is '{}')", f, o.cache));
+    if (one_mode && !o.verify)
+      for (const char* f : {"--verify-rule", "--max-candidates", "--forced-acceptance"})
+        if (given(f)) throw Error(ErrorCode::kInvalidArgument, fmt::format("{} applies to --verify only", f));
     // Default steps (128) for a shorter generation: one token per step (steps <= gen_length).
     if (app->get_option("--steps")->count() == 0 && o.steps > o.gen_length) o.steps = o.gen_length;
     if (eot_id >= 0) o.eot_token_id = eot_id;
@@ -216,8 +229,10 @@ int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
   if (!ga.prompt_file.empty()) {
     std::ifstream in(ga.prompt_file);
     if (!in) throw Error(ErrorCode::kIo, fmt::format("cannot read --prompt-file '{}'", ga.prompt_file));
-    for (std::string line; std::getline(in, line);)
+    for (std::string line; std::getline(in, line);) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();  // CRLF files
       if (!line.empty()) ga.prompts.push_back(line);
+    }
   }
   if (ga.prompts.empty() && ga.prompt_ids.empty())
     throw Error(ErrorCode::kInvalidArgument, "give a prompt with -p TEXT, --prompt-file FILE or --prompt-ids IDS");
@@ -589,7 +604,7 @@ int run_bench(const CommonArgs& ca, BenchArgs& ba) {
   if (ba.fresh_engine != "auto" && ba.fresh_engine != "yes" && ba.fresh_engine != "no")
     throw Error(ErrorCode::kInvalidArgument, fmt::format("--fresh-engine must be auto, yes or no, got '{}'", ba.fresh_engine));
 
-  const flashdllm::GenerateOptions base = ba.dec.options();
+  const flashdllm::GenerateOptions base = ba.dec.options(/*one_mode=*/false);
   std::vector<ev::BenchGroup> groups;
   if (!ba.grid.empty()) {
     for (const char* f : {"--task", "--data", "--timing-only", "--methods", "--sweep", "--batches", "--warmup"})

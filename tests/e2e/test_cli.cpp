@@ -111,7 +111,11 @@ TEST(Cli, BadOptionValuesAreRefusedNotIgnored) {
            {"--steps 64", "steps must be in [1, gen_length = 32]"},
            {"--steps 32 --eos-pad-tile 2147483647", "eos_pad_tile must be in [0, max_sequence_length"},
            {"--bogus-flag", "bogus"},
-           {"--gen-length abc", "--gen-length"}}) {
+           {"--gen-length abc", "--gen-length"},
+           {"--slots 3", "--slots applies to --cache flash only"},
+           {"--cache dual --track-num 2", "--track-num applies to --cache flash only"},
+           {"--cache flash --max-candidates 2", "--max-candidates applies to --verify only"},
+           {"--prompt-ids 5,,6", "--prompt-ids: empty entry in '5,,6'"}}) {
     CliRun r = run_cli(base + args);
     EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
     EXPECT_NE(r.out.find(needle), std::string::npos) << args << "\n" << r.out;
