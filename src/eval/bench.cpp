@@ -648,22 +648,7 @@ std::vector<PointResult> run_bench(const EngineFactory& load, const std::vector<
                     gen.size(), reqs.size());
         for (size_t i = b; i < e; ++i) {
           const GenerateResult& g = gen[i - b];
-          SampleResult s;
-          s.id = samples[i].id;
-          s.prompt = samples[i].prompt;
-          s.raw_text = g.text;
-          s.text = truncate_at_stops(g.text, samples[i].until);
-          s.gold = samples[i].gold;
-          s.prompt_tokens = static_cast<int64_t>(g.prompt_ids.size());
-          s.nfe = g.nfe;
-          s.committed_tokens = g.committed_tokens;
-          s.committed_tokens_reference = g.committed_tokens_reference;
-          s.generated_tokens = static_cast<int64_t>(g.output_ids.size()) + (g.stopped_at_eos ? 1 : 0);
-          s.stopped_at_eos = g.stopped_at_eos;
-          s.call_seconds = g.seconds;
-          s.seconds = g.seconds;
-          s.call = call;
-          res.push_back(std::move(s));
+          res.push_back(make_sample_result(samples[i], g, call, g.seconds));
           m.forward_passes += static_cast<double>(g.forward_passes);
           m.verify_candidates += static_cast<double>(g.verify_candidates);
           m.verify_accepted += static_cast<double>(g.verify_accepted);

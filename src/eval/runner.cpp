@@ -12,6 +12,25 @@
 
 namespace flashdllm::eval {
 
+SampleResult make_sample_result(const EvalSample& sample, const GenerateResult& g, int64_t call, double seconds) {
+  SampleResult s;
+  s.id = sample.id;
+  s.prompt = sample.prompt;
+  s.raw_text = g.text;
+  s.text = truncate_at_stops(g.text, sample.until);
+  s.gold = sample.gold;
+  s.prompt_tokens = static_cast<int64_t>(g.prompt_ids.size());
+  s.nfe = g.nfe;
+  s.committed_tokens = g.committed_tokens;
+  s.committed_tokens_reference = g.committed_tokens_reference;
+  s.generated_tokens = static_cast<int64_t>(g.output_ids.size()) + (g.stopped_at_eos ? 1 : 0);
+  s.stopped_at_eos = g.stopped_at_eos;
+  s.call_seconds = g.seconds;
+  s.seconds = seconds;
+  s.call = call;
+  return s;
+}
+
 std::vector<SampleResult> generate_samples(Engine& engine, const std::vector<EvalSample>& samples,
                                            const GenerateOptions& options, const RunOptions& run) {
   FDLLM_CHECK_ARG(run.requests_per_call >= 0, "requests per generate call must be >= 0, got {}", run.requests_per_call);
@@ -49,22 +68,8 @@ std::vector<SampleResult> generate_samples(Engine& engine, const std::vector<Eva
                 res.size(), reqs.size());
     for (size_t i = b; i < e; ++i) {
       const GenerateResult& g = res[i - b];
-      SampleResult s;
-      s.id = samples[i].id;
-      s.prompt = samples[i].prompt;
-      s.raw_text = g.text;
-      s.text = truncate_at_stops(g.text, samples[i].until);
-      s.gold = samples[i].gold;
-      s.prompt_tokens = static_cast<int64_t>(g.prompt_ids.size());
-      s.nfe = g.nfe;
-      s.committed_tokens = g.committed_tokens;
-      s.committed_tokens_reference = g.committed_tokens_reference;
-      s.generated_tokens = static_cast<int64_t>(g.output_ids.size()) + (g.stopped_at_eos ? 1 : 0);
-      s.stopped_at_eos = g.stopped_at_eos;
-      s.call_seconds = g.seconds;
-      s.seconds = finished_at[i - b] >= 0 ? std::min(finished_at[i - b], g.seconds) : g.seconds;
-      s.call = call;
-      out.push_back(std::move(s));
+      out.push_back(make_sample_result(samples[i], g, call,
+                                       finished_at[i - b] >= 0 ? std::min(finished_at[i - b], g.seconds) : g.seconds));
     }
     if (done_total < static_cast<int64_t>(e)) {
       done_total = static_cast<int64_t>(e);

@@ -92,6 +92,11 @@ struct RunOptions {
   EvalProgress progress;
 };
 
+/// The unscored result of one sample from the engine's output `g`: text cut at the sample's stop
+/// strings, token counts, NFE; `call` is the generate call's index and `seconds` the request's
+/// latency (g.seconds when it is unknown).
+SampleResult make_sample_result(const EvalSample& sample, const GenerateResult& g, int64_t call, double seconds);
+
 /// Generates every sample and cuts each output at its stop strings; results are not scored yet.
 /// Throws whatever Engine::generate throws.
 std::vector<SampleResult> generate_samples(Engine& engine, const std::vector<EvalSample>& samples,
