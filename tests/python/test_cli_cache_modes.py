@@ -6,26 +6,10 @@
 * Options a mode cannot honour are refused with exit code 2 and a message naming the option.
 """
 import json
-import os
-import subprocess
-from pathlib import Path
 
 import pytest
 
-REPO = Path(os.environ.get("FLASHDLLM_SOURCE_DIR", Path(__file__).resolve().parents[2]))
-BUILD = Path(os.environ.get("FLASHDLLM_BINARY_DIR", REPO / "build"))
-GOLDEN = REPO / "tests" / "data" / "golden" / "g1"
-
-
-def run(*args: str) -> subprocess.CompletedProcess:
-    exe = BUILD / "flashdllm"
-    assert exe.exists(), f"{exe} is not built"
-    return subprocess.run([str(exe), "generate", "-m", str(GOLDEN), *args], capture_output=True, text=True,
-                          timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
-
-
-def ids(p):
-    return ",".join(map(str, p))
+from cli_golden import GOLDEN, REPO, ids, run  # noqa: F401
 
 
 def test_flash_reference_quirks_reproduce_upstream_run():
