@@ -27,7 +27,7 @@
 
 DEPS_DIR="${FLASHDLLM_GPU_DEPS_DIR:-$ROOT/.carry/gpudeps}"
 DEB_PACKAGES=(libfmt-dev libfmt9 libspdlog-dev libspdlog1.10 nlohmann-json3-dev libcli11-dev libgtest-dev
-  libopenblas-pthread-dev libopenblas0-pthread libgfortran5 libpcre2-dev libpcre2-8-0 libpcre2-16-0
+  libopenblas-openmp-dev libopenblas0-openmp libgfortran5 libpcre2-dev libpcre2-8-0 libpcre2-16-0
   libpcre2-32-0 libpcre2-posix3 libutf8proc-dev libutf8proc2 pkgconf-bin libpkgconf3)
 JOBS="$(nproc)"
 T0=$(date +%s)
@@ -41,9 +41,9 @@ fdllm_fetch_deps() {
   apt-get download "${DEB_PACKAGES[@]}" || return 1
   # The OpenBLAS -dev package is mostly a 50 MB static library we never link: keep headers,
   # the .so link, pkg-config and CMake files only (the device tool carries 64 MiB at most).
-  for d in libopenblas-pthread-dev_*.deb; do
+  for d in libopenblas-openmp-dev_*.deb; do
     t=$(mktemp -d) && dpkg-deb -x "$d" "$t" && find "$t" -name '*.a' -delete && rm -rf "${t:?}/usr/share" &&
-      tar -czf libopenblas-pthread-dev-min.tar.gz -C "$t" usr && rm -rf "$t" "$d"
+      tar -czf libopenblas-openmp-dev-min.tar.gz -C "$t" usr && rm -rf "$t" "$d"
   done
   echo "downloaded $(find . -name '*.deb' | wc -l) packages ($(du -sh . | cut -f1)) into $DEPS_DIR"
   echo "run the check with the device tool carrying .carry (e.g. carry: [\".carry\"])"
@@ -92,13 +92,16 @@ fdllm_use_carried_deps() {
     }
     for f in "${DEBS[@]}"; do unpack "$f" || { echo "cannot unpack $f" | tee -a "$LOG"; FAILED=1; }; done
     for f in "${TARS[@]}"; do tar -xzf "$f" -C "$P" || { echo "cannot unpack $f" | tee -a "$LOG"; FAILED=1; }; done
-    export LD_LIBRARY_PATH="$A:$A/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    export LIBRARY_PATH="$A:$A/openblas-pthread${LIBRARY_PATH:+:$LIBRARY_PATH}"
+    export LD_LIBRARY_PATH="$A:$A/openblas-openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export LIBRARY_PATH="$A:$A/openblas-openmp${LIBRARY_PATH:+:$LIBRARY_PATH}"
     export PKG_CONFIG_LIBDIR="$A/pkgconfig:$P/usr/share/pkgconfig"
     export PKG_CONFIG_SYSROOT_DIR="$P"
     export PATH="$P/usr/bin:$PATH"
-    CMAKE_DEP_ARGS=(-DCMAKE_PREFIX_PATH="$P/usr" -DCMAKE_LIBRARY_PATH="$A/openblas-pthread;$A"
-      -DCBLAS_INCLUDE_DIR="$P/usr/include/x86_64-linux-gnu/openblas-pthread" -DPKG_CONFIG_EXECUTABLE="$P/usr/bin/pkgconf")
+    # CMake finds OpenBLAS (OpenMP flavour) under $P/usr/lib/x86_64-linux-gnu/openblas-openmp through
+    # CMAKE_PREFIX_PATH; named explicitly so a stale cache entry cannot point elsewhere.
+    CMAKE_DEP_ARGS=(-DCMAKE_PREFIX_PATH="$P/usr" -DCMAKE_LIBRARY_PATH="$A"
+      -DOPENBLAS_OPENMP_LIBRARY="$A/openblas-openmp/libopenblas.so"
+      -DOPENBLAS_OPENMP_INCLUDE_DIR="$P/usr/include/x86_64-linux-gnu/openblas-openmp" -DPKG_CONFIG_EXECUTABLE="$P/usr/bin/pkgconf")
     echo "[$FDLLM_TAG] using ${#DEBS[@]} carried .deb packages unpacked in $P" | tee -a "$LOG"
   fi
 }

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(cmake g++ make pkg-config python3 python3-pip
   nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libpcre2-dev libutf8proc-dev
-  libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev)
+  libopenblas-openmp-dev libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev)
 PIP_PACKAGES=(-r requirements-test.txt)
 
 if [[ "${FLASHDLLM_SKIP_DEPS:-0}" != 1 ]]; then

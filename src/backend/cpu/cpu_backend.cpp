@@ -18,6 +18,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/check.h"
+#include "core/log.h"
 #include "core/philox.h"
 
 namespace flashdllm {
@@ -44,10 +45,19 @@ class CpuBackend final : public Backend {
     // 0 = OpenMP's default (OMP_NUM_THREADS if set, else all hardware threads).
     threads_ = threads > 0 ? threads : std::max(1, omp_get_max_threads());
     openblas_set_num_threads(threads_);
+    // CMake links the OpenMP build of OpenBLAS and puts its directory in the RUNPATH; but every
+    // flavour has the SONAME libopenblas.so.0, so LD_LIBRARY_PATH or a copied binary can load another.
+    if (openblas_get_parallel() == 1 && threads_ > 1)
+      logger().warn("the pthread build of OpenBLAS is loaded: its thread pool and OpenMP's spin on the same "
+                    "cores and slow the CPU backend down; load the OpenMP build (libopenblas0-openmp)");
   }
 
   DeviceKind device() const noexcept override { return DeviceKind::kCPU; }
-  std::string name() const override { return fmt::format("cpu ({} threads, OpenBLAS, fp32)", threads_); }
+  std::string name() const override {
+    const int parallel = openblas_get_parallel();  // 0 sequential, 1 pthreads, 2 OpenMP
+    const char* flavour = parallel == 2 ? "OpenMP" : parallel == 1 ? "pthreads" : "sequential";
+    return fmt::format("cpu ({} threads, OpenBLAS {}, fp32)", threads_, flavour);
+  }
   DType activation_dtype() const noexcept override { return DType::kF32; }
   DType weight_dtype() const noexcept override { return DType::kF32; }
 
