@@ -39,6 +39,7 @@ struct CommonArgs {
   std::string load_format = "auto";
   uint64_t dummy_seed = 0;
   bool verbose = false;
+  bool profile_ops = false;  // generate --profile-ops
 };
 
 void add_common(CLI::App* app, CommonArgs& a) {
@@ -59,6 +60,7 @@ std::unique_ptr<flashdllm::Engine> load_engine(const CommonArgs& a) {
   eo.threads = a.threads;
   eo.load_format = a.load_format;
   eo.dummy_seed = a.dummy_seed;
+  eo.profile_ops = a.profile_ops;
   return flashdllm::Engine::load(eo);
 }
 
@@ -223,6 +225,22 @@ struct GenerateArgs {
   flashdllm::GenerateOptions go;
 };
 
+/// The --profile-ops table on stderr: per op kind, calls, total ms, mean µs and share of the call's
+/// wall time; the remainder is host work between ops (planning, decisions) plus profiling overhead.
+void print_op_profile(const std::vector<flashdllm::OpProfileEntry>& ops, double wall_seconds) {
+  double sum = 0.0;
+  std::fprintf(stderr, "[flashdllm] op profile (each op timed alone between synchronisations):\n");
+  std::fprintf(stderr, "  %-28s %8s %11s %10s %7s\n", "op", "calls", "total ms", "mean us", "share");
+  for (const auto& e : ops) {
+    sum += e.seconds;
+    std::fprintf(stderr, "  %-28s %8lld %11.2f %10.1f %6.1f%%\n", e.op.c_str(), static_cast<long long>(e.calls),
+                 e.seconds * 1e3, e.calls > 0 ? e.seconds * 1e6 / static_cast<double>(e.calls) : 0.0,
+                 wall_seconds > 0 ? 100.0 * e.seconds / wall_seconds : 0.0);
+  }
+  std::fprintf(stderr, "  %-28s %8s %11.2f %10s %6.1f%%\n", "outside ops (host)", "", (wall_seconds - sum) * 1e3, "",
+               wall_seconds > 0 ? 100.0 * (wall_seconds - sum) / wall_seconds : 0.0);
+}
+
 int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
   if (ga.chat && ga.raw) throw Error(ErrorCode::kInvalidArgument, "--chat and --raw exclude each other");
   ga.go = ga.dec.options();
@@ -315,6 +333,11 @@ int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
     }
     j["results"] = std::move(arr);
     j["peak_memory_bytes"] = engine->peak_memory_bytes();
+    if (ca.profile_ops) {
+      nlohmann::json ops = nlohmann::json::array();
+      for (const auto& e : engine->op_profile()) ops.push_back({{"op", e.op}, {"calls", e.calls}, {"seconds", e.seconds}});
+      j["op_profile"] = std::move(ops);
+    }
     std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return 0;
   }
@@ -340,6 +363,7 @@ int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
                  static_cast<long long>(passes), static_cast<long long>(nfe), static_cast<long long>(acc),
                  static_cast<long long>(cand));
   const double sec = results.front().seconds;
+  if (ca.profile_ops) print_op_profile(engine->op_profile(), sec);
   std::fprintf(stderr, "[flashdllm] %zu request(s), %lld tokens, NFE %lld, %.2f s, %.1f tokens/s (%s)\n",
                results.size(), static_cast<long long>(toks), static_cast<long long>(nfe), sec,
                sec > 0 ? static_cast<double>(toks) / sec : 0.0, engine->backend_name().c_str());
@@ -791,6 +815,9 @@ int main(int argc, char** argv) {
   add_decode_options(gen, ga.dec);
   gen->add_flag("--json", ga.json, "machine-readable output with ids, timings and NFE");
   gen->add_flag("--no-live", ga.no_live, "no live denoising view on the terminal");
+  gen->add_flag("--profile-ops", ca.profile_ops,
+                "time every backend op (synchronising around each: slower) and print the per-op table "
+                "(stderr; \"op_profile\" with --json)");
 
   EvalArgs ea;
   CLI::App* evl = nullptr;

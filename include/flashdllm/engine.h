@@ -35,6 +35,17 @@ struct EngineOptions {
   int threads = 0;                     ///< CPU worker threads (0 = all)
   std::string load_format = "auto";    ///< "auto" (safetensors) | "dummy" (seeded random weights, config only)
   uint64_t dummy_seed = 0;             ///< seed of dummy weights
+  /// Time every backend op (a synchronisation before and after each; slower runs) into op_profile().
+  bool profile_ops = false;
+};
+
+/// Accumulated launch-to-completion time of one backend op kind over the engine's generate calls
+/// (EngineOptions::profile_ops). `op` is the backend method ("attention", "select_tokens", ...);
+/// matmuls are split by weight shape ("matmul 12288x4096"; " ->f32": F32 logits of a BF16 backend).
+struct OpProfileEntry {
+  std::string op;
+  int64_t calls = 0;
+  double seconds = 0.0;
 };
 
 /// Progress of a running generate call: request index, its current canvas (gen_length ids,
@@ -78,6 +89,8 @@ class Engine {
   size_t peak_memory_bytes() const noexcept;
   /// Seconds spent loading and bytes of weights read.
   double load_seconds() const noexcept;
+  /// Per-op time of all generate calls so far, by descending total; empty unless profile_ops.
+  std::vector<OpProfileEntry> op_profile() const;
   size_t weight_bytes() const noexcept;
   std::string backend_name() const;
 

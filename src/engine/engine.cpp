@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "backend/backend.h"
+#include "backend/profiling_backend.h"
 #include "core/check.h"
 #include "core/log.h"
 #include "denoise/fastdllm_cache.h"
@@ -26,6 +27,7 @@ namespace fs = std::filesystem;
 
 struct Engine::Impl {
   EngineOptions options;
+  OpProfile op_profile;  // before backend: a profiling backend refers to it
   std::unique_ptr<Backend> backend;
   std::optional<Tokenizer> tokenizer;
   std::optional<ChatTemplate> chat;
@@ -91,6 +93,7 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
   }
 
   impl->backend = make_backend(options);
+  if (options.profile_ops) impl->backend = make_profiling_backend(std::move(impl->backend), impl->op_profile);
   impl->free_before_load = impl->backend->free_memory();
   if (options.load_format == "dummy") {
     impl->model.weights = make_dummy_llada_weights(*impl->backend, cfg, options.dummy_seed);
@@ -106,6 +109,7 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
   // Positions up to max_sequence_length plus one 128-row tile of padding (Flash-dLLM layout).
   impl->model.rope = make_rope_tables(*impl->backend, cfg, cfg.max_sequence_length + 256);
   impl->load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  impl->op_profile.clear();  // the profile covers generate calls, not loading
   logger().info("loaded {} ({} layers, d_model {}) on {} in {:.2f} s", dir.string(), cfg.n_layers, cfg.d_model,
                 impl->backend->name(), impl->load_seconds);
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
@@ -325,6 +329,12 @@ int32_t Engine::mask_token_id() const noexcept { return impl_->model.config.mask
 int32_t Engine::eot_token_id() const noexcept { return impl_->eot_id; }
 double Engine::load_seconds() const noexcept { return impl_->load_seconds; }
 size_t Engine::peak_memory_bytes() const noexcept { return impl_->peak_in_use; }
+
+std::vector<OpProfileEntry> Engine::op_profile() const {
+  std::vector<OpProfileEntry> out;
+  for (const OpTiming& t : impl_->op_profile.entries()) out.push_back({t.op, t.calls, t.seconds});
+  return out;
+}
 size_t Engine::weight_bytes() const noexcept { return impl_->checkpoint_bytes; }
 std::string Engine::backend_name() const { return impl_->backend->name(); }
 

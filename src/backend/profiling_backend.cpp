@@ -1,0 +1,140 @@
+#include "backend/profiling_backend.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace flashdllm {
+
+void OpProfile::add(const std::string& op, double seconds) {
+  OpTiming& e = by_op_[op];
+  e.op = op;
+  e.calls += 1;
+  e.seconds += seconds;
+}
+
+std::vector<OpTiming> OpProfile::entries() const {
+  std::vector<OpTiming> v;
+  v.reserve(by_op_.size());
+  for (const auto& [name, e] : by_op_) v.push_back(e);
+  std::sort(v.begin(), v.end(), [](const OpTiming& a, const OpTiming& b) { return a.seconds > b.seconds; });
+  return v;
+}
+
+double OpProfile::total_seconds() const {
+  double s = 0.0;
+  for (const auto& [name, e] : by_op_) s += e.seconds;
+  return s;
+}
+
+namespace {
+
+class ProfilingBackend final : public Backend {
+  // Defined first: the overrides below deduce its return type.
+  template <class F>
+  auto timed(const std::string& op, F&& f) {
+    inner_->synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    struct Record {  // records on every exit path, also when the op throws
+      ProfilingBackend& self;
+      const std::string& op;
+      std::chrono::steady_clock::time_point t0;
+      ~Record() {
+        try {
+          self.inner_->synchronize();
+        } catch (...) {  // a device error surfaces at the caller's next synchronising call
+        }
+        self.profile_.add(op, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+    } record{*this, op, t0};
+    return f();
+  }
+
+ public:
+  ProfilingBackend(std::unique_ptr<Backend> inner, OpProfile& profile)
+      : inner_(std::move(inner)), profile_(profile) {}
+
+  DeviceKind device() const noexcept override { return inner_->device(); }
+  std::string name() const override { return inner_->name() + " [op profiling]"; }
+  DType activation_dtype() const noexcept override { return inner_->activation_dtype(); }
+  DType weight_dtype() const noexcept override { return inner_->weight_dtype(); }
+  size_t free_memory() const override { return inner_->free_memory(); }
+
+  Buffer alloc(size_t bytes, const char* what) override {
+    return timed("alloc", [&] { return inner_->alloc(bytes, what); });
+  }
+  void copy_from_host(Tensor dst, const void* src) override {
+    timed("copy_from_host", [&] { inner_->copy_from_host(dst, src); });
+  }
+  void copy_to_host(void* dst, Tensor src) override {
+    timed("copy_to_host", [&] { inner_->copy_to_host(dst, src); });
+  }
+  void fill_zero(Tensor t) override {
+    timed("fill_zero", [&] { inner_->fill_zero(t); });
+  }
+  void synchronize() override { inner_->synchronize(); }
+  void upload_weight(Tensor dst, DType src_dtype, const void* src) override {
+    timed("upload_weight", [&] { inner_->upload_weight(dst, src_dtype, src); });
+  }
+  void fill_normal(Tensor dst, uint64_t seed, uint64_t stream, float mean, float std) override {
+    timed("fill_normal", [&] { inner_->fill_normal(dst, seed, stream, mean, std); });
+  }
+  void embedding(Tensor table, Tensor ids, Tensor out) override {
+    timed("embedding", [&] { inner_->embedding(table, ids, out); });
+  }
+  void rmsnorm(Tensor x, Tensor w, float eps, Tensor out) override {
+    timed("rmsnorm", [&] { inner_->rmsnorm(x, w, eps, out); });
+  }
+  void matmul(Tensor x, Tensor w, Tensor out, bool accumulate) override {
+    const std::string op = fmt::format("matmul {}x{}{}", w.rows(), w.row_size(),
+                                       out.dtype != inner_->activation_dtype() ? " ->f32" : "");
+    timed(op, [&] { inner_->matmul(x, w, out, accumulate); });
+  }
+  void qkv_rope_store(Tensor xn, Tensor wqkv, Tensor positions, Tensor rows, const RopeTable& rope, int n_heads,
+                      Tensor q_out, Tensor k_store, Tensor v_store, Tensor scratch) override {
+    timed("qkv_rope_store",
+          [&] { inner_->qkv_rope_store(xn, wqkv, positions, rows, rope, n_heads, q_out, k_store, v_store, scratch); });
+  }
+  void attention(Tensor q, Tensor k_store, Tensor v_store, Tensor table, int n_heads, float scale,
+                 Tensor out) override {
+    timed("attention", [&] { inner_->attention(q, k_store, v_store, table, n_heads, scale, out); });
+  }
+  void attention_verify(Tensor q, Tensor k_store, Tensor v_store, Tensor key_rows, Tensor k_tile, Tensor v_tile,
+                        Tensor table, int n_heads, float scale, Tensor out) override {
+    timed("attention_verify", [&] {
+      inner_->attention_verify(q, k_store, v_store, key_rows, k_tile, v_tile, table, n_heads, scale, out);
+    });
+  }
+  void attention_importance(Tensor q, Tensor k_store, Tensor table, int n_heads, float scale, bool probability_mass,
+                            float weight, Tensor scores) override {
+    timed("attention_importance", [&] {
+      inner_->attention_importance(q, k_store, table, n_heads, scale, probability_mass, weight, scores);
+    });
+  }
+  void swiglu(Tensor gate_up, Tensor out) override {
+    timed("swiglu", [&] { inner_->swiglu(gate_up, out); });
+  }
+  void gather_rows(Tensor x, Tensor rows, Tensor out) override {
+    timed("gather_rows", [&] { inner_->gather_rows(x, rows, out); });
+  }
+  void cfg_combine(Tensor cond, Tensor uncond, float scale, Tensor out) override {
+    timed("cfg_combine", [&] { inner_->cfg_combine(cond, uncond, scale, out); });
+  }
+  void select_tokens(Tensor logits, Tensor row_keys, const SelectParams& params, Tensor x0, Tensor conf) override {
+    timed("select_tokens", [&] { inner_->select_tokens(logits, row_keys, params, x0, conf); });
+  }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+  OpProfile& profile_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_profiling_backend(std::unique_ptr<Backend> inner, OpProfile& profile) {
+  return std::make_unique<ProfilingBackend>(std::move(inner), profile);
+}
+
+}  // namespace flashdllm

@@ -1,0 +1,46 @@
+// An op-timing decorator over any Backend: where does an iteration's time go?
+//
+// Every call is forwarded to the wrapped backend between two synchronize() calls and timed with a
+// steady host clock, so one entry's time is "launch to completion" of that op alone (queueing overlap
+// between ops and host work is removed: profiled runs are slower than plain ones, by roughly one
+// stream synchronisation per op, ~5-20 µs on CUDA). Time outside every op (host planning, decisions,
+// allocation) is what the caller's wall clock shows beyond the sum. The device has no profiler on
+// our GPU machine (no nsys), so this is the engine's own breakdown (`flashdllm generate --profile-ops`).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace flashdllm {
+
+/// Accumulated time of one op kind. `op` is the Backend method name; matmuls are split by weight
+/// shape ("matmul 12288x4096"), with " ->f32" when the output is F32 on a backend whose activations are not (CUDA logits).
+struct OpTiming {
+  std::string op;
+  int64_t calls = 0;
+  double seconds = 0.0;  ///< sum over calls of launch-to-completion wall time
+};
+
+/// Shared accumulator of a ProfilingBackend (outlives nothing: read it while the backend lives).
+class OpProfile {
+ public:
+  void add(const std::string& op, double seconds);
+  /// Entries sorted by descending total time.
+  std::vector<OpTiming> entries() const;
+  double total_seconds() const;
+  void clear() { by_op_.clear(); }
+
+ private:
+  std::map<std::string, OpTiming> by_op_;
+};
+
+/// Wraps `inner`; every op is timed into `profile` (not owned; must outlive the returned backend).
+/// device(), name() (suffixed " [op profiling]"), dtypes and free_memory() are passed through untimed.
+std::unique_ptr<Backend> make_profiling_backend(std::unique_ptr<Backend> inner, OpProfile& profile);
+
+}  // namespace flashdllm
