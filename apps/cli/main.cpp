@@ -128,7 +128,7 @@ struct DecodeArgs {
     auto given = [&](const char* flag) { return app->get_option(flag)->count() > 0; };
     if (one_mode && o.cache != "flash")
       for (const char* f : {"--slots", "--track-num", "--mask-num", "--tokens-per-step", "--forced-schedule",
-                            "--reference-quirks", "--importance"})
+                            "--reference-quirks", "--importance", "--max-forward-rows"})
         if (given(f))
           throw Error(ErrorCode::kInvalidArgument, fmt::format("{} applies to --cache flash only (cache is '{}')", f, o.cache));
     if (one_mode && !o.verify)
@@ -192,6 +192,10 @@ void add_decode_options(CLI::App* app, DecodeArgs& d) {
   app->add_option("--mask-num", go.mask_num, "flash: masked window = mask-num x block-length queried positions")
       ->capture_default_str();
   app->add_option("--slots", go.n_slots, "flash: concurrent slots (continuous batching)")->capture_default_str();
+  app->add_option("--max-forward-rows", go.max_forward_rows,
+                  "flash: query rows per forward call; admission prefills above it run in slot groups (0 = no bound)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app->add_option("--tokens-per-step", go.tokens_per_step, "flash: greedy fixed-count decoding (0 = threshold rule)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();

@@ -40,6 +40,9 @@ struct GenerateOptions {
   std::vector<int64_t> forced_schedule;  ///< benchmarks: tokens committed per iteration regardless of confidence
   bool reference_quirks = false;         ///< reproduce the released code's EOS-padding/output-slice bugs
   bool importance_probability_mass = false;  ///< a_i from attention probabilities (paper) instead of raw q·k (code)
+  /// Query rows per forward call; an iteration needing more (admission prefills) runs as several calls
+  /// over slot groups, with identical results and a smaller activation workspace. 0 = no bound.
+  int64_t max_forward_rows = 4096;
 
   // Flash-Verify (cache == "flash"; reference §D.8): a verify pass per iteration checks drafts.
   bool verify = false;

@@ -63,6 +63,8 @@ void validate_flash_cache_options(const FlashCacheOptions& o, const LladaConfig&
   FDLLM_CHECK_ARG(o.importance_first_layer >= 0, "flash-cache: importance_first_layer must be >= 0, got {}",
                   o.importance_first_layer);
   FDLLM_CHECK_ARG(o.query_tile_rows >= 0, "flash-cache: query_tile_rows must be >= 0, got {}", o.query_tile_rows);
+  FDLLM_CHECK_ARG(o.max_forward_rows >= 0, "flash-cache: max_forward_rows must be >= 0 (0 = no bound), got {}",
+                  o.max_forward_rows);
   FDLLM_CHECK_ARG(o.gamma > 0.0 && o.gamma <= 1.0, "flash-cache: verify gamma must be in (0, 1], got {}", o.gamma);
   FDLLM_CHECK_ARG(o.max_candidates >= 0 && o.max_candidates <= o.block_length,
                   "flash-cache: verify max_candidates must be in [0, block_length = {}] (0 = block_length / 2), got {}",
@@ -149,8 +151,33 @@ void flash_prepare_queries(FlashSlot& s, const FlashCacheOptions& o) {
   }
 }
 
+int64_t flash_query_rows(const FlashSlot& s) {
+  return s.active() ? static_cast<int64_t>(s.window.size() + s.tracked.size()) : 0;
+}
+
+std::vector<std::pair<size_t, size_t>> flash_forward_groups(const std::vector<FlashSlot>& slots, int64_t max_rows) {
+  std::vector<std::pair<size_t, size_t>> groups;
+  size_t first = 0;
+  int64_t rows = 0;
+  bool any_active = false;
+  for (size_t j = 0; j < slots.size(); ++j) {
+    const int64_t r = flash_query_rows(slots[j]);
+    if (max_rows > 0 && any_active && r > 0 && rows + r > max_rows) {
+      groups.emplace_back(first, j);
+      first = j;
+      rows = 0;
+      any_active = false;
+    }
+    rows += r;
+    any_active = any_active || r > 0;
+  }
+  if (any_active) groups.emplace_back(first, slots.size());
+  return groups;
+}
+
 ForwardBatch flash_plan(const std::vector<FlashSlot>& slots, int64_t max_length, const FlashCacheOptions& o,
-                        int64_t n_heads) {
+                        int64_t n_heads, size_t first, size_t last) {
+  last = std::min(last, slots.size());
   FDLLM_CHECK_ARG(max_length > 0 && static_cast<int64_t>(slots.size()) * max_length < (int64_t{1} << 31),
                   "flash_plan: {} slots × slot length {} must be positive and below 2^31 store rows", slots.size(),
                   max_length);
@@ -165,7 +192,7 @@ ForwardBatch flash_plan(const std::vector<FlashSlot>& slots, int64_t max_length,
   };
   int32_t q = 0;
   int64_t n_windows = 0;
-  for (size_t j = 0; j < slots.size(); ++j) {
+  for (size_t j = first; j < last; ++j) {
     const FlashSlot& s = slots[j];
     if (!s.active()) continue;
     FDLLM_CHECK_ARG(!s.window.empty(), "flash_plan: active slot {} has an empty masked window", j);
@@ -180,8 +207,8 @@ ForwardBatch flash_plan(const std::vector<FlashSlot>& slots, int64_t max_length,
     q += n;
     ++n_windows;
   }
-  FDLLM_CHECK_ARG(n_windows > 0, "flash_plan: no active slot");
-  for (size_t j = 0; j < slots.size(); ++j) {
+  FDLLM_CHECK_ARG(n_windows > 0, "flash_plan: no active slot in slots [{}, {})", first, last);
+  for (size_t j = first; j < last; ++j) {
     const FlashSlot& s = slots[j];
     if (!s.active() || s.tracked.empty()) continue;
     const auto k0 = static_cast<int32_t>(static_cast<int64_t>(j) * max_length);
@@ -412,17 +439,25 @@ FlashCacheResult FlashCacheDenoiser::generate(const std::vector<std::vector<int3
   SelectParams sp;  // greedy argmax, float64 confidence (reference §D.7)
   sp.confidence_f64 = true;
   while (std::any_of(slots.begin(), slots.end(), [](const FlashSlot& s) { return s.active(); })) {
-    ForwardBatch fb = flash_plan(slots, L, opt_, c.n_heads);
-    fb.importance.scores = scores_dev;
-    const int64_t T = fb.n_tokens(), R = static_cast<int64_t>(fb.logit_rows.size());
-    ensure_workspace(T, R, static_cast<int64_t>(fb.tiles.size()));
-    Tensor logits = llada_forward(backend_, model_, fb, kv, ws_);
-    Tensor x0_dev = x0_.slice_rows(0, R), conf_dev = conf_.slice_rows(0, R);
-    backend_.select_tokens(logits, ws_.row_keys.slice_rows(0, R), sp, x0_dev, conf_dev);
-    std::vector<int32_t> x0(static_cast<size_t>(R));
-    std::vector<double> conf(static_cast<size_t>(R));
-    backend_.copy_to_host(x0.data(), x0_dev);
-    backend_.copy_to_host(conf.data(), conf_dev);
+    // The main pass: one forward call per slot group (several only when the rows exceed
+    // max_forward_rows, i.e. admission prefills); window predictions come back in slot order.
+    std::vector<int32_t> x0;
+    std::vector<double> conf;
+    int64_t T = 0;
+    for (const auto& [first, last] : flash_forward_groups(slots, opt_.max_forward_rows)) {
+      ForwardBatch fb = flash_plan(slots, L, opt_, c.n_heads, first, last);
+      fb.importance.scores = scores_dev;
+      const int64_t Tg = fb.n_tokens(), R = static_cast<int64_t>(fb.logit_rows.size());
+      ensure_workspace(Tg, R, static_cast<int64_t>(fb.tiles.size()));
+      Tensor logits = llada_forward(backend_, model_, fb, kv, ws_);
+      Tensor x0_dev = x0_.slice_rows(0, R), conf_dev = conf_.slice_rows(0, R);
+      backend_.select_tokens(logits, ws_.row_keys.slice_rows(0, R), sp, x0_dev, conf_dev);
+      x0.resize(x0.size() + static_cast<size_t>(R));
+      conf.resize(conf.size() + static_cast<size_t>(R));
+      backend_.copy_to_host(x0.data() + x0.size() - R, x0_dev);
+      backend_.copy_to_host(conf.data() + conf.size() - R, conf_dev);
+      T += Tg;
+    }
     backend_.copy_to_host(scores.data(), scores_dev);
     backend_.fill_zero(scores_dev);
     const int64_t forward = res.stats.forwards++;
@@ -595,6 +630,7 @@ FlashCacheResult FlashCacheDenoiser::generate(const std::vector<std::vector<int3
       }
     }
   }
+  res.stats.free_bytes_at_end = backend_.free_memory();
   return res;
 }
 

@@ -47,8 +47,10 @@
 //  slice at 0 exactly like upstream, so prompts shorter than β_t are handled.)
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -89,6 +91,12 @@ struct FlashCacheOptions {
   bool importance_probability_mass = false;  ///< a_t from softmax probabilities instead of raw q·k (§F.2)
   int64_t importance_first_layer = 2;   ///< first layer counted in a_t (released code: 2); >= n_layers = none
   int64_t query_tile_rows = 0;          ///< rows per tracked attention tile; 0 = block_length (upstream)
+  /// Upper bound on the query rows of one forward call: an iteration whose slots need more (the
+  /// admission prefills: prompt + canvas rows per slot) runs as several calls over consecutive slot
+  /// groups, exactly (slots never attend to each other), so the activation workspace is sized for
+  /// this many rows instead of every slot's prefill at once. A single slot above the bound still
+  /// runs alone. 0 = no bound (one call per iteration, the released code's behaviour).
+  int64_t max_forward_rows = 4096;
 
   // Flash-Verify (reference §D.8; src/denoise/flash_verify.h): every iteration = main (draft) pass +
   // one verify pass that checks up to max_candidates drafts of the window in draft-confidence order.
@@ -118,6 +126,8 @@ void validate_flash_cache_options(const FlashCacheOptions& o, const LladaConfig&
 
 /// L_max: m = max_prompt_len + gen_length + block_length, L_max = (floor(m / key_tile) + 1) · key_tile
 /// (adds a whole tile even when m is a multiple). Throws Error(kInvalidArgument) for sizes <= 0.
+/// Semantic, not only a size: windows near the end of a slot row are slices of full_pos [0, L_max)
+/// and reach into the EOS padding past seqlen_k (the released code's short windows, §D.4).
 int64_t flash_max_length(int64_t max_prompt_len, int64_t gen_length, int64_t block_length, int64_t key_tile = 128);
 
 /// seqlen_k = floor((prompt_len + gen_length) / key_tile) · key_tile + key_tile (> prompt_len + gen_length).
@@ -164,14 +174,23 @@ FlashSlot flash_init_slot(int64_t request, std::span<const int32_t> prompt, int6
 /// clipped like Python slices).
 void flash_prepare_queries(FlashSlot& slot, const FlashCacheOptions& o);
 
-/// The main-pass ForwardBatch of one iteration over `slots` (inactive ones skipped): query rows
-/// [windows…, tracked sets…] with token x[t], position t, store row j·max_length + t; tiles: one per
-/// window first (those are ImportanceSpec::tiles), then the tracked sets cut into tiles of
-/// query_tile_rows rows; keys [j·max_length, j·max_length + seqlen_k); logit rows = the window rows
-/// in slot order; importance: first layer, weight 1 / (block_length · n_heads), variant from the
-/// options (scores left for the caller to set). Throws Error(kInvalidArgument) if no slot is active.
+/// The main-pass ForwardBatch of one iteration over slots [first, min(last, slots.size())) (inactive
+/// ones skipped; store rows stay absolute, j·max_length + t): query rows [windows…, tracked sets…] with
+/// token x[t], position t, store row j·max_length + t; tiles: one per window first (those are
+/// ImportanceSpec::tiles), then the tracked sets cut into tiles of query_tile_rows rows; keys
+/// [j·max_length, j·max_length + seqlen_k); logit rows = the window rows in slot order; importance:
+/// first layer, weight 1 / (block_length · n_heads), variant from the options (scores left for the
+/// caller to set). Throws Error(kInvalidArgument) if no slot of the range is active.
 ForwardBatch flash_plan(const std::vector<FlashSlot>& slots, int64_t max_length, const FlashCacheOptions& o,
-                        int64_t n_heads);
+                        int64_t n_heads, size_t first = 0, size_t last = SIZE_MAX);
+
+/// Query rows of an active slot's main pass (window + tracked set); 0 for an inactive slot.
+int64_t flash_query_rows(const FlashSlot& slot);
+
+/// Consecutive slot ranges [first, last) for one iteration's forward calls: each range's active slots
+/// need at most max_rows query rows together (a single slot above it forms its own range); ranges
+/// without an active slot are left out. max_rows <= 0: one range over all slots.
+std::vector<std::pair<size_t, size_t>> flash_forward_groups(const std::vector<FlashSlot>& slots, int64_t max_rows);
 
 /// One slot's decision in one iteration (§D.7), from the window's predictions.
 struct FlashDecision {
@@ -267,6 +286,9 @@ struct FlashRunStats {
   int64_t n_slots = 0;        ///< slots used (min(options.n_slots, requests))
   int64_t max_length = 0;     ///< L_max
   size_t kv_bytes = 0;        ///< K/V cache bytes
+  /// Backend free memory (bytes) at the end of generate, while the K/V cache and every workspace are
+  /// still allocated: the run's footprint for peak-memory accounting (the cache is freed on return).
+  size_t free_bytes_at_end = 0;
 };
 
 struct FlashCacheResult {

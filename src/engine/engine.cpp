@@ -152,7 +152,8 @@ struct RawOutput {
 /// Free backend memory while a denoiser still holds its buffers (the run's peak footprint).
 struct MemorySample {
   size_t min_free = SIZE_MAX;
-  void take(Backend& be) { min_free = std::min(min_free, be.free_memory()); }
+  void take(Backend& be) { take(be.free_memory()); }
+  void take(size_t free_bytes) { min_free = std::min(min_free, free_bytes); }
 };
 
 int64_t block_or(int64_t v, int64_t fallback) { return v > 0 ? v : fallback; }
@@ -249,6 +250,7 @@ std::vector<RawOutput> run_flash(Backend& be, const LladaModel& m, const Generat
   fo.forced_schedule = o.forced_schedule;
   fo.reference_quirks = o.reference_quirks;
   fo.importance_probability_mass = o.importance_probability_mass;
+  fo.max_forward_rows = o.max_forward_rows;
   fo.verify = o.verify;
   fo.gamma = o.gamma;
   fo.verify_rule = parse_flash_verify_rule(o.verify_rule);
@@ -258,6 +260,7 @@ std::vector<RawOutput> run_flash(Backend& be, const LladaModel& m, const Generat
                   "--cache flash: max_candidates / forced_acceptance need verify on (--verify)");
   FlashCacheDenoiser den(be, m, fo);
   FlashCacheResult res = den.generate(prompts);
+  mem.take(res.stats.free_bytes_at_end);  // the K/V cache was alive then; it is freed by now
   mem.take(be);
   std::vector<RawOutput> out;
   for (const FlashRequestResult& r : res.requests)

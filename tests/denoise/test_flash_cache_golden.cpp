@@ -961,6 +961,10 @@ TEST(FlashBatching, RefillWithVeryDifferentLengthsIsBatchInvariant) {
   const FlashCacheResult r2 = FlashCacheDenoiser(*g.backend, g.model, o).generate(prompts);
   o.n_slots = 9;  // more slots than requests: one slot per request
   const FlashCacheResult r9 = FlashCacheDenoiser(*g.backend, g.model, o).generate(prompts);
+  o.max_forward_rows = 1;  // every slot's main pass in its own forward call
+  const FlashCacheResult rc = FlashCacheDenoiser(*g.backend, g.model, o).generate(prompts);
+  o.max_forward_rows = 100;  // prefills (> 100 rows for the long prompts) alone, short slots grouped
+  const FlashCacheResult rg = FlashCacheDenoiser(*g.backend, g.model, o).generate(prompts);
   EXPECT_EQ(r1.stats.n_slots, 1);
   EXPECT_EQ(r2.stats.n_slots, 2);
   EXPECT_EQ(r9.stats.n_slots, 6);
@@ -974,7 +978,7 @@ TEST(FlashBatching, RefillWithVeryDifferentLengthsIsBatchInvariant) {
   int64_t nfe = 0, tokens = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     SCOPED_TRACE(fmt::format("request {}", i));
-    for (const FlashCacheResult* r : {&r2, &r9}) {
+    for (const FlashCacheResult* r : {&r2, &r9, &rc, &rg}) {
       EXPECT_EQ(r->requests[i].output_ids, r1.requests[i].output_ids);
       EXPECT_EQ(r->requests[i].iterations, r1.requests[i].iterations);
       EXPECT_EQ(r->requests[i].canvas, r1.requests[i].canvas);
@@ -988,6 +992,34 @@ TEST(FlashBatching, RefillWithVeryDifferentLengthsIsBatchInvariant) {
   EXPECT_EQ(r1.stats.max_num_tokens, 32 * 6);
   EXPECT_EQ(r1.stats.forwards, nfe) << "one slot: one pass per iteration";
   EXPECT_EQ(r2.stats.query_rows, r1.stats.query_rows) << "batching does not change the query sets";
+  EXPECT_EQ(rc.stats.forwards, r9.stats.forwards) << "a pass split into calls is still one pass";
+  EXPECT_EQ(rc.stats.query_rows, r9.stats.query_rows);
+  EXPECT_EQ(rg.stats.query_rows, r9.stats.query_rows);
+}
+
+TEST(FlashBatching, ForwardGroupsBoundTheRowsPerCall) {
+  FlashCacheOptions o;
+  o.gen_length = 32;
+  auto slot = [&](int64_t prompt_len) {
+    return flash_init_slot(0, std::vector<int32_t>(static_cast<size_t>(prompt_len), 3),
+                           flash_max_length(100, 32, 16), o, /*mask_id=*/9, /*eos_id=*/1);
+  };
+  std::vector<FlashSlot> slots = {slot(10), FlashSlot{}, slot(20), slot(100), slot(5)};
+  std::vector<int64_t> rows;
+  for (const FlashSlot& s : slots) rows.push_back(flash_query_rows(s));
+  EXPECT_EQ(rows, (std::vector<int64_t>{128, 0, 128, 256, 128})) << "prefill rows = seqlen_k";
+  using G = std::vector<std::pair<size_t, size_t>>;
+  EXPECT_EQ(flash_forward_groups(slots, 0), (G{{0, 5}}));
+  EXPECT_EQ(flash_forward_groups(slots, 256), (G{{0, 3}, {3, 4}, {4, 5}}));
+  EXPECT_EQ(flash_forward_groups(slots, 1), (G{{0, 2}, {2, 3}, {3, 4}, {4, 5}})) << "one slot per call at least";
+  EXPECT_EQ(flash_forward_groups(slots, 10000), (G{{0, 5}}));
+  EXPECT_TRUE(flash_forward_groups(std::vector<FlashSlot>(3), 64).empty()) << "no active slot, no call";
+  // Planning a group keeps store rows absolute.
+  const int64_t L = flash_max_length(100, 32, 16);
+  const ForwardBatch fb = flash_plan(slots, L, o, 2, 3, 4);
+  EXPECT_EQ(fb.n_tokens(), 256);
+  EXPECT_EQ(fb.kv_rows.front(), 3 * L + 100) << "window first, at slot 3's rows";
+  EXPECT_THROW(flash_plan(slots, L, o, 2, 1, 2), Error) << "the range holds no active slot";
 }
 
 // ================================================================================ forward wiring
