@@ -16,6 +16,7 @@
 #include <limits>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_attention.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/check.h"
 #include "core/log.h"
@@ -203,30 +204,35 @@ class CpuBackend final : public Backend {
     FDLLM_CHECK_ARG(table.numel() % 4 == 0, "attention: table must be [n_tiles, 4], got {}", table.describe());
     const auto* tiles = reinterpret_cast<const AttentionTile*>(table.data);
     const int64_t n_tiles = table.numel() / 4;
-    // Flatten (tile, query row) pairs so OpenMP balances tiles of very different lengths.
-    std::vector<std::pair<int32_t, int32_t>> work;
+    // Work items (tile, head, up to kRowsPerItem query rows), so OpenMP balances tiles of very
+    // different lengths; each runs the blocked kernel, bit-identical to attend_row per row.
+    constexpr int32_t kRowsPerItem = 16;
+    struct Item {
+      int32_t tile, head, row;
+    };
+    std::vector<Item> work;
+    int64_t max_keys = 0;
     for (int64_t i = 0; i < n_tiles; ++i) {
       const AttentionTile& a = tiles[i];
       FDLLM_CHECK_ARG(0 <= a.q_start && a.q_start <= a.q_end && a.q_end <= Tq && 0 <= a.k_start &&
                           a.k_start < a.k_end && a.k_end <= N,
                       "attention: tile {} (q [{}, {}), k [{}, {})) outside q rows {} / store rows {}", i, a.q_start,
                       a.q_end, a.k_start, a.k_end, Tq, N);
-      for (int32_t r = a.q_start; r < a.q_end; ++r) work.emplace_back(static_cast<int32_t>(i), r);
+      max_keys = std::max<int64_t>(max_keys, a.k_end - a.k_start);
+      for (int h = 0; h < n_heads; ++h)
+        for (int32_t r = a.q_start; r < a.q_end; r += kRowsPerItem) work.push_back({static_cast<int32_t>(i), h, r});
     }
     const int64_t Dh = HD / n_heads;
-#pragma omp parallel num_threads(threads_)
+#pragma omp parallel num_threads(threads_) if (work.size() > 1)
     {
-      std::vector<double> scores;
-      std::vector<double> acc(static_cast<size_t>(Dh));
-#pragma omp for schedule(dynamic, 4)
+      std::vector<double> scores(static_cast<size_t>(cpu::kAttnScratchRows * max_keys));
+#pragma omp for schedule(dynamic)
       for (size_t w = 0; w < work.size(); ++w) {
-        const AttentionTile& a = tiles[work[w].first];
-        const int64_t r = work[w].second;
-        for (int h = 0; h < n_heads; ++h) {
-          cpu::attend_row(q.ptr<float>() + r * HD + h * Dh, k_store.ptr<float>() + h * Dh,
-                          v_store.ptr<float>() + h * Dh, HD, a.k_start, a.k_end, Dh, scale, scores, acc,
-                          out.ptr<float>() + r * HD + h * Dh);
-        }
+        const AttentionTile& a = tiles[work[w].tile];
+        const int64_t r = work[w].row, h = work[w].head, rows = std::min<int64_t>(kRowsPerItem, a.q_end - r);
+        cpu::attend_rows(simd_, q.ptr<float>() + r * HD + h * Dh, HD, rows, k_store.ptr<float>() + h * Dh,
+                         v_store.ptr<float>() + h * Dh, HD, a.k_start, a.k_end, Dh, scale, scores.data(),
+                         out.ptr<float>() + r * HD + h * Dh, HD);
       }
     }
   }
@@ -453,6 +459,7 @@ class CpuBackend final : public Backend {
 
  private:
   int threads_ = 1;
+  cpu::SimdLevel simd_ = cpu::best_simd_level();  // instruction set of the blocked attention
 };
 
 }  // namespace

@@ -35,8 +35,9 @@ inline void rope_head(const float* u, const float* cos, const float* sin, int64_
 /// from a sequential sum by far less than fp32 rounding).
 inline double dot_f64(const float* a, const float* b, int64_t n) {
   double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  const int64_t n8 = n / 8 * 8;
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
+  for (; i < n8; i += 8)
     for (int u = 0; u < 8; ++u) s[u] += static_cast<double>(a[i + u]) * static_cast<double>(b[i + u]);
   double t = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
   for (; i < n; ++i) t += static_cast<double>(a[i]) * static_cast<double>(b[i]);
@@ -44,7 +45,9 @@ inline double dot_f64(const float* a, const float* b, int64_t n) {
 }
 
 /// One query row of one head over keys [k_begin, k_end) of a store with row stride `stride`
-/// (k and v point at the head's first column). Scores and softmax in double.
+/// (k and v point at the head's first column). Scores and softmax in double. The definition of the
+/// CPU attention: CpuBackend::attention runs cpu::attend_rows (cpu_attention.h), which blocks rows
+/// and vectorises but returns exactly these bits.
 inline void attend_row(const float* q, const float* k, const float* v, int64_t stride, int64_t k_begin, int64_t k_end,
                        int64_t Dh, float scale, std::vector<double>& scores, std::vector<double>& acc, float* out) {
   const int64_t n = k_end - k_begin;
