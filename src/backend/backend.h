@@ -20,6 +20,7 @@
 #include <string>
 
 #include "core/tensor.h"
+#include "core/verify_mask.h"
 
 namespace flashdllm {
 
@@ -39,25 +40,6 @@ struct AttentionTile {
 struct VerifyTile {
   int32_t q_start, q_end, k_start, k_end, n_cand;
 };
-
-/// The in-tile isolation mask of Flash-Verify (reference §D.8), rows = queries, columns = keys,
-/// both in tile order [kept T | drafts D_0..D_{S−1} | masks M_0..M_{S−1}]; true = may attend:
-///  * every row sees every kept column;
-///  * kept rows see no draft and every mask (the all-masked state);
-///  * D_i sees D_k for k <= i and M_k for k > i ("candidates <= i filled in");
-///  * M_i sees D_k for k < i and M_k for k >= i (drafts of earlier candidates only, never its own).
-/// So every row sees exactly one view of each candidate, and a draft and a mask of the same position
-/// never see each other. row, col in [0, n_kept + 2·n_cand).
-constexpr bool verify_may_attend(int64_t n_kept, int64_t n_cand, int64_t row, int64_t col) noexcept {
-  if (col < n_kept) return true;
-  const bool col_draft = col < n_kept + n_cand;
-  const int64_t k = col_draft ? col - n_kept : col - n_kept - n_cand;
-  if (row < n_kept) return !col_draft;
-  const bool row_draft = row < n_kept + n_cand;
-  const int64_t i = row_draft ? row - n_kept : row - n_kept - n_cand;
-  if (row_draft) return col_draft ? k <= i : k > i;
-  return col_draft ? k < i : k >= i;
-}
 
 /// RoPE tables for the half-rotation ("rotate_half"/NeoX) layout, reference §A.3:
 /// cos/sin F32 [max_positions, head_dim/2]; angle(p, i) = fp32(p) * inv_freq_i with
@@ -190,6 +172,20 @@ class Backend {
   /// Throws Error(kInvalidArgument) for bad shapes/dtypes or a tile outside q rows / store rows.
   virtual void attention_importance(Tensor q, Tensor k_store, Tensor table, int n_heads, float scale,
                                     bool probability_mass, float weight, Tensor scores) = 0;
+
+  /// attention() over `table`, then attention_importance(q, k_store, first `importance_tiles` rows of
+  /// table, n_heads, scale, probability_mass = false, weight, scores): the raw q·k importance of the
+  /// masked-window tiles (reference §D.6, the released code's a_t) in the same call. The default runs
+  /// the two ops; the CUDA backend's flash kernel accumulates the column sums of its own q·k tiles
+  /// instead (one pass over K; float atomics, so the summation order is not fixed).
+  /// importance_tiles in [0, n_tiles]; operands as for the two ops.
+  virtual void attention_with_importance(Tensor q, Tensor k_store, Tensor v_store, Tensor table, int n_heads,
+                                         float scale, Tensor out, int64_t importance_tiles, float weight,
+                                         Tensor scores) {
+    attention(q, k_store, v_store, table, n_heads, scale, out);
+    if (importance_tiles > 0)
+      attention_importance(q, k_store, table.slice_rows(0, importance_tiles), n_heads, scale, false, weight, scores);
+  }
 
   /// out[t, f] = SiLU(gate_up[t, f]) · gate_up[t, F + f].  gate_up [T, 2F]; out [T, F].
   virtual void swiglu(Tensor gate_up, Tensor out) = 0;

@@ -113,6 +113,13 @@ class ProfilingBackend final : public Backend {
       inner_->attention_importance(q, k_store, table, n_heads, scale, probability_mass, weight, scores);
     });
   }
+  void attention_with_importance(Tensor q, Tensor k_store, Tensor v_store, Tensor table, int n_heads, float scale,
+                                 Tensor out, int64_t importance_tiles, float weight, Tensor scores) override {
+    timed("attention_with_importance", [&] {
+      inner_->attention_with_importance(q, k_store, v_store, table, n_heads, scale, out, importance_tiles, weight,
+                                        scores);
+    });
+  }
   void swiglu(Tensor gate_up, Tensor out) override {
     timed("swiglu", [&] { inner_->swiglu(gate_up, out); });
   }

@@ -87,6 +87,11 @@ int64_t flash_max_length(int64_t max_prompt_len, int64_t gen_length, int64_t blo
   return (m / key_tile + 1) * key_tile;
 }
 
+int64_t flash_slot_length(int64_t max_prompt_len, int64_t gen_length, int64_t block_length, int64_t key_tile) {
+  FDLLM_CHECK_ARG(block_length > 0, "flash_slot_length: block_length must be positive, got {}", block_length);
+  return std::max(flash_seqlen_k(max_prompt_len, gen_length, key_tile), max_prompt_len + gen_length + block_length);
+}
+
 int64_t flash_seqlen_k(int64_t prompt_len, int64_t gen_length, int64_t key_tile) {
   FDLLM_CHECK_ARG(prompt_len > 0 && gen_length > 0 && key_tile > 0,
                   "flash_seqlen_k: sizes must be positive (prompt {}, gen_length {}, key_tile {})", prompt_len,
@@ -175,19 +180,21 @@ std::vector<std::pair<size_t, size_t>> flash_forward_groups(const std::vector<Fl
   return groups;
 }
 
-ForwardBatch flash_plan(const std::vector<FlashSlot>& slots, int64_t max_length, const FlashCacheOptions& o,
+ForwardBatch flash_plan(const std::vector<FlashSlot>& slots, int64_t store_stride, const FlashCacheOptions& o,
                         int64_t n_heads, size_t first, size_t last) {
   last = std::min(last, slots.size());
-  FDLLM_CHECK_ARG(max_length > 0 && static_cast<int64_t>(slots.size()) * max_length < (int64_t{1} << 31),
-                  "flash_plan: {} slots × slot length {} must be positive and below 2^31 store rows", slots.size(),
-                  max_length);
+  FDLLM_CHECK_ARG(store_stride > 0 && static_cast<int64_t>(slots.size()) * store_stride < (int64_t{1} << 31),
+                  "flash_plan: {} slots × store stride {} must be positive and below 2^31 store rows", slots.size(),
+                  store_stride);
   ForwardBatch fb;
   const int64_t tile_rows = o.query_tile_rows > 0 ? o.query_tile_rows : o.block_length;
   auto add_rows = [&](const FlashSlot& s, int64_t j, const std::vector<int32_t>& pos) {
     for (int32_t t : pos) {
+      FDLLM_CHECK_ARG(t >= 0 && t < store_stride, "flash_plan: slot {} queries position {} outside its {} store rows", j,
+                      t, store_stride);
       fb.token_ids.push_back(s.x[static_cast<size_t>(t)]);
       fb.positions.push_back(t);
-      fb.kv_rows.push_back(static_cast<int32_t>(j * max_length + t));
+      fb.kv_rows.push_back(static_cast<int32_t>(j * store_stride + t));
     }
   };
   int32_t q = 0;
@@ -196,7 +203,7 @@ ForwardBatch flash_plan(const std::vector<FlashSlot>& slots, int64_t max_length,
     const FlashSlot& s = slots[j];
     if (!s.active()) continue;
     FDLLM_CHECK_ARG(!s.window.empty(), "flash_plan: active slot {} has an empty masked window", j);
-    const auto k0 = static_cast<int32_t>(static_cast<int64_t>(j) * max_length);
+    const auto k0 = static_cast<int32_t>(static_cast<int64_t>(j) * store_stride);
     add_rows(s, static_cast<int64_t>(j), s.window);
     const auto n = static_cast<int32_t>(s.window.size());
     fb.tiles.push_back({q, q + n, k0, k0 + static_cast<int32_t>(s.seqlen_k)});
@@ -211,7 +218,7 @@ ForwardBatch flash_plan(const std::vector<FlashSlot>& slots, int64_t max_length,
   for (size_t j = first; j < last; ++j) {
     const FlashSlot& s = slots[j];
     if (!s.active() || s.tracked.empty()) continue;
-    const auto k0 = static_cast<int32_t>(static_cast<int64_t>(j) * max_length);
+    const auto k0 = static_cast<int32_t>(static_cast<int64_t>(j) * store_stride);
     add_rows(s, static_cast<int64_t>(j), s.tracked);
     const auto n = static_cast<int32_t>(s.tracked.size());
     for (int32_t r = 0; r < n; r += static_cast<int32_t>(tile_rows)) {
@@ -398,30 +405,36 @@ FlashCacheResult FlashCacheDenoiser::generate(const std::vector<std::vector<int3
                   "up to the {}-key tile) exceeds the model's RoPE table of {} positions",
                   L, max_p, opt_.gen_length, opt_.block_length, opt_.key_tile, model_.rope.table.cos.rows());
   const int64_t n_slots = std::min<int64_t>(opt_.n_slots, static_cast<int64_t>(prompts.size()));
-  FDLLM_CHECK_ARG(n_slots * L < (int64_t{1} << 31), "flash-cache: {} slots × L_max {} exceed 2^31 store rows",
-                  n_slots, L);
+  // Host slot rows have L_max entries (they shape the windows near the end); the K/V store needs
+  // only the rows a slot can query (flash_slot_length), Ls per slot. With reference_quirks the
+  // released code's decoded EOS padding moves windows past that, so the store keeps L_max rows.
+  const int64_t Ls = opt_.reference_quirks ? L : flash_slot_length(max_p, opt_.gen_length, opt_.block_length, opt_.key_tile);
+  FDLLM_CHECK_ARG(n_slots * Ls < (int64_t{1} << 31), "flash-cache: {} slots × {} store rows exceed 2^31 store rows",
+                  n_slots, Ls);
 
-  // Flat K/V cache: per layer [n_slots·L_max, n_heads·head_dim]; refuse what cannot fit.
-  const size_t kv_bytes = flash_kv_cache_bytes(c, backend_.activation_dtype(), n_slots, L);
+  // Flat K/V cache: per layer [n_slots·Ls, n_heads·head_dim]; refuse what cannot fit.
+  const size_t kv_bytes = flash_kv_cache_bytes(c, backend_.activation_dtype(), n_slots, Ls);
   const size_t free_bytes = backend_.free_memory();
   if (kv_bytes > free_bytes) {
-    const int64_t fit = flash_max_slots(c, backend_.activation_dtype(), L, free_bytes);
+    const int64_t fit = flash_max_slots(c, backend_.activation_dtype(), Ls, free_bytes);
     FDLLM_FAIL(ErrorCode::kOutOfMemory,
-               "flash-cache: the K/V cache for {} slots × L_max {} needs {:.2f} GiB but only {:.2f} GiB are free on {}; "
+               "flash-cache: the K/V cache for {} slots × {} rows needs {:.2f} GiB but only {:.2f} GiB are free on {}; "
                "at most {} slot(s) fit (pass fewer slots or a shorter gen_length)",
-               n_slots, L, static_cast<double>(kv_bytes) / (1 << 30), static_cast<double>(free_bytes) / (1 << 30),
+               n_slots, Ls, static_cast<double>(kv_bytes) / (1 << 30), static_cast<double>(free_bytes) / (1 << 30),
                backend_.name(), fit);
   }
-  KvStore kv = make_kv_store(backend_, c, n_slots * L, /*shared_across_layers=*/false);
-  Buffer score_buf = backend_.alloc(static_cast<size_t>(n_slots * L) * sizeof(float), "flash-cache importance");
-  Tensor scores_dev(score_buf.data(), DType::kF32, backend_.device(), {n_slots * L});
+  KvStore kv = make_kv_store(backend_, c, n_slots * Ls, /*shared_across_layers=*/false);
+  Buffer score_buf = backend_.alloc(static_cast<size_t>(n_slots * Ls) * sizeof(float), "flash-cache importance");
+  Tensor scores_dev(score_buf.data(), DType::kF32, backend_.device(), {n_slots * Ls});
   backend_.fill_zero(scores_dev);
-  std::vector<float> scores(static_cast<size_t>(n_slots * L));
+  std::vector<float> store_scores(static_cast<size_t>(n_slots * Ls));
+  std::vector<float> scores(static_cast<size_t>(n_slots * L), 0.f);  // per slot [0, L_max); past Ls always 0
 
   FlashCacheResult res;
   res.requests.resize(prompts.size());
   res.stats.n_slots = n_slots;
   res.stats.max_length = L;
+  res.stats.store_stride = Ls;
   res.stats.kv_bytes = kv_bytes;
   std::vector<FlashSlot> slots(static_cast<size_t>(n_slots));
   size_t next = 0;
@@ -445,7 +458,7 @@ FlashCacheResult FlashCacheDenoiser::generate(const std::vector<std::vector<int3
     std::vector<double> conf;
     int64_t T = 0;
     for (const auto& [first, last] : flash_forward_groups(slots, opt_.max_forward_rows)) {
-      ForwardBatch fb = flash_plan(slots, L, opt_, c.n_heads, first, last);
+      ForwardBatch fb = flash_plan(slots, Ls, opt_, c.n_heads, first, last);
       fb.importance.scores = scores_dev;
       const int64_t Tg = fb.n_tokens(), R = static_cast<int64_t>(fb.logit_rows.size());
       ensure_workspace(Tg, R, static_cast<int64_t>(fb.tiles.size()));
@@ -458,7 +471,9 @@ FlashCacheResult FlashCacheDenoiser::generate(const std::vector<std::vector<int3
       backend_.copy_to_host(conf.data() + conf.size() - R, conf_dev);
       T += Tg;
     }
-    backend_.copy_to_host(scores.data(), scores_dev);
+    backend_.copy_to_host(store_scores.data(), scores_dev);
+    for (int64_t j = 0; j < n_slots; ++j)
+      std::copy_n(store_scores.begin() + j * Ls, Ls, scores.begin() + j * L);
     backend_.fill_zero(scores_dev);
     const int64_t forward = res.stats.forwards++;
     res.stats.query_rows += T;
@@ -509,7 +524,7 @@ FlashCacheResult FlashCacheDenoiser::generate(const std::vector<std::vector<int3
 
     // Phase 2 (verify): one verify pass over every tile, acceptance, commit.
     if (!tiles.empty()) {
-      VerifyBatch vb = flash_verify_batch(slots, tiles, L);
+      VerifyBatch vb = flash_verify_batch(slots, tiles, Ls);
       const int64_t VT = vb.n_tokens(), VR = static_cast<int64_t>(vb.logit_rows.size());
       ensure_verify_workspace(VT, VR, static_cast<int64_t>(vb.tiles.size()), static_cast<int64_t>(vb.key_rows.size()));
       Tensor vlogits = llada_verify_forward(backend_, model_, vb, kv, vws_);

@@ -130,6 +130,17 @@ void validate_flash_cache_options(const FlashCacheOptions& o, const LladaConfig&
 /// and reach into the EOS padding past seqlen_k (the released code's short windows, §D.4).
 int64_t flash_max_length(int64_t max_prompt_len, int64_t gen_length, int64_t block_length, int64_t key_tile = 128);
 
+/// K/V store rows per slot (the flat cache's slot stride): max(seqlen_k, max_prompt_len + gen_length
+/// + block_length) for the longest prompt. Every position a slot ever queries is below it: keys end at
+/// seqlen_k, and a masked window near the end of the canvas reaches at most block_length − 1 positions
+/// past it (positions >= seqlen_k are never decoded, so they keep their own index in full_pos; with
+/// reference_quirks they can be, and the denoiser then keeps L_max store rows per slot). The
+/// host-side slot rows keep L_max (flash_max_length) entries, whose tail only shapes those windows; the
+/// released code allocates L_max store rows per slot, up to a key tile more than this (LLaDA-8B,
+/// 250-token prompts, gen 512: 778 instead of 896 rows, −13% K/V memory). Throws
+/// Error(kInvalidArgument) for sizes <= 0.
+int64_t flash_slot_length(int64_t max_prompt_len, int64_t gen_length, int64_t block_length, int64_t key_tile = 128);
+
 /// seqlen_k = floor((prompt_len + gen_length) / key_tile) · key_tile + key_tile (> prompt_len + gen_length).
 int64_t flash_seqlen_k(int64_t prompt_len, int64_t gen_length, int64_t key_tile = 128);
 
@@ -175,13 +186,15 @@ FlashSlot flash_init_slot(int64_t request, std::span<const int32_t> prompt, int6
 void flash_prepare_queries(FlashSlot& slot, const FlashCacheOptions& o);
 
 /// The main-pass ForwardBatch of one iteration over slots [first, min(last, slots.size())) (inactive
-/// ones skipped; store rows stay absolute, j·max_length + t): query rows [windows…, tracked sets…] with
-/// token x[t], position t, store row j·max_length + t; tiles: one per window first (those are
+/// ones skipped; store rows stay absolute): query rows [windows…, tracked sets…] with token x[t],
+/// position t, store row j·store_stride + t; tiles: one per window first (those are
 /// ImportanceSpec::tiles), then the tracked sets cut into tiles of query_tile_rows rows; keys
-/// [j·max_length, j·max_length + seqlen_k); logit rows = the window rows in slot order; importance:
+/// [j·store_stride, j·store_stride + seqlen_k); logit rows = the window rows in slot order; importance:
 /// first layer, weight 1 / (block_length · n_heads), variant from the options (scores left for the
-/// caller to set). Throws Error(kInvalidArgument) if no slot of the range is active.
-ForwardBatch flash_plan(const std::vector<FlashSlot>& slots, int64_t max_length, const FlashCacheOptions& o,
+/// caller to set). store_stride: the K/V store rows per slot, at least flash_slot_length() (L_max
+/// also works). Throws Error(kInvalidArgument) if no slot of the range is active or a queried position
+/// is >= store_stride.
+ForwardBatch flash_plan(const std::vector<FlashSlot>& slots, int64_t store_stride, const FlashCacheOptions& o,
                         int64_t n_heads, size_t first = 0, size_t last = SIZE_MAX);
 
 /// Query rows of an active slot's main pass (window + tracked set); 0 for an inactive slot.
@@ -284,7 +297,8 @@ struct FlashRunStats {
   int64_t num_tokens_reference = 0;  ///< Σ num_tokens_reference (released)
   int64_t max_num_tokens = 0; ///< Σ gen_length
   int64_t n_slots = 0;        ///< slots used (min(options.n_slots, requests))
-  int64_t max_length = 0;     ///< L_max
+  int64_t max_length = 0;     ///< L_max (host-side slot rows)
+  int64_t store_stride = 0;   ///< K/V store rows per slot (flash_slot_length)
   size_t kv_bytes = 0;        ///< K/V cache bytes
   /// Backend free memory (bytes) at the end of generate, while the K/V cache and every workspace are
   /// still allocated: the run's footprint for peak-memory accounting (the cache is freed on return).

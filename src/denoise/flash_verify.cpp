@@ -77,11 +77,11 @@ FlashVerifyTile flash_verify_plan_slot(const FlashSlot& s, int64_t slot_index, c
 }
 
 VerifyBatch flash_verify_batch(const std::vector<FlashSlot>& slots, const std::vector<FlashVerifyTile>& tiles,
-                               int64_t max_length) {
+                               int64_t store_stride) {
   FDLLM_CHECK_ARG(!tiles.empty(), "flash_verify_batch: no verify tiles");
-  FDLLM_CHECK_ARG(max_length > 0 && static_cast<int64_t>(slots.size()) * max_length < (int64_t{1} << 31),
-                  "flash_verify_batch: {} slots × slot length {} must be positive and below 2^31 store rows",
-                  slots.size(), max_length);
+  FDLLM_CHECK_ARG(store_stride > 0 && static_cast<int64_t>(slots.size()) * store_stride < (int64_t{1} << 31),
+                  "flash_verify_batch: {} slots × store stride {} must be positive and below 2^31 store rows",
+                  slots.size(), store_stride);
   VerifyBatch vb;
   for (const FlashVerifyTile& v : tiles) {
     FDLLM_CHECK_ARG(v.slot >= 0 && v.slot < static_cast<int64_t>(slots.size()) && slots[static_cast<size_t>(v.slot)].active(),
@@ -105,8 +105,12 @@ VerifyBatch flash_verify_batch(const std::vector<FlashSlot>& slots, const std::v
       vb.token_ids.push_back(s.x[static_cast<size_t>(t)]);
       vb.positions.push_back(t);
     }
-    const auto base = static_cast<int32_t>(v.slot * max_length);
-    for (int32_t t : v.keys) vb.key_rows.push_back(base + t);
+    const auto base = static_cast<int32_t>(v.slot * store_stride);
+    for (int32_t t : v.keys) {
+      FDLLM_CHECK_ARG(t >= 0 && t < store_stride, "flash_verify_batch: slot {}: key position {} outside the {} store rows",
+                      v.slot, t, store_stride);
+      vb.key_rows.push_back(base + t);
+    }
     const auto S = static_cast<int32_t>(v.candidates.size());
     vb.tiles.push_back({q0, static_cast<int32_t>(vb.token_ids.size()), k0, static_cast<int32_t>(vb.key_rows.size()), S});
     for (int32_t i = 0; i < S; ++i) {

@@ -86,11 +86,12 @@ FlashVerifyTile flash_verify_plan_slot(const FlashSlot& slot, int64_t slot_index
 /// The verify pass of an iteration over `tiles` (in order): per tile rows [kept | drafts | masks]
 /// with tokens x[kept], the drafts, x[candidates] (the undecoded state: [MASK] for canvas positions;
 /// for EOS-padding candidates, possible only with reference_quirks, the padding token, exactly as
-/// the released code); positions kept, candidates, candidates; key rows slot·max_length + key
+/// the released code); positions kept, candidates, candidates; key rows slot·store_stride + key
 /// position; one VerifyTile each; logit rows = the mask rows of every tile (Σ S rows, tile order).
-/// Throws Error(kInvalidArgument) for no tiles, an empty tile or an inactive / unknown slot.
+/// Throws Error(kInvalidArgument) for no tiles, an empty tile, an inactive / unknown slot or a key
+/// position >= store_stride.
 VerifyBatch flash_verify_batch(const std::vector<FlashSlot>& slots, const std::vector<FlashVerifyTile>& tiles,
-                               int64_t max_length);
+                               int64_t store_stride);
 
 /// Acceptance (§D.8), a prefix length in [0, S]:
 ///  * forced > 0 (benchmarks): the first min(forced, S) candidates, stopping at a blocked one;

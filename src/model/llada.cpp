@@ -363,8 +363,14 @@ Tensor llada_forward(Backend& be, const LladaModel& model, const ForwardBatch& b
                     [&](int64_t l, const LladaLayerWeights& lw, Tensor xn, Tensor q, Tensor attn) {
                       Tensor k = kv.k[static_cast<size_t>(l)], v = kv.v[static_cast<size_t>(l)];
                       be.qkv_rope_store(xn, lw.wqkv, pos, rows, model.rope.table, n_heads, q, k, v, ws.scratch);
+                      const bool scored = imp.tiles > 0 && l >= imp.first_layer;
+                      if (scored && !imp.probability_mass) {  // raw q·k: fused into the attention pass
+                        be.attention_with_importance(q, k, v, tiles, n_heads, scale, attn, imp.tiles, imp.weight,
+                                                     imp.scores);
+                        return;
+                      }
                       be.attention(q, k, v, tiles, n_heads, scale, attn);
-                      if (imp.tiles > 0 && l >= imp.first_layer)
+                      if (scored)
                         be.attention_importance(q, k, tiles.slice_rows(0, imp.tiles), n_heads, scale,
                                                 imp.probability_mass, imp.weight, imp.scores);
                     });

@@ -210,6 +210,8 @@ ReplayStats replay(size_t run_index, int64_t slots, FlashCacheResult* out = null
   EXPECT_EQ(res.stats.num_tokens_reference, run["num_tokens"].get<int64_t>());
   EXPECT_EQ(res.stats.max_num_tokens, run["max_num_tokens"].get<int64_t>());
   EXPECT_EQ(res.stats.max_length, run["max_length"].get<int64_t>());
+  EXPECT_LE(res.stats.store_stride, res.stats.max_length) << "the K/V store never needs more than L_max rows";
+  for (const FlashRequestResult& rr : res.requests) EXPECT_GE(res.stats.store_stride, rr.seqlen_k);
   EXPECT_EQ(res.stats.query_rows, run["query_rows"]["main"].get<int64_t>()) << "query rows over all main passes";
   if (slots == run["batch_size"].get<int64_t>()) {
     EXPECT_EQ(res.stats.forwards, run["passes"]["main"].get<int64_t>());
@@ -427,6 +429,11 @@ TEST(FlashLayout, MaxLengthAndSeqlenKMatchTheTraces) {
   EXPECT_EQ(flash_seqlen_k(64, 64), 256);          // P + G = 128
   EXPECT_EQ(flash_seqlen_k(63, 64), 128);
   EXPECT_EQ(flash_seqlen_k(10, 20, 16), 32);
+  // The K/V store rows per slot: seqlen_k, or the last window's reach when that is further.
+  EXPECT_EQ(flash_slot_length(250, 512, 16), 778);  // released L_max 896; seqlen_k 768
+  EXPECT_EQ(flash_slot_length(240, 512, 16), 768);  // seqlen_k 768 >= 240 + 512 + 16
+  EXPECT_EQ(flash_slot_length(112, 128, 16), 256);  // seqlen_k 256 = 112 + 128 + 16; L_max 384
+  EXPECT_THROW(flash_slot_length(10, 20, 0), Error);
   // Paper setting: LLaDA-8B, bf16, 32 slots x 1536 rows = 25.8 GB (reference §D.2).
   const LladaConfig c8 = load_llada_config(repo_data_dir() / "llada-8b-instruct" / "config.json");
   EXPECT_EQ(flash_kv_cache_bytes(c8, DType::kBF16, 32, 1536), size_t{25769803776});

@@ -114,7 +114,14 @@ TEST_F(CudaForward, SamplerMatchesCpuAboveBf16Margin) {
   int compared = 0, near_ties = 0, mismatches = 0;
   for (const char* q : {"Mia has 12 apples. She buys 3 bags with 4 apples each. How many apples does she have now?",
                         "Leo collected 250 shells. He gives away 75 shells. How many shells does he have left?",
-                        "A farmer has 9 rows of 8 plants. How many plants does he have?"}) {
+                        "A farmer has 9 rows of 8 plants. How many plants does he have?",
+                        // The trained model is confident at many positions at once (ties near 1.0), so most
+                        // steps are near-ties; more prompts keep the compared decisions above 30.
+                        "Ana reads 14 pages a day for 6 days. How many pages does she read?",
+                        "A box holds 48 pens. 19 pens are red and the rest are blue. How many pens are blue?",
+                        "Sam earns 35 dollars a week. How much does he earn in 9 weeks?",
+                        "There are 132 students in 4 equal classes. How many students are in each class?",
+                        "Tom had 503 marbles and lost 268. How many marbles does he have?"}) {
     std::vector<int32_t> prompt = tok.encode(chat.render({{"user", q}}));
     std::vector<SequenceState> before;
     std::vector<StepCommit> cpu_commits;

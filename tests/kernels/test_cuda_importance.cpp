@@ -6,6 +6,9 @@
 //    key ranges not starting at 0, a single key, empty query ranges), 1–3 and 32 heads, both
 //    variants; keys outside every tile must keep their initial value exactly; invalid tiles are
 //    reported as errors. Skips without a GPU (see kernels/cuda_twin.h).
+//  * attention_with_importance (twin): the flash kernel's fused raw importance and its attention
+//    output against the CPU's two separate ops, with further (tracked) tiles after the scored ones
+//    that must not contribute, on the same cases (head_dim 128: the attention op's flash kernel).
 #include <cmath>
 #include <functional>
 #include <random>
@@ -99,9 +102,60 @@ std::vector<float> run(Backend& be, const ImpCase& c, const std::vector<float>& 
   return get(be, sd.t);
 }
 
+/// attention_with_importance on `be` over the case's tiles (all scored) followed by one unscored tile
+/// per slot-sized range over the extra query rows; returns {scores, attention output}.
+std::pair<std::vector<float>, std::vector<float>> run_fused(Backend& be, const ImpCase& c, const std::vector<float>& q,
+                                                            const std::vector<float>& k, const std::vector<float>& v,
+                                                            float scale, float weight, const std::vector<float>& init) {
+  const int64_t HD = static_cast<int64_t>(c.heads) * c.head_dim;
+  const DType at = be.activation_dtype();
+  Dev qd = make(be, at, c.q_rows, HD), kd = make(be, at, c.kv_rows, HD), vd = make(be, at, c.kv_rows, HD);
+  Dev od = make(be, at, c.q_rows, HD), sd = make(be, DType::kF32, c.kv_rows);
+  std::vector<int32_t> table;
+  int32_t last_row = 0;
+  for (const AttentionTile& t : c.tiles) {
+    table.insert(table.end(), {t.q_start, t.q_end, t.k_start, t.k_end});
+    last_row = std::max(last_row, t.q_end);
+  }
+  // Unscored tiles: the remaining query rows against the whole store (they touch every key).
+  const auto n_scored = static_cast<int64_t>(c.tiles.size());
+  if (last_row < c.q_rows) table.insert(table.end(), {last_row, static_cast<int32_t>(c.q_rows), 0, static_cast<int32_t>(c.kv_rows)});
+  Dev td = make(be, DType::kI32, static_cast<int64_t>(table.size() / 4), 4);
+  put(be, qd.t, q);
+  put(be, kd.t, k);
+  put(be, vd.t, v);
+  put(be, od.t, std::vector<float>(static_cast<size_t>(c.q_rows * HD), 0.f));
+  put(be, sd.t, init);
+  put_i32(be, td.t, table);
+  be.attention_with_importance(qd.t, kd.t, vd.t, td.t, c.heads, scale, od.t, n_scored, weight, sd.t);
+  return {get(be, sd.t), get(be, od.t)};
+}
+
 struct Inputs {
   std::vector<float> q, k, init;
 };
+
+std::vector<bool> covered_keys(const ImpCase& c);
+
+/// CUDA scores against CPU scores: the accumulated part (got − init vs ref − init) of the keys some
+/// tile covers within kImportanceRelTol, so the initial values do not hide errors; every other key
+/// bit-identical to its initial value.
+void expect_scores_match(const ImpCase& c, const std::vector<float>& got, const std::vector<float>& ref,
+                         const std::vector<float>& init) {
+  const std::vector<bool> cov = covered_keys(c);
+  std::vector<float> g, r;
+  int64_t changed_outside = 0;
+  for (size_t t = 0; t < got.size(); ++t) {
+    if (cov[t]) {
+      g.push_back(got[t] - init[t]);
+      r.push_back(ref[t] - init[t]);
+    } else {
+      changed_outside += got[t] != init[t];
+    }
+  }
+  EXPECT_TRUE(close(c.name + " scores", g, r, 0, kImportanceRelTol));
+  EXPECT_EQ(changed_outside, 0) << "keys outside every scored tile were modified";
+}
 Inputs inputs(const ImpCase& c) {
   const int64_t HD = static_cast<int64_t>(c.heads) * c.head_dim;
   const uint64_t seed = std::hash<std::string>()(c.name);
@@ -212,26 +266,31 @@ class CudaImportance : public twin::TwinTest, public ::testing::WithParamInterfa
         const float weight = 1.0f / (16.0f * static_cast<float>(c.heads));
         const std::vector<float> ref = run(*cpu_, c, in.q, in.k, prob, scale, weight, in.init);
         const std::vector<float> got = run(*twin_, c, in.q, in.k, prob, scale, weight, in.init);
-        // Compare the accumulated part (got − init vs ref − init) so the initial values do not
-        // hide errors; untouched keys must be bit-identical to their initial value.
-        const std::vector<bool> cov = covered_keys(c);
-        std::vector<float> g, r;
-        int64_t changed_outside = 0;
-        for (size_t t = 0; t < got.size(); ++t) {
-          if (cov[t]) {
-            g.push_back(got[t] - in.init[t]);
-            r.push_back(ref[t] - in.init[t]);
-          } else {
-            changed_outside += got[t] != in.init[t];
-          }
-        }
-        EXPECT_TRUE(close(c.name, g, r, 0, kImportanceRelTol));
-        EXPECT_EQ(changed_outside, 0) << "keys outside every tile were modified";
+        expect_scores_match(c, got, ref, in.init);
       }
   }
 };
 
 TEST_P(CudaImportance, MatchesCpu) { run_cases(GetParam() == Size::kSmall ? small_cases() : sweep_cases()); }
+
+TEST_P(CudaImportance, FusedWithAttentionMatchesCpu) {
+  const std::vector<ImpCase> cases = GetParam() == Size::kSmall ? small_cases() : sweep_cases();
+  for (ImpCase c : cases) {
+    if (c.head_dim != 128) continue;  // attention itself has a flash kernel for head_dim 128 only
+    // Tiles with no query rows are not attention work; drop them here (the importance-only test keeps them).
+    std::erase_if(c.tiles, [](const AttentionTile& t) { return t.q_end == t.q_start; });
+    SCOPED_TRACE(c.name + ", heads " + std::to_string(c.heads) + ", head_dim " + std::to_string(c.head_dim));
+    const Inputs in = inputs(c);
+    const std::vector<float> v =
+        randn_bf16(in.k.size(), std::hash<std::string>()(c.name) + 7, 0.5f);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    const float weight = 1.0f / (16.0f * static_cast<float>(c.heads));
+    const auto [ref_s, ref_o] = run_fused(*cpu_, c, in.q, in.k, v, scale, weight, in.init);
+    const auto [got_s, got_o] = run_fused(*twin_, c, in.q, in.k, v, scale, weight, in.init);
+    expect_scores_match(c, got_s, ref_s, in.init);
+    EXPECT_TRUE(close(c.name + " attention", got_o, ref_o, 0, test::kBf16OpRelTol));
+  }
+}
 
 TEST_P(CudaImportance, InvalidTileIsReported) {
   if (GetParam() == Size::kSweep) GTEST_SKIP() << "small only";

@@ -9,8 +9,9 @@
 //    result stays exact.
 //  * CudaVerify (twin): CUDA vs CPU on bf16-rounded inputs over Flash-Verify-like tiles (32 rows
 //    per slot, keys ≈ seqlen_k gathered from a flat multi-slot store), 1–3 and 32 heads, head_dim
-//    128 and 64; query rows outside every tile stay untouched; invalid tiles and gather rows are
-//    reported. Skips without a GPU (kernels/cuda_twin.h; FLASHDLLM_TEST_TWIN=cpu runs the harness).
+//    128 (the flash kernel's verify mode: also empty gathers, T = 0, and 96-row tiles spanning two
+//    work items and two key tiles of in-tile columns) and 64 / 32 (the scalar kernel); query rows
+//    outside every tile stay untouched; invalid tiles and gather rows are reported. Skips without a GPU (kernels/cuda_twin.h; FLASHDLLM_TEST_TWIN=cpu runs the harness).
 #include <cmath>
 #include <functional>
 #include <random>
@@ -223,6 +224,13 @@ std::vector<VCase> small_cases() {
   e.key_rows.clear();
   e.tiles[0].k_start = e.tiles[0].k_end = 0;
   v.push_back(e);
+  // head_dim 128 runs the flash kernel's verify mode: the same shapes, and tiles of more than one
+  // 64-row work item whose in-tile columns span several 64-key tiles.
+  v.push_back(slots_case("T = 0 and odd T, head_dim 128", {30, 70}, {5, 2}, 96, 4, 2, 128, {0, 3}));
+  VCase e128 = slots_case("empty gather list, head_dim 128", {12, 40}, {3, 0}, 64, 4, 2, 128);
+  e128.tiles[0].k_end = e128.tiles[0].k_start;  // tile 0 sees only its own rows
+  v.push_back(e128);
+  v.push_back(slots_case("96-row tiles, S 40, head_dim 128", {150, 200}, {40, 33}, 256, 48, 2, 128));
   return v;
 }
 

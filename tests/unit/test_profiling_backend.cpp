@@ -53,8 +53,10 @@ TEST(ProfilingBackend, SameTokensAndEveryOpCounted) {
   // One forward per iteration: one embedding, n_layers attention calls, one logits matmul (vocab x d_model).
   ASSERT_TRUE(by_op.count("embedding"));
   EXPECT_EQ(by_op["embedding"].calls, b[0].nfe);
+  // Layers before importance_first_layer run attention alone, the others the importance-fused call.
   ASSERT_TRUE(by_op.count("attention"));
-  EXPECT_EQ(by_op["attention"].calls, b[0].nfe * cfg.n_layers);
+  ASSERT_TRUE(by_op.count("attention_with_importance"));
+  EXPECT_EQ(by_op["attention"].calls + by_op["attention_with_importance"].calls, b[0].nfe * cfg.n_layers);
   EXPECT_TRUE(by_op.count("select_tokens"));
   EXPECT_TRUE(by_op.count("qkv_rope_store"));
   const std::string lm_head = "matmul " + std::to_string(cfg.embedding_size) + "x" + std::to_string(cfg.d_model);

@@ -14,6 +14,8 @@
 // Environment:
 //   FLASHDLLM_CUDA_SYNC=1        synchronise and check after every op (debugging)
 //   FLASHDLLM_ATTENTION=<mode>   auto (default) | reference | m64n64 | m128n64 | m128n128
+//                                (reference also sends the verify pass to its scalar kernel; the others
+//                                run it on the flash kernel's verify mode, m64n64, for head_dim 128)
 
 // nvcc 13 cannot evaluate fmt 9's C++20 consteval format-string checks (core/check.h includes
 // fmt): when compiled as C++20, this translation unit uses fmt's runtime-checked format strings
@@ -477,7 +479,35 @@ class CudaBackend final : public Backend {
 
   void attention(Tensor q, Tensor k_store, Tensor v_store, Tensor table, int n_heads, float scale,
                  Tensor out) override {
-    static constexpr const char* kOp = "attention";
+    run_attention("attention", q, k_store, v_store, table, n_heads, scale, out, 0, 0.f, nullptr);
+  }
+
+  void attention_with_importance(Tensor q, Tensor k_store, Tensor v_store, Tensor table, int n_heads, float scale,
+                                 Tensor out, int64_t importance_tiles, float weight, Tensor scores) override {
+    static constexpr const char* kOp = "attention_with_importance";
+    FDLLM_CHECK_ARG(importance_tiles >= 0 && importance_tiles <= table.numel() / 4,
+                    "{}: importance_tiles {} outside [0, {}] (the table's tiles)", kOp, importance_tiles,
+                    table.numel() / 4);
+    const int64_t HD = q.row_size();
+    const bool fused = importance_tiles > 0 && attention_.mode != AttentionMode::kReference && n_heads > 0 &&
+                       HD % n_heads == 0 && kernels::flash_supports_head_dim(static_cast<int>(HD / n_heads));
+    if (!fused) {  // the two ops (reference kernel, other head dims, or nothing to score)
+      Backend::attention_with_importance(q, k_store, v_store, table, n_heads, scale, out, importance_tiles, weight,
+                                         scores);
+      return;
+    }
+    expect(scores, DType::kF32, kOp, "scores");
+    expect_numel(scores, k_store.rows(), kOp, "scores");
+    FDLLM_CHECK_ARG(std::isfinite(weight), "{}: weight {} must be finite", kOp, weight);
+    for (const Tensor* t : {&q, &k_store, &v_store, &table, &out})
+      FDLLM_CHECK_ARG(!overlap(scores, *t), "{}: 'scores' overlaps another operand ({})", kOp, t->describe());
+    run_attention(kOp, q, k_store, v_store, table, n_heads, scale, out, importance_tiles, weight,
+                  scores.ptr<float>());
+  }
+
+  // attention() and, with `importance` set, the fused raw-importance variant (flash path only).
+  void run_attention(const char* kOp, Tensor q, Tensor k_store, Tensor v_store, Tensor table, int n_heads,
+                     float scale, Tensor out, int64_t importance_tiles, float weight, float* importance) {
     expect(q, DType::kBF16, kOp, "q");
     expect(k_store, DType::kBF16, kOp, "k_store");
     expect(v_store, DType::kBF16, kOp, "v_store");
@@ -505,6 +535,9 @@ class CudaBackend final : public Backend {
     a.n_heads = n_heads;
     a.head_dim = static_cast<int>(HD / n_heads);
     a.scale = scale;
+    a.importance = importance;
+    a.importance_weight = weight;
+    a.importance_tiles = static_cast<int32_t>(importance_tiles);
     CUDA_CHECK(cudaSetDevice(device_));
     if (attention_.mode == AttentionMode::kReference) {
       kernels::attention_reference(a, table.ptr<int32_t>(), n_tiles, flags(), stream_);
@@ -568,7 +601,33 @@ class CudaBackend final : public Backend {
     a.head_dim = static_cast<int>(HD / n_heads);
     a.scale = scale;
     CUDA_CHECK(cudaSetDevice(device_));
-    kernels::attention_verify_bf16(a, table.ptr<int32_t>(), n_tiles, flags(), stream_);
+    if (attention_.mode == AttentionMode::kReference || !kernels::flash_supports_head_dim(a.head_dim)) {
+      kernels::attention_verify_bf16(a, table.ptr<int32_t>(), n_tiles, flags(), stream_);  // scalar kernel
+      after_op(kOp);
+      return;
+    }
+    // Tensor cores: the flash kernel's verify mode over work items of kVerifyBlockM rows per tile.
+    kernels::AttentionArgs fa;
+    fa.q = a.q;
+    fa.k = a.k_store;
+    fa.v = a.v_store;
+    fa.out = a.out;
+    fa.q_rows = Tq;
+    fa.kv_rows = N;
+    fa.n_heads = n_heads;
+    fa.head_dim = a.head_dim;
+    fa.scale = scale;
+    kernels::VerifyKeys vk;
+    vk.table = table.ptr<int32_t>();
+    vk.key_rows = a.key_rows;
+    vk.k_tile = a.k_tile;
+    vk.v_tile = a.v_tile;
+    vk.error_flags = flags();
+    const int64_t capacity = kernels::attention_work_capacity(Tq, n_tiles, kernels::kVerifyBlockM);
+    ensure_attention_work(capacity);
+    kernels::attention_plan_verify(vk.table, n_tiles, Tq, a.n_keys, kernels::kVerifyBlockM, work_.get(), work_count(),
+                                   capacity, flags(), stream_);
+    kernels::attention_verify_flash(fa, vk, work_.get(), work_count(), capacity, stream_);
     after_op(kOp);
   }
 

@@ -1,6 +1,7 @@
 // Bidirectional multi-head attention over a block table (Backend::attention).
 //
-// Two implementations with the same contract:
+// Two implementations with the same contract (the flash one also serves the Flash-Verify pass, see
+// attention_verify_flash, and can accumulate the raw importance of window tiles, AttentionArgs):
 //  * flash (attention_flash.cu): FA2-style, head_dim 128, bf16 mma.sync.m16n8k16 tensor cores with
 //    fp32 accumulation, online softmax in fp32 with exp2 (log2(e) folded into the scale),
 //    cp.async double-buffered K/V tiles in XOR-swizzled shared memory read with ldmatrix; no
@@ -33,12 +34,35 @@ struct AttentionArgs {
   int n_heads = 0;
   int head_dim = 0;
   float scale = 0.f;  ///< softmax scale (> 0), applied to q·k in fp32
+  /// Flash kernel only, optional: raw importance (Backend::attention_importance, probability_mass
+  /// false) of the first `importance_tiles` tiles of the table, fused: importance[t] +=
+  /// importance_weight · Σ_rows Σ_heads q·k_t from the kernel's own fp32 score tiles (column sums per
+  /// warp, shared-memory float atomics per CTA, one global float atomic per key, CTA and head).
+  float* importance = nullptr;  ///< [kv_rows] F32, accumulated into; nullptr = off
+  float importance_weight = 0.f;
+  int32_t importance_tiles = 0;
 };
 
-/// One CTA's share of a tile: query rows [q_begin, q_end) (at most block_m) against keys [k_begin, k_end).
+/// One CTA's share of a tile: query rows [q_begin, q_end) (at most block_m) against keys [k_begin,
+/// k_end); `tile` is the table row it came from.
 struct AttentionWorkItem {
-  int32_t q_begin, q_end, k_begin, k_end;
+  int32_t q_begin, q_end, k_begin, k_end, tile;
 };
+
+/// Key sources of the flash kernel's Flash-Verify mode (attention_verify_flash; reference §D.8): per
+/// VerifyTile (q_start, q_end, k_start, k_end, n_cand) of `table`, the keys are the store rows
+/// key_rows[k_start, k_end) of AttentionArgs::k / v, then the tile's own fresh K/V rows
+/// k_tile/v_tile[q_start, q_end) under the in-tile isolation mask (flashdllm::verify_may_attend).
+struct VerifyKeys {
+  const int32_t* table = nullptr;         ///< device I32 [n_tiles, 5] VerifyTile rows
+  const int32_t* key_rows = nullptr;      ///< device I32 gather list of store rows
+  const __nv_bfloat16* k_tile = nullptr;  ///< [q_rows, n_heads·head_dim] fresh K of the query rows
+  const __nv_bfloat16* v_tile = nullptr;  ///< [q_rows, n_heads·head_dim]
+  int* error_flags = nullptr;             ///< kErrAttentionTile for a gathered row outside [0, kv_rows)
+};
+
+/// Query rows per CTA of the verify mode (tiles are 2·block_length rows and a few kept rows).
+inline constexpr int kVerifyBlockM = 64;
 
 /// The flash kernel instantiations (block_m query rows × block_n keys per step; block_m/16 warps).
 enum class FlashVariant { kM64N64, kM128N64, kM128N128 };
@@ -71,6 +95,23 @@ void attention_plan(const int32_t* table, int64_t n_tiles, int64_t q_rows, int64
 /// Throws Error(kDevice) on launch failure.
 void attention_flash(const AttentionArgs& args, FlashVariant variant, const AttentionWorkItem* work,
                      const int32_t* work_count, int64_t capacity, cudaStream_t stream);
+
+/// Cuts a Flash-Verify table (device I32 [n_tiles, 5] VerifyTile rows) into work items of at most
+/// block_m query rows (k_begin/k_end = the tile's gather range, tile = its table row). Tiles outside
+/// [0, q_rows) × [0, n_keys), reversed, or with 2·n_cand > rows are skipped and set
+/// kErrAttentionTile; an empty gather range is valid (every row sees its own column). Same
+/// contract otherwise as attention_plan.
+void attention_plan_verify(const int32_t* table, int64_t n_tiles, int64_t q_rows, int64_t n_keys, int block_m,
+                           AttentionWorkItem* work, int32_t* work_count, int64_t capacity, int* error_flags,
+                           cudaStream_t stream);
+
+/// The Flash-Verify pass on the flash kernel (tensor cores, fp32 online softmax over the gathered
+/// and the in-tile keys together, a proper running maximum across both, §F.8), work from
+/// attention_plan_verify with block_m = kVerifyBlockM. args.k / args.v are the K/V stores,
+/// args.kv_rows their rows, args.importance must be null. Same preconditions as attention_flash,
+/// plus 16-byte aligned k_tile / v_tile. Throws Error(kDevice) on launch failure.
+void attention_verify_flash(const AttentionArgs& args, const VerifyKeys& keys, const AttentionWorkItem* work,
+                            const int32_t* work_count, int64_t capacity, cudaStream_t stream);
 
 /// Reference attention straight from the table (one block per (tile, head), one warp per query
 /// row, expf-based online softmax in fp32). head_dim must be a multiple of 32 and <= 256.

@@ -10,14 +10,23 @@
 // [rows][128] bf16 tile stores row r's 16-byte chunk c at chunk position c ^ (r & 7), so the 8
 // row addresses of every ldmatrix phase hit 8 distinct bank groups (no conflicts).
 //
+// Fused raw importance (AttentionArgs::importance, work items of the first importance_tiles tiles):
+// before masking, each warp sums its S tile over its 16 rows (the two rows a thread holds, then a
+// 3-step shuffle over the 8 lanes of a column), lanes 0-3 add the column sums into a per-CTA
+// shared-memory accumulator (two, by key-tile parity), and after the end-of-tile barrier the CTA adds
+// weight · accumulator to importance[key] with one global atomic per key and zeroes it. Zero-filled
+// query rows contribute 0; keys ≥ k_end are not written.
+//
 // Invariants: every key tile holds at least one key < k_end (tiles are ceil-divided), so row
 // maxima are finite after the first tile; keys ≥ k_end are zero-filled in shared memory and
 // their scores set to −inf; query rows ≥ q_end are zero-filled, computed, and not stored.
 #include <string>
 
+#include "core/verify_mask.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_utils.cuh"
+#include "kernels/cuda/kernel_errors.h"
 
 namespace flashdllm::kernels {
 namespace {
@@ -75,15 +84,20 @@ struct FlashTraits {
   static constexpr int kWarps = kBlockM / 16;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kTileElems = kBlockN * kHeadDim;                          // one K or V tile
-  static constexpr int kSmemBytes = 2 * 2 * kTileElems * sizeof(__nv_bfloat16);  // 2 buffers × {K, V}
+  static constexpr int kKvBytes = 2 * 2 * kTileElems * sizeof(__nv_bfloat16);  // 2 buffers × {K, V}
+  static constexpr int kSmemBytes = kKvBytes + 2 * kBlockN * sizeof(float);    // + importance accumulators
   static_assert(kBlockM % 16 == 0 && kBlockN % 16 == 0, "tile shape");
   static_assert(kBlockM * kHeadDim <= 2 * kTileElems, "the Q tile must fit in K/V buffer 1");
 };
 
-template <int kBlockM, int kBlockN>
+// kVerify: the Flash-Verify pass (attention_verify_flash). A work item is a chunk of one verify tile
+// (w.tile indexes the VerifyTile table); its keys are the tile's gathered store rows
+// key_rows[k_begin, k_end) followed by the tile's own fresh K/V rows (k_tile/v_tile rows
+// [q_start, q_end)) under verify_may_attend (core/verify_mask.h); one online softmax over both.
+template <int kBlockM, int kBlockN, bool kVerify>
 __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN>::kThreads)
     flash_attention_kernel(const AttentionArgs a, const AttentionWorkItem* __restrict__ work,
-                           const int32_t* __restrict__ work_count) {
+                           const int32_t* __restrict__ work_count, const VerifyKeys vk) {
   using T = FlashTraits<kBlockM, kBlockN>;
   constexpr int kThreads = T::kThreads;
   constexpr int kNB = kBlockN / 8;  // n8 blocks of S per key tile
@@ -96,27 +110,56 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN>::kThreads)
   __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_raw);
   __nv_bfloat16* const sQ = smem + 2 * T::kTileElems;  // aliases buffer 1 until the loop starts
 
+  float* const sImp = reinterpret_cast<float*>(smem_raw + T::kKvBytes);  // [2][kBlockN]
+
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const bool scored = a.importance != nullptr && w.tile < a.importance_tiles;  // uniform over the CTA
+  if (scored)
+    for (int i = tid; i < 2 * kBlockN; i += kThreads) sImp[i] = 0.f;  // visible after the prologue barrier
   const int64_t ld = static_cast<int64_t>(a.n_heads) * kHeadDim;
   const __nv_bfloat16* const qg = a.q + static_cast<int64_t>(head) * kHeadDim;
   const __nv_bfloat16* const kg = a.k + static_cast<int64_t>(head) * kHeadDim;
   const __nv_bfloat16* const vg = a.v + static_cast<int64_t>(head) * kHeadDim;
   const int q_len = w.q_end - w.q_begin;
+  // Key count: the key range, or (verify) the gathered keys + the tile's own rows.
+  int n_gather = w.k_end - w.k_begin, n_keys = n_gather, tile_q0 = 0, n_kept = 0, n_cand = 0;
+  if constexpr (kVerify) {
+    const int32_t* const tr = vk.table + 5 * static_cast<int64_t>(w.tile);
+    tile_q0 = tr[0];
+    n_cand = tr[4];
+    n_kept = tr[1] - tr[0] - 2 * n_cand;
+    n_keys = n_gather + (tr[1] - tr[0]);
+  }
 
-  // K/V tile jt -> buffer b (keys ≥ k_end zero-filled).
+  // K/V tile jt -> buffer b (keys past the end zero-filled).
   auto load_kv = [&](int jt, int b) {
     __nv_bfloat16* const sK = smem + b * 2 * T::kTileElems;
     __nv_bfloat16* const sV = sK + T::kTileElems;
-    const int kv0 = w.k_begin + jt * kBlockN;
     static_assert(kBlockN * kChunksPerRow % kThreads == 0, "K/V tile chunks per thread");
 #pragma unroll
     for (int it = 0; it < kBlockN * kChunksPerRow / kThreads; ++it) {
       const int c = tid + it * kThreads;
       const int r = c / kChunksPerRow, ch = c % kChunksPerRow;
-      const bool valid = kv0 + r < w.k_end;
-      const int64_t off = valid ? static_cast<int64_t>(kv0 + r) * ld + ch * 8 : 0;
-      cp_async_16(smem_addr(sK + swizzle(r, ch)), kg + off, valid);
-      cp_async_16(smem_addr(sV + swizzle(r, ch)), vg + off, valid);
+      const int key = jt * kBlockN + r;
+      bool valid = key < n_keys;
+      const __nv_bfloat16 *kb = kg, *vb = vg;
+      int64_t row = w.k_begin + key;
+      if constexpr (kVerify) {
+        if (valid && key < n_gather) {
+          row = vk.key_rows[w.k_begin + key];
+          if (row < 0 || row >= a.kv_rows) {  // reported; the op throws at the next synchronising call
+            valid = false;
+            if (ch == 0 && vk.error_flags) atomicOr(vk.error_flags, kErrAttentionTile);
+          }
+        } else if (valid) {
+          row = tile_q0 + (key - n_gather);
+          kb = vk.k_tile + static_cast<int64_t>(head) * kHeadDim;
+          vb = vk.v_tile + static_cast<int64_t>(head) * kHeadDim;
+        }
+      }
+      const int64_t off = valid ? row * ld + ch * 8 : 0;
+      cp_async_16(smem_addr(sK + swizzle(r, ch)), kb + off, valid);
+      cp_async_16(smem_addr(sV + swizzle(r, ch)), vb + off, valid);
     }
   };
 
@@ -159,7 +202,7 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN>::kThreads)
   float row_sum[2] = {0.f, 0.f};  // this thread's partial sums (reduced over the quad at the end)
   const float scale_log2 = a.scale * 1.4426950408889634f;
 
-  const int n_kv = (w.k_end - w.k_begin + kBlockN - 1) / kBlockN;
+  const int n_kv = (n_keys + kBlockN - 1) / kBlockN;
   for (int j = 0; j < n_kv; ++j) {
     const int buf = j & 1;
     if (j + 1 < n_kv) {
@@ -187,9 +230,41 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN>::kThreads)
         }
       }
 
+      // Importance: column sums of the unscaled q·k over this warp's 16 rows, before masking.
+      if (scored) {
+        float* const acc = sImp + (j & 1) * kBlockN;
+#pragma unroll
+        for (int nb = 0; nb < kNB; ++nb) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            float c = s[nb][e] + s[nb][2 + e];
+            c += __shfl_xor_sync(0xffffffffu, c, 4);
+            c += __shfl_xor_sync(0xffffffffu, c, 8);
+            c += __shfl_xor_sync(0xffffffffu, c, 16);
+            if (lane < 4) atomicAdd(acc + nb * 8 + 2 * lane + e, c);
+          }
+        }
+      }
+
+      // Verify: the in-tile mask on the tile's own columns (and keys past the end).
+      if constexpr (kVerify) {
+        if ((j + 1) * kBlockN > n_gather) {
+          const int row0 = w.q_begin - tile_q0 + warp * 16 + (lane >> 2);
+#pragma unroll
+          for (int nb = 0; nb < kNB; ++nb) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int key = j * kBlockN + nb * 8 + 2 * (lane & 3) + (e & 1);
+              const int col = key - n_gather;
+              if (key >= n_keys || (col >= 0 && !verify_may_attend(n_kept, n_cand, row0 + 8 * (e >> 1), col)))
+                s[nb][e] = -__int_as_float(0x7f800000);
+            }
+          }
+        }
+      }
       // Mask keys ≥ k_end (only the last tile can have them).
       const int kv0 = w.k_begin + j * kBlockN;
-      if (kv0 + kBlockN > w.k_end) {
+      if (!kVerify && kv0 + kBlockN > w.k_end) {
         const int valid_keys = w.k_end - kv0;
 #pragma unroll
         for (int nb = 0; nb < kNB; ++nb) {
@@ -209,8 +284,10 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN>::kThreads)
         for (int nb = 0; nb < kNB; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * rr], s[nb][2 * rr + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(row_max[rr], mx * scale_log2);  // finite: ≥ 1 valid key per tile
-        const float alpha = fast_exp2(row_max[rr] - m_new);         // 0 on the first tile (−inf)
+        float m_new = fmaxf(row_max[rr], mx * scale_log2);  // finite: ≥ 1 valid key per tile ...
+        // ... except (verify) a row whose columns so far are all masked: keep −inf, subtract 0.
+        const float m_sub = kVerify && m_new == -__int_as_float(0x7f800000) ? 0.f : m_new;
+        const float alpha = fast_exp2(row_max[rr] - m_sub);  // 0 on the first tile (−inf)
         row_max[rr] = m_new;
         row_sum[rr] *= alpha;
 #pragma unroll
@@ -222,7 +299,7 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN>::kThreads)
         for (int nb = 0; nb < kNB; ++nb) {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const float p = fast_exp2(fmaf(s[nb][2 * rr + e], scale_log2, -m_new));
+            const float p = fast_exp2(fmaf(s[nb][2 * rr + e], scale_log2, -m_sub));
             s[nb][2 * rr + e] = p;
             row_sum[rr] += p;
           }
@@ -250,6 +327,14 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN>::kThreads)
     }
     cp_async_wait_all();  // tile j+1 has landed ...
     __syncthreads();      // ... for every thread, and nobody still reads buffer `buf`
+    if (scored) {  // tile j's column sums are complete; tile j+1 accumulates into the other half
+      float* const acc = sImp + (j & 1) * kBlockN;
+      const int kv0 = w.k_begin + j * kBlockN;
+      for (int c = tid; c < kBlockN; c += kThreads) {
+        if (kv0 + c < w.k_end) atomicAdd(a.importance + kv0 + c, a.importance_weight * acc[c]);
+        acc[c] = 0.f;
+      }
+    }
   }
 
   if (!active) return;
@@ -273,14 +358,14 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN>::kThreads)
   }
 }
 
-template <int kBlockM, int kBlockN>
+template <int kBlockM, int kBlockN, bool kVerify>
 void launch_flash(const AttentionArgs& a, const AttentionWorkItem* work, const int32_t* work_count, int64_t capacity,
-                  cudaStream_t stream) {
+                  const VerifyKeys& vk, cudaStream_t stream) {
   using T = FlashTraits<kBlockM, kBlockN>;
-  auto kernel = flash_attention_kernel<kBlockM, kBlockN>;
+  auto kernel = flash_attention_kernel<kBlockM, kBlockN, kVerify>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
   const dim3 grid(static_cast<unsigned>(capacity), static_cast<unsigned>(a.n_heads));
-  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(a, work, work_count);
+  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(a, work, work_count, vk);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -310,25 +395,44 @@ int flash_smem_bytes(FlashVariant v) noexcept {
 
 bool flash_supports_head_dim(int head_dim) noexcept { return head_dim == kHeadDim; }
 
-void attention_flash(const AttentionArgs& a, FlashVariant variant, const AttentionWorkItem* work,
-                     const int32_t* work_count, int64_t capacity, cudaStream_t stream) {
+namespace {
+
+void check_flash_args(const char* op, const AttentionArgs& a, int64_t capacity) {
   if (!flash_supports_head_dim(a.head_dim))
-    cuda::throw_unsupported("attention: head_dim " + std::to_string(a.head_dim) +
+    cuda::throw_unsupported(std::string(op) + ": head_dim " + std::to_string(a.head_dim) +
                             " has no flash kernel (supported: 128)");
   if (a.n_heads <= 0 || a.n_heads > 65535)
-    cuda::throw_invalid_argument("attention: n_heads " + std::to_string(a.n_heads) + " outside [1, 65535]");
+    cuda::throw_invalid_argument(std::string(op) + ": n_heads " + std::to_string(a.n_heads) + " outside [1, 65535]");
   if (!aligned16(a.q) || !aligned16(a.k) || !aligned16(a.v) || !aligned16(a.out))
-    cuda::throw_invalid_argument("attention: q, k_store, v_store and out must be 16-byte aligned");
+    cuda::throw_invalid_argument(std::string(op) + ": q, k_store, v_store and out must be 16-byte aligned");
   if (a.q_rows > 0x7fffffff || a.kv_rows > 0x7fffffff)
-    cuda::throw_invalid_argument("attention: more than 2^31-1 query or K/V rows");
+    cuda::throw_invalid_argument(std::string(op) + ": more than 2^31-1 query or K/V rows");
+  if (capacity > 0x7fffffff) cuda::throw_invalid_argument(std::string(op) + ": work capacity exceeds 2^31-1");
+}
+
+}  // namespace
+
+void attention_flash(const AttentionArgs& a, FlashVariant variant, const AttentionWorkItem* work,
+                     const int32_t* work_count, int64_t capacity, cudaStream_t stream) {
+  check_flash_args("attention", a, capacity);
   if (capacity <= 0) return;
-  if (capacity > 0x7fffffff) cuda::throw_invalid_argument("attention: work capacity exceeds 2^31-1");
+  const VerifyKeys none;
   switch (variant) {
-    case FlashVariant::kM64N64: launch_flash<64, 64>(a, work, work_count, capacity, stream); return;
-    case FlashVariant::kM128N64: launch_flash<128, 64>(a, work, work_count, capacity, stream); return;
-    case FlashVariant::kM128N128: launch_flash<128, 128>(a, work, work_count, capacity, stream); return;
+    case FlashVariant::kM64N64: launch_flash<64, 64, false>(a, work, work_count, capacity, none, stream); return;
+    case FlashVariant::kM128N64: launch_flash<128, 64, false>(a, work, work_count, capacity, none, stream); return;
+    case FlashVariant::kM128N128: launch_flash<128, 128, false>(a, work, work_count, capacity, none, stream); return;
   }
   cuda::throw_invalid_argument("attention: unknown flash variant");
+}
+
+void attention_verify_flash(const AttentionArgs& a, const VerifyKeys& vk, const AttentionWorkItem* work,
+                            const int32_t* work_count, int64_t capacity, cudaStream_t stream) {
+  check_flash_args("attention_verify", a, capacity);
+  if (!aligned16(vk.k_tile) || !aligned16(vk.v_tile))
+    cuda::throw_invalid_argument("attention_verify: k_tile and v_tile must be 16-byte aligned");
+  if (a.importance != nullptr) cuda::throw_invalid_argument("attention_verify: no importance in the verify pass");
+  if (capacity <= 0) return;
+  launch_flash<kVerifyBlockM, 64, true>(a, work, work_count, capacity, vk, stream);
 }
 
 }  // namespace flashdllm::kernels

@@ -6,10 +6,10 @@
 // keys of the tile in turn, forms the 16 dot products against the staged rows in fp32 and adds
 // weight · Σ_rows f to scores[key] with one float atomicAdd per (key, head, 16-row pass).
 //
-// Planned fusion (not done here): the flash attention kernel already computes every q·k of a
-// window tile; reducing over the tile's rows and adding one value per (key, head) there removes
-// this kernel's second read of K for the raw variant. The probability variant needs each row's
-// final log-sum-exp, i.e. a second sweep over K (or the lse exported by the attention kernel).
+// The engine's default (raw) variant runs fused into the flash attention kernel instead
+// (AttentionArgs::importance, Backend::attention_with_importance); this kernel serves the
+// probability variant, which needs each row's final log-sum-exp (a second sweep over K), the
+// reference attention mode and head dims without a flash kernel.
 #pragma once
 
 #include <cuda_bf16.h>

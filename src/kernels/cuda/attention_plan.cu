@@ -1,4 +1,6 @@
 // attention_plan: block table -> flash work items, on the device (see attention.h).
+#include <string>
+
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -12,8 +14,8 @@ constexpr int kPlanThreads = 1024;
 // One block. Round by round, each thread takes one tile, counts its chunks, and an exclusive
 // block scan gives where its work items go.
 __global__ void __launch_bounds__(kPlanThreads)
-    plan_kernel(const int32_t* __restrict__ table, int64_t n_tiles, int64_t q_rows, int64_t kv_rows, int block_m,
-                AttentionWorkItem* __restrict__ work, int32_t* __restrict__ work_count, int64_t capacity,
+    plan_kernel(const int32_t* __restrict__ table, int tile_ints, int64_t n_tiles, int64_t q_rows, int64_t kv_rows,
+                int block_m, AttentionWorkItem* __restrict__ work, int32_t* __restrict__ work_count, int64_t capacity,
                 int* error_flags) {
   __shared__ int64_t warp_prefix[kPlanThreads / 32];
   __shared__ int64_t round_total;
@@ -25,11 +27,16 @@ __global__ void __launch_bounds__(kPlanThreads)
     int32_t qs = 0, qe = 0, ks = 0, ke = 0;
     int64_t chunks = 0;
     if (i < n_tiles) {
-      qs = table[4 * i + 0];
-      qe = table[4 * i + 1];
-      ks = table[4 * i + 2];
-      ke = table[4 * i + 3];
-      if (detail::attention_tile_valid(qs, qe, ks, ke, q_rows, kv_rows))
+      qs = table[tile_ints * i + 0];
+      qe = table[tile_ints * i + 1];
+      ks = table[tile_ints * i + 2];
+      ke = table[tile_ints * i + 3];
+      // VerifyTile rows (5 ints): any gather range, 0 <= 2·n_cand <= rows; AttentionTile rows: keys for every row.
+      const bool ok = tile_ints == 5
+                          ? qs >= 0 && qs <= qe && qe <= q_rows && ks >= 0 && ks <= ke && ke <= kv_rows &&
+                                table[5 * i + 4] >= 0 && 2 * static_cast<int64_t>(table[5 * i + 4]) <= qe - qs
+                          : detail::attention_tile_valid(qs, qe, ks, ke, q_rows, kv_rows);
+      if (ok)
         chunks = (static_cast<int64_t>(qe) - qs + block_m - 1) / block_m;
       else
         bad_tile = true;
@@ -63,7 +70,7 @@ __global__ void __launch_bounds__(kPlanThreads)
       }
       const int32_t b = qs + static_cast<int32_t>(c) * block_m;
       const int32_t e = qe - b < block_m ? qe : b + block_m;
-      work[pos] = AttentionWorkItem{b, e, ks, ke};
+      work[pos] = AttentionWorkItem{b, e, ks, ke, static_cast<int32_t>(i)};
     }
     base += round_total;
     __syncthreads();  // warp_prefix / round_total are rewritten next round
@@ -81,14 +88,32 @@ int64_t attention_work_capacity(int64_t q_rows, int64_t n_tiles, int block_m) no
   return (q_rows + block_m - 1) / block_m + n_tiles;
 }
 
+namespace {
+
+void launch_plan(const char* op, const int32_t* table, int tile_ints, int64_t n_tiles, int64_t q_rows, int64_t kv_rows,
+                 int block_m, AttentionWorkItem* work, int32_t* work_count, int64_t capacity, int* error_flags,
+                 cudaStream_t stream) {
+  if (block_m <= 0) cuda::throw_invalid_argument(std::string(op) + ": block_m must be positive");
+  if (capacity > 0x7fffffff) cuda::throw_invalid_argument(std::string(op) + ": work capacity exceeds 2^31-1");
+  plan_kernel<<<1, kPlanThreads, 0, stream>>>(table, tile_ints, n_tiles, q_rows, kv_rows, block_m, work, work_count,
+                                              capacity, error_flags);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
 void attention_plan(const int32_t* table, int64_t n_tiles, int64_t q_rows, int64_t kv_rows, int block_m,
                     AttentionWorkItem* work, int32_t* work_count, int64_t capacity, int* error_flags,
                     cudaStream_t stream) {
-  if (block_m <= 0) cuda::throw_invalid_argument("attention_plan: block_m must be positive");
-  if (capacity > 0x7fffffff) cuda::throw_invalid_argument("attention_plan: work capacity exceeds 2^31-1");
-  plan_kernel<<<1, kPlanThreads, 0, stream>>>(table, n_tiles, q_rows, kv_rows, block_m, work, work_count, capacity,
-                                              error_flags);
-  CUDA_CHECK_LAUNCH();
+  launch_plan("attention_plan", table, 4, n_tiles, q_rows, kv_rows, block_m, work, work_count, capacity, error_flags,
+              stream);
+}
+
+void attention_plan_verify(const int32_t* table, int64_t n_tiles, int64_t q_rows, int64_t n_keys, int block_m,
+                           AttentionWorkItem* work, int32_t* work_count, int64_t capacity, int* error_flags,
+                           cudaStream_t stream) {
+  launch_plan("attention_plan_verify", table, 5, n_tiles, q_rows, n_keys, block_m, work, work_count, capacity,
+              error_flags, stream);
 }
 
 }  // namespace flashdllm::kernels

@@ -1,6 +1,7 @@
 // Flash-Verify attention kernel; see attention_verify.h.
 #include <string>
 
+#include "core/verify_mask.h"
 #include "kernels/cuda/attention_verify.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_utils.cuh"
@@ -15,19 +16,6 @@ constexpr int kMaxDimsPerLane = 8;  // head_dim <= 256
 constexpr int kRowsPerWarp = 4;     // query rows a warp carries through one sweep over the keys
 constexpr int kChunk = 32;          // keys per shared-memory chunk (one per lane after the reduction)
 constexpr int kTileInts = 5;        // VerifyTile: q_start, q_end, k_start, k_end, n_cand
-
-// The in-tile mask of reference §D.8, identical to flashdllm::verify_may_attend (backend.h):
-// rows/columns in tile order [kept T | drafts S | masks S].
-__device__ __forceinline__ bool may_attend(int T, int S, int row, int col) {
-  if (col < T) return true;
-  const bool col_draft = col < T + S;
-  const int k = col_draft ? col - T : col - T - S;
-  if (row < T) return !col_draft;
-  const bool row_draft = row < T + S;
-  const int i = row_draft ? row - T : row - T - S;
-  if (row_draft) return col_draft ? k <= i : k > i;
-  return col_draft ? k < i : k >= i;
-}
 
 // One reduce-scatter stage over the warp: N partial sums in, N/2 out. Lanes with bit N/2 set keep
 // the upper half of the keys, the others the lower half, and add their partner's copy. After the
@@ -150,7 +138,7 @@ __global__ void __launch_bounds__(kThreads)
         reduce_scatter_stage<8>(x, lane);
         reduce_scatter_stage<4>(x, lane);
         reduce_scatter_stage<2>(x, lane);
-        const bool attend = key_ok[lane] && (!in_tile || may_attend(T, S, r, c0 + lane));
+        const bool attend = key_ok[lane] && (!in_tile || verify_may_attend(T, S, r, c0 + lane));
         const float sc = attend ? x[0] : -__int_as_float(0x7f800000);
         const float m_new = fmaxf(m[w], detail::warp_max(sc));
         if (m_new == -__int_as_float(0x7f800000)) continue;  // nothing attended yet (warp-uniform)

@@ -11,10 +11,11 @@
 // One CTA per (tile, head) streams the tile's keys through shared memory in chunks of 32; each warp
 // carries up to 4 query rows through the sweep. Per chunk a lane forms partial q·k over its head
 // dimensions for all 32 keys and a reduce-scatter of 31 shuffles hands lane j the score of key j, so
-// the online-softmax bookkeeping happens once per 32 keys, not once per key. No tensor cores: a
-// verify pass has 2·block_length rows per slot. (The first version folded one key at a time with a
-// warp reduction each: at LLaDA-8B shape the verify pass then cost 5.6x a draft pass at 1 slot,
-// bench/results/2026-11-30-h200-8b-verify.)
+// the online-softmax bookkeeping happens once per 32 keys, not once per key. No tensor cores (~2
+// TFLOP/s at LLaDA-8B shape): the CUDA backend runs the verify pass on the flash kernel's verify mode
+// (attention.h, attention_verify_flash) for head_dim 128 and keeps this kernel for other head dims
+// and FLASHDLLM_ATTENTION=reference (bench/results/2026-11-30-h200-8b-grid: 13.0 s -> 0.58 s of
+// attention per 64-iteration call at 32 slots).
 #pragma once
 
 #include <cuda_bf16.h>
