@@ -177,7 +177,8 @@ void add_decode_options(CLI::App* app, DecodeArgs& d) {
       ->capture_default_str();
   app->add_option("--cfg-scale", go.cfg_scale, "classifier-free guidance scale (0 = off)")->capture_default_str();
   app->add_option("--threshold", d.threshold,
-                  "confidence-threshold decoding: commit every masked position with confidence >= this (e.g. 0.9)");
+                  "confidence-threshold decoding: commit every masked position with confidence >= this (e.g. 0.9; "
+                  "--cache flash: default 0.9)");
   app->add_option("--seed", go.seed, "noise seed")->capture_default_str();
   app->add_flag("--logits-eos-inf", go.logits_eos_inf, "never generate EOS");
   app->add_flag("--confidence-eos-eot-inf", go.confidence_eos_eot_inf, "LLaDA's EOS/EOT low-confidence option");
