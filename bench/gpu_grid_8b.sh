@@ -13,15 +13,17 @@
 #
 # Per method (gen_length 512; every request runs its whole canvas: none forbids EOS, dual and flash
 # with forced schedules do not stop early):
-#   none   LLaDA sampler, full recompute of prompt + 512 positions every iteration, block 64, steps 8
-#          (64 tokens per iteration). A full-recompute iteration costs the same whatever it commits, so
+#   none   LLaDA sampler, full recompute of prompt + 512 positions every iteration, block GEN/8, steps 8
+#          (64 tokens per iteration at GEN 512). A full-recompute iteration costs the same whatever it commits, so
 #          its tokens/s at another schedule is derived from the measured time per iteration
 #          (bench/grid_8b_table.py: at PER_ITER tokens and at LLaDA's own 1 token per iteration).
 #   dual   Fast-dLLM dual cache, block 32, steps 512/PER_ITER (a full forward at each block start, then
 #          block-only forwards over the cached prefix and suffix).
 #   flash  Flash-Cache, --forced-schedule PER_ITER, --slots S (S requests, all admitted at once: the first
 #          iteration is their full prefill), window 16, tracked 64, masked 64.
-# Prompts: S distinct synthetic prompts of P ids each (the weights are random; only lengths matter).
+# Prompts: S distinct synthetic prompts of P ids each, ids in [100, 2000) (below every special id of
+# LLaDA-8B and of the small model; the weights are random, only lengths matter).
+# OUT's earlier p*_s*_*.json/.err point files are removed first, so the table shows this run only.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,7 +39,12 @@ MODEL="${MODEL:-data/llada-8b-instruct}"
 DEVICE="${DEVICE:-cuda}"
 GEN="${GEN:-512}"  # gen_length (overridable only to try the script on a small config)
 mkdir -p "$OUT"
-[[ -x "$F" ]] || { echo "gpu_grid_8b: no flashdllm binary at '$F' (set FLASHDLLM)" >&2; exit 2; }
+[[ -x "$F" ]] || { echo "gpu_grid_8b: no flashdllm binary at '$F' (set FLASHDLLM; relative paths start at $PWD)" >&2; exit 2; }
+if ! [[ "$PER_ITER" =~ ^[1-9][0-9]*$ && "$GEN" =~ ^[1-9][0-9]*$ ]] || ((GEN % PER_ITER || GEN % 8 || GEN % 32)); then
+  echo "gpu_grid_8b: GEN ($GEN) must be a positive multiple of 32 and of PER_ITER ($PER_ITER >= 1)" >&2
+  exit 2
+fi
+rm -f "$OUT"/p*_s*_*.json "$OUT"/p*_s*_*.err
 
 T0=$(date +%s)
 log() { echo "[grid $(($(date +%s) - T0)) s] $*" | tee -a "$OUT/grid.log"; }
@@ -49,13 +56,13 @@ import sys
 p, s = int(sys.argv[1]), int(sys.argv[2])
 for r in range(s):
     print("--prompt-ids")
-    print(",".join(str(100 + (7 * i + 131 * r) % 30000) for i in range(p)))
+    print(",".join(str(100 + (7 * i + 131 * r) % 1900) for i in range(p)))
 EOF
 }
 
 method_args() {
   case "$1" in
-    none) echo "--cache none --block-length 64 --steps 8 --logits-eos-inf" ;;
+    none) echo "--cache none --block-length $((GEN / 8)) --steps 8 --logits-eos-inf" ;;
     dual) echo "--cache dual --block-length 32 --steps $((GEN / PER_ITER))" ;;
     flash) echo "--cache flash --forced-schedule $PER_ITER --slots $2" ;;
     *) echo "unknown method $1" >&2; return 1 ;;
@@ -70,10 +77,17 @@ for P in $PROMPTS; do
     for M in $METHODS; do
       name="p${P}_s${S}_${M}"
       if (($(date +%s) - T0 > BUDGET)); then skipped+=("$name"); continue; fi
-      # shellcheck disable=SC2046
+      if ! margs=$(method_args "$M" "$S"); then
+        echo "unknown method '$M' (none, dual, flash)" > "$OUT/$name.err"
+        log "$name skipped: unknown method"
+        continue
+      fi
+      # shellcheck disable=SC2086
       timeout "$RUN_TIMEOUT" "$F" generate -m "$MODEL" --load-format dummy --device "$DEVICE" --gen-length $GEN --json \
-        $(method_args "$M" "$S") "${pa[@]}" > "$OUT/$name.json" 2> "$OUT/$name.err"
+        $margs "${pa[@]}" > "$OUT/$name.json" 2> "$OUT/$name.err"
       rc=$?
+      if ((rc == 124 || rc == 137)); then echo "timed out after ${RUN_TIMEOUT} s (rc $rc)" >> "$OUT/$name.err"; fi
+      if ((rc != 0)) && [[ ! -s "$OUT/$name.err" ]]; then echo "exit code $rc" > "$OUT/$name.err"; fi
       python3 - "$OUT/$name.json" << 'EOF' || true
 import json, sys
 p = sys.argv[1]

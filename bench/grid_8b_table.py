@@ -26,10 +26,16 @@ def load(out, p, s, m):
     except (OSError, ValueError):
         err = out / f"p{p}_s{s}_{m}.err"
         msg = err.read_text().strip().splitlines()[-1] if err.exists() and err.read_text().strip() else "not run"
+        if err.exists() and "timed out" in err.read_text():
+            msg = "timed out: " + msg
         return {"error": msg}
-    res = d["results"]
+    res = d.get("results") or []
+    if not res or d.get("options", {}).get("cache") != {"none": "none", "dual": "dual", "flash": "flash"}.get(m):
+        return {"error": f"{path.name}: no results, or not a --cache {m} run"}
     sec = max(r["seconds"] for r in res)
     iters = max(r["nfe"] for r in res)
+    if sec <= 0 or iters <= 0:
+        return {"error": f"{path.name}: {sec} s over {iters} iterations"}
     toks = sum(r["committed_tokens"] for r in res)
     return {
         "seconds": sec,
@@ -71,7 +77,8 @@ def main():
 
         def ms(m):
             if "error" in r[m]:
-                notes.append(f"p{p} s{s} {m}: {r[m]['error']}")
+                if m in pts[(p, s)]:  # methods this run did not ask for are not listed
+                    notes.append(f"p{p} s{s} {m}: {r[m]['error']}")
                 return "—"
             return f"{r[m]['ms_per_iteration']:.1f}"
 

@@ -306,6 +306,15 @@ int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
                     {"temperature", ga.go.temperature},   {"cfg_scale", ga.go.cfg_scale},
                     {"threshold", ga.go.threshold ? nlohmann::json(*ga.go.threshold) : nlohmann::json()},
                     {"seed", ga.go.seed},                 {"chat", chat}};
+    if (ga.go.cache == "flash")
+      j["options"]["flash"] = {{"slots", ga.go.n_slots},
+                               {"track_num", ga.go.track_num},
+                               {"mask_num", ga.go.mask_num},
+                               {"tokens_per_step", ga.go.tokens_per_step},
+                               {"forced_schedule", ga.go.forced_schedule},
+                               {"reference_quirks", ga.go.reference_quirks},
+                               {"importance", ga.go.importance_probability_mass ? "prob" : "qk"},
+                               {"max_forward_rows", ga.go.max_forward_rows}};
     if (ga.go.verify)
       j["options"]["verify"] = {{"gamma", ga.go.gamma},
                                 {"rule", ga.go.verify_rule},
@@ -337,7 +346,12 @@ int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
       arr.push_back(std::move(e));
     }
     j["results"] = std::move(arr);
-    j["peak_memory_bytes"] = engine->peak_memory_bytes();
+    // CPU: the process's peak resident set (the backend's free memory is system-wide, so other
+    // processes would move it); GPUs: Engine::peak_memory_bytes.
+    const bool on_cpu = ca.device == "cpu";
+    j["peak_memory_bytes"] = on_cpu ? flashdllm::eval::peak_rss_bytes() : static_cast<int64_t>(engine->peak_memory_bytes());
+    j["peak_memory"] = on_cpu ? "peak resident set of the process (weights + K/V + workspaces + the rest of the process)"
+                              : "device memory in use (weights + K/V + workspaces, Engine::peak_memory_bytes)";
     if (ca.profile_ops) {
       nlohmann::json ops = nlohmann::json::array();
       for (const auto& e : engine->op_profile()) ops.push_back({{"op", e.op}, {"calls", e.calls}, {"seconds", e.seconds}});

@@ -398,6 +398,10 @@ FlashCacheResult FlashCacheDenoiser::generate(const std::vector<std::vector<int3
                       "flash-cache: prompt {} token {} at position {} is outside the vocabulary [0, {})", i,
                       prompts[i][p], p, c.embedding_size);
     max_p = std::max<int64_t>(max_p, static_cast<int64_t>(prompts[i].size()));
+    FDLLM_CHECK_ARG(static_cast<int64_t>(prompts[i].size()) + opt_.gen_length <= c.max_sequence_length,
+                    "flash-cache: prompt {} of {} tokens + gen_length {} = {} exceeds the model's max_sequence_length {}",
+                    i, prompts[i].size(), opt_.gen_length, static_cast<int64_t>(prompts[i].size()) + opt_.gen_length,
+                    c.max_sequence_length);
   }
   const int64_t L = flash_max_length(max_p, opt_.gen_length, opt_.block_length, opt_.key_tile);
   FDLLM_CHECK_ARG(L <= model_.rope.table.cos.rows(),
