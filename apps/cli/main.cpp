@@ -64,6 +64,24 @@ std::unique_ptr<flashdllm::Engine> load_engine(const CommonArgs& a) {
   return flashdllm::Engine::load(eo);
 }
 
+/// CLI11 check for integer options that must be >= 0, with a plain message (CLI11's NonNegativeNumber
+/// prints its double range, and calls "abc" out of range).
+const CLI::Validator kNonNegativeInt(
+    [](std::string& v) -> std::string {
+      try {
+        size_t end = 0;
+        const long long x = std::stoll(v, &end);
+        if (end != v.size()) return "'" + v + "' is not an integer";
+        if (x < 0) return "must be >= 0, got " + v;
+      } catch (const std::out_of_range&) {
+        return "'" + v + "' is out of range";
+      } catch (const std::exception&) {
+        return "'" + v + "' is not an integer";
+      }
+      return {};
+    },
+    "NONNEGATIVE");
+
 std::vector<int32_t> parse_ids(const std::string& s) {
   std::vector<int32_t> ids;
   std::stringstream ss(s);
@@ -168,7 +186,7 @@ void add_decode_options(CLI::App* app, DecodeArgs& d) {
   app->add_option("--gen-length", go.gen_length, "tokens to generate")->capture_default_str();
   app->add_option("--block-length", go.block_length,
                   "semi-autoregressive block (none/prefix/dual) or masked window (flash); 0 = 32, or 16 for flash")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kNonNegativeInt)
       ->capture_default_str();
   app->add_option("--steps", go.steps, "forward passes (quota mode), at most gen_length (default 128, or gen_length if smaller)")
       ->capture_default_str();
@@ -195,10 +213,10 @@ void add_decode_options(CLI::App* app, DecodeArgs& d) {
   app->add_option("--slots", go.n_slots, "flash: concurrent slots (continuous batching)")->capture_default_str();
   app->add_option("--max-forward-rows", go.max_forward_rows,
                   "flash: query rows per forward call; admission prefills above it run in slot groups (0 = no bound)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kNonNegativeInt)
       ->capture_default_str();
   app->add_option("--tokens-per-step", go.tokens_per_step, "flash: greedy fixed-count decoding (0 = threshold rule)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kNonNegativeInt)
       ->capture_default_str();
   app->add_option("--forced-schedule", d.forced,
                   "flash benchmarks: tokens committed per iteration regardless of confidence, e.g. 4 or 8,4,2");
@@ -575,7 +593,7 @@ void add_eval_subcommand(CLI::App& app, CommonArgs& ca, EvalArgs& ea, CLI::App*&
                   "gsm8k: lm-eval processes that built the prompts (each seeds its own sampler)")
       ->capture_default_str();
   evl->add_option("--limit", ea.limit, "evaluate only the first N samples (0 = all)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kNonNegativeInt)
       ->capture_default_str();
   evl->add_option("--batch", ea.batch,
                   "none/prefix/dual: requests per generate call; flash: slots (continuous batching) unless --slots")
@@ -780,7 +798,7 @@ void add_bench_subcommand(CLI::App& app, CommonArgs& ca, BenchArgs& ba, CLI::App
   bch->add_option("--data", ba.data, "test-split file (default: the task's file under data/)");
   bch->add_option("--limit", ba.limit,
                   "accuracy: the first N documents (0 = all); timing-only: prompts per repeat (0 = the batch size)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kNonNegativeInt)
       ->capture_default_str();
   bch->add_flag("--timing-only", ba.timing_only, "fixed prompts (the task's first ones), no scoring");
   bch->add_option("--methods", ba.methods, "comma-separated: none, prefix, dual, flash, flash+verify")
