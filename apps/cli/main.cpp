@@ -53,6 +53,19 @@ void add_common(CLI::App* app, CommonArgs& a) {
   app->add_flag("-v,--verbose", a.verbose, "log loading details");
 }
 
+/// The peak memory a run reports, and what it measures: on the CPU the process's peak resident set
+/// (the backend's free memory is system-wide, so other processes would move it); on a GPU the device
+/// memory in use (Engine::peak_memory_bytes). Read it before the engine is released.
+struct PeakMemory {
+  int64_t bytes = 0;
+  const char* kind = "";
+};
+PeakMemory peak_memory(const flashdllm::Engine& engine) {
+  if (engine.backend_name().rfind("cpu", 0) == 0) return {flashdllm::eval::peak_rss_bytes(), "host max RSS (getrusage)"};
+  return {static_cast<int64_t>(engine.peak_memory_bytes()),
+          "device memory in use (weights + K/V + workspaces, Engine::peak_memory_bytes)"};
+}
+
 std::unique_ptr<flashdllm::Engine> load_engine(const CommonArgs& a) {
   flashdllm::EngineOptions eo;
   eo.model_dir = a.model_dir;
@@ -364,12 +377,9 @@ int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
       arr.push_back(std::move(e));
     }
     j["results"] = std::move(arr);
-    // CPU: the process's peak resident set (the backend's free memory is system-wide, so other
-    // processes would move it); GPUs: Engine::peak_memory_bytes.
-    const bool on_cpu = ca.device == "cpu";
-    j["peak_memory_bytes"] = on_cpu ? flashdllm::eval::peak_rss_bytes() : static_cast<int64_t>(engine->peak_memory_bytes());
-    j["peak_memory"] = on_cpu ? "peak resident set of the process (weights + K/V + workspaces + the rest of the process)"
-                              : "device memory in use (weights + K/V + workspaces, Engine::peak_memory_bytes)";
+    const PeakMemory peak = peak_memory(*engine);
+    j["peak_memory_bytes"] = peak.bytes;
+    j["peak_memory"] = peak.kind;
     if (ca.profile_ops) {
       nlohmann::json ops = nlohmann::json::array();
       for (const auto& e : engine->op_profile()) ops.push_back({{"op", e.op}, {"calls", e.calls}, {"seconds", e.seconds}});
@@ -522,8 +532,7 @@ int run_eval(const CommonArgs& ca, EvalArgs& ea) {
   auto results = ev::generate_samples(*engine, samples, go, run);
   bar.finish();
   const std::string backend = engine->backend_name();
-  const bool on_cpu = backend.rfind("cpu", 0) == 0;
-  const int64_t peak = on_cpu ? ev::peak_rss_bytes() : static_cast<int64_t>(engine->peak_memory_bytes());
+  const PeakMemory peak = peak_memory(*engine);
   engine.reset();  // free the model before forking sandboxed programs
 
   if (info.code) {
@@ -537,9 +546,8 @@ int run_eval(const CommonArgs& ca, EvalArgs& ea) {
   ev::EvalSummary sum = ev::summarize(ea.task, results);
   sum.gen_length = go.gen_length;
   sum.method = ea.label.empty() ? eval_method_label(go) : ea.label;
-  sum.peak_memory_bytes = peak;
-  sum.peak_memory_kind = on_cpu ? "host max RSS (getrusage)"
-                                : "device memory in use (weights + K/V + workspaces, Engine::peak_memory_bytes)";
+  sum.peak_memory_bytes = peak.bytes;
+  sum.peak_memory_kind = peak.kind;
   if (!ea.baseline.empty()) ev::apply_baseline(sum, baseline, ea.baseline);
   nlohmann::json summary = ev::to_json(sum);
   summary["model"] = ca.model_dir;

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "flashdllm/op_profile.h"
 #include "flashdllm/request.h"
 #include "flashdllm/status.h"
 
@@ -39,14 +40,6 @@ struct EngineOptions {
   bool profile_ops = false;
 };
 
-/// Accumulated launch-to-completion time of one backend op kind over the engine's generate calls
-/// (EngineOptions::profile_ops). `op` is the backend method ("attention", "select_tokens", ...);
-/// matmuls are split by weight shape ("matmul 12288x4096"; " ->f32": F32 logits of a BF16 backend).
-struct OpProfileEntry {
-  std::string op;
-  int64_t calls = 0;
-  double seconds = 0.0;
-};
 
 /// Progress of a running generate call: request index, its current canvas (gen_length ids,
 /// mask id where undecoded) and whether it is finished.

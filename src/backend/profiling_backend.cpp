@@ -9,17 +9,17 @@
 namespace flashdllm {
 
 void OpProfile::add(const std::string& op, double seconds) {
-  OpTiming& e = by_op_[op];
+  OpProfileEntry& e = by_op_[op];
   e.op = op;
   e.calls += 1;
   e.seconds += seconds;
 }
 
-std::vector<OpTiming> OpProfile::entries() const {
-  std::vector<OpTiming> v;
+std::vector<OpProfileEntry> OpProfile::entries() const {
+  std::vector<OpProfileEntry> v;
   v.reserve(by_op_.size());
   for (const auto& [name, e] : by_op_) v.push_back(e);
-  std::sort(v.begin(), v.end(), [](const OpTiming& a, const OpTiming& b) { return a.seconds > b.seconds; });
+  std::sort(v.begin(), v.end(), [](const OpProfileEntry& a, const OpProfileEntry& b) { return a.seconds > b.seconds; });
   return v;
 }
 

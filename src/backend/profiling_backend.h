@@ -15,28 +15,22 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "flashdllm/op_profile.h"
 
 namespace flashdllm {
 
-/// Accumulated time of one op kind. `op` is the Backend method name; matmuls are split by weight
-/// shape ("matmul 12288x4096"), with " ->f32" when the output is F32 on a backend whose activations are not (CUDA logits).
-struct OpTiming {
-  std::string op;
-  int64_t calls = 0;
-  double seconds = 0.0;  ///< sum over calls of launch-to-completion wall time
-};
 
 /// Shared accumulator of a ProfilingBackend (outlives nothing: read it while the backend lives).
 class OpProfile {
  public:
   void add(const std::string& op, double seconds);
   /// Entries sorted by descending total time.
-  std::vector<OpTiming> entries() const;
+  std::vector<OpProfileEntry> entries() const;
   double total_seconds() const;
   void clear() { by_op_.clear(); }
 
  private:
-  std::map<std::string, OpTiming> by_op_;
+  std::map<std::string, OpProfileEntry> by_op_;
 };
 
 /// Wraps `inner`; every op is timed into `profile` (not owned; must outlive the returned backend).

@@ -260,8 +260,7 @@ std::vector<RawOutput> run_flash(Backend& be, const LladaModel& m, const Generat
                   "--cache flash: max_candidates / forced_acceptance need verify on (--verify)");
   FlashCacheDenoiser den(be, m, fo);
   FlashCacheResult res = den.generate(prompts);
-  mem.take(res.stats.free_bytes_at_end);  // the K/V cache was alive then; it is freed by now
-  mem.take(be);
+  mem.take(res.stats.free_bytes_at_end);  // K/V cache and workspaces alive then; the cache is freed by now
   std::vector<RawOutput> out;
   for (const FlashRequestResult& r : res.requests)
     out.push_back({r.output_ids, r.nfe, r.num_tokens, "", r.forward_passes, r.candidates, r.accepted,
@@ -333,11 +332,7 @@ int32_t Engine::eot_token_id() const noexcept { return impl_->eot_id; }
 double Engine::load_seconds() const noexcept { return impl_->load_seconds; }
 size_t Engine::peak_memory_bytes() const noexcept { return impl_->peak_in_use; }
 
-std::vector<OpProfileEntry> Engine::op_profile() const {
-  std::vector<OpProfileEntry> out;
-  for (const OpTiming& t : impl_->op_profile.entries()) out.push_back({t.op, t.calls, t.seconds});
-  return out;
-}
+std::vector<OpProfileEntry> Engine::op_profile() const { return impl_->op_profile.entries(); }
 size_t Engine::weight_bytes() const noexcept { return impl_->checkpoint_bytes; }
 std::string Engine::backend_name() const { return impl_->backend->name(); }
 
