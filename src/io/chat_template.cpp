@@ -8,12 +8,11 @@
 // renders the real template text with jinja2 and compares it with render().
 #include "io/chat_template.h"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string_view>
 
 #include "core/check.h"
+#include "io/file.h"
 
 namespace flashdllm {
 namespace {
@@ -135,17 +134,7 @@ std::string_view python_strip(std::string_view s) {
 }  // namespace
 
 ChatTemplate ChatTemplate::from_tokenizer_config(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  FDLLM_CHECK(in.good(), ErrorCode::kIo, "cannot open tokenizer config {}", path.string());
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  FDLLM_CHECK(!in.bad(), ErrorCode::kIo, "cannot read tokenizer config {}", path.string());
-  json cfg;
-  try {
-    cfg = json::parse(buf.str());
-  } catch (const json::exception& e) {
-    FDLLM_FAIL(ErrorCode::kInvalidCheckpoint, "{}: not valid JSON: {}", path.string(), e.what());
-  }
+  const json cfg = read_json_file(path);
   FDLLM_CHECK_CKPT(cfg.is_object(), "{}: expected a JSON object", path.string());
   FDLLM_CHECK_CKPT(cfg.contains("chat_template"),
                    "{}: field 'chat_template' is missing; pass the prompt with --raw to skip chat templating",

@@ -20,15 +20,14 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <set>
-#include <sstream>
 #include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "io/file.h"
 
 namespace flashdllm {
 
@@ -36,51 +35,10 @@ namespace {
 
 using nlohmann::json;
 
-// Parses `text` as JSON and rejects duplicate keys in any object (nlohmann keeps the last one
-// silently, which would let two entries of one name hide each other). `what` names the file.
-json parse_json_no_duplicates(std::string_view text, const std::string& what) {
-  std::vector<std::set<std::string>> stack;  // keys seen in each open object
-  std::string duplicate;
-  json::parser_callback_t cb = [&](int /*depth*/, json::parse_event_t ev, json& parsed) {
-    switch (ev) {
-      case json::parse_event_t::object_start: stack.emplace_back(); break;
-      case json::parse_event_t::object_end:
-        if (!stack.empty()) stack.pop_back();
-        break;
-      case json::parse_event_t::key:
-        if (!stack.empty() && parsed.is_string()) {
-          const auto& k = parsed.get_ref<const std::string&>();
-          if (!stack.back().insert(k).second && duplicate.empty()) duplicate = k;
-        }
-        break;
-      default: break;
-    }
-    return true;
-  };
-  json j;
-  try {
-    j = json::parse(text.begin(), text.end(), cb, /*allow_exceptions=*/true, /*ignore_comments=*/false);
-  } catch (const json::exception& e) {
-    FDLLM_FAIL(ErrorCode::kInvalidCheckpoint, "{}: invalid JSON: {}", what, e.what());
-  }
-  FDLLM_CHECK_CKPT(duplicate.empty(), "{}: duplicate key '{}' in JSON", what, duplicate);
-  return j;
-}
-
 std::string shape_str(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
-}
-
-// Reads a whole small file (an index JSON). Throws Error(kIo) naming it.
-std::string read_text_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  FDLLM_CHECK(in.good(), ErrorCode::kIo, "{}: cannot open: {}", path.string(), std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  FDLLM_CHECK(!in.bad(), ErrorCode::kIo, "{}: read failed", path.string());
-  return ss.str();
 }
 
 // A shard name from an index must be a plain file name inside the checkpoint directory.
@@ -117,17 +75,12 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::filesystem::pa
   std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
   f->path_ = path;
 
-  const int fd = ::open(fname.c_str(), O_RDONLY | O_CLOEXEC);
-  FDLLM_CHECK(fd >= 0, ErrorCode::kIo, "{}: cannot open: {}", fname, std::strerror(errno));
+  const int fd = open_regular_file(path);  // refuses FIFOs, devices, directories without blocking
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
     ::close(fd);
     FDLLM_FAIL(ErrorCode::kIo, "{}: cannot stat: {}", fname, std::strerror(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    FDLLM_FAIL(ErrorCode::kIo, "{}: not a regular file", fname);
   }
   const auto file_size = static_cast<uint64_t>(st.st_size);
   if (file_size < 8) {
@@ -154,7 +107,7 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::filesystem::pa
   FDLLM_CHECK_CKPT(header_len >= 2 && base[8] == '{', "{}: header is not a JSON object (must start with '{{')",
                    fname);
   const std::string_view header(reinterpret_cast<const char*>(base + 8), header_len);
-  const json j = parse_json_no_duplicates(header, fname + " (safetensors header)");
+  const json j = parse_json_text(header, fname + " (safetensors header)", /*reject_duplicate_keys=*/true);
   FDLLM_CHECK_CKPT(j.is_object(), "{}: header is not a JSON object", fname);
 
   const uint64_t data_begin = 8 + header_len;
@@ -277,7 +230,7 @@ Checkpoint Checkpoint::open(const std::filesystem::path& dir) {
   if (fs::exists(index_path, ec)) {
     ck.sharded_ = true;
     const std::string iname = index_path.string();
-    const json j = parse_json_no_duplicates(read_text_file(index_path), iname);
+    const json j = read_json_file(index_path, /*reject_duplicate_keys=*/true);
     FDLLM_CHECK_CKPT(j.is_object(), "{}: index must be a JSON object", iname);
     auto wm = j.find("weight_map");
     FDLLM_CHECK_CKPT(wm != j.end(), "{}: missing 'weight_map'", iname);

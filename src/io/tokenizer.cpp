@@ -35,13 +35,11 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <queue>
-#include <sstream>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -49,6 +47,7 @@
 
 #include "core/check.h"
 #include "core/log.h"
+#include "io/file.h"
 
 namespace flashdllm {
 namespace {
@@ -1279,17 +1278,7 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::from_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  FDLLM_CHECK(in.good(), ErrorCode::kIo, "cannot open tokenizer file {}", path.string());
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  FDLLM_CHECK(!in.bad(), ErrorCode::kIo, "cannot read tokenizer file {}", path.string());
-  json root;
-  try {
-    root = json::parse(buf.str());
-  } catch (const json::exception& e) {
-    FDLLM_FAIL(ErrorCode::kInvalidCheckpoint, "{}: not valid JSON: {}", path.string(), e.what());
-  }
+  const json root = read_json_file(path);
   auto impl = std::make_unique<Impl>();
   impl->file = path.string();
   try {

@@ -1,15 +1,12 @@
 // Name and shape checks of a LLaDA checkpoint against its config (reference §A.2).
 #include "model/llada_checkpoint.h"
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "io/file.h"
 
 namespace flashdllm {
 
@@ -74,16 +71,7 @@ void validate_llada_checkpoint(const Checkpoint& ckpt, const LladaConfig& cfg) {
 
 int validate_llada_index(const std::filesystem::path& index_json, const LladaConfig& cfg) {
   const std::string src = index_json.string();
-  std::ifstream in(index_json, std::ios::binary);
-  FDLLM_CHECK(in.good(), ErrorCode::kIo, "{}: cannot open: {}", src, std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(ss.str());
-  } catch (const nlohmann::json::exception& e) {
-    FDLLM_FAIL(ErrorCode::kInvalidCheckpoint, "{}: invalid JSON: {}", src, e.what());
-  }
+  const nlohmann::json j = read_json_file(index_json);
   FDLLM_CHECK_CKPT(j.is_object(), "{}: index must be a JSON object", src);
   auto wm = j.find("weight_map");
   FDLLM_CHECK_CKPT(wm != j.end() && wm->is_object(), "{}: missing or non-object 'weight_map'", src);

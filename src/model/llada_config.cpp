@@ -12,17 +12,15 @@
 //    ff_proj's output in halves and change ff_out's input width — a different network, rejected.
 #include "model/llada_config.h"
 
-#include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
 #include "core/log.h"
+#include "io/file.h"
 
 namespace flashdllm {
 
@@ -244,19 +242,7 @@ LladaConfig parse_llada_config(const nlohmann::json& j, const std::string& sourc
 }
 
 LladaConfig load_llada_config(const std::filesystem::path& path) {
-  const std::string src = path.string();
-  std::ifstream in(path, std::ios::binary);
-  FDLLM_CHECK(in.good(), ErrorCode::kIo, "{}: cannot open config: {}", src, std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  FDLLM_CHECK(!in.bad(), ErrorCode::kIo, "{}: read failed", src);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(ss.str());
-  } catch (const nlohmann::json::exception& e) {
-    FDLLM_FAIL(ErrorCode::kInvalidCheckpoint, "{}: invalid JSON: {}", src, e.what());
-  }
-  return parse_llada_config(j, src);
+  return parse_llada_config(read_json_file(path), path.string());
 }
 
 }  // namespace flashdllm
