@@ -16,6 +16,7 @@
 #include <optional>
 #include <sstream>
 
+#include "backend/backend.h"
 #include "eval/bench.h"
 #include "eval/progress.h"
 #include "eval/runner.h"
@@ -46,7 +47,11 @@ void add_common(CLI::App* app, CommonArgs& a) {
   app->add_option("-m,--model", a.model_dir, "Hugging Face LLaDA checkpoint directory")
       ->default_str("the embedded small model (models/llada-arith-12m)");
   app->add_option("--device", a.device, "cpu | cuda | cuda:N")->capture_default_str();
-  app->add_option("--threads", a.threads, "CPU threads (0 = all)")->capture_default_str();
+  const int max_threads = flashdllm::max_cpu_threads();  // 4 x the hardware threads
+  app->add_option("--threads", a.threads,
+                  fmt::format("CPU threads, 0 = all cores; at most 4 x the hardware threads ({} here)", max_threads))
+      ->capture_default_str()
+      ->check(CLI::Range(0, max_threads));
   app->add_option("--load-format", a.load_format, "auto (safetensors) | dummy (random weights, config.json only)")
       ->capture_default_str();
   app->add_option("--dummy-seed", a.dummy_seed, "seed of --load-format dummy weights")->capture_default_str();

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <thread>
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_attention.h"
@@ -43,8 +44,17 @@ constexpr int64_t kParallelMinWork = int64_t{1} << 16;
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int threads) {
-    // 0 = OpenMP's default (OMP_NUM_THREADS if set, else all hardware threads).
+    // 0 = OpenMP's default (OMP_NUM_THREADS if set, else all hardware threads). Far more threads
+    // than cores only slows every parallel region down (100000 overflowed libgomp's stacks).
+    const int limit = max_cpu_threads();
+    FDLLM_CHECK_ARG(threads >= 0 && threads <= limit,
+                    "threads = {} is outside [0, {}] (0 = all cores; at most 4 x the {} hardware threads)", threads,
+                    limit, limit / 4);
     threads_ = threads > 0 ? threads : std::max(1, omp_get_max_threads());
+    FDLLM_CHECK_ARG(threads_ <= limit,
+                    "OMP_NUM_THREADS asks for {} threads, more than {} (4 x the {} hardware threads); pass "
+                    "threads explicitly or lower OMP_NUM_THREADS",
+                    threads_, limit, limit / 4);
     openblas_set_num_threads(threads_);
     // CMake links the OpenMP build of OpenBLAS and puts its directory in the RUNPATH; but every
     // flavour has the SONAME libopenblas.so.0, so LD_LIBRARY_PATH or a copied binary can load another.
@@ -463,6 +473,11 @@ class CpuBackend final : public Backend {
 };
 
 }  // namespace
+
+int max_cpu_threads() noexcept {
+  const unsigned hw = std::thread::hardware_concurrency();
+  return 4 * static_cast<int>(std::clamp(hw, 1u, 1u << 20));
+}
 
 std::unique_ptr<Backend> make_cpu_backend(int threads) { return std::make_unique<CpuBackend>(threads); }
 
