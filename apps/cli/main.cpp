@@ -1,6 +1,6 @@
 // flashdllm command-line tool: thin layer over the engine (include/flashdllm/engine.h).
 //   flashdllm generate [-m DIR] -p TEXT ...     generate text (or ids) with the LLaDA sampler
-//   flashdllm info [-m DIR]                      print config, parameter count, dtype, memory need
+//   flashdllm info [-m DIR] [--check-weights]    print config, parameter count, dtype, memory need
 //   flashdllm bench --methods ... --sweep ...    sweeps of decoding settings and batch sizes (docs/bench.md)
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -27,6 +27,7 @@
 #include "denoise/flash_cache.h"
 #include "live_view.h"
 #include "model/llada_config.h"
+#include "model/llada_info.h"
 
 namespace {
 
@@ -841,10 +842,25 @@ void add_bench_subcommand(CLI::App& app, CommonArgs& ca, BenchArgs& ba, CLI::App
   add_decode_options(bch, ba.dec);
 }
 
-int run_info(const CommonArgs& ca) {
-  auto engine = load_engine(ca);
-  std::cout << engine->info();
-  return 0;
+/// `info`: config.json, the safetensors headers and the tokenizer files only (no weights are read, so
+/// an 8B checkpoint answers at once); `--check-weights` then scans every tensor for NaN / Inf.
+int run_info(const CommonArgs& ca, bool check_weights) {
+  if (ca.load_format != "auto" && ca.load_format != "dummy")
+    throw Error(ErrorCode::kInvalidArgument, fmt::format("--load-format must be 'auto' or 'dummy', got '{}'", ca.load_format));
+  const bool dummy = ca.load_format == "dummy";
+  if (dummy && check_weights)
+    throw Error(ErrorCode::kInvalidArgument, "--check-weights needs a checkpoint (not --load-format dummy)");
+  const flashdllm::LladaModelFacts facts = flashdllm::inspect_llada_checkpoint(ca.model_dir, dummy);
+  const auto backend = flashdllm::make_backend(ca.device, ca.threads);
+  std::cout << flashdllm::describe_llada_model(facts, *backend);
+  if (!check_weights) return 0;
+  const flashdllm::Checkpoint ckpt = flashdllm::Checkpoint::open(ca.model_dir);
+  const auto bad = flashdllm::find_non_finite_weights(ckpt);
+  for (const auto& t : bad)
+    std::cout << fmt::format("non-finite weights: {}: tensor '{}': {} NaN, {} Inf (first at element {})\n", t.file,
+                             t.name, t.nan, t.inf, t.first_index);
+  if (bad.empty()) std::cout << fmt::format("weights           all finite ({} tensors checked)\n", ckpt.names().size());
+  return bad.empty() ? 0 : 1;
 }
 
 }  // namespace
@@ -878,8 +894,10 @@ int main(int argc, char** argv) {
   add_bench_subcommand(app, ca, ba, bch);
   for (int i = 0; i < argc; ++i) ba.command += (i ? " " : "") + shell_quote(i == 0 ? std::string("flashdllm") : argv[i]);
 
-  CLI::App* info = app.add_subcommand("info", "print config, parameter count, dtype and memory need");
+  CLI::App* info = app.add_subcommand("info", "print config, parameter count, dtype and memory need (reads no weights)");
   add_common(info, ca);
+  bool check_weights = false;
+  info->add_flag("--check-weights", check_weights, "also read every weight and name the tensors holding NaN / Inf (exit 1)");
 
   try {
     app.parse(argc, argv);
@@ -890,7 +908,7 @@ int main(int argc, char** argv) {
   flashdllm::logger().set_level(ca.verbose ? spdlog::level::info : spdlog::level::warn);
   try {
     if (*gen) return run_generate(ca, ga);
-    if (*info) return run_info(ca);
+    if (*info) return run_info(ca, check_weights);
     if (*evl) return run_eval(ca, ea);
     if (*bch) return run_bench(ca, ba);
   } catch (const Error& e) {

@@ -1,7 +1,7 @@
 // flashdllm-make-checkpoint: writes a LLaDA checkpoint directory with seeded random weights.
 //
 //   flashdllm-make-checkpoint --config CONFIG.json --out DIR [--index INDEX.json]
-//                             [--dtype bf16|f16|f32] [--seed N] [--std S] [--threads N] [--force]
+//                             [--dtype bf16|f16|f32] [--seed N] [--std S] [--threads N] [--force] [--sparse]
 //
 // With --index the output has exactly the tensor names and shard split of that
 // model.safetensors.index.json (each tensor in the shard the index names; shapes from the config,
@@ -18,6 +18,10 @@
 // (no libm, so the loop vectorizes and the bytes do not depend on the C library). Output bytes
 // therefore depend only on the seed, the std and the dtype — not on the thread count, the
 // chunking or the shard split (a tensor has the same values sharded and single-file).
+//
+// --sparse writes the headers only and leaves every data region a hole (the files are extended with
+// ftruncate and read as zeros): an 8B-shaped checkpoint in milliseconds and a few KB of disk, for
+// tests of what reads metadata only (`flashdllm info`, validation).
 //
 // Speed: the data regions are filled in 16 MiB chunks by N threads with pwrite() into
 // preallocated files, so generation runs in parallel with the kernel's write-back.
@@ -65,6 +69,7 @@ struct Options {
   double std_dev = 0.02;
   unsigned threads = 0;
   bool force = false;
+  bool sparse = false;  // headers only; data regions left as holes (zeros)
 };
 
 uint64_t fnv1a64(std::string_view s) {
@@ -281,10 +286,10 @@ int run(const Options& o) {
                 path, s.file_size, std::strerror(errno));
   }
 
-  // Work list: chunks of at most kChunk elements, never crossing a tensor.
+  // Work list: chunks of at most kChunk elements, never crossing a tensor (none with --sparse).
   constexpr int64_t kChunk = int64_t{1} << 22;  // 4 Mi elements = 8 MiB of bf16
   std::vector<Chunk> chunks;
-  for (size_t si = 0; si < shards.size(); ++si)
+  for (size_t si = 0; si < shards.size() && !o.sparse; ++si)
     for (size_t ti = 0; ti < shards[si].tensors.size(); ++ti)
       for (int64_t b = 0; b < shards[si].tensors[ti].numel; b += kChunk)
         chunks.push_back({si, ti, b, std::min(kChunk, shards[si].tensors[ti].numel - b)});
@@ -358,6 +363,7 @@ int main(int argc, char** argv) {
   app.add_option("--std", o.std_dev, "standard deviation of matrix entries (default 0.02)");
   app.add_option("--threads", o.threads, "worker threads (default: all cores)");
   app.add_flag("--force", o.force, "overwrite existing checkpoint files in --out");
+  app.add_flag("--sparse", o.sparse, "headers only: data regions are holes that read as zeros (metadata tests)");
   CLI11_PARSE(app, argc, argv);
   try {
     return run(o);

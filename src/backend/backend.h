@@ -218,6 +218,11 @@ std::unique_ptr<Backend> make_cpu_backend(int threads = 0);
 /// was built without CUDA, Error(kDevice) when no usable GPU exists.
 std::unique_ptr<Backend> make_cuda_backend(int device_index = 0);
 
+/// The backend of a device string: "cpu" (make_cpu_backend(threads)), "cuda" or "cuda:N"
+/// (make_cuda_backend; `threads` unused). Throws Error(kInvalidArgument) naming the string for any
+/// other, or as the factory called.
+std::unique_ptr<Backend> make_backend(const std::string& device, int threads);
+
 /// True when this build has the CUDA backend and a CUDA device is present.
 bool cuda_available() noexcept;
 

@@ -19,7 +19,9 @@
 #include "io/safetensors.h"
 #include "io/tokenizer.h"
 #include "model/llada.h"
+#include "model/llada_checkpoint.h"
 #include "model/llada_config.h"
+#include "model/llada_info.h"
 
 namespace flashdllm {
 
@@ -43,21 +45,6 @@ struct Engine::Impl {
 
 namespace {
 
-std::unique_ptr<Backend> make_backend(const EngineOptions& o) {
-  if (o.device == "cpu") return make_cpu_backend(o.threads);
-  if (o.device == "cuda") return make_cuda_backend(0);
-  if (o.device.rfind("cuda:", 0) == 0) {
-    int index = -1;
-    try {
-      index = std::stoi(o.device.substr(5));
-    } catch (...) {
-    }
-    FDLLM_CHECK_ARG(index >= 0, "device '{}': expected cuda:<index>", o.device);
-    return make_cuda_backend(index);
-  }
-  FDLLM_FAIL(ErrorCode::kInvalidArgument, "unknown device '{}' (use cpu, cuda or cuda:N)", o.device);
-}
-
 Remasking parse_remasking(const std::string& s) {
   if (s == "low_confidence") return Remasking::kLowConfidence;
   if (s == "random") return Remasking::kRandom;
@@ -74,12 +61,13 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   const fs::path dir = options.model_dir;
-  FDLLM_CHECK(fs::is_directory(dir), ErrorCode::kIo, "model directory '{}' does not exist", dir.string());
+  check_model_directory(dir);
   impl->model.config = load_llada_config(dir / "config.json");
   const LladaConfig& cfg = impl->model.config;
 
   if (fs::exists(dir / "tokenizer.json")) {
     impl->tokenizer.emplace(Tokenizer::from_file(dir / "tokenizer.json"));
+    validate_llada_tokenizer(*impl->tokenizer, cfg, dir / "tokenizer.json");
     if (auto id = impl->tokenizer->token_to_id("<|eot_id|>")) impl->eot_id = *id;
   }
   if (fs::exists(dir / "tokenizer_config.json")) {
@@ -92,7 +80,7 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
     impl->chat_error = fmt::format("'{}' has no tokenizer_config.json with a chat template", dir.string());
   }
 
-  impl->backend = make_backend(options);
+  impl->backend = make_backend(options.device, options.threads);
   if (options.profile_ops) impl->backend = make_profiling_backend(std::move(impl->backend), impl->op_profile);
   impl->free_before_load = impl->backend->free_memory();
   if (options.load_format == "dummy") {
@@ -103,8 +91,8 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
                     options.load_format);
     Checkpoint ckpt = Checkpoint::open(dir);
     impl->checkpoint_bytes = ckpt.total_bytes();
-    impl->weights_dtype = dtype_name(ckpt.get("model.transformer.wte.weight").dtype);
-    impl->model.weights = load_llada_weights(*impl->backend, ckpt, cfg);
+    impl->model.weights = load_llada_weights(*impl->backend, ckpt, cfg);  // validates names and shapes first
+    impl->weights_dtype = checkpoint_dtype_summary(ckpt);
   }
   // Positions up to max_sequence_length plus one 128-row tile of padding (Flash-dLLM layout).
   impl->model.rope = make_rope_tables(*impl->backend, cfg, cfg.max_sequence_length + 256);
@@ -337,35 +325,9 @@ size_t Engine::weight_bytes() const noexcept { return impl_->checkpoint_bytes; }
 std::string Engine::backend_name() const { return impl_->backend->name(); }
 
 std::string Engine::info() const {
-  const LladaConfig& c = impl_->model.config;
-  const int64_t params = c.parameter_count();
-  const double gib = 1024.0 * 1024.0 * 1024.0;
-  const size_t dev_bytes = impl_->model.weights.bytes;
-  std::string s;
-  s += fmt::format("model directory   {}\n", impl_->options.model_dir.string());
-  s += fmt::format("architecture      LLaDA ({} / {} block), bidirectional, RoPE theta {}\n", c.model_type,
-                   c.block_type, c.rope_theta);
-  s += fmt::format("d_model           {}\n", c.d_model);
-  s += fmt::format("n_layers          {}\n", c.n_layers);
-  s += fmt::format("n_heads           {} (head_dim {}, n_kv_heads {})\n", c.n_heads, c.head_dim, c.n_kv_heads);
-  s += fmt::format("mlp_hidden_size   {}\n", c.mlp_hidden_size);
-  s += fmt::format("vocab_size        {} (embedding_size {})\n", c.vocab_size, c.embedding_size);
-  s += fmt::format("max_sequence_len  {}\n", c.max_sequence_length);
-  s += fmt::format("special ids       mask {}, eos {}, pad {}, eot {}\n", c.mask_token_id, c.eos_token_id,
-                   c.pad_token_id, impl_->eot_id);
-  s += fmt::format("parameters        {} ({:.3f} B)\n", params, static_cast<double>(params) / 1e9);
-  s += fmt::format("checkpoint dtype  {} ({:.3f} GiB on disk)\n", impl_->weights_dtype,
-                   static_cast<double>(impl_->checkpoint_bytes) / gib);
-  s += fmt::format("backend           {}\n", impl_->backend->name());
-  s += fmt::format("weights in memory {:.3f} GiB ({})\n", static_cast<double>(dev_bytes) / gib,
-                   dtype_name(impl_->backend->weight_dtype()));
-  const int64_t kv_per_token = 2 * c.n_layers * c.n_heads * c.head_dim *
-                               static_cast<int64_t>(dtype_size(impl_->backend->activation_dtype()));
-  s += fmt::format("KV cache / token  {} bytes ({:.3f} GiB for 32 slots x 1536 positions)\n", kv_per_token,
-                   static_cast<double>(kv_per_token) * 32 * 1536 / gib);
-  s += fmt::format("tokenizer         {}\n", impl_->tokenizer ? "tokenizer.json" : "none (token ids only)");
-  s += fmt::format("chat template     {}\n", impl_->chat ? "LLaDA" : "none");
-  return s;
+  LladaModelFacts f{impl_->options.model_dir, impl_->model.config, impl_->weights_dtype, impl_->checkpoint_bytes,
+                    impl_->eot_id, impl_->tokenizer.has_value(), impl_->chat.has_value()};
+  return describe_llada_model(f, *impl_->backend);
 }
 
 }  // namespace flashdllm

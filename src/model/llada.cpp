@@ -53,7 +53,8 @@ void for_each_weight(LladaWeights& w, const std::function<void(Tensor&)>& f) {
   f(w.lm_head);
 }
 
-LladaWeights allocate_weights(Backend& backend, const LladaConfig& c) {
+/// The weights' layout in one buffer (tensor data = byte offsets until bound) and its size.
+LladaWeights plan_weights(const Backend& backend, const LladaConfig& c) {
   const DType wt = backend.weight_dtype();
   Carver cv(backend.device());
   LladaWeights w;
@@ -71,6 +72,11 @@ LladaWeights allocate_weights(Backend& backend, const LladaConfig& c) {
   w.ln_f = cv.take(wt, {D});
   w.lm_head = cv.take(wt, {E, D});
   w.bytes = cv.bytes();
+  return w;
+}
+
+LladaWeights allocate_weights(Backend& backend, const LladaConfig& c) {
+  LladaWeights w = plan_weights(backend, c);
   w.storage = backend.alloc(w.bytes, "model weights");
   for_each_weight(w, [&](Tensor& t) { Carver::bind(t, w.storage); });
   return w;
@@ -79,6 +85,8 @@ LladaWeights allocate_weights(Backend& backend, const LladaConfig& c) {
 std::string block(int64_t i, const char* name) { return fmt::format("model.transformer.blocks.{}.{}.weight", i, name); }
 
 }  // namespace
+
+size_t llada_weight_bytes(const Backend& backend, const LladaConfig& cfg) { return plan_weights(backend, cfg).bytes; }
 
 LladaWeights load_llada_weights(Backend& backend, const Checkpoint& ckpt, const LladaConfig& cfg) {
   validate_llada_checkpoint(ckpt, cfg);

@@ -39,6 +39,10 @@ struct LladaWeights {
   size_t bytes = 0;
 };
 
+/// Bytes of device memory the weights of `cfg` take on `backend` (its weight dtype, packed and
+/// aligned as load_llada_weights lays them out), without allocating anything.
+size_t llada_weight_bytes(const Backend& backend, const LladaConfig& cfg);
+
 /// Copies (and converts to the backend's weight dtype) every tensor of a validated checkpoint.
 /// Throws as validate_llada_checkpoint, or Error(kOutOfMemory) when the device cannot hold them.
 LladaWeights load_llada_weights(Backend& backend, const Checkpoint& ckpt, const LladaConfig& cfg);

@@ -2,11 +2,13 @@
 #include "model/llada_checkpoint.h"
 
 #include <set>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
 #include "io/file.h"
+#include "io/tokenizer.h"
 
 namespace flashdllm {
 
@@ -67,6 +69,39 @@ void validate_llada_checkpoint(const Checkpoint& ckpt, const LladaConfig& cfg) {
                "weights are not supported)",
                t->file, n);
   }
+}
+
+void validate_llada_tokenizer(const Tokenizer& tok, const LladaConfig& cfg, const std::filesystem::path& tokenizer_file) {
+  const std::string src = tokenizer_file.string();
+  constexpr const char* kShiftNote =
+      " (a tokenizer.json that lacks an added token shifts the ids of every later one; use the tokenizer "
+      "files of this checkpoint)";
+  const auto mask = tok.token_to_id("<|mdm_mask|>");
+  FDLLM_CHECK_CKPT(mask.has_value(), "{}: the mask token '<|mdm_mask|>' is missing, but config.json has mask_token_id = {}{}",
+                   src, cfg.mask_token_id, kShiftNote);
+  FDLLM_CHECK_CKPT(*mask == cfg.mask_token_id,
+                   "{}: the mask token '<|mdm_mask|>' has id {}, but config.json has mask_token_id = {}{}", src, *mask,
+                   cfg.mask_token_id, kShiftNote);
+  const std::pair<const char*, int32_t> special_ids[] = {{"eos_token_id", cfg.eos_token_id},
+                                                         {"pad_token_id", cfg.pad_token_id}};
+  for (const auto& [field, id] : special_ids) {
+    const std::string token = tok.id_to_token(id);
+    FDLLM_CHECK_CKPT(!token.empty(), "{}: config.json has {} = {}, but the tokenizer has no token with that id{}", src,
+                     field, id, kShiftNote);
+    FDLLM_CHECK_CKPT(tok.is_special(id),
+                     "{}: config.json has {} = {}, but that id is '{}', not a special token of the tokenizer{}", src,
+                     field, id, token, kShiftNote);
+  }
+  if (const auto eos = tok.token_to_id("<|endoftext|>"))
+    FDLLM_CHECK_CKPT(*eos == cfg.eos_token_id,
+                     "{}: the token '<|endoftext|>' has id {}, but config.json has eos_token_id = {}{}", src, *eos,
+                     cfg.eos_token_id, kShiftNote);
+  if (const auto eot = tok.token_to_id("<|eot_id|>"))
+    FDLLM_CHECK_CKPT(tok.is_special(*eot), "{}: the end-of-turn token '<|eot_id|>' (id {}) is not a special token", src,
+                     *eot);
+  FDLLM_CHECK_CKPT(tok.vocab_size() <= cfg.embedding_size,
+                   "{}: token '{}' has id {}, outside the embedding table (config.json embedding_size = {})", src,
+                   tok.id_to_token(tok.vocab_size() - 1), tok.vocab_size() - 1, cfg.embedding_size);
 }
 
 int validate_llada_index(const std::filesystem::path& index_json, const LladaConfig& cfg) {

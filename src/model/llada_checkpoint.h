@@ -22,6 +22,8 @@
 
 namespace flashdllm {
 
+class Tokenizer;
+
 struct ExpectedTensor {
   std::string name;
   std::vector<int64_t> shape;
@@ -35,6 +37,16 @@ std::vector<ExpectedTensor> llada_expected_tensors(const LladaConfig& cfg);
 /// Throws one Error(kInvalidCheckpoint) naming the file and tensor at fault (for a missing tensor:
 /// the index of a sharded checkpoint, else model.safetensors), with actual and expected shapes.
 void validate_llada_checkpoint(const Checkpoint& ckpt, const LladaConfig& cfg);
+
+/// Checks that the tokenizer `tok` (read from `tokenizer_file`) agrees with the config's special
+/// ids: the mask token "<|mdm_mask|>" exists at exactly mask_token_id; eos_token_id and pad_token_id
+/// are special tokens of the tokenizer, and "<|endoftext|>", when present, is eos_token_id;
+/// "<|eot_id|>", when present, is a special token; and every token id is inside the embedding table
+/// (vocab_size() <= embedding_size). A tokenizer.json lacking one added token shifts the ids of all
+/// later ones (Hugging Face's assignment rule, which Tokenizer follows), and the model would then
+/// decode and commit the wrong ids; these checks refuse it. Throws Error(kInvalidCheckpoint) naming
+/// `tokenizer_file`, the token and the config field.
+void validate_llada_tokenizer(const Tokenizer& tok, const LladaConfig& cfg, const std::filesystem::path& tokenizer_file);
 
 /// Checks a `model.safetensors.index.json` without its shards: the weight_map keys are exactly
 /// the expected tensors and metadata.total_size (required) equals the expected parameter bytes

@@ -1,0 +1,133 @@
+// Checkpoint facts from metadata alone, their description, and the non-finite weight scan
+// (see llada_info.h).
+#include "model/llada_info.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "core/check.h"
+#include "io/chat_template.h"
+#include "io/tokenizer.h"
+#include "model/llada.h"
+#include "model/llada_checkpoint.h"
+
+namespace flashdllm {
+
+namespace fs = std::filesystem;
+
+void check_model_directory(const fs::path& dir) {
+  std::error_code ec;
+  FDLLM_CHECK(fs::is_directory(dir, ec), ErrorCode::kIo, "model directory '{}' {}", dir.string(),
+              fs::exists(dir, ec) ? "is not a directory" : "does not exist");
+}
+
+LladaModelFacts inspect_llada_checkpoint(const fs::path& dir, bool dummy_weights) {
+  check_model_directory(dir);
+  std::error_code ec;
+  LladaModelFacts f;
+  f.dir = dir;
+  f.config = load_llada_config(dir / "config.json");
+  if (dummy_weights) {
+    f.checkpoint_dtype = "random (dummy)";
+  } else {
+    const Checkpoint ckpt = Checkpoint::open(dir);  // headers only: the shards are mapped, not read
+    validate_llada_checkpoint(ckpt, f.config);
+    f.checkpoint_dtype = checkpoint_dtype_summary(ckpt);
+    f.checkpoint_bytes = ckpt.total_bytes();
+  }
+  if (fs::exists(dir / "tokenizer.json", ec)) {
+    const Tokenizer tok = Tokenizer::from_file(dir / "tokenizer.json");
+    validate_llada_tokenizer(tok, f.config, dir / "tokenizer.json");
+    f.has_tokenizer = true;
+    if (auto id = tok.token_to_id("<|eot_id|>")) f.eot_id = *id;
+  }
+  if (fs::exists(dir / "tokenizer_config.json", ec)) {
+    try {
+      ChatTemplate::from_tokenizer_config(dir / "tokenizer_config.json");
+      f.has_chat_template = true;
+    } catch (const Error&) {
+      // As Engine::load: a missing or foreign template only matters when the chat template is asked for.
+    }
+  }
+  return f;
+}
+
+std::string checkpoint_dtype_summary(const Checkpoint& ckpt) {
+  std::map<std::string, int64_t> counts;
+  for (const std::string& n : ckpt.names()) ++counts[dtype_name(ckpt.find(n)->dtype)];
+  if (counts.size() == 1) return counts.begin()->first;
+  std::string parts;
+  for (const auto& [name, n] : counts) parts += fmt::format("{}{} x {}", parts.empty() ? "" : ", ", name, n);
+  const TensorInfo* wte = ckpt.find("model.transformer.wte.weight");
+  return fmt::format("{} (mixed: {})", wte ? dtype_name(wte->dtype) : "?", parts);
+}
+
+std::string describe_llada_model(const LladaModelFacts& f, const Backend& backend) {
+  const LladaConfig& c = f.config;
+  const int64_t params = c.parameter_count();
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  const size_t dev_bytes = llada_weight_bytes(backend, c);
+  std::string s;
+  s += fmt::format("model directory   {}\n", f.dir.string());
+  s += fmt::format("architecture      LLaDA ({} / {} block), bidirectional, RoPE theta {}\n", c.model_type,
+                   c.block_type, c.rope_theta);
+  s += fmt::format("d_model           {}\n", c.d_model);
+  s += fmt::format("n_layers          {}\n", c.n_layers);
+  s += fmt::format("n_heads           {} (head_dim {}, n_kv_heads {})\n", c.n_heads, c.head_dim, c.n_kv_heads);
+  s += fmt::format("mlp_hidden_size   {}\n", c.mlp_hidden_size);
+  s += fmt::format("vocab_size        {} (embedding_size {})\n", c.vocab_size, c.embedding_size);
+  s += fmt::format("max_sequence_len  {}\n", c.max_sequence_length);
+  s += fmt::format("special ids       mask {}, eos {}, pad {}, eot {}\n", c.mask_token_id, c.eos_token_id,
+                   c.pad_token_id, f.eot_id);
+  s += fmt::format("parameters        {} ({:.3f} B)\n", params, static_cast<double>(params) / 1e9);
+  s += fmt::format("checkpoint dtype  {} ({:.3f} GiB on disk)\n", f.checkpoint_dtype,
+                   static_cast<double>(f.checkpoint_bytes) / gib);
+  s += fmt::format("backend           {}\n", backend.name());
+  s += fmt::format("weights in memory {:.3f} GiB ({})\n", static_cast<double>(dev_bytes) / gib,
+                   dtype_name(backend.weight_dtype()));
+  const int64_t kv_per_token =
+      2 * c.n_layers * c.n_heads * c.head_dim * static_cast<int64_t>(dtype_size(backend.activation_dtype()));
+  s += fmt::format("KV cache / token  {} bytes ({:.3f} GiB for 32 slots x 1536 positions)\n", kv_per_token,
+                   static_cast<double>(kv_per_token) * 32 * 1536 / gib);
+  s += fmt::format("tokenizer         {}\n", f.has_tokenizer ? "tokenizer.json" : "none (token ids only)");
+  s += fmt::format("chat template     {}\n", f.has_chat_template ? "LLaDA" : "none");
+  return s;
+}
+
+namespace {
+
+/// Counts NaN and ±Inf among `n` elements of `dtype` at `data` (possibly unaligned) by their bits.
+template <typename Bits>
+void scan_bits(const void* data, int64_t n, Bits exp_mask, Bits mant_mask, NonFiniteTensor& out) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (int64_t i = 0; i < n; ++i) {
+    Bits b;
+    std::memcpy(&b, p + i * static_cast<int64_t>(sizeof(Bits)), sizeof(Bits));
+    if ((b & exp_mask) != exp_mask) continue;
+    if (out.first_index < 0) out.first_index = i;
+    ((b & mant_mask) != 0 ? out.nan : out.inf) += 1;
+  }
+}
+
+}  // namespace
+
+std::vector<NonFiniteTensor> find_non_finite_weights(const Checkpoint& ckpt) {
+  std::vector<NonFiniteTensor> out;
+  for (const std::string& name : ckpt.names()) {
+    const TensorInfo& t = *ckpt.find(name);
+    NonFiniteTensor r{name, t.file};
+    switch (t.dtype) {
+      case DType::kF32: scan_bits<uint32_t>(t.data, t.numel(), 0x7f800000u, 0x007fffffu, r); break;
+      case DType::kBF16: scan_bits<uint16_t>(t.data, t.numel(), 0x7f80u, 0x007fu, r); break;
+      case DType::kF16: scan_bits<uint16_t>(t.data, t.numel(), 0x7c00u, 0x03ffu, r); break;
+      default: continue;
+    }
+    if (r.first_index >= 0) out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace flashdllm
