@@ -22,36 +22,47 @@ std::string shape_str(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
-std::vector<ExpectedTensor> llada_expected_tensors(const LladaConfig& cfg) {
+int64_t llada_expected_tensor_count(const LladaConfig& cfg) noexcept { return 9 * cfg.n_layers + 3; }
+
+ExpectedTensor llada_expected_tensor(const LladaConfig& cfg, int64_t i) {
   const int64_t d = cfg.d_model, f = cfg.mlp_hidden_size, v = cfg.embedding_size;
-  std::vector<ExpectedTensor> out;
-  out.reserve(static_cast<size_t>(9 * cfg.n_layers + 3));
-  out.push_back({"model.transformer.wte.weight", {v, d}});
-  for (int64_t i = 0; i < cfg.n_layers; ++i) {
-    const std::string p = "model.transformer.blocks." + std::to_string(i) + ".";
-    out.push_back({p + "attn_norm.weight", {d}});
-    out.push_back({p + "q_proj.weight", {cfg.n_heads * cfg.head_dim, d}});
-    out.push_back({p + "k_proj.weight", {cfg.n_kv_heads * cfg.head_dim, d}});
-    out.push_back({p + "v_proj.weight", {cfg.n_kv_heads * cfg.head_dim, d}});
-    out.push_back({p + "attn_out.weight", {d, cfg.n_heads * cfg.head_dim}});
-    out.push_back({p + "ff_norm.weight", {d}});
-    out.push_back({p + "ff_proj.weight", {f, d}});
-    out.push_back({p + "up_proj.weight", {f, d}});
-    out.push_back({p + "ff_out.weight", {d, f}});
+  const int64_t count = llada_expected_tensor_count(cfg);
+  FDLLM_CHECK_ARG(i >= 0 && i < count, "expected tensor index {} outside [0, {})", i, count);
+  if (i == 0) return {"model.transformer.wte.weight", {v, d}};
+  if (i == count - 2) return {"model.transformer.ln_f.weight", {d}};
+  if (i == count - 1) return {"model.transformer.ff_out.weight", {v, d}};
+  const int64_t layer = (i - 1) / 9;
+  const std::string p = "model.transformer.blocks." + std::to_string(layer) + ".";
+  switch ((i - 1) % 9) {
+    case 0: return {p + "attn_norm.weight", {d}};
+    case 1: return {p + "q_proj.weight", {cfg.n_heads * cfg.head_dim, d}};
+    case 2: return {p + "k_proj.weight", {cfg.n_kv_heads * cfg.head_dim, d}};
+    case 3: return {p + "v_proj.weight", {cfg.n_kv_heads * cfg.head_dim, d}};
+    case 4: return {p + "attn_out.weight", {d, cfg.n_heads * cfg.head_dim}};
+    case 5: return {p + "ff_norm.weight", {d}};
+    case 6: return {p + "ff_proj.weight", {f, d}};
+    case 7: return {p + "up_proj.weight", {f, d}};
+    default: return {p + "ff_out.weight", {d, f}};
   }
-  out.push_back({"model.transformer.ln_f.weight", {d}});
-  out.push_back({"model.transformer.ff_out.weight", {v, d}});
+}
+
+std::vector<ExpectedTensor> llada_expected_tensors(const LladaConfig& cfg) {
+  std::vector<ExpectedTensor> out;
+  const int64_t count = llada_expected_tensor_count(cfg);
+  out.reserve(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) out.push_back(llada_expected_tensor(cfg, i));
   return out;
 }
 
 void validate_llada_checkpoint(const Checkpoint& ckpt, const LladaConfig& cfg) {
-  const auto expected = llada_expected_tensors(cfg);
   // Where a missing tensor should have been: the index of a sharded checkpoint, else the file.
   const std::string where =
       (ckpt.dir() / (ckpt.sharded() ? "model.safetensors.index.json" : "model.safetensors")).string();
+  // Expected tensors are made one at a time and the walk stops at the first missing one, so a config
+  // claiming 2^20 layers costs what the checkpoint holds, not 9 million names.
   std::set<std::string> names;
-  for (const ExpectedTensor& e : expected) {
-    names.insert(e.name);
+  for (int64_t i = 0; i < llada_expected_tensor_count(cfg); ++i) {
+    const ExpectedTensor e = llada_expected_tensor(cfg, i);
     const TensorInfo* t = ckpt.find(e.name);
     FDLLM_CHECK_CKPT(t != nullptr, "{}: missing tensor '{}' (expected shape {} from the config)", where, e.name,
                      shape_str(e.shape));
@@ -60,6 +71,7 @@ void validate_llada_checkpoint(const Checkpoint& ckpt, const LladaConfig& cfg) {
     FDLLM_CHECK_CKPT(t->dtype == DType::kF32 || t->dtype == DType::kF16 || t->dtype == DType::kBF16,
                      "{}: tensor '{}' has dtype {} (supported weight dtypes: F32, F16, BF16)", t->file, e.name,
                      dtype_name(t->dtype));
+    names.insert(e.name);
   }
   for (const std::string& n : ckpt.names()) {
     if (names.count(n) != 0) continue;
@@ -111,15 +123,15 @@ int validate_llada_index(const std::filesystem::path& index_json, const LladaCon
   auto wm = j.find("weight_map");
   FDLLM_CHECK_CKPT(wm != j.end() && wm->is_object(), "{}: missing or non-object 'weight_map'", src);
 
-  const auto expected = llada_expected_tensors(cfg);
-  std::set<std::string> names;
+  std::set<std::string> names;  // filled only with names the index holds (see validate_llada_checkpoint)
   int64_t params = 0;
-  for (const ExpectedTensor& e : expected) {
-    names.insert(e.name);
+  for (int64_t i = 0; i < llada_expected_tensor_count(cfg); ++i) {
+    const ExpectedTensor e = llada_expected_tensor(cfg, i);
     auto it = wm->find(e.name);
     FDLLM_CHECK_CKPT(it != wm->end(), "{}: missing tensor '{}' in weight_map", src, e.name);
     FDLLM_CHECK_CKPT(it->is_string() && !it->get_ref<const std::string&>().empty(),
                      "{}: weight_map entry of tensor '{}' must be a shard file name", src, e.name);
+    names.insert(e.name);
     int64_t n = 1;
     for (int64_t s : e.shape) n *= s;
     params += n;

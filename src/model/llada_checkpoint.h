@@ -29,8 +29,15 @@ struct ExpectedTensor {
   std::vector<int64_t> shape;
 };
 
-/// Every tensor a LLaDA checkpoint with config `cfg` must hold, in a fixed order.
+/// Every tensor a LLaDA checkpoint with config `cfg` must hold, in a fixed order (wte, then per
+/// layer attn_norm, q/k/v_proj, attn_out, ff_norm, ff_proj, up_proj, ff_out, then ln_f, ff_out).
 std::vector<ExpectedTensor> llada_expected_tensors(const LladaConfig& cfg);
+/// Their number: 9 per layer + 3.
+int64_t llada_expected_tensor_count(const LladaConfig& cfg) noexcept;
+/// The i-th of them, made on demand (checks walk these and stop at the first missing tensor instead
+/// of building a list whose size only the config claims). Throws Error(kInvalidArgument) for i
+/// outside [0, count).
+ExpectedTensor llada_expected_tensor(const LladaConfig& cfg, int64_t i);
 
 /// Checks that `ckpt` holds exactly the expected tensors (no missing, no unexpected), each with
 /// the expected shape and a dtype in {F32, F16, BF16} (dtypes may differ between tensors).

@@ -207,8 +207,10 @@ LladaConfig parse_llada_config(const nlohmann::json& j, const std::string& sourc
   FDLLM_CHECK_CKPT(c.embedding_size <= std::numeric_limits<int32_t>::max(),
                    "{}: embedding_size = {} does not fit 32-bit token ids", src, c.embedding_size);
   c.max_sequence_length = r.positive("max_sequence_length");
-  FDLLM_CHECK_CKPT(c.max_sequence_length <= std::numeric_limits<int32_t>::max(),
-                   "{}: max_sequence_length = {} is too large", src, c.max_sequence_length);
+  FDLLM_CHECK_CKPT(c.max_sequence_length <= kMaxSequenceLength,
+                   "{}: field 'max_sequence_length' = {} is above the supported {} (the RoPE tables and K/V stores "
+                   "are sized from it)",
+                   src, c.max_sequence_length, kMaxSequenceLength);
 
   // Guard the size products used by parameter_count() and the weight shapes.
   {

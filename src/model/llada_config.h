@@ -10,6 +10,10 @@
 
 namespace flashdllm {
 
+/// The longest max_sequence_length accepted (LLaDA: 4096). The engine sizes its RoPE tables (and
+/// the position range of every request) from it, so a config must not claim more than this.
+inline constexpr int64_t kMaxSequenceLength = int64_t{1} << 17;
+
 struct LladaConfig {
   int64_t d_model = 0;              // hidden size (4096 for LLaDA-8B)
   int64_t n_layers = 0;             // 32
@@ -49,7 +53,8 @@ struct LladaConfig {
 /// bias_for_layer_norm / weight_tying / attention_layer_norm / scale_logits / input_emb_norm /
 /// multi_query_attention false, layer_norm_with_affine true, block_group_size 1, rope_scaling
 /// null, yarn false, n_kv_heads == n_heads, d_model % n_heads == 0 with an even head_dim, sizes
-/// > 0, embedding_size >= vocab_size (and < 2^31), token ids in [0, embedding_size).
+/// > 0, embedding_size >= vocab_size (and < 2^31), max_sequence_length <= kMaxSequenceLength, token
+/// ids in [0, embedding_size).
 /// rope_full_precision false is accepted with a warning (RoPE is always computed in fp32).
 /// Other keys (training options, dropouts, "golden_notes", ...) are ignored.
 ///

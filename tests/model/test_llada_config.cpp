@@ -205,6 +205,9 @@ const BadConfig kBadConfigs[] = {
     {"mlp_hidden_size_zero", set("mlp_hidden_size", 0), {"'mlp_hidden_size' = 0"}},
     {"vocab_size_zero", set("vocab_size", 0), {"'vocab_size' = 0"}},
     {"max_sequence_length_zero", set("max_sequence_length", 0), {"'max_sequence_length' = 0"}},
+    // The RoPE tables are sized from it: 2^31 - 1 used to pass and then allocate 512 GB.
+    {"max_sequence_length_huge", set("max_sequence_length", 2147483647), {"'max_sequence_length' = 2147483647",
+                                                                          "above the supported"}},
     {"embedding_smaller_than_vocab", set("embedding_size", 1000), {"embedding_size = 1000", "vocab_size = 126464"}},
     {"d_model_missing", erase("d_model"), {"missing required field 'd_model'"}},
     {"n_layers_missing", erase("n_layers"), {"missing required field 'n_layers'"}},
