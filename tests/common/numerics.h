@@ -33,6 +33,24 @@ inline constexpr double kBf16DecisionMargin = 2e-2;
 /// (golden README: "exact match when margin > 1e-3").
 inline constexpr double kFp32DecisionMargin = 1e-3;
 
+/// fp32 decoding decisions vs an upstream fp32 run that records no margins (Flash-dLLM): a decision
+/// is compared only when no confidence (or running product) lies within this of its threshold ε / γ
+/// (golden README decoding tolerance, ~1e-4).
+inline constexpr double kFp32NearThreshold = 1e-4;
+/// Attention-importance ranking: a gap between two ranked a_t values below this fraction of the
+/// slot's largest |a_t| is a near-tie (our double reductions vs the reference's fp32 Triton sums may
+/// order them differently).
+inline constexpr double kFp32RankNearTie = 1e-5;
+/// Confidences of the same request computed in batches of different composition (fp32 GEMMs of
+/// different row counts differ by ~1e-5; rows read from another slot or window by O(0.1)).
+inline constexpr double kFp32BatchConfTol = 1e-3;
+/// Absolute error of a sum of O(100) fp32 softmax probabilities (Flash-Cache's probability-mass a_t).
+inline constexpr double kFp32ProbabilitySumTol = 1e-3;
+/// Two logit rows that must differ (a test that proves nothing otherwise) differ by at least this.
+inline constexpr double kDistinctLogitsMin = 1e-3;
+/// fp32 engine vs fp32 PyTorch training code on the same bf16 weights (issue 3), relative.
+inline constexpr double kTrainingCodeParityTol = 1e-4;
+
 /// max_i |a[i] - b[i]| (NaN anywhere returns +inf).
 double max_abs_diff(std::span<const float> a, std::span<const float> b);
 /// max_i |ref[i]|.

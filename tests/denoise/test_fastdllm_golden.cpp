@@ -24,6 +24,7 @@
 #include <set>
 
 #include "backend/backend.h"
+#include "common/golden_fixture.h"
 #include "common/model_fixture.h"
 #include "common/numerics.h"
 #include "common/test_paths.h"
@@ -37,25 +38,8 @@ namespace {
 
 using nlohmann::json;
 
-struct Golden {
-  std::unique_ptr<Backend> backend = make_cpu_backend();
-  LladaModel model;
-  json file;
-  Golden() {
-    model = load_model(*backend, golden_dir());
-    file = load_json(golden_dir() / "gen_fastdllm.json");
-  }
-};
-
-Golden& golden() {
-  static Golden g;
-  return g;
-}
-
-double margin_of(const json& m) {
-  if (m.is_string() || m.is_null()) return std::numeric_limits<double>::infinity();  // "inf": all committed
-  return m.get<double>();
-}
+using Golden = GoldenFixture;
+Golden& golden() { return golden_fixture(); }
 
 struct Case {
   size_t index = 0;
@@ -64,7 +48,7 @@ struct Case {
 void PrintTo(const Case& c, std::ostream* os) { *os << "gen_fastdllm run " << c.index; }
 
 std::vector<Case> cases(bool free_run_only) {
-  json j = load_json(golden_dir() / "gen_fastdllm.json");
+  const json& j = golden_json("gen_fastdllm.json");
   std::vector<Case> out;
   for (size_t i = 0; i < j["runs"].size(); ++i) {
     const json& r = j["runs"][i];
@@ -89,19 +73,18 @@ struct RunSpec {
 
 RunSpec spec_of(const Case& c) {
   Golden& g = golden();
-  const json& r = g.file["runs"][c.index];
+  const json& r = g.fastdllm["runs"][c.index];
   RunSpec s;
   s.run = &r;
-  s.prompt = g.file["prompts"][r["prompt_set"].get<std::string>()][r["prompt_index"].get<size_t>()]
-                 .get<std::vector<int32_t>>();
+  s.prompt = golden_prompt(g.fastdllm, r);
   s.opt.mode = r["function"] == "prefix" ? FastDllmCacheMode::kPrefix : FastDllmCacheMode::kDual;
   s.opt.gen_length = r["gen_length"];
   s.opt.block_length = r["block_length"];
   s.opt.steps = r["steps"];
   if (!r["threshold"].is_null()) s.opt.threshold = r["threshold"].get<double>();
   s.opt.confidence_f64 = true;  // Fast-dLLM softmaxes in float64
-  EXPECT_EQ(g.file["fixed_args"]["temperature"].get<double>(), 0.0);
-  EXPECT_EQ(g.file["fixed_args"]["remasking"].get<std::string>(), "low_confidence");
+  EXPECT_EQ(g.fastdllm["fixed_args"]["temperature"].get<double>(), 0.0);
+  EXPECT_EQ(g.fastdllm["fixed_args"]["remasking"].get<std::string>(), "low_confidence");
   return s;
 }
 
@@ -181,7 +164,7 @@ TEST_P(FastDllmTeacherForced, EveryStepMatchesAboveNoiseMargin) {
       const size_t k = steps_of_block[b][round];
       const CachedSequenceState& s = states[b];
       EXPECT_EQ(s.call_kinds.back(), kinds[k]) << "step " << k << ": call kind";
-      const double margin = margin_of(trace[k]["margin"]);
+      const double margin = golden_margin(trace[k]["margin"]);
       const std::vector<int64_t> want = trace[k]["committed"].get<std::vector<int64_t>>();
       const std::vector<int64_t> have = relative(got[b].positions, P);
       if (margin <= kFp32DecisionMargin) {
@@ -238,7 +221,7 @@ INSTANTIATE_TEST_SUITE_P(Golden, FastDllmFreeRun, ::testing::ValuesIn(cases(true
 // ------------------------------------------------------------------------------------ properties
 
 std::vector<std::vector<int32_t>> some_prompts(size_t count) {
-  const json& p = golden().file["prompts"]["common"];
+  const json& p = golden().fastdllm["prompts"]["common"];
   std::vector<std::vector<int32_t>> out;
   for (size_t i = 0; i < count && i < p.size(); ++i) out.push_back(p[i * (p.size() / count)].get<std::vector<int32_t>>());
   return out;

@@ -161,12 +161,15 @@ TEST(Safetensors, HeaderWithTrailingSpacesAndNoTensors) {
 TEST(Safetensors, GoldenCheckpointOpens) {
   const fs::path p = test::golden_dir() / "model.safetensors";
   auto f = SafetensorsFile::open(p);
-  EXPECT_EQ(f->tensors().size(), 30u);
+  // Sizes from the fixture's config (G1: 3 layers -> 30 tensors, wte [1024, 256]).
+  const nlohmann::json cfg = nlohmann::json::parse(std::ifstream(test::golden_dir() / "config.json"));
+  const int64_t layers = cfg["n_layers"], d = cfg["d_model"], rows = cfg["embedding_size"];
+  EXPECT_EQ(f->tensors().size(), static_cast<size_t>(9 * layers + 3));
   EXPECT_EQ(f->metadata().at("format"), "pt");
   const TensorInfo& wte = f->tensors().at("model.transformer.wte.weight");
   EXPECT_EQ(wte.dtype, DType::kF32);
-  EXPECT_EQ(wte.shape, (std::vector<int64_t>{1024, 256}));
-  EXPECT_EQ(wte.nbytes, 1024u * 256u * 4u);
+  EXPECT_EQ(wte.shape, (std::vector<int64_t>{rows, d}));
+  EXPECT_EQ(wte.nbytes, static_cast<size_t>(rows * d * 4));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -3,9 +3,11 @@
 // max|Δ| / max|ref| <= 5e-5 and argmax exact, on every sequence; plus batch invariance.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "backend/backend.h"
+#include "common/golden_fixture.h"
 #include "common/model_fixture.h"
 #include "common/numerics.h"
 #include "common/test_paths.h"
@@ -15,17 +17,15 @@ namespace flashdllm::test {
 namespace {
 
 struct Fixture {
-  std::unique_ptr<Backend> backend = make_cpu_backend();
-  LladaModel model;
-  std::unique_ptr<SafetensorsFile> fwd;
-  Fixture() {
-    model = load_model(*backend, golden_dir());
-    fwd = SafetensorsFile::open(golden_dir() / "forward.safetensors");
-  }
+  GoldenFixture& g = golden_fixture();
+  Backend* backend = g.backend.get();
+  const LladaModel& model = g.model;
   std::vector<int32_t> ids(const std::string& key) const {
-    return i64_tensor_as_i32(fwd->tensors().at("input_ids." + key));
+    return i64_tensor_as_i32(golden_forward().tensors().at("input_ids." + key));
   }
-  std::vector<float> ref(const std::string& key) const { return f32_tensor(fwd->tensors().at("logits." + key)); }
+  std::vector<float> ref(const std::string& key) const {
+    return f32_tensor(golden_forward().tensors().at("logits." + key));
+  }
 };
 
 Fixture& fixture() {
@@ -58,13 +58,16 @@ TEST_P(GoldenForward, LogitsMatchUpstreamFp32) {
   EXPECT_EQ(mismatches, 0) << key << ": argmax differs on " << mismatches << " of " << ids.size() << " rows";
 }
 
-INSTANTIATE_TEST_SUITE_P(Sequences, GoldenForward, ::testing::Values("L7", "L64", "L200", "L333"),
+INSTANTIATE_TEST_SUITE_P(Sequences, GoldenForward, ::testing::ValuesIn(golden_forward_keys()),
                          [](const auto& info) { return info.param; });
 
 TEST(GoldenForwardBatch, DifferentLengthsInOneForwardEqualSingleRuns) {
   Fixture& f = fixture();
   std::vector<std::vector<int32_t>> seqs;
-  for (const char* k : {"L333", "L7", "L200", "L64"}) seqs.push_back(f.ids(k));
+  std::vector<std::string> keys = golden_forward_keys();  // mixed lengths: longest, shortest, the rest
+  std::sort(keys.begin(), keys.end(), [&](const auto& a, const auto& b) { return f.ids(a).size() < f.ids(b).size(); });
+  if (keys.size() > 1) std::rotate(keys.begin(), keys.end() - 1, keys.end());
+  for (const std::string& k : keys) seqs.push_back(f.ids(k));
   std::vector<float> batched = full_logits(*f.backend, f.model, seqs);
   const int64_t V = f.model.config.embedding_size;
   size_t off = 0;

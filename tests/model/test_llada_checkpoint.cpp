@@ -120,12 +120,14 @@ TEST(LladaCheckpoint, GoldenG1) {
   EXPECT_EQ(ck.names().size(), llada_expected_tensors(cfg).size());
   EXPECT_EQ(ck.total_bytes(), static_cast<size_t>(cfg.parameter_count()) * 4);
   using S = std::vector<int64_t>;
-  EXPECT_EQ(ck.get("model.transformer.wte.weight").shape, (S{1024, 256}));
-  EXPECT_EQ(ck.get("model.transformer.ff_out.weight").shape, (S{1024, 256}));
-  EXPECT_EQ(ck.get("model.transformer.blocks.2.ff_out.weight").shape, (S{256, 512}));
-  EXPECT_EQ(ck.get("model.transformer.blocks.1.ff_proj.weight").shape, (S{512, 256}));
-  EXPECT_EQ(ck.get("model.transformer.blocks.0.q_proj.weight").shape, (S{256, 256}));
-  EXPECT_EQ(ck.get("model.transformer.ln_f.weight").shape, (S{256}));
+  const int64_t d = cfg.d_model, f = cfg.mlp_hidden_size, v = cfg.embedding_size;  // G1: 256, 512, 1024
+  const std::string last = "model.transformer.blocks." + std::to_string(cfg.n_layers - 1) + ".";
+  EXPECT_EQ(ck.get("model.transformer.wte.weight").shape, (S{v, d}));
+  EXPECT_EQ(ck.get("model.transformer.ff_out.weight").shape, (S{v, d}));
+  EXPECT_EQ(ck.get(last + "ff_out.weight").shape, (S{d, f}));
+  EXPECT_EQ(ck.get(last + "ff_proj.weight").shape, (S{f, d}));
+  EXPECT_EQ(ck.get("model.transformer.blocks.0.q_proj.weight").shape, (S{cfg.n_heads * cfg.head_dim, d}));
+  EXPECT_EQ(ck.get("model.transformer.ln_f.weight").shape, (S{d}));
   for (const std::string& n : ck.names()) EXPECT_EQ(ck.get(n).dtype, DType::kF32) << n;
 }
 
@@ -310,10 +312,11 @@ TEST(LladaCheckpointMalformed, UnsupportedWeightDtype) {
 
 TEST(LladaCheckpointMalformed, GoldenAgainstTheWrongConfig) {
   const Checkpoint ck = Checkpoint::open(test::golden_dir());
+  const LladaConfig g = load_llada_config(test::golden_dir() / "config.json");
   expect_error([&] { validate_llada_checkpoint(ck, load_llada_config(kInstructDir / "config.json")); },
                ErrorCode::kInvalidCheckpoint,
                {(test::golden_dir() / "model.safetensors").string(), "'model.transformer.wte.weight'",
-                "[1024, 256]", "[126464, 4096]"});
+                "[" + std::to_string(g.embedding_size) + ", " + std::to_string(g.d_model) + "]", "[126464, 4096]"});
 }
 
 }  // namespace

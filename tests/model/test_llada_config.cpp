@@ -55,17 +55,25 @@ TEST(LladaConfig, GoldenConfigWithExtraKeys) {
   const fs::path p = test::golden_dir() / "config.json";
   ASSERT_TRUE(load_json(p).contains("golden_notes"));
   const LladaConfig c = load_llada_config(p);
-  EXPECT_EQ(c.d_model, 256);
-  EXPECT_EQ(c.n_layers, 3);
-  EXPECT_EQ(c.n_heads, 2);
-  EXPECT_EQ(c.head_dim, 128);
-  EXPECT_EQ(c.mlp_hidden_size, 512);
-  EXPECT_EQ(c.vocab_size, 1024);
-  EXPECT_EQ(c.embedding_size, 1024);
-  EXPECT_EQ(c.mask_token_id, 1000);
-  EXPECT_EQ(c.eos_token_id, 1001);
-  EXPECT_EQ(c.pad_token_id, 1001);
-  EXPECT_EQ(c.parameter_count(), 2 * 1024 * 256 + 3 * (4 * 256 * 256 + 3 * 256 * 512 + 2 * 256) + 256);
+  // Every value as the file states it (G1: d_model 256, 3 layers, 2 heads, mlp 512, vocab 1024, mask
+  // 1000, eos = pad 1001); the extra key golden_notes is ignored.
+  const json j = load_json(p);
+  EXPECT_EQ(c.d_model, j["d_model"].get<int64_t>());
+  EXPECT_EQ(c.n_layers, j["n_layers"].get<int64_t>());
+  EXPECT_EQ(c.n_heads, j["n_heads"].get<int64_t>());
+  EXPECT_EQ(c.head_dim, c.d_model / c.n_heads);
+  EXPECT_EQ(c.mlp_hidden_size, j["mlp_hidden_size"].get<int64_t>());
+  EXPECT_EQ(c.vocab_size, j["vocab_size"].get<int64_t>());
+  EXPECT_EQ(c.embedding_size, j["embedding_size"].get<int64_t>());
+  EXPECT_EQ(c.mask_token_id, j["mask_token_id"].get<int32_t>());
+  EXPECT_EQ(c.eos_token_id, j["eos_token_id"].get<int32_t>());
+  EXPECT_EQ(c.pad_token_id, j["pad_token_id"].get<int32_t>());
+  if (j["golden_notes"].contains("special_ids")) {
+    EXPECT_EQ(c.mask_token_id, j["golden_notes"]["special_ids"]["mask"].get<int32_t>());
+    EXPECT_EQ(c.eos_token_id, j["golden_notes"]["special_ids"]["eos"].get<int32_t>());
+  }
+  const int64_t d = c.d_model, f = c.mlp_hidden_size;
+  EXPECT_EQ(c.parameter_count(), 2 * c.embedding_size * d + c.n_layers * (4 * d * d + 3 * d * f + 2 * d) + d);
 }
 
 TEST(LladaConfig, NullableFieldsTakeTheirDefaults) {
@@ -206,8 +214,9 @@ const BadConfig kBadConfigs[] = {
     {"vocab_size_zero", set("vocab_size", 0), {"'vocab_size' = 0"}},
     {"max_sequence_length_zero", set("max_sequence_length", 0), {"'max_sequence_length' = 0"}},
     // The RoPE tables are sized from it: 2^31 - 1 used to pass and then allocate 512 GB.
-    {"max_sequence_length_huge", set("max_sequence_length", 2147483647), {"'max_sequence_length' = 2147483647",
-                                                                          "above the supported"}},
+    {"max_sequence_length_huge",
+     set("max_sequence_length", 2147483647),
+     {"'max_sequence_length' = 2147483647", "above the supported"}},
     {"embedding_smaller_than_vocab", set("embedding_size", 1000), {"embedding_size = 1000", "vocab_size = 126464"}},
     {"d_model_missing", erase("d_model"), {"missing required field 'd_model'"}},
     {"n_layers_missing", erase("n_layers"), {"missing required field 'n_layers'"}},

@@ -1,7 +1,8 @@
 """`flashdllm generate --cache none|prefix|dual|flash` end to end on the golden checkpoint.
 
 * --cache flash --reference-quirks with 1 slot reproduces the upstream Flash-dLLM fp32 run (golden
-  gen_flashdllm.json run 8: 12 prompts through one slot with refill) request for request.
+  gen_flashdllm.json, the fp32 one-slot verify-off run; G1: run 8, 12 prompts through one slot with
+  refill) request for request.
 * prefix / dual record their call kinds (one full call per block, then cached calls).
 * Options a mode cannot honour are refused with exit code 2 and a message naming the option.
 """
@@ -9,16 +10,14 @@ import json
 
 import pytest
 
-from cli_golden import GOLDEN, REPO, ids, run  # noqa: F401
+from cli_golden import REPO, flash_args, flash_run, golden_json, ids, run  # noqa: F401
 
 
 def test_flash_reference_quirks_reproduce_upstream_run():
-    g = json.loads((GOLDEN / "gen_flashdllm.json").read_text())
-    r = g["runs"][8]
-    assert (r["dtype"], r["batch_size"], r["gen_length"], r["verify"]) == ("float32", 1, 64, False)
+    g = golden_json("gen_flashdllm.json")
+    r = flash_run(g, verify=False)
     prompts = g["prompts"][r["prompt_set"]]
-    args = ["--cache", "flash", "--gen-length", "64", "--block-length", "16", "--slots", "1", "--reference-quirks",
-            "--json"]
+    args = flash_args(r) + ["--slots", "1", "--reference-quirks", "--json"]
     for p in prompts:
         args += ["--prompt-ids", ids(p)]
     p = run(*args)

@@ -18,10 +18,10 @@ from safetensors.numpy import load_file, save_file
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_safetensors_interop import bf16_bits, hf_save_bf16, write_index  # noqa: E402
 
-REPO = Path(os.environ.get("FLASHDLLM_SOURCE_DIR", Path(__file__).resolve().parents[2]))
-BUILD = Path(os.environ.get("FLASHDLLM_BINARY_DIR", REPO / "build"))
-GOLDEN = REPO / "tests" / "data" / "golden" / "g1"
-PROMPT = "960,789,655,17,300,512,44"
+from cli_golden import BUILD, GOLDEN, REPO, golden_json, ids  # noqa: E402
+
+# A recorded prompt of the fixture (ids that are valid and not special there).
+PROMPT = ids(golden_json("gen_llada.json")["prompts"]["common"][-1][:7])
 
 
 def cli(*args: str) -> dict:
@@ -74,4 +74,7 @@ def test_info_reports_sharded_bf16(checkpoints):
     sh, _ = checkpoints
     p = subprocess.run([str(BUILD / "flashdllm"), "info", "-m", str(sh)], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
-    assert "BF16" in p.stdout and "2492160" in p.stdout
+    c = json.loads((GOLDEN / "config.json").read_text())
+    d, f, e, n = c["d_model"], c["mlp_hidden_size"], c["embedding_size"], c["n_layers"]
+    params = 2 * e * d + n * (4 * d * d + 3 * d * f + 2 * d) + d  # G1: 2,492,160
+    assert "BF16" in p.stdout and f"parameters        {params} " in p.stdout, p.stdout

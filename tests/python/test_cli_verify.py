@@ -1,7 +1,8 @@
 """`flashdllm generate --cache flash --verify` (Flash-Verify) end to end on the golden checkpoint.
 
 * --verify --reference-quirks with 1 slot and gamma 0.8 reproduces the upstream Flash-dLLM fp32
-  verify run (golden gen_flashdllm.json run 9: 12 prompts through one slot with refill) request for
+  verify run (golden gen_flashdllm.json, the fp32 one-slot verify run; G1: run 9, 12 prompts through one
+  slot with refill) request for
   request: outputs, iterations (n_steps), accepted drafts (sum of k_verify), and two forward passes
   per iteration (main + verify).
 * The default (fixed) mode reports its counters; forced acceptance accepts drafts that random-like
@@ -12,19 +13,23 @@ import json
 
 import pytest
 
-from cli_golden import GOLDEN, REPO, ids, run  # noqa: F401
+from cli_golden import REPO, flash_args, flash_run, golden_json, ids, run  # noqa: F401
 
 
-def golden_run(index):
-    g = json.loads((GOLDEN / "gen_flashdllm.json").read_text())
-    return g, g["runs"][index]
+def golden_run():
+    g = golden_json("gen_flashdllm.json")
+    return g, flash_run(g, verify=True)
+
+
+def verify_prompt(g, i):
+    """Prompt i of the verify set (wrapping in a smaller set)."""
+    ps = g["prompts"]["flash_verify"]
+    return ps[i % len(ps)]
 
 
 def test_verify_reference_quirks_reproduce_upstream_run():
-    g, r = golden_run(9)
-    assert (r["dtype"], r["batch_size"], r["gen_length"], r["verify"], r["gamma"]) == ("float32", 1, 64, True, 0.8)
-    args = ["--cache", "flash", "--verify", "--gamma", "0.8", "--gen-length", "64", "--block-length", "16",
-            "--slots", "1", "--reference-quirks", "--json"]
+    g, r = golden_run()
+    args = flash_args(r) + ["--slots", "1", "--reference-quirks", "--json"]
     for p in g["prompts"][r["prompt_set"]]:
         args += ["--prompt-ids", ids(p)]
     p = run(*args)
@@ -42,16 +47,16 @@ def test_verify_reference_quirks_reproduce_upstream_run():
 
 
 def test_default_mode_prints_verify_counters():
-    g, _ = golden_run(9)
-    prompt = g["prompts"]["flash_verify"][2]
+    g, _ = golden_run()
+    prompt = verify_prompt(g, 2)
     p = run("--cache", "flash", "--verify", "--gamma", "0.5", "--gen-length", "32", "--prompt-ids", ids(prompt))
     assert p.returncode == 0, p.stderr
     assert "[flashdllm] verify:" in p.stderr and "drafts accepted" in p.stderr, p.stderr
 
 
 def test_forced_acceptance_accepts_drafts():
-    g, _ = golden_run(9)
-    prompt = g["prompts"]["flash_verify"][0]
+    g, _ = golden_run()
+    prompt = verify_prompt(g, 0)
     base = ["--cache", "flash", "--verify", "--gen-length", "32", "--forced-schedule", "1", "--json",
             "--prompt-ids", ids(prompt)]
     none = json.loads(run(*base, "--gamma", "1.0").stdout)["results"][0]

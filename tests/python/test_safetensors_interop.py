@@ -28,7 +28,7 @@ import safetensors
 import safetensors.numpy
 
 REPO = Path(os.environ.get("FLASHDLLM_SOURCE_DIR") or Path(__file__).resolve().parents[2])
-GOLDEN_CONFIG = REPO / "tests" / "data" / "golden" / "g1" / "config.json"
+GOLDEN_CONFIG = Path(os.environ.get("FLASHDLLM_GOLDEN_DIR") or REPO / "tests" / "data" / "golden" / "g1") / "config.json"
 
 
 def tool(name: str) -> Path:
