@@ -3,6 +3,8 @@
 #   scripts/setup.sh            install dependencies (apt + pip) if missing, configure, build
 #   FLASHDLLM_CUDA=ON|OFF       force the CUDA backend on/off (default: on when nvcc is found)
 #   FLASHDLLM_SKIP_DEPS=1       skip package installation (dependencies already present)
+#   FLASHDLLM_DEV_TOOLS=1       also install clang, libFuzzer, clang-format (fuzzing, format check)
+#   FLASHDLLM_WERROR=ON         compiler warnings are errors (CI)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,6 +12,9 @@ APT_PACKAGES=(cmake g++ make pkg-config python3 python3-pip
   nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libpcre2-dev libutf8proc-dev
   libopenblas-openmp-dev libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev)
 PIP_PACKAGES=(-r requirements-test.txt)
+# FLASHDLLM_DEV_TOOLS=1 (set by .ci/run): also the hardening tools, clang + libFuzzer + the sanitizer
+# runtimes (scripts/fuzz.sh) and clang-format (scripts/check_format.sh).
+if [[ "${FLASHDLLM_DEV_TOOLS:-0}" == 1 ]]; then APT_PACKAGES+=(clang libclang-rt-dev clang-format ccache); fi
 
 if [[ "${FLASHDLLM_SKIP_DEPS:-0}" != 1 ]]; then
   missing=()
@@ -32,7 +37,7 @@ if [[ -z "$CUDA" ]]; then
   if command -v nvcc >/dev/null 2>&1; then CUDA=ON; else CUDA=OFF; fi
 fi
 echo "[setup] configuring (CUDA backend: $CUDA)"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DFLASHDLLM_CUDA="$CUDA" >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DFLASHDLLM_CUDA="$CUDA" -DFLASHDLLM_WERROR="${FLASHDLLM_WERROR:-OFF}" >/dev/null
 echo "[setup] building with $(nproc) jobs"
 cmake --build build -j "$(nproc)"
 echo "[setup] done: ./build/flashdllm"

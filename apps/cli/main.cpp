@@ -846,7 +846,8 @@ void add_bench_subcommand(CLI::App& app, CommonArgs& ca, BenchArgs& ba, CLI::App
 /// an 8B checkpoint answers at once); `--check-weights` then scans every tensor for NaN / Inf.
 int run_info(const CommonArgs& ca, bool check_weights) {
   if (ca.load_format != "auto" && ca.load_format != "dummy")
-    throw Error(ErrorCode::kInvalidArgument, fmt::format("--load-format must be 'auto' or 'dummy', got '{}'", ca.load_format));
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("--load-format must be 'auto' or 'dummy', got '{}'", ca.load_format));
   const bool dummy = ca.load_format == "dummy";
   if (dummy && check_weights)
     throw Error(ErrorCode::kInvalidArgument, "--check-weights needs a checkpoint (not --load-format dummy)");
@@ -894,10 +895,12 @@ int main(int argc, char** argv) {
   add_bench_subcommand(app, ca, ba, bch);
   for (int i = 0; i < argc; ++i) ba.command += (i ? " " : "") + shell_quote(i == 0 ? std::string("flashdllm") : argv[i]);
 
-  CLI::App* info = app.add_subcommand("info", "print config, parameter count, dtype and memory need (reads no weights)");
+  CLI::App* info =
+      app.add_subcommand("info", "print config, parameter count, dtype and memory need (reads no weights)");
   add_common(info, ca);
   bool check_weights = false;
-  info->add_flag("--check-weights", check_weights, "also read every weight and name the tensors holding NaN / Inf (exit 1)");
+  info->add_flag("--check-weights", check_weights,
+                 "also read every weight and name the tensors holding NaN / Inf (exit 1)");
 
   try {
     app.parse(argc, argv);

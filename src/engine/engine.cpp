@@ -325,8 +325,13 @@ size_t Engine::weight_bytes() const noexcept { return impl_->checkpoint_bytes; }
 std::string Engine::backend_name() const { return impl_->backend->name(); }
 
 std::string Engine::info() const {
-  LladaModelFacts f{impl_->options.model_dir, impl_->model.config, impl_->weights_dtype, impl_->checkpoint_bytes,
-                    impl_->eot_id, impl_->tokenizer.has_value(), impl_->chat.has_value()};
+  const LladaModelFacts f{.dir = impl_->options.model_dir,
+                          .config = impl_->model.config,
+                          .checkpoint_dtype = impl_->weights_dtype,
+                          .checkpoint_bytes = impl_->checkpoint_bytes,
+                          .eot_id = impl_->eot_id,
+                          .has_tokenizer = impl_->tokenizer.has_value(),
+                          .has_chat_template = impl_->chat.has_value()};
   return describe_llada_model(f, *impl_->backend);
 }
 

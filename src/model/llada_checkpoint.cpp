@@ -83,14 +83,16 @@ void validate_llada_checkpoint(const Checkpoint& ckpt, const LladaConfig& cfg) {
   }
 }
 
-void validate_llada_tokenizer(const Tokenizer& tok, const LladaConfig& cfg, const std::filesystem::path& tokenizer_file) {
+void validate_llada_tokenizer(const Tokenizer& tok, const LladaConfig& cfg,
+                              const std::filesystem::path& tokenizer_file) {
   const std::string src = tokenizer_file.string();
   constexpr const char* kShiftNote =
       " (a tokenizer.json that lacks an added token shifts the ids of every later one; use the tokenizer "
       "files of this checkpoint)";
   const auto mask = tok.token_to_id("<|mdm_mask|>");
-  FDLLM_CHECK_CKPT(mask.has_value(), "{}: the mask token '<|mdm_mask|>' is missing, but config.json has mask_token_id = {}{}",
-                   src, cfg.mask_token_id, kShiftNote);
+  FDLLM_CHECK_CKPT(mask.has_value(),
+                   "{}: the mask token '<|mdm_mask|>' is missing, but config.json has mask_token_id = {}{}", src,
+                   cfg.mask_token_id, kShiftNote);
   FDLLM_CHECK_CKPT(*mask == cfg.mask_token_id,
                    "{}: the mask token '<|mdm_mask|>' has id {}, but config.json has mask_token_id = {}{}", src, *mask,
                    cfg.mask_token_id, kShiftNote);

@@ -53,7 +53,8 @@ void validate_llada_checkpoint(const Checkpoint& ckpt, const LladaConfig& cfg);
 /// later ones (Hugging Face's assignment rule, which Tokenizer follows), and the model would then
 /// decode and commit the wrong ids; these checks refuse it. Throws Error(kInvalidCheckpoint) naming
 /// `tokenizer_file`, the token and the config field.
-void validate_llada_tokenizer(const Tokenizer& tok, const LladaConfig& cfg, const std::filesystem::path& tokenizer_file);
+void validate_llada_tokenizer(const Tokenizer& tok, const LladaConfig& cfg,
+                              const std::filesystem::path& tokenizer_file);
 
 /// Checks a `model.safetensors.index.json` without its shards: the weight_map keys are exactly
 /// the expected tensors and metadata.total_size (required) equals the expected parameter bytes

@@ -20,7 +20,7 @@ namespace flashdllm {
 struct LladaModelFacts {
   std::filesystem::path dir;
   LladaConfig config;
-  std::string checkpoint_dtype;  // checkpoint_dtype_summary(), or "random (dummy)"
+  std::string checkpoint_dtype;   // checkpoint_dtype_summary(), or "random (dummy)"
   uint64_t checkpoint_bytes = 0;  // sum of the tensors' bytes in the safetensors files (0 for dummy)
   int32_t eot_id = -1;            // <|eot_id|> of the tokenizer, -1 without one
   bool has_tokenizer = false;

@@ -21,7 +21,8 @@ inline std::string expect_error(const std::function<void()>& fn, ErrorCode code,
   } catch (const Error& e) {
     const std::string msg = e.what();
     EXPECT_EQ(e.code(), code) << "message: " << msg;
-    for (const std::string& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "message lacks '" << p << "': " << msg;
+    for (const std::string& p : parts)
+      EXPECT_NE(msg.find(p), std::string::npos) << "message lacks '" << p << "': " << msg;
     return msg;
   } catch (const std::exception& e) {
     ADD_FAILURE() << "unexpected exception type: " << e.what();

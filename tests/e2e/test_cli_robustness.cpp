@@ -41,7 +41,8 @@ void expect_refused(const CommandResult& r, int code, const std::vector<std::str
   EXPECT_FALSE(r.timed_out) << "still running after the time limit:\n" << r.output;
   EXPECT_EQ(r.signal, 0) << "killed by signal " << r.signal << ":\n" << r.output;
   EXPECT_EQ(r.exit_code, code) << r.output;
-  for (const std::string& p : parts) EXPECT_NE(r.output.find(p), std::string::npos) << "lacks '" << p << "':\n" << r.output;
+  for (const std::string& p : parts)
+    EXPECT_NE(r.output.find(p), std::string::npos) << "lacks '" << p << "':\n" << r.output;
   EXPECT_LT(r.seconds, limit_s) << r.output;
 }
 
@@ -112,17 +113,21 @@ TEST(CliRobustness, TokenizerLackingTheMaskTokenIsRefused) {
     t["added_tokens"] = kept;
   });
   const std::string file = (dir / "tokenizer.json").string();
-  expect_refused(run_flashdllm(fmt::format("info -m '{}'", dir.string()), 30), 1, {file, "'<|mdm_mask|>'", "mask_token_id"});
-  expect_refused(run_flashdllm(fmt::format("generate -m '{}' -p '1+1?' --gen-length 32 --steps 32 --no-live", dir.string()), 30),
-                 1, {file, "'<|mdm_mask|>'", "mask_token_id"});
+  expect_refused(run_flashdllm(fmt::format("info -m '{}'", dir.string()), 30), 1,
+                 {file, "'<|mdm_mask|>'", "mask_token_id"});
+  expect_refused(
+      run_flashdllm(fmt::format("generate -m '{}' -p '1+1?' --gen-length 32 --steps 32 --no-live", dir.string()), 30),
+      1, {file, "'<|mdm_mask|>'", "mask_token_id"});
 }
 
 TEST(CliRobustness, TokenizerWhoseEosIsNotTheConfigsIsRefused) {
   const LladaConfig cfg = load_llada_config(default_model_dir() / "config.json");
   const fs::path dir = small_model_with_tokenizer("moved_eos", [&](json& t) {
     for (json& a : t["added_tokens"])  // swap the contents of the EOS and the next added token
-      if (a["id"] == cfg.eos_token_id) a["content"] = "<|renamed_eos|>";
-      else if (a["id"] == cfg.eos_token_id + 1) a["content"] = "<|endoftext|>";
+      if (a["id"] == cfg.eos_token_id)
+        a["content"] = "<|renamed_eos|>";
+      else if (a["id"] == cfg.eos_token_id + 1)
+        a["content"] = "<|endoftext|>";
   });
   expect_refused(run_flashdllm(fmt::format("info -m '{}'", dir.string()), 30), 1,
                  {(dir / "tokenizer.json").string(), "'<|endoftext|>'", "eos_token_id"});

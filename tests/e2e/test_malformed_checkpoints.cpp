@@ -157,7 +157,9 @@ void edit_json(const fs::path& file, const std::function<void(json&)>& fn) {
   write_text(file, j.dump(2));
 }
 
-std::string tensor_of_block(int i, const char* what) { return fmt::format("model.transformer.blocks.{}.{}.weight", i, what); }
+std::string tensor_of_block(int i, const char* what) {
+  return fmt::format("model.transformer.blocks.{}.{}.weight", i, what);
+}
 
 // --------------------------------------------------------------------------- the corpus
 
@@ -208,6 +210,8 @@ std::vector<Case> corpus() {
     };
   };
   const std::string S = "model.safetensors", C = "config.json", I = "model.safetensors.index.json";
+  // One case per entry, laid out by hand.
+  // clang-format off
   return {
       // --- the safetensors file
       {"empty file", bytes_edit([](std::string& b) { b.clear(); }), {S, "truncated"}},
@@ -370,6 +374,7 @@ std::vector<Case> corpus() {
          write_text(d / "tokenizer.json", t.dump());
        }, {"tokenizer.json", "<|mdm_mask|>"}},
   };
+  // clang-format on
 }
 
 /// The message for the table: the temp directory shown as <dir>, on one line.

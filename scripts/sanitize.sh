@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds flashdllm and its C++ tests with AddressSanitizer + UndefinedBehaviorSanitizer (g++, CUDA off)
+# into ./build-asan and runs the C++ suite there. Any sanitizer report fails its test
+# (-fno-sanitize-recover, halt_on_error). The Python oracles are left out (-LE python): they test the
+# normal build's outputs, not memory safety.
+#   scripts/sanitize.sh [ctest args...]     e.g. -R '^io/' to filter
+#   FLASHDLLM_SANITIZE=address,undefined    the sanitizer list (CMake option of the same name)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SAN="${FLASHDLLM_SANITIZE:-address,undefined}"
+LAUNCHER=()
+command -v ccache >/dev/null && LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+start=$(date +%s)
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Release -DFLASHDLLM_CUDA=OFF -DFLASHDLLM_SANITIZE="$SAN" \
+  -DFLASHDLLM_WERROR="${FLASHDLLM_WERROR:-OFF}" "${LAUNCHER[@]}" >/dev/null
+cmake --build build-asan -j "$(nproc)"
+built=$(date +%s)
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+ctest --test-dir build-asan --output-on-failure -j "$(nproc)" -LE python --timeout 1500 "$@"
+echo "[sanitize] build $((built - start)) s, tests $(($(date +%s) - built)) s"
