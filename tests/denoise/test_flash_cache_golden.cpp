@@ -734,8 +734,8 @@ void check_invariants(const FlashCacheOptions& o, const std::vector<std::vector<
       float scale = 0.f;
       for (float v : pv.a) scale = std::max(scale, std::abs(v));
       const bool tie = keep > 0 && keep < static_cast<int64_t>(ranked.size()) &&
-                       std::abs(ranked[static_cast<size_t>(keep - 1)].first - ranked[static_cast<size_t>(keep)].first) <=
-                           kFp32RankNearTie * scale;
+                       std::abs(ranked[static_cast<size_t>(keep - 1)].first -
+                                ranked[static_cast<size_t>(keep)].first) <= kFp32RankNearTie * scale;
       if (!tie && keep > 0) {
         std::set<int32_t> want_old;
         for (int64_t i = 0; i < keep; ++i) want_old.insert(ranked[static_cast<size_t>(i)].second);
@@ -940,7 +940,7 @@ TEST(FlashBatching, RefillWithVeryDifferentLengthsIsBatchInvariant) {
   // Longest, shortest, second longest, ... (G1: lengths 60, 3, 55, 5, 48, 8): slots mix full
   // prefills of long rows with incremental short ones.
   const auto s = by_length(common);
-  const std::vector<std::vector<int32_t>> prompts = {pick_last(s, 0), pick(s, 0), pick_last(s, 1),
+  const std::vector<std::vector<int32_t>> prompts = {pick_last(s, 0), pick(s, 0),      pick_last(s, 1),
                                                      pick(s, 1),      pick_last(s, 2), pick(s, 2)};
   FlashCacheOptions o;
   o.gen_length = 32;
@@ -1112,8 +1112,11 @@ TEST(FlashOptions, ParameterErrorsNameTheParameter) {
   FlashCacheDenoiser den(*g.backend, g.model, o);
   expect_invalid([&] { den.generate({}); }, "no prompts");
   expect_invalid([&] { den.generate({{1, 2}, {}}); }, "prompt 1 is empty");
-  expect_invalid([&] { den.generate({{1, static_cast<int32_t>(g.model.config.embedding_size)}}); },
-                 "outside the vocabulary");
+  expect_invalid(
+      [&] {
+        den.generate({{1, static_cast<int32_t>(g.model.config.embedding_size)}});
+      },
+      "outside the vocabulary");
   expect_invalid([&] { den.generate({{1, g.model.config.mask_token_id}}); }, "mask token");
   // L_max beyond the RoPE table of the model.
   LladaModel small = load_model(*g.backend, golden_dir());

@@ -815,8 +815,9 @@ ReplayStats replay(size_t run_index, int64_t slots) {
     prev[s.request] = {rank, k2};
     if (!tile.candidates.empty()) {
       ++st.phase2_with_candidates;
-      const bool near = near_gamma(v, o.gamma, kFp32NearThreshold) ||
-                        near_candidate_tie(*step.decision, static_cast<int64_t>(tile.candidates.size()), kFp32NearThreshold);
+      const bool near =
+          near_gamma(v, o.gamma, kFp32NearThreshold) ||
+          near_candidate_tie(*step.decision, static_cast<int64_t>(tile.candidates.size()), kFp32NearThreshold);
       std::vector<int32_t> have(tile.candidates.begin(), tile.candidates.begin() + v.count);
       if (near) {
         ++st.phase2_near;
@@ -940,10 +941,10 @@ TEST(VerifyGoldenFreeRun, TrajectoriesMatchUpToFirstNearTie) {
       if (first_near.count(s.request)) return;
       if (step.phase == 1 && near_threshold(*step.decision, o.threshold, kFp32NearThreshold))
         first_near[s.request] = s.iterations;
-      if (step.phase == 2 && (near_gamma(*step.verification, o.gamma, kFp32NearThreshold) ||
-                              near_candidate_tie(*step.decision,
-                                                 static_cast<int64_t>(step.verification->tile->candidates.size()),
-                                                 kFp32NearThreshold)))
+      if (step.phase == 2 &&
+          (near_gamma(*step.verification, o.gamma, kFp32NearThreshold) ||
+           near_candidate_tie(*step.decision, static_cast<int64_t>(step.verification->tile->candidates.size()),
+                              kFp32NearThreshold)))
         first_near[s.request] = s.iterations - 1;
       else if (step.phase == 2 && rank_tie_next_state(s, step.importance, step.verification->count,
                                                       o.track_num * o.block_length, o.block_length))
@@ -1063,7 +1064,8 @@ TEST(VerifyShortWindow, RunIntoTheEndOfTheSlotRowCompletes) {
   ASSERT_EQ(one.p_draft.size(), two.p_draft.size());
   for (size_t i = 0; i < one.p_draft.size(); ++i)
     for (size_t r = 0; r < one.p_draft[i].size(); ++r)
-      EXPECT_NEAR(one.p_draft[i][r], two.p_draft[i][r], kFp32BatchConfTol) << "verification " << i << " candidate " << r;
+      EXPECT_NEAR(one.p_draft[i][r], two.p_draft[i][r], kFp32BatchConfTol)
+          << "verification " << i << " candidate " << r;
   const FlashRequestResult& r = one.result;
   EXPECT_EQ(r.canvas, two.result.canvas);
   // Everything up to the end of the slot row was decoded (the padding included, no EOS).
@@ -1084,8 +1086,8 @@ TEST(VerifyShortWindow, ReleasedCrashConfigurationCompletes) {
   static const json kNone = json::array();
   const json* found = nullptr;
   for (const json& e : g.flash.contains("errors") ? g.flash["errors"] : kNone)
-    if (e["dtype"] == "float32" && e["verify"].get<bool>() && e["error"].get<std::string>().find("shape mismatch") !=
-                                                                   std::string::npos)
+    if (e["dtype"] == "float32" && e["verify"].get<bool>() &&
+        e["error"].get<std::string>().find("shape mismatch") != std::string::npos)
       found = &e;
   if (found == nullptr) GTEST_SKIP() << "the fixture records no crash of an fp32 verify run";
   const json& err = *found;

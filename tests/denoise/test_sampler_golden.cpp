@@ -182,8 +182,7 @@ TEST(SamplerBatch, GoldenBatchPairMatches) {
   o.confidence_f64 = false;
   LladaSampler sampler(*g.backend, g.model, o);
   std::vector<std::vector<int32_t>> prompts;
-  for (const json* r : runs)
-    prompts.push_back(golden_prompt(g.llada, *r));
+  for (const json* r : runs) prompts.push_back(golden_prompt(g.llada, *r));
   auto states = sampler.generate(prompts);
   for (size_t i = 0; i < runs.size(); ++i) {
     const json& r = *runs[i];

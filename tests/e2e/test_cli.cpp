@@ -61,10 +61,11 @@ TEST(Cli, GeneratesGoldenRunFromTokenIds) {
   ASSERT_NE(run, nullptr);
   ASSERT_GT((*run)["min_margin"].get<double>(), kFp32DecisionMargin);
   const auto prompt = golden_prompt(g, *run);
-  CliRun r = run_cli(fmt::format("generate -m {} --prompt-ids {} --gen-length {} --block-length {} --steps {} "
-                                 "--confidence-f32 --json",
-                                 golden_dir().string(), ids_arg(prompt), (*run)["gen_length"].get<int>(),
-                                 (*run)["block_length"].get<int>(), (*run)["steps"].get<int>()));
+  CliRun r =
+      run_cli(fmt::format("generate -m {} --prompt-ids {} --gen-length {} --block-length {} --steps {} "
+                          "--confidence-f32 --json",
+                          golden_dir().string(), ids_arg(prompt), (*run)["gen_length"].get<int>(),
+                          (*run)["block_length"].get<int>(), (*run)["steps"].get<int>()));
   ASSERT_EQ(r.code, 0) << r.out;
   auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
   ASSERT_EQ(j["results"].size(), 1u);
