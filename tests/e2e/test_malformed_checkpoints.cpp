@@ -278,7 +278,8 @@ std::vector<Case> corpus() {
        }, {S, tensor_of_block(0, "k_proj"), "missing tensor", "[8, 8]"}},
       {"missing embedding", [st](const fs::path& d) {
          write_valid(d);
-         auto all = tiny_tensors(tiny_config()).list();
+         const Tensors t = tiny_tensors(tiny_config());  // owns the bytes `all` points at
+         auto all = t.list();
          all.erase(all.begin());
          write_safetensors(st(d), all);
        }, {S, "model.transformer.wte.weight", "[40, 8]"}},
@@ -291,7 +292,8 @@ std::vector<Case> corpus() {
        }, {S, tensor_of_block(0, "ff_out"), "[16, 8]", "[8, 16]"}},
       {"unexpected tensor (a bias)", [st](const fs::path& d) {
          write_valid(d);
-         auto all = tiny_tensors(tiny_config()).list();
+         const Tensors t = tiny_tensors(tiny_config());  // owns the bytes `all` points at
+         auto all = t.list();
          static const std::vector<float> bias(8, 0.f);
          all.push_back({"model.transformer.blocks.0.q_proj.bias", DType::kF32, {8}, bias.data(), 32});
          write_safetensors(st(d), all);
