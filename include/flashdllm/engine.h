@@ -71,6 +71,7 @@ using ProgressCallback = std::function<void(const StepProgress&)>;
 /// One iteration of a submitted request, or its end.
 struct RequestEvent {
   int64_t iteration = 0;           ///< iterations the request has taken part in, this one included
+  int64_t canvas_length = 0;       ///< the request's canvas (max_tokens, rounded up to the block for the block samplers)
   /// Canvas positions committed by this iteration (0 = the first generated position), ascending,
   /// and their tokens: what a live view needs to turn masks into text. Positions at or past
   /// max_tokens are included (the canvas is rounded up to the block); the answer is cut there.
@@ -160,6 +161,9 @@ class Engine {
   /// parameter or the limit (prompt + max_tokens beyond max_model_len, ...), Error(kUnavailable)
   /// when the queue is full or the engine is stopping (or not started).
   std::shared_ptr<RequestStream> submit(const GenerateRequest& request, const SamplingParams& params);
+  /// The canvas a request with `params` decodes on the started engine: max_tokens, rounded up to the
+  /// block length for the block samplers (cache none / prefix / dual).
+  int64_t canvas_length(const SamplingParams& params) const;
   /// Cancels a submitted request by id (thread-safe); false if it is unknown or already ended.
   bool cancel(uint64_t id);
   /// Stops the loop thread. drain: refuse new requests, finish the queued and running ones first;
@@ -168,6 +172,7 @@ class Engine {
   bool started() const noexcept;
   /// The running pool's settings (valid once started): slots, max_model_len, the decode settings.
   const ServeOptions& serve_options() const;
+  /// The running pool's metrics (after stop(): the last pool's).
   EngineMetrics metrics() const;
 
   // ---- text -------------------------------------------------------------------------------------

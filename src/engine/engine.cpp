@@ -49,6 +49,7 @@ struct Engine::Impl {
   std::unique_ptr<Scheduler> sched;
   std::thread loop;
   std::atomic<bool> stop_loop{false};
+  EngineMetrics last_metrics;  // of the last stopped pool
 
   ~Impl() {
     if (sched) {
@@ -372,6 +373,10 @@ std::shared_ptr<RequestStream> Engine::submit(const GenerateRequest& request, co
   return sched->submit(std::move(rq));
 }
 
+int64_t Engine::canvas_length(const SamplingParams& params) const {
+  return resolve_params(params, impl_->serve.decode, /*exact_blocks=*/false).gen_length;
+}
+
 bool Engine::cancel(uint64_t id) { return impl_->sched ? impl_->sched->cancel(id) : false; }
 
 void Engine::stop(bool drain) {
@@ -385,6 +390,8 @@ void Engine::stop(bool drain) {
   mem.take(impl_->backend->free_memory());
   if (impl_->free_before_load > mem.min_free)
     impl_->peak_in_use = std::max(impl_->peak_in_use, impl_->free_before_load - mem.min_free);
+  impl_->last_metrics = impl_->sched->metrics();  // metrics() still reports the stopped pool
+  impl_->last_metrics.max_model_len = impl_->serve.max_model_len;
   impl_->sched.reset();
   impl_->den.reset();
 }
@@ -394,7 +401,8 @@ bool Engine::started() const noexcept { return impl_->sched != nullptr; }
 const ServeOptions& Engine::serve_options() const { return impl_->serve; }
 
 EngineMetrics Engine::metrics() const {
-  EngineMetrics m = impl_->sched ? impl_->sched->metrics() : EngineMetrics{};
+  if (!impl_->sched) return impl_->last_metrics;
+  EngineMetrics m = impl_->sched->metrics();
   m.max_model_len = impl_->serve.max_model_len;
   return m;
 }

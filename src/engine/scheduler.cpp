@@ -402,6 +402,7 @@ bool Scheduler::step() {
     const std::span<const int32_t> canvas = den_.canvas(st.slot);
     RequestEvent ev;
     ev.iteration = r->iterations;
+    ev.canvas_length = r->spec.params.gen_length;
     ev.positions = std::move(st.positions);
     ev.tokens = std::move(st.tokens);
     const bool decided = update_answer(*r, canvas, st.finished, ev);
