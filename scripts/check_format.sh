@@ -12,6 +12,9 @@ cd "$(dirname "$0")/.."
 fix=()
 if [[ "${1:-}" == "--fix" ]]; then fix=(--fix); shift; fi
 base="${1:-${FLASHDLLM_FORMAT_BASE:-}}"
+if [[ -z "$base" ]] && git rev-parse -q --verify MERGE_HEAD >/dev/null; then
+  base=MERGE_HEAD  # a merge in progress: what it brings in is not this branch's change
+fi
 if [[ -z "$base" ]]; then
   base=$(git merge-base HEAD main 2>/dev/null || true)
   if [[ -z "$base" || "$base" == "$(git rev-parse HEAD)" ]]; then

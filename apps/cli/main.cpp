@@ -2,6 +2,7 @@
 //   flashdllm generate [-m DIR] -p TEXT ...     generate text (or ids) with the LLaDA sampler
 //   flashdllm info [-m DIR] [--check-weights]    print config, parameter count, dtype, memory need
 //   flashdllm bench --methods ... --sweep ...    sweeps of decoding settings and batch sizes (docs/bench.md)
+//   flashdllm serve [-m DIR] [--port N]          OpenAI-compatible server (docs/serving.md)
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -26,6 +27,8 @@
 #include "core/log.h"
 #include "denoise/flash_cache.h"
 #include "live_view.h"
+#include "options.h"
+#include "serve.h"
 #include "model/llada_config.h"
 #include "model/llada_info.h"
 
@@ -33,230 +36,16 @@ namespace {
 
 using flashdllm::Error;
 using flashdllm::ErrorCode;
-
-struct CommonArgs {
-  std::string model_dir = FLASHDLLM_DEFAULT_MODEL_DIR;
-  std::string device = "cpu";
-  int threads = 0;
-  std::string load_format = "auto";
-  uint64_t dummy_seed = 0;
-  bool verbose = false;
-  bool profile_ops = false;  // generate --profile-ops
-};
-
-void add_common(CLI::App* app, CommonArgs& a) {
-  app->add_option("-m,--model", a.model_dir, "Hugging Face LLaDA checkpoint directory")
-      ->default_str("the embedded small model (models/llada-arith-12m)");
-  app->add_option("--device", a.device, "cpu | cuda | cuda:N")->capture_default_str();
-  const int max_threads = flashdllm::max_cpu_threads();  // 4 x the hardware threads
-  app->add_option("--threads", a.threads,
-                  fmt::format("CPU threads, 0 = all cores; at most 4 x the hardware threads ({} here)", max_threads))
-      ->capture_default_str()
-      ->check(CLI::Range(0, max_threads));
-  app->add_option("--load-format", a.load_format, "auto (safetensors) | dummy (random weights, config.json only)")
-      ->capture_default_str();
-  app->add_option("--dummy-seed", a.dummy_seed, "seed of --load-format dummy weights")->capture_default_str();
-  app->add_flag("-v,--verbose", a.verbose, "log loading details");
-}
-
-/// The peak memory a run reports, and what it measures: on the CPU the process's peak resident set
-/// (the backend's free memory is system-wide, so other processes would move it); on a GPU the device
-/// memory in use (Engine::peak_memory_bytes). Read it before the engine is released.
-struct PeakMemory {
-  int64_t bytes = 0;
-  const char* kind = "";
-};
-PeakMemory peak_memory(const flashdllm::Engine& engine) {
-  if (engine.backend_name().rfind("cpu", 0) == 0) return {flashdllm::eval::peak_rss_bytes(), "host max RSS (getrusage)"};
-  return {static_cast<int64_t>(engine.peak_memory_bytes()),
-          "device memory in use (weights + K/V + workspaces, Engine::peak_memory_bytes)"};
-}
-
-std::unique_ptr<flashdllm::Engine> load_engine(const CommonArgs& a) {
-  flashdllm::EngineOptions eo;
-  eo.model_dir = a.model_dir;
-  eo.device = a.device;
-  eo.threads = a.threads;
-  eo.load_format = a.load_format;
-  eo.dummy_seed = a.dummy_seed;
-  eo.profile_ops = a.profile_ops;
-  return flashdllm::Engine::load(eo);
-}
-
-/// CLI11 check for integer options that must be >= 0, with a plain message (CLI11's NonNegativeNumber
-/// prints its double range, and calls "abc" out of range).
-const CLI::Validator kNonNegativeInt(
-    [](std::string& v) -> std::string {
-      try {
-        size_t end = 0;
-        const long long x = std::stoll(v, &end);
-        if (end != v.size()) return "'" + v + "' is not an integer";
-        if (x < 0) return "must be >= 0, got " + v;
-      } catch (const std::out_of_range&) {
-        return "'" + v + "' is out of range";
-      } catch (const std::exception&) {
-        return "'" + v + "' is not an integer";
-      }
-      return {};
-    },
-    "NONNEGATIVE");
-
-std::vector<int32_t> parse_ids(const std::string& s) {
-  std::vector<int32_t> ids;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    item.erase(0, item.find_first_not_of(" \t"));
-    item.erase(item.find_last_not_of(" \t") + 1);
-    if (item.empty())
-      throw Error(ErrorCode::kInvalidArgument, fmt::format("--prompt-ids: empty entry in '{}'", s));
-    size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (...) {
-      used = 0;
-    }
-    if (used != item.size() || v < 0 || v > INT32_MAX)
-      throw Error(ErrorCode::kInvalidArgument, fmt::format("--prompt-ids: '{}' is not a token id", item));
-    ids.push_back(static_cast<int32_t>(v));
-  }
-  if (ids.empty()) throw Error(ErrorCode::kInvalidArgument, "--prompt-ids: no token ids given");
-  return ids;
-}
-
-std::string ids_to_string(const std::vector<int32_t>& ids) {
-  std::string s;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (i) s += ' ';
-    s += std::to_string(ids[i]);
-  }
-  return s;
-}
-
-/// Decoding settings shared by generate and eval.
-struct DecodeArgs {
-  flashdllm::GenerateOptions go;
-  double threshold = -1.0;
-  int32_t eot_id = -1;
-  std::string preset;
-  std::string forced;
-  std::string importance = "qk";
-  CLI::App* app = nullptr;
-
-  /// The options as given, a --preset filling what the command line left unset. With
-  /// `one_mode` (generate, eval) flags of another decoding mode are refused; bench's base options
-  /// serve several methods and pass false.
-  flashdllm::GenerateOptions options(bool one_mode = true) const {
-    flashdllm::GenerateOptions o = go;
-    if (!preset.empty()) {
-      auto set = [&](const char* flag) { return app->get_option(flag)->count() > 0; };
-      flashdllm::FlashCacheOptions p = flashdllm::flash_cache_preset(preset);
-      if (!set("--cache")) o.cache = "flash";
-      if (!set("--gen-length")) o.gen_length = p.gen_length;
-      if (!set("--block-length")) o.block_length = p.block_length;
-      if (!set("--track-num")) o.track_num = p.track_num;
-      if (!set("--mask-num")) o.mask_num = p.mask_num;
-      if (!set("--threshold")) o.threshold = p.threshold;
-      if (!set("--gamma")) o.gamma = p.gamma;
-    }
-    if (app->get_option("--threshold")->count() > 0) o.threshold = threshold;  // the engine checks (0, 1]
-    // Options of one mode given to another are refused rather than silently ignored.
-    auto given = [&](const char* flag) { return app->get_option(flag)->count() > 0; };
-    if (one_mode && o.cache != "flash")
-      for (const char* f : {"--slots", "--track-num", "--mask-num", "--tokens-per-step", "--forced-schedule",
-                            "--reference-quirks", "--importance", "--max-forward-rows"})
-        if (given(f))
-          throw Error(ErrorCode::kInvalidArgument, fmt::format("{} applies to --cache flash only (cache is '{}')", f, o.cache));
-    if (one_mode && !o.verify)
-      for (const char* f : {"--verify-rule", "--max-candidates", "--forced-acceptance"})
-        if (given(f)) throw Error(ErrorCode::kInvalidArgument, fmt::format("{} applies to --verify only", f));
-    // Default steps (128) for a shorter generation: one token per step (steps <= gen_length).
-    if (app->get_option("--steps")->count() == 0 && o.steps > o.gen_length) o.steps = o.gen_length;
-    if (eot_id >= 0) o.eot_token_id = eot_id;
-    if (!forced.empty()) {
-      std::stringstream ss(forced);
-      for (std::string item; std::getline(ss, item, ',');) {
-        try {
-          o.forced_schedule.push_back(std::stoll(item));
-        } catch (...) {
-          throw Error(ErrorCode::kInvalidArgument, fmt::format("--forced-schedule: '{}' is not a count", item));
-        }
-      }
-    }
-    if (importance != "qk" && importance != "prob")
-      throw Error(ErrorCode::kInvalidArgument, fmt::format("--importance must be qk or prob, got '{}'", importance));
-    o.importance_probability_mass = importance == "prob";
-    return o;
-  }
-};
-
-/// The block length a mode actually uses when --block-length is left at 0.
-int64_t effective_block_length(const flashdllm::GenerateOptions& o) {
-  return o.block_length > 0 ? o.block_length : (o.cache == "flash" ? 16 : 32);
-}
-
-void add_decode_options(CLI::App* app, DecodeArgs& d) {
-  auto& go = d.go;
-  d.app = app;
-  app->add_option("--cache", go.cache,
-                  "none (LLaDA sampler, full recompute) | prefix | dual (Fast-dLLM) | flash (Flash-Cache)")
-      ->capture_default_str();
-  app->add_option("--gen-length", go.gen_length, "tokens to generate")->capture_default_str();
-  app->add_option("--block-length", go.block_length,
-                  "semi-autoregressive block (none/prefix/dual) or masked window (flash); 0 = 32, or 16 for flash")
-      ->check(kNonNegativeInt)
-      ->capture_default_str();
-  app->add_option("--steps", go.steps, "forward passes (quota mode), at most gen_length (default 128, or gen_length if smaller)")
-      ->capture_default_str();
-  app->add_option("--remasking", go.remasking, "low_confidence | random")->capture_default_str();
-  app->add_option("--temperature", go.temperature, "Gumbel-max sampling temperature (0 = greedy)")
-      ->capture_default_str();
-  app->add_option("--cfg-scale", go.cfg_scale, "classifier-free guidance scale (0 = off)")->capture_default_str();
-  app->add_option("--threshold", d.threshold,
-                  "confidence-threshold decoding: commit every masked position with confidence >= this (e.g. 0.9; "
-                  "--cache flash: default 0.9)");
-  app->add_option("--seed", go.seed, "noise seed")->capture_default_str();
-  app->add_flag("--logits-eos-inf", go.logits_eos_inf, "never generate EOS");
-  app->add_flag("--confidence-eos-eot-inf", go.confidence_eos_eot_inf, "LLaDA's EOS/EOT low-confidence option");
-  app->add_flag("--confidence-f32", go.confidence_f32, "float32 softmax confidences (default float64)");
-  app->add_option("--eot-id", d.eot_id, "end-of-turn token id for checkpoints without a tokenizer");
-  app->add_option("--eos-pad-tile", go.eos_pad_tile,
-                  "Flash-dLLM row layout: EOS padding after the canvas to the next multiple of this tile (e.g. 128)")
-      ->capture_default_str();
-  app->add_option("--preset", d.preset, "Flash-Cache presets of the paper's Table 3: gsm8k | math | humaneval | mbpp");
-  app->add_option("--track-num", go.track_num, "flash: tracked budget = track-num x block-length; < 0 = full recompute")
-      ->capture_default_str();
-  app->add_option("--mask-num", go.mask_num, "flash: masked window = mask-num x block-length queried positions")
-      ->capture_default_str();
-  app->add_option("--slots", go.n_slots, "flash: concurrent slots (continuous batching)")->capture_default_str();
-  app->add_option("--max-forward-rows", go.max_forward_rows,
-                  "flash: query rows per forward call; admission prefills above it run in slot groups (0 = no bound)")
-      ->check(kNonNegativeInt)
-      ->capture_default_str();
-  app->add_option("--tokens-per-step", go.tokens_per_step, "flash: greedy fixed-count decoding (0 = threshold rule)")
-      ->check(kNonNegativeInt)
-      ->capture_default_str();
-  app->add_option("--forced-schedule", d.forced,
-                  "flash benchmarks: tokens committed per iteration regardless of confidence, e.g. 4 or 8,4,2");
-  app->add_flag("--reference-quirks", go.reference_quirks,
-                "flash: reproduce the released code's EOS-padding and output-slice bugs (parity runs)");
-  app->add_option("--importance", d.importance, "flash: a_i from raw q·k (qk, released code) or attention mass (prob, paper)")
-      ->capture_default_str();
-  app->add_flag("--verify", go.verify, "flash: Flash-Verify (a verify pass per iteration checks further drafts)");
-  app->add_option("--gamma", go.gamma, "flash verify: acceptance threshold (a --preset sets its task's value)")
-      ->capture_default_str();
-  app->add_option("--verify-rule", go.verify_rule,
-                  "flash verify: product (released code: running product of p(draft) >= gamma) | paper (argmax == draft "
-                  "and confidence >= gamma)")
-      ->capture_default_str();
-  app->add_option("--max-candidates", go.max_candidates,
-                  "flash verify: drafts checked per iteration (<= block length; 0 = block length / 2)")
-      ->capture_default_str();
-  app->add_option("--forced-acceptance", go.forced_acceptance,
-                  "flash verify benchmarks: accept up to this many drafts per iteration regardless of gamma (0 = off)")
-      ->capture_default_str();
-}
+using flashdllm::cli::CommonArgs;
+using flashdllm::cli::DecodeArgs;
+using flashdllm::cli::PeakMemory;
+using flashdllm::cli::add_common;
+using flashdllm::cli::add_decode_options;
+using flashdllm::cli::ids_to_string;
+using flashdllm::cli::kNonNegativeInt;
+using flashdllm::cli::load_engine;
+using flashdllm::cli::parse_ids;
+using flashdllm::cli::peak_memory;
 
 struct GenerateArgs {
   std::vector<std::string> prompts;
@@ -287,24 +76,33 @@ int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
   if (ga.chat && ga.raw) throw Error(ErrorCode::kInvalidArgument, "--chat and --raw exclude each other");
   ga.go = ga.dec.options();
   if (!ga.prompt_file.empty()) {
-    std::ifstream in(ga.prompt_file);
+    std::ifstream in(ga.prompt_file, std::ios::binary);
     if (!in) throw Error(ErrorCode::kIo, fmt::format("cannot read --prompt-file '{}'", ga.prompt_file));
+    int64_t line_no = 0;
     for (std::string line; std::getline(in, line);) {
+      ++line_no;
       if (!line.empty() && line.back() == '\r') line.pop_back();  // CRLF files
+      if (line.find('\0') != std::string::npos)
+        throw Error(ErrorCode::kInvalidArgument,
+                    fmt::format("--prompt-file '{}': line {} holds a NUL byte (prompts are text)", ga.prompt_file, line_no));
       if (!line.empty()) ga.prompts.push_back(line);
     }
   }
   if (ga.prompts.empty() && ga.prompt_ids.empty())
     throw Error(ErrorCode::kInvalidArgument, "give a prompt with -p TEXT, --prompt-file FILE or --prompt-ids IDS");
+  if ((ga.chat || ga.raw) && ga.prompts.empty())
+    throw Error(ErrorCode::kInvalidArgument, "--chat / --raw apply to text prompts (-p, --prompt-file), not to --prompt-ids");
 
   auto engine = load_engine(ca);
+  if (ga.chat && !engine->has_chat_template())
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("--chat: '{}' has no chat template (tokenizer_config.json); drop --chat", ca.model_dir));
   const bool chat = ga.raw ? false : (ga.chat ? true : engine->has_chat_template());
   std::vector<flashdllm::GenerateRequest> reqs;
   for (const std::string& p : ga.prompts) {
     flashdllm::GenerateRequest r;
     r.prompt = p;
     r.chat = chat;
-    r.prompt_ids = engine->encode_prompt(p, chat);
     reqs.push_back(std::move(r));
   }
   for (const std::string& s : ga.prompt_ids) {
@@ -319,11 +117,26 @@ int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
   if (engine->eot_token_id() >= 0) stops.push_back(engine->eot_token_id());
   flashdllm::cli::LiveView view([&](const std::vector<int32_t>& ids) { return engine->decode(ids); },
                                 engine->mask_token_id(), stops);
-  flashdllm::ProgressCallback progress;
-  if (live) progress = [&](const flashdllm::StepProgress& p) { view.update(p.request, *p.canvas, p.done); };
+  // Several prompts: a progress bar (plain lines every 10 s when stderr is not a terminal).
+  std::optional<flashdllm::eval::ProgressBar> bar;
+  std::vector<bool> finished(reqs.size(), false);
+  int64_t done = 0;
+  if (reqs.size() > 1) {
+    bar.emplace("generate", static_cast<int64_t>(reqs.size()), "requests");
+    bar->update(0);
+  }
+  flashdllm::ProgressCallback progress = [&](const flashdllm::StepProgress& p) {
+    if (live) view.update(p.request, *p.canvas, p.done);
+    if (p.done && p.request < finished.size() && !finished[p.request]) {
+      finished[p.request] = true;
+      ++done;
+    }
+    if (bar) bar->update(done);
+  };
 
   auto results = engine->generate(reqs, ga.go, progress);
   if (live) view.finish();
+  if (bar) bar->finish();
 
   if (ga.json) {
     nlohmann::json j;
@@ -337,49 +150,34 @@ int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
     j["load_gb_per_s"] = engine->weight_bytes() > 0 && engine->load_seconds() > 0
                              ? nlohmann::json(static_cast<double>(engine->weight_bytes()) / engine->load_seconds() / 1e9)
                              : nlohmann::json();
-    j["options"] = {{"cache", ga.go.cache},               {"gen_length", ga.go.gen_length},
-                    {"block_length", effective_block_length(ga.go)},
-                    {"steps", ga.go.steps},               {"remasking", ga.go.remasking},
-                    {"temperature", ga.go.temperature},   {"cfg_scale", ga.go.cfg_scale},
-                    {"threshold", ga.go.threshold ? nlohmann::json(*ga.go.threshold) : nlohmann::json()},
-                    {"seed", ga.go.seed},                 {"chat", chat}};
-    if (ga.go.cache == "flash")
-      j["options"]["flash"] = {{"slots", ga.go.n_slots},
-                               {"track_num", ga.go.track_num},
-                               {"mask_num", ga.go.mask_num},
-                               {"tokens_per_step", ga.go.tokens_per_step},
-                               {"forced_schedule", ga.go.forced_schedule},
-                               {"reference_quirks", ga.go.reference_quirks},
-                               {"importance", ga.go.importance_probability_mass ? "prob" : "qk"},
-                               {"max_forward_rows", ga.go.max_forward_rows}};
-    if (ga.go.verify)
-      j["options"]["verify"] = {{"gamma", ga.go.gamma},
-                                {"rule", ga.go.verify_rule},
-                                {"max_candidates", ga.go.max_candidates},
-                                {"forced_acceptance", ga.go.forced_acceptance}};
+    j["options"] = flashdllm::to_json(ga.go);
     nlohmann::json arr = nlohmann::json::array();
     for (size_t i = 0; i < results.size(); ++i) {
       const auto& r = results[i];
       nlohmann::json e;
       if (i < ga.prompts.size()) e["prompt"] = ga.prompts[i];
+      e["chat_template"] = r.chat_template;
       e["prompt_ids"] = r.prompt_ids;
+      e["prompt_tokens"] = r.prompt_ids.size();
       e["canvas_ids"] = r.canvas_ids;
       e["output_ids"] = r.output_ids;
       if (engine->has_tokenizer()) e["text"] = r.text;
       e["stopped_at_eos"] = r.stopped_at_eos;
+      e["finish_reason"] = flashdllm::finish_reason_name(r.finish_reason);
       e["nfe"] = r.nfe;
       e["committed_tokens"] = r.committed_tokens;
       e["committed_tokens_reference"] = r.committed_tokens_reference;
       e["forward_passes"] = r.forward_passes;
-      if (ga.go.verify) {
+      if (ga.go.decode.verify) {
         e["verify_candidates"] = r.verify_candidates;
         e["verify_accepted"] = r.verify_accepted;
       }
       e["tokens_per_iteration"] = r.nfe > 0 ? static_cast<double>(r.committed_tokens) / static_cast<double>(r.nfe) : 0.0;
       if (!r.call_kinds.empty()) e["call_kinds"] = r.call_kinds;
-      e["generated_tokens"] = r.output_ids.size();
+      e["generated_tokens"] = r.generated_tokens();  // answer + the ending EOS/EOT (request.h)
       e["seconds"] = r.seconds;
-      e["tokens_per_second"] = r.seconds > 0 ? static_cast<double>(r.output_ids.size()) / r.seconds : 0.0;
+      e["latency_seconds"] = r.latency_seconds;
+      e["tokens_per_second"] = r.seconds > 0 ? static_cast<double>(r.generated_tokens()) / r.seconds : 0.0;
       arr.push_back(std::move(e));
     }
     j["results"] = std::move(arr);
@@ -397,29 +195,37 @@ int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
   for (size_t i = 0; i < results.size(); ++i) {
     const auto& r = results[i];
     if (results.size() > 1) std::cout << "### " << i << "\n";
-    if (engine->has_tokenizer() && r.prompt_ids.size() && i < ga.prompts.size())
+    if (engine->has_tokenizer() && i < ga.prompts.size())
       std::cout << r.text << "\n";
     else
-      std::cout << ids_to_string(engine->has_tokenizer() ? r.output_ids : r.canvas_ids) << "\n";
+      std::cout << ids_to_string(r.output_ids) << "\n";  // up to the EOS / EOT, as the text
   }
   std::cout.flush();  // answers first, then the timing line on stderr
-  int64_t nfe = 0, toks = 0, cand = 0, acc = 0, passes = 0;
-  for (const auto& r : results) {
+  int64_t nfe = 0, toks = 0, cand = 0, acc = 0, passes = 0, empty_raw = 0;
+  for (size_t i = 0; i < results.size(); ++i) {
+    const auto& r = results[i];
     nfe = std::max(nfe, r.nfe);
-    toks += static_cast<int64_t>(r.output_ids.size());
+    toks += r.generated_tokens();
     cand += r.verify_candidates;
     acc += r.verify_accepted;
     passes = std::max(passes, r.forward_passes);
+    if (i < ga.prompts.size() && r.output_ids.empty() && ga.raw && engine->has_chat_template()) ++empty_raw;
   }
-  if (ga.go.verify)
+  if (empty_raw > 0)
+    std::fprintf(stderr,
+                 "[flashdllm] %lld empty answer(s): this checkpoint is a chat model and --raw skipped its chat template "
+                 "(drop --raw)\n",
+                 static_cast<long long>(empty_raw));
+  if (ga.go.decode.verify)
     std::fprintf(stderr, "[flashdllm] verify: %lld forward passes (main + verify) for NFE %lld, drafts accepted %lld of %lld\n",
                  static_cast<long long>(passes), static_cast<long long>(nfe), static_cast<long long>(acc),
                  static_cast<long long>(cand));
   const double sec = results.front().seconds;
   if (ca.profile_ops) print_op_profile(engine->op_profile(), sec);
-  std::fprintf(stderr, "[flashdllm] %zu request(s), %lld tokens, NFE %lld, %.2f s, %.1f tokens/s (%s)\n",
+  std::fprintf(stderr, "[flashdllm] %zu request(s), %lld tokens, NFE %lld, %.2f s, %.1f tokens/s (%s, %s; load %.2f s)\n",
                results.size(), static_cast<long long>(toks), static_cast<long long>(nfe), sec,
-               sec > 0 ? static_cast<double>(toks) / sec : 0.0, engine->backend_name().c_str());
+               sec > 0 ? static_cast<double>(toks) / sec : 0.0, flashdllm::cache_mode_name(ga.go.decode.cache),
+               engine->backend_name().c_str(), engine->load_seconds());
   return 0;
 }
 
@@ -446,24 +252,60 @@ struct EvalArgs {
 
 /// The default method label of a decoding setting (the column of the paper's Table 1).
 std::string eval_method_label(const flashdllm::GenerateOptions& go) {
-  std::string m = go.cache == "none" ? "LLaDA (no cache)" : go.cache == "prefix" ? "Fast-dLLM prefix cache"
-                  : go.cache == "dual"  ? "Fast-dLLM dual cache"
-                                        : "Flash-Cache";
-  if (go.cache == "flash") {
-    if (go.verify) m += fmt::format(" + Verify (gamma {}, {})", go.gamma, go.verify_rule);
-    m += fmt::format(", track {} mask {}", go.track_num, go.mask_num);
+  using flashdllm::CacheMode;
+  const flashdllm::DecodeSettings& d = go.decode;
+  std::string m = d.cache == CacheMode::kNone     ? "LLaDA (no cache)"
+                  : d.cache == CacheMode::kPrefix ? "Fast-dLLM prefix cache"
+                  : d.cache == CacheMode::kDual   ? "Fast-dLLM dual cache"
+                                                  : "Flash-Cache";
+  if (d.cache == CacheMode::kFlash) {
+    if (d.verify) m += fmt::format(" + Verify (gamma {}, {})", d.gamma, flashdllm::verify_rule_name(d.verify_rule));
+    m += fmt::format(", track {} mask {}", d.track_num, d.mask_num);
   }
-  if (go.threshold)
-    m += fmt::format(", threshold {}", *go.threshold);
-  else if (go.cache != "flash")
-    m += fmt::format(", {} steps", go.steps);
+  if (const auto t = flashdllm::effective_threshold(d, go.sampling))
+    m += fmt::format(", threshold {}", *t);
+  else if (d.cache != CacheMode::kFlash)
+    m += fmt::format(", {} steps", flashdllm::option_text(go, "steps"));
   return m;
 }
 
+/// Writes `text` to `p` atomically: a temporary file beside it, then a rename, so a failed or
+/// interrupted run never leaves a partial file under the final name.
 void write_file(const std::filesystem::path& p, const std::string& text) {
-  std::ofstream f(p, std::ios::binary);
-  f << text;
-  if (!f) throw Error(ErrorCode::kIo, fmt::format("cannot write '{}'", p.string()));
+  const std::filesystem::path tmp = p.string() + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f << text;
+    f.flush();
+    if (!f) throw Error(ErrorCode::kIo, fmt::format("cannot write '{}'", tmp.string()));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, p, ec);
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    throw Error(ErrorCode::kIo, fmt::format("cannot write '{}': {}", p.string(), ec.message()));
+  }
+}
+
+/// Checks before a long run that `dir` exists or can be made and that files can be created in it
+/// (and that none of `names` is a directory), so the run does not fail at its end.
+void check_output_dir(const std::filesystem::path& dir, const std::vector<std::string>& names) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir))
+    throw Error(ErrorCode::kIo, fmt::format("--out '{}' is not a directory that can be created ({})", dir.string(),
+                                            ec ? ec.message() : "a file of that name exists"));
+  for (const std::string& n : names)
+    if (std::filesystem::is_directory(dir / n))
+      throw Error(ErrorCode::kIo, fmt::format("--out: '{}' is a directory, so results cannot be written there",
+                                              (dir / n).string()));
+  const std::filesystem::path probe = dir / ".flashdllm-write-check";
+  {
+    std::ofstream f(probe, std::ios::binary | std::ios::trunc);
+    f << "ok";
+    if (!f) throw Error(ErrorCode::kIo, fmt::format("--out '{}' is not writable", dir.string()));
+  }
+  std::filesystem::remove(probe, ec);
 }
 
 int run_eval(const CommonArgs& ca, EvalArgs& ea) {
@@ -477,8 +319,14 @@ int run_eval(const CommonArgs& ca, EvalArgs& ea) {
   lo.fewshot_data = ea.fewshot_data;
   lo.fewshot_seed = ea.fewshot_seed;
   lo.fewshot_processes = ea.fewshot_processes;
+  if (ea.batch < 1) throw Error(ErrorCode::kInvalidArgument, fmt::format("--batch must be >= 1, got {}", ea.batch));
+  if (ea.chunk < 0) throw Error(ErrorCode::kInvalidArgument, fmt::format("--chunk must be >= 0 (0 = all), got {}", ea.chunk));
+  flashdllm::GenerateOptions go = ea.dec.options();  // refuse bad flags before any work
   std::vector<ev::EvalSample> samples = ev::load_task(ea.task, data, lo);
-  if (!ea.out_dir.empty()) fs::create_directories(ea.out_dir);
+  // Every output path is checked before the run, so a long run cannot fail at its end.
+  if (!ea.out_dir.empty())
+    check_output_dir(ea.out_dir, ea.dry_run ? std::vector<std::string>{"prompts.jsonl"}
+                                            : std::vector<std::string>{"samples.jsonl", "summary.json", "summary.md"});
 
   if (ea.dry_run) {  // prompts only: no model is loaded
     std::string lines;
@@ -517,9 +365,9 @@ int run_eval(const CommonArgs& ca, EvalArgs& ea) {
   }
 
   auto engine = load_engine(ca);
-  flashdllm::GenerateOptions go = ea.dec.options();
-  const bool flash = go.cache == "flash";
-  if (flash && ea.app->get_option("--slots")->count() == 0) go.n_slots = ea.batch;  // --batch = slots, as lm-eval's batch_size
+  const bool flash = go.decode.cache == flashdllm::CacheMode::kFlash;
+  if (flash && ea.app->get_option("--slots")->count() == 0) go.decode.n_slots = ea.batch;  // --batch = slots, as lm-eval's batch_size
+  flashdllm::validate(go, engine->config());
   // Chat template: --chat/--raw; otherwise the task's rule (arith: the model's template; benchmarks:
   // Flash-dLLM's wrapper, which templates only model paths containing "instruct").
   std::optional<bool> chat;
@@ -534,6 +382,7 @@ int run_eval(const CommonArgs& ca, EvalArgs& ea) {
   run.requests_per_call = flash ? ea.chunk : ea.batch;
   run.chat = chat;
   ev::ProgressBar bar("eval " + ea.task, static_cast<int64_t>(samples.size()));
+  bar.update(0);  // a line at the start; then redrawn / a plain line every 10 s (on every iteration's tick)
   run.progress = [&](int64_t done, int64_t, double) { bar.update(done); };
   auto results = ev::generate_samples(*engine, samples, go, run);
   bar.finish();
@@ -550,7 +399,7 @@ int run_eval(const CommonArgs& ca, EvalArgs& ea) {
   }
 
   ev::EvalSummary sum = ev::summarize(ea.task, results);
-  sum.gen_length = go.gen_length;
+  sum.gen_length = go.sampling.gen_length;
   sum.method = ea.label.empty() ? eval_method_label(go) : ea.label;
   sum.peak_memory_bytes = peak.bytes;
   sum.peak_memory_kind = peak.kind;
@@ -567,19 +416,9 @@ int run_eval(const CommonArgs& ca, EvalArgs& ea) {
                           {"timeout_s", ea.code_timeout},
                           {"memory_mb", ea.code_memory_mb},
                           {"network_isolation", sandbox->network_isolation()}};
-  summary["options"] = {{"cache", go.cache},
-                        {"gen_length", go.gen_length},
-                        {"block_length", effective_block_length(go)},
-                        {"steps", go.steps},
-                        {"remasking", go.remasking},
-                        {"temperature", go.temperature},
-                        {"cfg_scale", go.cfg_scale},
-                        {"threshold", go.threshold ? nlohmann::json(*go.threshold) : nlohmann::json()},
-                        {"eos_pad_tile", go.eos_pad_tile},
-                        {"batch", ea.batch},
-                        {"requests_per_call", run.requests_per_call}};
-  if (flash)
-    summary["options"].update({{"slots", go.n_slots}, {"track_num", go.track_num}, {"mask_num", go.mask_num}});
+  summary["options"] = flashdllm::to_json(go);
+  summary["options"]["batch"] = ea.batch;
+  summary["options"]["requests_per_call"] = run.requests_per_call;
   const std::string md = ev::to_markdown({sum});
   if (!ea.out_dir.empty()) {
     std::string lines;
@@ -722,7 +561,7 @@ int run_bench(const CommonArgs& ca, BenchArgs& ba) {
     const auto eq = kv.find('=');
     if (eq == std::string::npos)
       throw Error(ErrorCode::kInvalidArgument, fmt::format("--table-setting: '{}' is not KEY=VALUE", kv));
-    table_setting.emplace_back(ev::canonical_option_key(kv.substr(0, eq)), kv.substr(eq + 1));
+    table_setting.emplace_back(flashdllm::canonical_option_key(kv.substr(0, eq)), kv.substr(eq + 1));
   }
   if (std::find(ev::bench_method_names().begin(), ev::bench_method_names().end(), ba.baseline_method) ==
       ev::bench_method_names().end())
@@ -895,6 +734,10 @@ int main(int argc, char** argv) {
   add_bench_subcommand(app, ca, ba, bch);
   for (int i = 0; i < argc; ++i) ba.command += (i ? " " : "") + shell_quote(i == 0 ? std::string("flashdllm") : argv[i]);
 
+  flashdllm::cli::ServeArgs sa;
+  CLI::App* srv = nullptr;
+  flashdllm::cli::add_serve_subcommand(app, ca, sa, srv);
+
   CLI::App* info =
       app.add_subcommand("info", "print config, parameter count, dtype and memory need (reads no weights)");
   add_common(info, ca);
@@ -914,6 +757,7 @@ int main(int argc, char** argv) {
     if (*info) return run_info(ca, check_weights);
     if (*evl) return run_eval(ca, ea);
     if (*bch) return run_bench(ca, ba);
+    if (*srv) return flashdllm::cli::run_serve(ca, sa);
   } catch (const Error& e) {
     std::fprintf(stderr, "flashdllm: %s: %s\n", flashdllm::error_code_name(e.code()), e.what());
     return e.code() == ErrorCode::kInvalidArgument ? 2 : 1;

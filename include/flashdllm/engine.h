@@ -1,4 +1,5 @@
-// flashdllm public API: load a LLaDA checkpoint and generate.
+// flashdllm public API: load a LLaDA checkpoint, then generate — a batch to completion, or request
+// by request on a running engine (continuous batching, streaming, cancellation).
 //
 // Worked example (error handling: every failure throws flashdllm::Error, see status.h):
 //
@@ -7,21 +8,39 @@
 //   eo.model_dir = "/models/LLaDA-8B-Instruct";   // HF layout: config.json, *.safetensors, tokenizer.json
 //   eo.device = "cuda";                           // or "cpu"
 //   auto engine = flashdllm::Engine::load(eo);
-//   flashdllm::GenerateOptions go;                 // gen_length 128, block 32, steps 128, greedy
+//
+//   // A batch, run to completion (Flash-Cache with the paper's defaults, ε 0.9):
+//   flashdllm::GenerateOptions go;                 // go.decode: method settings; go.sampling: per request
+//   go.sampling.gen_length = 256;
 //   flashdllm::GenerateRequest rq;
 //   rq.prompt = "What is 12 * 7?";                 // chat template applied (rq.chat = true)
 //   auto results = engine->generate({rq}, go);
 //   std::cout << results[0].text << "\n";
+//
+//   // Request by request (what `flashdllm serve` does): size the slot pool once, submit from any
+//   // thread, read each request's events as it denoises.
+//   flashdllm::ServeOptions so;                    // so.decode: the method; so.n_slots, so.max_model_len
+//   engine->start(so);
+//   flashdllm::SamplingParams sp;
+//   sp.gen_length = 128;                           // max_tokens
+//   auto stream = engine->submit(rq, sp);
+//   while (auto ev = stream->next(std::chrono::seconds(1)))
+//     std::cout << ev->text_delta << std::flush;   // the stable prefix as it grows
+//   engine->stop(/*drain=*/true);
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "flashdllm/op_profile.h"
+#include "flashdllm/params.h"
 #include "flashdllm/request.h"
 #include "flashdllm/status.h"
 
@@ -40,7 +59,6 @@ struct EngineOptions {
   bool profile_ops = false;
 };
 
-
 /// Progress of a running generate call: request index, its current canvas (gen_length ids,
 /// mask id where undecoded) and whether it is finished.
 struct StepProgress {
@@ -50,6 +68,74 @@ struct StepProgress {
 };
 using ProgressCallback = std::function<void(const StepProgress&)>;
 
+/// One iteration of a submitted request, or its end.
+struct RequestEvent {
+  int64_t iteration = 0;           ///< iterations the request has taken part in, this one included
+  int64_t canvas_length = 0;       ///< the request's canvas (max_tokens, rounded up to the block for the block samplers)
+  /// Canvas positions committed by this iteration (0 = the first generated position), ascending,
+  /// and their tokens: what a live view needs to turn masks into text. Positions at or past
+  /// max_tokens are included (the canvas is rounded up to the block); the answer is cut there.
+  std::vector<int32_t> positions;
+  std::vector<int32_t> tokens;
+  /// The stable prefix: the answer's leading run of decoded tokens (no mask left in it), cut at the
+  /// first EOS / EOT and at max_tokens; its length in tokens.
+  int64_t stable_tokens = 0;
+  /// Stable text added since the previous event: complete UTF-8, with stop strings applied (a
+  /// possible start of a stop string is held back until it is decided).
+  std::string text_delta;
+  bool finished = false;           ///< the last event of the request
+  FinishReason finish_reason = FinishReason::kLength;  ///< when finished
+  std::string error;               ///< when finish_reason is kError: the message
+  ErrorCode error_code = ErrorCode::kInternal;          ///< when finish_reason is kError
+  std::shared_ptr<const GenerateResult> result;        ///< when finished (not for kError)
+};
+
+/// The events of one submitted request. Thread-safe; the engine never waits on its reader (events
+/// queue up, at most one per iteration of the request).
+class RequestStream {
+ public:
+  virtual ~RequestStream() = default;
+  virtual uint64_t id() const noexcept = 0;
+  /// The next event, waiting at most `timeout`; nullopt when none came in time or when the final
+  /// event was already returned (then finished() is true).
+  virtual std::optional<RequestEvent> next(std::chrono::milliseconds timeout) = 0;
+  /// Asks the engine to stop the request: a queued one is dropped, a running one frees its slot at
+  /// the next iteration; a final event with FinishReason::kCancelled follows. Idempotent.
+  virtual void cancel() noexcept = 0;
+  /// True once the final event was returned by next().
+  virtual bool finished() const noexcept = 0;
+};
+
+/// A running engine's slot pool and queue (Engine::start).
+struct ServeOptions {
+  DecodeSettings decode;           ///< the method (cache mode, block, β_t / β_m, verify, ...); decode.n_slots = the pool (0 = as many as fit)
+  /// Longest prompt + max_tokens (canvas, rounded up to the block for the block samplers) a request
+  /// may have; 0 = the model's max_sequence_length. Sizes the K/V slots.
+  int64_t max_model_len = 0;
+  int64_t max_queue = 256;         ///< requests waiting for a slot before submit() refuses (ErrorCode::kUnavailable)
+  double memory_fraction = 0.9;    ///< of the free device memory the automatic slot count may use
+};
+
+/// Counters and gauges of a running engine (Engine::metrics), for /metrics.
+struct EngineMetrics {
+  int64_t n_slots = 0, slots_busy = 0, queue_depth = 0, max_model_len = 0;
+  int64_t requests_finished_stop = 0, requests_finished_length = 0, requests_cancelled = 0, requests_failed = 0;
+  int64_t iterations = 0;          ///< engine iterations (steps) run
+  int64_t forward_passes = 0;      ///< model passes (Flash-Verify passes and slot-group splits included)
+  int64_t committed_tokens = 0;    ///< canvas positions committed, over all requests
+  int64_t generated_tokens = 0;    ///< answer tokens of finished requests (GenerateResult::generated_tokens)
+  double busy_seconds = 0.0;       ///< time spent inside iterations
+  double tokens_per_second = 0.0;  ///< committed tokens per second over the last 10 s
+  /// Iteration wall time histogram: counts per upper bound (seconds; the last bound is +inf).
+  std::vector<double> iteration_seconds_bounds;
+  std::vector<int64_t> iteration_seconds_counts;
+  double iteration_seconds_sum = 0.0;
+  /// Committed tokens per iteration (summed over the iteration's slots) histogram, bounds as above.
+  std::vector<double> tokens_per_iteration_bounds;
+  std::vector<int64_t> tokens_per_iteration_counts;
+  double tokens_per_iteration_sum = 0.0;
+};
+
 class Engine {
  public:
   /// Loads config, tokenizer (if present), chat template (if present) and weights.
@@ -57,18 +143,50 @@ class Engine {
   static std::unique_ptr<Engine> load(const EngineOptions& options);
   ~Engine();
 
-  /// Runs a batch of requests to completion with one setting. Throws Error(kInvalidArgument)
-  /// for impossible settings or prompts (empty, too long for max_sequence_length, ...).
+  /// Runs a batch of requests to completion with one setting, on a slot pool sized for the batch
+  /// (flash: min(slots, requests); the other modes: every request at once). Throws
+  /// Error(kInvalidArgument) for impossible settings or prompts (empty, too long for
+  /// max_sequence_length, ...), Error(kInvalidCheckpoint) when the model produces non-finite logits.
+  /// Not while the engine is started (Error(kInvalidArgument)). Stop strings are not applied.
   std::vector<GenerateResult> generate(const std::vector<GenerateRequest>& requests, const GenerateOptions& options,
                                        const ProgressCallback& progress = {});
 
+  // ---- request by request ---------------------------------------------------------------------
+  /// Sizes the slot pool and its workspaces once (from measured free memory when decode.n_slots is
+  /// 0) and starts the engine's loop thread. Throws Error(kInvalidArgument) for bad settings or when
+  /// already started, Error(kOutOfMemory) when not even one slot fits.
+  void start(const ServeOptions& options);
+  /// Queues a request (thread-safe). params.gen_length is the answer's max_tokens (the canvas is
+  /// rounded up to the block for the block samplers). Throws Error(kInvalidArgument) naming the
+  /// parameter or the limit (prompt + max_tokens beyond max_model_len, ...), Error(kUnavailable)
+  /// when the queue is full or the engine is stopping (or not started).
+  std::shared_ptr<RequestStream> submit(const GenerateRequest& request, const SamplingParams& params);
+  /// The canvas a request with `params` decodes on the started engine: max_tokens, rounded up to the
+  /// block length for the block samplers (cache none / prefix / dual).
+  int64_t canvas_length(const SamplingParams& params) const;
+  /// Cancels a submitted request by id (thread-safe); false if it is unknown or already ended.
+  bool cancel(uint64_t id);
+  /// Stops the loop thread. drain: refuse new requests, finish the queued and running ones first;
+  /// otherwise cancel them. Idempotent.
+  void stop(bool drain);
+  bool started() const noexcept;
+  /// The running pool's settings (valid once started): slots, max_model_len, the decode settings.
+  const ServeOptions& serve_options() const;
+  /// The running pool's metrics (after stop(): the last pool's).
+  EngineMetrics metrics() const;
+
+  // ---- text -------------------------------------------------------------------------------------
   /// Tokenizes a prompt (with the chat template when `chat`). Throws Error(kInvalidArgument)
   /// when the checkpoint has no tokenizer, or no chat template and `chat` is set.
   std::vector<int32_t> encode_prompt(const std::string& text, bool chat) const;
+  /// Tokenizes chat messages through the checkpoint's chat template (assistant header appended).
+  /// Throws Error(kInvalidArgument) without a tokenizer or a chat template.
+  std::vector<int32_t> encode_chat(const std::vector<ChatMessage>& messages) const;
   /// Decodes ids (special tokens skipped); "" when there is no tokenizer.
-  std::string decode(const std::vector<int32_t>& ids) const;
+  std::string decode(std::span<const int32_t> ids) const;
 
   const LladaConfig& config() const noexcept;
+  const std::filesystem::path& model_dir() const noexcept;
   bool has_tokenizer() const noexcept;
   bool has_chat_template() const noexcept;
   int32_t mask_token_id() const noexcept;

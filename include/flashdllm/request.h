@@ -2,54 +2,15 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
 namespace flashdllm {
 
-/// Decoding settings of a generate call. Defaults are LLaDA's demo settings (generate.py main):
-/// gen_length 128, block_length 32, steps 128, greedy, low-confidence remasking, no cache.
-struct GenerateOptions {
-  /// KV-cache strategy: "none" (LLaDA sampler, full recompute every step), "prefix" / "dual"
-  /// (Fast-dLLM, reference §C), "flash" (Flash-Cache, reference §D; threshold decoding).
-  std::string cache = "none";
-  int64_t gen_length = 128;    ///< tokens to generate (canvas length)
-  /// Semi-autoregressive block (none/prefix/dual; gen_length % block_length == 0) or the masked
-  /// window of Flash-Cache; 0 = the mode's default (32, or 16 for flash).
-  int64_t block_length = 0;
-  int64_t steps = 128;         ///< forward passes (quota mode); divisible by gen_length / block_length
-  std::string remasking = "low_confidence";  ///< "low_confidence" | "random"
-  double temperature = 0.0;    ///< Gumbel-max sampling temperature; 0 = greedy
-  double cfg_scale = 0.0;      ///< unsupervised classifier-free guidance scale; 0 = off
-  std::optional<double> threshold;  ///< confidence-threshold decoding ε (commit all >= ε, at least one)
-  bool logits_eos_inf = false;      ///< never generate EOS
-  bool confidence_eos_eot_inf = false;  ///< LLaDA's EOS/EOT confidence option (reference §B quirk kept)
-  bool confidence_f32 = false;      ///< softmax confidences in float32 instead of float64
-  uint64_t seed = 0;                ///< noise seed for temperature > 0 / random remasking
-  std::optional<int32_t> eot_token_id;  ///< overrides the tokenizer's <|eot_id|> (for tokenizer-less checkpoints)
-  /// Flash-dLLM row layout: EOS padding after the canvas up to the next multiple of this tile
-  /// (128 in Flash-dLLM), visible as context; 0 = LLaDA's layout.
-  int64_t eos_pad_tile = 0;
-
-  // Flash-Cache (cache == "flash"); defaults are the paper's (reference §D.1). threshold defaults to 0.9.
-  int64_t track_num = 4;        ///< tracked budget β_t = track_num · block_length; < 0 = full recompute
-  int64_t mask_num = 4;         ///< masked window β_m = mask_num · block_length queried positions
-  int64_t n_slots = 32;         ///< concurrent slots (continuous batching)
-  int64_t tokens_per_step = 0;  ///< > 0: greedy fixed-count decoding instead of the threshold rule
-  std::vector<int64_t> forced_schedule;  ///< benchmarks: tokens committed per iteration regardless of confidence
-  bool reference_quirks = false;         ///< reproduce the released code's EOS-padding/output-slice bugs
-  bool importance_probability_mass = false;  ///< a_i from attention probabilities (paper) instead of raw q·k (code)
-  /// Query rows per forward call; an iteration needing more (admission prefills) runs as several calls
-  /// over slot groups, with identical results and a smaller activation workspace. 0 = no bound.
-  int64_t max_forward_rows = 4096;
-
-  // Flash-Verify (cache == "flash"; reference §D.8): a verify pass per iteration checks drafts.
-  bool verify = false;
-  double gamma = 0.8;                     ///< acceptance threshold γ in (0, 1] (scripts: 0.8 GSM8K/MBPP, 0.85 MATH/HumanEval)
-  std::string verify_rule = "product";    ///< "product" (released code: running product >= γ) | "paper" (argmax & conf >= γ)
-  int64_t max_candidates = 0;             ///< candidates per iteration (<= block_length); 0 = block_length / 2
-  int64_t forced_acceptance = 0;          ///< benchmarks: accept up to this many candidates regardless of γ; 0 = off
+/// One chat message (the checkpoint's chat template renders a list of them).
+struct ChatMessage {
+  std::string role;     ///< "system", "user", "assistant"
+  std::string content;
 };
 
 /// One prompt: text (tokenized, optionally with the chat template) or token ids.
@@ -58,6 +19,16 @@ struct GenerateRequest {
   std::vector<int32_t> prompt_ids;    ///< pre-tokenized prompt
   bool chat = true;                   ///< apply the checkpoint's chat template to `prompt`
 };
+
+/// Why a request ended.
+enum class FinishReason {
+  kStop,       ///< an EOS / EOT or a stop string ended the answer (OpenAI "stop")
+  kLength,     ///< the canvas (max_tokens) filled without an end (OpenAI "length")
+  kCancelled,  ///< cancelled by the caller (a disconnected client, shutdown)
+  kError,      ///< the engine failed while running it (the event carries the message)
+};
+/// "stop" | "length" | "cancelled" | "error".
+const char* finish_reason_name(FinishReason r) noexcept;
 
 /// Result of one request.
 struct GenerateResult {
@@ -75,7 +46,16 @@ struct GenerateResult {
   int64_t verify_candidates = 0;      ///< Flash-Verify: drafts checked by the verify passes
   int64_t verify_accepted = 0;        ///< Flash-Verify: drafts accepted
   std::string call_kinds;             ///< prefix/dual cache: one letter per model call (F full, S suffix, B block)
-  double seconds = 0.0;               ///< wall time of the generate call this request was in
+  FinishReason finish_reason = FinishReason::kLength;
+  double seconds = 0.0;               ///< generate: wall time of the call this request was in; submit: latency
+  double latency_seconds = 0.0;       ///< from submission (the generate call's start) to this request's end
+  bool chat_template = false;         ///< the prompt went through the chat template
+
+  /// The one definition of generated tokens, used by every report: the answer's tokens plus the
+  /// ending EOS / EOT when there is one (the prompt and any padding after the end excluded).
+  int64_t generated_tokens() const noexcept {
+    return static_cast<int64_t>(output_ids.size()) + (stopped_at_eos ? 1 : 0);
+  }
 };
 
 }  // namespace flashdllm

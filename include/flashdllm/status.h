@@ -19,6 +19,7 @@ enum class ErrorCode {
   kOutOfMemory,        ///< host or device memory could not be obtained
   kDevice,             ///< a CUDA / cuBLAS call failed
   kInternal,           ///< a broken invariant inside the library (a bug)
+  kUnavailable,        ///< the engine cannot take the request now (queue full, stopping, not started)
 };
 
 /// Human-readable name of an ErrorCode ("invalid argument", ...).

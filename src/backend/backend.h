@@ -58,6 +58,10 @@ struct SelectParams {
   uint64_t step = 0;
   /// Token whose logit is set to -inf before argmax and confidence (LLaDA `logits_eos_inf`); -1 = none.
   int32_t suppress_token = -1;
+  /// Token that is never chosen (not an argmax candidate) but keeps its probability in the
+  /// confidence's softmax: the denoisers pass the mask id, so a committed position never holds
+  /// [MASK] whatever the temperature (upstream can sample it); -1 = none.
+  int32_t exclude_token = -1;
   /// Tokens whose probability is zeroed (logit -inf) for the confidence only, after x0 was chosen
   /// (LLaDA `confidence_eos_eot_inf` quirk, reference §B); -1 = none.
   int32_t conf_suppress_a = -1;
@@ -198,9 +202,10 @@ class Backend {
   /// out may alias cond.
   virtual void cfg_combine(Tensor cond, Tensor uncond, float scale, Tensor out) = 0;
 
-  /// Per logits row r (F32 [R, V]): x0[r] = argmax_v(logits[r, v] + Gumbel noise·temperature),
-  /// conf[r] = softmax(logits[r])[x0[r]] (see SelectParams). row_keys I32 [R] key the noise;
-  /// x0 I32 [R]; conf F64 [R].
+  /// Per logits row r (F32 [R, V]): x0[r] = argmax_v(logits[r, v] + Gumbel noise·temperature) over
+  /// v other than suppress_token and exclude_token, conf[r] = softmax(logits[r])[x0[r]] (see
+  /// SelectParams). A row holding NaN or +Inf gives a NaN confidence (callers treat a non-finite
+  /// confidence as a broken model). row_keys I32 [R] key the noise; x0 I32 [R]; conf F64 [R].
   virtual void select_tokens(Tensor logits, Tensor row_keys, const SelectParams& params, Tensor x0, Tensor conf) = 0;
 };
 

@@ -11,6 +11,7 @@ const char* error_code_name(ErrorCode code) noexcept {
     case ErrorCode::kOutOfMemory: return "out of memory";
     case ErrorCode::kDevice: return "device error";
     case ErrorCode::kInternal: return "internal error";
+    case ErrorCode::kUnavailable: return "unavailable";
   }
   return "unknown error";
 }

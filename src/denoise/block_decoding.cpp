@@ -6,6 +6,7 @@
 #include "core/check.h"
 #include "core/philox.h"
 #include "denoise/decode_rules.h"
+#include "denoise/denoiser.h"
 
 namespace flashdllm {
 
@@ -30,6 +31,17 @@ void validate_block_schedule(const BlockSchedule& o, double temperature, const L
   FDLLM_CHECK_ARG(temperature >= 0.0 && std::isfinite(temperature), "temperature must be >= 0, got {}", temperature);
   FDLLM_CHECK_ARG(o.gen_length < cfg.max_sequence_length, "gen_length {} does not fit the model's max_sequence_length {}",
                   o.gen_length, cfg.max_sequence_length);
+}
+
+void validate_state_params(const SequenceState& s, int64_t block_length, const LladaConfig& cfg, const char* source) {
+  validate_block_schedule(s.schedule(block_length), s.temperature, cfg, source);
+}
+
+void set_state_params(SequenceState& s, const SlotParams& p) {
+  s.steps = p.steps;
+  s.threshold = p.threshold;
+  s.temperature = p.temperature;
+  s.seed = p.seed;
 }
 
 void init_sequence(SequenceState& s, std::span<const int32_t> prompt, int64_t gen_length, const LladaConfig& c) {
@@ -75,24 +87,60 @@ uint32_t noise_key(uint64_t seed, int64_t nfe, int64_t pos) {
   return static_cast<uint32_t>(z ^ (z >> 31));
 }
 
+namespace {
+
+bool same_params(const SelectParams& a, const SelectParams& b) {
+  return a.temperature == b.temperature && a.seed == b.seed && a.step == b.step &&
+         a.suppress_token == b.suppress_token && a.exclude_token == b.exclude_token &&
+         a.conf_suppress_a == b.conf_suppress_a && a.conf_suppress_b == b.conf_suppress_b &&
+         a.confidence_f64 == b.confidence_f64;
+}
+
+}  // namespace
+
+void append_select_segment(std::vector<SelectSegment>& segments, int64_t begin, int64_t end, const SelectParams& params) {
+  if (end <= begin) return;
+  if (!segments.empty() && segments.back().end == begin && same_params(segments.back().params, params)) {
+    segments.back().end = end;
+    return;
+  }
+  segments.push_back({begin, end, params});
+}
+
+void TokenSelection::reserve(Backend& backend, int64_t rows) {
+  if (rows_ >= rows || rows <= 0) return;
+  const size_t pad = (static_cast<size_t>(rows) * 4 + 255) / 256 * 256;
+  buf_ = Buffer{};
+  buf_ = backend.alloc(pad + static_cast<size_t>(rows) * 8, "token selection outputs");
+  x0_ = Tensor(buf_.data(), DType::kI32, backend.device(), {rows});
+  conf_ = Tensor(static_cast<char*>(buf_.data()) + pad, DType::kF64, backend.device(), {rows});
+  rows_ = rows;
+}
+
 void TokenSelection::run(Backend& backend, Tensor logits, Tensor row_keys, const SelectParams& params,
+                         std::vector<int32_t>& x0, std::vector<double>& conf) {
+  const SelectSegment all{0, logits.rows(), params};
+  run(backend, logits, row_keys, std::span<const SelectSegment>(&all, 1), x0, conf);
+}
+
+void TokenSelection::run(Backend& backend, Tensor logits, Tensor row_keys, std::span<const SelectSegment> segments,
                          std::vector<int32_t>& x0, std::vector<double>& conf) {
   const int64_t R = logits.rows();
   x0.resize(static_cast<size_t>(R));
   conf.resize(static_cast<size_t>(R));
   if (R == 0) return;
-  if (rows_ < R) {
-    const size_t pad = (static_cast<size_t>(R) * 4 + 255) / 256 * 256;
-    buf_ = Buffer{};
-    buf_ = backend.alloc(pad + static_cast<size_t>(R) * 8, "token selection outputs");
-    x0_ = Tensor(buf_.data(), DType::kI32, backend.device(), {R});
-    conf_ = Tensor(static_cast<char*>(buf_.data()) + pad, DType::kF64, backend.device(), {R});
-    rows_ = R;
+  reserve(backend, R);
+  int64_t covered = 0;
+  for (const SelectSegment& g : segments) {
+    FDLLM_ASSERT_MSG(g.begin == covered && g.end > g.begin && g.end <= R, "select segments must cover [0, {}) in order",
+                     R);
+    backend.select_tokens(logits.slice_rows(g.begin, g.end), row_keys.slice_rows(g.begin, g.end), g.params,
+                          x0_.slice_rows(g.begin, g.end), conf_.slice_rows(g.begin, g.end));
+    covered = g.end;
   }
-  Tensor x0_dev = x0_.slice_rows(0, R), conf_dev = conf_.slice_rows(0, R);
-  backend.select_tokens(logits, row_keys, params, x0_dev, conf_dev);
-  backend.copy_to_host(x0.data(), x0_dev);
-  backend.copy_to_host(conf.data(), conf_dev);
+  FDLLM_ASSERT_MSG(covered == R, "select segments cover {} of {} rows", covered, R);
+  backend.copy_to_host(x0.data(), x0_.slice_rows(0, R));
+  backend.copy_to_host(conf.data(), conf_.slice_rows(0, R));
 }
 
 StepCommit commit_step(SequenceState& s, std::span<const int64_t> cand, std::span<const int32_t> x0,
@@ -141,6 +189,33 @@ StepCommit commit_step(SequenceState& s, std::span<const int64_t> cand, std::spa
       begin_block(s, sched, mask_id);
   }
   return sc;
+}
+
+std::span<const int32_t> state_canvas(const SequenceState& s) {
+  if (s.x.empty()) return {};
+  return std::span<const int32_t>(s.x).subspan(static_cast<size_t>(s.gen_begin()), static_cast<size_t>(s.gen_length));
+}
+
+SlotOutput state_output(const SequenceState& s) {
+  SlotOutput o;
+  const auto c = state_canvas(s);
+  o.canvas.assign(c.begin(), c.end());
+  o.nfe = s.nfe;
+  o.committed = s.gen_length;
+  o.committed_reference = s.gen_length;
+  o.forward_passes = s.nfe;
+  return o;
+}
+
+SlotStep slot_step_of(int64_t slot, const SequenceState& s, const StepCommit& c) {
+  SlotStep st;
+  st.slot = slot;
+  for (size_t i = 0; i < c.positions.size(); ++i) {
+    st.positions.push_back(static_cast<int32_t>(c.positions[i] - s.gen_begin()));
+    st.tokens.push_back(c.tokens[i]);
+  }
+  st.finished = s.done;
+  return st;
 }
 
 }  // namespace flashdllm

@@ -10,11 +10,12 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/check.h"
+#include "denoise/denoiser.h"
+#include "flashdllm/params.h"  // Remasking
 #include "model/llada.h"
 
 namespace flashdllm {
-
-enum class Remasking { kLowConfidence, kRandom };
 
 /// The block schedule of a semi-autoregressive sampler.
 struct BlockSchedule {
@@ -33,7 +34,9 @@ struct BlockSchedule {
 /// Throws Error(kInvalidArgument) naming the parameter.
 void validate_block_schedule(const BlockSchedule& s, double temperature, const LladaConfig& cfg, const char* source);
 
-/// One sequence being denoised.
+
+
+/// One sequence being denoised, with its own decoding parameters (a batch may mix them).
 struct SequenceState {
   std::vector<int32_t> x;  ///< prompt + canvas (mask_token_id where undecoded) [+ EOS padding]
   int64_t prompt_len = 0;
@@ -43,10 +46,16 @@ struct SequenceState {
   std::vector<int64_t> block_quota;  ///< quota mode: tokens to commit at each step of the block
   int64_t nfe = 0;                   ///< forward passes this sequence took part in
   bool done = false;
+  // The request's parameters (the sampler's options unless it was admitted with its own).
+  int64_t steps = 0;                 ///< quota mode: forward passes over the canvas
+  std::optional<double> threshold;   ///< threshold mode ε; nullopt = quota mode
+  double temperature = 0.0;          ///< Gumbel-max temperature
+  uint64_t seed = 0;                 ///< noise seed
 
   int64_t gen_begin() const noexcept { return prompt_len; }
   int64_t gen_end() const noexcept { return prompt_len + gen_length; }
   int64_t block_begin(int64_t block_length) const noexcept { return prompt_len + block * block_length; }
+  BlockSchedule schedule(int64_t block_length) const { return {gen_length, block_length, steps, threshold}; }
 };
 
 /// What one step did to one sequence: committed positions (absolute, ascending) and tokens, plus
@@ -57,6 +66,10 @@ struct StepCommit {
   std::vector<int64_t> candidates;
   std::vector<double> confidences;
 };
+
+/// The parameters of state `s` as a schedule for blocks of block_length, validated like
+/// validate_block_schedule.
+void validate_state_params(const SequenceState& s, int64_t block_length, const LladaConfig& cfg, const char* source);
 
 /// Fills `s` with prompt + G masks after checking the prompt: non-empty, ids in the vocabulary, no
 /// mask id, prompt + G <= max_sequence_length. Throws Error(kInvalidArgument) naming the position.
@@ -73,13 +86,29 @@ std::vector<int64_t> block_candidates(const SequenceState& s, int64_t block_leng
 /// (splitmix64 finaliser): independent draws per step and position, whatever the batch holds.
 uint32_t noise_key(uint64_t seed, int64_t nfe, int64_t pos);
 
+/// Consecutive logits rows [begin, end) selected with one SelectParams (the rows of requests with
+/// equal temperature and seed).
+struct SelectSegment {
+  int64_t begin = 0, end = 0;
+  SelectParams params;
+};
+
+/// Appends rows [begin, end) with `params` to `segments`, merging with the last segment when it
+/// ends at `begin` with equal parameters (so a uniform batch is one select call).
+void append_select_segment(std::vector<SelectSegment>& segments, int64_t begin, int64_t end, const SelectParams& params);
+
 /// Device buffers for select_tokens results and the copy back of R ids and confidences.
 class TokenSelection {
  public:
+  /// Preallocates room for `rows` rows (the pool's bound; run() grows past it only when asked for more).
+  void reserve(Backend& backend, int64_t rows);
   /// Runs backend.select_tokens on logits [R, V] and returns the R ids and confidences on the host
   /// (growing the device buffers when R exceeds them). R = 0 returns empty vectors.
   void run(Backend& backend, Tensor logits, Tensor row_keys, const SelectParams& params, std::vector<int32_t>& x0,
            std::vector<double>& conf);
+  /// As run(), one select_tokens call per segment (segments cover [0, R) in order).
+  void run(Backend& backend, Tensor logits, Tensor row_keys, std::span<const SelectSegment> segments,
+           std::vector<int32_t>& x0, std::vector<double>& conf);
 
  private:
   Buffer buf_;
@@ -99,6 +128,80 @@ enum class BlockEnd { kAfterQuotaSteps, kWhenFull };
 StepCommit commit_step(SequenceState& s, std::span<const int64_t> cand, std::span<const int32_t> x0,
                        std::span<const double> conf, std::span<const int32_t> keys, const BlockSchedule& sched,
                        Remasking remasking, uint64_t seed, BlockEnd end, int32_t mask_id);
+
+/// The per-request parameters a block sampler's options give by default.
+template <class Options>
+SlotParams slot_params_of(const Options& o) {
+  SlotParams p;
+  p.gen_length = o.gen_length;
+  p.steps = o.steps;
+  p.threshold = o.threshold;
+  p.temperature = o.temperature;
+  p.seed = o.seed;
+  return p;
+}
+
+/// Per-request fields of `s` from SlotParams (steps, threshold, temperature, seed).
+void set_state_params(SequenceState& s, const SlotParams& p);
+
+/// The canvas positions of `s` (empty for a state without rows).
+std::span<const int32_t> state_canvas(const SequenceState& s);
+/// SlotOutput of a block-sampler state: the canvas, nfe, committed = gen_length.
+SlotOutput state_output(const SequenceState& s);
+/// The SlotStep of a state that took part in a step: positions relative to the canvas, finished = done.
+SlotStep slot_step_of(int64_t slot, const SequenceState& s, const StepCommit& commit);
+
+/// SlotSteps of the slots that were active before a step(batch) over the pool.
+template <class State>
+std::vector<SlotStep> slot_steps_of(const std::vector<State>& slots, const std::vector<StepCommit>& commits,
+                                    const std::vector<bool>& was_active) {
+  std::vector<SlotStep> out;
+  for (size_t j = 0; j < slots.size(); ++j)
+    if (was_active[j]) out.push_back(slot_step_of(static_cast<int64_t>(j), slots[j], commits[j]));
+  return out;
+}
+
+/// The slot pool both block samplers keep for the slot contract (denoiser.h): one state per slot,
+/// a free slot being a done state without rows; the pool admits prompt + canvas <= max_total.
+template <class State>
+struct BlockSlots {
+  std::vector<State> states;
+  int64_t max_total = 0;
+
+  void reset(int64_t n_slots, int64_t max_total_length) {
+    states.assign(static_cast<size_t>(n_slots), State{});
+    for (State& s : states) s.done = true;
+    max_total = max_total_length;
+  }
+  int64_t size() const noexcept { return static_cast<int64_t>(states.size()); }
+  bool active(int64_t j) const noexcept { return j >= 0 && j < size() && !states[static_cast<size_t>(j)].done; }
+  void release(int64_t j) {
+    if (j < 0 || j >= size()) return;
+    states[static_cast<size_t>(j)] = State{};
+    states[static_cast<size_t>(j)].done = true;
+  }
+  /// The state of slot j; Error(kInvalidArgument) naming `who` for a slot outside the pool.
+  const State& at(int64_t j, const char* who) const {
+    if (j < 0 || j >= size()) throw_error(ErrorCode::kInvalidArgument, fmt::format("{}: no slot {}", who, j));
+    return states[static_cast<size_t>(j)];
+  }
+  std::vector<bool> active_mask() const {
+    std::vector<bool> m(states.size());
+    for (size_t j = 0; j < states.size(); ++j) m[j] = !states[j].done;
+    return m;
+  }
+  /// Refuses a request longer than the pool's slots (and any request without a pool).
+  void check_fits(std::span<const int32_t> prompt, const SlotParams& p, const char* who) const {
+    if (states.empty())
+      throw_error(ErrorCode::kInvalidArgument, fmt::format("{}: no slot pool (construct it with a SlotPool)", who));
+    const int64_t total = static_cast<int64_t>(prompt.size()) + p.gen_length;
+    if (total > max_total)
+      throw_error(ErrorCode::kInvalidArgument,
+                  fmt::format("prompt of {} tokens + gen_length {} = {} exceeds the {} positions a slot of this "
+                              "engine holds (max_model_len)",
+                              prompt.size(), p.gen_length, total, max_total));
+  }
+};
 
 /// The generate loop of a step-wise sampler: init_state for every prompt, then step() until every
 /// sequence is done; `observer(i, state, commit)` (if set) sees each sequence that took part in a step.

@@ -30,10 +30,36 @@ FastDllmCacheSampler::FastDllmCacheSampler(Backend& backend, const LladaModel& m
   validate_fastdllm_cache_options(opt_, model_.config);
 }
 
+FastDllmCacheSampler::FastDllmCacheSampler(Backend& backend, const LladaModel& model, FastDllmCacheOptions options,
+                                           const SlotPool& pool)
+    : backend_(backend), model_(model), opt_(std::move(options)) {
+  FDLLM_CHECK_ARG(opt_.mode == FastDllmCacheMode::kPrefix || opt_.mode == FastDllmCacheMode::kDual,
+                  "Fast-dLLM cache mode must be prefix or dual, got {}", static_cast<int>(opt_.mode));
+  FDLLM_CHECK_ARG(opt_.block_length > 0, "block_length must be positive, got {}", opt_.block_length);
+  FDLLM_CHECK_ARG(pool.n_slots >= 1 && pool.max_total_length >= 1, "Fast-dLLM {} cache: a pool needs >= 1 slot and a "
+                  "positive max_total_length, got {} slots x {}", mode_name(opt_.mode), pool.n_slots,
+                  pool.max_total_length);
+  FDLLM_CHECK_ARG(pool.n_slots * pool.max_total_length < (int64_t{1} << 31),
+                  "Fast-dLLM {} cache: {} slots x {} positions exceed 2^31 store rows", mode_name(opt_.mode),
+                  pool.n_slots, pool.max_total_length);
+  slots_.reset(pool.n_slots, pool.max_total_length);
+  const int64_t rows = pool.n_slots * pool.max_total_length;
+  const int64_t tokens = pool.max_step_rows > 0 ? std::min(pool.max_step_rows, rows) : rows;
+  const int64_t logit_rows = pool.n_slots * opt_.block_length;
+  ensure_capacity(rows, tokens, logit_rows, pool.n_slots);
+  selection_.reserve(backend_, logit_rows);
+}
+
 CachedSequenceState FastDllmCacheSampler::init_state(std::span<const int32_t> prompt) const {
+  return init_state(prompt, slot_params_of(opt_));
+}
+
+CachedSequenceState FastDllmCacheSampler::init_state(std::span<const int32_t> prompt, const SlotParams& params) const {
   CachedSequenceState s;
-  init_sequence(s, prompt, opt_.gen_length, model_.config);
-  begin_block(s, opt_.schedule(), model_.config.mask_token_id);
+  init_sequence(s, prompt, params.gen_length, model_.config);
+  set_state_params(s, params);
+  validate_state_params(s, opt_.block_length, model_.config, "Fast-dLLM generate.py");
+  begin_block(s, s.schedule(opt_.block_length), model_.config.mask_token_id);
   return s;
 }
 
@@ -53,19 +79,24 @@ void FastDllmCacheSampler::ensure_capacity(int64_t store_rows, int64_t tokens, i
 }
 
 std::vector<StepCommit> FastDllmCacheSampler::step(std::vector<CachedSequenceState>& batch) {
+  // Store rows of every sequence after the previous ones (done ones included, so rows stay put
+  // while others finish).
+  std::vector<int64_t> base(batch.size());
+  int64_t store_rows = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    base[i] = store_rows;
+    store_rows += static_cast<int64_t>(batch[i].x.size());
+  }
+  return step_at(batch, base, store_rows);
+}
+
+std::vector<StepCommit> FastDllmCacheSampler::step_at(std::vector<CachedSequenceState>& batch,
+                                                      const std::vector<int64_t>& base, int64_t store_rows) {
   const LladaConfig& c = model_.config;
   const int32_t mask = c.mask_token_id;
   const int64_t B = opt_.block_length;
   const size_t n = batch.size();
   std::vector<StepCommit> commits(n);
-
-  // --- store rows of every sequence (done ones included, so rows stay put while others finish)
-  std::vector<int64_t> base(n);
-  int64_t store_rows = 0;
-  for (size_t i = 0; i < n; ++i) {
-    base[i] = store_rows;
-    store_rows += static_cast<int64_t>(batch[i].x.size());
-  }
 
   // --- call kind per active sequence; cached calls must find their own block's rows intact
   std::vector<char> kind(n, 0);
@@ -74,8 +105,8 @@ std::vector<StepCommit> FastDllmCacheSampler::step(std::vector<CachedSequenceSta
     const CachedSequenceState& s = batch[i];
     if (s.done) continue;
     any_active = true;
-    FDLLM_CHECK_ARG(s.block >= 0 && s.block < opt_.gen_length / B && s.prompt_len > 0 &&
-                        static_cast<int64_t>(s.x.size()) == s.prompt_len + opt_.gen_length,
+    FDLLM_CHECK_ARG(s.block >= 0 && s.block < s.gen_length / B && s.prompt_len > 0 &&
+                        static_cast<int64_t>(s.x.size()) == s.prompt_len + s.gen_length,
                     "Fast-dLLM {} cache: sequence {} is not a state of this sampler (block {}, prompt {}, length {})",
                     mode_name(opt_.mode), i, s.block, s.prompt_len, s.x.size());
     if (s.step_in_block == 0) {
@@ -127,7 +158,7 @@ std::vector<StepCommit> FastDllmCacheSampler::step(std::vector<CachedSequenceSta
   for (size_t i = 0; i < n; ++i)
     for (int64_t p : cand[i]) {
       fb.logit_rows.push_back(static_cast<int32_t>(q_first[i] + p - q_pos0[i]));
-      fb.row_keys.push_back(static_cast<int32_t>(noise_key(opt_.seed, batch[i].nfe, p)));
+      fb.row_keys.push_back(static_cast<int32_t>(noise_key(batch[i].seed, batch[i].nfe, p)));
     }
   const int64_t R = static_cast<int64_t>(fb.logit_rows.size());
   ensure_capacity(store_rows, fb.n_tokens(), std::max<int64_t>(R, 1), static_cast<int64_t>(fb.tiles.size()));
@@ -147,29 +178,38 @@ std::vector<StepCommit> FastDllmCacheSampler::step(std::vector<CachedSequenceSta
   std::vector<int32_t> x0;
   std::vector<double> conf;
   Tensor logits = llada_forward(backend_, model_, fb, kv_, ws_);
-  SelectParams sp;
-  sp.temperature = opt_.temperature;
-  sp.seed = opt_.seed;
-  sp.confidence_f64 = opt_.confidence_f64;
-  selection_.run(backend_, logits, ws_.row_keys.slice_rows(0, R), sp, x0, conf);
+  ++passes_;
+  std::vector<SelectSegment> segments;  // one select call per run of sequences with equal parameters
+  int64_t row = 0;
+  for (size_t i = 0; i < n; ++i) {
+    SelectParams sp;
+    sp.temperature = batch[i].temperature;
+    sp.seed = batch[i].seed;
+    sp.confidence_f64 = opt_.confidence_f64;
+    sp.exclude_token = mask;  // a committed position never holds [MASK]
+    const auto k = static_cast<int64_t>(cand[i].size());
+    append_select_segment(segments, row, row + k, sp);
+    row += k;
+  }
+  selection_.run(backend_, logits, ws_.row_keys.slice_rows(0, R), segments, x0, conf);
+  check_selection(x0, conf, mask, "Fast-dLLM cache");
   if (R == 0) backend_.synchronize();
 
   // --- per-sequence decisions (Fast-dLLM get_transfer_index), commits only inside the block;
   // Fast-dLLM loops until the block has no mask left (in quota mode: after the last non-zero quota).
-  const BlockSchedule sched = opt_.schedule();
   size_t r0 = 0;
   for (size_t i = 0; i < n; ++i) {
     if (!kind[i]) continue;
     CachedSequenceState& s = batch[i];
     const size_t nc = cand[i].size();
-    FDLLM_CHECK_ARG(opt_.threshold || s.step_in_block < static_cast<int64_t>(s.block_quota.size()),
+    FDLLM_CHECK_ARG(s.threshold || s.step_in_block < static_cast<int64_t>(s.block_quota.size()),
                     "Fast-dLLM {} cache: sequence {} is at step {} of block {} but the block's quota schedule has "
                     "{} steps (masks were added to the block after it started?)",
                     mode_name(opt_.mode), i, s.step_in_block, s.block, s.block_quota.size());
     commits[i] = commit_step(s, cand[i], std::span<const int32_t>(x0).subspan(r0, nc),
                              std::span<const double>(conf).subspan(r0, nc),
-                             std::span<const int32_t>(fb.row_keys).subspan(r0, nc), sched, opt_.remasking, opt_.seed,
-                             BlockEnd::kWhenFull, mask);
+                             std::span<const int32_t>(fb.row_keys).subspan(r0, nc), s.schedule(B), opt_.remasking,
+                             s.seed, BlockEnd::kWhenFull, mask);
     s.call_kinds.push_back(kind[i]);
     r0 += nc;
   }
@@ -179,6 +219,34 @@ std::vector<StepCommit> FastDllmCacheSampler::step(std::vector<CachedSequenceSta
 std::vector<CachedSequenceState> FastDllmCacheSampler::generate(const std::vector<std::vector<int32_t>>& prompts,
                                                                 const CachedStepObserver& observer) {
   return run_to_completion<CachedSequenceState>(*this, prompts, observer);
+}
+
+// ---------------------------------------------------------------------------------- slot contract
+
+void FastDllmCacheSampler::check_request(std::span<const int32_t> prompt, const SlotParams& p) const {
+  slots_.check_fits(prompt, p, "Fast-dLLM cache");
+  (void)init_state(prompt, p);  // every other check
+}
+
+void FastDllmCacheSampler::admit(int64_t slot, std::span<const int32_t> prompt, const SlotParams& p) {
+  FDLLM_CHECK_ARG(slot >= 0 && slot < n_slots() && !active(slot), "Fast-dLLM cache: slot {} is not a free slot", slot);
+  check_request(prompt, p);
+  slots_.states[static_cast<size_t>(slot)] = init_state(prompt, p);
+}
+
+std::vector<SlotStep> FastDllmCacheSampler::step() {
+  const std::vector<bool> was_active = slots_.active_mask();
+  std::vector<int64_t> base(slots_.states.size());
+  for (size_t j = 0; j < base.size(); ++j) base[j] = static_cast<int64_t>(j) * slots_.max_total;
+  std::vector<StepCommit> commits = step_at(slots_.states, base, slots_.size() * slots_.max_total);
+  return slot_steps_of(slots_.states, commits, was_active);
+}
+
+SlotOutput FastDllmCacheSampler::output(int64_t slot) const {
+  const CachedSequenceState& s = slots_.at(slot, "Fast-dLLM cache");
+  SlotOutput o = state_output(s);
+  o.call_kinds = s.call_kinds;
+  return o;
 }
 
 }  // namespace flashdllm

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "denoise/denoiser.h"
 #include "denoise/llada_sampler.h"
 #include "model/llada.h"
 
@@ -83,11 +84,19 @@ struct CachedSequenceState : SequenceState {
 /// taking `const SequenceState&` (LladaSampler's StepObserver) converts to it.
 using CachedStepObserver = std::function<void(size_t seq, const CachedSequenceState&, const StepCommit&)>;
 
-class FastDllmCacheSampler {
+/// Fast-dLLM's cached samplers. Driven by step(batch) over caller-owned states (tests, golden
+/// traces; sequence i owns the store rows after those of sequences 0..i−1), or by the slot contract
+/// of denoiser.h over its own pool (slot j owns the store rows [j·S, (j+1)·S), S =
+/// pool.max_total_length, so slots join and leave without moving anyone's cache). Per-request
+/// parameters live in each state.
+class FastDllmCacheSampler : public Denoiser {
  public:
   /// Validates the options (validate_fastdllm_cache_options). Workspaces and the per-layer K/V
   /// stores are allocated lazily for the largest batch seen.
   FastDllmCacheSampler(Backend& backend, const LladaModel& model, FastDllmCacheOptions options);
+  /// With a pool: K/V stores and workspaces for pool.n_slots slots of prompt + canvas <=
+  /// pool.max_total_length, allocated now (Error(kOutOfMemory) when they do not fit).
+  FastDllmCacheSampler(Backend& backend, const LladaModel& model, FastDllmCacheOptions options, const SlotPool& pool);
 
   const FastDllmCacheOptions& options() const noexcept { return opt_; }
 
@@ -95,6 +104,8 @@ class FastDllmCacheSampler {
   /// Error(kInvalidArgument) for an empty prompt, a prompt holding the mask id or ids outside the
   /// vocabulary, or prompt + gen_length beyond max_sequence_length.
   CachedSequenceState init_state(std::span<const int32_t> prompt) const;
+  /// As init_state(prompt) with the request's own parameters (validated against the model).
+  CachedSequenceState init_state(std::span<const int32_t> prompt, const SlotParams& params) const;
 
   /// One denoising step: one model call per active sequence, all in one forward. A sequence at
   /// step_in_block 0 makes an F call (cache refresh + first commit of the block); otherwise an S
@@ -109,8 +120,22 @@ class FastDllmCacheSampler {
   std::vector<CachedSequenceState> generate(const std::vector<std::vector<int32_t>>& prompts,
                                             const CachedStepObserver& observer = {});
 
+  // The slot contract (denoiser.h); needs the pool constructor.
+  int64_t n_slots() const noexcept override { return slots_.size(); }
+  void check_request(std::span<const int32_t> prompt, const SlotParams& p) const override;
+  void admit(int64_t slot, std::span<const int32_t> prompt, const SlotParams& p) override;
+  std::vector<SlotStep> step() override;
+  void release(int64_t slot) override { slots_.release(slot); }
+  bool active(int64_t slot) const noexcept override { return slots_.active(slot); }
+  std::span<const int32_t> canvas(int64_t slot) const override { return state_canvas(slots_.at(slot, "Fast-dLLM cache")); }
+  SlotOutput output(int64_t slot) const override;
+  int64_t model_passes() const noexcept override { return passes_; }
+
  private:
   void ensure_capacity(int64_t store_rows, int64_t tokens, int64_t logit_rows, int64_t tiles);
+  /// step(batch) with sequence i's store rows starting at base[i].
+  std::vector<StepCommit> step_at(std::vector<CachedSequenceState>& batch, const std::vector<int64_t>& base,
+                                  int64_t store_rows);
 
   Backend& backend_;
   const LladaModel& model_;
@@ -120,6 +145,8 @@ class FastDllmCacheSampler {
   uint64_t next_epoch_ = 1;
   ForwardWorkspace ws_;
   TokenSelection selection_;
+  BlockSlots<CachedSequenceState> slots_;  // the pool (the slot contract)
+  int64_t passes_ = 0;                 // forwards run by step()                  // store rows per slot = the pool's max prompt + canvas
 };
 
 }  // namespace flashdllm

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/check.h"
+#include "denoise/block_decoding.h"  // noise_key
 #include "denoise/flash_verify.h"
 
 namespace flashdllm {
@@ -21,26 +22,6 @@ void append_slice(const std::vector<int32_t>& v, int64_t a, int64_t b, std::vect
 }
 
 }  // namespace
-
-FlashCacheOptions flash_cache_preset(std::string_view task) {
-  FlashCacheOptions o;
-  o.gen_length = 512;
-  o.block_length = 16;
-  o.threshold = 0.9;
-  o.mask_num = 4;
-  if (task == "gsm8k" || task == "math" || task == "humaneval") {
-    o.track_num = 4;
-    o.gamma = task == "gsm8k" ? 0.8 : 0.85;
-  } else if (task == "mbpp") {
-    o.track_num = 3;
-    o.gamma = 0.8;
-  } else {
-    FDLLM_FAIL(ErrorCode::kInvalidArgument,
-               "flash-cache preset '{}' is unknown (presets of the paper's Table 3: gsm8k, math, humaneval, mbpp)",
-               task);
-  }
-  return o;
-}
 
 void validate_flash_cache_options(const FlashCacheOptions& o, const LladaConfig& cfg) {
   FDLLM_CHECK_ARG(o.gen_length > 0, "flash-cache: gen_length must be positive, got {}", o.gen_length);
@@ -71,7 +52,7 @@ void validate_flash_cache_options(const FlashCacheOptions& o, const LladaConfig&
                   o.block_length, o.max_candidates);
   FDLLM_CHECK_ARG(o.forced_acceptance >= 0, "flash-cache: verify forced_acceptance must be >= 0, got {}",
                   o.forced_acceptance);
-  FDLLM_CHECK_ARG(o.verify_rule == FlashVerifyRule::kProduct || o.verify_rule == FlashVerifyRule::kPaper,
+  FDLLM_CHECK_ARG(o.verify_rule == VerifyRule::kProduct || o.verify_rule == VerifyRule::kPaper,
                   "flash-cache: unknown verify_rule {}", static_cast<int>(o.verify_rule));
   FDLLM_CHECK_ARG(std::abs(o.track_num) <= (int64_t{1} << 24) && o.mask_num <= (int64_t{1} << 24) &&
                       o.block_length <= (int64_t{1} << 20),
@@ -113,26 +94,41 @@ int64_t flash_max_slots(const LladaConfig& cfg, DType act, int64_t max_length, s
 
 FlashSlot flash_init_slot(int64_t request, std::span<const int32_t> prompt, int64_t max_length,
                           const FlashCacheOptions& o, int32_t mask_id, int32_t eos_id) {
+  SlotParams p;
+  p.gen_length = o.gen_length;
+  FlashSlot s = flash_init_slot(request, prompt, max_length, o, p, mask_id, eos_id);
+  s.threshold.reset();  // follows the options
+  return s;
+}
+
+FlashSlot flash_init_slot(int64_t request, std::span<const int32_t> prompt, int64_t max_length,
+                          const FlashCacheOptions& o, const SlotParams& p, int32_t mask_id, int32_t eos_id) {
   const int64_t P = static_cast<int64_t>(prompt.size());
+  const int64_t G = p.gen_length;
   FDLLM_CHECK_ARG(P > 0, "flash-cache: request {} has an empty prompt", request);
-  FDLLM_CHECK_ARG(P + o.gen_length + o.block_length <= max_length,
+  FDLLM_CHECK_ARG(G > 0, "flash-cache: request {}: gen_length must be positive, got {}", request, G);
+  FDLLM_CHECK_ARG(P + G + o.block_length <= max_length,
                   "flash-cache: request {}: prompt {} + gen_length {} + block_length {} exceeds the slot length {}",
-                  request, P, o.gen_length, o.block_length, max_length);
+                  request, P, G, o.block_length, max_length);
   for (int64_t i = 0; i < P; ++i)
     FDLLM_CHECK_ARG(prompt[i] != mask_id, "flash-cache: request {}: prompt position {} holds the mask token id {}",
                     request, i, mask_id);
   FlashSlot s;
   s.request = request;
   s.prompt_len = P;
-  s.seqlen_k = flash_seqlen_k(P, o.gen_length, o.key_tile);
+  s.gen_length = G;
+  s.threshold = p.threshold;
+  s.temperature = p.temperature;
+  s.seed = p.seed;
+  s.seqlen_k = flash_seqlen_k(P, G, o.key_tile);
   FDLLM_CHECK_ARG(s.seqlen_k <= max_length,
                   "flash-cache: request {}: key length seqlen_k {} exceeds the slot length {} (use flash_max_length)",
                   request, s.seqlen_k, max_length);
   s.num_decoded = P;
-  s.stop = P + o.gen_length;
+  s.stop = P + G;
   s.x.assign(static_cast<size_t>(max_length), eos_id);
   std::copy(prompt.begin(), prompt.end(), s.x.begin());
-  std::fill(s.x.begin() + P, s.x.begin() + P + o.gen_length, mask_id);
+  std::fill(s.x.begin() + P, s.x.begin() + P + G, mask_id);
   s.full_pos.resize(static_cast<size_t>(max_length));
   std::iota(s.full_pos.begin(), s.full_pos.end(), 0);
   // First query set = full prefill of [0, seqlen_k): window [P, P + bm), tracked the rest.
@@ -209,7 +205,10 @@ ForwardBatch flash_plan(const std::vector<FlashSlot>& slots, int64_t store_strid
     fb.tiles.push_back({q, q + n, k0, k0 + static_cast<int32_t>(s.seqlen_k)});
     for (int32_t r = 0; r < n; ++r) {
       fb.logit_rows.push_back(q + r);
-      fb.row_keys.push_back(0);  // greedy: no noise
+      // Greedy (Flash-dLLM): no noise. Sampling: a key per (seed, iteration, position), as the LLaDA sampler.
+      fb.row_keys.push_back(s.temperature > 0.0 ? static_cast<int32_t>(noise_key(s.seed, s.iterations,
+                                                                                  s.window[static_cast<size_t>(r)]))
+                                                : 0);
     }
     q += n;
     ++n_windows;
@@ -277,7 +276,8 @@ FlashDecision flash_decide(const FlashSlot& s, std::span<const double> conf, std
     k = o.tokens_per_step;
   } else {
     k = 0;
-    for (size_t r = 0; r < w; ++r) k += d.eligible[r] && d.confidence[r] >= o.threshold;
+    const double threshold = s.threshold.value_or(o.threshold);
+    for (size_t r = 0; r < w; ++r) k += d.eligible[r] && d.confidence[r] >= threshold;
   }
   d.count = std::clamp<int64_t>(k, 1, n_eligible);
   return d;
@@ -346,44 +346,432 @@ void flash_rerank(FlashSlot& s, std::span<const float> scores, const FlashCacheO
   flash_prepare_queries(s, o);
 }
 
-// ---------------------------------------------------------------------------------- run
+// ---------------------------------------------------------------------------------- the pool
 
 FlashCacheDenoiser::FlashCacheDenoiser(Backend& backend, const LladaModel& model, FlashCacheOptions options)
     : backend_(backend), model_(model), opt_(std::move(options)) {
   validate_flash_cache_options(opt_, model_.config);
 }
 
-void FlashCacheDenoiser::ensure_verify_workspace(int64_t tokens, int64_t logit_rows, int64_t tiles, int64_t keys) {
-  logit_rows = std::max<int64_t>(logit_rows, 1);
-  keys = std::max<int64_t>(keys, 1);
-  if (vws_.max_tokens >= tokens && vws_.max_logit_rows >= logit_rows && vws_.max_tiles >= tiles &&
-      vws_.max_verify_keys >= keys)
-    return;
-  vws_ = make_forward_workspace(backend_, model_.config, std::max(tokens, vws_.max_tokens),
-                                std::max(logit_rows, vws_.max_logit_rows), std::max(tiles, vws_.max_tiles),
-                                std::max(keys, vws_.max_verify_keys));
-  // Selection outputs of the mask rows and the gather of two logits per row (p(draft)).
-  const int64_t R = vws_.max_logit_rows;
-  auto pad = [](size_t b) { return (b + 255) / 256 * 256; };
-  const size_t b_x0 = pad(static_cast<size_t>(R) * 4), b_conf = pad(static_cast<size_t>(R) * 8);
-  const size_t b_idx = pad(static_cast<size_t>(2 * R) * 4), b_val = static_cast<size_t>(2 * R) * 4;
-  vsel_buf_ = backend_.alloc(b_x0 + b_conf + b_idx + b_val, "flash-verify selection outputs");
-  char* base = static_cast<char*>(vsel_buf_.data());
-  vx0_ = Tensor(base, DType::kI32, backend_.device(), {R});
-  vconf_ = Tensor(base + b_x0, DType::kF64, backend_.device(), {R});
-  vidx_ = Tensor(base + b_x0 + b_conf, DType::kI32, backend_.device(), {2 * R});
-  vval_ = Tensor(base + b_x0 + b_conf + b_idx, DType::kF32, backend_.device(), {2 * R, 1});
+FlashCacheDenoiser::FlashCacheDenoiser(Backend& backend, const LladaModel& model, FlashCacheOptions options,
+                                       const SlotPool& pool)
+    : FlashCacheDenoiser(backend, model, std::move(options)) {
+  allocate_pool(pool);
 }
 
-void FlashCacheDenoiser::ensure_workspace(int64_t tokens, int64_t logit_rows, int64_t tiles) {
-  if (ws_.max_tokens >= tokens && ws_.max_logit_rows >= logit_rows && ws_.max_tiles >= tiles) return;
-  ws_ = make_forward_workspace(backend_, model_.config, std::max(tokens, ws_.max_tokens),
-                               std::max(logit_rows, ws_.max_logit_rows), std::max(tiles, ws_.max_tiles));
+void FlashCacheDenoiser::allocate_pool(const SlotPool& pool) {
+  const LladaConfig& c = model_.config;
+  const int64_t n = pool.n_slots, T = pool.max_total_length, bm = opt_.block_length, kt = opt_.key_tile;
+  FDLLM_CHECK_ARG(n >= 1 && T >= 2, "flash-cache: a pool needs >= 1 slot and room for a prompt and a canvas, got {} "
+                  "slots x {} positions", n, T);
+  // L_max and the store stride for prompt + gen_length = T (flash_max_length / flash_slot_length).
+  const int64_t L = (T + bm) / kt * kt + kt;
+  FDLLM_CHECK_ARG(L <= model_.rope.table.cos.rows(),
+                  "flash-cache: slot length L_max = {} (prompt + gen_length {} + block_length {}, rounded up to the "
+                  "{}-key tile) exceeds the model's RoPE table of {} positions",
+                  L, T, bm, kt, model_.rope.table.cos.rows());
+  // Host slot rows have L_max entries with reference_quirks (they shape the windows near the end);
+  // the K/V store needs only the rows a slot can query. With reference_quirks the released code's
+  // decoded EOS padding moves windows past that, so the store keeps L_max rows.
+  const int64_t Ls = opt_.reference_quirks ? L : std::max(T / kt * kt + kt, T + bm);
+  FDLLM_CHECK_ARG(n * Ls < (int64_t{1} << 31), "flash-cache: {} slots × {} store rows exceed 2^31 store rows", n, Ls);
+
+  // Flat K/V cache: per layer [n_slots·Ls, n_heads·head_dim]; refuse what cannot fit.
+  const size_t kv_bytes = flash_kv_cache_bytes(c, backend_.activation_dtype(), n, Ls);
+  const size_t free_bytes = backend_.free_memory();
+  if (kv_bytes > free_bytes) {
+    const int64_t fit = flash_max_slots(c, backend_.activation_dtype(), Ls, free_bytes);
+    FDLLM_FAIL(ErrorCode::kOutOfMemory,
+               "flash-cache: the K/V cache for {} slots × {} rows needs {:.2f} GiB but only {:.2f} GiB are free on {}; "
+               "at most {} slot(s) fit (pass fewer slots or a shorter gen_length)",
+               n, Ls, static_cast<double>(kv_bytes) / (1 << 30), static_cast<double>(free_bytes) / (1 << 30),
+               backend_.name(), fit);
+  }
+  kv_ = KvStore{};
+  kv_ = make_kv_store(backend_, c, n * Ls, /*shared_across_layers=*/false);
+  score_buf_ = backend_.alloc(static_cast<size_t>(n * Ls) * sizeof(float), "flash-cache importance");
+  scores_dev_ = Tensor(score_buf_.data(), DType::kF32, backend_.device(), {n * Ls});
+  backend_.fill_zero(scores_dev_);
+  store_scores_.assign(static_cast<size_t>(n * Ls), 0.f);
+  scores_.assign(static_cast<size_t>(n * L), 0.f);
+  L_ = L;
+  Ls_ = Ls;
+  pool_total_ = T;
+  slots_.assign(static_cast<size_t>(n), FlashSlot{});
+  done_.assign(static_cast<size_t>(n), FlashSlot{});
+  results_.assign(static_cast<size_t>(n), FlashRequestResult{});
+  stats_ = FlashRunStats{};
+  stats_.n_slots = n;
+  stats_.max_length = L;
+  stats_.store_stride = Ls;
+  stats_.kv_bytes = kv_bytes;
+
+  // Workspaces for the largest iteration the pool can make: a slot queries at most Ls + bm rows
+  // (its prefill, or a full-recompute window and tracked set); forward calls are cut at
+  // max_forward_rows unless one slot alone exceeds it (flash_forward_groups).
+  const int64_t slot_rows = Ls + bm;
+  int64_t tokens = n * slot_rows;
+  if (opt_.max_forward_rows > 0) tokens = std::min(tokens, std::max(opt_.max_forward_rows, slot_rows));
+  const int64_t tile_rows = opt_.query_tile_rows > 0 ? opt_.query_tile_rows : bm;
+  const int64_t tiles = n * (1 + (slot_rows + tile_rows - 1) / tile_rows);
+  ws_ = ForwardWorkspace{};
+  ws_ = make_forward_workspace(backend_, c, tokens, n * bm, tiles);
   const int64_t R = ws_.max_logit_rows;
   const size_t bytes_x0 = static_cast<size_t>(R) * 4, pad = (bytes_x0 + 255) / 256 * 256;
   sel_buf_ = backend_.alloc(pad + static_cast<size_t>(R) * 8, "flash-cache token selection outputs");
   x0_ = Tensor(sel_buf_.data(), DType::kI32, backend_.device(), {R});
   conf_ = Tensor(static_cast<char*>(sel_buf_.data()) + pad, DType::kF64, backend_.device(), {R});
+  if (!opt_.verify) return;
+  // Verify pass: a tile of 2·bm rows per slot, at most the cap's mask rows, keys < seqlen_k <= Ls.
+  vws_ = ForwardWorkspace{};
+  vws_ = make_forward_workspace(backend_, c, n * 2 * bm, std::max<int64_t>(1, n * flash_verify_cap(opt_)), n, n * Ls);
+  const int64_t VR = vws_.max_logit_rows;
+  auto pad256 = [](size_t b) { return (b + 255) / 256 * 256; };
+  const size_t b_x0 = pad256(static_cast<size_t>(VR) * 4), b_conf = pad256(static_cast<size_t>(VR) * 8);
+  const size_t b_idx = pad256(static_cast<size_t>(2 * VR) * 4), b_val = static_cast<size_t>(2 * VR) * 4;
+  vsel_buf_ = backend_.alloc(b_x0 + b_conf + b_idx + b_val, "flash-verify selection outputs");
+  char* base = static_cast<char*>(vsel_buf_.data());
+  vx0_ = Tensor(base, DType::kI32, backend_.device(), {VR});
+  vconf_ = Tensor(base + b_x0, DType::kF64, backend_.device(), {VR});
+  vidx_ = Tensor(base + b_x0 + b_conf, DType::kI32, backend_.device(), {2 * VR});
+  vval_ = Tensor(base + b_x0 + b_conf + b_idx, DType::kF32, backend_.device(), {2 * VR, 1});
+}
+
+// ---------------------------------------------------------------------------------- slot contract
+
+void FlashCacheDenoiser::check_request(std::span<const int32_t> prompt, const SlotParams& p) const {
+  const LladaConfig& c = model_.config;
+  FDLLM_CHECK_ARG(!slots_.empty(), "flash-cache: no slot pool (construct the denoiser with a SlotPool)");
+  check_prompt_ids(prompt, c);
+  const int64_t P = static_cast<int64_t>(prompt.size());
+  FDLLM_CHECK_ARG(p.gen_length >= 1, "flash-cache: gen_length must be positive, got {}", p.gen_length);
+  FDLLM_CHECK_ARG(P + p.gen_length <= c.max_sequence_length,
+                  "prompt of {} tokens + gen_length {} = {} exceeds the model's max_sequence_length {}", P,
+                  p.gen_length, P + p.gen_length, c.max_sequence_length);
+  FDLLM_CHECK_ARG(P + p.gen_length <= pool_total_,
+                  "prompt of {} tokens + gen_length {} = {} exceeds the {} positions a slot of this engine holds "
+                  "(max_model_len)", P, p.gen_length, P + p.gen_length, pool_total_);
+  if (p.threshold)
+    FDLLM_CHECK_ARG(std::isfinite(*p.threshold) && *p.threshold > 0.0 && *p.threshold <= 1.0,
+                    "flash-cache: threshold must be in (0, 1], got {}", *p.threshold);
+  FDLLM_CHECK_ARG(std::isfinite(p.temperature) && p.temperature >= 0.0, "flash-cache: temperature must be >= 0, got {}",
+                  p.temperature);
+}
+
+void FlashCacheDenoiser::admit(int64_t slot, std::span<const int32_t> prompt, const SlotParams& p) {
+  FDLLM_CHECK_ARG(slot >= 0 && slot < n_slots() && !active(slot), "flash-cache: slot {} is not a free slot", slot);
+  check_request(prompt, p);
+  const LladaConfig& c = model_.config;
+  const auto P = static_cast<int64_t>(prompt.size());
+  // Batch invariance: the host row of a request is its own L_max unless the released layout is asked for.
+  const int64_t L = opt_.reference_quirks ? L_ : flash_max_length(P, p.gen_length, opt_.block_length, opt_.key_tile);
+  const auto j = static_cast<size_t>(slot);
+  const int64_t request = stats_.admitted++;
+  slots_[j] = flash_init_slot(request, prompt, L, opt_, p, c.mask_token_id, c.eos_token_id);
+  FlashRequestResult& rr = results_[j];
+  rr = FlashRequestResult{};
+  rr.request = request;
+  rr.slot = slot;
+  rr.prompt_len = P;
+  rr.seqlen_k = slots_[j].seqlen_k;
+}
+
+void FlashCacheDenoiser::release(int64_t slot) {
+  if (slot < 0 || slot >= n_slots()) return;
+  const auto j = static_cast<size_t>(slot);
+  slots_[j] = FlashSlot{};
+  done_[j] = FlashSlot{};
+  results_[j] = FlashRequestResult{};
+}
+
+bool FlashCacheDenoiser::active(int64_t slot) const noexcept {
+  if (slot < 0 || slot >= n_slots()) return false;
+  const auto j = static_cast<size_t>(slot);
+  return slots_[j].active() || done_[j].active();
+}
+
+const FlashSlot& FlashCacheDenoiser::slot_state(int64_t slot) const {
+  FDLLM_CHECK_ARG(slot >= 0 && slot < n_slots(), "flash-cache: no slot {}", slot);
+  const auto j = static_cast<size_t>(slot);
+  return done_[j].active() ? done_[j] : slots_[j];
+}
+
+std::span<const int32_t> FlashCacheDenoiser::canvas(int64_t slot) const {
+  const FlashSlot& s = slot_state(slot);
+  if (!s.active()) return {};
+  return std::span<const int32_t>(s.x).subspan(static_cast<size_t>(s.prompt_len), static_cast<size_t>(s.gen_length));
+}
+
+const FlashRequestResult& FlashCacheDenoiser::result(int64_t slot) const {
+  FDLLM_CHECK_ARG(slot >= 0 && slot < n_slots() && done_[static_cast<size_t>(slot)].active(),
+                  "flash-cache: slot {} holds no finished request", slot);
+  return results_[static_cast<size_t>(slot)];
+}
+
+SlotOutput FlashCacheDenoiser::output(int64_t slot) const {
+  const FlashSlot& s = slot_state(slot);
+  SlotOutput o;
+  if (!s.active()) return o;
+  const FlashRequestResult& rr = results_[static_cast<size_t>(slot)];
+  if (done_[static_cast<size_t>(slot)].active()) {
+    o.canvas = rr.output_ids;
+    o.nfe = rr.nfe;
+    o.committed = rr.num_tokens;
+    o.committed_reference = rr.num_tokens_reference;
+    o.forward_passes = rr.forward_passes;
+    o.verify_candidates = rr.candidates;
+    o.verify_accepted = rr.accepted;
+    return o;
+  }
+  const auto c = canvas(slot);  // a running request: its canvas so far
+  o.canvas.assign(c.begin(), c.end());
+  o.nfe = s.iterations;
+  o.committed = s.num_decoded - s.prompt_len;
+  o.committed_reference = o.committed;
+  o.forward_passes = s.iterations + s.verify_passes;
+  o.verify_candidates = s.candidates;
+  o.verify_accepted = s.accepted;
+  return o;
+}
+
+void FlashCacheDenoiser::finish_slot(size_t j) {
+  // Finished (§D.9): the final record; the slot stops taking part in iterations until release().
+  FlashSlot& s = slots_[j];
+  FlashRequestResult& rr = results_[j];
+  const auto P = static_cast<size_t>(s.prompt_len);
+  const size_t end = opt_.reference_quirks ? static_cast<size_t>(s.num_decoded) : static_cast<size_t>(s.stop);
+  rr.output_ids.assign(s.x.begin() + static_cast<std::ptrdiff_t>(P), s.x.begin() + static_cast<std::ptrdiff_t>(end));
+  rr.canvas.assign(s.x.begin() + static_cast<std::ptrdiff_t>(P), s.x.begin() + static_cast<std::ptrdiff_t>(s.seqlen_k));
+  rr.nfe = s.iterations;
+  rr.forward_passes = s.iterations + s.verify_passes;
+  rr.candidates = s.candidates;
+  rr.accepted = s.accepted;
+  rr.num_tokens = s.stop - s.prompt_len;
+  rr.num_tokens_reference = s.num_decoded - s.prompt_len;
+  rr.stop_rel = s.stop - s.prompt_len;
+  rr.eos_rel = s.eos_pos >= 0 ? s.eos_pos - s.prompt_len : -1;
+  stats_.nfe += rr.nfe;
+  stats_.num_tokens += rr.num_tokens;
+  stats_.num_tokens_reference += rr.num_tokens_reference;
+  stats_.max_num_tokens += s.gen_length;
+  stats_.candidates += rr.candidates;
+  stats_.accepted += rr.accepted;
+  done_[j] = std::move(s);
+  s = FlashSlot{};
+}
+
+std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer) {
+  const LladaConfig& c = model_.config;
+  const int64_t n = n_slots(), L = L_, Ls = Ls_;
+  std::vector<SlotStep> out;
+  if (std::none_of(slots_.begin(), slots_.end(), [](const FlashSlot& s) { return s.active(); })) return out;
+
+  // The main pass: one forward call per slot group (several only when the rows exceed
+  // max_forward_rows, i.e. admission prefills); window predictions come back in slot order, one
+  // select call per run of slots with equal sampling parameters.
+  std::vector<int32_t> x0;
+  std::vector<double> conf;
+  int64_t T = 0;
+  for (const auto& [first, last] : flash_forward_groups(slots_, opt_.max_forward_rows)) {
+    ForwardBatch fb = flash_plan(slots_, Ls, opt_, c.n_heads, first, last);
+    fb.importance.scores = scores_dev_;
+    const int64_t Tg = fb.n_tokens(), R = static_cast<int64_t>(fb.logit_rows.size());
+    FDLLM_ASSERT_MSG(Tg <= ws_.max_tokens && R <= ws_.max_logit_rows &&
+                         static_cast<int64_t>(fb.tiles.size()) <= ws_.max_tiles,
+                     "flash-cache: an iteration of {} rows / {} logit rows / {} tiles exceeds the pool's workspace", Tg,
+                     R, fb.tiles.size());
+    Tensor logits = llada_forward(backend_, model_, fb, kv_, ws_);
+    ++passes_;
+    std::vector<SelectSegment> segments;
+    int64_t row = 0;
+    for (size_t j = first; j < last; ++j) {
+      const FlashSlot& s = slots_[j];
+      if (!s.active()) continue;
+      SelectParams sp;  // argmax (or Gumbel-max at the slot's temperature), float64 confidence (§D.7)
+      sp.confidence_f64 = true;
+      sp.temperature = s.temperature;
+      sp.seed = s.seed;
+      sp.exclude_token = c.mask_token_id;  // a committed position never holds [MASK]
+      const auto w = static_cast<int64_t>(s.window.size());
+      append_select_segment(segments, row, row + w, sp);
+      row += w;
+    }
+    for (const SelectSegment& g : segments)
+      backend_.select_tokens(logits.slice_rows(g.begin, g.end), ws_.row_keys.slice_rows(g.begin, g.end), g.params,
+                             x0_.slice_rows(g.begin, g.end), conf_.slice_rows(g.begin, g.end));
+    x0.resize(x0.size() + static_cast<size_t>(R));
+    conf.resize(conf.size() + static_cast<size_t>(R));
+    backend_.copy_to_host(x0.data() + x0.size() - R, x0_.slice_rows(0, R));
+    backend_.copy_to_host(conf.data() + conf.size() - R, conf_.slice_rows(0, R));
+    T += Tg;
+  }
+  check_selection(x0, conf, c.mask_token_id, "flash-cache");
+  backend_.copy_to_host(store_scores_.data(), scores_dev_);
+  for (int64_t j = 0; j < n; ++j) std::copy_n(store_scores_.begin() + j * Ls, Ls, scores_.begin() + j * L);
+  backend_.fill_zero(scores_dev_);
+  const int64_t forward = stats_.forwards++;
+  stats_.query_rows += T;
+  auto slot_scores = [&](size_t j) {
+    return std::span<const float>(scores_.data() + j * static_cast<size_t>(L), slots_[j].full_pos.size());
+  };
+
+  // Phase 1 (every mode): the main-pass decision of every active slot, committed.
+  struct Phase {
+    bool active = false, work = false;
+    int64_t k1 = 0;
+    FlashDecision decision;
+    std::vector<int32_t> committed;  // this iteration's commits (slot-relative)
+    std::vector<int32_t> verified;   // the verified subset
+  };
+  std::vector<Phase> phases(slots_.size());
+  std::vector<FlashVerifyTile> tiles;
+  size_t r0 = 0;
+  for (size_t j = 0; j < slots_.size(); ++j) {
+    FlashSlot& s = slots_[j];
+    if (!s.active()) continue;
+    const size_t w = s.window.size();
+    Phase& st = phases[j];
+    st.active = true;
+    st.decision = flash_decide(s, std::span<const double>(conf.data() + r0, w),
+                               std::span<const int32_t>(x0.data() + r0, w), opt_);
+    FlashDecision& d = st.decision;
+    r0 += w;  // only the window's own rows, also when it is shorter than block_length
+    if (observer) {
+      FlashStep step;
+      step.forward = forward;
+      step.slot = static_cast<int64_t>(j);
+      step.state = &s;
+      step.decision = &d;
+      step.importance = slot_scores(j);
+      observer(step);
+      if (!step.forced_positions.empty() || !step.forced_tokens.empty())
+        flash_force(d, step.forced_positions, step.forced_tokens);
+    }
+    for (int64_t i = 0; i < d.count; ++i)
+      st.committed.push_back(d.window[static_cast<size_t>(d.order[static_cast<size_t>(i)])]);
+    const int64_t n_valid = opt_.verify ? flash_verify_valid_count(s, d, opt_) : 0;
+    st.k1 = d.count;
+    st.work = flash_commit(s, d, c.eos_token_id);
+    if (!opt_.verify) continue;
+    FlashVerifyTile tile = flash_verify_plan_slot(s, static_cast<int64_t>(j), d, n_valid, opt_);
+    // Released code: a tile for every active slot; default: only where candidates can be accepted.
+    if (opt_.reference_quirks || (!tile.candidates.empty() && st.work)) tiles.push_back(std::move(tile));
+  }
+
+  // Phase 2 (verify): one verify pass over every tile, acceptance, commit.
+  if (!tiles.empty()) {
+    VerifyBatch vb = flash_verify_batch(slots_, tiles, Ls);
+    const int64_t VT = vb.n_tokens(), VR = static_cast<int64_t>(vb.logit_rows.size());
+    FDLLM_ASSERT_MSG(VT <= vws_.max_tokens && VR <= vws_.max_logit_rows &&
+                         static_cast<int64_t>(vb.tiles.size()) <= vws_.max_tiles &&
+                         static_cast<int64_t>(vb.key_rows.size()) <= vws_.max_verify_keys,
+                     "flash-verify: a verify pass of {} rows / {} keys exceeds the pool's workspace", VT,
+                     vb.key_rows.size());
+    Tensor vlogits = llada_verify_forward(backend_, model_, vb, kv_, vws_);
+    ++passes_;
+    stats_.verify_forwards += 1;
+    stats_.verify_query_rows += VT;
+    // Mask-view argmax / max probability (select_tokens), then p(draft) = p_max · exp(ℓ_draft − ℓ_argmax)
+    // from the two gathered logits (the same float64 softmax, without copying whole logit rows).
+    std::vector<int32_t> vx0(static_cast<size_t>(VR));
+    std::vector<double> vconf(static_cast<size_t>(VR));
+    std::vector<float> vval(static_cast<size_t>(2 * VR));
+    std::vector<int32_t> drafts;
+    for (const FlashVerifyTile& v : tiles) drafts.insert(drafts.end(), v.drafts.begin(), v.drafts.end());
+    if (VR > 0) {
+      SelectParams sp;
+      sp.confidence_f64 = true;
+      Tensor x0_dev = vx0_.slice_rows(0, VR), conf_dev = vconf_.slice_rows(0, VR);
+      backend_.select_tokens(vlogits, vws_.row_keys.slice_rows(0, VR), sp, x0_dev, conf_dev);
+      backend_.copy_to_host(vx0.data(), x0_dev);
+      backend_.copy_to_host(vconf.data(), conf_dev);
+      check_selection({}, vconf, c.mask_token_id, "flash-verify");
+      const int64_t V = vlogits.row_size();
+      FDLLM_CHECK_ARG(VR * V < (int64_t{1} << 31), "flash-verify: {} mask rows × vocabulary {} exceed 2^31 logits",
+                      VR, V);
+      std::vector<int32_t> idx(static_cast<size_t>(2 * VR));
+      for (int64_t r = 0; r < VR; ++r) {
+        idx[static_cast<size_t>(r)] = static_cast<int32_t>(r * V + drafts[static_cast<size_t>(r)]);
+        idx[static_cast<size_t>(VR + r)] = static_cast<int32_t>(r * V + vx0[static_cast<size_t>(r)]);
+      }
+      Tensor idx_dev = vidx_.slice_rows(0, 2 * VR), val_dev = vval_.slice_rows(0, 2 * VR);
+      backend_.copy_from_host(idx_dev, idx.data());
+      backend_.gather_rows(vlogits.reshape({VR * V, 1}), idx_dev, val_dev);
+      backend_.copy_to_host(vval.data(), val_dev);
+    }
+    size_t m0 = 0;
+    for (const FlashVerifyTile& v : tiles) {
+      const auto j = static_cast<size_t>(v.slot);
+      FlashSlot& s = slots_[j];
+      Phase& st = phases[j];
+      const size_t S = v.candidates.size();
+      FlashVerification ver;
+      ver.tile = &v;
+      for (size_t i = 0; i < S; ++i) {
+        const size_t r = m0 + i;
+        ver.argmax.push_back(vx0[r]);
+        ver.p_max.push_back(vconf[r]);
+        ver.p_draft.push_back(v.drafts[i] == vx0[r] ? vconf[r]
+                                                    : vconf[r] * std::exp(static_cast<double>(vval[r]) -
+                                                                          static_cast<double>(vval[static_cast<size_t>(VR) + r])));
+      }
+      m0 += S;
+      ver.blocked = flash_verify_blocked(s, v, opt_);
+      ver.count = flash_verify_accept(ver.p_draft, ver.p_max, ver.argmax, v.drafts, ver.blocked, opt_.verify_rule,
+                                      opt_.gamma, opt_.forced_acceptance);
+      std::vector<int32_t> accepted(v.candidates.begin(), v.candidates.begin() + ver.count);
+      std::vector<int32_t> tokens(v.drafts.begin(), v.drafts.begin() + ver.count);
+      if (observer) {
+        FlashStep step;
+        step.forward = forward;
+        step.slot = static_cast<int64_t>(j);
+        step.phase = 2;
+        step.state = &s;
+        step.decision = &st.decision;
+        step.verification = &ver;
+        step.importance = slot_scores(j);
+        observer(step);
+        if (step.override_acceptance || !step.forced_positions.empty()) {
+          accepted = step.forced_positions;
+          tokens = step.forced_tokens;
+        }
+      }
+      s.verify_passes += 1;
+      s.candidates += static_cast<int64_t>(S);
+      st.work = flash_verify_commit(s, v, accepted, tokens, st.k1, c.eos_token_id, !opt_.reference_quirks);
+      st.verified = accepted;
+      st.committed.insert(st.committed.end(), accepted.begin(), accepted.end());
+    }
+  }
+
+  // Continue (re-rank, next queries) or finish.
+  for (size_t j = 0; j < slots_.size(); ++j) {
+    FlashSlot& s = slots_[j];
+    Phase& st = phases[j];
+    if (!st.active) continue;
+    FlashRequestResult& rr = results_[j];
+    const auto rel = [&](std::vector<int32_t> v) {
+      for (int32_t& t : v) t -= static_cast<int32_t>(s.prompt_len);
+      std::sort(v.begin(), v.end());
+      return v;
+    };
+    SlotStep ev;
+    ev.slot = static_cast<int64_t>(j);
+    ev.positions = rel(st.committed);
+    for (int32_t t : ev.positions) ev.tokens.push_back(s.x[static_cast<size_t>(t + s.prompt_len)]);
+    rr.iterations.push_back(ev.positions);
+    if (opt_.verify) {
+      ev.verified = rel(st.verified);
+      rr.verified.push_back(ev.verified);
+    }
+    ev.finished = !st.work;
+    if (st.work)
+      flash_rerank(s, slot_scores(j), opt_);
+    else
+      finish_slot(j);
+    out.push_back(std::move(ev));
+  }
+  return out;
 }
 
 FlashCacheResult FlashCacheDenoiser::generate(const std::vector<std::vector<int32_t>>& prompts,
@@ -403,252 +791,31 @@ FlashCacheResult FlashCacheDenoiser::generate(const std::vector<std::vector<int3
                     i, prompts[i].size(), opt_.gen_length, static_cast<int64_t>(prompts[i].size()) + opt_.gen_length,
                     c.max_sequence_length);
   }
-  const int64_t L = flash_max_length(max_p, opt_.gen_length, opt_.block_length, opt_.key_tile);
-  FDLLM_CHECK_ARG(L <= model_.rope.table.cos.rows(),
-                  "flash-cache: slot length L_max = {} (longest prompt {} + gen_length {} + block_length {}, rounded "
-                  "up to the {}-key tile) exceeds the model's RoPE table of {} positions",
-                  L, max_p, opt_.gen_length, opt_.block_length, opt_.key_tile, model_.rope.table.cos.rows());
-  const int64_t n_slots = std::min<int64_t>(opt_.n_slots, static_cast<int64_t>(prompts.size()));
-  // Host slot rows have L_max entries (they shape the windows near the end); the K/V store needs
-  // only the rows a slot can query (flash_slot_length), Ls per slot. With reference_quirks the
-  // released code's decoded EOS padding moves windows past that, so the store keeps L_max rows.
-  const int64_t Ls = opt_.reference_quirks ? L : flash_slot_length(max_p, opt_.gen_length, opt_.block_length, opt_.key_tile);
-  FDLLM_CHECK_ARG(n_slots * Ls < (int64_t{1} << 31), "flash-cache: {} slots × {} store rows exceed 2^31 store rows",
-                  n_slots, Ls);
+  SlotPool pool;
+  pool.n_slots = std::min<int64_t>(opt_.n_slots, static_cast<int64_t>(prompts.size()));
+  pool.max_total_length = max_p + opt_.gen_length;
+  allocate_pool(pool);
 
-  // Flat K/V cache: per layer [n_slots·Ls, n_heads·head_dim]; refuse what cannot fit.
-  const size_t kv_bytes = flash_kv_cache_bytes(c, backend_.activation_dtype(), n_slots, Ls);
-  const size_t free_bytes = backend_.free_memory();
-  if (kv_bytes > free_bytes) {
-    const int64_t fit = flash_max_slots(c, backend_.activation_dtype(), Ls, free_bytes);
-    FDLLM_FAIL(ErrorCode::kOutOfMemory,
-               "flash-cache: the K/V cache for {} slots × {} rows needs {:.2f} GiB but only {:.2f} GiB are free on {}; "
-               "at most {} slot(s) fit (pass fewer slots or a shorter gen_length)",
-               n_slots, Ls, static_cast<double>(kv_bytes) / (1 << 30), static_cast<double>(free_bytes) / (1 << 30),
-               backend_.name(), fit);
-  }
-  KvStore kv = make_kv_store(backend_, c, n_slots * Ls, /*shared_across_layers=*/false);
-  Buffer score_buf = backend_.alloc(static_cast<size_t>(n_slots * Ls) * sizeof(float), "flash-cache importance");
-  Tensor scores_dev(score_buf.data(), DType::kF32, backend_.device(), {n_slots * Ls});
-  backend_.fill_zero(scores_dev);
-  std::vector<float> store_scores(static_cast<size_t>(n_slots * Ls));
-  std::vector<float> scores(static_cast<size_t>(n_slots * L), 0.f);  // per slot [0, L_max); past Ls always 0
-
+  SlotParams params;  // the options' request: gen_length, threshold (unset: follows the options), greedy
+  params.gen_length = opt_.gen_length;
   FlashCacheResult res;
   res.requests.resize(prompts.size());
-  res.stats.n_slots = n_slots;
-  res.stats.max_length = L;
-  res.stats.store_stride = Ls;
-  res.stats.kv_bytes = kv_bytes;
-  std::vector<FlashSlot> slots(static_cast<size_t>(n_slots));
   size_t next = 0;
-  auto admit = [&](size_t j) {
-    const size_t r = next++;
-    slots[j] = flash_init_slot(static_cast<int64_t>(r), prompts[r], L, opt_, c.mask_token_id, c.eos_token_id);
-    FlashRequestResult& rr = res.requests[r];
-    rr.request = static_cast<int64_t>(r);
-    rr.slot = static_cast<int64_t>(j);
-    rr.prompt_len = slots[j].prompt_len;
-    rr.seqlen_k = slots[j].seqlen_k;
+  auto fill = [&] {
+    for (int64_t j = 0; j < n_slots() && next < prompts.size(); ++j)
+      if (!active(j)) admit(j, prompts[next++], params);
   };
-  for (size_t j = 0; j < slots.size(); ++j) admit(j);
-
-  SelectParams sp;  // greedy argmax, float64 confidence (reference §D.7)
-  sp.confidence_f64 = true;
-  while (std::any_of(slots.begin(), slots.end(), [](const FlashSlot& s) { return s.active(); })) {
-    // The main pass: one forward call per slot group (several only when the rows exceed
-    // max_forward_rows, i.e. admission prefills); window predictions come back in slot order.
-    std::vector<int32_t> x0;
-    std::vector<double> conf;
-    int64_t T = 0;
-    for (const auto& [first, last] : flash_forward_groups(slots, opt_.max_forward_rows)) {
-      ForwardBatch fb = flash_plan(slots, Ls, opt_, c.n_heads, first, last);
-      fb.importance.scores = scores_dev;
-      const int64_t Tg = fb.n_tokens(), R = static_cast<int64_t>(fb.logit_rows.size());
-      ensure_workspace(Tg, R, static_cast<int64_t>(fb.tiles.size()));
-      Tensor logits = llada_forward(backend_, model_, fb, kv, ws_);
-      Tensor x0_dev = x0_.slice_rows(0, R), conf_dev = conf_.slice_rows(0, R);
-      backend_.select_tokens(logits, ws_.row_keys.slice_rows(0, R), sp, x0_dev, conf_dev);
-      x0.resize(x0.size() + static_cast<size_t>(R));
-      conf.resize(conf.size() + static_cast<size_t>(R));
-      backend_.copy_to_host(x0.data() + x0.size() - R, x0_dev);
-      backend_.copy_to_host(conf.data() + conf.size() - R, conf_dev);
-      T += Tg;
+  fill();
+  while (std::any_of(slots_.begin(), slots_.end(), [](const FlashSlot& s) { return s.active(); })) {
+    for (const SlotStep& ev : step(observer)) {
+      if (!ev.finished) continue;
+      const FlashRequestResult& rr = result(ev.slot);
+      res.requests[static_cast<size_t>(rr.request)] = rr;
+      release(ev.slot);
     }
-    backend_.copy_to_host(store_scores.data(), scores_dev);
-    for (int64_t j = 0; j < n_slots; ++j)
-      std::copy_n(store_scores.begin() + j * Ls, Ls, scores.begin() + j * L);
-    backend_.fill_zero(scores_dev);
-    const int64_t forward = res.stats.forwards++;
-    res.stats.query_rows += T;
-
-    // Phase 1 (every mode): the main-pass decision of every active slot, committed.
-    struct SlotStep {
-      bool active = false, work = false;
-      int64_t k1 = 0;
-      FlashDecision decision;
-      std::vector<int32_t> committed;  // this iteration's commits (slot-relative)
-      std::vector<int32_t> verified;   // the verified subset
-    };
-    std::vector<SlotStep> steps(slots.size());
-    std::vector<FlashVerifyTile> tiles;
-    size_t r0 = 0;
-    for (size_t j = 0; j < slots.size(); ++j) {
-      FlashSlot& s = slots[j];
-      if (!s.active()) continue;
-      const size_t w = s.window.size();
-      std::span<const float> slot_scores(scores.data() + j * static_cast<size_t>(L), static_cast<size_t>(L));
-      SlotStep& st = steps[j];
-      st.active = true;
-      st.decision = flash_decide(s, std::span<const double>(conf.data() + r0, w),
-                                 std::span<const int32_t>(x0.data() + r0, w), opt_);
-      FlashDecision& d = st.decision;
-      r0 += w;  // only the window's own rows, also when it is shorter than block_length
-      if (observer) {
-        FlashStep step;
-        step.forward = forward;
-        step.slot = static_cast<int64_t>(j);
-        step.state = &s;
-        step.decision = &d;
-        step.importance = slot_scores;
-        observer(step);
-        if (!step.forced_positions.empty() || !step.forced_tokens.empty())
-          flash_force(d, step.forced_positions, step.forced_tokens);
-      }
-      for (int64_t i = 0; i < d.count; ++i)
-        st.committed.push_back(d.window[static_cast<size_t>(d.order[static_cast<size_t>(i)])]);
-      const int64_t n_valid = opt_.verify ? flash_verify_valid_count(s, d, opt_) : 0;
-      st.k1 = d.count;
-      st.work = flash_commit(s, d, c.eos_token_id);
-      if (!opt_.verify) continue;
-      FlashVerifyTile tile = flash_verify_plan_slot(s, static_cast<int64_t>(j), d, n_valid, opt_);
-      // Released code: a tile for every active slot; default: only where candidates can be accepted.
-      if (opt_.reference_quirks || (!tile.candidates.empty() && st.work)) tiles.push_back(std::move(tile));
-    }
-
-    // Phase 2 (verify): one verify pass over every tile, acceptance, commit.
-    if (!tiles.empty()) {
-      VerifyBatch vb = flash_verify_batch(slots, tiles, Ls);
-      const int64_t VT = vb.n_tokens(), VR = static_cast<int64_t>(vb.logit_rows.size());
-      ensure_verify_workspace(VT, VR, static_cast<int64_t>(vb.tiles.size()), static_cast<int64_t>(vb.key_rows.size()));
-      Tensor vlogits = llada_verify_forward(backend_, model_, vb, kv, vws_);
-      res.stats.verify_forwards += 1;
-      res.stats.verify_query_rows += VT;
-      // Mask-view argmax / max probability (select_tokens), then p(draft) = p_max · exp(ℓ_draft − ℓ_argmax)
-      // from the two gathered logits (the same float64 softmax, without copying whole logit rows).
-      std::vector<int32_t> vx0(static_cast<size_t>(VR));
-      std::vector<double> vconf(static_cast<size_t>(VR));
-      std::vector<float> vval(static_cast<size_t>(2 * VR));
-      std::vector<int32_t> drafts;
-      for (const FlashVerifyTile& v : tiles) drafts.insert(drafts.end(), v.drafts.begin(), v.drafts.end());
-      if (VR > 0) {
-        Tensor x0_dev = vx0_.slice_rows(0, VR), conf_dev = vconf_.slice_rows(0, VR);
-        backend_.select_tokens(vlogits, vws_.row_keys.slice_rows(0, VR), sp, x0_dev, conf_dev);
-        backend_.copy_to_host(vx0.data(), x0_dev);
-        backend_.copy_to_host(vconf.data(), conf_dev);
-        const int64_t V = vlogits.row_size();
-        FDLLM_CHECK_ARG(VR * V < (int64_t{1} << 31), "flash-verify: {} mask rows × vocabulary {} exceed 2^31 logits",
-                        VR, V);
-        std::vector<int32_t> idx(static_cast<size_t>(2 * VR));
-        for (int64_t r = 0; r < VR; ++r) {
-          idx[static_cast<size_t>(r)] = static_cast<int32_t>(r * V + drafts[static_cast<size_t>(r)]);
-          idx[static_cast<size_t>(VR + r)] = static_cast<int32_t>(r * V + vx0[static_cast<size_t>(r)]);
-        }
-        Tensor idx_dev = vidx_.slice_rows(0, 2 * VR), val_dev = vval_.slice_rows(0, 2 * VR);
-        backend_.copy_from_host(idx_dev, idx.data());
-        backend_.gather_rows(vlogits.reshape({VR * V, 1}), idx_dev, val_dev);
-        backend_.copy_to_host(vval.data(), val_dev);
-      }
-      size_t m0 = 0;
-      for (const FlashVerifyTile& v : tiles) {
-        const auto j = static_cast<size_t>(v.slot);
-        FlashSlot& s = slots[j];
-        SlotStep& st = steps[j];
-        const size_t S = v.candidates.size();
-        FlashVerification ver;
-        ver.tile = &v;
-        for (size_t i = 0; i < S; ++i) {
-          const size_t r = m0 + i;
-          ver.argmax.push_back(vx0[r]);
-          ver.p_max.push_back(vconf[r]);
-          ver.p_draft.push_back(v.drafts[i] == vx0[r] ? vconf[r]
-                                                      : vconf[r] * std::exp(static_cast<double>(vval[r]) -
-                                                                            static_cast<double>(vval[static_cast<size_t>(VR) + r])));
-        }
-        m0 += S;
-        ver.blocked = flash_verify_blocked(s, v, opt_);
-        ver.count = flash_verify_accept(ver.p_draft, ver.p_max, ver.argmax, v.drafts, ver.blocked, opt_.verify_rule,
-                                        opt_.gamma, opt_.forced_acceptance);
-        std::vector<int32_t> accepted(v.candidates.begin(), v.candidates.begin() + ver.count);
-        std::vector<int32_t> tokens(v.drafts.begin(), v.drafts.begin() + ver.count);
-        if (observer) {
-          FlashStep step;
-          step.forward = forward;
-          step.slot = static_cast<int64_t>(j);
-          step.phase = 2;
-          step.state = &s;
-          step.decision = &st.decision;
-          step.verification = &ver;
-          step.importance = std::span<const float>(scores.data() + j * static_cast<size_t>(L), static_cast<size_t>(L));
-          observer(step);
-          if (step.override_acceptance || !step.forced_positions.empty()) {
-            accepted = step.forced_positions;
-            tokens = step.forced_tokens;
-          }
-        }
-        s.verify_passes += 1;
-        s.candidates += static_cast<int64_t>(S);
-        st.work = flash_verify_commit(s, v, accepted, tokens, st.k1, c.eos_token_id, !opt_.reference_quirks);
-        st.verified = accepted;
-        st.committed.insert(st.committed.end(), accepted.begin(), accepted.end());
-      }
-    }
-
-    // Continue (re-rank, next queries) or finish and refill.
-    for (size_t j = 0; j < slots.size(); ++j) {
-      FlashSlot& s = slots[j];
-      SlotStep& st = steps[j];
-      if (!st.active) continue;
-      std::span<const float> slot_scores(scores.data() + j * static_cast<size_t>(L), static_cast<size_t>(L));
-      FlashRequestResult& rr = res.requests[static_cast<size_t>(s.request)];
-      const auto rel = [&](std::vector<int32_t> v) {
-        for (int32_t& t : v) t -= static_cast<int32_t>(s.prompt_len);
-        std::sort(v.begin(), v.end());
-        return v;
-      };
-      rr.iterations.push_back(rel(st.committed));
-      if (opt_.verify) rr.verified.push_back(rel(st.verified));
-      if (st.work) {
-        flash_rerank(s, slot_scores, opt_);
-        continue;
-      }
-      // Finished (§D.9): record, then refill from the queue in this same iteration.
-      const auto P = static_cast<size_t>(s.prompt_len);
-      const size_t end = opt_.reference_quirks ? static_cast<size_t>(s.num_decoded) : static_cast<size_t>(s.stop);
-      rr.output_ids.assign(s.x.begin() + static_cast<std::ptrdiff_t>(P), s.x.begin() + static_cast<std::ptrdiff_t>(end));
-      rr.canvas.assign(s.x.begin() + static_cast<std::ptrdiff_t>(P),
-                       s.x.begin() + static_cast<std::ptrdiff_t>(s.seqlen_k));
-      rr.nfe = s.iterations;
-      rr.forward_passes = s.iterations + s.verify_passes;
-      rr.candidates = s.candidates;
-      rr.accepted = s.accepted;
-      rr.num_tokens = s.stop - s.prompt_len;
-      rr.num_tokens_reference = s.num_decoded - s.prompt_len;
-      rr.stop_rel = s.stop - s.prompt_len;
-      rr.eos_rel = s.eos_pos >= 0 ? s.eos_pos - s.prompt_len : -1;
-      res.stats.nfe += rr.nfe;
-      res.stats.num_tokens += rr.num_tokens;
-      res.stats.num_tokens_reference += rr.num_tokens_reference;
-      res.stats.max_num_tokens += opt_.gen_length;
-      res.stats.candidates += rr.candidates;
-      res.stats.accepted += rr.accepted;
-      if (next < prompts.size()) {
-        admit(j);
-      } else {
-        s = FlashSlot{};
-      }
-    }
+    fill();  // a finished slot takes the next request before the next iteration
   }
+  res.stats = stats_;
   res.stats.free_bytes_at_end = backend_.free_memory();
   return res;
 }

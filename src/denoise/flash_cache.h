@@ -50,12 +50,15 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <utility>
 #include <span>
 #include <string_view>
 #include <vector>
 
 #include "backend/backend.h"
+#include "denoise/denoiser.h"
+#include "flashdllm/params.h"  // VerifyRule
 #include "model/llada.h"
 
 namespace flashdllm {
@@ -64,12 +67,6 @@ namespace flashdllm {
 enum class FlashDecodeRule {
   kThreshold,   ///< confidence-aware: every candidate with confidence >= threshold, at least one
   kFixedCount,  ///< greedy fixed count: the tokens_per_step most confident candidates
-};
-
-/// Acceptance rule of Flash-Verify (reference §D.8, §F.1).
-enum class FlashVerifyRule {
-  kProduct,  ///< released code: accept the longest prefix whose running product of mask-view p(draft) is >= γ
-  kPaper,    ///< README/paper: accept while the mask-view argmax is the draft and its probability is >= γ
 };
 
 /// Options of the Flash-Cache denoiser. Defaults are the paper's / scripts' values (reference §D.1).
@@ -102,18 +99,12 @@ struct FlashCacheOptions {
   // one verify pass that checks up to max_candidates drafts of the window in draft-confidence order.
   bool verify = false;
   double gamma = 0.8;                   ///< γ in (0, 1] (scripts: GSM8K/MBPP 0.8, MATH/HumanEval 0.85)
-  FlashVerifyRule verify_rule = FlashVerifyRule::kProduct;
+  VerifyRule verify_rule = VerifyRule::kProduct;
   int64_t max_candidates = 0;           ///< candidates per iteration, <= block_length; 0 = block_length / 2 (released)
   /// Benchmarks (random weights never pass γ): accept the first min(this, S) candidates below the
   /// stop regardless of their probabilities; 0 = off.
   int64_t forced_acceptance = 0;
 };
-
-/// Preset β_t / β_m of the paper's Table 3 = the scripts' values: "gsm8k", "math", "humaneval"
-/// (track_num 4, mask_num 4: 64/64 tokens) and "mbpp" (track_num 3: 48/64 tokens), gen_length 512,
-/// block_length 16, threshold 0.9, and the scripts' Flash-Verify γ (GSM8K and MBPP 0.8, MATH and
-/// HumanEval 0.85; verify itself stays off). Throws Error(kInvalidArgument) for another name.
-FlashCacheOptions flash_cache_preset(std::string_view task);
 
 /// Validates options (names the parameter on error, Error(kInvalidArgument)): gen_length > 0,
 /// block_length > 0, threshold in (0, 1], mask_num >= 1, key_tile > 0, n_slots > 0,
@@ -163,6 +154,10 @@ struct FlashSlot {
   int64_t eos_pos = -1;          ///< decoded_eos_pos: max EOS position of the first EOS-committing iteration
   int64_t last_committed = 0;    ///< newest entries of full_pos pinned into the next tracked set (the
                                  ///< last iteration's commits; verify with reference_quirks: only its verified ones)
+  int64_t gen_length = 0;        ///< G of this request
+  std::optional<double> threshold;  ///< ε of this request; unset = the options' threshold
+  double temperature = 0.0;      ///< Gumbel-max temperature of this request (0 = greedy, as Flash-dLLM)
+  uint64_t seed = 0;             ///< its noise seed
   int64_t iterations = 0;        ///< iterations this request was active (n_steps = NFE)
   int64_t verify_passes = 0;     ///< verify passes this request took part in
   int64_t candidates = 0;        ///< Flash-Verify candidates tried (Σ S)
@@ -176,10 +171,14 @@ struct FlashSlot {
 
 /// Initialises a slot for `request` (§D.3): x = prompt | MASK·G | EOS up to L_max, nd = P,
 /// stop = P + G, seqlen_k from flash_seqlen_k, full_pos = identity, first query set = full prefill
-/// (window [P, P + bm), tracked [0, P) ∪ [P + bm, seqlen_k)). Throws Error(kInvalidArgument) for an
-/// empty prompt, a prompt holding mask_id, or P + G + bm beyond max_length.
+/// (window [P, P + bm), tracked [0, P) ∪ [P + bm, seqlen_k)). G = the options' gen_length; the
+/// threshold follows the options, decoding is greedy. Throws Error(kInvalidArgument) for an empty
+/// prompt, a prompt holding mask_id, or P + G + bm beyond max_length.
 FlashSlot flash_init_slot(int64_t request, std::span<const int32_t> prompt, int64_t max_length,
                           const FlashCacheOptions& o, int32_t mask_id, int32_t eos_id);
+/// As above with the request's own G (p.gen_length), threshold, temperature and seed.
+FlashSlot flash_init_slot(int64_t request, std::span<const int32_t> prompt, int64_t max_length,
+                          const FlashCacheOptions& o, const SlotParams& p, int32_t mask_id, int32_t eos_id);
 
 /// Rebuilds slot.window and slot.tracked from full_pos and nd (§D.4, formulas above; slices are
 /// clipped like Python slices).
@@ -189,7 +188,8 @@ void flash_prepare_queries(FlashSlot& slot, const FlashCacheOptions& o);
 /// ones skipped; store rows stay absolute): query rows [windows…, tracked sets…] with token x[t],
 /// position t, store row j·store_stride + t; tiles: one per window first (those are
 /// ImportanceSpec::tiles), then the tracked sets cut into tiles of query_tile_rows rows; keys
-/// [j·store_stride, j·store_stride + seqlen_k); logit rows = the window rows in slot order; importance:
+/// [j·store_stride, j·store_stride + seqlen_k); logit rows = the window rows in slot order, noise
+/// keys noise_key(seed, iterations, t) for a slot sampling at temperature > 0, else 0; importance:
 /// first layer, weight 1 / (block_length · n_heads), variant from the options (scores left for the
 /// caller to set). store_stride: the K/V store rows per slot, at least flash_slot_length() (L_max
 /// also works). Throws Error(kInvalidArgument) if no slot of the range is active or a queried position
@@ -217,7 +217,8 @@ struct FlashDecision {
 
 /// The natural decision: confidences zeroed for window positions >= stop (always when fixed;
 /// released code: only once an EOS was decoded, and the entries stay eligible), then the rule /
-/// forced schedule of `o` (iteration index = slot.iterations). conf F64 and tokens of the window rows.
+/// forced schedule of `o` (iteration index = slot.iterations; the threshold is the slot's when set,
+/// else o.threshold). conf F64 and tokens of the window rows.
 /// Throws Error(kInvalidArgument) if the sizes differ from the window.
 FlashDecision flash_decide(const FlashSlot& slot, std::span<const double> conf, std::span<const int32_t> tokens,
                            const FlashCacheOptions& o);
@@ -296,6 +297,7 @@ struct FlashRunStats {
   int64_t num_tokens = 0;     ///< Σ num_tokens (ours)
   int64_t num_tokens_reference = 0;  ///< Σ num_tokens_reference (released)
   int64_t max_num_tokens = 0; ///< Σ gen_length
+  int64_t admitted = 0;       ///< requests admitted to a slot (their FlashRequestResult::request indices)
   int64_t n_slots = 0;        ///< slots used (min(options.n_slots, requests))
   int64_t max_length = 0;     ///< L_max (host-side slot rows)
   int64_t store_stride = 0;   ///< K/V store rows per slot (flash_slot_length)
@@ -310,28 +312,72 @@ struct FlashCacheResult {
   FlashRunStats stats;
 };
 
-class FlashCacheDenoiser {
+/// The Flash-Cache (+ Flash-Verify) denoiser over a pool of slots (denoiser.h). The pool's flat
+/// K/V cache has n_slots × store_stride rows per layer; host slot rows are L_max long with
+/// reference_quirks (the released layout, where decoded EOS padding moves windows), otherwise the
+/// request's own flash_max_length(P, G, bm), so a slot's windows never depend on the other
+/// requests of the pool (batch invariance).
+class FlashCacheDenoiser : public Denoiser {
  public:
-  /// Validates the options against the model (see validate_flash_cache_options).
+  /// Validates the options against the model (see validate_flash_cache_options); no pool yet
+  /// (generate() sizes one for its prompts).
   FlashCacheDenoiser(Backend& backend, const LladaModel& model, FlashCacheOptions options);
+  /// With a pool of pool.n_slots slots for prompt + gen_length <= pool.max_total_length: the K/V
+  /// cache, the importance scores and every workspace are allocated now. Throws Error(kOutOfMemory)
+  /// naming the slot count that would fit when the K/V cache exceeds the backend's free memory,
+  /// Error(kInvalidArgument) when L_max exceeds the model's RoPE table.
+  FlashCacheDenoiser(Backend& backend, const LladaModel& model, FlashCacheOptions options, const SlotPool& pool);
 
   const FlashCacheOptions& options() const noexcept { return opt_; }
+  /// Counters since the pool was made (forwards, query rows, verify passes, finished requests' sums).
+  const FlashRunStats& stats() const noexcept { return stats_; }
 
   /// Runs every prompt to completion with continuous batching (requests enter slots in order; a
-  /// finished slot takes the next request in the same iteration). Allocates the flat K/V cache for
-  /// min(n_slots, prompts) slots × L_max rows first and throws Error(kOutOfMemory) naming the slot
-  /// count that would fit when it exceeds the backend's free memory; throws Error(kInvalidArgument)
-  /// for no prompts, a bad prompt (empty, mask id, id outside the vocabulary) or L_max beyond the
-  /// model's RoPE table.
+  /// finished slot takes the next request before the next iteration): a pool of min(n_slots,
+  /// prompts) slots for the longest prompt + gen_length, then admit / step / release. Throws
+  /// Error(kOutOfMemory) as the pool constructor and Error(kInvalidArgument) for no prompts or a bad
+  /// prompt (empty, mask id, id outside the vocabulary, too long for the model).
   FlashCacheResult generate(const std::vector<std::vector<int32_t>>& prompts, const FlashStepObserver& observer = {});
 
+  // The slot contract (denoiser.h).
+  int64_t n_slots() const noexcept override { return static_cast<int64_t>(slots_.size()); }
+  void check_request(std::span<const int32_t> prompt, const SlotParams& p) const override;
+  void admit(int64_t slot, std::span<const int32_t> prompt, const SlotParams& p) override;
+  std::vector<SlotStep> step() override { return step(FlashStepObserver{}); }
+  /// One iteration with an observer (teacher forcing, traces; see FlashStep).
+  std::vector<SlotStep> step(const FlashStepObserver& observer);
+  void release(int64_t slot) override;
+  bool active(int64_t slot) const noexcept override;
+  std::span<const int32_t> canvas(int64_t slot) const override;
+  SlotOutput output(int64_t slot) const override;
+  int64_t model_passes() const noexcept override { return passes_; }
+  /// The finished request of `slot` in this denoiser's own terms (valid after its finishing step,
+  /// until release). Throws Error(kInvalidArgument) for a slot without a finished request.
+  const FlashRequestResult& result(int64_t slot) const;
+
  private:
-  void ensure_workspace(int64_t tokens, int64_t logit_rows, int64_t tiles);
-  void ensure_verify_workspace(int64_t tokens, int64_t logit_rows, int64_t tiles, int64_t keys);
+  void allocate_pool(const SlotPool& pool);
+  /// The slot's FlashSlot: running or (after its finishing step) finished.
+  const FlashSlot& slot_state(int64_t slot) const;
+  void finish_slot(size_t j);
 
   Backend& backend_;
   const LladaModel& model_;
   FlashCacheOptions opt_;
+  // The pool (allocate_pool).
+  int64_t L_ = 0;   // L_max: host slot rows (reference_quirks) and the RoPE bound
+  int64_t Ls_ = 0;  // K/V store rows per slot
+  int64_t pool_total_ = 0;
+  KvStore kv_;
+  Buffer score_buf_;
+  Tensor scores_dev_;               // F32 [n_slots·Ls] a_t by store row (zeroed after each pass)
+  std::vector<float> store_scores_; // host copy of scores_dev_
+  std::vector<float> scores_;       // per slot [L_max]: a_t by slot-relative position (past Ls always 0)
+  std::vector<FlashSlot> slots_;    // running requests (request < 0: none)
+  std::vector<FlashSlot> done_;     // a finished request's final state until release (request < 0: none)
+  std::vector<FlashRequestResult> results_;  // per slot: the running / finished request's record
+  FlashRunStats stats_;
+  int64_t passes_ = 0;  // forward calls (slot groups) + verify passes
   ForwardWorkspace ws_;
   Buffer sel_buf_;
   Tensor x0_, conf_;

@@ -8,19 +8,6 @@
 
 namespace flashdllm {
 
-FlashVerifyRule parse_flash_verify_rule(std::string_view name) {
-  if (name == "product") return FlashVerifyRule::kProduct;
-  if (name == "paper") return FlashVerifyRule::kPaper;
-  FDLLM_FAIL(ErrorCode::kInvalidArgument,
-             "verify_rule must be 'product' (released code: running product of p(draft) >= gamma) or 'paper' "
-             "(argmax == draft and confidence >= gamma), got '{}'",
-             name);
-}
-
-const char* flash_verify_rule_name(FlashVerifyRule rule) noexcept {
-  return rule == FlashVerifyRule::kPaper ? "paper" : "product";
-}
-
 int64_t flash_verify_cap(const FlashCacheOptions& o) noexcept {
   return o.max_candidates > 0 ? o.max_candidates : o.block_length / 2;
 }
@@ -123,7 +110,7 @@ VerifyBatch flash_verify_batch(const std::vector<FlashSlot>& slots, const std::v
 
 int64_t flash_verify_accept(std::span<const double> p_draft, std::span<const double> p_max,
                             std::span<const int32_t> argmax, std::span<const int32_t> drafts,
-                            std::span<const uint8_t> blocked, FlashVerifyRule rule, double gamma, int64_t forced) {
+                            std::span<const uint8_t> blocked, VerifyRule rule, double gamma, int64_t forced) {
   const size_t S = p_draft.size();
   FDLLM_CHECK_ARG(p_max.size() == S && argmax.size() == S && drafts.size() == S && blocked.size() == S,
                   "flash_verify_accept: {} p(draft), {} p_max, {} argmax, {} drafts, {} blocked flags differ", S,
@@ -135,7 +122,7 @@ int64_t flash_verify_accept(std::span<const double> p_draft, std::span<const dou
     while (n < static_cast<int64_t>(S) && n < forced && !blocked[static_cast<size_t>(n)]) ++n;
     return n;
   }
-  if (rule == FlashVerifyRule::kProduct) {
+  if (rule == VerifyRule::kProduct) {
     // As released: cumprod, then count the entries >= γ (a prefix: every factor is <= 1).
     double prod = 1.0;
     for (size_t i = 0; i < S; ++i) {

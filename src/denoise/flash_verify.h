@@ -52,11 +52,6 @@
 
 namespace flashdllm {
 
-/// "product" | "paper" -> the rule; throws Error(kInvalidArgument) naming the value otherwise.
-FlashVerifyRule parse_flash_verify_rule(std::string_view name);
-/// "product" / "paper".
-const char* flash_verify_rule_name(FlashVerifyRule rule) noexcept;
-
 /// Candidate cap S_max: max_candidates when > 0, else block_length / 2 (released code).
 int64_t flash_verify_cap(const FlashCacheOptions& o) noexcept;
 
@@ -103,7 +98,7 @@ VerifyBatch flash_verify_batch(const std::vector<FlashSlot>& slots, const std::v
 /// differ or γ outside (0, 1].
 int64_t flash_verify_accept(std::span<const double> p_draft, std::span<const double> p_max,
                             std::span<const int32_t> argmax, std::span<const int32_t> drafts,
-                            std::span<const uint8_t> blocked, FlashVerifyRule rule, double gamma, int64_t forced = 0);
+                            std::span<const uint8_t> blocked, VerifyRule rule, double gamma, int64_t forced = 0);
 
 /// Blocked flags of a tile's candidates on the slot state after phase 1: position >= stop
 /// (reference_quirks: only once an EOS was decoded, as the released code zeroes them).

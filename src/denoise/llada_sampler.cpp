@@ -7,8 +7,11 @@
 
 namespace flashdllm {
 
-void validate_sampler_options(const LladaSamplerOptions& o, const LladaConfig& cfg) {
-  validate_block_schedule(o.schedule(), o.temperature, cfg, "LLaDA generate.py");
+namespace {
+
+/// The checks of validate_sampler_options that do not concern the per-request schedule.
+void validate_shared_options(const LladaSamplerOptions& o, const LladaConfig& cfg) {
+  FDLLM_CHECK_ARG(o.block_length > 0, "block_length must be positive, got {}", o.block_length);
   FDLLM_CHECK_ARG(o.cfg_scale >= 0.0 && std::isfinite(o.cfg_scale), "cfg_scale must be >= 0, got {}", o.cfg_scale);
   FDLLM_CHECK_ARG(!o.confidence_eos_eot_inf || (o.eot_token_id >= 0 && o.eot_token_id < cfg.embedding_size),
                   "confidence_eos_eot_inf needs the EOT token id (<|eot_id|>), which this checkpoint's tokenizer "
@@ -18,28 +21,55 @@ void validate_sampler_options(const LladaSamplerOptions& o, const LladaConfig& c
                   o.eos_pad_tile);
 }
 
+}  // namespace
+
+void validate_sampler_options(const LladaSamplerOptions& o, const LladaConfig& cfg) {
+  validate_block_schedule(o.schedule(), o.temperature, cfg, "LLaDA generate.py");
+  validate_shared_options(o, cfg);
+}
+
 LladaSampler::LladaSampler(Backend& backend, const LladaModel& model, LladaSamplerOptions options)
     : backend_(backend), model_(model), opt_(std::move(options)) {
   validate_sampler_options(opt_, model_.config);
 }
 
+LladaSampler::LladaSampler(Backend& backend, const LladaModel& model, LladaSamplerOptions options, const SlotPool& pool)
+    : backend_(backend), model_(model), opt_(std::move(options)) {
+  validate_shared_options(opt_, model_.config);  // the schedule is per request (check_request)
+  FDLLM_CHECK_ARG(pool.n_slots >= 1 && pool.max_total_length >= 1, "LLaDA sampler: a pool needs >= 1 slot and a "
+                  "positive max_total_length, got {} slots x {}", pool.n_slots, pool.max_total_length);
+  slots_.reset(pool.n_slots, pool.max_total_length);
+  const int64_t copies = opt_.cfg_scale > 0.0 ? 2 : 1;
+  const int64_t rows = pool.max_step_rows > 0 ? pool.max_step_rows : pool.n_slots * padded_length(pool.max_total_length);
+  const int64_t logit_rows = pool.n_slots * opt_.block_length;
+  ensure_capacity(copies * rows, copies * logit_rows, copies * pool.n_slots);
+  selection_.reserve(backend_, logit_rows);
+}
+
+int64_t LladaSampler::padded_length(int64_t total) const noexcept {
+  return opt_.eos_pad_tile > 0 ? total / opt_.eos_pad_tile * opt_.eos_pad_tile + opt_.eos_pad_tile : total;
+}
+
 SequenceState LladaSampler::init_state(std::span<const int32_t> prompt) const {
+  return init_state(prompt, slot_params_of(opt_));
+}
+
+SequenceState LladaSampler::init_state(std::span<const int32_t> prompt, const SlotParams& params) const {
   const LladaConfig& c = model_.config;
   SequenceState s;
-  init_sequence(s, prompt, opt_.gen_length, c);
+  init_sequence(s, prompt, params.gen_length, c);
+  set_state_params(s, params);
+  validate_state_params(s, opt_.block_length, c, "LLaDA generate.py");
   if (opt_.eos_pad_tile > 0) {
     const int64_t total = static_cast<int64_t>(s.x.size());
-    const int64_t padded = total / opt_.eos_pad_tile * opt_.eos_pad_tile + opt_.eos_pad_tile;
-    // The padded row must stay inside the RoPE table (the engine makes max_sequence_length + 256 rows,
-    // room for the Flash-dLLM layout's padding).
-    const int64_t rope_rows = model_.rope.table.cos.rows();
-    FDLLM_CHECK_ARG(padded <= rope_rows,
-                    "--eos-pad-tile {}: prompt + gen_length = {} padded to the next tile is {} positions, beyond the "
-                    "{} positions this model supports (max_sequence_length {})",
-                    opt_.eos_pad_tile, total, padded, rope_rows, c.max_sequence_length);
+    const int64_t padded = padded_length(total);
+    FDLLM_CHECK_ARG(padded <= c.max_sequence_length,
+                    "eos_pad_tile {}: prompt + gen_length = {} padded to the next tile is {} positions, beyond the "
+                    "model's max_sequence_length {} (use a shorter prompt or gen_length, or no --eos-pad-tile)",
+                    opt_.eos_pad_tile, total, padded, c.max_sequence_length);
     s.x.resize(static_cast<size_t>(padded), c.eos_token_id);
   }
-  begin_block(s, opt_.schedule(), c.mask_token_id);
+  begin_block(s, s.schedule(opt_.block_length), c.mask_token_id);
   return s;
 }
 
@@ -95,45 +125,80 @@ std::vector<StepCommit> LladaSampler::step(std::vector<SequenceState>& batch) {
     for (size_t i = 0; i < batch.size(); ++i)
       for (int64_t p : cand[i]) {
         fb.logit_rows.push_back(static_cast<int32_t>(offset[i] + copy * n_cond + p));
-        fb.row_keys.push_back(static_cast<int32_t>(noise_key(opt_.seed, batch[i].nfe, p)));
+        fb.row_keys.push_back(static_cast<int32_t>(noise_key(batch[i].seed, batch[i].nfe, p)));
       }
   const int64_t R = static_cast<int64_t>(fb.logit_rows.size()) / n_copies;
   ensure_capacity(n_copies * n_cond, std::max<int64_t>(n_copies * R, 1), static_cast<int64_t>(fb.tiles.size()));
 
-  // --- forward, guidance, token choice on the device; only R ids + confidences come back
+  // --- forward, guidance, token choice on the device; only R ids + confidences come back.
+  // One select call per run of sequences with equal parameters (a uniform batch: one call).
   std::vector<int32_t> x0;
   std::vector<double> conf;
   if (R > 0) {
     Tensor logits = llada_forward(backend_, model_, fb, kv_, ws_);
+    ++passes_;
     Tensor cond = logits.slice_rows(0, R);
     if (cfg) backend_.cfg_combine(cond, logits.slice_rows(R, 2 * R), static_cast<float>(opt_.cfg_scale), cond);
-    SelectParams sp;
-    sp.temperature = opt_.temperature;
-    sp.seed = opt_.seed;
-    sp.confidence_f64 = opt_.confidence_f64;
-    if (opt_.logits_eos_inf) sp.suppress_token = c.eos_token_id;
-    if (opt_.confidence_eos_eot_inf) {
-      sp.conf_suppress_a = opt_.eot_token_id;
-      // Quirk reproduced (reference §B): at τ = 0 the noised and clean logits are one tensor,
-      // so EOS is removed from the confidence too; at τ > 0 only EOT is.
-      if (opt_.temperature == 0.0) sp.conf_suppress_b = c.eos_token_id;
+    std::vector<SelectSegment> segments;
+    int64_t row = 0;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const SequenceState& s = batch[i];
+      SelectParams sp;
+      sp.temperature = s.temperature;
+      sp.seed = s.seed;
+      sp.confidence_f64 = opt_.confidence_f64;
+      sp.exclude_token = mask;  // a committed position never holds [MASK]
+      if (opt_.logits_eos_inf) sp.suppress_token = c.eos_token_id;
+      if (opt_.confidence_eos_eot_inf) {
+        sp.conf_suppress_a = opt_.eot_token_id;
+        // Upstream (reference §B quirk, kept under reference_quirks): at τ = 0 the noised and clean
+        // logits are one tensor, so EOS loses its confidence too; at τ > 0 only EOT does.
+        if (!opt_.reference_quirks || s.temperature == 0.0) sp.conf_suppress_b = c.eos_token_id;
+      }
+      const auto n = static_cast<int64_t>(cand[i].size());
+      append_select_segment(segments, row, row + n, sp);
+      row += n;
     }
-    selection_.run(backend_, cond, ws_.row_keys.slice_rows(0, R), sp, x0, conf);
+    selection_.run(backend_, cond, ws_.row_keys.slice_rows(0, R), segments, x0, conf);
+    check_selection(x0, conf, mask, "LLaDA sampler");
   }
 
   // --- per-sequence decisions
-  const BlockSchedule sched = opt_.schedule();
   size_t r0 = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     if (offset[i] < 0) continue;
     const size_t n = cand[i].size();
-    commits[i] = commit_step(batch[i], cand[i], std::span<const int32_t>(x0).subspan(r0, n),
+    SequenceState& s = batch[i];
+    commits[i] = commit_step(s, cand[i], std::span<const int32_t>(x0).subspan(r0, n),
                              std::span<const double>(conf).subspan(r0, n),
-                             std::span<const int32_t>(fb.row_keys).subspan(r0, n), sched, opt_.remasking, opt_.seed,
-                             BlockEnd::kAfterQuotaSteps, mask);
+                             std::span<const int32_t>(fb.row_keys).subspan(r0, n), s.schedule(opt_.block_length),
+                             opt_.remasking, s.seed, BlockEnd::kAfterQuotaSteps, mask);
     r0 += n;
   }
   return commits;
+}
+
+// ---------------------------------------------------------------------------------- slot contract
+
+void LladaSampler::check_request(std::span<const int32_t> prompt, const SlotParams& p) const {
+  slots_.check_fits(prompt, p, "LLaDA sampler");
+  (void)init_state(prompt, p);  // every other check
+}
+
+void LladaSampler::admit(int64_t slot, std::span<const int32_t> prompt, const SlotParams& p) {
+  FDLLM_CHECK_ARG(slot >= 0 && slot < n_slots() && !active(slot), "LLaDA sampler: slot {} is not a free slot", slot);
+  check_request(prompt, p);
+  slots_.states[static_cast<size_t>(slot)] = init_state(prompt, p);
+}
+
+std::vector<SlotStep> LladaSampler::step() {
+  const std::vector<bool> was_active = slots_.active_mask();
+  std::vector<StepCommit> commits = step(slots_.states);
+  return slot_steps_of(slots_.states, commits, was_active);
+}
+
+SlotOutput LladaSampler::output(int64_t slot) const {
+  return state_output(slots_.at(slot, "LLaDA sampler"));
 }
 
 std::vector<SequenceState> LladaSampler::generate(const std::vector<std::vector<int32_t>>& prompts,

@@ -20,6 +20,7 @@
 
 #include "backend/backend.h"
 #include "denoise/block_decoding.h"
+#include "denoise/denoiser.h"
 #include "model/llada.h"
 
 namespace flashdllm {
@@ -33,7 +34,10 @@ struct LladaSamplerOptions {
   Remasking remasking = Remasking::kLowConfidence;
   std::optional<double> threshold;     ///< confidence-threshold mode ε in (0, 1]; nullopt = quota
   bool logits_eos_inf = false;         ///< forbid EOS (logit -inf) — LLaDA option
-  bool confidence_eos_eot_inf = false; ///< LLaDA option, with its τ = 0 quirk (reference §B)
+  /// LLaDA option: EOS and EOT get confidence 0 (transferred last in their block) at any temperature.
+  /// With reference_quirks, upstream's ordering: at τ > 0 only EOT (reference §B quirk).
+  bool confidence_eos_eot_inf = false;
+  bool reference_quirks = false;       ///< reproduce upstream's confidence_eos_eot_inf ordering
   /// Confidence softmax precision: float64 (Fast-dLLM, and LLaDA's current generate.py) or
   /// float32 (the golden LLaDA traces; LLaDA softmaxes logits in their own dtype).
   bool confidence_f64 = true;
@@ -55,17 +59,26 @@ void validate_sampler_options(const LladaSamplerOptions& o, const LladaConfig& c
 /// Called after every step with the sequence index in the batch, its state and the commit.
 using StepObserver = std::function<void(size_t seq, const SequenceState&, const StepCommit&)>;
 
-class LladaSampler {
+/// The LLaDA sampler. Two ways to drive it: step(batch) over states the caller owns (tests, the
+/// golden traces), or the slot contract of denoiser.h over its own pool of slots (the engine).
+/// Per-request parameters (gen_length, steps, threshold, temperature, seed) live in each
+/// SequenceState, so one step may mix them; the options give the defaults of init_state(prompt).
+class LladaSampler : public Denoiser {
  public:
-  /// The sampler allocates its workspaces lazily for the largest batch it sees.
+  /// Without a pool the workspaces grow lazily for the largest batch step(batch) sees.
   LladaSampler(Backend& backend, const LladaModel& model, LladaSamplerOptions options);
+  /// With a pool: workspaces for pool.n_slots slots of prompt + canvas <= pool.max_total_length
+  /// (plus the eos_pad_tile padding), allocated now. Throws Error(kOutOfMemory) when they do not fit.
+  LladaSampler(Backend& backend, const LladaModel& model, LladaSamplerOptions options, const SlotPool& pool);
 
   const LladaSamplerOptions& options() const noexcept { return opt_; }
 
-  /// New state: prompt followed by gen_length masks. Throws Error(kInvalidArgument) for an empty
-  /// prompt, a prompt holding the mask id or ids outside the vocabulary, or prompt + gen_length
-  /// beyond max_sequence_length.
+  /// New state: prompt followed by gen_length masks (and the eos_pad_tile padding), the options'
+  /// parameters. Throws Error(kInvalidArgument) for an empty prompt, a prompt holding the mask id or
+  /// ids outside the vocabulary, or prompt + gen_length beyond max_sequence_length.
   SequenceState init_state(std::span<const int32_t> prompt) const;
+  /// As init_state(prompt) with the request's own parameters (validated against the model).
+  SequenceState init_state(std::span<const int32_t> prompt, const SlotParams& params) const;
 
   /// One denoising step (one forward over all sequences not yet done). Sequences whose block is
   /// complete move to the next block; a sequence is done after its last block. Returns one commit
@@ -76,8 +89,20 @@ class LladaSampler {
   std::vector<SequenceState> generate(const std::vector<std::vector<int32_t>>& prompts,
                                       const StepObserver& observer = {});
 
+  // The slot contract (denoiser.h); needs the pool constructor.
+  int64_t n_slots() const noexcept override { return slots_.size(); }
+  void check_request(std::span<const int32_t> prompt, const SlotParams& p) const override;
+  void admit(int64_t slot, std::span<const int32_t> prompt, const SlotParams& p) override;
+  std::vector<SlotStep> step() override;
+  void release(int64_t slot) override { slots_.release(slot); }
+  bool active(int64_t slot) const noexcept override { return slots_.active(slot); }
+  std::span<const int32_t> canvas(int64_t slot) const override { return state_canvas(slots_.at(slot, "LLaDA sampler")); }
+  SlotOutput output(int64_t slot) const override;
+  int64_t model_passes() const noexcept override { return passes_; }
+
  private:
   void ensure_capacity(int64_t tokens, int64_t logit_rows, int64_t tiles);
+  int64_t padded_length(int64_t total) const noexcept;
 
   Backend& backend_;
   const LladaModel& model_;
@@ -85,6 +110,8 @@ class LladaSampler {
   KvStore kv_;
   ForwardWorkspace ws_;
   TokenSelection selection_;
+  BlockSlots<SequenceState> slots_;  // the pool (the slot contract)
+  int64_t passes_ = 0;                 // forwards run by step()            // the pool's max prompt + canvas
 };
 
 }  // namespace flashdllm

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <thread>
 
 #include "backend/backend.h"
 #include "backend/profiling_backend.h"
@@ -15,6 +16,8 @@
 #include "denoise/flash_cache.h"
 #include "denoise/flash_verify.h"
 #include "denoise/llada_sampler.h"
+#include "engine/scheduler.h"
+#include "engine/slot_pool.h"
 #include "io/chat_template.h"
 #include "io/safetensors.h"
 #include "io/tokenizer.h"
@@ -41,17 +44,26 @@ struct Engine::Impl {
   size_t free_before_load = 0;  // backend free memory before weights
   size_t peak_in_use = 0;
   std::string weights_dtype;
+  // Serving (start / submit / stop): the slot pool, its scheduler and the loop thread.
+  std::mutex serve_mu;
+  ServeOptions serve;
+  std::unique_ptr<Denoiser> den;
+  std::unique_ptr<Scheduler> sched;
+  std::thread loop;
+  std::atomic<bool> stop_loop{false};
+  EngineMetrics last_metrics;  // of the last stopped pool
+
+  ~Impl() {
+    if (sched) {
+      sched->cancel_all();
+      sched->close();
+      stop_loop = true;
+      if (loop.joinable()) loop.join();
+    }
+  }
+  TextCodec codec(const DecodeSettings& d) const;
+  std::string decode_ids(std::span<const int32_t> ids) const;
 };
-
-namespace {
-
-Remasking parse_remasking(const std::string& s) {
-  if (s == "low_confidence") return Remasking::kLowConfidence;
-  if (s == "random") return Remasking::kRandom;
-  FDLLM_FAIL(ErrorCode::kInvalidArgument, "remasking must be 'low_confidence' or 'random', got '{}'", s);
-}
-
-}  // namespace
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
@@ -112,204 +124,271 @@ std::vector<int32_t> Engine::encode_prompt(const std::string& text, bool chat) c
   return impl_->tokenizer->encode(impl_->chat->render({{"user", text}}), false);
 }
 
-std::string Engine::decode(const std::vector<int32_t>& ids) const {
-  if (!impl_->tokenizer) return "";
+std::vector<int32_t> Engine::encode_chat(const std::vector<ChatMessage>& messages) const {
+  FDLLM_CHECK_ARG(impl_->tokenizer.has_value(), "'{}' has no tokenizer.json: chat messages cannot be tokenized",
+                  impl_->options.model_dir.string());
+  FDLLM_CHECK_ARG(impl_->chat.has_value(), "cannot apply the chat template: {}", impl_->chat_error);
+  return impl_->tokenizer->encode(impl_->chat->render(messages), false);
+}
+
+const std::filesystem::path& Engine::model_dir() const noexcept { return impl_->options.model_dir; }
+
+namespace {
+
+/// Free backend memory while a denoiser still holds its buffers (the run's peak footprint).
+struct MemorySample {
+  size_t min_free = SIZE_MAX;
+  void take(size_t free_bytes) { min_free = std::min(min_free, free_bytes); }
+};
+
+/// Rows of one full-recompute step for a prompt of P tokens and a canvas of G (with the Flash-dLLM
+/// EOS padding of the LLaDA sampler).
+int64_t step_rows(int64_t P, int64_t G, const DecodeSettings& d) {
+  const int64_t total = P + G;
+  return d.eos_pad_tile > 0 ? total / d.eos_pad_tile * d.eos_pad_tile + d.eos_pad_tile : total;
+}
+
+}  // namespace
+
+TextCodec Engine::Impl::codec(const DecodeSettings& d) const {
+  TextCodec c;
+  if (tokenizer) c.decode = [this](std::span<const int32_t> ids) { return decode_ids(ids); };
+  c.end_ids.push_back(model.config.eos_token_id);
+  const int32_t eot = d.eot_token_id.value_or(eot_id);
+  if (eot >= 0 && eot != model.config.eos_token_id) c.end_ids.push_back(eot);
+  c.mask_id = model.config.mask_token_id;
+  c.allow_mask_in_output = d.cache == CacheMode::kFlash && d.reference_quirks;
+  return c;
+}
+
+std::string Engine::Impl::decode_ids(std::span<const int32_t> ids) const {
+  if (!tokenizer) return "";
   // The LM head scores more rows than the tokenizer knows (LLaDA-8B: 126464 vs 126349); such ids
   // have no text and are dropped, like special tokens.
   std::vector<int32_t> known;
   known.reserve(ids.size());
   for (int32_t id : ids)
-    if (id >= 0 && id < impl_->tokenizer->vocab_size() && !impl_->tokenizer->id_to_token(id).empty())
-      known.push_back(id);
-  return impl_->tokenizer->decode(known, /*skip_special_tokens=*/true);
+    if (id >= 0 && id < tokenizer->vocab_size() && !tokenizer->id_to_token(id).empty()) known.push_back(id);
+  return tokenizer->decode(known, /*skip_special_tokens=*/true);
 }
 
-namespace {
-
-/// What every denoiser returns per request, before text decoding.
-struct RawOutput {
-  std::vector<int32_t> canvas;  // the gen_length canvas positions (Flash-Cache: up to its stop, EOS last)
-  int64_t nfe = 0;
-  int64_t committed = 0;
-  std::string call_kinds;
-  int64_t forward_passes = -1;  // -1: = nfe
-  int64_t verify_candidates = 0, verify_accepted = 0;
-  int64_t committed_reference = -1;  // -1: = committed
-};
-
-/// Free backend memory while a denoiser still holds its buffers (the run's peak footprint).
-struct MemorySample {
-  size_t min_free = SIZE_MAX;
-  void take(Backend& be) { take(be.free_memory()); }
-  void take(size_t free_bytes) { min_free = std::min(min_free, free_bytes); }
-};
-
-int64_t block_or(int64_t v, int64_t fallback) { return v > 0 ? v : fallback; }
-
-void reject_for_cache(const GenerateOptions& o, const char* mode) {
-  FDLLM_CHECK_ARG(o.cfg_scale == 0.0, "--cache {}: classifier-free guidance (cfg_scale) is only supported with --cache none",
-                  mode);
-  FDLLM_CHECK_ARG(!o.logits_eos_inf && !o.confidence_eos_eot_inf,
-                  "--cache {}: logits_eos_inf / confidence_eos_eot_inf are LLaDA-sampler options (--cache none)", mode);
-  FDLLM_CHECK_ARG(o.eos_pad_tile == 0, "--cache {}: eos_pad_tile applies to --cache none only", mode);
-}
-
-std::vector<RawOutput> run_llada(Backend& be, const LladaModel& m, const GenerateOptions& o, int32_t eot,
-                                 const std::vector<std::vector<int32_t>>& prompts, const ProgressCallback& progress,
-                                 MemorySample& mem) {
-  LladaSamplerOptions so;
-  so.gen_length = o.gen_length;
-  so.block_length = block_or(o.block_length, 32);
-  so.steps = o.steps;
-  so.temperature = o.temperature;
-  so.cfg_scale = o.cfg_scale;
-  so.remasking = parse_remasking(o.remasking);
-  so.threshold = o.threshold;
-  so.logits_eos_inf = o.logits_eos_inf;
-  so.confidence_eos_eot_inf = o.confidence_eos_eot_inf;
-  so.confidence_f64 = !o.confidence_f32;
-  so.seed = o.seed;
-  so.eot_token_id = eot;
-  so.eos_pad_tile = o.eos_pad_tile;
-  LladaSampler sampler(be, m, so);
-  std::vector<int32_t> canvas;
-  StepObserver observer;
-  if (progress)
-    observer = [&](size_t i, const SequenceState& s, const StepCommit&) {
-      canvas.assign(s.x.begin() + s.gen_begin(), s.x.begin() + s.gen_end());
-      progress(StepProgress{i, &canvas, s.done});
-    };
-  std::vector<RawOutput> out;
-  std::vector<SequenceState> states = sampler.generate(prompts, observer);
-  mem.take(be);
-  for (const SequenceState& s : states)
-    out.push_back({std::vector<int32_t>(s.x.begin() + s.gen_begin(), s.x.begin() + s.gen_end()), s.nfe,
-                   o.gen_length, ""});
-  return out;
-}
-
-std::vector<RawOutput> run_fastdllm(Backend& be, const LladaModel& m, const GenerateOptions& o, FastDllmCacheMode mode,
-                                    const std::vector<std::vector<int32_t>>& prompts,
-                                    const ProgressCallback& progress, MemorySample& mem) {
-  reject_for_cache(o, mode == FastDllmCacheMode::kPrefix ? "prefix" : "dual");
-  FastDllmCacheOptions fo;
-  fo.mode = mode;
-  fo.gen_length = o.gen_length;
-  fo.block_length = block_or(o.block_length, 32);
-  fo.steps = o.steps;
-  fo.threshold = o.threshold;
-  fo.temperature = o.temperature;
-  fo.remasking = parse_remasking(o.remasking);
-  fo.confidence_f64 = !o.confidence_f32;
-  fo.seed = o.seed;
-  FastDllmCacheSampler sampler(be, m, fo);
-  std::vector<int32_t> canvas;
-  CachedStepObserver observer;
-  if (progress)
-    observer = [&](size_t i, const CachedSequenceState& s, const StepCommit&) {
-      canvas.assign(s.x.begin() + s.gen_begin(), s.x.begin() + s.gen_end());
-      progress(StepProgress{i, &canvas, s.done});
-    };
-  std::vector<RawOutput> out;
-  std::vector<CachedSequenceState> states = sampler.generate(prompts, observer);
-  mem.take(be);
-  for (const CachedSequenceState& s : states)
-    out.push_back({std::vector<int32_t>(s.x.begin() + s.gen_begin(), s.x.begin() + s.gen_end()), s.nfe,
-                   o.gen_length, s.call_kinds});
-  return out;
-}
-
-std::vector<RawOutput> run_flash(Backend& be, const LladaModel& m, const GenerateOptions& o,
-                                 const std::vector<std::vector<int32_t>>& prompts, MemorySample& mem) {
-  reject_for_cache(o, "flash");
-  FDLLM_CHECK_ARG(o.temperature == 0.0 && o.remasking == "low_confidence",
-                  "--cache flash decodes greedily by confidence (Flash-dLLM has no temperature or random remasking)");
-  FlashCacheOptions fo;
-  fo.gen_length = o.gen_length;
-  fo.block_length = block_or(o.block_length, 16);
-  fo.threshold = o.threshold.value_or(0.9);
-  fo.track_num = o.track_num;
-  fo.mask_num = o.mask_num;
-  fo.n_slots = o.n_slots;
-  if (o.tokens_per_step > 0) {
-    fo.rule = FlashDecodeRule::kFixedCount;
-    fo.tokens_per_step = o.tokens_per_step;
-  }
-  fo.forced_schedule = o.forced_schedule;
-  fo.reference_quirks = o.reference_quirks;
-  fo.importance_probability_mass = o.importance_probability_mass;
-  fo.max_forward_rows = o.max_forward_rows;
-  fo.verify = o.verify;
-  fo.gamma = o.gamma;
-  fo.verify_rule = parse_flash_verify_rule(o.verify_rule);
-  fo.max_candidates = o.max_candidates;
-  fo.forced_acceptance = o.forced_acceptance;
-  FDLLM_CHECK_ARG(o.verify || (o.max_candidates == 0 && o.forced_acceptance == 0),
-                  "--cache flash: max_candidates / forced_acceptance need verify on (--verify)");
-  FlashCacheDenoiser den(be, m, fo);
-  FlashCacheResult res = den.generate(prompts);
-  mem.take(res.stats.free_bytes_at_end);  // K/V cache and workspaces alive then; the cache is freed by now
-  std::vector<RawOutput> out;
-  for (const FlashRequestResult& r : res.requests)
-    out.push_back({r.output_ids, r.nfe, r.num_tokens, "", r.forward_passes, r.candidates, r.accepted,
-                   r.num_tokens_reference});
-  return out;
-}
-
-}  // namespace
+std::string Engine::decode(std::span<const int32_t> ids) const { return impl_->decode_ids(ids); }
 
 std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>& requests,
                                              const GenerateOptions& o, const ProgressCallback& progress) {
   FDLLM_CHECK_ARG(!requests.empty(), "generate: no requests");
+  FDLLM_CHECK_ARG(!started(), "generate: the engine is started (serving); submit requests instead");
   const LladaConfig& cfg = impl_->model.config;
-  const int32_t eot = o.eot_token_id.value_or(impl_->eot_id);
+  validate(o.decode, cfg);
+  validate(o.sampling, o.decode, cfg, /*exact_blocks=*/true);
+  const DecodeSettings& d = o.decode;
+  const int32_t eot = d.eot_token_id.value_or(impl_->eot_id);
 
   std::vector<std::vector<int32_t>> prompts;
-  for (const GenerateRequest& r : requests)
+  std::vector<bool> templated;
+  for (const GenerateRequest& r : requests) {
+    templated.push_back(r.prompt_ids.empty() && r.chat);
     prompts.push_back(r.prompt_ids.empty() ? encode_prompt(r.prompt, r.chat) : r.prompt_ids);
+  }
 
   const auto t0 = std::chrono::steady_clock::now();
   Backend& be = *impl_->backend;
-  FDLLM_CHECK_ARG(!o.verify || o.cache == "flash", "verify (Flash-Verify) needs cache 'flash', got '{}'", o.cache);
-  std::vector<RawOutput> raw;
+  const SlotParams params = resolve_params(o.sampling, d, /*exact_blocks=*/true);
+  // The pool this batch needs: flash min(slots, requests) slots (0 = every request), the block
+  // samplers every request at once; rows for the longest prompt.
+  SlotPool pool;
+  const auto N = static_cast<int64_t>(prompts.size());
+  pool.n_slots = d.cache == CacheMode::kFlash && d.n_slots > 0 ? std::min<int64_t>(d.n_slots, N) : N;
+  int64_t max_p = 0;
+  for (const auto& p : prompts) {
+    max_p = std::max<int64_t>(max_p, static_cast<int64_t>(p.size()));
+    pool.max_step_rows += step_rows(static_cast<int64_t>(p.size()), params.gen_length, d);
+  }
+  pool.max_total_length = max_p + params.gen_length;
+  if (d.cache == CacheMode::kFlash) pool.max_step_rows = 0;
+
+  std::vector<std::vector<int32_t>> canvases(prompts.size());
+  std::vector<double> finished_at(prompts.size(), -1.0);
+  Scheduler::Options so;
+  so.max_queue = N;
+  so.hook = [&](size_t i, std::span<const int32_t> canvas, bool done) {
+    if (done && finished_at[i] < 0)
+      finished_at[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!progress) return;
+    canvases[i].assign(canvas.begin(), canvas.end());
+    progress(StepProgress{i, &canvases[i], done});
+  };
   MemorySample mem;
-  if (o.cache == "none") {
-    raw = run_llada(be, impl_->model, o, eot, prompts, progress, mem);
-  } else if (o.cache == "prefix" || o.cache == "dual") {
-    raw = run_fastdllm(be, impl_->model, o, o.cache == "prefix" ? FastDllmCacheMode::kPrefix : FastDllmCacheMode::kDual,
-                       prompts, progress, mem);
-  } else if (o.cache == "flash") {
-    raw = run_flash(be, impl_->model, o, prompts, mem);
-  } else {
-    FDLLM_FAIL(ErrorCode::kInvalidArgument, "cache must be none, prefix, dual or flash, got '{}'", o.cache);
+  std::vector<GenerateResult> out(prompts.size());
+  {
+    std::unique_ptr<Denoiser> den = make_denoiser(be, impl_->model, d, eot, params, pool);
+    Scheduler sched(*den, impl_->codec(d), so);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ScheduledRequest rq;
+      rq.prompt = prompts[i];
+      rq.params = params;
+      rq.max_output_tokens = params.gen_length;
+      rq.chat_template = templated[i];
+      rq.tag = i;
+      streams.push_back(sched.submit(std::move(rq)));
+    }
+    std::vector<bool> have(prompts.size(), false);
+    auto drain = [&] {
+      for (size_t i = 0; i < streams.size(); ++i)
+        while (auto ev = streams[i]->next(std::chrono::milliseconds(0))) {
+          if (!ev->finished) continue;
+          if (ev->finish_reason == FinishReason::kError) throw Error(ev->error_code, ev->error);
+          FDLLM_CHECK(ev->result != nullptr, ErrorCode::kInternal, "request {} ended ({}) without a result", i,
+                      finish_reason_name(ev->finish_reason));
+          out[i] = *ev->result;
+          have[i] = true;
+        }
+    };
+    while (sched.step()) drain();
+    drain();
+    mem.take(be.free_memory());  // K/V stores and workspaces still allocated
+    for (size_t i = 0; i < have.size(); ++i)
+      FDLLM_CHECK(have[i], ErrorCode::kInternal, "generate: request {} did not finish", i);
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (mem.min_free != SIZE_MAX && impl_->free_before_load > mem.min_free)
     impl_->peak_in_use = std::max(impl_->peak_in_use, impl_->free_before_load - mem.min_free);
-
-  std::vector<GenerateResult> out(raw.size());
-  for (size_t i = 0; i < raw.size(); ++i) {
-    GenerateResult& r = out[i];
-    r.prompt_ids = prompts[i];
-    r.canvas_ids = std::move(raw[i].canvas);
-    for (int32_t id : r.canvas_ids) {
-      if (id == cfg.eos_token_id || (eot >= 0 && id == eot)) {
-        r.stopped_at_eos = true;
-        break;
-      }
-      r.output_ids.push_back(id);
-    }
-    r.text = decode(r.output_ids);
-    r.nfe = raw[i].nfe;
-    r.committed_tokens = raw[i].committed;
-    r.committed_tokens_reference = raw[i].committed_reference >= 0 ? raw[i].committed_reference : raw[i].committed;
-    r.forward_passes = raw[i].forward_passes >= 0 ? raw[i].forward_passes : raw[i].nfe;
-    r.verify_candidates = raw[i].verify_candidates;
-    r.verify_accepted = raw[i].verify_accepted;
-    r.call_kinds = std::move(raw[i].call_kinds);
-    r.seconds = seconds;
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i].seconds = seconds;
+    out[i].latency_seconds = finished_at[i] >= 0 ? std::min(finished_at[i], seconds) : seconds;
   }
   return out;
+}
+
+// ---------------------------------------------------------------------------------- serving
+
+void Engine::start(const ServeOptions& options) {
+  std::lock_guard<std::mutex> lk(impl_->serve_mu);
+  FDLLM_CHECK_ARG(!impl_->sched, "the engine is already started");
+  const LladaConfig& cfg = impl_->model.config;
+  ServeOptions so = options;
+  validate(so.decode, cfg);
+  if (so.max_model_len == 0) so.max_model_len = cfg.max_sequence_length;
+  FDLLM_CHECK_ARG(so.max_model_len >= 2 && so.max_model_len <= cfg.max_sequence_length,
+                  "max_model_len must be in [2, max_sequence_length = {}], got {}", cfg.max_sequence_length,
+                  so.max_model_len);
+  FDLLM_CHECK_ARG(so.max_queue >= 0, "max_queue must be >= 0, got {}", so.max_queue);
+  FDLLM_CHECK_ARG(so.memory_fraction > 0.0 && so.memory_fraction <= 1.0, "memory_fraction must be in (0, 1], got {}",
+                  so.memory_fraction);
+  const DecodeSettings& d = so.decode;
+  const int32_t eot = d.eot_token_id.value_or(impl_->eot_id);
+  // The options' default request: a canvas of one block (the real ones come with each request).
+  SamplingParams probe;
+  probe.gen_length = std::min<int64_t>(d.effective_block_length(), so.max_model_len - 1);
+  const SlotParams defaults = resolve_params(probe, d, /*exact_blocks=*/false);
+  SlotPool pool;
+  pool.max_total_length = so.max_model_len;
+  Backend& be = *impl_->backend;
+  std::unique_ptr<Denoiser> den;
+  if (d.n_slots > 0) {
+    pool.n_slots = d.n_slots;
+    den = make_denoiser(be, impl_->model, d, eot, defaults, pool);
+  } else {
+    // As many slots as fit: K/V rows (and the full-recompute activations) per slot against the
+    // free memory; fewer on an allocation failure.
+    const int64_t act = static_cast<int64_t>(dtype_size(be.activation_dtype()));
+    const int64_t kv_row = 2 * cfg.n_layers * cfg.n_heads * cfg.head_dim * act;
+    const int64_t act_row = (7 * cfg.d_model + 3 * cfg.mlp_hidden_size) * act;
+    const int64_t per_slot = so.max_model_len * (d.cache == CacheMode::kNone ? act_row + kv_row / cfg.n_layers
+                                                                              : kv_row) +
+                             d.effective_block_length() * cfg.embedding_size * 4;
+    const auto budget = static_cast<double>(be.free_memory()) * so.memory_fraction;
+    int64_t n = std::clamp<int64_t>(static_cast<int64_t>(budget / static_cast<double>(per_slot)), 1, 256);
+    for (;;) {
+      pool.n_slots = n;
+      try {
+        den = make_denoiser(be, impl_->model, d, eot, defaults, pool);
+        break;
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::kOutOfMemory || n == 1) throw;
+        n = std::max<int64_t>(1, n * 3 / 4);
+      }
+    }
+  }
+  so.decode.n_slots = den->n_slots();
+  Scheduler::Options sopt;
+  sopt.max_queue = so.max_queue;
+  impl_->sched = std::make_unique<Scheduler>(*den, impl_->codec(d), sopt);
+  impl_->den = std::move(den);
+  impl_->serve = so;
+  impl_->stop_loop = false;
+  Scheduler* sched = impl_->sched.get();
+  std::atomic<bool>* stop_flag = &impl_->stop_loop;
+  impl_->loop = std::thread([sched, stop_flag] {
+    for (;;) {
+      if (stop_flag->load() && !sched->has_work()) break;
+      if (!sched->step()) sched->wait_for_work(std::chrono::milliseconds(50));
+    }
+  });
+  logger().info("engine started: {} slots of {} positions, cache {}", impl_->den->n_slots(), so.max_model_len,
+                cache_mode_name(d.cache));
+}
+
+std::shared_ptr<RequestStream> Engine::submit(const GenerateRequest& request, const SamplingParams& params) {
+  Scheduler* sched = impl_->sched.get();
+  FDLLM_CHECK(sched != nullptr, ErrorCode::kUnavailable, "the engine is not started (Engine::start)");
+  const LladaConfig& cfg = impl_->model.config;
+  const DecodeSettings& d = impl_->serve.decode;
+  validate(params, d, cfg, /*exact_blocks=*/false);
+  ScheduledRequest rq;
+  rq.prompt = request.prompt_ids.empty() ? encode_prompt(request.prompt, request.chat) : request.prompt_ids;
+  rq.chat_template = request.prompt_ids.empty() && request.chat;
+  rq.params = resolve_params(params, d, /*exact_blocks=*/false);
+  const auto P = static_cast<int64_t>(rq.prompt.size());
+  FDLLM_CHECK_ARG(P + rq.params.gen_length <= impl_->serve.max_model_len,
+                  "prompt ({} tokens) + max_tokens ({}{}) = {} exceeds this engine's context of {} tokens "
+                  "(max_model_len)",
+                  P, params.gen_length,
+                  rq.params.gen_length != params.gen_length
+                      ? fmt::format(", rounded up to the block length {}: {}", d.effective_block_length(),
+                                    rq.params.gen_length)
+                      : "",
+                  P + rq.params.gen_length, impl_->serve.max_model_len);
+  rq.max_output_tokens = params.gen_length;
+  rq.stop = params.stop;
+  rq.finish_early = true;
+  rq.stream_text = true;
+  return sched->submit(std::move(rq));
+}
+
+int64_t Engine::canvas_length(const SamplingParams& params) const {
+  return resolve_params(params, impl_->serve.decode, /*exact_blocks=*/false).gen_length;
+}
+
+bool Engine::cancel(uint64_t id) { return impl_->sched ? impl_->sched->cancel(id) : false; }
+
+void Engine::stop(bool drain) {
+  std::lock_guard<std::mutex> lk(impl_->serve_mu);
+  if (!impl_->sched) return;
+  if (!drain) impl_->sched->cancel_all();
+  impl_->sched->close();
+  impl_->stop_loop = true;
+  if (impl_->loop.joinable()) impl_->loop.join();
+  MemorySample mem;
+  mem.take(impl_->backend->free_memory());
+  if (impl_->free_before_load > mem.min_free)
+    impl_->peak_in_use = std::max(impl_->peak_in_use, impl_->free_before_load - mem.min_free);
+  impl_->last_metrics = impl_->sched->metrics();  // metrics() still reports the stopped pool
+  impl_->last_metrics.max_model_len = impl_->serve.max_model_len;
+  impl_->sched.reset();
+  impl_->den.reset();
+}
+
+bool Engine::started() const noexcept { return impl_->sched != nullptr; }
+
+const ServeOptions& Engine::serve_options() const { return impl_->serve; }
+
+EngineMetrics Engine::metrics() const {
+  if (!impl_->sched) return impl_->last_metrics;
+  EngineMetrics m = impl_->sched->metrics();
+  m.max_model_len = impl_->serve.max_model_len;
+  return m;
 }
 
 const LladaConfig& Engine::config() const noexcept { return impl_->model.config; }

@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "core/check.h"
+#include "core/text.h"
 #include "eval/runner.h"
 #include "eval/sandbox.h"
 #include "eval/scoring.h"
@@ -26,63 +27,14 @@
 namespace flashdllm::eval {
 namespace {
 
-std::string trim(std::string_view s) {
-  const auto b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string_view::npos) return "";
-  const auto e = s.find_last_not_of(" \t\r\n");
-  return std::string(s.substr(b, e - b + 1));
-}
-
 std::string join(const std::vector<std::string>& items, std::string_view sep) {
   std::string s;
   for (size_t i = 0; i < items.size(); ++i) s += (i ? std::string(sep) : "") + items[i];
   return s;
 }
 
-std::optional<double> parse_double(std::string_view text) {
-  const std::string t = trim(text);
-  if (t.empty()) return std::nullopt;
-  char* end = nullptr;
-  const double v = std::strtod(t.c_str(), &end);
-  if (end != t.c_str() + t.size() || !std::isfinite(v)) return std::nullopt;
-  return v;
-}
-
-std::optional<int64_t> parse_int(std::string_view text) {
-  const std::string t = trim(text);
-  if (t.empty()) return std::nullopt;
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(t.c_str(), &end, 10);
-  if (end != t.c_str() + t.size() || errno == ERANGE) return std::nullopt;
-  return static_cast<int64_t>(v);
-}
 
 bool is_flash(std::string_view method) { return method == "flash" || method == "flash+verify"; }
-
-int64_t effective_block(const GenerateOptions& o) {
-  return o.block_length > 0 ? o.block_length : (o.cache == "flash" ? 16 : 32);
-}
-
-/// The value of option `key` in `o` as text ("off" for no threshold in the block samplers; the
-/// flash default 0.9 when unset there).
-std::string option_text(const GenerateOptions& o, std::string_view key) {
-  auto num = [](double v) { return nlohmann::json(v).dump(); };
-  if (key == "threshold")
-    return o.threshold ? num(*o.threshold) : (o.cache == "flash" ? num(0.9) : std::string("off"));
-  if (key == "gamma") return num(o.gamma);
-  if (key == "track_num") return std::to_string(o.track_num);
-  if (key == "mask_num") return std::to_string(o.mask_num);
-  if (key == "block_length") return std::to_string(effective_block(o));
-  if (key == "gen_length") return std::to_string(o.gen_length);
-  if (key == "steps") return std::to_string(o.steps);
-  if (key == "verify_rule") return o.verify_rule;
-  if (key == "max_candidates") return std::to_string(o.max_candidates);
-  if (key == "tokens_per_step") return std::to_string(o.tokens_per_step);
-  if (key == "temperature") return num(o.temperature);
-  if (key == "seed") return std::to_string(o.seed);
-  return "";
-}
 
 bool same_value(const std::string& a, const std::string& b) {
   const auto x = parse_double(a), y = parse_double(b);
@@ -90,24 +42,12 @@ bool same_value(const std::string& a, const std::string& b) {
   return a == b;
 }
 
-/// Basic checks of a point's setting, the ones the engine makes when the point runs (so that a
-/// long grid fails before it starts).
+/// The checks of a point's setting that need no model (so that a long grid fails before it starts).
 void check_setting(const GenerateOptions& o, const std::string& where) {
-  FDLLM_CHECK_ARG(o.gen_length > 0, "{}: gen_length must be positive, got {}", where, o.gen_length);
-  FDLLM_CHECK_ARG(o.block_length >= 0, "{}: block_length must be >= 0, got {}", where, o.block_length);
-  const int64_t block = effective_block(o);
-  if (o.cache == "flash") {
-    FDLLM_CHECK_ARG(o.mask_num >= 1, "{}: mask_num must be >= 1, got {}", where, o.mask_num);
-    FDLLM_CHECK_ARG(o.temperature == 0.0, "{}: flash decodes greedily (temperature must be 0)", where);
-    FDLLM_CHECK_ARG(o.max_candidates <= block, "{}: max_candidates {} exceeds the window {}", where, o.max_candidates,
-                    block);
-  } else {
-    FDLLM_CHECK_ARG(o.gen_length % block == 0, "{}: gen_length {} is not a multiple of block_length {}", where,
-                    o.gen_length, block);
-    if (!o.threshold)
-      FDLLM_CHECK_ARG(o.steps > 0 && o.steps % (o.gen_length / block) == 0,
-                      "{}: steps {} must be a positive multiple of the {} blocks (gen_length / block_length)", where,
-                      o.steps, o.gen_length / block);
+  try {
+    validate_without_model(o);
+  } catch (const Error& e) {
+    FDLLM_FAIL(ErrorCode::kInvalidArgument, "{}: {}", where, e.what());
   }
 }
 
@@ -132,7 +72,7 @@ constexpr MetricField kMetrics[] = {
 std::string workload_key(const PointResult& r) {
   const BenchWorkload& w = r.point.workload;
   return fmt::format("{}|{}|{}|{}|{}|{}", w.task, w.data.string(), w.limit, w.timing_only, r.point.batch,
-                     r.point.options.gen_length);
+                     r.point.options.sampling.gen_length);
 }
 
 // ---- peak memory on the host ---------------------------------------------------------------------
@@ -166,88 +106,45 @@ const std::vector<std::string>& bench_method_names() {
 }
 
 void apply_bench_method(GenerateOptions& o, std::string_view method) {
+  DecodeSettings& d = o.decode;
   if (method == "none" || method == "prefix" || method == "dual") {
-    o.cache = std::string(method);
-    o.verify = false;
+    d.cache = parse_cache_mode(method);
+    d.verify = false;
   } else if (method == "flash" || method == "flash+verify") {
-    o.cache = "flash";
-    o.verify = method == "flash+verify";
+    d.cache = CacheMode::kFlash;
+    d.verify = method == "flash+verify";
   } else {
     FDLLM_FAIL(ErrorCode::kInvalidArgument, "unknown method '{}' (methods: {})", method, join(bench_method_names(), ", "));
   }
-  if (!o.verify) o.max_candidates = o.forced_acceptance = 0;  // verify-only settings
-}
-
-const std::vector<std::string>& bench_option_keys() {
-  static const std::vector<std::string> keys = {"threshold",    "gamma",      "track_num",      "mask_num",
-                                                "block_length", "gen_length", "steps",          "verify_rule",
-                                                "max_candidates", "tokens_per_step", "temperature", "seed"};
-  return keys;
-}
-
-std::string canonical_option_key(std::string_view key) {
-  std::string k = trim(key);
-  std::replace(k.begin(), k.end(), '-', '_');
-  const auto& keys = bench_option_keys();
-  FDLLM_CHECK_ARG(std::find(keys.begin(), keys.end(), k) != keys.end(), "unknown option key '{}' (keys: {})", key,
-                  join(keys, ", "));
-  return k;
+  const DecodeSettings defaults;
+  if (!d.verify) {  // verify-only settings
+    d.max_candidates = d.forced_acceptance = 0;
+  }
+  if (d.cache != CacheMode::kFlash) {  // flash-only settings
+    d.track_num = defaults.track_num;
+    d.mask_num = defaults.mask_num;
+    d.tokens_per_step = 0;
+    d.forced_schedule.clear();
+    d.importance_probability_mass = false;
+  } else {  // settings of the block samplers
+    o.sampling.steps = 0;
+    d.remasking = Remasking::kLowConfidence;
+    d.confidence_f32 = false;
+  }
+  if (d.cache != CacheMode::kNone) {
+    d.cfg_scale = 0.0;
+    d.logits_eos_inf = d.confidence_eos_eot_inf = false;
+    d.eos_pad_tile = 0;
+  }
 }
 
 bool option_applies(std::string_view key, std::string_view method, std::string_view value) {
   const std::string k = canonical_option_key(key);
   if (k == "gamma" || k == "verify_rule" || k == "max_candidates") return method == "flash+verify";
   if (k == "track_num" || k == "mask_num" || k == "tokens_per_step") return is_flash(method);
-  if (k == "steps" || k == "temperature") return !is_flash(method);
+  if (k == "steps") return !is_flash(method);
   if (k == "threshold" && trim(value) == "off") return !is_flash(method);
   return true;
-}
-
-void apply_option(GenerateOptions& o, std::string_view key, std::string_view value) {
-  const std::string k = canonical_option_key(key);
-  const std::string v = trim(value);
-  auto real = [&](double lo, double hi, bool lo_open) {
-    const auto d = parse_double(v);
-    FDLLM_CHECK_ARG(d && (lo_open ? *d > lo : *d >= lo) && *d <= hi, "option {}: '{}' is not a number in {}{}, {}]",
-                    k, v, lo_open ? "(" : "[", lo, hi);
-    return *d;
-  };
-  auto count = [&](int64_t lo) {
-    const auto i = parse_int(v);
-    FDLLM_CHECK_ARG(i && *i >= lo, "option {}: '{}' is not an integer >= {}", k, v, lo);
-    return *i;
-  };
-  if (k == "threshold") {
-    if (v == "off")
-      o.threshold.reset();
-    else
-      o.threshold = real(0.0, 1.0, true);
-  } else if (k == "gamma") {
-    o.gamma = real(0.0, 1.0, true);
-  } else if (k == "track_num") {
-    const auto i = parse_int(v);
-    FDLLM_CHECK_ARG(i.has_value(), "option track_num: '{}' is not an integer", v);
-    o.track_num = *i;
-  } else if (k == "mask_num") {
-    o.mask_num = count(1);
-  } else if (k == "block_length") {
-    o.block_length = count(0);
-  } else if (k == "gen_length") {
-    o.gen_length = count(1);
-  } else if (k == "steps") {
-    o.steps = count(1);
-  } else if (k == "verify_rule") {
-    FDLLM_CHECK_ARG(v == "product" || v == "paper", "option verify_rule: '{}' is not product or paper", v);
-    o.verify_rule = v;
-  } else if (k == "max_candidates") {
-    o.max_candidates = count(0);
-  } else if (k == "tokens_per_step") {
-    o.tokens_per_step = count(0);
-  } else if (k == "temperature") {
-    o.temperature = real(0.0, 1e6, false);
-  } else if (k == "seed") {
-    o.seed = static_cast<uint64_t>(count(0));
-  }
 }
 
 std::vector<std::string> split_list(std::string_view list) {
@@ -274,7 +171,7 @@ SweepAxis parse_sweep(std::string_view spec) {
     for (size_t j = 0; j < i; ++j)
       FDLLM_CHECK_ARG(!same_value(a.values[i], a.values[j]), "--sweep '{}': value '{}' repeated", spec, a.values[i]);
     GenerateOptions probe;
-    apply_option(probe, a.key, a.values[i]);
+    set_option(probe, a.key, a.values[i]);
   }
   return a;
 }
@@ -376,7 +273,7 @@ void apply_group_fields(BenchGroup& g, const nlohmann::ordered_json& j, const st
         try {
           k = canonical_option_key(key);
           GenerateOptions probe;
-          apply_option(probe, k, text);
+          set_option(probe, k, text);
         } catch (const Error& e) {
           FDLLM_FAIL(ErrorCode::kInvalidArgument, "{}: {}", at, e.what());
         }
@@ -456,12 +353,12 @@ std::vector<BenchPoint> expand_grid(const std::vector<BenchGroup>& groups, const
           p.options = base;
           apply_bench_method(p.options, method);
           for (const auto& [k, v] : g.options)
-            if (option_applies(k, method, v)) apply_option(p.options, k, v);
+            if (option_applies(k, method, v)) set_option(p.options, k, v);
           for (size_t a = 0; a < axes.size(); ++a) {
             p.swept.emplace_back(axes[a].key, axes[a].values[idx[a]]);
-            apply_option(p.options, axes[a].key, axes[a].values[idx[a]]);
+            set_option(p.options, axes[a].key, axes[a].values[idx[a]]);
           }
-          if (p.options.cache == "flash") p.options.n_slots = batch;
+          if (p.options.decode.cache == CacheMode::kFlash) p.options.decode.n_slots = batch;
           check_setting(p.options, fmt::format("group '{}', {}", gname, p.label()));
           const bool dup = std::any_of(points.begin(), points.end(), [&](const BenchPoint& q) {
             return q.group == p.group && q.method == p.method && q.batch == p.batch && q.swept == p.swept;
@@ -518,7 +415,7 @@ void finalize_results(std::vector<PointResult>& results, std::string_view baseli
       if (b.point.method != baseline_method || workload_key(b) != workload_key(r)) continue;
       if (!first) first = &b;
       if (!same && same_value(threshold_of(b), threshold_of(r))) same = &b;
-      if (!off && !b.point.options.threshold) off = &b;
+      if (!off && !effective_threshold(b.point.options.decode, b.point.options.sampling)) off = &b;
     }
     const PointResult* base = same ? same : off ? off : first;
     if (!base) continue;
@@ -613,7 +510,7 @@ std::vector<PointResult> run_bench(const EngineFactory& load, const std::vector<
     const std::vector<EvalSample>& samples = samples_of(p);
     const bool chat = options.chat.value_or(p.workload.task == "arith" ? engine->has_chat_template()
                                                                         : chat_by_model_path(options.model_dir));
-    const bool flash = p.options.cache == "flash";
+    const bool flash = p.options.decode.cache == CacheMode::kFlash;
     const size_t per_call = flash ? samples.size() : static_cast<size_t>(p.batch);
     auto request_of = [&](const EvalSample& s) {
       GenerateRequest r;
@@ -779,37 +676,7 @@ nlohmann::ordered_json bench_meta(const std::string& command, const std::filesys
 
 namespace {
 
-nlohmann::ordered_json options_json(const GenerateOptions& o) {
-  nlohmann::ordered_json j;
-  j["cache"] = o.cache;
-  j["gen_length"] = o.gen_length;
-  j["block_length"] = effective_block(o);
-  j["threshold"] = o.threshold ? nlohmann::ordered_json(*o.threshold)
-                   : o.cache == "flash" ? nlohmann::ordered_json(0.9)
-                                        : nlohmann::ordered_json();
-  if (o.cache == "flash") {
-    j["track_num"] = o.track_num;
-    j["mask_num"] = o.mask_num;
-    j["slots"] = o.n_slots;
-    j["tokens_per_step"] = o.tokens_per_step;
-    j["verify"] = o.verify;
-    if (o.verify) {
-      j["gamma"] = o.gamma;
-      j["verify_rule"] = o.verify_rule;
-      j["max_candidates"] = o.max_candidates;
-      j["forced_acceptance"] = o.forced_acceptance;
-    }
-    if (!o.forced_schedule.empty()) j["forced_schedule"] = o.forced_schedule;
-    j["reference_quirks"] = o.reference_quirks;
-  } else {
-    j["steps"] = o.steps;
-    j["remasking"] = o.remasking;
-    j["temperature"] = o.temperature;
-    j["cfg_scale"] = o.cfg_scale;
-  }
-  j["seed"] = o.seed;
-  return j;
-}
+nlohmann::ordered_json options_json(const GenerateOptions& o) { return to_json(o); }
 
 double median_of(const PointResult& r, const char* k, double fallback = 0.0) {
   auto it = r.stats.find(k);
@@ -844,7 +711,7 @@ std::string fmt_accuracy(const PointResult& r, bool ci) {
 }
 
 std::string fmt_drafts(const PointResult& r) {
-  if (!r.point.options.verify) return "—";
+  if (!r.point.options.decode.verify) return "—";
   const double c = median_of(r, "verify_candidates"), a = median_of(r, "verify_accepted");
   return fmt::format("{:.1f} / {:.1f} ({:.0f}%)", a, c, c > 0 ? 100 * a / c : 0.0);
 }
@@ -862,14 +729,15 @@ std::string swept_text(const BenchPoint& p) {
 
 std::string setting_text(const BenchPoint& p) {
   const GenerateOptions& o = p.options;
+  const DecodeSettings& d = o.decode;
   std::vector<std::string> s = {"threshold " + option_text(o, "threshold")};
-  if (o.cache == "flash") {
-    s.push_back(fmt::format("track {} mask {}", o.track_num, o.mask_num));
-    if (o.verify) s.push_back(fmt::format("gamma {} ({})", nlohmann::json(o.gamma).dump(), o.verify_rule));
-  } else if (!o.threshold) {
-    s.push_back(fmt::format("{} steps", o.steps));
+  if (d.cache == CacheMode::kFlash) {
+    s.push_back(fmt::format("track {} mask {}", d.track_num, d.mask_num));
+    if (d.verify) s.push_back(fmt::format("gamma {} ({})", nlohmann::json(d.gamma).dump(), verify_rule_name(d.verify_rule)));
+  } else if (!effective_threshold(d, o.sampling)) {
+    s.push_back(fmt::format("{} steps", option_text(o, "steps")));
   }
-  s.push_back(fmt::format("block {}", effective_block(o)));
+  s.push_back(fmt::format("block {}", d.effective_block_length()));
   return join(s, ", ");
 }
 
@@ -877,7 +745,7 @@ std::string workload_text(const PointResult& r) {
   const BenchWorkload& w = r.point.workload;
   const int64_t n = r.repeats.empty() ? 0 : r.repeats.front().n;
   return fmt::format("{} {} ({} {}), gen_length {}, batch {}", w.task, w.timing_only ? "timing-only" : "accuracy", n,
-                     w.timing_only ? "fixed prompts" : "documents", r.point.options.gen_length, r.point.batch);
+                     w.timing_only ? "fixed prompts" : "documents", r.point.options.sampling.gen_length, r.point.batch);
 }
 
 std::string csv_cell(const std::string& s) {
@@ -1066,7 +934,7 @@ std::string bench_csv(const std::vector<PointResult>& results) {
   for (const PointResult& r : results) {
     const BenchPoint& p = r.point;
     const GenerateOptions& o = p.options;
-    const bool flash = o.cache == "flash";
+    const bool flash = o.decode.cache == CacheMode::kFlash;
     std::vector<std::string> row = {p.id,
                                     csv_cell(p.group),
                                     p.workload.task,
@@ -1077,11 +945,11 @@ std::string bench_csv(const std::vector<PointResult>& results) {
                                     std::to_string(p.batch),
                                     std::to_string(p.repeats),
                                     option_text(o, "threshold"),
-                                    o.verify ? option_text(o, "gamma") : "",
-                                    flash ? std::to_string(o.track_num) : "",
-                                    flash ? std::to_string(o.mask_num) : "",
-                                    std::to_string(effective_block(o)),
-                                    std::to_string(o.gen_length),
+                                    o.decode.verify ? option_text(o, "gamma") : "",
+                                    flash ? std::to_string(o.decode.track_num) : "",
+                                    flash ? std::to_string(o.decode.mask_num) : "",
+                                    std::to_string(o.decode.effective_block_length()),
+                                    std::to_string(o.sampling.gen_length),
                                     std::to_string(r.repeats.empty() ? 0 : r.repeats.front().n),
                                     p.workload.timing_only || r.repeats.empty() ? "" : std::to_string(r.repeats.front().correct)};
     for (const MetricField& m : kMetrics) {

@@ -43,29 +43,16 @@ class PythonSandbox;
 /// The method names in display order: none, prefix, dual, flash, flash+verify.
 const std::vector<std::string>& bench_method_names();
 
-/// Sets the cache mode (and verify) of `method` on `o`. Throws Error(kInvalidArgument) listing the
-/// known methods for an unknown name.
+/// Sets the cache mode (and verify) of `method` on `o` and resets the settings of other modes to
+/// their defaults. Throws Error(kInvalidArgument) listing the known methods for an unknown name.
 void apply_bench_method(GenerateOptions& o, std::string_view method);
-
-/// The option keys a sweep or a grid file may set, in canonical spelling: threshold, gamma,
-/// track_num, mask_num, block_length, gen_length, steps, verify_rule, max_candidates,
-/// tokens_per_step, temperature, seed.
-const std::vector<std::string>& bench_option_keys();
-
-/// The canonical spelling of an option key ('-' accepted for '_'; "slots" is not a key: batch sizes
-/// are swept with --batches). Throws Error(kInvalidArgument) listing the keys for an unknown key.
-std::string canonical_option_key(std::string_view key);
 
 /// Whether option `key` (canonical) changes anything for `method`: gamma, verify_rule and
 /// max_candidates only for flash+verify; track_num, mask_num, tokens_per_step for the flash
 /// methods; steps for the non-flash methods; threshold value "off" (no threshold: the sampler's
-/// quota of `steps`) only for the non-flash methods; the rest for all.
+/// quota of `steps`) only for the non-flash methods; the rest for all. Option keys, their text
+/// forms and ranges are params.h's (option_keys, set_option).
 bool option_applies(std::string_view key, std::string_view method, std::string_view value);
-
-/// Sets option `key` (canonical or not) to `value` (text, as on the command line) on `o`. Throws
-/// Error(kInvalidArgument) naming the key and the value when the value does not parse or is out
-/// of the key's range (threshold in (0, 1] or "off", gamma in (0, 1], counts >= 0 ...).
-void apply_option(GenerateOptions& o, std::string_view key, std::string_view value);
 
 /// One swept option: canonical key and its values (text, in the given order, no duplicates).
 struct SweepAxis {

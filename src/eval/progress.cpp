@@ -49,9 +49,9 @@ std::string ProgressBar::line(int64_t done, double seconds, const std::string& e
   return s;
 }
 
-void ProgressBar::draw(int64_t done, const std::string& extra, bool final) {
+void ProgressBar::draw(int64_t done, const std::string& extra, bool final, bool force) {
   const double t = elapsed();
-  if (!final) {
+  if (!final && !force) {
     if (tty_ && t - last_draw_ < 0.1) return;
     if (!tty_ && t - last_draw_ < interval_s_) return;
   }
@@ -66,8 +66,8 @@ void ProgressBar::draw(int64_t done, const std::string& extra, bool final) {
 
 void ProgressBar::update(int64_t done, const std::string& extra) {
   if (finished_) return;
-  if (last_draw_ < -1e8 && !tty_) last_draw_ = elapsed();  // plain mode: first line after one interval
-  draw(done, extra, false);
+  // The first update draws at once (a line at the start), later ones at most every interval.
+  draw(done, extra, false, last_draw_ < -1e8);
 }
 
 void ProgressBar::finish(const std::string& extra) { finish(total_, extra); }
@@ -75,7 +75,7 @@ void ProgressBar::finish(const std::string& extra) { finish(total_, extra); }
 void ProgressBar::finish(int64_t done, const std::string& extra) {
   if (finished_) return;
   finished_ = true;
-  draw(done, extra, true);
+  draw(done, extra, true, true);
 }
 
 }  // namespace flashdllm::eval

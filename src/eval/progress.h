@@ -33,7 +33,7 @@ class ProgressBar {
 
  private:
   double elapsed() const;
-  void draw(int64_t done, const std::string& extra, bool final);
+  void draw(int64_t done, const std::string& extra, bool final, bool force);
 
   std::string label_, unit_;
   int64_t total_;

@@ -23,7 +23,7 @@ SampleResult make_sample_result(const EvalSample& sample, const GenerateResult& 
   s.nfe = g.nfe;
   s.committed_tokens = g.committed_tokens;
   s.committed_tokens_reference = g.committed_tokens_reference;
-  s.generated_tokens = static_cast<int64_t>(g.output_ids.size()) + (g.stopped_at_eos ? 1 : 0);
+  s.generated_tokens = g.generated_tokens();
   s.stopped_at_eos = g.stopped_at_eos;
   s.call_seconds = g.seconds;
   s.seconds = seconds;
@@ -57,10 +57,13 @@ std::vector<SampleResult> generate_samples(Engine& engine, const std::vector<Eva
     // reports steps); otherwise a request's latency is its call's wall time.
     std::vector<double> finished_at(reqs.size(), -1.0);
     const auto call_start = std::chrono::steady_clock::now();
+    // Every iteration ticks the progress (a long call still reports periodically); a request's
+    // first done tick is its latency.
     ProgressCallback step_progress = [&](const StepProgress& p) {
-      if (!p.done || p.request >= finished_at.size() || finished_at[p.request] >= 0) return;
-      finished_at[p.request] = since(call_start);
-      ++done_total;
+      if (p.done && p.request < finished_at.size() && finished_at[p.request] < 0) {
+        finished_at[p.request] = since(call_start);
+        ++done_total;
+      }
       if (run.progress) run.progress(done_total, static_cast<int64_t>(samples.size()), since(t0));
     };
     std::vector<GenerateResult> res = engine.generate(reqs, options, step_progress);

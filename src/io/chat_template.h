@@ -11,12 +11,9 @@
 #include <string>
 #include <vector>
 
-namespace flashdllm {
+#include "flashdllm/request.h"  // ChatMessage
 
-struct ChatMessage {
-  std::string role;     // "system", "user", "assistant"
-  std::string content;
-};
+namespace flashdllm {
 
 class ChatTemplate {
  public:

@@ -430,12 +430,12 @@ TEST(FlashOptions, PresetsAndDefaults) {
   EXPECT_EQ(d.mask_num, 4);
   EXPECT_FALSE(d.reference_quirks);
   for (const char* t : {"gsm8k", "math", "humaneval"}) {
-    const FlashCacheOptions o = flash_cache_preset(t);
+    const FlashPreset o = flash_preset(t);
     EXPECT_EQ(o.track_num * o.block_length, 64) << t;
     EXPECT_EQ(o.mask_num * o.block_length, 64) << t;
   }
-  EXPECT_EQ(flash_cache_preset("mbpp").track_num * 16, 48);
-  EXPECT_THROW(flash_cache_preset("squad"), Error);
+  EXPECT_EQ(flash_preset("mbpp").track_num * 16, 48);
+  EXPECT_THROW(flash_preset("squad"), Error);
 }
 
 

@@ -373,7 +373,7 @@ TEST(VerifyAccept, ProductRuleIsTheRunningProduct) {
   const std::vector<uint8_t> none(4, 0);
   auto acc = [&](std::vector<double> p, double gamma, std::vector<uint8_t> blocked = {}) {
     if (blocked.empty()) blocked = none;
-    return flash_verify_accept(p, p, argmax, drafts, blocked, FlashVerifyRule::kProduct, gamma);
+    return flash_verify_accept(p, p, argmax, drafts, blocked, VerifyRule::kProduct, gamma);
   };
   // README example: 0.9 · 0.9 = 0.81 < 0.85 rejects the 2nd candidate in the code.
   EXPECT_EQ(acc({0.9, 0.9, 0.99, 0.99}, 0.85), 1);
@@ -382,11 +382,11 @@ TEST(VerifyAccept, ProductRuleIsTheRunningProduct) {
   EXPECT_EQ(acc({0.7, 1.0, 1.0, 1.0}, 0.8), 0);  // the first one fails: nothing
   EXPECT_EQ(acc({0.8, 1.0, 1.0, 1.0}, 0.8), 4);  // >= (inclusive)
   EXPECT_EQ(acc({0.99, 0.99, 0.99, 0.99}, 0.8, {0, 0, 1, 0}), 2);  // blocked: probability 0, stops
-  EXPECT_EQ(flash_verify_accept({}, {}, {}, {}, {}, FlashVerifyRule::kProduct, 0.8), 0) << "no candidates";
+  EXPECT_EQ(flash_verify_accept({}, {}, {}, {}, {}, VerifyRule::kProduct, 0.8), 0) << "no candidates";
   // Uses p(draft), not the argmax: a draft that is not the mask view's argmax can be accepted when its
   // probability passes (impossible for γ > 0.5 in practice, but the rule is the product).
   EXPECT_EQ(flash_verify_accept(std::vector<double>{0.95}, std::vector<double>{0.96}, std::vector<int32_t>{1},
-                                std::vector<int32_t>{2}, std::vector<uint8_t>{0}, FlashVerifyRule::kProduct, 0.9),
+                                std::vector<int32_t>{2}, std::vector<uint8_t>{0}, VerifyRule::kProduct, 0.9),
             1);
 }
 
@@ -396,7 +396,7 @@ TEST(VerifyAccept, PaperRuleWalksUntilTheFirstRejection) {
   auto acc = [&](std::vector<double> p_draft, std::vector<double> p_max, std::vector<int32_t> argmax, double gamma,
                  std::vector<uint8_t> blocked = {}) {
     if (blocked.empty()) blocked = none;
-    return flash_verify_accept(p_draft, p_max, argmax, drafts, blocked, FlashVerifyRule::kPaper, gamma);
+    return flash_verify_accept(p_draft, p_max, argmax, drafts, blocked, VerifyRule::kPaper, gamma);
   };
   const std::vector<int32_t> agree = {5, 6, 7, 8};
   // The README example: 0.9 and 0.9 pass individually (product would stop after one).
@@ -411,18 +411,18 @@ TEST(VerifyAccept, PaperRuleWalksUntilTheFirstRejection) {
 TEST(VerifyAccept, ForcedAcceptanceAndErrors) {
   const std::vector<double> low = {0.01, 0.01, 0.01};
   const std::vector<int32_t> t = {1, 2, 3};
-  EXPECT_EQ(flash_verify_accept(low, low, t, t, std::vector<uint8_t>{0, 0, 0}, FlashVerifyRule::kProduct, 0.8, 2), 2);
-  EXPECT_EQ(flash_verify_accept(low, low, t, t, std::vector<uint8_t>{0, 0, 0}, FlashVerifyRule::kPaper, 0.8, 9), 3);
-  EXPECT_EQ(flash_verify_accept(low, low, t, t, std::vector<uint8_t>{0, 1, 0}, FlashVerifyRule::kProduct, 0.8, 9), 1)
+  EXPECT_EQ(flash_verify_accept(low, low, t, t, std::vector<uint8_t>{0, 0, 0}, VerifyRule::kProduct, 0.8, 2), 2);
+  EXPECT_EQ(flash_verify_accept(low, low, t, t, std::vector<uint8_t>{0, 0, 0}, VerifyRule::kPaper, 0.8, 9), 3);
+  EXPECT_EQ(flash_verify_accept(low, low, t, t, std::vector<uint8_t>{0, 1, 0}, VerifyRule::kProduct, 0.8, 9), 1)
       << "forced acceptance stops at a candidate past the stop";
-  EXPECT_THROW(flash_verify_accept(low, low, t, t, std::vector<uint8_t>{0, 0}, FlashVerifyRule::kProduct, 0.8), Error);
-  EXPECT_THROW(flash_verify_accept(low, low, t, t, std::vector<uint8_t>{0, 0, 0}, FlashVerifyRule::kProduct, 0.0), Error);
-  EXPECT_THROW(flash_verify_accept(low, low, t, t, std::vector<uint8_t>{0, 0, 0}, FlashVerifyRule::kProduct, 1.5), Error);
-  EXPECT_EQ(parse_flash_verify_rule("product"), FlashVerifyRule::kProduct);
-  EXPECT_EQ(parse_flash_verify_rule("paper"), FlashVerifyRule::kPaper);
-  EXPECT_STREQ(flash_verify_rule_name(FlashVerifyRule::kPaper), "paper");
+  EXPECT_THROW(flash_verify_accept(low, low, t, t, std::vector<uint8_t>{0, 0}, VerifyRule::kProduct, 0.8), Error);
+  EXPECT_THROW(flash_verify_accept(low, low, t, t, std::vector<uint8_t>{0, 0, 0}, VerifyRule::kProduct, 0.0), Error);
+  EXPECT_THROW(flash_verify_accept(low, low, t, t, std::vector<uint8_t>{0, 0, 0}, VerifyRule::kProduct, 1.5), Error);
+  EXPECT_EQ(parse_verify_rule("product"), VerifyRule::kProduct);
+  EXPECT_EQ(parse_verify_rule("paper"), VerifyRule::kPaper);
+  EXPECT_STREQ(verify_rule_name(VerifyRule::kPaper), "paper");
   try {
-    parse_flash_verify_rule("cumprod");
+    parse_verify_rule("cumprod");
     ADD_FAILURE();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("cumprod"), std::string::npos);
@@ -1250,7 +1250,7 @@ TEST(VerifyRun, ForcedAcceptanceAcceptsEveryCandidate) {
   EXPECT_EQ(res.stats.accepted, expected);
   // The paper rule is selectable end to end.
   o.forced_acceptance = 0;
-  o.verify_rule = FlashVerifyRule::kPaper;
+  o.verify_rule = VerifyRule::kPaper;
   o.gamma = 0.5;
   FlashCacheDenoiser paper(*g.backend, g.model, o);
   const FlashCacheResult rp = paper.generate(small_prompts());
@@ -1262,12 +1262,12 @@ TEST(VerifyRun, ForcedAcceptanceAcceptsEveryCandidate) {
 TEST(VerifyOptions, PresetsDefaultsAndErrors) {
   const FlashCacheOptions d;
   EXPECT_FALSE(d.verify);
-  EXPECT_EQ(d.verify_rule, FlashVerifyRule::kProduct);
+  EXPECT_EQ(d.verify_rule, VerifyRule::kProduct);
   EXPECT_EQ(flash_verify_cap(d), 8);
-  EXPECT_DOUBLE_EQ(flash_cache_preset("gsm8k").gamma, 0.8);
-  EXPECT_DOUBLE_EQ(flash_cache_preset("math").gamma, 0.85);
-  EXPECT_DOUBLE_EQ(flash_cache_preset("humaneval").gamma, 0.85);
-  EXPECT_DOUBLE_EQ(flash_cache_preset("mbpp").gamma, 0.8);
+  EXPECT_DOUBLE_EQ(flash_preset("gsm8k").gamma, 0.8);
+  EXPECT_DOUBLE_EQ(flash_preset("math").gamma, 0.85);
+  EXPECT_DOUBLE_EQ(flash_preset("humaneval").gamma, 0.85);
+  EXPECT_DOUBLE_EQ(flash_preset("mbpp").gamma, 0.8);
   const LladaConfig& c = golden().model.config;
   auto expect_error = [&](FlashCacheOptions o, const std::string& needle) {
     try {

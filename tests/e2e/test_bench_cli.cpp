@@ -97,7 +97,7 @@ TEST(BenchCli, TinyGridWritesConsistentOutputs) {
               1e-9);
   EXPECT_GT(pts[1]["metrics"]["verify_candidates"]["median"].get<double>(), 0);
   EXPECT_TRUE(pts[1]["options"]["verify"].get<bool>());
-  EXPECT_EQ(pts[1]["options"]["slots"].get<int>(), 2);
+  EXPECT_EQ(pts[1]["options"]["flash"]["slots"].get<int>(), 2);
   // Timing-only points: batch-many prompts, no accuracy, no baseline (no none point at those batches).
   EXPECT_TRUE(pts[2]["accuracy"].is_null());
   EXPECT_EQ(pts[2]["n"].get<int>(), 1);

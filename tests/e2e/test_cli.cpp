@@ -62,7 +62,7 @@ TEST(Cli, GeneratesGoldenRunFromTokenIds) {
   ASSERT_GT((*run)["min_margin"].get<double>(), kFp32DecisionMargin);
   const auto prompt = golden_prompt(g, *run);
   CliRun r =
-      run_cli(fmt::format("generate -m {} --prompt-ids {} --gen-length {} --block-length {} --steps {} "
+      run_cli(fmt::format("generate -m {} --cache none --prompt-ids {} --gen-length {} --block-length {} --steps {} "
                           "--confidence-f32 --json",
                           golden_dir().string(), ids_arg(prompt), (*run)["gen_length"].get<int>(),
                           (*run)["block_length"].get<int>(), (*run)["steps"].get<int>()));
@@ -75,7 +75,8 @@ TEST(Cli, GeneratesGoldenRunFromTokenIds) {
 }
 
 TEST(Cli, PlainOutputPrintsIdsWithoutTokenizer) {
-  CliRun r = run_cli(fmt::format("generate -m {} --prompt-ids 5,6,7 --gen-length 8 --block-length 8 --steps 8",
+  CliRun r = run_cli(fmt::format("generate -m {} --cache none --prompt-ids 5,6,7 --gen-length 8 --block-length 8 "
+                              "--steps 8",
                               golden_dir().string()));
   ASSERT_EQ(r.code, 0) << r.out;
   // stdout's line of ids: 8 ids separated by spaces (the timing line goes to stderr).
@@ -96,11 +97,11 @@ TEST(Cli, TextPromptWithoutTokenizerIsAClearError) {
 }
 
 TEST(Cli, ImpossibleParametersExitWithCode2) {
-  CliRun r = run_cli(fmt::format("generate -m {} --prompt-ids 5,6 --gen-length 100 --block-length 32",
+  CliRun r = run_cli(fmt::format("generate -m {} --cache none --prompt-ids 5,6 --gen-length 100 --block-length 32",
                               golden_dir().string()));
   EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_NE(r.out.find("multiple of block_length"), std::string::npos) << r.out;
-  r = run_cli(fmt::format("generate -m {} --prompt-ids 5,6 --steps 7", golden_dir().string()));
+  EXPECT_NE(r.out.find("not a multiple of block_length"), std::string::npos) << r.out;
+  r = run_cli(fmt::format("generate -m {} --cache none --prompt-ids 5,6 --steps 7", golden_dir().string()));
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("divisible"), std::string::npos) << r.out;
   r = run_cli(fmt::format("generate -m {} --prompt-ids 5,x", golden_dir().string()));
@@ -114,16 +115,22 @@ TEST(Cli, BadOptionValuesAreRefusedNotIgnored) {
   // Values that used to fall back silently to another decoding mode, and an out-of-range pad tile
   // that used to allocate without bound: all exit 2 with the parameter named.
   for (const auto& [args, needle] : std::vector<std::pair<std::string, std::string>>{
-           {"--threshold=-0.5", "threshold must be in (0, 1]"},
-           {"--threshold nan", "threshold must be in (0, 1]"},
+           {"--cache none --threshold=-0.5", "threshold must be in (0, 1]"},
+           {"--cache none --threshold nan", "threshold must be in (0, 1]"},
            {"--block-length=-16", "--block-length"},
-           {"--steps 64", "steps must be in [1, gen_length = 32]"},
-           {"--steps 32 --eos-pad-tile 2147483647", "eos_pad_tile must be in [0, max_sequence_length"},
+           {"--cache none --steps 64", "steps must be in [1, gen_length = 32]"},
+           {"--cache none --steps 32 --eos-pad-tile 2147483647", "eos_pad_tile must be in [0, max_sequence_length"},
            {"--bogus-flag", "bogus"},
            {"--gen-length abc", "--gen-length"},
-           {"--slots 3", "--slots applies to --cache flash only"},
+           {"--cache none --slots 3", "--slots applies to --cache flash only"},
            {"--cache dual --track-num 2", "--track-num applies to --cache flash only"},
            {"--cache flash --max-candidates 2", "--max-candidates applies to --verify only"},
+           {"--cache flash --gamma 0.9", "--gamma applies to --verify only"},
+           {"--cache flash --steps 8", "--steps applies to --cache none/prefix/dual only"},
+           {"--cache none --threshold 0.9 --steps 8", "steps applies to quota decoding only"},
+           {"--cache flash --threshold 0.9 --tokens-per-step 2", "exclude each other"},
+           {"--cache none --eot-id 99999", "eot_id 99999 is not a token id of this model"},
+           {"--cache none --eot-id -5", "--eot-id must be a token id >= 0"},
            {"--prompt-ids 5,,6", "--prompt-ids: empty entry in '5,,6'"}}) {
     CliRun r = run_cli(base + args);
     EXPECT_EQ(r.code, 2) << args << "\n" << r.out;

@@ -32,8 +32,9 @@ using nlohmann::json;
 
 /// A small generate call on a tokenizer-less checkpoint (token ids in).
 std::string ids_generate(const fs::path& dir) {
-  return fmt::format("generate -m '{}' --prompt-ids 5,6,7 --gen-length 8 --block-length 8 --steps 8 --no-live",
-                     dir.string());
+  return fmt::format(
+      "generate -m '{}' --cache none --prompt-ids 5,6,7 --gen-length 8 --block-length 8 --steps 8 --no-live",
+      dir.string());
 }
 
 /// Expects a refusal: exit code `code`, every part in the output, within `limit_s`.
@@ -116,7 +117,9 @@ TEST(CliRobustness, TokenizerLackingTheMaskTokenIsRefused) {
   expect_refused(run_flashdllm(fmt::format("info -m '{}'", dir.string()), 30), 1,
                  {file, "'<|mdm_mask|>'", "mask_token_id"});
   expect_refused(
-      run_flashdllm(fmt::format("generate -m '{}' -p '1+1?' --gen-length 32 --steps 32 --no-live", dir.string()), 30),
+      run_flashdllm(
+          fmt::format("generate -m '{}' --cache none -p '1+1?' --gen-length 32 --steps 32 --no-live", dir.string()),
+          30),
       1, {file, "'<|mdm_mask|>'", "mask_token_id"});
 }
 

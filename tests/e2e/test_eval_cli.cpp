@@ -37,7 +37,7 @@ TEST(EvalCli, ArithSliceWritesConsistentResults) {
   auto dir = temp_dir();
   std::ofstream(dir / "baseline.json") << R"({"task": "arith", "tokens_per_second": 2.0, "tokens_per_second_released": 4.0})";
   std::string out;
-  ASSERT_EQ(run(fmt::format("eval --task arith --limit 6 --batch 3 --threshold 0.9 --gen-length 128 "
+  ASSERT_EQ(run(fmt::format("eval --task arith --cache none --limit 6 --batch 3 --threshold 0.9 --gen-length 128 "
                             "--block-length 32 --baseline {}/baseline.json --out {}",
                             dir.string(), dir.string()),
                 &out),

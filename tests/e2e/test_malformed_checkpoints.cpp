@@ -397,10 +397,12 @@ TEST_P(Malformed, RefusedWithOneMessageNamingFileAndField) {
   if (c.check_weights) {
     commands = {fmt::format("info -m '{}' --check-weights", dir.string())};
   } else {
-    commands = {fmt::format("info -m '{}'", dir.string()),
-                fmt::format("generate -m '{}' --prompt-ids 1,2,3 --gen-length 8 --block-length 8 --steps 8 --no-live "
-                            "--threads 1",
-                            dir.string())};
+    commands = {
+        fmt::format("info -m '{}'", dir.string()),
+        fmt::format(
+            "generate -m '{}' --cache none --prompt-ids 1,2,3 --gen-length 8 --block-length 8 --steps 8 --no-live "
+            "--threads 1",
+            dir.string())};
   }
   for (const std::string& cmd : commands) {
     const CommandResult r = run_flashdllm(cmd, 30);
@@ -442,9 +444,10 @@ TEST(MalformedBase, ValidCheckpointsLoadAndGenerate) {
     sharded ? write_sharded(dir) : write_valid(dir);
     for (const std::string& cmd :
          {fmt::format("info -m '{}' --check-weights", dir.string()),
-          fmt::format("generate -m '{}' --prompt-ids 1,2,3 --gen-length 8 --block-length 8 --steps 8 --no-live "
-                      "--threads 1",
-                      dir.string())}) {
+          fmt::format(
+              "generate -m '{}' --cache none --prompt-ids 1,2,3 --gen-length 8 --block-length 8 --steps 8 --no-live "
+              "--threads 1",
+              dir.string())}) {
       const CommandResult r = run_flashdllm(cmd, 30);
       EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
     }

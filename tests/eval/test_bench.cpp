@@ -50,30 +50,31 @@ TEST(BenchOptions, ParsesSweepsAndRejectsBadOnes) {
 
 TEST(BenchOptions, AppliesOptionsAndMethods) {
   GenerateOptions o;
-  apply_option(o, "threshold", "0.75");
-  apply_option(o, "gamma", "0.85");
-  apply_option(o, "track-num", "-1");
-  apply_option(o, "block_length", "16");
-  apply_option(o, "verify_rule", "paper");
-  ASSERT_TRUE(o.threshold.has_value());
-  EXPECT_DOUBLE_EQ(*o.threshold, 0.75);
-  EXPECT_DOUBLE_EQ(o.gamma, 0.85);
-  EXPECT_EQ(o.track_num, -1);  // negative = full recompute, allowed
-  EXPECT_EQ(o.block_length, 16);
-  EXPECT_EQ(o.verify_rule, "paper");
-  apply_option(o, "threshold", "off");
-  EXPECT_FALSE(o.threshold.has_value());
+  set_option(o, "threshold", "0.75");
+  set_option(o, "gamma", "0.85");
+  set_option(o, "track-num", "-1");
+  set_option(o, "block_length", "16");
+  set_option(o, "verify_rule", "paper");
+  ASSERT_TRUE(o.sampling.threshold.has_value());
+  EXPECT_DOUBLE_EQ(*o.sampling.threshold, 0.75);
+  EXPECT_DOUBLE_EQ(o.decode.gamma, 0.85);
+  EXPECT_EQ(o.decode.track_num, -1);  // negative = full recompute, allowed
+  EXPECT_EQ(o.decode.block_length, 16);
+  EXPECT_EQ(o.decode.verify_rule, VerifyRule::kPaper);
+  set_option(o, "threshold", "off");
+  EXPECT_FALSE(o.sampling.threshold.has_value());
 
-  o.max_candidates = 4;
+  o.decode.max_candidates = 4;
   apply_bench_method(o, "flash+verify");
-  EXPECT_EQ(o.cache, "flash");
-  EXPECT_TRUE(o.verify);
-  EXPECT_EQ(o.max_candidates, 4);
+  EXPECT_EQ(o.decode.cache, CacheMode::kFlash);
+  EXPECT_TRUE(o.decode.verify);
+  EXPECT_EQ(o.decode.max_candidates, 4);
   apply_bench_method(o, "flash");
-  EXPECT_FALSE(o.verify);
-  EXPECT_EQ(o.max_candidates, 0);  // a verify-only setting
+  EXPECT_FALSE(o.decode.verify);
+  EXPECT_EQ(o.decode.max_candidates, 0);  // a verify-only setting
   apply_bench_method(o, "dual");
-  EXPECT_EQ(o.cache, "dual");
+  EXPECT_EQ(o.decode.cache, CacheMode::kDual);
+  EXPECT_EQ(o.decode.track_num, 4) << "flash-only settings are reset for another method";
   EXPECT_NE(error_of([&] { apply_bench_method(o, "flash-verify"); }).find("flash+verify"), std::string::npos);
 
   EXPECT_TRUE(option_applies("gamma", "flash+verify", "0.8"));
@@ -94,33 +95,33 @@ TEST(BenchGrid, ExpandsTheApplicableProductInOrder) {
   g.batches = {1, 8};
   g.options = {{"gen_length", "64"}};
   GenerateOptions base;
-  base.block_length = 16;
+  base.decode.block_length = 16;
   const auto pts = expand_grid({g}, base);
   // none: 3 thresholds x 2 batches; flash: 2 thresholds x 2 track x 2 batches; verify: x 2 gamma more.
   ASSERT_EQ(pts.size(), 6u + 8u + 16u);
   EXPECT_EQ(pts[0].id, "p01");
   EXPECT_EQ(pts[29].id, "p30");
   EXPECT_EQ(pts[0].label(), "none threshold=off");
-  EXPECT_FALSE(pts[0].options.threshold.has_value());
+  EXPECT_FALSE(pts[0].options.sampling.threshold.has_value());
   EXPECT_EQ(pts[2].label(), "none threshold=0.9");
   EXPECT_EQ(pts[3].batch, 8);
   const BenchPoint& f = pts[6];
   EXPECT_EQ(f.label(), "flash threshold=0.7 track_num=2");
-  EXPECT_EQ(f.options.cache, "flash");
-  EXPECT_EQ(f.options.n_slots, 1);  // slots = batch
-  EXPECT_EQ(f.options.gen_length, 64);
-  EXPECT_EQ(f.options.track_num, 2);
+  EXPECT_EQ(f.options.decode.cache, CacheMode::kFlash);
+  EXPECT_EQ(f.options.decode.n_slots, 1);  // slots = batch
+  EXPECT_EQ(f.options.sampling.gen_length, 64);
+  EXPECT_EQ(f.options.decode.track_num, 2);
   EXPECT_EQ(pts[7].label(), "flash threshold=0.7 track_num=4");
-  EXPECT_EQ(pts[10].options.n_slots, 8);
+  EXPECT_EQ(pts[10].options.decode.n_slots, 8);
   const BenchPoint& v = pts[14];
   EXPECT_EQ(v.label(), "flash+verify threshold=0.7 gamma=0.7 track_num=2");  // last axis fastest
-  EXPECT_TRUE(v.options.verify);
+  EXPECT_TRUE(v.options.decode.verify);
   EXPECT_EQ(pts[15].label(), "flash+verify threshold=0.7 gamma=0.7 track_num=4");
   EXPECT_EQ(pts[16].label(), "flash+verify threshold=0.7 gamma=0.8 track_num=2");
-  EXPECT_DOUBLE_EQ(pts[16].options.gamma, 0.8);
+  EXPECT_DOUBLE_EQ(pts[16].options.decode.gamma, 0.8);
   for (const auto& p : pts) {
     EXPECT_EQ(p.group, "main");
-    EXPECT_EQ(p.options.block_length, 16);
+    EXPECT_EQ(p.options.decode.block_length, 16);
   }
 }
 
@@ -133,8 +134,10 @@ TEST(BenchGrid, RejectsImpossibleSettingsBeforeRunning) {
             std::string::npos);
   g.methods = {"none"};
   g.options = {{"gen_length", "64"}, {"steps", "3"}};
-  EXPECT_NE(error_of([&] { expand_grid({g}, {}); }).find("steps 3"), std::string::npos);
-  g.options = {{"gen_length", "64"}, {"steps", "3"}, {"threshold", "0.9"}};  // threshold mode: steps unused
+  EXPECT_NE(error_of([&] { expand_grid({g}, {}); }).find("steps (3) must be divisible"), std::string::npos);
+  g.options = {{"gen_length", "64"}, {"steps", "3"}, {"threshold", "0.9"}};  // threshold mode: steps would be ignored
+  EXPECT_NE(error_of([&] { expand_grid({g}, {}); }).find("steps applies to quota decoding only"), std::string::npos);
+  g.options = {{"gen_length", "64"}, {"threshold", "0.9"}};
   EXPECT_EQ(expand_grid({g}, {}).size(), 1u);
   g.methods = {};
   EXPECT_NE(error_of([&] { expand_grid({g}, {}); }).find("no methods"), std::string::npos);
@@ -166,8 +169,8 @@ TEST(BenchGrid, ParsesGridFilesInOrder) {
   const auto pts = expand_grid(groups, {});
   ASSERT_EQ(pts.size(), 4u + 4u);
   EXPECT_EQ(pts[0].label(), "flash+verify gamma=0.7 threshold=0.8");
-  EXPECT_EQ(pts[0].options.track_num, 4);
-  EXPECT_EQ(pts[0].options.gen_length, 128);
+  EXPECT_EQ(pts[0].options.decode.track_num, 4);
+  EXPECT_EQ(pts[0].options.sampling.gen_length, 128);
   EXPECT_TRUE(pts[4].workload.timing_only);
 
   auto bad = [&](const char* text) {
@@ -208,7 +211,7 @@ PointResult fake(const std::string& id, const std::string& method, const KV& swe
   r.point.repeats = static_cast<int64_t>(tps.size());
   r.point.swept = swept;
   apply_bench_method(r.point.options, method);
-  for (const auto& [k, v] : swept) apply_option(r.point.options, k, v);
+  for (const auto& [k, v] : swept) set_option(r.point.options, k, v);
   for (double t : tps) {
     RepeatMeasure m;
     m.tokens_per_second = t;
@@ -418,7 +421,7 @@ TEST(BenchRun, SmallModelCountersMemoryAndReloads) {
       EXPECT_EQ(m.accuracy, r.repeats.front().accuracy);
     }
     const auto& m = r.repeats.front();
-    if (r.point.options.verify) {
+    if (r.point.options.decode.verify) {
       // An iteration runs a main pass and, unless its first phase finished the request, a verify pass.
       EXPECT_GT(m.forward_passes, m.mean_nfe);
       EXPECT_LE(m.forward_passes, 2 * m.mean_nfe);

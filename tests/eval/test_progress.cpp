@@ -59,7 +59,7 @@ TEST(Progress, PlainModeWritesPeriodicLines) {
   ASSERT_NE(f, nullptr);
   {
     ProgressBar quiet("p", 5, "samples", f, false, /*interval_s=*/3600.0);
-    for (int i = 1; i <= 4; ++i) quiet.update(i);  // within the interval: nothing
+    for (int i = 1; i <= 4; ++i) quiet.update(i);  // the first at once (a line at the start), then nothing
     quiet.finish();                                 // the final line always
   }
   ProgressBar chatty("q", 5, "samples", f, false, /*interval_s=*/0.0);
@@ -69,7 +69,8 @@ TEST(Progress, PlainModeWritesPeriodicLines) {
   const std::string out = slurp(f);
   std::fclose(f);
   EXPECT_EQ(out.find('\r'), std::string::npos);
-  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1 + 3) << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 2 + 3) << out;
+  EXPECT_NE(out.find("[p] 1/5"), std::string::npos) << out;
   EXPECT_NE(out.find("[p] 5/5"), std::string::npos) << out;
   EXPECT_NE(out.find("[q] 2/5"), std::string::npos) << out;
 }

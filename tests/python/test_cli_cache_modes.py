@@ -41,9 +41,9 @@ def test_fastdllm_caches_report_call_kinds(cache, call):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--cache", "flash", "--cfg-scale", "1"], "cfg_scale"),
-    (["--cache", "dual", "--eos-pad-tile", "128"], "eos_pad_tile"),
-    (["--cache", "flash", "--temperature", "0.5"], "greedily"),
+    (["--cache", "flash", "--cfg-scale", "1"], "--cfg-scale applies to --cache none only"),
+    (["--cache", "dual", "--eos-pad-tile", "128"], "--eos-pad-tile applies to --cache none only"),
+    (["--cache", "flash", "--remasking", "random"], "--remasking applies to --cache none/prefix/dual only"),
     (["--cache", "nope"], "none, prefix, dual or flash"),
     (["--cache", "flash", "--importance", "x"], "--importance"),
 ])
@@ -51,3 +51,15 @@ def test_impossible_combinations_are_refused(args, needle):
     p = run("--prompt-ids", "5,6,7", *args)
     assert p.returncode == 2, p.stdout + p.stderr
     assert needle in p.stderr
+
+
+def test_flash_samples_at_a_temperature():
+    """Flash-Cache with temperature > 0: Gumbel-max sampling per request (reproducible by seed)."""
+    args = ["--cache", "flash", "--prompt-ids", "5,6,7,8", "--gen-length", "32", "--temperature", "5", "--json"]
+    a = run(*args, "--seed", "1")
+    b = run(*args, "--seed", "1")
+    c = run(*args, "--seed", "2")
+    assert a.returncode == b.returncode == c.returncode == 0, a.stderr + c.stderr
+    ids = [json.loads(p.stdout)["results"][0]["output_ids"] for p in (a, b, c)]
+    assert ids[0] == ids[1]
+    assert ids[0] != ids[2]

@@ -59,8 +59,9 @@ def checkpoints(tmp_path_factory):
     return sh, f32
 
 
-@pytest.mark.parametrize("mode", [["--gen-length", "32", "--block-length", "8", "--steps", "32"],
-                                  ["--gen-length", "64", "--block-length", "16", "--threshold", "0.9"]])
+@pytest.mark.parametrize("mode", [["--cache", "none", "--gen-length", "32", "--block-length", "8", "--steps", "32"],
+                                  ["--cache", "none", "--gen-length", "64", "--block-length", "16", "--threshold", "0.9"],
+                                  ["--cache", "flash", "--gen-length", "64"]])
 def test_sharded_bf16_equals_single_f32(checkpoints, mode):
     sh, f32 = checkpoints
     a = cli("-m", str(sh), "--prompt-ids", PROMPT, *mode)

@@ -35,7 +35,8 @@ def test_verify_reference_quirks_reproduce_upstream_run():
     p = run(*args)
     assert p.returncode == 0, p.stderr
     j = json.loads(p.stdout)
-    assert j["options"]["verify"]["rule"] == "product"
+    assert j["options"]["verify"] is True
+    assert j["options"]["verify_options"]["rule"] == "product"
     out = j["results"]
     assert len(out) == len(r["requests"])
     for got, want in zip(out, sorted(r["requests"], key=lambda q: q["request"])):
@@ -68,8 +69,8 @@ def test_forced_acceptance_accepts_drafts():
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--cache", "none", "--verify"], "needs cache 'flash'"),
-    (["--cache", "flash", "--verify", "--verify-rule", "cumprod"], "verify_rule"),
+    (["--cache", "none", "--verify"], "--verify applies to --cache flash only"),
+    (["--cache", "flash", "--verify", "--verify-rule", "cumprod"], "--verify-rule: 'cumprod' is not product or paper"),
     (["--cache", "flash", "--verify", "--gamma", "1.5"], "gamma"),
     (["--cache", "flash", "--verify", "--max-candidates", "17"], "max_candidates"),
     (["--cache", "flash", "--max-candidates", "4"], "--verify"),

@@ -22,9 +22,9 @@ std::unique_ptr<Engine> load(bool profile) {
 TEST(ProfilingBackend, SameTokensAndEveryOpCounted) {
   if (!std::filesystem::exists(test::default_model_dir() / "config.json")) GTEST_SKIP() << "no default model";
   GenerateOptions go;
-  go.cache = "flash";
-  go.gen_length = 32;
-  go.threshold = 0.9;
+  go.decode.cache = CacheMode::kFlash;
+  go.sampling.gen_length = 32;
+  go.sampling.threshold = 0.9;
   GenerateRequest rq;
   rq.prompt = "What is 12 + 7?";
 

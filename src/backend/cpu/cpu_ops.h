@@ -84,13 +84,13 @@ struct SelectResult {
 };
 
 /// Token choice and confidence of one logits row (reference §B; see SelectParams):
-/// token = first argmax of logit (+ Gumbel term when τ > 0), suppress_token excluded;
+/// token = first argmax of logit (+ Gumbel term when τ > 0), suppress_token and exclude_token excluded;
 /// confidence = softmax(logits without suppressed entries)[token], in f64 or f32.
 inline SelectResult select_row(const float* logits, int64_t V, uint32_t row_key, const SelectParams& p) {
   SelectResult r;
   double best = -std::numeric_limits<double>::infinity();
   for (int64_t v = 0; v < V; ++v) {
-    if (v == p.suppress_token) continue;
+    if (v == p.suppress_token || v == p.exclude_token) continue;
     double s = logits[v];
     if (p.temperature > 0.0) s += gumbel_term(p, row_key, static_cast<uint32_t>(v));
     if (s > best || r.token < 0) {

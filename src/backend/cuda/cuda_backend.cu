@@ -198,7 +198,11 @@ class CudaBackend final : public Backend {
     const cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
-      FDLLM_FAIL(ErrorCode::kDevice, "CUDA backend: no usable CUDA driver/device ({}: {})", cudaGetErrorName(err),
+      // No driver (or a stub one) reads "CUDA driver version is insufficient" / "no CUDA-capable
+      // device": on a machine without a GPU say so first.
+      const bool no_device = err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver;
+      FDLLM_FAIL(ErrorCode::kDevice, "CUDA backend: {} ({}: {}); use --device cpu",
+                 no_device ? "no CUDA device found" : "no usable CUDA driver/device", cudaGetErrorName(err),
                  cudaGetErrorString(err));
     }
     FDLLM_CHECK(count > 0, ErrorCode::kDevice, "CUDA backend: no CUDA device found");
@@ -737,6 +741,7 @@ class CudaBackend final : public Backend {
     a.seed = p.seed;
     a.step = p.step;
     a.suppress_token = p.suppress_token;
+    a.exclude_token = p.exclude_token;
     a.conf_suppress_a = p.conf_suppress_a;
     a.conf_suppress_b = p.conf_suppress_b;
     a.confidence_f64 = p.confidence_f64;

@@ -67,12 +67,14 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectArgs a) {
   for (int32_t v = threadIdx.x; v < vocab; v += kSelectThreads) {
     if (v == a.suppress_token) continue;  // excluded from the argmax and the confidence
     const float lv = l[v];
-    double key = lv;
-    if constexpr (kGumbel) {
-      const double u = philox_uniform(a.seed, a.step, row_key, static_cast<uint32_t>(v));
-      key = static_cast<double>(lv) - a.temperature * log(-log(u));
+    if (v != a.exclude_token) {  // never a candidate, but part of the softmax
+      double key = lv;
+      if constexpr (kGumbel) {
+        const double u = philox_uniform(a.seed, a.step, row_key, static_cast<uint32_t>(v));
+        key = static_cast<double>(lv) - a.temperature * log(-log(u));
+      }
+      best = better(best, Best{key, v});
     }
-    best = better(best, Best{key, v});
     if (v != a.conf_suppress_a && v != a.conf_suppress_b) cmax = fmaxf(cmax, lv);
   }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -90,7 +92,7 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectArgs a) {
     if (lane == 0) s_best = b.index;
   }
   __syncthreads();
-  // No candidate at all (the whole vocabulary is the suppressed token): x0 = −1, confidence 0.
+  // No candidate at all (the whole vocabulary is suppressed / excluded): x0 = −1, confidence 0.
   const int32_t x0 = s_best == kNoCandidate ? -1 : s_best;
   cmax = detail::block_max<kSelectThreads>(cmax, s_max);
 

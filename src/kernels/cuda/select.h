@@ -25,6 +25,7 @@ struct SelectArgs {
   double temperature = 0.0;  ///< >= 0; 0 = argmax
   uint64_t seed = 0, step = 0;
   int32_t suppress_token = -1;   ///< logit set to −inf for argmax and confidence; −1 = none
+  int32_t exclude_token = -1;    ///< never the argmax, kept in the confidence's softmax; −1 = none
   int32_t conf_suppress_a = -1;  ///< probability zeroed for the confidence only; −1 = none
   int32_t conf_suppress_b = -1;
   bool confidence_f64 = true;  ///< softmax in float64 (true) or float32 (false)
@@ -34,7 +35,7 @@ struct SelectArgs {
 ///   key_v = l_v                                   if temperature == 0
 ///   key_v = (double)l_v − τ·ln(−ln u_v)          otherwise, u_v = philox_uniform(seed, step, row_keys[r], v),
 /// which is the log of upstream's exp(l)/(−ln u)^τ in float64, so both have the same argmax;
-///   x0[r]   = argmax_v key_v over v != suppress_token (the smallest v among equal maxima; −1
+///   x0[r]   = argmax_v key_v over v != suppress_token, exclude_token (the smallest v among equal maxima; −1
 ///             when no token is left);
 ///   conf[r] = exp(c_{x0} − m) / Σ_v exp(c_v − m), c = l with conf_suppress_a/b also −inf,
 ///             m = max_v c_v, computed in float64 or float32 (confidence_f64); 0 when c_{x0} = −inf.

@@ -1,0 +1,111 @@
+// `flashdllm serve` (serve.h).
+#include "serve.h"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "model/llada_config.h"
+#include "server/server.h"
+
+namespace flashdllm::cli {
+
+void add_serve_subcommand(CLI::App& app, CommonArgs& ca, ServeArgs& sa, CLI::App*& cmd) {
+  cmd = app.add_subcommand("serve", "OpenAI-compatible server: /v1/completions, /v1/chat/completions, /v1/models, "
+                                    "/health, /metrics and the live-denoising page at / (docs/serving.md)");
+  add_common(cmd, ca);
+  cmd->add_option("--host", sa.host, "address to listen on")->capture_default_str();
+  cmd->add_option("--port", sa.port, "port (0 = any free port; the startup line says which)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  cmd->add_option("--served-model-name", sa.served_model_name,
+                  "the model id clients send (default: the model directory's name)");
+  cmd->add_option("--max-model-len", sa.max_model_len,
+                  "longest prompt + max_tokens a request may have; sizes the K/V slots (0 = max_sequence_length)")
+      ->check(kNonNegativeInt)
+      ->capture_default_str();
+  cmd->add_option("--max-queue", sa.max_queue, "requests waiting for a slot before 429 (queue full)")
+      ->check(kNonNegativeInt)
+      ->capture_default_str();
+  cmd->add_option("--default-max-tokens", sa.default_max_tokens, "max_tokens of requests that give none")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24))
+      ->capture_default_str();
+  cmd->add_option("--max-body-mb", sa.max_body_mb, "larger request bodies get 413")
+      ->check(CLI::Range(int64_t{1}, int64_t{1024}))
+      ->capture_default_str();
+  cmd->add_option("--read-timeout", sa.read_timeout_s, "seconds a socket read may wait (slow uploads end after it)")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+  cmd->add_option("--write-timeout", sa.write_timeout_s,
+                  "seconds a socket write may wait (a client that stops reading is dropped after it)")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+  cmd->add_option("--http-threads", sa.http_threads, "connection workers (0 = slots + max-queue + 32)")
+      ->check(kNonNegativeInt)
+      ->capture_default_str();
+  sa.dec.serving = true;
+  add_decode_options(cmd, sa.dec);
+}
+
+int run_serve(const CommonArgs& ca, ServeArgs& sa) {
+  const GenerateOptions go = sa.dec.options();
+  // SIGINT / SIGTERM go to a watcher thread (blocked everywhere else, before any thread exists).
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a client that went away must not end the server
+
+  auto engine = load_engine(ca);
+  ServeOptions so;
+  so.decode = go.decode;
+  so.max_model_len = sa.max_model_len;
+  so.max_queue = sa.max_queue;
+  engine->start(so);
+  server::ServerOptions o;
+  o.host = sa.host;
+  o.port = sa.port;
+  o.model_id = sa.served_model_name;
+  o.default_max_tokens = sa.default_max_tokens;
+  o.max_body_bytes = static_cast<size_t>(sa.max_body_mb) << 20;
+  o.read_timeout_s = sa.read_timeout_s;
+  o.write_timeout_s = sa.write_timeout_s;
+  o.max_threads = sa.http_threads;
+  server::Server srv(*engine, o);
+  const int port = srv.bind();
+  const ServeOptions& s = engine->serve_options();
+  std::fprintf(stderr, "[flashdllm] serving '%s' on http://%s:%d (%s, %lld slots, max_model_len %lld, queue %lld; %s)\n",
+               srv.model_id().c_str(), sa.host.c_str(), port, cache_mode_name(s.decode.cache),
+               static_cast<long long>(s.decode.n_slots), static_cast<long long>(s.max_model_len),
+               static_cast<long long>(s.max_queue), engine->backend_name().c_str());
+  std::fflush(stderr);
+
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    if (!done) {
+      std::fprintf(stderr, "[flashdllm] %s: draining in-flight requests\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+      std::fflush(stderr);
+      srv.stop();
+    }
+  });
+  const bool ok = srv.run();
+  srv.stop();  // after a listener failure too
+  done = true;
+  pthread_kill(watcher.native_handle(), SIGTERM);  // ends the watcher's sigwait (SIGTERM is blocked elsewhere)
+  watcher.join();
+  const EngineMetrics m = engine->metrics();
+  std::fprintf(stderr, "[flashdllm] stopped: %lld requests finished, %lld cancelled, %lld failed\n",
+               static_cast<long long>(m.requests_finished_stop + m.requests_finished_length),
+               static_cast<long long>(m.requests_cancelled), static_cast<long long>(m.requests_failed));
+  return ok ? 0 : 1;
+}
+
+}  // namespace flashdllm::cli

@@ -1,0 +1,441 @@
+// The scheduler; see scheduler.h for a request's life, the threads and the answer rules.
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include "core/check.h"
+#include "core/log.h"
+
+namespace flashdllm {
+
+const char* finish_reason_name(FinishReason r) noexcept {
+  switch (r) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kError: return "error";
+  }
+  return "?";
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const std::vector<double> kIterationBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                              0.25,  0.5,    1.0,   2.5,  5.0,   10.0, 1e300};
+const std::vector<double> kTokenBounds = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 1e300};
+
+void observe(const std::vector<double>& bounds, std::vector<int64_t>& counts, double& sum, double v) {
+  if (counts.size() != bounds.size()) counts.assign(bounds.size(), 0);
+  for (size_t i = 0; i < bounds.size(); ++i)
+    if (v <= bounds[i]) {
+      ++counts[i];
+      break;
+    }
+  sum += v;
+}
+
+/// Bytes of `text` that can be sent before the answer is decided: without a trailing U+FFFD (the
+/// lossy decode of a UTF-8 sequence cut by a token boundary, completed by a later token) and
+/// without a suffix that could be the start of a stop string.
+size_t stable_text_length(const std::string& text, const std::vector<std::string>& stops) {
+  size_t n = text.size();
+  static const std::string kReplacement = "\xEF\xBF\xBD";
+  while (n >= 3 && text.compare(n - 3, 3, kReplacement) == 0) n -= 3;
+  size_t hold = 0;
+  for (const std::string& s : stops)
+    for (size_t k = std::min(s.size() - 1, n); k > hold; --k)
+      if (text.compare(n - k, k, s, 0, k) == 0) {
+        hold = k;
+        break;
+      }
+  return n - hold;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------- the stream
+
+class Scheduler::Stream final : public RequestStream {
+ public:
+  explicit Stream(uint64_t id) : id_(id) {}
+  uint64_t id() const noexcept override { return id_; }
+
+  std::optional<RequestEvent> next(std::chrono::milliseconds timeout) override {
+    std::unique_lock<std::mutex> lk(mu_);
+    if (!cv_.wait_for(lk, timeout, [&] { return !events_.empty() || final_taken_; })) return std::nullopt;
+    if (events_.empty()) return std::nullopt;  // the final event was taken earlier
+    RequestEvent ev = std::move(events_.front());
+    events_.pop_front();
+    if (ev.finished) final_taken_ = true;
+    return ev;
+  }
+  void cancel() noexcept override { cancel_.store(true); }
+  bool finished() const noexcept override {
+    std::lock_guard<std::mutex> lk(mu_);
+    return final_taken_;
+  }
+
+  bool cancel_requested() const noexcept { return cancel_.load(); }
+  void push(RequestEvent ev) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      events_.push_back(std::move(ev));
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  const uint64_t id_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<RequestEvent> events_;
+  bool final_taken_ = false;
+  std::atomic<bool> cancel_{false};
+};
+
+struct Scheduler::Request {
+  uint64_t id = 0;
+  ScheduledRequest spec;
+  std::shared_ptr<Stream> stream;
+  Clock::time_point submitted;
+  int64_t iterations = 0;
+  // The answer (see update_answer).
+  bool decided = false;
+  FinishReason decided_reason = FinishReason::kLength;
+  int64_t answer_tokens = 0;    // stable answer tokens so far
+  int64_t end_index = -1;       // canvas index of the first end id in the stable prefix
+  int64_t stop_tokens = -1;     // a stop string ended the answer: tokens before it; -1 = none
+  std::string text;             // the stable answer's text (stop strings cut)
+  size_t sent = 0;              // bytes of `text` delivered as deltas
+};
+
+// ---------------------------------------------------------------------------------- scheduler
+
+Scheduler::Scheduler(Denoiser& denoiser, TextCodec codec, Options options)
+    : den_(denoiser), codec_(std::move(codec)), opt_(std::move(options)) {
+  running_.resize(static_cast<size_t>(den_.n_slots()));
+  metrics_.n_slots = den_.n_slots();
+  metrics_.iteration_seconds_bounds = kIterationBounds;
+  metrics_.iteration_seconds_counts.assign(kIterationBounds.size(), 0);
+  metrics_.tokens_per_iteration_bounds = kTokenBounds;
+  metrics_.tokens_per_iteration_counts.assign(kTokenBounds.size(), 0);
+}
+
+Scheduler::~Scheduler() = default;
+
+std::shared_ptr<RequestStream> Scheduler::submit(ScheduledRequest request) {
+  FDLLM_CHECK_ARG(request.max_output_tokens >= 1 && request.max_output_tokens <= request.params.gen_length,
+                  "max_output_tokens {} must be in [1, gen_length = {}]", request.max_output_tokens,
+                  request.params.gen_length);
+  FDLLM_CHECK_ARG(request.stop.empty() || codec_.decode, "stop strings need a tokenizer (the checkpoint has none)");
+  den_.check_request(request.prompt, request.params);  // const and thread-safe: the pool's limits only
+  auto r = std::make_shared<Request>();
+  r->spec = std::move(request);
+  r->submitted = Clock::now();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    FDLLM_CHECK(!closed_, ErrorCode::kUnavailable, "the engine is shutting down and takes no new requests");
+    FDLLM_CHECK(static_cast<int64_t>(queue_.size()) < opt_.max_queue, ErrorCode::kUnavailable,
+                "the request queue is full ({} requests wait for one of {} slots)", queue_.size(), den_.n_slots());
+    r->id = next_id_++;
+    r->stream = std::make_shared<Stream>(r->id);
+    live_[r->id] = r->stream;
+    queue_.push_back(r);
+  }
+  work_cv_.notify_all();
+  return r->stream;
+}
+
+bool Scheduler::cancel(uint64_t id) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = live_.find(id);
+  if (it == live_.end()) return false;
+  auto s = it->second.lock();
+  if (!s) return false;
+  s->cancel();
+  return true;
+}
+
+void Scheduler::close() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    closed_ = true;
+  }
+  work_cv_.notify_all();
+}
+
+void Scheduler::cancel_all() {
+  std::lock_guard<std::mutex> lk(mu_);
+  for (auto& [id, w] : live_)
+    if (auto s = w.lock()) s->cancel();
+}
+
+bool Scheduler::has_work() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return !queue_.empty() || busy_ > 0;
+}
+
+void Scheduler::wait_for_work(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lk(mu_);
+  work_cv_.wait_for(lk, timeout, [&] { return !queue_.empty() || busy_ > 0 || closed_; });
+}
+
+EngineMetrics Scheduler::metrics() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  EngineMetrics m = metrics_;
+  m.queue_depth = static_cast<int64_t>(queue_.size());
+  m.slots_busy = busy_;
+  if (!recent_.empty()) {
+    const auto now = Clock::now();
+    int64_t tokens = 0;
+    for (const auto& [t, n] : recent_)
+      if (now - t <= std::chrono::seconds(10)) tokens += n;
+    m.tokens_per_second = static_cast<double>(tokens) / 10.0;
+  }
+  return m;
+}
+
+void Scheduler::fail(Request& r, RequestEvent ev, const Error& e) {
+  ev.error = e.what();
+  ev.error_code = e.code();
+  ev.result.reset();
+  finish(r, FinishReason::kError, std::move(ev));
+}
+
+void Scheduler::finish(Request& r, FinishReason reason, RequestEvent ev) {
+  ev.finished = true;
+  ev.finish_reason = reason;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    live_.erase(r.id);
+    switch (reason) {
+      case FinishReason::kStop: ++metrics_.requests_finished_stop; break;
+      case FinishReason::kLength: ++metrics_.requests_finished_length; break;
+      case FinishReason::kCancelled: ++metrics_.requests_cancelled; break;
+      case FinishReason::kError: ++metrics_.requests_failed; break;
+    }
+    if (ev.result) metrics_.generated_tokens += ev.result->generated_tokens();
+  }
+  r.stream->push(std::move(ev));
+}
+
+bool Scheduler::update_answer(Request& r, std::span<const int32_t> canvas, bool denoiser_finished, RequestEvent& ev) {
+  if (!r.decided) {
+    const auto G = static_cast<int64_t>(canvas.size());
+    const int64_t cap = r.spec.max_output_tokens;
+    int64_t stable = 0;
+    while (stable < G && canvas[static_cast<size_t>(stable)] != codec_.mask_id) ++stable;
+    int64_t end = -1;
+    for (int64_t i = 0; i < stable && end < 0; ++i)
+      if (std::find(codec_.end_ids.begin(), codec_.end_ids.end(), canvas[static_cast<size_t>(i)]) !=
+          codec_.end_ids.end())
+        end = i;
+    int64_t n = stable;
+    if (end >= 0 && end <= cap) {
+      n = end;
+      r.decided = true;
+      r.decided_reason = FinishReason::kStop;
+      r.end_index = end;
+    } else if (stable >= cap) {
+      n = cap;
+      r.decided = true;
+      r.decided_reason = FinishReason::kLength;
+    } else if (denoiser_finished) {  // cannot happen for a finished canvas; be safe
+      r.decided = true;
+      r.decided_reason = FinishReason::kLength;
+    }
+    const bool grew = n > r.answer_tokens;
+    r.answer_tokens = std::max(r.answer_tokens, n);
+    if ((grew || r.decided) && (r.spec.stream_text || !r.spec.stop.empty()) && codec_.decode) {
+      r.text = codec_.decode(canvas.subspan(0, static_cast<size_t>(r.answer_tokens)));
+      // Stop strings: the answer ends before the earliest occurrence of any.
+      size_t cut = std::string::npos;
+      for (const std::string& s : r.spec.stop) cut = std::min(cut, r.text.find(s));
+      if (cut != std::string::npos) {
+        r.text.resize(cut);
+        r.decided = true;
+        r.decided_reason = FinishReason::kStop;
+        // The tokens of the cut answer: the shortest prefix whose text covers it.
+        int64_t lo = 0, hi = r.answer_tokens;
+        while (lo < hi) {
+          const int64_t mid = (lo + hi) / 2;
+          if (codec_.decode(canvas.subspan(0, static_cast<size_t>(mid))).size() >= cut)
+            hi = mid;
+          else
+            lo = mid + 1;
+        }
+        r.stop_tokens = lo;
+        r.answer_tokens = lo;
+      }
+    }
+  }
+  ev.stable_tokens = r.answer_tokens;
+  if (r.spec.stream_text) {
+    const size_t upto = r.decided ? r.text.size() : stable_text_length(r.text, r.spec.stop);
+    if (upto > r.sent) {
+      ev.text_delta = r.text.substr(r.sent, upto - r.sent);
+      r.sent = upto;
+    }
+  }
+  return r.decided;
+}
+
+std::shared_ptr<GenerateResult> Scheduler::make_result(Request& r, int64_t slot) {
+  SlotOutput o = den_.output(slot);
+  auto g = std::make_shared<GenerateResult>();
+  g->prompt_ids = r.spec.prompt;
+  g->canvas_ids = std::move(o.canvas);
+  // The answer: up to the first end id, at most max_output_tokens, or up to a stop string.
+  const int64_t limit = r.stop_tokens >= 0 ? r.stop_tokens : r.spec.max_output_tokens;
+  for (int32_t id : g->canvas_ids) {
+    if (std::find(codec_.end_ids.begin(), codec_.end_ids.end(), id) != codec_.end_ids.end()) {
+      g->stopped_at_eos = r.stop_tokens < 0;
+      break;
+    }
+    if (static_cast<int64_t>(g->output_ids.size()) >= limit) break;
+    // Never [MASK] in an answer (the selection cannot propose it); the released output slice of
+    // reference_quirks can hold undecoded positions and is returned as the released code does.
+    FDLLM_CHECK(id != codec_.mask_id || codec_.allow_mask_in_output, ErrorCode::kInternal,
+                "request {}: its answer holds the mask id at position {}", r.id, g->output_ids.size());
+    g->output_ids.push_back(id);
+  }
+  if (codec_.decode) g->text = r.stop_tokens >= 0 ? r.text : codec_.decode(g->output_ids);
+  g->finish_reason = g->stopped_at_eos || r.stop_tokens >= 0 ? FinishReason::kStop : FinishReason::kLength;
+  g->nfe = o.nfe;
+  g->committed_tokens = o.committed;
+  g->committed_tokens_reference = o.committed_reference;
+  g->forward_passes = o.forward_passes;
+  g->verify_candidates = o.verify_candidates;
+  g->verify_accepted = o.verify_accepted;
+  g->call_kinds = std::move(o.call_kinds);
+  g->chat_template = r.spec.chat_template;
+  g->latency_seconds = std::chrono::duration<double>(Clock::now() - r.submitted).count();
+  g->seconds = g->latency_seconds;
+  return g;
+}
+
+bool Scheduler::step() {
+  // 1. Cancelled running requests free their slots; cancelled queued ones leave the queue; queued
+  // ones take the free slots (lowest first), so a slot freed now is refilled before this iteration.
+  bool did = false;
+  for (size_t j = 0; j < running_.size(); ++j) {
+    auto& r = running_[j];
+    if (!r || !r->stream->cancel_requested()) continue;
+    den_.release(static_cast<int64_t>(j));
+    RequestEvent ev;
+    ev.iteration = r->iterations;
+    finish(*r, FinishReason::kCancelled, std::move(ev));
+    r.reset();
+    std::lock_guard<std::mutex> lk(mu_);
+    --busy_;
+    did = true;
+  }
+  std::vector<std::shared_ptr<Request>> dropped;
+  std::vector<size_t> admitted;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      if ((*it)->stream->cancel_requested()) {
+        dropped.push_back(*it);
+        it = queue_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (size_t j = 0; j < running_.size() && !queue_.empty(); ++j) {
+      if (running_[j] || den_.active(static_cast<int64_t>(j))) continue;
+      running_[j] = queue_.front();
+      queue_.pop_front();
+      admitted.push_back(j);
+      ++busy_;
+    }
+  }
+  did = did || !dropped.empty();
+  for (auto& r : dropped) finish(*r, FinishReason::kCancelled, RequestEvent{});
+  for (size_t j : admitted) {
+    auto& r = running_[j];
+    try {
+      den_.admit(static_cast<int64_t>(j), r->spec.prompt, r->spec.params);
+    } catch (const Error& e) {
+      fail(*r, RequestEvent{}, e);
+      r.reset();
+      std::lock_guard<std::mutex> lk(mu_);
+      --busy_;
+      did = true;
+    }
+  }
+  if (std::none_of(running_.begin(), running_.end(), [](const auto& r) { return r != nullptr; })) return did;
+
+  // 2. One iteration of every running request.
+  const auto t0 = Clock::now();
+  std::vector<SlotStep> steps;
+  const int64_t passes0 = den_.model_passes();
+  try {
+    steps = den_.step();
+  } catch (const Error& e) {
+    logger().error("iteration failed: {}", e.what());
+    for (size_t j = 0; j < running_.size(); ++j) {
+      auto& r = running_[j];
+      if (!r) continue;
+      den_.release(static_cast<int64_t>(j));
+      RequestEvent ev;
+      ev.iteration = r->iterations;
+      fail(*r, std::move(ev), e);
+      r.reset();
+      std::lock_guard<std::mutex> lk(mu_);
+      --busy_;
+    }
+    return true;
+  }
+  const auto t1 = Clock::now();
+
+  // 3. Events, answers, finishing.
+  int64_t committed = 0;
+  for (SlotStep& st : steps) {
+    auto& r = running_[static_cast<size_t>(st.slot)];
+    FDLLM_ASSERT_MSG(r != nullptr, "the denoiser stepped slot {}, which holds no request", st.slot);
+    ++r->iterations;
+    committed += static_cast<int64_t>(st.positions.size());
+    const std::span<const int32_t> canvas = den_.canvas(st.slot);
+    RequestEvent ev;
+    ev.iteration = r->iterations;
+    ev.canvas_length = r->spec.params.gen_length;
+    ev.positions = std::move(st.positions);
+    ev.tokens = std::move(st.tokens);
+    const bool decided = update_answer(*r, canvas, st.finished, ev);
+    const bool done = st.finished || (r->spec.finish_early && decided);
+    if (opt_.hook) opt_.hook(r->spec.tag, canvas, done);
+    if (!done) {
+      r->stream->push(std::move(ev));
+      continue;
+    }
+    try {
+      ev.result = make_result(*r, st.slot);
+      const FinishReason reason = ev.result->finish_reason;
+      finish(*r, reason, std::move(ev));
+    } catch (const Error& e) {
+      fail(*r, std::move(ev), e);
+    }
+    den_.release(st.slot);
+    r.reset();
+    std::lock_guard<std::mutex> lk(mu_);
+    --busy_;
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  const double dt = std::chrono::duration<double>(t1 - t0).count();
+  ++metrics_.iterations;
+  metrics_.forward_passes += den_.model_passes() - passes0;
+  metrics_.committed_tokens += committed;
+  metrics_.busy_seconds += dt;
+  observe(kIterationBounds, metrics_.iteration_seconds_counts, metrics_.iteration_seconds_sum, dt);
+  observe(kTokenBounds, metrics_.tokens_per_iteration_counts, metrics_.tokens_per_iteration_sum,
+          static_cast<double>(committed));
+  recent_.emplace_back(t1, committed);
+  while (!recent_.empty() && t1 - recent_.front().first > std::chrono::seconds(10)) recent_.pop_front();
+  return true;
+}
+
+}  // namespace flashdllm

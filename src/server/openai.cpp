@@ -1,0 +1,456 @@
+// The OpenAI API surface (openai.h): request parsing and response objects.
+#include "server/openai.h"
+
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include <fmt/format.h>
+
+namespace flashdllm::server {
+namespace {
+
+using nlohmann::json;
+
+ApiError bad(std::string param, std::string message, std::string code = {}) {
+  ApiError e;
+  e.status = 400;
+  e.message = std::move(message);
+  e.param = std::move(param);
+  e.code = std::move(code);
+  return e;
+}
+
+/// A JSON value's type in the words of the API ("a string", "an integer", ...).
+std::string kind_of(const json& v) {
+  if (v.is_null()) return "null";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number_integer()) return "an integer";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_array()) return "an array";
+  return "an object";
+}
+
+std::optional<int64_t> as_int(const json& v) {
+  if (v.is_number_unsigned()) {
+    const auto u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
+    return static_cast<int64_t>(u);
+  }
+  if (v.is_number_integer()) return v.get<int64_t>();
+  return std::nullopt;
+}
+
+/// The fields each endpoint takes (the OpenAI fields we implement or refuse by value, and our
+/// extensions); anything else is an unsupported field.
+const std::set<std::string>& fields(bool chat) {
+  static const std::set<std::string> common = {
+      "model",   "max_tokens",       "temperature",   "top_p",    "n",          "stream",
+      "stream_options", "stop",      "seed",          "logprobs", "presence_penalty", "frequency_penalty",
+      "logit_bias", "user",          "threshold",     "steps",    "stream_canvas"};
+  static const std::set<std::string> completion = [] {
+    std::set<std::string> s = common;
+    for (const char* f : {"prompt", "best_of", "echo", "suffix"}) s.insert(f);
+    return s;
+  }();
+  static const std::set<std::string> chat_fields = [] {
+    std::set<std::string> s = common;
+    for (const char* f : {"messages", "max_completion_tokens", "top_logprobs"}) s.insert(f);
+    return s;
+  }();
+  return chat ? chat_fields : completion;
+}
+
+/// One prompt entry of token ids; nullopt when `v` is not an array of integers in [0, 2^31).
+std::optional<std::vector<int32_t>> token_ids(const json& v) {
+  if (!v.is_array()) return std::nullopt;
+  std::vector<int32_t> ids;
+  ids.reserve(v.size());
+  for (const json& t : v) {
+    const auto i = as_int(t);
+    if (!i || *i < 0 || *i > std::numeric_limits<int32_t>::max()) return std::nullopt;
+    ids.push_back(static_cast<int32_t>(*i));
+  }
+  return ids;
+}
+
+std::optional<ApiError> parse_prompt(const json& p, const ParseLimits& limits, std::vector<GenerateRequest>& out) {
+  auto text = [&](std::string s) {
+    GenerateRequest r;
+    r.prompt = std::move(s);
+    r.chat = false;  // completions take the prompt as it is (no chat template)
+    out.push_back(std::move(r));
+  };
+  auto ids = [&](std::vector<int32_t> v) {
+    GenerateRequest r;
+    r.prompt_ids = std::move(v);
+    r.chat = false;
+    out.push_back(std::move(r));
+  };
+  if (p.is_string()) {
+    text(p.get<std::string>());
+    return std::nullopt;
+  }
+  if (!p.is_array())
+    return bad("prompt", fmt::format("'prompt' must be a string, an array of strings, an array of token ids or an array "
+                                     "of token-id arrays, got {}", kind_of(p)));
+  if (p.empty()) return bad("prompt", "'prompt' is an empty array");
+  if (p.front().is_number()) {
+    auto v = token_ids(p);
+    if (!v) return bad("prompt", "'prompt' as token ids must hold integers in [0, 2^31)");
+    ids(std::move(*v));
+    return std::nullopt;
+  }
+  if (static_cast<int64_t>(p.size()) > limits.max_prompts)
+    return bad("prompt", fmt::format("'prompt' holds {} prompts; at most {} per request", p.size(), limits.max_prompts));
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i].is_string()) {
+      text(p[i].get<std::string>());
+    } else if (auto v = token_ids(p[i])) {
+      if (v->empty()) return bad("prompt", fmt::format("'prompt[{}]' is an empty token-id array", i));
+      ids(std::move(*v));
+    } else {
+      return bad("prompt", fmt::format("'prompt[{}]' must be a string or an array of token ids in [0, 2^31), got {}", i,
+                                       kind_of(p[i])));
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_messages(const json& m, std::vector<ChatMessage>& out) {
+  if (!m.is_array() || m.empty()) return bad("messages", "'messages' must be a non-empty array of messages");
+  for (size_t i = 0; i < m.size(); ++i) {
+    const json& msg = m[i];
+    const std::string at = fmt::format("messages[{}]", i);
+    if (!msg.is_object()) return bad(at, fmt::format("'{}' must be an object, got {}", at, kind_of(msg)));
+    for (const auto& [k, v] : msg.items())
+      if (k != "role" && k != "content" && k != "name")
+        return bad(at + "." + k, fmt::format("'{}.{}' is not supported (a message has role, content, name)", at, k));
+    if (!msg.contains("role") || !msg["role"].is_string())
+      return bad(at + ".role", fmt::format("'{}.role' must be a string", at));
+    const std::string role = msg["role"].get<std::string>();
+    if (role != "system" && role != "user" && role != "assistant")
+      return bad(at + ".role", fmt::format("'{}.role' must be system, user or assistant, got '{}'", at, role));
+    if (msg.contains("name") && !msg["name"].is_string())
+      return bad(at + ".name", fmt::format("'{}.name' must be a string", at));
+    ChatMessage cm;
+    cm.role = role;
+    if (!msg.contains("content"))
+      return bad(at + ".content", fmt::format("'{}.content' is required", at));
+    const json& c = msg["content"];
+    if (c.is_string()) {
+      cm.content = c.get<std::string>();
+    } else if (c.is_array()) {
+      for (size_t k = 0; k < c.size(); ++k) {
+        const json& part = c[k];
+        if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
+            !part["text"].is_string() || part.size() != 2)
+          return bad(at + ".content", fmt::format("'{}.content[{}]' must be {{\"type\": \"text\", \"text\": ...}} (only "
+                                                  "text parts are supported)", at, k));
+        cm.content += part["text"].get<std::string>();
+      }
+    } else {
+      return bad(at + ".content", fmt::format("'{}.content' must be a string or an array of text parts, got {}", at,
+                                              kind_of(c)));
+    }
+    out.push_back(std::move(cm));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+nlohmann::json error_body(const ApiError& e) {
+  json err = {{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}};
+  if (!e.param.empty()) err["param"] = e.param;
+  if (!e.code.empty()) err["code"] = e.code;
+  return json{{"error", err}};
+}
+
+ApiError api_error_of(const Error& e, std::string param) {
+  ApiError a;
+  a.message = e.what();
+  a.param = std::move(param);
+  switch (e.code()) {
+    case ErrorCode::kInvalidArgument:
+      a.status = 400;
+      break;
+    case ErrorCode::kUnavailable: {
+      const bool full = a.message.find("queue is full") != std::string::npos;
+      a.status = full ? 429 : 503;
+      a.type = full ? "rate_limit_error" : "server_error";
+      a.code = full ? "queue_full" : "unavailable";
+      a.param.clear();
+      break;
+    }
+    default:
+      a.status = 500;
+      a.type = "server_error";
+      a.param.clear();
+      break;
+  }
+  return a;
+}
+
+std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool chat, const ParseLimits& limits) {
+  const json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return bad("", "the request body is not valid JSON (UTF-8 text)");
+  if (!j.is_object()) return bad("", fmt::format("the request body must be a JSON object, got {}", kind_of(j)));
+  const auto& allowed = fields(chat);
+  for (const auto& [k, v] : j.items())
+    if (!allowed.count(k)) return bad(k, fmt::format("unsupported field '{}'", k));
+
+  ApiRequest r;
+  r.chat = chat;
+  // Absent and null mean the default for every optional field.
+  auto get = [&](const char* f) -> const json* {
+    auto it = j.find(f);
+    return it == j.end() || it->is_null() ? nullptr : &*it;
+  };
+  auto integer = [&](const char* f, int64_t lo, int64_t hi) -> std::variant<std::monostate, int64_t, ApiError> {
+    const json* v = get(f);
+    if (!v) return std::monostate{};
+    const auto i = as_int(*v);
+    if (!i) return bad(f, fmt::format("'{}' must be an integer, got {}", f, kind_of(*v)));
+    if (*i < lo || *i > hi) return bad(f, fmt::format("'{}' must be in [{}, {}], got {}", f, lo, hi, *i));
+    return *i;
+  };
+  auto number = [&](const char* f, double lo, double hi, bool lo_open) -> std::variant<std::monostate, double, ApiError> {
+    const json* v = get(f);
+    if (!v) return std::monostate{};
+    if (!v->is_number()) return bad(f, fmt::format("'{}' must be a number, got {}", f, kind_of(*v)));
+    const double x = v->get<double>();
+    if (!std::isfinite(x) || (lo_open ? x <= lo : x < lo) || x > hi)
+      return bad(f, fmt::format("'{}' must be in {}{}, {}], got {}", f, lo_open ? "(" : "[", lo, hi, x));
+    return x;
+  };
+  auto boolean = [&](const char* f) -> std::variant<std::monostate, bool, ApiError> {
+    const json* v = get(f);
+    if (!v) return std::monostate{};
+    if (!v->is_boolean()) return bad(f, fmt::format("'{}' must be true or false, got {}", f, kind_of(*v)));
+    return v->get<bool>();
+  };
+  // Refused unless it asks for nothing: `ok(v)` says whether value v is the no-op.
+  auto only = [&](const char* f, auto ok, const char* what) -> std::optional<ApiError> {
+    const json* v = get(f);
+    if (v && !ok(*v)) return bad(f, fmt::format("'{}' is not supported ({})", f, what));
+    return std::nullopt;
+  };
+
+  // model
+  const json* model = get("model");
+  if (!model) return bad("model", "'model' is required");
+  if (!model->is_string()) return bad("model", fmt::format("'model' must be a string, got {}", kind_of(*model)));
+  r.model = model->get<std::string>();
+  if (r.model != limits.model_id) {
+    ApiError e;
+    e.status = 404;
+    e.message = fmt::format("The model '{}' does not exist: this server serves '{}'", r.model, limits.model_id);
+    e.param = "model";
+    e.code = "model_not_found";
+    return e;
+  }
+
+  // prompt / messages
+  if (chat) {
+    const json* m = get("messages");
+    if (!m) return bad("messages", "'messages' is required");
+    if (auto e = parse_messages(*m, r.messages)) return *e;
+  } else {
+    const json* p = get("prompt");
+    if (!p) return bad("prompt", "'prompt' is required");
+    if (auto e = parse_prompt(*p, limits, r.prompts)) return *e;
+  }
+
+  // max_tokens (chat: max_completion_tokens is the newer name)
+  constexpr int64_t kMaxTokens = int64_t{1} << 24;
+  r.params.gen_length = limits.default_max_tokens;
+  for (const char* f : {"max_tokens", "max_completion_tokens"}) {
+    if (!chat && std::string(f) == "max_completion_tokens") continue;
+    auto v = integer(f, 1, kMaxTokens);
+    if (auto* e = std::get_if<ApiError>(&v)) return *e;
+    if (auto* i = std::get_if<int64_t>(&v)) r.params.gen_length = *i;
+  }
+  {
+    auto v = number("temperature", 0.0, 1e6, false);
+    if (auto* e = std::get_if<ApiError>(&v)) return *e;
+    if (auto* x = std::get_if<double>(&v)) r.params.temperature = *x;
+  }
+  {
+    auto v = number("threshold", 0.0, 1.0, true);
+    if (auto* e = std::get_if<ApiError>(&v)) return *e;
+    if (auto* x = std::get_if<double>(&v)) r.params.threshold = *x;
+  }
+  {
+    auto v = integer("steps", 1, kMaxTokens);
+    if (auto* e = std::get_if<ApiError>(&v)) return *e;
+    if (auto* i = std::get_if<int64_t>(&v)) r.params.steps = *i;
+  }
+  if (const json* v = get("seed")) {
+    if (v->is_number_unsigned())
+      r.params.seed = v->get<uint64_t>();
+    else if (v->is_number_integer())
+      r.params.seed = static_cast<uint64_t>(v->get<int64_t>());
+    else
+      return bad("seed", fmt::format("'seed' must be an integer, got {}", kind_of(*v)));
+  }
+  if (const json* v = get("stop")) {
+    auto add = [&](const json& s, const std::string& at) -> std::optional<ApiError> {
+      if (!s.is_string()) return bad("stop", fmt::format("'{}' must be a string, got {}", at, kind_of(s)));
+      if (s.get<std::string>().empty()) return bad("stop", fmt::format("'{}' is an empty string", at));
+      r.params.stop.push_back(s.get<std::string>());
+      return std::nullopt;
+    };
+    if (v->is_string()) {
+      if (auto e = add(*v, "stop")) return *e;
+    } else if (v->is_array()) {
+      if (static_cast<int64_t>(v->size()) > limits.max_stop)
+        return bad("stop", fmt::format("'stop' holds {} strings; at most {}", v->size(), limits.max_stop));
+      for (size_t i = 0; i < v->size(); ++i)
+        if (auto e = add((*v)[i], fmt::format("stop[{}]", i))) return *e;
+    } else {
+      return bad("stop", fmt::format("'stop' must be a string or an array of strings, got {}", kind_of(*v)));
+    }
+  }
+  {
+    auto v = boolean("stream");
+    if (auto* e = std::get_if<ApiError>(&v)) return *e;
+    if (auto* b = std::get_if<bool>(&v)) r.stream = *b;
+  }
+  if (const json* v = get("stream_options")) {
+    if (!v->is_object()) return bad("stream_options", fmt::format("'stream_options' must be an object, got {}", kind_of(*v)));
+    if (!r.stream) return bad("stream_options", "'stream_options' is only allowed when 'stream' is true");
+    for (const auto& [k, x] : v->items()) {
+      if (k != "include_usage")
+        return bad("stream_options." + k, fmt::format("'stream_options.{}' is not supported", k));
+      if (!x.is_boolean())
+        return bad("stream_options.include_usage", "'stream_options.include_usage' must be true or false");
+      r.include_usage = x.get<bool>();
+    }
+  }
+  {
+    auto v = boolean("stream_canvas");
+    if (auto* e = std::get_if<ApiError>(&v)) return *e;
+    if (auto* b = std::get_if<bool>(&v)) r.stream_canvas = *b;
+    if (r.stream_canvas && !r.stream) return bad("stream_canvas", "'stream_canvas' needs 'stream': true");
+  }
+  if (const json* v = get("user"); v && !v->is_string())
+    return bad("user", fmt::format("'user' must be a string, got {}", kind_of(*v)));
+
+  // Fields accepted only with the value that asks for nothing.
+  auto is_one = [](const json& v) { return as_int(v) == 1; };
+  auto is_zero = [](const json& v) { return v.is_number() && v.get<double>() == 0.0; };
+  auto is_false = [](const json& v) { return v.is_boolean() && !v.get<bool>(); };
+  auto is_empty = [](const json& v) { return (v.is_object() || v.is_array() || v.is_string()) && v.empty(); };
+  if (auto e = only("n", is_one, "one choice per prompt: n must be 1")) return *e;
+  if (auto e = only("top_p", [](const json& v) { return v.is_number() && v.get<double>() == 1.0; },
+                    "nucleus sampling: top_p must be 1"))
+    return *e;
+  if (auto e = only("presence_penalty", is_zero, "penalties must be 0")) return *e;
+  if (auto e = only("frequency_penalty", is_zero, "penalties must be 0")) return *e;
+  if (auto e = only("logit_bias", is_empty, "logit_bias must be empty")) return *e;
+  if (chat) {
+    if (auto e = only("logprobs", is_false, "no log probabilities: logprobs must be false")) return *e;
+    if (auto e = only("top_logprobs", is_zero, "no log probabilities")) return *e;
+  } else {
+    if (auto e = only("logprobs", is_zero, "no log probabilities: logprobs must be null or 0")) return *e;
+    if (auto e = only("best_of", is_one, "best_of must be 1")) return *e;
+    if (auto e = only("echo", is_false, "echo must be false")) return *e;
+    if (auto e = only("suffix", is_empty, "suffix must be empty")) return *e;
+  }
+  return r;
+}
+
+nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
+nlohmann::json completion_response(const std::string& id, int64_t created, const std::string& model,
+                                   const std::vector<ChoiceResult>& choices) {
+  json cs = json::array();
+  int64_t pt = 0, ct = 0;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    cs.push_back({{"index", i}, {"text", choices[i].text}, {"logprobs", nullptr}, {"finish_reason", choices[i].finish_reason}});
+    pt += choices[i].prompt_tokens;
+    ct += choices[i].completion_tokens;
+  }
+  return {{"id", id},        {"object", "text_completion"}, {"created", created},
+          {"model", model},  {"choices", cs},               {"usage", usage_json(pt, ct)}};
+}
+
+nlohmann::json chat_response(const std::string& id, int64_t created, const std::string& model, const ChoiceResult& c) {
+  json choice = {{"index", 0},
+                 {"message", {{"role", "assistant"}, {"content", c.text}}},
+                 {"logprobs", nullptr},
+                 {"finish_reason", c.finish_reason}};
+  return {{"id", id},
+          {"object", "chat.completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", json::array({choice})},
+          {"usage", usage_json(c.prompt_tokens, c.completion_tokens)}};
+}
+
+nlohmann::json completion_chunk(const std::string& id, int64_t created, const std::string& model, int64_t index,
+                                const std::string& text, const std::string& finish_reason) {
+  json choice = {{"index", index}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+  if (!finish_reason.empty()) choice["finish_reason"] = finish_reason;
+  return {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model}, {"choices", json::array({choice})}};
+}
+
+nlohmann::json chat_chunk(const std::string& id, int64_t created, const std::string& model, int64_t index,
+                          const std::optional<std::string>& content, bool role, const std::string& finish_reason) {
+  json delta = json::object();
+  if (role) delta["role"] = "assistant";
+  if (content) delta["content"] = *content;
+  json choice = {{"index", index}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+  if (!finish_reason.empty()) choice["finish_reason"] = finish_reason;
+  return {{"id", id},
+          {"object", "chat.completion.chunk"},
+          {"created", created},
+          {"model", model},
+          {"choices", json::array({choice})}};
+}
+
+nlohmann::json usage_chunk(const std::string& id, int64_t created, const std::string& model, bool chat,
+                           int64_t prompt_tokens, int64_t completion_tokens) {
+  return {{"id", id},
+          {"object", chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", json::array()},
+          {"usage", usage_json(prompt_tokens, completion_tokens)}};
+}
+
+nlohmann::json canvas_event(const std::string& id, int64_t index, const RequestEvent& ev,
+                            const std::vector<std::string>& token_texts, int64_t canvas_length) {
+  json j = {{"id", id},
+            {"object", "canvas"},
+            {"index", index},
+            {"iteration", ev.iteration},
+            {"positions", ev.positions},
+            {"tokens", ev.tokens},
+            {"texts", token_texts},
+            {"stable_tokens", ev.stable_tokens}};
+  if (canvas_length > 0) j["canvas_length"] = canvas_length;
+  if (ev.finished) j["finish_reason"] = finish_reason_name(ev.finish_reason);
+  return j;
+}
+
+std::string sse(const nlohmann::json& j) {
+  return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+}
+
+std::string sse_event(const std::string& name, const nlohmann::json& j) {
+  return "event: " + name + "\n" + sse(j);
+}
+
+nlohmann::json models_response(const std::string& model_id, int64_t created) {
+  return {{"object", "list"},
+          {"data", json::array({{{"id", model_id}, {"object", "model"}, {"created", created}, {"owned_by", "flashdllm"}}})}};
+}
+
+}  // namespace flashdllm::server

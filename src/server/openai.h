@@ -1,0 +1,104 @@
+// The OpenAI API surface of `flashdllm serve`, without any HTTP: request bodies parsed into typed
+// requests (every field checked, unsupported ones refused), and the response, chunk and error
+// objects as the `openai` client expects them (https://platform.openai.com/docs/api-reference:
+// completions, chat completions, models, errors). Pure functions, so the parser is unit-tested and
+// fuzzed on its own (tests/server, tests/fuzz).
+//
+// Deviations from OpenAI (docs/serving.md): `temperature` defaults to 0 (greedy, the method's
+// setting); `max_tokens` defaults to the server's --default-max-tokens for both endpoints; `n`,
+// `best_of`, `logprobs`, `echo`, `suffix`, penalties, `logit_bias`, `tools`, `response_format` are
+// refused unless they ask for nothing; extensions: `threshold` (ε), `steps` (quota decoding) and
+// `stream_canvas` (the live denoising events).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "flashdllm/engine.h"
+
+namespace flashdllm::server {
+
+/// An OpenAI error: the HTTP status and the body's fields ({"error": {message, type, param, code}}).
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  ///< the request field at fault ("" = null)
+  std::string code;   ///< "" = null
+};
+
+/// The error object for `e` (the body of the HTTP response).
+nlohmann::json error_body(const ApiError& e);
+/// An Error of the engine as an API error: kInvalidArgument -> 400 (param when known), kUnavailable
+/// -> 429 (queue full) or 503 (shutting down), everything else -> 500.
+ApiError api_error_of(const Error& e, std::string param = {});
+
+/// What the parser needs to know of the server.
+struct ParseLimits {
+  std::string model_id;              ///< the served model's id; another `model` is a 404
+  int64_t default_max_tokens = 128;  ///< max_tokens when the request has none
+  int64_t max_prompts = 64;          ///< completions: prompts in one request
+  int64_t max_stop = 16;             ///< stop strings
+};
+
+/// A parsed /v1/completions or /v1/chat/completions request.
+struct ApiRequest {
+  bool chat = false;
+  std::string model;
+  std::vector<GenerateRequest> prompts;  ///< completions: one per prompt (raw text or ids, no chat template)
+  std::vector<ChatMessage> messages;     ///< chat: the conversation (rendered by the checkpoint's template)
+  SamplingParams params;                 ///< gen_length = max_tokens
+  bool stream = false;
+  bool include_usage = false;            ///< stream_options.include_usage
+  bool stream_canvas = false;            ///< extension: canvas events per iteration (SSE event "canvas")
+};
+
+/// Parses a completions (chat = false) or chat completions body. Errors name the field: invalid
+/// JSON, a missing or mistyped field, values out of range, unsupported fields or values (400),
+/// another model (404).
+std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool chat, const ParseLimits& limits);
+
+/// usage: prompt_tokens, completion_tokens (the answers' tokens), total_tokens.
+nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
+
+/// One choice of a finished request, as the response needs it.
+struct ChoiceResult {
+  std::string text;
+  std::string finish_reason;  ///< "stop" | "length"
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+};
+
+/// The non-streamed response objects ("text_completion" / "chat.completion").
+nlohmann::json completion_response(const std::string& id, int64_t created, const std::string& model,
+                                   const std::vector<ChoiceResult>& choices);
+nlohmann::json chat_response(const std::string& id, int64_t created, const std::string& model, const ChoiceResult& c);
+
+/// Streamed chunks. A text delta (finish_reason null) or the final chunk of a choice (text "" /
+/// empty delta, finish_reason set); chat's first chunk of a choice carries the role.
+nlohmann::json completion_chunk(const std::string& id, int64_t created, const std::string& model, int64_t index,
+                                const std::string& text, const std::string& finish_reason);
+nlohmann::json chat_chunk(const std::string& id, int64_t created, const std::string& model, int64_t index,
+                          const std::optional<std::string>& content, bool role, const std::string& finish_reason);
+/// The usage chunk of stream_options.include_usage: no choices, usage set.
+nlohmann::json usage_chunk(const std::string& id, int64_t created, const std::string& model, bool chat,
+                           int64_t prompt_tokens, int64_t completion_tokens);
+/// A live-denoising event (extension): the iteration, the positions committed by it with their
+/// tokens and text, the stable prefix length, and (first event) the canvas length.
+nlohmann::json canvas_event(const std::string& id, int64_t index, const RequestEvent& ev,
+                            const std::vector<std::string>& token_texts, int64_t canvas_length);
+
+/// "data: <json>\n\n".
+std::string sse(const nlohmann::json& j);
+/// "event: <name>\ndata: <json>\n\n".
+std::string sse_event(const std::string& name, const nlohmann::json& j);
+
+/// /v1/models.
+nlohmann::json models_response(const std::string& model_id, int64_t created);
+
+}  // namespace flashdllm::server

@@ -1,0 +1,537 @@
+// `flashdllm serve`'s HTTP layer; see server.h for the routes, threads and shutdown.
+#include "server/server.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <ctime>
+#include <deque>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <httplib.h>
+
+#include "core/check.h"
+#include "core/log.h"
+#include "model/llada_config.h"
+#include "server/metrics.h"
+#include "server/openai.h"
+#include "server/page.h"
+
+namespace flashdllm::server {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+constexpr auto kPoll = std::chrono::milliseconds(50);
+
+/// Connection workers created on demand up to a bound (cpp-httplib's TaskQueue): a connection
+/// holds a worker while it is open, so the bound follows the slots and the queue rather than
+/// cpp-httplib's fixed pool of 8.
+class WorkerPool final : public httplib::TaskQueue {
+ public:
+  explicit WorkerPool(size_t max_threads) : max_(std::max<size_t>(max_threads, 1)) {}
+  ~WorkerPool() override { shutdown(); }
+
+  void enqueue(std::function<void()> fn) override {
+    std::unique_lock<std::mutex> lk(mu_);
+    jobs_.push_back(std::move(fn));
+    if (idle_ == 0 && threads_.size() < max_)
+      threads_.emplace_back([this] { work(); });
+    else
+      cv_.notify_one();
+  }
+  void shutdown() override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (stop_) return;
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_)
+      if (t.joinable()) t.join();
+  }
+
+ private:
+  void work() {
+    for (;;) {
+      std::function<void()> fn;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        ++idle_;
+        cv_.wait(lk, [&] { return stop_ || !jobs_.empty(); });
+        --idle_;
+        if (jobs_.empty()) return;  // stopping
+        fn = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      fn();
+    }
+  }
+
+  const size_t max_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  std::vector<std::thread> threads_;
+  size_t idle_ = 0;
+  bool stop_ = false;
+};
+
+/// The socket a request arrived on, found by its addresses, to notice a client that went away
+/// while its request waits (cpp-httplib 0.11 does not expose it). Only peeks: never consumes data.
+class ClientWatch {
+ public:
+  explicit ClientWatch(const httplib::Request& req) {
+    DIR* d = opendir("/proc/self/fd");
+    if (!d) return;
+    while (dirent* e = readdir(d)) {
+      char* end = nullptr;
+      const long fd = std::strtol(e->d_name, &end, 10);
+      if (end == e->d_name || *end != '\0') continue;
+      if (matches(static_cast<int>(fd), req)) {
+        fd_ = static_cast<int>(fd);
+        break;
+      }
+    }
+    closedir(d);
+  }
+  /// True once the peer closed or reset the connection.
+  bool gone() const {
+    if (fd_ < 0) return false;
+    char c;
+    const ssize_t n = ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0) return true;
+    return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+  }
+
+ private:
+  static bool endpoint(const sockaddr_storage& a, std::string& ip, int& port) {
+    char buf[INET6_ADDRSTRLEN] = {0};
+    if (a.ss_family == AF_INET) {
+      const auto* s = reinterpret_cast<const sockaddr_in*>(&a);
+      inet_ntop(AF_INET, &s->sin_addr, buf, sizeof buf);
+      port = ntohs(s->sin_port);
+    } else if (a.ss_family == AF_INET6) {
+      const auto* s = reinterpret_cast<const sockaddr_in6*>(&a);
+      inet_ntop(AF_INET6, &s->sin6_addr, buf, sizeof buf);
+      port = ntohs(s->sin6_port);
+    } else {
+      return false;
+    }
+    ip = buf;
+    return true;
+  }
+  static bool matches(int fd, const httplib::Request& req) {
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) return false;
+    sockaddr_storage local{}, peer{};
+    socklen_t ll = sizeof local, pl = sizeof peer;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) != 0) return false;
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0) return false;
+    std::string lip, pip;
+    int lport = -1, pport = -1;
+    if (!endpoint(local, lip, lport) || !endpoint(peer, pip, pport)) return false;
+    return lport == req.local_port && pport == req.remote_port && pip == req.remote_addr;
+  }
+  int fd_ = -1;
+};
+
+int64_t unix_time() { return static_cast<int64_t>(std::time(nullptr)); }
+
+/// One submitted request of an API call (a completions call may hold several prompts).
+struct Pending {
+  std::shared_ptr<RequestStream> stream;
+  int64_t prompt_tokens = 0;
+  bool done = false;
+  bool role_sent = false;
+  bool canvas_sent = false;
+  std::shared_ptr<const GenerateResult> result;
+  FinishReason reason = FinishReason::kLength;
+  std::string error;
+  ErrorCode error_code = ErrorCode::kInternal;
+};
+
+/// An API call in flight: its request, its submitted requests, and what a response needs.
+struct Call {
+  ApiRequest req;
+  std::string id;
+  int64_t created = 0;
+  std::vector<Pending> pending;
+
+  void cancel_all() {
+    for (auto& p : pending)
+      if (!p.done && p.stream) p.stream->cancel();
+  }
+  bool all_done() const {
+    return std::all_of(pending.begin(), pending.end(), [](const Pending& p) { return p.done; });
+  }
+  const Pending* failed() const {
+    for (const auto& p : pending)
+      if (p.done && p.reason == FinishReason::kError) return &p;
+    return nullptr;
+  }
+};
+
+std::string finish_text(FinishReason r) { return r == FinishReason::kStop ? "stop" : "length"; }
+
+}  // namespace
+
+struct Server::Impl {
+  Engine& engine;
+  ServerOptions opt;
+  ParseLimits limits;
+  httplib::Server http;
+  std::atomic<bool> draining{false};
+  std::atomic<int64_t> active{0};  // handlers and stream providers in flight
+  std::atomic<uint64_t> next_id{1};
+  int64_t started_at = unix_time();
+  HttpCounters counters;
+  std::mutex stop_mu;
+  bool stopped = false;
+  int listen_fd = -1;  // the listening socket (set_socket_options)
+
+  Impl(Engine& e, ServerOptions o) : engine(e), opt(std::move(o)) {}
+
+  /// Counts a handler (or a stream provider) in flight for the drain.
+  struct Active {
+    std::atomic<int64_t>& n;
+    explicit Active(std::atomic<int64_t>& c) : n(c) { ++n; }
+    ~Active() { --n; }
+  };
+
+  void reply_error(httplib::Response& res, const ApiError& e) {
+    res.status = e.status;
+    if (e.status == 429) res.set_header("Retry-After", "1");
+    res.set_content(error_body(e).dump(), "application/json");
+  }
+
+  /// Tokenizes and submits every prompt of `call`; an error cancels what was submitted.
+  std::optional<ApiError> submit(Call& call) {
+    std::vector<std::vector<int32_t>> prompts;
+    const char* param = call.req.chat ? "messages" : "prompt";
+    try {  // the parameters under this engine's method (params.h names them by their keys)
+      validate(call.req.params, engine.serve_options().decode, engine.config(), /*exact_blocks=*/false);
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      static const std::pair<const char*, const char*> keys[] = {
+          {"gen_length", "max_tokens"}, {"steps", "steps"}, {"threshold", "threshold"},
+          {"temperature", "temperature"}, {"stop", "stop"}};
+      std::string field;
+      for (const auto& [key, api] : keys)
+        if (m.rfind(key, 0) == 0) field = api;
+      return api_error_of(e, field);
+    }
+    try {
+      if (call.req.chat) {
+        prompts.push_back(engine.encode_chat(call.req.messages));
+      } else {
+        for (const auto& p : call.req.prompts)
+          prompts.push_back(p.prompt_ids.empty() ? engine.encode_prompt(p.prompt, /*chat=*/false) : p.prompt_ids);
+      }
+    } catch (const Error& e) {
+      return api_error_of(e, param);
+    }
+    const ServeOptions& so = engine.serve_options();
+    const SamplingParams& sp = call.req.params;
+    int64_t canvas = 0;
+    try {
+      canvas = engine.canvas_length(sp);
+    } catch (const Error& e) {
+      return api_error_of(e, "max_tokens");
+    }
+    for (const auto& ids : prompts) {
+      if (ids.empty()) return ApiError{400, "the prompt is empty (it tokenizes to no tokens)", "invalid_request_error", param, ""};
+      const auto P = static_cast<int64_t>(ids.size());
+      if (P + canvas > so.max_model_len) {
+        ApiError e;
+        e.message = fmt::format(
+            "This model's context is {} tokens (max_model_len), but the request needs {}: {} prompt tokens and {} "
+            "for max_tokens {}{}. Shorten the prompt or lower max_tokens.",
+            so.max_model_len, P + canvas, P, canvas, sp.gen_length,
+            canvas != sp.gen_length ? fmt::format(" (rounded up to the block length: {})", canvas) : "");
+        e.param = "max_tokens";
+        e.code = "context_length_exceeded";
+        return e;
+      }
+    }
+    for (auto& ids : prompts) {
+      GenerateRequest g;
+      g.prompt_ids = std::move(ids);
+      g.chat = false;
+      Pending p;
+      p.prompt_tokens = static_cast<int64_t>(g.prompt_ids.size());
+      try {
+        p.stream = engine.submit(g, sp);
+      } catch (const Error& e) {
+        call.cancel_all();
+        return api_error_of(e, e.code() == ErrorCode::kInvalidArgument ? std::string(param) : std::string());
+      }
+      call.pending.push_back(std::move(p));
+    }
+    return std::nullopt;
+  }
+
+  /// Takes the events that are there (waiting up to `wait` for the first undone request) and
+  /// hands each to `on_event`.
+  template <class OnEvent>
+  void pump(Call& call, std::chrono::milliseconds wait, OnEvent&& on_event) {
+    bool waited = false;
+    for (size_t i = 0; i < call.pending.size(); ++i) {
+      Pending& p = call.pending[i];
+      if (p.done) continue;
+      const auto timeout = waited ? std::chrono::milliseconds(0) : wait;
+      waited = true;
+      while (auto ev = p.stream->next(timeout)) {
+        if (ev->finished) {
+          p.done = true;
+          p.reason = ev->finish_reason;
+          p.result = ev->result;
+          p.error = ev->error;
+          p.error_code = ev->error_code;
+        }
+        on_event(i, *ev);
+        if (p.done) break;
+      }
+    }
+  }
+
+  ChoiceResult choice_of(const Pending& p) const {
+    ChoiceResult c;
+    c.text = p.result ? p.result->text : "";
+    c.finish_reason = finish_text(p.reason);
+    c.prompt_tokens = p.prompt_tokens;
+    c.completion_tokens = p.result ? static_cast<int64_t>(p.result->output_ids.size()) : 0;
+    return c;
+  }
+
+  void complete(const httplib::Request& hreq, httplib::Response& res, bool chat) {
+    Active guard(active);
+    if (draining) return reply_error(res, {503, "the server is shutting down", "server_error", "", "unavailable"});
+    auto parsed = parse_request(hreq.body, chat, limits);
+    if (auto* e = std::get_if<ApiError>(&parsed)) return reply_error(res, *e);
+    auto call = std::make_shared<Call>();
+    call->req = std::move(std::get<ApiRequest>(parsed));
+    call->id = fmt::format("{}-{:016x}", chat ? "chatcmpl" : "cmpl", next_id++);
+    call->created = unix_time();
+    if (auto e = submit(*call)) return reply_error(res, *e);
+    if (call->req.stream) return stream(res, call);
+
+    ClientWatch watch(hreq);
+    while (!call->all_done()) {
+      pump(*call, kPoll, [](size_t, const RequestEvent&) {});
+      if (!call->all_done() && watch.gone()) {
+        call->cancel_all();  // the client went away: free the slots now
+        res.status = 499;
+        return;
+      }
+    }
+    if (const Pending* f = call->failed())
+      return reply_error(res, api_error_of(Error(f->error_code, f->error)));
+    if (std::any_of(call->pending.begin(), call->pending.end(),
+                    [](const Pending& p) { return p.reason == FinishReason::kCancelled; }))
+      return reply_error(res, {503, "the request was cancelled (the server is shutting down)", "server_error", "",
+                               "cancelled"});
+    json body;
+    if (chat) {
+      body = chat_response(call->id, call->created, call->req.model, choice_of(call->pending[0]));
+    } else {
+      std::vector<ChoiceResult> cs;
+      for (const auto& p : call->pending) cs.push_back(choice_of(p));
+      body = completion_response(call->id, call->created, call->req.model, cs);
+    }
+    res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+  }
+
+  /// Server-Sent Events: chunks of the stable text as it grows, the final chunk of every choice,
+  /// the usage chunk when asked, then [DONE]; canvas events (stream_canvas) between them.
+  void stream(httplib::Response& res, std::shared_ptr<Call> call) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    auto guard = std::make_shared<Active>(active);
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, call, guard](size_t, httplib::DataSink& sink) {
+          const ApiRequest& rq = call->req;
+          auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+          bool ok = true;
+          auto on_event = [&](size_t i, const RequestEvent& ev) {
+            Pending& p = call->pending[i];
+            if (!ok) return;
+            if (rq.stream_canvas && (!ev.positions.empty() || ev.finished)) {
+              std::vector<std::string> texts;
+              for (int32_t t : ev.tokens) texts.push_back(engine.decode(std::span<const int32_t>(&t, 1)));
+              ok = write(sse_event("canvas", canvas_event(call->id, static_cast<int64_t>(i), ev, texts,
+                                                          p.canvas_sent ? 0 : ev.canvas_length)));
+              p.canvas_sent = true;
+            }
+            if (ev.finished && ev.finish_reason == FinishReason::kError) {
+              ok = ok && write(sse(error_body(api_error_of(Error(ev.error_code, ev.error)))));
+              return;
+            }
+            if (ev.finished && ev.finish_reason == FinishReason::kCancelled) return;
+            if (rq.chat && !p.role_sent) {
+              ok = ok && write(sse(chat_chunk(call->id, call->created, rq.model, static_cast<int64_t>(i), std::string(),
+                                              true, "")));
+              p.role_sent = true;
+            }
+            if (!ev.text_delta.empty())
+              ok = ok && write(sse(rq.chat ? chat_chunk(call->id, call->created, rq.model, static_cast<int64_t>(i),
+                                                        ev.text_delta, false, "")
+                                           : completion_chunk(call->id, call->created, rq.model,
+                                                              static_cast<int64_t>(i), ev.text_delta, "")));
+            if (ev.finished) {
+              const std::string reason = finish_text(ev.finish_reason);
+              ok = ok && write(sse(rq.chat ? chat_chunk(call->id, call->created, rq.model, static_cast<int64_t>(i),
+                                                        std::nullopt, false, reason)
+                                           : completion_chunk(call->id, call->created, rq.model,
+                                                              static_cast<int64_t>(i), "", reason)));
+            }
+          };
+          while (ok && !call->all_done()) {
+            pump(*call, kPoll, on_event);
+            if (ok && !call->all_done() && !sink.is_writable()) ok = false;  // the client went away
+          }
+          if (!ok) {
+            call->cancel_all();
+            return false;
+          }
+          if (rq.include_usage) {
+            int64_t pt = 0, ct = 0;
+            for (const auto& p : call->pending) {
+              pt += p.prompt_tokens;
+              ct += p.result ? static_cast<int64_t>(p.result->output_ids.size()) : 0;
+            }
+            write(sse(usage_chunk(call->id, call->created, rq.model, rq.chat, pt, ct)));
+          }
+          write("data: [DONE]\n\n");
+          sink.done();
+          return true;
+        },
+        [call](bool success) {
+          if (!success) call->cancel_all();
+        });
+  }
+
+  void routes() {
+    http.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) { complete(q, r, false); });
+    http.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) { complete(q, r, true); });
+    http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& r) {
+      r.set_content(models_response(limits.model_id, started_at).dump(), "application/json");
+    });
+    http.Get("/health", [this](const httplib::Request&, httplib::Response& r) {
+      r.status = draining ? 503 : 200;
+      r.set_content(json{{"status", draining ? "draining" : "ok"}}.dump(), "application/json");
+    });
+    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& r) {
+      r.set_content(prometheus_text(engine.metrics(), counters), "text/plain; version=0.0.4");
+    });
+    http.Get("/", [this](const httplib::Request&, httplib::Response& r) {
+      r.set_content(live_page_html(limits.model_id), "text/html; charset=utf-8");
+    });
+    http.set_error_handler([](const httplib::Request& q, httplib::Response& r) {
+      if (!r.body.empty()) return;  // an OpenAI error object is already there
+      ApiError e;
+      e.status = r.status;
+      if (r.status == 404) {
+        e.message = fmt::format("no route {} {} (routes: POST /v1/completions, POST /v1/chat/completions, GET "
+                                "/v1/models, /health, /metrics, /)", q.method, q.path);
+        e.code = "not_found";
+      } else if (r.status == 413) {
+        e.message = "the request body is larger than this server's limit (--max-body-bytes)";
+        e.code = "request_too_large";
+      } else if (r.status == 400) {
+        e.message = "the HTTP request is malformed";
+      } else {
+        e.message = fmt::format("HTTP error {}", r.status);
+        e.type = r.status >= 500 ? "server_error" : "invalid_request_error";
+      }
+      r.set_content(error_body(e).dump(), "application/json");
+    });
+    http.set_exception_handler([](const httplib::Request&, httplib::Response& r, std::exception_ptr ep) {
+      std::string what = "internal error";
+      try {
+        if (ep) std::rethrow_exception(ep);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      r.status = 500;
+      r.set_content(error_body({500, what, "server_error", "", ""}).dump(), "application/json");
+    });
+    http.set_logger([this](const httplib::Request& q, const httplib::Response& r) { counters.count(q.path, r.status); });
+  }
+};
+
+Server::Server(Engine& engine, ServerOptions options) : impl_(std::make_unique<Impl>(engine, std::move(options))) {
+  FDLLM_CHECK_ARG(engine.started(), "the server needs a started engine (Engine::start)");
+  Impl& m = *impl_;
+  if (m.opt.model_id.empty()) m.opt.model_id = engine.model_dir().filename().string();
+  if (m.opt.model_id.empty()) m.opt.model_id = engine.model_dir().parent_path().filename().string();
+  FDLLM_CHECK_ARG(m.opt.default_max_tokens >= 1, "--default-max-tokens must be >= 1, got {}", m.opt.default_max_tokens);
+  m.limits.model_id = m.opt.model_id;
+  m.limits.default_max_tokens = m.opt.default_max_tokens;
+  const ServeOptions& so = engine.serve_options();
+  const int64_t threads = m.opt.max_threads > 0 ? m.opt.max_threads : so.decode.n_slots + so.max_queue + 32;
+  m.http.new_task_queue = [threads] { return new WorkerPool(static_cast<size_t>(threads)); };
+  m.http.set_payload_max_length(m.opt.max_body_bytes);
+  m.http.set_read_timeout(m.opt.read_timeout_s, 0);
+  m.http.set_write_timeout(m.opt.write_timeout_s, 0);
+  m.http.set_keep_alive_timeout(m.opt.keep_alive_timeout_s);
+  // The listening socket: SO_REUSEADDR only (cpp-httplib's default SO_REUSEPORT lets a second
+  // server bind a port in use without an error), and remembered to raise its backlog (bind()).
+  m.http.set_socket_options([&m](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    m.listen_fd = sock;
+  });
+  m.routes();
+}
+
+Server::~Server() { stop(); }
+
+int Server::bind() {
+  Impl& m = *impl_;
+  int port = m.opt.port;
+  if (port == 0) {
+    port = m.http.bind_to_any_port(m.opt.host);
+  } else if (!m.http.bind_to_port(m.opt.host, port)) {
+    port = -1;
+  }
+  FDLLM_CHECK(port > 0, ErrorCode::kIo, "cannot listen on {}:{} (address in use, or not an address of this host)",
+              m.opt.host, m.opt.port);
+  // cpp-httplib 0.11 listens with a backlog of 5: a burst of new connections (64 clients at once)
+  // overflows it and the kernel drops them. Listening again on the socket raises the backlog.
+  if (m.listen_fd >= 0) ::listen(m.listen_fd, 4096);
+  m.opt.port = port;
+  return port;
+}
+
+bool Server::run() { return impl_->http.listen_after_bind(); }
+
+void Server::stop() {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lk(m.stop_mu);
+  if (m.stopped) return;
+  m.stopped = true;
+  m.draining = true;
+  m.engine.stop(/*drain=*/true);  // queued and running requests finish; new ones are refused
+  // The handlers write their last responses (bounded: a client that does not read them times out).
+  const auto deadline = Clock::now() + std::chrono::seconds(m.opt.write_timeout_s + 5);
+  while (m.active.load() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  m.http.stop();
+}
+
+const std::string& Server::model_id() const noexcept { return impl_->opt.model_id; }
+
+}  // namespace flashdllm::server

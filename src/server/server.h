@@ -1,0 +1,63 @@
+// `flashdllm serve`: an OpenAI-compatible HTTP server over a started Engine (no model code here).
+//
+// Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health,
+// GET /metrics (Prometheus text), GET / (the live-denoising page). docs/serving.md documents every
+// field, flag and error.
+//
+// Threads: cpp-httplib accepts on one thread and serves each connection on a worker of a pool that
+// grows on demand up to max_threads (slots + queue + headroom, so slow or idle clients cannot
+// starve the others) with read / write / keep-alive timeouts. A handler submits to the engine and
+// then only waits on its request streams (50 ms at a time, checking that its client is still
+// connected); the engine's loop thread never waits on a socket. A client that disconnects has its
+// requests cancelled, which frees their slots at the next iteration.
+//
+// Shutdown (stop(), e.g. on SIGINT / SIGTERM): new requests get 503, the engine drains the queued
+// and running ones, the handlers write their last responses, then the listener stops.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "flashdllm/engine.h"
+
+namespace flashdllm::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;                   ///< 0 = any free port (bind() returns it)
+  std::string model_id;              ///< the served model's id ("" = the model directory's name)
+  int64_t default_max_tokens = 128;  ///< max_tokens of requests that give none
+  size_t max_body_bytes = size_t{8} << 20;  ///< larger bodies get 413
+  int read_timeout_s = 10;           ///< per socket read (a stalled body upload ends after it)
+  int write_timeout_s = 30;          ///< per socket write (a client that stops reading ends after it)
+  int keep_alive_timeout_s = 5;
+  int64_t max_threads = 0;           ///< connection workers; 0 = slots + max_queue + 32
+};
+
+class Server {
+ public:
+  /// `engine` must be started (Engine::start) and outlive the server.
+  Server(Engine& engine, ServerOptions options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  /// Binds host:port. Returns the port. Throws Error(kIo) naming the address when it cannot.
+  int bind();
+  /// Serves until stop() (bind() first). Returns false when the listener failed.
+  bool run();
+  /// Drains and stops (see the file comment). Thread-safe, idempotent; returns when stopped.
+  void stop();
+  const std::string& model_id() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace flashdllm::server

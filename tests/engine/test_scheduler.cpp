@@ -1,0 +1,447 @@
+// The request-level core on the CPU backend and the embedded small model: the scheduler over the
+// denoisers' slot pools (admission, refill, events, stop strings, cancellation, the queue bound),
+// batch invariance (a request's tokens must not depend on the requests sharing its iterations:
+// bitwise on the CPU) and the answer invariants (no mask id, whatever the temperature).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "backend/backend.h"
+#include "common/model_fixture.h"
+#include "common/test_paths.h"
+#include "engine/scheduler.h"
+#include "engine/slot_pool.h"
+#include "flashdllm/engine.h"
+#include "io/chat_template.h"
+#include "io/tokenizer.h"
+
+namespace flashdllm {
+namespace {
+
+struct SmallModel {
+  std::unique_ptr<Backend> backend = make_cpu_backend(1);
+  LladaModel model;
+  std::optional<Tokenizer> tok;
+  std::optional<ChatTemplate> chat;
+  int32_t eot = -1;
+
+  SmallModel() {
+    const auto dir = test::default_model_dir();
+    model = test::load_model(*backend, dir);
+    tok.emplace(Tokenizer::from_file(dir / "tokenizer.json"));
+    chat.emplace(ChatTemplate::from_tokenizer_config(dir / "tokenizer_config.json"));
+    eot = tok->token_to_id("<|eot_id|>").value_or(-1);
+  }
+  std::vector<int32_t> prompt(const std::string& question) const {
+    return tok->encode(chat->render({{"user", question}}), false);
+  }
+  TextCodec codec() const {
+    TextCodec c;
+    c.decode = [this](std::span<const int32_t> ids) {
+      std::vector<int32_t> known;  // as the engine: LM-head rows past the tokenizer have no text
+      for (int32_t id : ids)
+        if (id < tok->vocab_size() && !tok->id_to_token(id).empty()) known.push_back(id);
+      return tok->decode(known, /*skip_special_tokens=*/true);
+    };
+    c.end_ids = {model.config.eos_token_id};
+    if (eot >= 0) c.end_ids.push_back(eot);
+    c.mask_id = model.config.mask_token_id;
+    return c;
+  }
+};
+
+SmallModel& small() {
+  static SmallModel m;
+  return m;
+}
+
+bool have_model() { return std::filesystem::exists(test::default_model_dir() / "model.safetensors"); }
+
+ScheduledRequest request_of(std::vector<int32_t> prompt, const SlotParams& p, size_t tag = 0) {
+  ScheduledRequest r;
+  r.prompt = std::move(prompt);
+  r.params = p;
+  r.max_output_tokens = p.gen_length;
+  r.tag = tag;
+  return r;
+}
+
+/// Drains every event a stream holds now; returns the final one (if it came).
+std::optional<RequestEvent> drain(RequestStream& s, std::vector<RequestEvent>* all = nullptr) {
+  std::optional<RequestEvent> last;
+  while (auto ev = s.next(std::chrono::milliseconds(0))) {
+    if (all) all->push_back(*ev);
+    if (ev->finished) last = std::move(ev);
+  }
+  return last;
+}
+
+/// Random token-id prompts of the given length: ids of the small model's plain vocabulary.
+std::vector<int32_t> random_prompt(std::mt19937& rng, int64_t n) {
+  std::uniform_int_distribution<int32_t> id(5, 2000);
+  std::vector<int32_t> p(static_cast<size_t>(n));
+  for (auto& t : p) t = id(rng);
+  return p;
+}
+
+struct Mode {
+  const char* name;
+  DecodeSettings d;
+  SamplingParams s;
+};
+
+std::vector<Mode> modes() {
+  std::vector<Mode> m;
+  Mode flash{"flash", {}, {}};
+  flash.s.gen_length = 64;
+  m.push_back(flash);
+  Mode verify = flash;
+  verify.name = "flash+verify";
+  verify.d.verify = true;
+  m.push_back(verify);
+  Mode none{"none", {}, {}};
+  none.d.cache = CacheMode::kNone;
+  none.s.gen_length = 64;
+  none.s.steps = 32;
+  m.push_back(none);
+  Mode dual = none;
+  dual.name = "dual";
+  dual.d.cache = CacheMode::kDual;
+  dual.s.threshold = 0.9;
+  dual.s.steps = 0;
+  m.push_back(dual);
+  return m;
+}
+
+GenerateResult run_alone(const Mode& m, const std::vector<int32_t>& prompt) {
+  SmallModel& sm = small();
+  const SlotParams p = resolve_params(m.s, m.d, true);
+  SlotPool pool{1, static_cast<int64_t>(prompt.size()) + p.gen_length, 0};
+  auto den = make_denoiser(*sm.backend, sm.model, m.d, sm.eot, p, pool);
+  Scheduler sched(*den, sm.codec(), {});
+  auto st = sched.submit(request_of(prompt, p));
+  while (sched.step()) {
+  }
+  auto ev = drain(*st);
+  EXPECT_TRUE(ev && ev->result) << m.name << ": " << (ev ? ev->error : "no final event");
+  return ev && ev->result ? *ev->result : GenerateResult{};
+}
+
+// The acceptance test of batch invariance (CPU: bitwise): the same request alone, and among 31
+// others of very different lengths arriving at different iterations, gives the same tokens, canvas
+// and iteration count, in every decoding mode.
+TEST(BatchInvariance, SameTokensAloneAndAmong31OthersArrivingAtDifferentTimes) {
+  if (!have_model()) GTEST_SKIP() << "no default model";
+  SmallModel& sm = small();
+  const std::vector<int32_t> target = sm.prompt("Mason has 96 stamps. He gets 4 more stamps from Mia. How many stamps "
+                                                "does he have at the end?");
+  for (const Mode& m : modes()) {
+    const GenerateResult alone = run_alone(m, target);
+    const SlotParams p = resolve_params(m.s, m.d, true);
+    std::mt19937 rng(11);
+    SlotPool pool{32, 300 + p.gen_length, 0};
+    auto den = make_denoiser(*sm.backend, sm.model, m.d, sm.eot, p, pool);
+    Scheduler sched(*den, sm.codec(), {});
+    std::vector<std::shared_ptr<RequestStream>> others;
+    std::shared_ptr<RequestStream> mine;
+    const int64_t lengths[] = {3, 150, 17, 90, 5, 60, 199, 9};
+    int64_t submitted = 0, step = 0;
+    while (submitted < 31 || sched.has_work()) {
+      // A few new requests every iteration; the target arrives at the fifth.
+      for (int k = 0; k < 3 && submitted < 31; ++k, ++submitted) {
+        SlotParams q = p;
+        q.gen_length = (submitted % 3 == 0) ? p.gen_length : p.gen_length / 2;
+        if (m.d.cache == CacheMode::kFlash && submitted % 4 == 1) q.threshold = 0.7;  // per-request ε
+        others.push_back(sched.submit(request_of(random_prompt(rng, lengths[submitted % 8]), q, 1)));
+      }
+      if (step == 4) mine = sched.submit(request_of(target, p));
+      sched.step();
+      ++step;
+      if (!mine && !sched.has_work()) mine = sched.submit(request_of(target, p));
+    }
+    ASSERT_TRUE(mine != nullptr);
+    auto ev = drain(*mine);
+    ASSERT_TRUE(ev && ev->result) << m.name;
+    EXPECT_EQ(ev->result->output_ids, alone.output_ids) << m.name;
+    EXPECT_EQ(ev->result->canvas_ids, alone.canvas_ids) << m.name;
+    EXPECT_EQ(ev->result->nfe, alone.nfe) << m.name;
+    EXPECT_EQ(ev->result->committed_tokens, alone.committed_tokens) << m.name;
+    EXPECT_FALSE(alone.output_ids.empty()) << m.name << ": the arith question gets an answer";
+    for (auto& o : others) {
+      auto e = drain(*o);
+      ASSERT_TRUE(e && e->result) << m.name;
+    }
+  }
+}
+
+// Per-request temperature and seed in one running batch: a sampled request gives the same tokens
+// alone and beside greedy and differently seeded ones.
+TEST(BatchInvariance, PerRequestTemperatureAndSeed) {
+  if (!have_model()) GTEST_SKIP() << "no default model";
+  SmallModel& sm = small();
+  const std::vector<int32_t> target = sm.prompt("Tom has 12 apples and eats 5. How many are left?");
+  for (Mode m : modes()) {
+    m.s.temperature = 1.5;
+    m.s.seed = 7;
+    const GenerateResult alone = run_alone(m, target);
+    const SlotParams p = resolve_params(m.s, m.d, true);
+    SlotPool pool{4, static_cast<int64_t>(target.size()) + p.gen_length, 0};
+    auto den = make_denoiser(*sm.backend, sm.model, m.d, sm.eot, p, pool);
+    Scheduler sched(*den, sm.codec(), {});
+    SlotParams greedy = p, other_seed = p;
+    greedy.temperature = 0.0;
+    other_seed.seed = 8;
+    sched.submit(request_of(target, greedy));
+    auto mine = sched.submit(request_of(target, p));
+    sched.submit(request_of(target, other_seed));
+    while (sched.step()) {
+    }
+    auto ev = drain(*mine);
+    ASSERT_TRUE(ev && ev->result) << m.name;
+    EXPECT_EQ(ev->result->canvas_ids, alone.canvas_ids) << m.name;
+  }
+}
+
+// Issue 15, finding 1: the mask id is never a sampling candidate, so no answer and no committed
+// canvas position holds it, in every mode, at temperatures up to 1e3.
+TEST(AnswerInvariants, NoMaskIdAtAnyTemperature) {
+  if (!have_model()) GTEST_SKIP() << "no default model";
+  SmallModel& sm = small();
+  const int32_t mask = sm.model.config.mask_token_id;
+  const std::vector<int32_t> target = sm.prompt("Mason has 96 stamps. He gets 4 more stamps from Mia. How many stamps "
+                                                "does he have at the end?");
+  std::mt19937 rng(5);
+  for (Mode m : modes()) {
+    for (double temperature : {1.0, 100.0, 1000.0}) {
+      m.s.temperature = temperature;
+      m.s.seed = rng();
+      const GenerateResult r = run_alone(m, target);
+      for (int32_t id : r.output_ids) EXPECT_NE(id, mask) << m.name << " t " << temperature;
+      const size_t decoded = m.d.cache == CacheMode::kFlash ? r.canvas_ids.size() : r.canvas_ids.size();
+      for (size_t i = 0; i < decoded; ++i) EXPECT_NE(r.canvas_ids[i], mask) << m.name << " t " << temperature;
+    }
+  }
+}
+
+TEST(Scheduler, EventsAddUpToTheResultAndSlotsRefill) {
+  if (!have_model()) GTEST_SKIP() << "no default model";
+  SmallModel& sm = small();
+  Mode m = modes()[0];
+  const SlotParams p = resolve_params(m.s, m.d, true);
+  SlotPool pool{2, 200, 0};
+  auto den = make_denoiser(*sm.backend, sm.model, m.d, sm.eot, p, pool);
+  Scheduler sched(*den, sm.codec(), {});
+  std::vector<std::shared_ptr<RequestStream>> s;
+  for (const char* q : {"What is 3 + 4?", "What is 9 - 2?", "What is 6 + 6?", "What is 5 + 1?", "What is 8 - 3?"}) {
+    ScheduledRequest r = request_of(sm.prompt(q), p);
+    r.stream_text = true;
+    r.finish_early = true;
+    s.push_back(sched.submit(std::move(r)));
+  }
+  int64_t steps = 0;
+  while (sched.step()) {
+    ++steps;
+    const EngineMetrics mt = sched.metrics();
+    EXPECT_LE(mt.slots_busy, 2);
+  }
+  const EngineMetrics mt = sched.metrics();
+  EXPECT_EQ(mt.iterations, steps);
+  EXPECT_EQ(mt.requests_finished_stop + mt.requests_finished_length, 5);
+  EXPECT_EQ(mt.slots_busy, 0);
+  EXPECT_EQ(mt.queue_depth, 0);
+  for (auto& st : s) {
+    std::vector<RequestEvent> all;
+    auto last = drain(*st, &all);
+    ASSERT_TRUE(last && last->result);
+    std::string text;
+    int64_t committed = 0, stable = 0;
+    for (const auto& e : all) {
+      text += e.text_delta;
+      committed += static_cast<int64_t>(e.positions.size());
+      EXPECT_GE(e.stable_tokens, stable) << "the stable prefix only grows";
+      stable = e.stable_tokens;
+      EXPECT_EQ(e.positions.size(), e.tokens.size());
+    }
+    EXPECT_EQ(text, last->result->text) << "the deltas spell the answer";
+    EXPECT_EQ(last->result->nfe, static_cast<int64_t>(all.size()));
+    EXPECT_GE(committed, static_cast<int64_t>(last->result->output_ids.size()));
+    EXPECT_EQ(last->finish_reason, last->result->finish_reason);
+    EXPECT_TRUE(st->finished());
+  }
+}
+
+TEST(Scheduler, StopStringsCutTheAnswerAndHoldBackTheirStart) {
+  if (!have_model()) GTEST_SKIP() << "no default model";
+  SmallModel& sm = small();
+  Mode m = modes()[0];
+  const SlotParams p = resolve_params(m.s, m.d, true);
+  const auto prompt = sm.prompt("Mason has 96 stamps. He gets 4 more stamps from Mia. How many stamps does he have "
+                                "at the end?");
+  const GenerateResult full = run_alone(m, prompt);
+  ASSERT_GT(full.text.size(), 4u);
+  // A stop string from the middle of the natural answer.
+  const std::string stop = full.text.substr(full.text.size() / 2, 2);
+  const size_t cut = full.text.find(stop);
+  SlotPool pool{1, 200, 0};
+  auto den = make_denoiser(*sm.backend, sm.model, m.d, sm.eot, p, pool);
+  Scheduler sched(*den, sm.codec(), {});
+  ScheduledRequest r = request_of(prompt, p);
+  r.stop = {stop, "never-appears"};
+  r.stream_text = true;
+  r.finish_early = true;
+  auto st = sched.submit(std::move(r));
+  while (sched.step()) {
+  }
+  std::vector<RequestEvent> all;
+  auto last = drain(*st, &all);
+  ASSERT_TRUE(last && last->result);
+  EXPECT_EQ(last->result->text, full.text.substr(0, cut));
+  EXPECT_EQ(last->result->finish_reason, FinishReason::kStop);
+  std::string text;
+  for (const auto& e : all) {
+    text += e.text_delta;
+    EXPECT_EQ(text.find(stop), std::string::npos) << "a stop string is never streamed";
+  }
+  EXPECT_EQ(text, last->result->text);
+  EXPECT_LE(last->result->nfe, full.nfe);
+  EXPECT_EQ(full.text.substr(0, cut).find(stop), std::string::npos);
+}
+
+TEST(Scheduler, MaxOutputTokensCutsALongerCanvas) {
+  if (!have_model()) GTEST_SKIP() << "no default model";
+  SmallModel& sm = small();
+  Mode m = modes()[2];  // none: the canvas is rounded up to the block, the answer cut at max tokens
+  SamplingParams s = m.s;
+  s.gen_length = 5;
+  s.steps = 0;
+  const SlotParams p = resolve_params(s, m.d, /*exact_blocks=*/false);
+  EXPECT_EQ(p.gen_length, 32);
+  SlotPool pool{1, 200, 0};
+  auto den = make_denoiser(*sm.backend, sm.model, m.d, sm.eot, p, pool);
+  Scheduler sched(*den, sm.codec(), {});
+  ScheduledRequest r = request_of(sm.prompt("What is 3 + 4?"), p);
+  r.max_output_tokens = 5;
+  r.finish_early = true;
+  auto st = sched.submit(std::move(r));
+  while (sched.step()) {
+  }
+  auto last = drain(*st);
+  ASSERT_TRUE(last && last->result);
+  EXPECT_LE(last->result->output_ids.size(), 5u);
+  EXPECT_LE(last->stable_tokens, 5);
+}
+
+TEST(Scheduler, CancelFreesTheSlotAtTheNextIterationAndTheQueueIsBounded) {
+  if (!have_model()) GTEST_SKIP() << "no default model";
+  SmallModel& sm = small();
+  Mode m = modes()[2];  // none with 32 steps: long enough to cancel mid-way
+  const SlotParams p = resolve_params(m.s, m.d, true);
+  SlotPool pool{1, 200, 0};
+  auto den = make_denoiser(*sm.backend, sm.model, m.d, sm.eot, p, pool);
+  Scheduler::Options so;
+  so.max_queue = 3;
+  Scheduler sched(*den, sm.codec(), so);
+  auto a = sched.submit(request_of(sm.prompt("What is 3 + 4?"), p));
+  auto b = sched.submit(request_of(sm.prompt("What is 5 + 4?"), p));
+  auto c = sched.submit(request_of(sm.prompt("What is 5 + 5?"), p));  // the queue holds 3
+  try {
+    sched.submit(request_of(sm.prompt("What is 1 + 1?"), p));
+    ADD_FAILURE() << "a full queue must refuse";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnavailable);
+    EXPECT_NE(std::string(e.what()).find("queue is full"), std::string::npos);
+  }
+  ASSERT_TRUE(sched.step());  // a runs one iteration
+  EXPECT_TRUE(den->active(0));
+  a->cancel();
+  c->cancel();  // a queued request leaves the queue
+  ASSERT_TRUE(sched.step());  // a's slot is released, b is admitted into it and runs
+  auto ea = drain(*a);
+  ASSERT_TRUE(ea.has_value());
+  EXPECT_EQ(ea->finish_reason, FinishReason::kCancelled);
+  auto ec = drain(*c);
+  ASSERT_TRUE(ec.has_value());
+  EXPECT_EQ(ec->finish_reason, FinishReason::kCancelled);
+  EXPECT_EQ(sched.metrics().slots_busy, 1);
+  EXPECT_TRUE(sched.cancel(b->id()));
+  EXPECT_FALSE(sched.cancel(12345));
+  while (sched.step()) {
+  }
+  EXPECT_FALSE(den->active(0));
+  EXPECT_EQ(drain(*b)->finish_reason, FinishReason::kCancelled);
+  EXPECT_EQ(sched.metrics().requests_cancelled, 3);
+  sched.close();
+  EXPECT_THROW(sched.submit(request_of(sm.prompt("What is 1 + 1?"), p)), Error);
+}
+
+TEST(Scheduler, RequestsThatCannotFitAreRefusedAtSubmit) {
+  if (!have_model()) GTEST_SKIP() << "no default model";
+  SmallModel& sm = small();
+  Mode m = modes()[0];
+  const SlotParams p = resolve_params(m.s, m.d, true);
+  SlotPool pool{1, 100, 0};
+  auto den = make_denoiser(*sm.backend, sm.model, m.d, sm.eot, p, pool);
+  Scheduler sched(*den, sm.codec(), {});
+  std::mt19937 rng(3);
+  try {
+    sched.submit(request_of(random_prompt(rng, 60), p));  // 60 + 64 > 100
+    ADD_FAILURE() << "too long for the pool";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("max_model_len"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(sched.submit(request_of({}, p)), Error);
+  EXPECT_THROW(sched.submit(request_of({5, sm.model.config.mask_token_id}, p)), Error);
+  EXPECT_FALSE(sched.has_work());
+}
+
+// The engine's own loop (Engine::start): requests submitted from several threads all finish, and
+// a greedy request's answer equals Engine::generate's.
+TEST(EngineServing, SubmitFromThreadsMatchesGenerate) {
+  if (!have_model()) GTEST_SKIP() << "no default model";
+  EngineOptions eo;
+  eo.model_dir = test::default_model_dir();
+  eo.threads = 1;
+  auto engine = Engine::load(eo);
+  GenerateOptions go;
+  go.sampling.gen_length = 64;
+  GenerateRequest rq;
+  rq.prompt = "What is 7 + 8?";
+  const auto want = engine->generate({rq}, go);
+  ServeOptions so;
+  so.decode = go.decode;
+  so.decode.n_slots = 4;
+  so.max_model_len = 512;
+  engine->start(so);
+  EXPECT_THROW(engine->generate({rq}, go), Error) << "generate is refused while serving";
+  std::vector<std::thread> threads;
+  std::vector<std::string> texts(8);
+  for (size_t i = 0; i < texts.size(); ++i)
+    threads.emplace_back([&, i] {
+      auto st = engine->submit(rq, go.sampling);
+      std::string text;
+      while (auto ev = st->next(std::chrono::seconds(60))) {
+        text += ev->text_delta;
+        if (ev->finished) break;
+      }
+      texts[i] = text;
+    });
+  for (auto& t : threads) t.join();
+  for (const auto& t : texts) EXPECT_EQ(t, want[0].text);
+  const EngineMetrics m = engine->metrics();
+  EXPECT_EQ(m.n_slots, 4);
+  EXPECT_EQ(m.requests_finished_stop + m.requests_finished_length, 8);
+  SamplingParams too_long = go.sampling;
+  too_long.gen_length = 600;
+  EXPECT_THROW(engine->submit(rq, too_long), Error);
+  engine->stop(/*drain=*/true);
+  EXPECT_FALSE(engine->started());
+  EXPECT_THROW(engine->submit(rq, go.sampling), Error);
+  EXPECT_EQ(engine->generate({rq}, go)[0].text, want[0].text);
+}
+
+}  // namespace
+}  // namespace flashdllm

@@ -1,0 +1,370 @@
+"""`flashdllm serve` through the real `openai` client and raw HTTP: completions and chat, streaming
+and not, token-id prompts, stop strings, every error case, /metrics, disconnects and SIGTERM."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+from tokenizers import Tokenizer
+
+from server_fixture import BUILD, MODEL, MODEL_ID, Server, client
+
+QUESTION = "Mason has 96 stamps. He gets 4 more stamps from Mia. How many stamps does he have at the end?"
+
+
+def rendered(question: str) -> str:
+    """The LLaDA chat template for one user message (reference §A.5), as the server renders it."""
+    bos = json.loads((MODEL / "tokenizer_config.json").read_text())["bos_token"]
+    return (f"{bos}<|start_header_id|>user<|end_header_id|>\n\n{question.strip()}<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n")
+
+
+def cli_answer(question: str, gen_length: int) -> str:
+    p = subprocess.run([str(BUILD / "flashdllm"), "generate", "-m", str(MODEL), "--threads", "1", "-p", question,
+                        "--gen-length", str(gen_length), "--json"], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)["results"][0]["text"]
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = Server("--slots", "4", "--max-model-len", "512", "--max-queue", "8")
+    yield s
+    assert s.stop() == 0, "".join(s.log)
+
+
+@pytest.fixture(scope="module")
+def oa(server):
+    return client(server)
+
+
+def test_models_and_health(server, oa):
+    models = oa.models.list()
+    assert [m.id for m in models.data] == [MODEL_ID]
+    r = httpx.get(server.url("/health"))
+    assert r.status_code == 200 and r.json() == {"status": "ok"}
+
+
+def test_chat_equals_the_cli_and_completions_of_the_same_prompt(oa):
+    want = cli_answer(QUESTION, 64)
+    assert "100" in want
+    chat = oa.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": QUESTION}], max_tokens=64)
+    assert chat.object == "chat.completion"
+    assert chat.id.startswith("chatcmpl-")
+    assert chat.choices[0].message.role == "assistant"
+    assert chat.choices[0].message.content == want
+    assert chat.choices[0].finish_reason == "stop"
+    assert chat.usage.completion_tokens > 0 and chat.usage.total_tokens == chat.usage.prompt_tokens + chat.usage.completion_tokens
+
+    comp = oa.completions.create(model=MODEL_ID, prompt=rendered(QUESTION), max_tokens=64)
+    assert comp.object == "text_completion"
+    assert comp.choices[0].text == want
+    assert comp.usage.prompt_tokens == chat.usage.prompt_tokens
+
+    ids = Tokenizer.from_file(str(MODEL / "tokenizer.json")).encode(rendered(QUESTION), add_special_tokens=False).ids
+    by_ids = oa.completions.create(model=MODEL_ID, prompt=ids, max_tokens=64)
+    assert by_ids.choices[0].text == want
+    assert by_ids.usage.prompt_tokens == len(ids)
+
+
+def test_a_list_of_prompts_gives_one_choice_each(oa):
+    qs = ["What is 3 + 4?", QUESTION, "Tom has 12 apples and eats 5. How many are left?"]
+    r = oa.completions.create(model=MODEL_ID, prompt=[rendered(q) for q in qs], max_tokens=48)
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    singles = [oa.completions.create(model=MODEL_ID, prompt=rendered(q), max_tokens=48).choices[0].text for q in qs]
+    assert [c.text for c in r.choices] == singles
+    ids = Tokenizer.from_file(str(MODEL / "tokenizer.json"))
+    r2 = oa.completions.create(model=MODEL_ID, prompt=[ids.encode(rendered(q), add_special_tokens=False).ids
+                                                       for q in qs], max_tokens=48)
+    assert [c.text for c in r2.choices] == singles
+
+
+def test_streaming_deltas_spell_the_answer(oa):
+    want = oa.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": QUESTION}],
+                                      max_tokens=64).choices[0].message.content
+    text, finish, roles, usage = "", None, 0, None
+    for chunk in oa.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": QUESTION}],
+                                            max_tokens=64, stream=True, stream_options={"include_usage": True}):
+        assert chunk.object == "chat.completion.chunk"
+        if chunk.usage:
+            usage = chunk.usage
+            assert chunk.choices == []
+            continue
+        d = chunk.choices[0].delta
+        roles += d.role == "assistant"
+        text += d.content or ""
+        finish = chunk.choices[0].finish_reason or finish
+    assert text == want and finish == "stop" and roles == 1
+    assert usage is not None and usage.completion_tokens > 0
+
+    text = ""
+    for chunk in oa.completions.create(model=MODEL_ID, prompt=rendered(QUESTION), max_tokens=64, stream=True):
+        assert chunk.object == "text_completion"
+        text += chunk.choices[0].text
+        finish = chunk.choices[0].finish_reason or finish
+    assert text == want and finish == "stop"
+
+
+def test_stop_strings_cut_the_answer(oa):
+    full = oa.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": QUESTION}],
+                                      max_tokens=64).choices[0].message.content
+    assert "####" in full
+    r = oa.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": QUESTION}], max_tokens=64,
+                                   stop=["####"])
+    assert r.choices[0].message.content == full[:full.index("####")]
+    assert r.choices[0].finish_reason == "stop"
+    text = "".join(c.choices[0].delta.content or "" for c in oa.chat.completions.create(
+        model=MODEL_ID, messages=[{"role": "user", "content": QUESTION}], max_tokens=64, stop="####", stream=True)
+        if c.choices)
+    assert text == full[:full.index("####")]
+
+
+def test_max_tokens_and_length(oa):
+    r = oa.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": QUESTION}], max_tokens=4)
+    assert r.choices[0].finish_reason == "length"
+    assert r.usage.completion_tokens <= 4
+
+
+def test_sampling_is_reproducible_by_seed(oa):
+    kw = dict(model=MODEL_ID, messages=[{"role": "user", "content": QUESTION}], max_tokens=48, temperature=2.0)
+    a = oa.chat.completions.create(seed=5, **kw).choices[0].message.content
+    b = oa.chat.completions.create(seed=5, **kw).choices[0].message.content
+    assert a == b
+
+
+def error_of(server, body, path="/v1/chat/completions", raw=False):
+    content = body if raw else json.dumps(body)
+    r = httpx.post(server.url(path), content=content, headers={"Content-Type": "application/json"}, timeout=60)
+    return r.status_code, r.json()["error"]
+
+
+@pytest.mark.parametrize("body,status,param,needle", [
+    ("{not json", 400, None, "not valid JSON"),
+    (b'{"model": "llada-arith-12m", "messages": [{"role": "user", "content": "\xff\xfe"}]}', 400, None, "not valid JSON"),
+    ([1, 2], 400, None, "must be a JSON object"),
+    ({"messages": [{"role": "user", "content": "hi"}]}, 400, "model", "'model' is required"),
+    ({"model": "gpt-9", "messages": [{"role": "user", "content": "hi"}]}, 404, "model", "does not exist"),
+    ({"model": MODEL_ID}, 400, "messages", "'messages' is required"),
+    ({"model": MODEL_ID, "messages": []}, 400, "messages", "non-empty array"),
+    ({"model": MODEL_ID, "messages": [{"role": "tool", "content": "x"}]}, 400, "messages[0].role", "system, user or assistant"),
+    ({"model": MODEL_ID, "messages": [{"role": "user", "content": 5}]}, 400, "messages[0].content", "string"),
+    ({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "max_tokens": "x"}, 400, "max_tokens", "integer"),
+    ({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}, 400, "max_tokens", "[1,"),
+    ({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1e300}, 400, "max_tokens", "integer"),
+    ({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2**80}, 400, "max_tokens", "integer"),
+    ({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "temperature": -1}, 400, "temperature", "[0,"),
+    ({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "threshold": 1.5}, 400, "threshold", "(0,"),
+    ({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "n": 2}, 400, "n", "not supported"),
+    ({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "logprobs": True}, 400, "logprobs", "not supported"),
+    ({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "top_p": 0.5}, 400, "top_p", "not supported"),
+    ({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "tools": []}, 400, "tools", "unsupported field"),
+    ({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "stop": [""]}, 400, "stop", "empty"),
+    ({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "stream_options": {"include_usage": True}},
+     400, "stream_options", "only allowed when 'stream' is true"),
+    ({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "steps": 4}, 400, "steps",
+     "steps applies to quota decoding"),
+])
+def test_bad_chat_requests_get_openai_errors(server, body, status, param, needle):
+    code, err = error_of(server, body, raw=isinstance(body, (str, bytes)))
+    assert code == status, err
+    assert needle in err["message"], err
+    assert err["param"] == param
+    assert set(err) == {"message", "type", "param", "code"}
+
+
+@pytest.mark.parametrize("body,param,needle", [
+    ({"model": MODEL_ID}, "prompt", "'prompt' is required"),
+    ({"model": MODEL_ID, "prompt": []}, "prompt", "empty array"),
+    ({"model": MODEL_ID, "prompt": [1, "a"]}, "prompt", "token ids"),
+    ({"model": MODEL_ID, "prompt": [[1, 2], [-3]]}, "prompt", "prompt[1]"),
+    ({"model": MODEL_ID, "prompt": [2304]}, "prompt", "mask token"),
+    ({"model": MODEL_ID, "prompt": [999999]}, "prompt", "outside the vocabulary"),
+    ({"model": MODEL_ID, "prompt": ""}, "prompt", "empty"),
+    ({"model": MODEL_ID, "prompt": "hi", "echo": True}, "echo", "not supported"),
+    ({"model": MODEL_ID, "prompt": "hi", "logprobs": 1}, "logprobs", "not supported"),
+    ({"model": MODEL_ID, "prompt": "hi", "best_of": 3}, "best_of", "not supported"),
+    ({"model": MODEL_ID, "prompt": "hi", "suffix": "x"}, "suffix", "not supported"),
+])
+def test_bad_completion_requests_get_openai_errors(server, body, param, needle):
+    code, err = error_of(server, body, path="/v1/completions")
+    assert code == 400, err
+    assert needle in err["message"], err
+    assert err["param"] == param
+
+
+def test_the_openai_client_raises_the_right_errors(oa):
+    with pytest.raises(openai.NotFoundError):
+        oa.chat.completions.create(model="other", messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(openai.BadRequestError) as e:
+        oa.completions.create(model=MODEL_ID, prompt="hi", n=2)
+    assert e.value.body["param"] == "n"
+
+
+def test_context_length_names_the_limit(server):
+    code, err = error_of(server, {"model": MODEL_ID, "prompt": list(range(5, 405)), "max_tokens": 200},
+                         path="/v1/completions")
+    assert code == 400
+    assert err["code"] == "context_length_exceeded" and err["param"] == "max_tokens"
+    assert "512" in err["message"] and "600" in err["message"], err
+
+
+def test_unknown_routes_and_methods_are_404_errors(server):
+    r = httpx.get(server.url("/v2/nothing"))
+    assert r.status_code == 404 and "no route" in r.json()["error"]["message"]
+    r = httpx.get(server.url("/v1/completions"))
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+
+
+def test_metrics_count_requests_and_iterations(server, oa):
+    before = server.metrics()
+    oa.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": "What is 3 + 4?"}], max_tokens=32)
+    error_of(server, {"model": "nope", "messages": [{"role": "user", "content": "hi"}]})
+    m = server.metrics()
+    finished = lambda x: x.get("flashdllm_requests_total{status=stop}", 0) + x.get("flashdllm_requests_total{status=length}", 0)
+    assert finished(m) == finished(before) + 1
+    assert m["flashdllm_iterations_total"] > before.get("flashdllm_iterations_total", 0)
+    assert m["flashdllm_forward_passes_total"] >= m["flashdllm_iterations_total"]
+    assert m["flashdllm_slots"] == 4 and m["flashdllm_slots_busy"] == 0 and m["flashdllm_queue_depth"] == 0
+    assert m["flashdllm_iteration_seconds_count"] == m["flashdllm_iterations_total"]
+    assert m["flashdllm_tokens_per_iteration_sum"] == m["flashdllm_committed_tokens_total"]
+    assert m['flashdllm_http_responses_total{code=404,route=/v1/chat/completions}'] >= 1
+    assert m["flashdllm_max_model_len"] == 512
+
+
+def test_a_client_that_disconnects_mid_stream_frees_its_slot(server):
+    before = server.metrics().get("flashdllm_requests_total{status=cancelled}", 0)
+    body = json.dumps({"model": MODEL_ID, "messages": [{"role": "user", "content": QUESTION}], "max_tokens": 400,
+                       "stream": True, "stream_canvas": True, "threshold": 1.0})
+    s = socket.create_connection(("127.0.0.1", server.port))
+    s.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
+    got = b""
+    while b"event: canvas" not in got:  # the first event arrived: the request runs
+        chunk = s.recv(65536)
+        assert chunk, got
+        got += chunk
+    s.close()
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        m = server.metrics()
+        if m.get("flashdllm_requests_total{status=cancelled}", 0) == before + 1 and m["flashdllm_slots_busy"] == 0:
+            break
+        time.sleep(0.05)
+    assert m.get("flashdllm_requests_total{status=cancelled}", 0) == before + 1
+    assert m["flashdllm_slots_busy"] == 0
+
+
+def test_a_client_that_disconnects_while_waiting_frees_its_slot(server):
+    before = server.metrics().get("flashdllm_requests_total{status=cancelled}", 0)
+    body = json.dumps({"model": MODEL_ID, "messages": [{"role": "user", "content": QUESTION}], "max_tokens": 400,
+                       "threshold": 1.0})
+    s = socket.create_connection(("127.0.0.1", server.port))
+    s.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
+    time.sleep(0.3)
+    s.close()
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        m = server.metrics()
+        if m.get("flashdllm_requests_total{status=cancelled}", 0) == before + 1 and m["flashdllm_slots_busy"] == 0:
+            break
+        time.sleep(0.05)
+    assert m.get("flashdllm_requests_total{status=cancelled}", 0) == before + 1
+    assert m["flashdllm_slots_busy"] == 0
+
+
+def test_a_slow_client_does_not_starve_the_others(server, oa):
+    # A body trickled byte by byte and a stream that is never read, while normal requests go on.
+    slow = socket.create_connection(("127.0.0.1", server.port))
+    slow.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+    idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(10)]
+    body = json.dumps({"model": MODEL_ID, "messages": [{"role": "user", "content": QUESTION}], "max_tokens": 64,
+                       "stream": True})
+    unread = socket.create_connection(("127.0.0.1", server.port))
+    unread.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
+    t0 = time.time()
+    for _ in range(3):
+        r = oa.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": "What is 3 + 4?"}],
+                                       max_tokens=32)
+        assert r.choices[0].finish_reason in ("stop", "length")
+    assert time.time() - t0 < 60
+    for s in [slow, unread, *idle]:
+        s.close()
+
+
+def test_request_bodies_over_the_limit_get_413():
+    s = Server("--slots", "1", "--max-model-len", "256", "--max-body-mb", "1")
+    try:
+        r = httpx.post(s.url("/v1/completions"), content=b'{"model": "x", "prompt": "' + b"a" * (2 << 20) + b'"}',
+                       headers={"Content-Type": "application/json"}, timeout=60)
+        assert r.status_code == 413
+        assert r.json()["error"]["code"] == "request_too_large"
+    finally:
+        assert s.stop() == 0
+
+
+def test_a_full_queue_gives_429_with_retry_after_and_block_rounding_is_checked():
+    # The LLaDA sampler (blocks of 32): slow enough to fill one slot and a queue of one.
+    s = Server("--cache", "none", "--slots", "1", "--max-queue", "1", "--max-model-len", "256")
+    try:
+        # 40 prompt tokens + max_tokens 200 = 240 fits, but the canvas rounds up to 224: 264 > 256.
+        code, err = error_of(s, {"model": MODEL_ID, "prompt": list(range(5, 45)), "max_tokens": 200}, "/v1/completions")
+        assert code == 400 and err["code"] == "context_length_exceeded"
+        assert "rounded up to the block length: 224" in err["message"], err
+        results = []
+
+        def post():
+            r = httpx.post(s.url("/v1/chat/completions"), json={
+                "model": MODEL_ID, "messages": [{"role": "user", "content": QUESTION}], "max_tokens": 128,
+                "steps": 128}, timeout=300)
+            results.append(r)
+
+        threads = [threading.Thread(target=post) for _ in range(4)]
+        for t in threads:
+            t.start()
+            time.sleep(0.2)
+        for t in threads:
+            t.join()
+        codes = sorted(r.status_code for r in results)
+        assert codes.count(200) >= 2 and 429 in codes, codes
+        busy = [r for r in results if r.status_code == 429][0]
+        assert busy.headers["Retry-After"] == "1"
+        assert busy.json()["error"]["code"] == "queue_full"
+    finally:
+        assert s.stop() == 0
+
+
+def test_sigterm_drains_in_flight_requests_and_exits_0():
+    s = Server("--slots", "2", "--max-model-len", "512")
+    results = []
+
+    def post():
+        results.append(httpx.post(s.url("/v1/chat/completions"), json={
+            "model": MODEL_ID, "messages": [{"role": "user", "content": QUESTION}], "max_tokens": 256,
+            "threshold": 1.0}, timeout=300))
+
+    t = threading.Thread(target=post)
+    t.start()
+    time.sleep(0.5)  # the request is running
+    s.proc.send_signal(signal.SIGTERM)
+    t.join()
+    assert s.stop() == 0, "".join(s.log)
+    assert results[0].status_code == 200, results[0].text
+    assert results[0].json()["choices"][0]["message"]["content"]
+    assert "draining" in "".join(s.log)
+
+
+def test_a_port_in_use_is_a_clear_error(server):
+    p = subprocess.run([str(BUILD / "flashdllm"), "serve", "-m", str(MODEL), "--port", str(server.port),
+                        "--max-model-len", "128", "--slots", "1"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{server.port}" in p.stderr
