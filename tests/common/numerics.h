@@ -51,6 +51,11 @@ inline constexpr double kDistinctLogitsMin = 1e-3;
 /// fp32 engine vs fp32 PyTorch training code on the same bf16 weights (issue 3), relative.
 inline constexpr double kTrainingCodeParityTol = 1e-4;
 
+/// flashdllm-make-checkpoint's values (fp32 branch-free log / sincos polynomials, |error| < 1e-6 and
+/// 2e-7) vs an independent double evaluation of the same Box-Muller draw: absolute + relative part.
+inline constexpr double kMakeCheckpointValueAbsTol = 1e-5;
+inline constexpr double kMakeCheckpointValueRelTol = 2e-6;
+
 /// max_i |a[i] - b[i]| (NaN anywhere returns +inf).
 double max_abs_diff(std::span<const float> a, std::span<const float> b);
 /// max_i |ref[i]|.

@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/numerics.h"
 #include "common/test_paths.h"
 #include "core/dtype.h"
 #include "core/philox.h"
@@ -153,7 +154,9 @@ TEST(MakeCheckpoint, ValuesFollowTheDocumentedConstruction) {
     const std::vector<float> v = to_f32(t);
     for (int64_t e : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{4097}, t.numel() - 1}) {
       const double ref = reference_value(seed, name, e, 0.5);
-      EXPECT_NEAR(v[static_cast<size_t>(e)], ref, 1e-5 + 2e-6 * std::fabs(ref)) << name << "[" << e << "]";
+      EXPECT_NEAR(v[static_cast<size_t>(e)], ref,
+                  test::kMakeCheckpointValueAbsTol + test::kMakeCheckpointValueRelTol * std::fabs(ref))
+          << name << "[" << e << "]";
     }
   }
   fs::remove_all(dir);
