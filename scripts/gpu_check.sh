@@ -112,7 +112,8 @@ fdllm_use_carried_deps
 # ---------------------------------------------------------------------------- configure + build
 fdllm_configure_cmd "$BUILD"
 run_step configure 180 "${CONFIGURE_CMD[@]}" || finish
-run_step build 330 cmake --build "$BUILD" -j "$JOBS" --target "${TESTS[@]}" flashdllm attention_bench gemm_bench || finish
+run_step build 330 cmake --build "$BUILD" -j "$JOBS" --target "${TESTS[@]}" flashdllm attention_bench gemm_bench \
+  batch_invariance || finish
 [[ $MODE == build ]] && finish
 
 # ---------------------------------------------------------------------------- tests
@@ -120,8 +121,12 @@ for t in "${TESTS[@]}"; do
   run_step "$t" 240 "$BUILD/tests/$t" --gtest_color=no
 done
 
-run_step cli_generate_cuda 60 "$BUILD/flashdllm" generate --device cuda -m "$ROOT/tests/data/golden/g1" \
+run_step cli_generate_cuda 60 "$BUILD/flashdllm" generate --device cuda -m "$ROOT/tests/data/golden/g1" --cache none \
   --prompt-ids 1,2,3,4,5,6,7,8 --gen-length 32 --block-length 8 --steps 32 --json
+run_step cli_generate_cuda_flash 60 "$BUILD/flashdllm" generate --device cuda -m "$ROOT/tests/data/golden/g1" \
+  --prompt-ids 1,2,3,4,5,6,7,8 --prompt-ids 9,10,11 --gen-length 32 --json
+# Batch invariance on the device (answers alone vs among others; the CPU gives 100%): a measurement.
+run_step batch_invariance 150 "$BUILD/bench/batch_invariance" --device cuda --json "$OUT/batch_invariance.json"
 
 # ---------------------------------------------------------------------------- sanitizers (Small sets)
 SAN="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"

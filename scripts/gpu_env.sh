@@ -20,7 +20,8 @@
 #   elapsed, step_detail, run_step NAME MAX_SECONDS CMD...
 #
 # Dependencies: the project needs fmt, spdlog, nlohmann-json, CLI11, GoogleTest, OpenBLAS, PCRE2,
-# utf8proc and pkg-config. A GPU machine without package access gets them as Debian .deb files
+# utf8proc, cpp-httplib (with the OpenSSL, zlib and Brotli headers its pkg-config file names) and
+# pkg-config. A GPU machine without package access gets them as Debian .deb files
 # made by --fetch-deps (carry .carry/gpudeps with the device tool): they are unpacked into
 # /tmp/fdllm-deps and CMake / pkg-config / the loader are pointed there. Packages already installed
 # on the machine are used when no .deb files are carried.
@@ -28,7 +29,8 @@
 DEPS_DIR="${FLASHDLLM_GPU_DEPS_DIR:-$ROOT/.carry/gpudeps}"
 DEB_PACKAGES=(libfmt-dev libfmt9 libspdlog-dev libspdlog1.10 nlohmann-json3-dev libcli11-dev libgtest-dev
   libopenblas-openmp-dev libopenblas0-openmp libgfortran5 libpcre2-dev libpcre2-8-0 libpcre2-16-0
-  libpcre2-32-0 libpcre2-posix3 libutf8proc-dev libutf8proc2 pkgconf-bin libpkgconf3)
+  libpcre2-32-0 libpcre2-posix3 libutf8proc-dev libutf8proc2 pkgconf-bin libpkgconf3
+  libcpp-httplib-dev libcpp-httplib0.11 libssl-dev libssl3 libbrotli-dev libbrotli1 zlib1g-dev)
 JOBS="$(nproc)"
 T0=$(date +%s)
 SUMMARY=()
