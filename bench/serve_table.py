@@ -14,22 +14,25 @@ def main():
     ap.add_argument("--dir", required=True)
     ap.add_argument("--commit", default="unknown")
     ap.add_argument("--slots", type=int, default=32)
+    ap.add_argument("--gpu", help="the GPU's name (default: nvidia-smi's)")
+    ap.add_argument("--date", help="the run's date (default: today, UTC)")
     a = ap.parse_args()
     d = pathlib.Path(a.dir)
     serve = json.loads((d / "serve.json").read_text())
     gen = json.loads((d / "generate_slots.json").read_text())
     ones = [json.loads(p.read_text()) for p in sorted(d.glob("generate_one_*.json"))]
+    gpu = a.gpu
     try:
-        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+        gpu = gpu or subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
                              text=True).stdout.strip().splitlines()[0]
     except Exception:
         gpu = "unknown"
-    g_tokens = sum(len(r["output_ids"]) for r in gen["results"])
+    g_tokens = sum(len(r["output_ids"]) if "output_ids" in r else r["output_ids_count"] for r in gen["results"])
     g_sec = gen["results"][0]["seconds"]
     g_tps = g_tokens / g_sec if g_sec > 0 else 0.0
     one_sec = statistics.median(o["results"][0]["seconds"] for o in ones) if ones else None
     print(f"# flashdllm serve at LLaDA-8B shape ({gpu}, commit {a.commit}, "
-          f"{datetime.datetime.utcnow().strftime('%Y-%m-%d')})\n")
+          f"{a.date or datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d')})\n")
     print(f"Dummy weights, token-id prompts of {serve['prompt_len']}, max_tokens {serve['max_tokens']}, forced schedule "
           f"8 tokens per iteration, {a.slots} slots, streamed (stream_canvas) through bench/serve_bench.py.\n")
     print("| concurrency | requests | answer tokens/s | first event p50 (s) | first streamed token p50 / p99 (s) | "
