@@ -4,13 +4,14 @@
 # (> 10 s on one input) or memory blow-up (> 2 GB RSS) fails the run; libFuzzer writes the input to
 # build-fuzz/artifacts/<target>/ (copy it to tests/fuzz/corpus/<target>/crash_<what> with the fix).
 #   scripts/fuzz.sh [TARGET...]   targets: safetensors safetensors_index config tokenizer_load
-#                                 tokenizer_encode chat_template (default: all, one after another)
+#                                 tokenizer_encode chat_template openai_request (default: all, one
+#                                 after another)
 #   FUZZ_SECONDS=60               seconds per target (CI: 60)
 #   FUZZ_RUNS=N                   stop after N executions instead (a long campaign: docs/robustness.md)
 # Needs clang and libFuzzer (Debian: clang, libclang-rt-dev; FLASHDLLM_DEV_TOOLS=1 scripts/setup.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ALL=(safetensors safetensors_index config tokenizer_load tokenizer_encode chat_template)
+ALL=(safetensors safetensors_index config tokenizer_load tokenizer_encode chat_template openai_request)
 TARGETS=("$@")
 ((${#TARGETS[@]})) || TARGETS=("${ALL[@]}")
 SECONDS_PER="${FUZZ_SECONDS:-60}"

@@ -20,7 +20,8 @@
 #   elapsed, step_detail, run_step NAME MAX_SECONDS CMD...
 #
 # Dependencies: the project needs fmt, spdlog, nlohmann-json, CLI11, GoogleTest, OpenBLAS, PCRE2,
-# utf8proc and pkg-config. A GPU machine without package access gets them as Debian .deb files
+# utf8proc, cpp-httplib (with the OpenSSL, zlib and Brotli headers its pkg-config file names) and
+# pkg-config. A GPU machine without package access gets them as Debian .deb files
 # made by --fetch-deps (carry .carry/gpudeps with the device tool): they are unpacked into
 # /tmp/fdllm-deps and CMake / pkg-config / the loader are pointed there. Packages already installed
 # on the machine are used when no .deb files are carried.
@@ -28,7 +29,9 @@
 DEPS_DIR="${FLASHDLLM_GPU_DEPS_DIR:-$ROOT/.carry/gpudeps}"
 DEB_PACKAGES=(libfmt-dev libfmt9 libspdlog-dev libspdlog1.10 nlohmann-json3-dev libcli11-dev libgtest-dev
   libopenblas-openmp-dev libopenblas0-openmp libgfortran5 libpcre2-dev libpcre2-8-0 libpcre2-16-0
-  libpcre2-32-0 libpcre2-posix3 libutf8proc-dev libutf8proc2 pkgconf-bin libpkgconf3)
+  libpcre2-32-0 libpcre2-posix3 libutf8proc-dev libutf8proc2 pkgconf-bin libpkgconf3
+  libcpp-httplib-dev libcpp-httplib0.11 libssl-dev libbrotli-dev libbrotli1 zlib1g-dev)
+# (libssl3 and zlib1g, which libcpp-httplib0.11 links, are on every CUDA image; not carried.)
 JOBS="$(nproc)"
 T0=$(date +%s)
 SUMMARY=()
@@ -39,11 +42,12 @@ fdllm_fetch_deps() {
   local d t
   mkdir -p "$DEPS_DIR" && cd "$DEPS_DIR" || return 1
   apt-get download "${DEB_PACKAGES[@]}" || return 1
-  # The OpenBLAS -dev package is mostly a 50 MB static library we never link: keep headers,
-  # the .so link, pkg-config and CMake files only (the device tool carries 64 MiB at most).
-  for d in libopenblas-openmp-dev_*.deb; do
-    t=$(mktemp -d) && dpkg-deb -x "$d" "$t" && find "$t" -name '*.a' -delete && rm -rf "${t:?}/usr/share" &&
-      tar -czf libopenblas-openmp-dev-min.tar.gz -C "$t" usr && rm -rf "$t" "$d"
+  # -dev packages carry static libraries we never link (OpenBLAS's alone is 50 MB): keep headers,
+  # the .so links, pkg-config and CMake files only (the device tool carries 64 MiB at most).
+  for d in *-dev_*.deb; do
+    [[ $d == libgtest-dev_* ]] && continue  # GoogleTest is linked statically: keep its .a
+    t=$(mktemp -d) && dpkg-deb -x "$d" "$t" && find "$t" -name '*.a' -delete && rm -rf "${t:?}/usr/share/doc" &&
+      tar -czf "${d%%_*}-min.tar.gz" -C "$t" usr && rm -rf "$t" "$d"
   done
   echo "downloaded $(find . -name '*.deb' | wc -l) packages ($(du -sh . | cut -f1)) into $DEPS_DIR"
   echo "run the check with the device tool carrying .carry (e.g. carry: [\".carry\"])"

@@ -568,7 +568,9 @@ std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer
 
   // The main pass: one forward call per slot group (several only when the rows exceed
   // max_forward_rows, i.e. admission prefills); window predictions come back in slot order, one
-  // select call per run of slots with equal sampling parameters.
+  // select call per run of slots with equal sampling parameters. The importance scores start from
+  // zero (zeroed here, so a step that failed half-way leaves nothing behind for the next one).
+  backend_.fill_zero(scores_dev_);
   std::vector<int32_t> x0;
   std::vector<double> conf;
   int64_t T = 0;
@@ -608,7 +610,6 @@ std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer
   check_selection(x0, conf, c.mask_token_id, "flash-cache");
   backend_.copy_to_host(store_scores_.data(), scores_dev_);
   for (int64_t j = 0; j < n; ++j) std::copy_n(store_scores_.begin() + j * Ls, Ls, scores_.begin() + j * L);
-  backend_.fill_zero(scores_dev_);
   const int64_t forward = stats_.forwards++;
   stats_.query_rows += T;
   auto slot_scores = [&](size_t j) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <shared_mutex>
 #include <thread>
 
 #include "backend/backend.h"
@@ -44,8 +45,11 @@ struct Engine::Impl {
   size_t free_before_load = 0;  // backend free memory before weights
   size_t peak_in_use = 0;
   std::string weights_dtype;
-  // Serving (start / submit / stop): the slot pool, its scheduler and the loop thread.
+  // Serving (start / submit / stop): the slot pool, its scheduler and the loop thread. serve_mu
+  // orders start / stop; pool_mu guards sched / den / serve against submit, cancel and metrics
+  // from other threads (shared) while start installs or stop frees them (exclusive).
   std::mutex serve_mu;
+  mutable std::shared_mutex pool_mu;
   ServeOptions serve;
   std::unique_ptr<Denoiser> den;
   std::unique_ptr<Scheduler> sched;
@@ -211,6 +215,7 @@ std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>&
   std::vector<double> finished_at(prompts.size(), -1.0);
   Scheduler::Options so;
   so.max_queue = N;
+  so.checkpoint = impl_->options.model_dir.string();
   so.hook = [&](size_t i, std::span<const int32_t> canvas, bool done) {
     if (done && finished_at[i] < 0)
       finished_at[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -314,9 +319,12 @@ void Engine::start(const ServeOptions& options) {
   so.decode.n_slots = den->n_slots();
   Scheduler::Options sopt;
   sopt.max_queue = so.max_queue;
+  sopt.checkpoint = impl_->options.model_dir.string();
+  std::unique_lock<std::shared_mutex> pool_lock(impl_->pool_mu);
   impl_->sched = std::make_unique<Scheduler>(*den, impl_->codec(d), sopt);
   impl_->den = std::move(den);
   impl_->serve = so;
+  pool_lock.unlock();
   impl_->stop_loop = false;
   Scheduler* sched = impl_->sched.get();
   std::atomic<bool>* stop_flag = &impl_->stop_loop;
@@ -331,6 +339,7 @@ void Engine::start(const ServeOptions& options) {
 }
 
 std::shared_ptr<RequestStream> Engine::submit(const GenerateRequest& request, const SamplingParams& params) {
+  std::shared_lock<std::shared_mutex> pool_lock(impl_->pool_mu);  // stop() cannot free the pool meanwhile
   Scheduler* sched = impl_->sched.get();
   FDLLM_CHECK(sched != nullptr, ErrorCode::kUnavailable, "the engine is not started (Engine::start)");
   const LladaConfig& cfg = impl_->model.config;
@@ -361,7 +370,10 @@ int64_t Engine::canvas_length(const SamplingParams& params) const {
   return resolve_params(params, impl_->serve.decode, /*exact_blocks=*/false).gen_length;
 }
 
-bool Engine::cancel(uint64_t id) { return impl_->sched ? impl_->sched->cancel(id) : false; }
+bool Engine::cancel(uint64_t id) {
+  std::shared_lock<std::shared_mutex> pool_lock(impl_->pool_mu);
+  return impl_->sched ? impl_->sched->cancel(id) : false;
+}
 
 void Engine::stop(bool drain) {
   std::lock_guard<std::mutex> lk(impl_->serve_mu);
@@ -374,17 +386,22 @@ void Engine::stop(bool drain) {
   mem.take(impl_->backend->free_memory());
   if (impl_->free_before_load > mem.min_free)
     impl_->peak_in_use = std::max(impl_->peak_in_use, impl_->free_before_load - mem.min_free);
+  std::unique_lock<std::shared_mutex> pool_lock(impl_->pool_mu);  // no submit / metrics in flight
   impl_->last_metrics = impl_->sched->metrics();  // metrics() still reports the stopped pool
   impl_->last_metrics.max_model_len = impl_->serve.max_model_len;
   impl_->sched.reset();
   impl_->den.reset();
 }
 
-bool Engine::started() const noexcept { return impl_->sched != nullptr; }
+bool Engine::started() const noexcept {
+  std::shared_lock<std::shared_mutex> pool_lock(impl_->pool_mu);
+  return impl_->sched != nullptr;
+}
 
 const ServeOptions& Engine::serve_options() const { return impl_->serve; }
 
 EngineMetrics Engine::metrics() const {
+  std::shared_lock<std::shared_mutex> pool_lock(impl_->pool_mu);
   if (!impl_->sched) return impl_->last_metrics;
   EngineMetrics m = impl_->sched->metrics();
   m.max_model_len = impl_->serve.max_model_len;

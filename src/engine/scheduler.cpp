@@ -103,10 +103,8 @@ struct Scheduler::Request {
   Clock::time_point submitted;
   int64_t iterations = 0;
   // The answer (see update_answer).
-  bool decided = false;
-  FinishReason decided_reason = FinishReason::kLength;
+  bool decided = false;        // the answer cannot change any more
   int64_t answer_tokens = 0;    // stable answer tokens so far
-  int64_t end_index = -1;       // canvas index of the first end id in the stable prefix
   int64_t stop_tokens = -1;     // a stop string ended the answer: tokens before it; -1 = none
   std::string text;             // the stable answer's text (stop strings cut)
   size_t sent = 0;              // bytes of `text` delivered as deltas
@@ -199,7 +197,9 @@ EngineMetrics Scheduler::metrics() const {
 }
 
 void Scheduler::fail(Request& r, RequestEvent ev, const Error& e) {
-  ev.error = e.what();
+  ev.error = e.code() == ErrorCode::kInvalidCheckpoint && !opt_.checkpoint.empty()
+                 ? fmt::format("checkpoint '{}': {}", opt_.checkpoint, e.what())
+                 : std::string(e.what());
   ev.error_code = e.code();
   ev.result.reset();
   finish(r, FinishReason::kError, std::move(ev));
@@ -234,18 +234,14 @@ bool Scheduler::update_answer(Request& r, std::span<const int32_t> canvas, bool 
           codec_.end_ids.end())
         end = i;
     int64_t n = stable;
-    if (end >= 0 && end <= cap) {
+    if (end >= 0 && end <= cap) {  // an end id: the answer is the tokens before it
       n = end;
       r.decided = true;
-      r.decided_reason = FinishReason::kStop;
-      r.end_index = end;
-    } else if (stable >= cap) {
+    } else if (stable >= cap) {  // max_tokens reached
       n = cap;
       r.decided = true;
-      r.decided_reason = FinishReason::kLength;
-    } else if (denoiser_finished) {  // cannot happen for a finished canvas; be safe
+    } else if (denoiser_finished) {  // a finished canvas always decides; be safe
       r.decided = true;
-      r.decided_reason = FinishReason::kLength;
     }
     const bool grew = n > r.answer_tokens;
     r.answer_tokens = std::max(r.answer_tokens, n);
@@ -257,7 +253,6 @@ bool Scheduler::update_answer(Request& r, std::span<const int32_t> canvas, bool 
       if (cut != std::string::npos) {
         r.text.resize(cut);
         r.decided = true;
-        r.decided_reason = FinishReason::kStop;
         // The tokens of the cut answer: the shortest prefix whose text covers it.
         int64_t lo = 0, hi = r.answer_tokens;
         while (lo < hi) {
@@ -376,7 +371,7 @@ bool Scheduler::step() {
   try {
     steps = den_.step();
   } catch (const Error& e) {
-    logger().error("iteration failed: {}", e.what());
+    logger().error("iteration failed ({}): {}", opt_.checkpoint, e.what());
     for (size_t j = 0; j < running_.size(); ++j) {
       auto& r = running_[j];
       if (!r) continue;
