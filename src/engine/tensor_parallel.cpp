@@ -23,7 +23,7 @@ Lockstep::Lockstep(int world, std::vector<Communicator*> comms, std::chrono::mil
     : world_(world), comms_(std::move(comms)), abort_after_(abort_after) {
   FDLLM_CHECK_ARG(world >= 1, "lockstep: world size must be >= 1, got {}", world);
   errors_.resize(static_cast<size_t>(world));
-  for (int r = 1; r < world; ++r) threads_.emplace_back([this, r] { worker(r); });
+  for (int r = 0; r < world; ++r) threads_.emplace_back([this, r] { worker(r); });
 }
 
 Lockstep::~Lockstep() {
@@ -70,15 +70,7 @@ void Lockstep::run(const std::function<void(int)>& fn) {
     ++generation_;
   }
   work_cv_.notify_all();
-  std::exception_ptr err0;
-  try {
-    fn(0);
-  } catch (...) {
-    err0 = std::current_exception();
-  }
   std::unique_lock<std::mutex> lk(mu_);
-  errors_[0] = err0;
-  --running_;
   auto failed = [&] { return std::any_of(errors_.begin(), errors_.end(), [](const auto& e) { return e != nullptr; }); };
   done_cv_.wait(lk, [&] { return running_ == 0 || failed(); });
   // The first failure in rank order as seen now: the one to report if the others then hang.

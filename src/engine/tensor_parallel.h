@@ -4,7 +4,7 @@
 // Every rank holds a full denoiser (its own backend, model shard, K/V stores and slot pool) and runs
 // the same host logic on the same requests; the forward's collectives (model/llada.h) make their
 // logits identical, so their decisions are too (SPMD). TensorParallelDenoiser calls admit / step /
-// release on all ranks at once, one thread per rank (rank 0 on the caller's thread), and reports
+// release on all ranks at once, one thread per rank, and reports
 // rank 0's events after checking that every rank produced the same ones. One process drives all
 // ranks: CPU rank threads, or GPUs 0..N-1 of one host with NCCL. A launch of one rank per process
 // (several hosts) would reuse the forward and the NCCL communicator unchanged (comm.h:
@@ -34,8 +34,9 @@ namespace flashdllm {
 /// Error(kDevice) when NCCL fails.
 std::vector<std::unique_ptr<Communicator>> make_communicators(const std::vector<Backend*>& backends);
 
-/// Runs a function on N ranks at once: rank 0 on the calling thread, ranks 1..N-1 on persistent
-/// worker threads. run() returns when every rank has returned. A failed rank's error is rethrown
+/// Runs a function on N ranks at once, each on its own persistent worker thread, while the calling
+/// thread supervises (a rank blocked in a collective must not be the one that could abort it).
+/// run() returns when every rank has returned. A failed rank's error is rethrown
 /// (the lowest failing rank's); if a rank fails while others are still running (they may wait in a
 /// collective for it) the communicators are aborted after `abort_after` so the others return too
 /// (then the communicators are unusable). Not reentrant; one caller at a time.
