@@ -34,7 +34,9 @@ FDLLM_TAG=gpu_check
 # shellcheck source=scripts/gpu_env.sh
 source "$ROOT/scripts/gpu_env.sh"
 
-TESTS=(test_cuda_ops test_cuda_attention test_cuda_select test_cuda_fill test_cuda_importance test_cuda_verify test_cuda_forward)
+# The GPU tests: every tests/kernels/test_*.cpp (CTest label "kernels"; each is a CUDA-vs-CPU twin
+# test that skips without a GPU), found here rather than listed by hand.
+mapfile -t TESTS < <(cd "$ROOT/tests/kernels" && ls test_*.cpp | sed 's/\.cpp$//')
 
 # Internal: --sanitize TOOL BUILD SANITIZER runs every test binary's Small set under
 # compute-sanitizer TOOL (a separate process so that `timeout` can bound it).
@@ -117,9 +119,16 @@ run_step build 330 cmake --build "$BUILD" -j "$JOBS" --target "${TESTS[@]}" flas
 [[ $MODE == build ]] && finish
 
 # ---------------------------------------------------------------------------- tests
+skipped_all=0
 for t in "${TESTS[@]}"; do
   run_step "$t" 240 "$BUILD/tests/$t" --gtest_color=no
+  grep -q "^\[  PASSED  \] 0 tests" "$STEP_OUT" && skipped_all=$((skipped_all + 1))
 done
+# A GPU is there but no GPU test ran: the check tested nothing.
+if nvidia-smi > /dev/null 2>&1 && ((skipped_all == ${#TESTS[@]})); then
+  SUMMARY+=("| gpu tests | FAIL | 0 | a GPU is present but every GPU test skipped |")
+  FAILED=1
+fi
 
 run_step cli_generate_cuda 60 "$BUILD/flashdllm" generate --device cuda -m "$ROOT/tests/data/golden/g1" --cache none \
   --prompt-ids 1,2,3,4,5,6,7,8 --gen-length 32 --block-length 8 --steps 32 --json

@@ -20,7 +20,7 @@ if [[ "${FLASHDLLM_SKIP_DEPS:-0}" != 1 ]]; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
-  if ! python3 -c "import tokenizers, safetensors, numpy, pytest, jinja2, matplotlib, math_verify, openai, httpx, prometheus_client" 2>/dev/null; then
+  if ! python3 -c "import tokenizers, safetensors, numpy, pytest, jinja2, matplotlib, math_verify, openai, httpx, prometheus_client, lm_eval, selenium" 2>/dev/null; then
     echo "[setup] installing Python test oracles (pip): $(tr '\n' ' ' < requirements-test.txt)"
     python3 -m pip install -q "${PIP_PACKAGES[@]}" 2>/dev/null ||
       python3 -m pip install -q --break-system-packages "${PIP_PACKAGES[@]}"

@@ -144,12 +144,6 @@ flashdllm::GenerateOptions DecodeArgs::options(bool one_mode) const {
                                 flashdllm::cache_mode_name(d.cache),
                                 given("--cache") || preset.size() ? "" : ", the default"));
   }
-  if (serving)
-    for (const char* f : {"--gen-length", "--steps", "--threshold", "--temperature", "--seed", "--preset"})
-      if (given(f))
-        throw Error(ErrorCode::kInvalidArgument,
-                    fmt::format("serve: {} is set per request (max_tokens, steps, threshold, temperature, seed in the "
-                                "request body; docs/serving.md)", f));
   if (one_mode && !d.verify)
     for (const char* f : {"--gamma", "--verify-rule", "--max-candidates", "--forced-acceptance"})
       if (given(f)) throw Error(ErrorCode::kInvalidArgument, fmt::format("{} applies to --verify only", f));
@@ -183,22 +177,27 @@ void add_decode_options(CLI::App* app, DecodeArgs& a) {
   app->add_option("--cache", a.cache,
                   "flash (Flash-Cache, the default) | none (LLaDA sampler, full recompute) | prefix | dual (Fast-dLLM)")
       ->capture_default_str();
-  app->add_option("--gen-length", sp.gen_length, "tokens to generate (canvas length)")->capture_default_str();
+  if (!a.serving)
+    app->add_option("--gen-length", sp.gen_length, "tokens to generate (canvas length)")->capture_default_str();
   app->add_option("--block-length", d.block_length,
                   "semi-autoregressive block (none/prefix/dual) or masked window (flash); 0 = 32, or 16 for flash")
       ->check(kNonNegativeInt)
       ->capture_default_str();
-  app->add_option("--steps", sp.steps,
-                  "none/prefix/dual quota decoding: forward passes (default: 128, at most gen_length, a multiple of the "
-                  "block count)")
-      ->check(kNonNegativeInt);
+  if (!a.serving)
+    app->add_option("--steps", sp.steps,
+                    "none/prefix/dual quota decoding: forward passes (default: 128, at most gen_length, a multiple of the "
+                    "block count)")
+        ->check(kNonNegativeInt);
   app->add_option("--remasking", a.remasking, "none/prefix/dual: low_confidence | random")->capture_default_str();
-  app->add_option("--temperature", sp.temperature, "Gumbel-max sampling temperature (0 = greedy)")->capture_default_str();
+  if (!a.serving)
+    app->add_option("--temperature", sp.temperature, "Gumbel-max sampling temperature (0 = greedy)")->capture_default_str();
   app->add_option("--cfg-scale", d.cfg_scale, "none: classifier-free guidance scale (0 = off)")->capture_default_str();
-  app->add_option("--threshold", a.threshold,
-                  "confidence-threshold decoding: commit every masked position with confidence >= this (flash: "
-                  "default 0.9; none/prefix/dual: default off = quota decoding)");
-  app->add_option("--seed", sp.seed, "noise seed")->capture_default_str();
+  if (!a.serving)
+    app->add_option("--threshold", a.threshold,
+                    "confidence-threshold decoding: commit every masked position with confidence >= this (flash: "
+                    "default 0.9; none/prefix/dual: default off = quota decoding)");
+  if (!a.serving)
+    app->add_option("--seed", sp.seed, "noise seed")->capture_default_str();
   app->add_flag("--logits-eos-inf", d.logits_eos_inf, "none: never generate EOS");
   app->add_flag("--confidence-eos-eot-inf", d.confidence_eos_eot_inf,
                 "none: EOS and EOT get confidence 0, so they are committed last in their block (at any temperature; "
@@ -208,12 +207,15 @@ void add_decode_options(CLI::App* app, DecodeArgs& a) {
   app->add_option("--eos-pad-tile", d.eos_pad_tile,
                   "none: Flash-dLLM row layout, EOS padding after the canvas to the next multiple of this tile (e.g. 128)")
       ->capture_default_str();
-  app->add_option("--preset", a.preset, "Flash-Cache presets of the paper's Table 3: gsm8k | math | humaneval | mbpp");
+  if (!a.serving)
+    app->add_option("--preset", a.preset, "Flash-Cache presets of the paper's Table 3: gsm8k | math | humaneval | mbpp");
   app->add_option("--track-num", d.track_num, "flash: tracked budget = track-num x block-length; < 0 = full recompute")
       ->capture_default_str();
   app->add_option("--mask-num", d.mask_num, "flash: masked window = mask-num x block-length queried positions")
       ->capture_default_str();
-  app->add_option("--slots", d.n_slots, "flash: concurrent slots (continuous batching; 0 = as many as fit)")
+  app->add_option("--slots", d.n_slots,
+                  a.serving ? "slots of the pool: concurrent requests, every mode (0 = as many as fit)"
+                            : "flash: concurrent slots (continuous batching; 0 = as many as fit)")
       ->check(kNonNegativeInt)
       ->capture_default_str();
   app->add_option("--max-forward-rows", d.max_forward_rows,

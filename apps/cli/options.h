@@ -62,7 +62,10 @@ struct DecodeArgs {
   /// flags are refused) and --slots sizes the pool of every mode.
   bool serving = false;
 
-  bool given(const char* flag) const { return app->get_option(flag)->count() > 0; }
+  bool given(const char* flag) const {
+    const CLI::Option* o = app->get_option_no_throw(flag);
+    return o != nullptr && o->count() > 0;
+  }
   /// The options as given, a --preset filling what the command line left unset. With `one_mode`
   /// (generate, eval, serve) flags of another decoding mode are refused; bench's base options serve
   /// several methods and pass false.

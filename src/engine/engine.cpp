@@ -280,6 +280,7 @@ std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>&
   std::vector<double> finished_at(prompts.size(), -1.0);
   Scheduler::Options so;
   so.max_queue = N;
+  so.checkpoint = impl_->options.model_dir.string();
   so.hook = [&](size_t i, std::span<const int32_t> canvas, bool done) {
     if (done && finished_at[i] < 0)
       finished_at[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -384,6 +385,7 @@ void Engine::start(const ServeOptions& options) {
   so.decode.n_slots = den->n_slots();
   Scheduler::Options sopt;
   sopt.max_queue = so.max_queue;
+  sopt.checkpoint = impl_->options.model_dir.string();
   impl_->sched = std::make_unique<Scheduler>(*den, impl_->codec(d), sopt);
   impl_->den = std::move(den);
   impl_->serve = so;

@@ -199,7 +199,9 @@ EngineMetrics Scheduler::metrics() const {
 }
 
 void Scheduler::fail(Request& r, RequestEvent ev, const Error& e) {
-  ev.error = e.what();
+  ev.error = e.code() == ErrorCode::kInvalidCheckpoint && !opt_.checkpoint.empty()
+                 ? fmt::format("checkpoint '{}': {}", opt_.checkpoint, e.what())
+                 : std::string(e.what());
   ev.error_code = e.code();
   ev.result.reset();
   finish(r, FinishReason::kError, std::move(ev));
@@ -376,7 +378,7 @@ bool Scheduler::step() {
   try {
     steps = den_.step();
   } catch (const Error& e) {
-    logger().error("iteration failed: {}", e.what());
+    logger().error("iteration failed ({}): {}", opt_.checkpoint, e.what());
     for (size_t j = 0; j < running_.size(); ++j) {
       auto& r = running_[j];
       if (!r) continue;

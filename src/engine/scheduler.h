@@ -73,6 +73,8 @@ class Scheduler {
   struct Options {
     int64_t max_queue = 1024;  ///< queued requests before submit refuses (Error(kUnavailable))
     StepHook hook;
+    /// The checkpoint, named in errors the model causes (Error(kInvalidCheckpoint): non-finite logits).
+    std::string checkpoint;
   };
 
   Scheduler(Denoiser& denoiser, TextCodec codec, Options options);

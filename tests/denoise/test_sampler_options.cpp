@@ -6,6 +6,8 @@
 #include "common/model_fixture.h"
 #include "common/test_paths.h"
 #include "denoise/llada_sampler.h"
+#include "io/chat_template.h"
+#include "io/tokenizer.h"
 
 namespace flashdllm::test {
 namespace {
@@ -142,4 +144,53 @@ TEST(SamplerLayout, FlashLayoutPadsWithEosThatIsNeverDecoded) {
 }
 
 }  // namespace
+// Issue 15, finding 2: confidence_eos_eot_inf had no effect on EOS at temperature > 0 (the
+// reference's ordering). Now EOS and EOT lose their confidence at every temperature, so every EOS /
+// EOT the sampler commits was committed with confidence 0 (last in its block); --reference-quirks
+// keeps the reference, where sampled EOS tokens commit with their probability.
+TEST(SamplerEosEot, ConfidenceEosEotInfHoldsAtAnyTemperature) {
+  const auto dir = default_model_dir();
+  if (!std::filesystem::exists(dir / "model.safetensors")) GTEST_SKIP() << "no default model";
+  auto backend = make_cpu_backend(1);
+  const LladaModel m = load_model(*backend, dir);
+  const Tokenizer tok = Tokenizer::from_file(dir / "tokenizer.json");
+  const ChatTemplate chat = ChatTemplate::from_tokenizer_config(dir / "tokenizer_config.json");
+  const int32_t eot = tok.token_to_id("<|eot_id|>").value();
+  const int32_t eos = m.config.eos_token_id;
+  const auto prompt = tok.encode(chat.render({{"user", "Tom has 12 apples and eats 5. How many are left?"}}), false);
+  auto end_commits = [&](bool quirks) {
+    LladaSamplerOptions o;
+    o.gen_length = 32;
+    o.block_length = 32;
+    o.steps = 32;
+    o.temperature = 1.0;
+    o.confidence_eos_eot_inf = true;
+    o.eot_token_id = eot;
+    o.reference_quirks = quirks;
+    LladaSampler sampler(*backend, m, o);
+    int64_t positive = 0, total = 0;
+    for (uint64_t seed = 1; seed <= 4; ++seed) {
+      SlotParams p = slot_params_of(o);
+      p.seed = seed;
+      std::vector<SequenceState> batch = {sampler.init_state(prompt, p)};
+      while (!batch[0].done) {
+        const StepCommit c = sampler.step(batch)[0];
+        for (size_t k = 0; k < c.positions.size(); ++k) {
+          if (c.tokens[k] != eos && c.tokens[k] != eot) continue;
+          const auto at = std::find(c.candidates.begin(), c.candidates.end(), c.positions[k]) - c.candidates.begin();
+          ++total;
+          positive += c.confidences[static_cast<size_t>(at)] > 0.0;
+        }
+      }
+    }
+    return std::make_pair(positive, total);
+  };
+  const auto [fixed_positive, fixed_total] = end_commits(false);
+  EXPECT_GT(fixed_total, 0) << "the model ends its answers: EOS / EOT are committed";
+  EXPECT_EQ(fixed_positive, 0) << "an EOS / EOT committed with a confidence above 0";
+  const auto [ref_positive, ref_total] = end_commits(true);
+  EXPECT_GT(ref_positive, 0) << "the reference's ordering commits sampled EOS with its probability (" << ref_total
+                             << " EOS/EOT commits)";
+}
+
 }  // namespace flashdllm::test
