@@ -27,6 +27,12 @@ void add_common(CLI::App* app, CommonArgs& a) {
   app->add_option("--load-format", a.load_format, "auto (safetensors) | dummy (random weights, config.json only)")
       ->capture_default_str();
   app->add_option("--dummy-seed", a.dummy_seed, "seed of --load-format dummy weights")->capture_default_str();
+  app->add_option("--tensor-parallel", a.tensor_parallel,
+                  "split the model over N ranks (heads, MLP columns, vocabulary; Megatron layout): cpu: N rank "
+                  "threads; cuda[:K]: GPUs K..K+N-1 with NCCL. N must divide n_heads, mlp_hidden_size and "
+                  "embedding_size")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   app->add_flag("-v,--verbose", a.verbose, "log loading details");
 }
 
@@ -44,6 +50,7 @@ std::unique_ptr<flashdllm::Engine> load_engine(const CommonArgs& a) {
   eo.load_format = a.load_format;
   eo.dummy_seed = a.dummy_seed;
   eo.profile_ops = a.profile_ops;
+  eo.tensor_parallel = a.tensor_parallel;
   return flashdllm::Engine::load(eo);
 }
 

@@ -22,6 +22,7 @@ struct CommonArgs {
   uint64_t dummy_seed = 0;
   bool verbose = false;
   bool profile_ops = false;  // generate --profile-ops
+  int tensor_parallel = 1;   // --tensor-parallel
 };
 void add_common(CLI::App* app, CommonArgs& a);
 std::unique_ptr<Engine> load_engine(const CommonArgs& a);

@@ -57,6 +57,13 @@ struct EngineOptions {
   uint64_t dummy_seed = 0;             ///< seed of dummy weights
   /// Time every backend op (a synchronisation before and after each; slower runs) into op_profile().
   bool profile_ops = false;
+  /// Tensor parallelism (Megatron-LM layout): the model's heads, MLP columns and LM-head vocabulary
+  /// split over this many ranks, each with its own backend, shard and K/V stores, in lockstep.
+  /// "cpu": rank threads in this process (threads / N CPU threads each) with an in-process
+  /// all-reduce; "cuda" / "cuda:K": GPUs K..K+N-1 of this host with NCCL. Must divide n_heads,
+  /// mlp_hidden_size and embedding_size (Engine::load throws Error(kInvalidArgument) naming the
+  /// size); not with profile_ops. 1 = off.
+  int tensor_parallel = 1;
 };
 
 /// Progress of a running generate call: request index, its current canvas (gen_length ids,

@@ -71,6 +71,22 @@ struct SelectParams {
   bool confidence_f64 = true;
 };
 
+/// Where a fill's destination lies in its parent tensor (Backend::fill_normal).
+struct FillWindow {
+  int64_t offset = 0;       ///< parent element index of dst's first element
+  int64_t parent_cols = 0;  ///< parent row length in elements; 0 = dst's own row length
+};
+
+/// The parent row length of `w` over dst (w.parent_cols, or dst's row length when 0). Throws
+/// Error(kInvalidArgument) for a negative offset or 0 < parent_cols < dst's row length.
+inline int64_t fill_parent_cols(const Tensor& dst, const FillWindow& w) {
+  const int64_t cols = dst.row_size();
+  FDLLM_CHECK_ARG(w.offset >= 0 && (w.parent_cols == 0 || w.parent_cols >= cols),
+                  "fill_normal: window offset {} / parent_cols {} invalid for {} (offset >= 0, parent_cols 0 or >= {})",
+                  w.offset, w.parent_cols, dst.describe(), cols);
+  return w.parent_cols > 0 ? w.parent_cols : cols;
+}
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -80,6 +96,11 @@ class Backend {
   virtual std::string name() const = 0;
   virtual DType activation_dtype() const noexcept = 0;
   virtual DType weight_dtype() const noexcept = 0;
+  /// The native queue the ops run on, for libraries that enqueue work in the backend's order (NCCL):
+  /// CUDA: the backend's cudaStream_t; nullptr for the CPU backend.
+  virtual void* native_stream() const noexcept { return nullptr; }
+  /// The CUDA device ordinal; -1 for the CPU backend.
+  virtual int device_index() const noexcept { return -1; }
 
   // ---------------------------------------------------------------- memory
   /// Allocates `bytes` on the device. Throws Error(kOutOfMemory) naming `what`.
@@ -100,16 +121,23 @@ class Backend {
   virtual void upload_weight(Tensor dst, DType src_dtype, const void* src) = 0;
 
   /// Seeded normal fill made on the device (dummy weights, `--load-format dummy`; no host data).
-  /// Element pairs (i, i+1), i even, come from one Box-Muller transform in double precision:
+  /// Element i of the (parent) tensor: pairs (i, i+1), i even, come from one Box-Muller transform in
+  /// double precision:
   ///   u1 = philox_uniform(seed, stream, i >> 32, i),  u2 = philox_uniform(seed ^ 0x9e3779b97f4a7c15,
   ///   stream, i >> 32, i)  (core/philox.h);  r = sqrt(-2·ln u1) · std;  a = 2π·u2;
   ///   dst[i] = fp32(r·cos a + mean),  dst[i+1] = fp32(r·sin a + mean)  (when i + 1 < numel),
   /// with unfused double multiply and add. std == 0 gives exactly `mean`. `stream` separates tensors
-  /// of one seed. dst: the weight or activation dtype (CPU: F32; CUDA: BF16, the RNE rounding of
-  /// that fp32 value, or F32). Values differ across backends only where their libm cos/sin/log
-  /// differ by an ulp (tests/kernels/test_cuda_fill.cpp). Throws Error(kInvalidArgument) for
-  /// another dtype, a non-finite mean or std, or std < 0.
-  virtual void fill_normal(Tensor dst, uint64_t seed, uint64_t stream, float mean, float std) = 0;
+  /// of one seed. `window` places dst inside a larger parent tensor whose element indices key the
+  /// values (a tensor-parallel rank's slice of a dummy weight gets exactly the parent's values): dst
+  /// as [rows, cols] = [dst.rows(), dst.row_size()], element (r, c) takes parent index
+  /// window.offset + r·parent_cols + c (parent_cols 0 = cols: a contiguous run). The default window
+  /// is the whole tensor. dst: the weight or activation dtype (CPU: F32; CUDA: BF16, the RNE
+  /// rounding of that fp32 value, or F32). Values differ across backends only where their libm
+  /// cos/sin/log differ by an ulp (tests/kernels/test_cuda_fill.cpp). Throws
+  /// Error(kInvalidArgument) for another dtype, a non-finite mean or std, std < 0, a negative
+  /// offset or 0 < parent_cols < cols.
+  virtual void fill_normal(Tensor dst, uint64_t seed, uint64_t stream, float mean, float std,
+                           const FillWindow& window = {}) = 0;
 
   // ---------------------------------------------------------------- model ops
   /// out[t, :] = table[ids[t], :].  table [V, D] weight dtype; ids I32 [T] (each in [0, V));
@@ -214,6 +242,9 @@ class Backend {
 /// (1000 threads on 2 cores: > 180 s instead of 23 s) and far more overflows libgomp (100000).
 int max_cpu_threads() noexcept;
 
+/// Throws Error(kInvalidArgument) naming `threads` when it is negative or above max_cpu_threads().
+void check_cpu_threads(int threads);
+
 /// Creates the CPU backend with `threads` worker threads (0 = OpenMP's default: OMP_NUM_THREADS, else
 /// all hardware threads). Throws Error(kInvalidArgument) naming `threads` when it is negative or above
 /// max_cpu_threads(), or naming OMP_NUM_THREADS when threads = 0 and that asks for more.
@@ -223,12 +254,17 @@ std::unique_ptr<Backend> make_cpu_backend(int threads = 0);
 /// was built without CUDA, Error(kDevice) when no usable GPU exists.
 std::unique_ptr<Backend> make_cuda_backend(int device_index = 0);
 
-/// The backend of a device string: "cpu" (make_cpu_backend(threads)), "cuda" or "cuda:N"
-/// (make_cuda_backend; `threads` unused). Throws Error(kInvalidArgument) naming the string for any
-/// other, or as the factory called.
-std::unique_ptr<Backend> make_backend(const std::string& device, int threads);
+/// The backend of a device string for tensor-parallel rank `rank` of `world` (1 without tensor
+/// parallelism): "cpu" is make_cpu_backend with `threads` (0 = all hardware threads) split evenly
+/// between the ranks (at least one each); "cuda" or "cuda:N" is GPU N + rank (N = 0 for "cuda";
+/// `threads` unused). Throws Error(kInvalidArgument) naming the string for any other device string,
+/// naming the GPUs when N + world exceeds cuda_device_count(), or as the factory called.
+std::unique_ptr<Backend> make_backend(const std::string& device, int threads, int rank = 0, int world = 1);
 
 /// True when this build has the CUDA backend and a CUDA device is present.
 bool cuda_available() noexcept;
+
+/// CUDA devices present (0 without CUDA or without a device).
+int cuda_device_count() noexcept;
 
 }  // namespace flashdllm

@@ -60,6 +60,8 @@ class ProfilingBackend final : public Backend {
   std::string name() const override { return inner_->name() + " [op profiling]"; }
   DType activation_dtype() const noexcept override { return inner_->activation_dtype(); }
   DType weight_dtype() const noexcept override { return inner_->weight_dtype(); }
+  void* native_stream() const noexcept override { return inner_->native_stream(); }
+  int device_index() const noexcept override { return inner_->device_index(); }
   size_t free_memory() const override { return inner_->free_memory(); }
 
   Buffer alloc(size_t bytes, const char* what) override {
@@ -78,8 +80,9 @@ class ProfilingBackend final : public Backend {
   void upload_weight(Tensor dst, DType src_dtype, const void* src) override {
     timed("upload_weight", [&] { inner_->upload_weight(dst, src_dtype, src); });
   }
-  void fill_normal(Tensor dst, uint64_t seed, uint64_t stream, float mean, float std) override {
-    timed("fill_normal", [&] { inner_->fill_normal(dst, seed, stream, mean, std); });
+  void fill_normal(Tensor dst, uint64_t seed, uint64_t stream, float mean, float std,
+                   const FillWindow& window = {}) override {
+    timed("fill_normal", [&] { inner_->fill_normal(dst, seed, stream, mean, std, window); });
   }
   void embedding(Tensor table, Tensor ids, Tensor out) override {
     timed("embedding", [&] { inner_->embedding(table, ids, out); });

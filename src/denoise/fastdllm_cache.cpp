@@ -67,14 +67,14 @@ void FastDllmCacheSampler::ensure_capacity(int64_t store_rows, int64_t tokens, i
   if (kv_.rows < store_rows) {
     // A new store loses every cached row: forget all epochs so stale states fail the check.
     kv_ = KvStore{};
-    kv_ = make_kv_store(backend_, model_.config, store_rows, /*shared_across_layers=*/false);
+    kv_ = make_kv_store(backend_, model_.config, store_rows, /*shared_across_layers=*/false, model_.tp);
     row_epoch_.assign(static_cast<size_t>(store_rows), 0);
   }
   if (ws_.max_tokens < tokens || ws_.max_logit_rows < logit_rows || ws_.max_tiles < tiles) {
     const int64_t t = std::max(tokens, ws_.max_tokens), r = std::max(logit_rows, ws_.max_logit_rows),
                   n_tiles = std::max(tiles, ws_.max_tiles);
     ws_ = ForwardWorkspace{};  // free the old one first
-    ws_ = make_forward_workspace(backend_, model_.config, t, r, n_tiles);
+    ws_ = make_forward_workspace(backend_, model_.config, t, r, n_tiles, 0, model_.tp);
   }
 }
 

@@ -377,10 +377,12 @@ void FlashCacheDenoiser::allocate_pool(const SlotPool& pool) {
   FDLLM_CHECK_ARG(n * Ls < (int64_t{1} << 31), "flash-cache: {} slots × {} store rows exceed 2^31 store rows", n, Ls);
 
   // Flat K/V cache: per layer [n_slots·Ls, n_heads·head_dim]; refuse what cannot fit.
-  const size_t kv_bytes = flash_kv_cache_bytes(c, backend_.activation_dtype(), n, Ls);
+  // This rank's share: its heads (tensor parallelism splits the K/V cache by heads).
+  const auto world = static_cast<size_t>(model_.tp.world);
+  const size_t kv_bytes = flash_kv_cache_bytes(c, backend_.activation_dtype(), n, Ls) / world;
   const size_t free_bytes = backend_.free_memory();
   if (kv_bytes > free_bytes) {
-    const int64_t fit = flash_max_slots(c, backend_.activation_dtype(), Ls, free_bytes);
+    const int64_t fit = flash_max_slots(c, backend_.activation_dtype(), Ls, free_bytes * world);
     FDLLM_FAIL(ErrorCode::kOutOfMemory,
                "flash-cache: the K/V cache for {} slots × {} rows needs {:.2f} GiB but only {:.2f} GiB are free on {}; "
                "at most {} slot(s) fit (pass fewer slots or a shorter gen_length)",
@@ -388,7 +390,7 @@ void FlashCacheDenoiser::allocate_pool(const SlotPool& pool) {
                backend_.name(), fit);
   }
   kv_ = KvStore{};
-  kv_ = make_kv_store(backend_, c, n * Ls, /*shared_across_layers=*/false);
+  kv_ = make_kv_store(backend_, c, n * Ls, /*shared_across_layers=*/false, model_.tp);
   score_buf_ = backend_.alloc(static_cast<size_t>(n * Ls) * sizeof(float), "flash-cache importance");
   scores_dev_ = Tensor(score_buf_.data(), DType::kF32, backend_.device(), {n * Ls});
   backend_.fill_zero(scores_dev_);
@@ -415,7 +417,7 @@ void FlashCacheDenoiser::allocate_pool(const SlotPool& pool) {
   const int64_t tile_rows = opt_.query_tile_rows > 0 ? opt_.query_tile_rows : bm;
   const int64_t tiles = n * (1 + (slot_rows + tile_rows - 1) / tile_rows);
   ws_ = ForwardWorkspace{};
-  ws_ = make_forward_workspace(backend_, c, tokens, n * bm, tiles);
+  ws_ = make_forward_workspace(backend_, c, tokens, n * bm, tiles, 0, model_.tp);
   const int64_t R = ws_.max_logit_rows;
   const size_t bytes_x0 = static_cast<size_t>(R) * 4, pad = (bytes_x0 + 255) / 256 * 256;
   sel_buf_ = backend_.alloc(pad + static_cast<size_t>(R) * 8, "flash-cache token selection outputs");
@@ -424,7 +426,8 @@ void FlashCacheDenoiser::allocate_pool(const SlotPool& pool) {
   if (!opt_.verify) return;
   // Verify pass: a tile of 2·bm rows per slot, at most the cap's mask rows, keys < seqlen_k <= Ls.
   vws_ = ForwardWorkspace{};
-  vws_ = make_forward_workspace(backend_, c, n * 2 * bm, std::max<int64_t>(1, n * flash_verify_cap(opt_)), n, n * Ls);
+  vws_ = make_forward_workspace(backend_, c, n * 2 * bm, std::max<int64_t>(1, n * flash_verify_cap(opt_)), n, n * Ls,
+                                model_.tp);
   const int64_t VR = vws_.max_logit_rows;
   auto pad256 = [](size_t b) { return (b + 255) / 256 * 256; };
   const size_t b_x0 = pad256(static_cast<size_t>(VR) * 4), b_conf = pad256(static_cast<size_t>(VR) * 8);

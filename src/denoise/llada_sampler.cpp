@@ -76,13 +76,13 @@ SequenceState LladaSampler::init_state(std::span<const int32_t> prompt, const Sl
 void LladaSampler::ensure_capacity(int64_t tokens, int64_t logit_rows, int64_t tiles) {
   if (kv_.rows < tokens) {
     kv_ = KvStore{};
-    kv_ = make_kv_store(backend_, model_.config, tokens, /*shared_across_layers=*/true);
+    kv_ = make_kv_store(backend_, model_.config, tokens, /*shared_across_layers=*/true, model_.tp);
   }
   if (ws_.max_tokens < tokens || ws_.max_logit_rows < logit_rows || ws_.max_tiles < tiles) {
     const int64_t t = std::max(tokens, ws_.max_tokens), r = std::max(logit_rows, ws_.max_logit_rows),
                   n = std::max(tiles, ws_.max_tiles);
     ws_ = ForwardWorkspace{};  // free the old one first
-    ws_ = make_forward_workspace(backend_, model_.config, t, r, n);
+    ws_ = make_forward_workspace(backend_, model_.config, t, r, n, 0, model_.tp);
   }
 }
 

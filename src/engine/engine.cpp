@@ -19,6 +19,7 @@
 #include "denoise/llada_sampler.h"
 #include "engine/scheduler.h"
 #include "engine/slot_pool.h"
+#include "engine/tensor_parallel.h"
 #include "io/chat_template.h"
 #include "io/safetensors.h"
 #include "io/tokenizer.h"
@@ -38,7 +39,15 @@ struct Engine::Impl {
   std::optional<Tokenizer> tokenizer;
   std::optional<ChatTemplate> chat;
   std::string chat_error;  // why there is no chat template, for the error message
-  LladaModel model;
+  LladaModel model;  // rank 0's shard under tensor parallelism
+  // Tensor parallelism: the communicators of all ranks, and ranks 1..N-1's backends and shards
+  // (made once at load and never resized: denoisers hold references to the models).
+  std::vector<std::unique_ptr<Communicator>> comms;
+  struct Peer {
+    std::unique_ptr<Backend> backend;
+    LladaModel model;
+  };
+  std::vector<Peer> peers;
   int32_t eot_id = -1;
   double load_seconds = 0.0;
   size_t checkpoint_bytes = 0;
@@ -67,6 +76,18 @@ struct Engine::Impl {
   }
   TextCodec codec(const DecodeSettings& d) const;
   std::string decode_ids(std::span<const int32_t> ids) const;
+  /// The model's ranks (one without tensor parallelism).
+  std::vector<ModelRank> ranks() const {
+    std::vector<ModelRank> r{{backend.get(), &model}};
+    for (const Peer& p : peers) r.push_back({p.backend.get(), &p.model});
+    return r;
+  }
+  /// The smallest free memory over the ranks' backends.
+  size_t free_memory() const {
+    size_t f = backend->free_memory();
+    for (const Peer& p : peers) f = std::min(f, p.backend->free_memory());
+    return f;
+  }
 };
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -96,26 +117,50 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
     impl->chat_error = fmt::format("'{}' has no tokenizer_config.json with a chat template", dir.string());
   }
 
-  impl->backend = make_backend(options.device, options.threads);
+  const int world = options.tensor_parallel;
+  FDLLM_CHECK_ARG(world >= 1 && world <= 64, "tensor_parallel must be in [1, 64], got {}", world);
+  if (world > 1) {
+    FDLLM_CHECK_ARG(!options.profile_ops, "profile_ops is not supported with tensor_parallel {} (one rank's "
+                                          "profile would not say where the group's time goes)", world);
+    llada_shard(cfg, {0, world, nullptr});  // refuse sizes the ranks cannot split before loading anything
+  }
+  impl->backend = make_backend(options.device, options.threads, 0, world);
   if (options.profile_ops) impl->backend = make_profiling_backend(std::move(impl->backend), impl->op_profile);
+  impl->peers.reserve(static_cast<size_t>(world - 1));
+  for (int r = 1; r < world; ++r)
+    impl->peers.push_back({make_backend(options.device, options.threads, r, world), LladaModel{}});
+  if (world > 1) {
+    std::vector<Backend*> bes{impl->backend.get()};
+    for (auto& p : impl->peers) bes.push_back(p.backend.get());
+    impl->comms = make_communicators(bes);
+  }
   impl->free_before_load = impl->backend->free_memory();
-  if (options.load_format == "dummy") {
-    impl->model.weights = make_dummy_llada_weights(*impl->backend, cfg, options.dummy_seed);
-    impl->weights_dtype = "random (dummy)";
-  } else {
+  std::optional<Checkpoint> ckpt;
+  if (options.load_format != "dummy") {
     FDLLM_CHECK_ARG(options.load_format == "auto", "load_format must be 'auto' or 'dummy', got '{}'",
                     options.load_format);
-    Checkpoint ckpt = Checkpoint::open(dir);
-    impl->checkpoint_bytes = ckpt.total_bytes();
-    impl->model.weights = load_llada_weights(*impl->backend, ckpt, cfg);  // validates names and shapes first
-    impl->weights_dtype = checkpoint_dtype_summary(ckpt);
+    ckpt.emplace(Checkpoint::open(dir));
+    impl->checkpoint_bytes = ckpt->total_bytes();
+    impl->weights_dtype = checkpoint_dtype_summary(*ckpt);
+  } else {
+    impl->weights_dtype = "random (dummy)";
   }
-  // Positions up to max_sequence_length plus one 128-row tile of padding (Flash-dLLM layout).
-  impl->model.rope = make_rope_tables(*impl->backend, cfg, cfg.max_sequence_length + 256);
+  // Every rank's shard (rank 0's is impl->model), each from the one mapped checkpoint.
+  for (int r = 0; r < world; ++r) {
+    Backend& be = r == 0 ? *impl->backend : *impl->peers[static_cast<size_t>(r - 1)].backend;
+    LladaModel& m = r == 0 ? impl->model : impl->peers[static_cast<size_t>(r - 1)].model;
+    m.config = cfg;
+    if (world > 1) m.tp = {r, world, impl->comms[static_cast<size_t>(r)].get()};
+    m.weights = ckpt ? load_llada_weights(be, *ckpt, cfg, m.tp)
+                     : make_dummy_llada_weights(be, cfg, options.dummy_seed, m.tp);
+    // Positions up to max_sequence_length plus one 128-row tile of padding (Flash-dLLM layout).
+    m.rope = make_rope_tables(be, cfg, cfg.max_sequence_length + 256);
+  }
   impl->load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   impl->op_profile.clear();  // the profile covers generate calls, not loading
-  logger().info("loaded {} ({} layers, d_model {}) on {} in {:.2f} s", dir.string(), cfg.n_layers, cfg.d_model,
-                impl->backend->name(), impl->load_seconds);
+  logger().info("loaded {} ({} layers, d_model {}) on {}{} in {:.2f} s", dir.string(), cfg.n_layers, cfg.d_model,
+                impl->backend->name(), world > 1 ? fmt::format(" x {} tensor-parallel ranks", world) : "",
+                impl->load_seconds);
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
@@ -196,7 +241,6 @@ std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>&
   }
 
   const auto t0 = std::chrono::steady_clock::now();
-  Backend& be = *impl_->backend;
   const SlotParams params = resolve_params(o.sampling, d, /*exact_blocks=*/true);
   // The pool this batch needs: flash min(slots, requests) slots (0 = every request), the block
   // samplers every request at once; rows for the longest prompt.
@@ -226,7 +270,7 @@ std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>&
   MemorySample mem;
   std::vector<GenerateResult> out(prompts.size());
   {
-    std::unique_ptr<Denoiser> den = make_denoiser(be, impl_->model, d, eot, params, pool);
+    std::unique_ptr<Denoiser> den = make_denoiser(impl_->ranks(), d, eot, params, pool);
     Scheduler sched(*den, impl_->codec(d), so);
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (size_t i = 0; i < prompts.size(); ++i) {
@@ -252,7 +296,7 @@ std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>&
     };
     while (sched.step()) drain();
     drain();
-    mem.take(be.free_memory());  // K/V stores and workspaces still allocated
+    mem.take(impl_->free_memory());  // K/V stores and workspaces still allocated
     for (size_t i = 0; i < have.size(); ++i)
       FDLLM_CHECK(have[i], ErrorCode::kInternal, "generate: request {} did not finish", i);
   }
@@ -291,24 +335,25 @@ void Engine::start(const ServeOptions& options) {
   pool.max_total_length = so.max_model_len;
   Backend& be = *impl_->backend;
   std::unique_ptr<Denoiser> den;
+  const std::vector<ModelRank> ranks = impl_->ranks();
   if (d.n_slots > 0) {
     pool.n_slots = d.n_slots;
-    den = make_denoiser(be, impl_->model, d, eot, defaults, pool);
+    den = make_denoiser(ranks, d, eot, defaults, pool);
   } else {
     // As many slots as fit: K/V rows (and the full-recompute activations) per slot against the
     // free memory; fewer on an allocation failure.
     const int64_t act = static_cast<int64_t>(dtype_size(be.activation_dtype()));
-    const int64_t kv_row = 2 * cfg.n_layers * cfg.n_heads * cfg.head_dim * act;
+    const int64_t kv_row = 2 * cfg.n_layers * llada_shard(cfg, impl_->model.tp).heads * cfg.head_dim * act;
     const int64_t act_row = (7 * cfg.d_model + 3 * cfg.mlp_hidden_size) * act;
     const int64_t per_slot = so.max_model_len * (d.cache == CacheMode::kNone ? act_row + kv_row / cfg.n_layers
                                                                               : kv_row) +
                              d.effective_block_length() * cfg.embedding_size * 4;
-    const auto budget = static_cast<double>(be.free_memory()) * so.memory_fraction;
+    const auto budget = static_cast<double>(impl_->free_memory()) * so.memory_fraction;
     int64_t n = std::clamp<int64_t>(static_cast<int64_t>(budget / static_cast<double>(per_slot)), 1, 256);
     for (;;) {
       pool.n_slots = n;
       try {
-        den = make_denoiser(be, impl_->model, d, eot, defaults, pool);
+        den = make_denoiser(ranks, d, eot, defaults, pool);
         break;
       } catch (const Error& e) {
         if (e.code() != ErrorCode::kOutOfMemory || n == 1) throw;
@@ -383,7 +428,7 @@ void Engine::stop(bool drain) {
   impl_->stop_loop = true;
   if (impl_->loop.joinable()) impl_->loop.join();
   MemorySample mem;
-  mem.take(impl_->backend->free_memory());
+  mem.take(impl_->free_memory());
   if (impl_->free_before_load > mem.min_free)
     impl_->peak_in_use = std::max(impl_->peak_in_use, impl_->free_before_load - mem.min_free);
   std::unique_lock<std::shared_mutex> pool_lock(impl_->pool_mu);  // no submit / metrics in flight
@@ -418,7 +463,11 @@ size_t Engine::peak_memory_bytes() const noexcept { return impl_->peak_in_use; }
 
 std::vector<OpProfileEntry> Engine::op_profile() const { return impl_->op_profile.entries(); }
 size_t Engine::weight_bytes() const noexcept { return impl_->checkpoint_bytes; }
-std::string Engine::backend_name() const { return impl_->backend->name(); }
+std::string Engine::backend_name() const {
+  if (impl_->peers.empty()) return impl_->backend->name();
+  return fmt::format("{} x {} tensor-parallel ranks ({})", impl_->backend->name(), impl_->peers.size() + 1,
+                     impl_->comms[0]->name());
+}
 
 std::string Engine::info() const {
   const LladaModelFacts f{.dir = impl_->options.model_dir,
@@ -428,7 +477,7 @@ std::string Engine::info() const {
                           .eot_id = impl_->eot_id,
                           .has_tokenizer = impl_->tokenizer.has_value(),
                           .has_chat_template = impl_->chat.has_value()};
-  return describe_llada_model(f, *impl_->backend);
+  return describe_llada_model(f, *impl_->backend, static_cast<int>(impl_->peers.size()) + 1, backend_name());
 }
 
 }  // namespace flashdllm

@@ -14,10 +14,7 @@
 namespace flashdllm {
 namespace {
 
-
 std::string number_text(double v) { return nlohmann::json(v).dump(); }
-
-bool block_sampler(CacheMode m) { return m != CacheMode::kFlash; }
 
 // Bounds that keep every product of sizes far from overflow (the real models are far below them).
 constexpr int64_t kMaxCount = int64_t{1} << 24;

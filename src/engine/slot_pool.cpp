@@ -5,6 +5,7 @@
 #include "denoise/fastdllm_cache.h"
 #include "denoise/flash_cache.h"
 #include "denoise/llada_sampler.h"
+#include "engine/tensor_parallel.h"
 
 namespace flashdllm {
 namespace {
@@ -88,6 +89,19 @@ std::unique_ptr<Denoiser> make_denoiser(Backend& be, const LladaModel& m, const 
     }
   }
   FDLLM_FAIL(ErrorCode::kInternal, "unknown cache mode {}", static_cast<int>(d.cache));
+}
+
+std::unique_ptr<Denoiser> make_denoiser(std::span<const ModelRank> ranks, const DecodeSettings& d, int32_t eot,
+                                        const SlotParams& request, const SlotPool& pool) {
+  FDLLM_CHECK_ARG(!ranks.empty(), "make_denoiser: no model ranks");
+  if (ranks.size() == 1) return make_denoiser(*ranks[0].backend, *ranks[0].model, d, eot, request, pool);
+  std::vector<std::unique_ptr<Denoiser>> dens;
+  std::vector<Communicator*> comms;
+  for (const ModelRank& r : ranks) {
+    dens.push_back(make_denoiser(*r.backend, *r.model, d, eot, request, pool));
+    comms.push_back(r.model->tp.comm);
+  }
+  return std::make_unique<TensorParallelDenoiser>(std::move(dens), std::move(comms));
 }
 
 }  // namespace flashdllm

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 
 #include "backend/backend.h"
 #include "denoise/denoiser.h"
@@ -22,5 +23,17 @@ SlotParams resolve_params(const SamplingParams& s, const DecodeSettings& d, bool
 /// constructors throw (Error(kInvalidArgument), Error(kOutOfMemory)).
 std::unique_ptr<Denoiser> make_denoiser(Backend& backend, const LladaModel& model, const DecodeSettings& d,
                                         int32_t eot, const SlotParams& defaults, const SlotPool& pool);
+
+/// One tensor-parallel rank: its backend and its shard of the model (model->tp says which).
+struct ModelRank {
+  Backend* backend = nullptr;
+  const LladaModel* model = nullptr;
+};
+
+/// The denoiser of d.cache over the ranks of a model: one rank = make_denoiser above; N ranks = a
+/// TensorParallelDenoiser (engine/tensor_parallel.h) over one such denoiser per rank, with the same
+/// settings and pool. Throws as above, Error(kInvalidArgument) for no ranks.
+std::unique_ptr<Denoiser> make_denoiser(std::span<const ModelRank> ranks, const DecodeSettings& d, int32_t eot,
+                                        const SlotParams& defaults, const SlotPool& pool);
 
 }  // namespace flashdllm

@@ -8,6 +8,7 @@
 #include <functional>
 #include <utility>
 
+#include "backend/comm.h"
 #include "core/check.h"
 #include "core/log.h"
 #include "core/philox.h"
@@ -53,30 +54,31 @@ void for_each_weight(LladaWeights& w, const std::function<void(Tensor&)>& f) {
   f(w.lm_head);
 }
 
-/// The weights' layout in one buffer (tensor data = byte offsets until bound) and its size.
-LladaWeights plan_weights(const Backend& backend, const LladaConfig& c) {
+/// The layout of rank shard `s`'s weights in one buffer (tensor data = byte offsets until bound)
+/// and its size.
+LladaWeights plan_weights(const Backend& backend, const LladaConfig& c, const LladaShard& s) {
   const DType wt = backend.weight_dtype();
   Carver cv(backend.device());
   LladaWeights w;
-  const int64_t D = c.d_model, F = c.mlp_hidden_size, E = c.embedding_size;
+  const int64_t D = c.d_model, Hl = s.heads * c.head_dim, Fl = s.mlp, E = c.embedding_size;
   w.wte = cv.take(wt, {E, D});
   w.layers.resize(static_cast<size_t>(c.n_layers));
   for (auto& l : w.layers) {
     l.attn_norm = cv.take(wt, {D});
-    l.wqkv = cv.take(wt, {3 * D, D});
-    l.attn_out = cv.take(wt, {D, D});
+    l.wqkv = cv.take(wt, {3 * Hl, D});
+    l.attn_out = cv.take(wt, {D, Hl});
     l.ff_norm = cv.take(wt, {D});
-    l.w_gate_up = cv.take(wt, {2 * F, D});
-    l.ff_out = cv.take(wt, {D, F});
+    l.w_gate_up = cv.take(wt, {2 * Fl, D});
+    l.ff_out = cv.take(wt, {D, Fl});
   }
   w.ln_f = cv.take(wt, {D});
-  w.lm_head = cv.take(wt, {E, D});
+  w.lm_head = cv.take(wt, {s.vocab, D});
   w.bytes = cv.bytes();
   return w;
 }
 
-LladaWeights allocate_weights(Backend& backend, const LladaConfig& c) {
-  LladaWeights w = plan_weights(backend, c);
+LladaWeights allocate_weights(Backend& backend, const LladaConfig& c, const LladaShard& s) {
+  LladaWeights w = plan_weights(backend, c, s);
   w.storage = backend.alloc(w.bytes, "model weights");
   for_each_weight(w, [&](Tensor& t) { Carver::bind(t, w.storage); });
   return w;
@@ -86,52 +88,115 @@ std::string block(int64_t i, const char* name) { return fmt::format("model.trans
 
 }  // namespace
 
-size_t llada_weight_bytes(const Backend& backend, const LladaConfig& cfg) { return plan_weights(backend, cfg).bytes; }
+LladaShard llada_shard(const LladaConfig& cfg, const TensorParallel& tp) {
+  const int64_t N = tp.world;
+  FDLLM_CHECK_ARG(N >= 1 && tp.rank >= 0 && tp.rank < N, "tensor parallel: rank {} outside [0, world size {})",
+                  tp.rank, N);
+  FDLLM_CHECK_ARG(cfg.n_heads % N == 0,
+                  "tensor parallel size {} must divide n_heads = {} (attention heads are split across ranks)", N,
+                  cfg.n_heads);
+  FDLLM_CHECK_ARG(cfg.mlp_hidden_size % N == 0,
+                  "tensor parallel size {} must divide mlp_hidden_size = {} (the MLP columns are split across ranks)",
+                  N, cfg.mlp_hidden_size);
+  FDLLM_CHECK_ARG(cfg.embedding_size % N == 0,
+                  "tensor parallel size {} must divide embedding_size = {} (the LM head's vocabulary rows are split "
+                  "across ranks)",
+                  N, cfg.embedding_size);
+  LladaShard s;
+  s.heads = cfg.n_heads / N;
+  s.head_begin = tp.rank * s.heads;
+  s.mlp = cfg.mlp_hidden_size / N;
+  s.mlp_begin = tp.rank * s.mlp;
+  s.vocab = cfg.embedding_size / N;
+  s.vocab_begin = tp.rank * s.vocab;
+  return s;
+}
 
-LladaWeights load_llada_weights(Backend& backend, const Checkpoint& ckpt, const LladaConfig& cfg) {
+size_t llada_weight_bytes(const Backend& backend, const LladaConfig& cfg, const TensorParallel& tp) {
+  return plan_weights(backend, cfg, llada_shard(cfg, tp)).bytes;
+}
+
+LladaWeights load_llada_weights(Backend& backend, const Checkpoint& ckpt, const LladaConfig& cfg,
+                                const TensorParallel& tp) {
   validate_llada_checkpoint(ckpt, cfg);
-  LladaWeights w = allocate_weights(backend, cfg);
-  auto put = [&](Tensor dst, const std::string& name) {
+  const LladaShard sh = llada_shard(cfg, tp);
+  LladaWeights w = allocate_weights(backend, cfg, sh);
+  // Rows [begin, begin + dst.rows()) of a [rows, cols] checkpoint tensor: a contiguous run of the file.
+  auto put_rows = [&](Tensor dst, const std::string& name, int64_t begin) {
     const TensorInfo& t = ckpt.get(name);
-    FDLLM_CHECK_CKPT(t.numel() == dst.numel(), "{}: tensor '{}' has {} elements, expected {}", t.file, name,
-                     t.numel(), dst.numel());
-    backend.upload_weight(dst, t.dtype, t.data);
+    const int64_t rows = t.shape.empty() ? 0 : t.shape[0], cols = rows > 0 ? t.numel() / rows : 0;
+    FDLLM_CHECK_CKPT(dst.row_size() == cols && begin + dst.rows() <= rows,
+                     "{}: tensor '{}' ({} elements) has no rows [{}, {}) of {} columns", t.file, name, t.numel(), begin,
+                     begin + dst.rows(), dst.row_size());
+    const size_t es = dtype_size(t.dtype);
+    backend.upload_weight(dst, t.dtype, static_cast<const char*>(t.data) + static_cast<size_t>(begin * cols) * es);
   };
-  auto put_rows = [&](Tensor dst, int64_t row_begin, const std::string& name) {
+  // Columns [begin, begin + dst.row_size()) of a [rows, cols] checkpoint tensor: strided, staged on the host.
+  std::vector<char> staging;
+  auto put_cols = [&](Tensor dst, const std::string& name, int64_t begin) {
     const TensorInfo& t = ckpt.get(name);
-    const int64_t rows = t.shape.empty() ? 0 : t.shape[0];
-    put(dst.slice_rows(row_begin, row_begin + rows), name);
+    FDLLM_CHECK_CKPT(t.shape.size() == 2 && t.shape[0] == dst.rows() && begin + dst.row_size() <= t.shape[1],
+                     "{}: tensor '{}' has no [{}, {}) column slice of {} rows", t.file, name, begin,
+                     begin + dst.row_size(), dst.rows());
+    if (dst.row_size() == t.shape[1]) return put_rows(dst, name, 0);
+    const size_t es = dtype_size(t.dtype), run = static_cast<size_t>(dst.row_size()) * es;
+    const size_t pitch = static_cast<size_t>(t.shape[1]) * es;
+    staging.resize(run * static_cast<size_t>(dst.rows()));
+    const char* src = static_cast<const char*>(t.data) + static_cast<size_t>(begin) * es;
+    for (int64_t r = 0; r < dst.rows(); ++r)
+      std::memcpy(staging.data() + static_cast<size_t>(r) * run, src + static_cast<size_t>(r) * pitch, run);
+    backend.upload_weight(dst, t.dtype, staging.data());
+    backend.synchronize();  // the staging buffer is reused by the next slice
   };
-  put(w.wte, "model.transformer.wte.weight");
-  const int64_t D = cfg.d_model, F = cfg.mlp_hidden_size;
+  put_rows(w.wte, "model.transformer.wte.weight", 0);
+  const int64_t Dh = cfg.head_dim, Hl = sh.heads * Dh, Fl = sh.mlp;
   for (int64_t i = 0; i < cfg.n_layers; ++i) {
     auto& l = w.layers[static_cast<size_t>(i)];
-    put(l.attn_norm, block(i, "attn_norm"));
-    put_rows(l.wqkv, 0, block(i, "q_proj"));
-    put_rows(l.wqkv, D, block(i, "k_proj"));
-    put_rows(l.wqkv, 2 * D, block(i, "v_proj"));
-    put(l.attn_out, block(i, "attn_out"));
-    put(l.ff_norm, block(i, "ff_norm"));
-    put_rows(l.w_gate_up, 0, block(i, "ff_proj"));
-    put_rows(l.w_gate_up, F, block(i, "up_proj"));
-    put(l.ff_out, block(i, "ff_out"));
+    put_rows(l.attn_norm, block(i, "attn_norm"), 0);
+    put_rows(l.wqkv.slice_rows(0, Hl), block(i, "q_proj"), sh.head_begin * Dh);
+    put_rows(l.wqkv.slice_rows(Hl, 2 * Hl), block(i, "k_proj"), sh.head_begin * Dh);
+    put_rows(l.wqkv.slice_rows(2 * Hl, 3 * Hl), block(i, "v_proj"), sh.head_begin * Dh);
+    put_cols(l.attn_out, block(i, "attn_out"), sh.head_begin * Dh);
+    put_rows(l.ff_norm, block(i, "ff_norm"), 0);
+    put_rows(l.w_gate_up.slice_rows(0, Fl), block(i, "ff_proj"), sh.mlp_begin);
+    put_rows(l.w_gate_up.slice_rows(Fl, 2 * Fl), block(i, "up_proj"), sh.mlp_begin);
+    put_cols(l.ff_out, block(i, "ff_out"), sh.mlp_begin);
   }
-  put(w.ln_f, "model.transformer.ln_f.weight");
-  put(w.lm_head, "model.transformer.ff_out.weight");
+  put_rows(w.ln_f, "model.transformer.ln_f.weight", 0);
+  put_rows(w.lm_head, "model.transformer.ff_out.weight", sh.vocab_begin);
   backend.synchronize();
   return w;
 }
 
-LladaWeights make_dummy_llada_weights(Backend& backend, const LladaConfig& cfg, uint64_t seed) {
-  LladaWeights w = allocate_weights(backend, cfg);
+LladaWeights make_dummy_llada_weights(Backend& backend, const LladaConfig& cfg, uint64_t seed,
+                                      const TensorParallel& tp) {
+  const LladaShard sh = llada_shard(cfg, tp);
+  LladaWeights w = allocate_weights(backend, cfg, sh);
   // Made on the device (Backend::fill_normal: Box-Muller on counter-based uniforms, stream = the
-  // tensor's index in for_each_weight order): N(0, 0.02²) matrices; norm weights exactly 1 like a
-  // fresh model.
-  uint64_t tensor_index = 0;
-  for_each_weight(w, [&](Tensor& t) {
-    const bool is_norm = t.ndim == 1;
-    backend.fill_normal(t, seed, tensor_index++, is_norm ? 1.0f : 0.0f, is_norm ? 0.0f : 0.02f);
-  });
+  // tensor's index in for_each_weight order, values keyed by the element index in the unsharded
+  // tensor): N(0, 0.02²) matrices; norm weights exactly 1 like a fresh model. A rank fills the
+  // pieces of each unsharded tensor it holds through FillWindows.
+  uint64_t stream = 0;
+  auto matrix = [&](std::initializer_list<std::pair<Tensor, FillWindow>> pieces) {
+    for (const auto& [t, window] : pieces) backend.fill_normal(t, seed, stream, 0.0f, 0.02f, window);
+    ++stream;
+  };
+  auto norm = [&](Tensor t) { backend.fill_normal(t, seed, stream++, 1.0f, 0.0f); };
+  const int64_t D = cfg.d_model, Dh = cfg.head_dim, H = cfg.n_heads * Dh, F = cfg.mlp_hidden_size;
+  const int64_t Hl = sh.heads * Dh, h0 = sh.head_begin * Dh, Fl = sh.mlp, f0 = sh.mlp_begin;
+  matrix({{w.wte, {}}});
+  for (auto& l : w.layers) {
+    norm(l.attn_norm);
+    matrix({{l.wqkv.slice_rows(0, Hl), {h0 * D, 0}},
+            {l.wqkv.slice_rows(Hl, 2 * Hl), {(H + h0) * D, 0}},
+            {l.wqkv.slice_rows(2 * Hl, 3 * Hl), {(2 * H + h0) * D, 0}}});
+    matrix({{l.attn_out, {h0, H}}});
+    norm(l.ff_norm);
+    matrix({{l.w_gate_up.slice_rows(0, Fl), {f0 * D, 0}}, {l.w_gate_up.slice_rows(Fl, 2 * Fl), {(F + f0) * D, 0}}});
+    matrix({{l.ff_out, {f0, F}}});
+  }
+  norm(w.ln_f);
+  matrix({{w.lm_head, {sh.vocab_begin * D, 0}}});
   backend.synchronize();
   return w;
 }
@@ -163,10 +228,11 @@ RopeTables make_rope_tables(Backend& backend, const LladaConfig& cfg, int64_t ma
   return r;
 }
 
-KvStore make_kv_store(Backend& backend, const LladaConfig& cfg, int64_t rows, bool shared_across_layers) {
+KvStore make_kv_store(Backend& backend, const LladaConfig& cfg, int64_t rows, bool shared_across_layers,
+                      const TensorParallel& tp) {
   KvStore kv;
   kv.rows = rows;
-  const int64_t HD = cfg.n_heads * cfg.head_dim;
+  const int64_t HD = llada_shard(cfg, tp).heads * cfg.head_dim;
   const DType at = backend.activation_dtype();
   const size_t one = align_up(static_cast<size_t>(rows * HD) * dtype_size(at));
   const int64_t n_stores = shared_across_layers ? 1 : cfg.n_layers;
@@ -257,12 +323,14 @@ void VerifyBatch::validate(int64_t store_rows, int64_t vocab_rows, int64_t max_p
 }
 
 ForwardWorkspace make_forward_workspace(Backend& backend, const LladaConfig& c, int64_t max_tokens,
-                                        int64_t max_logit_rows, int64_t max_tiles, int64_t max_verify_keys) {
+                                        int64_t max_logit_rows, int64_t max_tiles, int64_t max_verify_keys,
+                                        const TensorParallel& tp) {
   FDLLM_CHECK_ARG(max_tokens > 0 && max_logit_rows > 0 && max_tiles > 0 && max_verify_keys >= 0,
                   "forward workspace: sizes must be positive (tokens {}, logit rows {}, tiles {}; verify keys {} >= 0)",
                   max_tokens, max_logit_rows, max_tiles, max_verify_keys);
   const DType at = backend.activation_dtype();
-  const int64_t T = max_tokens, D = c.d_model, HD = c.n_heads * c.head_dim, F = c.mlp_hidden_size;
+  const LladaShard sh = llada_shard(c, tp);
+  const int64_t T = max_tokens, D = c.d_model, HD = sh.heads * c.head_dim, F = sh.mlp;
   const int64_t R = max_logit_rows;
   Carver cv(backend.device());
   ForwardWorkspace ws;
@@ -278,6 +346,7 @@ ForwardWorkspace make_forward_workspace(Backend& backend, const LladaConfig& c, 
   ws.sel = cv.take(at, {R, D});
   ws.scratch = cv.take(at, {T, 3 * HD});
   ws.logits = cv.take(DType::kF32, {R, c.embedding_size});
+  if (tp.comm != nullptr) ws.gather = cv.take(DType::kF32, {tp.world * R * sh.vocab});
   ws.ids = cv.take(DType::kI32, {T});
   ws.positions = cv.take(DType::kI32, {T});
   ws.kv_rows = cv.take(DType::kI32, {T});
@@ -296,6 +365,7 @@ ForwardWorkspace make_forward_workspace(Backend& backend, const LladaConfig& c, 
   for (Tensor* t : {&ws.x, &ws.xn, &ws.q, &ws.attn, &ws.gate_up, &ws.act, &ws.sel, &ws.scratch, &ws.logits, &ws.ids,
                     &ws.positions, &ws.kv_rows, &ws.tiles, &ws.logit_rows, &ws.row_keys})
     Carver::bind(*t, ws.storage);
+  if (tp.comm != nullptr) Carver::bind(ws.gather, ws.storage);
   if (max_verify_keys > 0)
     for (Tensor* t : {&ws.k_tile, &ws.v_tile, &ws.key_rows, &ws.verify_tiles}) Carver::bind(*t, ws.storage);
   return ws;
@@ -315,6 +385,11 @@ Tensor run_layers(Backend& be, const LladaModel& model, ForwardWorkspace& ws, in
                   const AttentionStage& attention) {
   const LladaConfig& c = model.config;
   const LladaWeights& w = model.weights;
+  Communicator* comm = model.tp.comm;
+  // Row-parallel products (attn_out, ff_out) give each rank a partial sum of h's update: rank 0
+  // accumulates it onto the residual, the others overwrite h with theirs, and the all-reduce adds
+  // them (the residual counted once). Without a communicator this is the unsharded h += ... .
+  const bool residual = model.tp.rank == 0;
   const auto R = static_cast<int64_t>(logit_rows.size());
   Tensor x = ws.x.slice_rows(0, T), xn = ws.xn.slice_rows(0, T), q = ws.q.slice_rows(0, T);
   Tensor attn = ws.attn.slice_rows(0, T), gate_up = ws.gate_up.slice_rows(0, T), act = ws.act.slice_rows(0, T);
@@ -323,11 +398,13 @@ Tensor run_layers(Backend& be, const LladaModel& model, ForwardWorkspace& ws, in
     const LladaLayerWeights& lw = w.layers[static_cast<size_t>(l)];
     be.rmsnorm(x, lw.attn_norm, c.rms_norm_eps, xn);
     attention(l, lw, xn, q, attn);
-    be.matmul(attn, lw.attn_out, x, /*accumulate=*/true);
+    be.matmul(attn, lw.attn_out, x, /*accumulate=*/residual);
+    if (comm != nullptr) comm->all_reduce_sum(x);
     be.rmsnorm(x, lw.ff_norm, c.rms_norm_eps, xn);
     be.matmul(xn, lw.w_gate_up, gate_up, false);
     be.swiglu(gate_up, act);
-    be.matmul(act, lw.ff_out, x, /*accumulate=*/true);
+    be.matmul(act, lw.ff_out, x, /*accumulate=*/residual);
+    if (comm != nullptr) comm->all_reduce_sum(x);
   }
   Tensor logits = ws.logits.slice_rows(0, R);
   if (R == 0) return logits;
@@ -337,8 +414,40 @@ Tensor run_layers(Backend& be, const LladaModel& model, ForwardWorkspace& ws, in
   Tensor sel = ws.sel.slice_rows(0, R);
   be.gather_rows(x, lrows, sel);
   be.rmsnorm(sel, w.ln_f, c.rms_norm_eps, sel);
-  be.matmul(sel, w.lm_head, logits, false);
+  if (comm == nullptr) {
+    be.matmul(sel, w.lm_head, logits, false);
+    return logits;
+  }
+  // Vocabulary-parallel LM head: this rank's [R, Vl] block of the logits, computed into its chunk
+  // of the gather staging (an in-place NCCL all-gather), then every rank gets all column blocks.
+  const int64_t Vl = w.lm_head.rows(), N = model.tp.world;
+  Tensor staged = ws.gather.slice_rows(0, N * R * Vl).reshape({N * R, Vl});
+  Tensor local = staged.slice_rows(model.tp.rank * R, (model.tp.rank + 1) * R);
+  be.matmul(sel, w.lm_head, local, false);
+  comm->all_gather_columns(local, logits, ws.gather);
   return logits;
+}
+
+/// Checks that the model's rank context, its weights and the K/V store / workspace agree (a store
+/// or workspace made for another rank shape would fail deep inside an op). Returns the local heads.
+int local_heads(const LladaModel& model, const Tensor& kv_k, const ForwardWorkspace& ws, const char* what) {
+  const LladaConfig& c = model.config;
+  const TensorParallel& tp = model.tp;
+  const LladaShard sh = llada_shard(c, tp);
+  FDLLM_CHECK_ARG(tp.world == 1 || tp.comm != nullptr, "{}: tensor parallel world {} without a communicator", what,
+                  tp.world);
+  FDLLM_CHECK_ARG(tp.comm == nullptr || (tp.comm->rank() == tp.rank && tp.comm->world_size() == tp.world),
+                  "{}: the communicator is rank {} of {}, the model rank {} of {}", what, tp.comm->rank(),
+                  tp.comm->world_size(), tp.rank, tp.world);
+  const int64_t Hl = sh.heads * c.head_dim;
+  FDLLM_CHECK_ARG(model.weights.lm_head.rows() == sh.vocab && !model.weights.layers.empty() &&
+                      model.weights.layers[0].wqkv.rows() == 3 * Hl,
+                  "{}: the weights are not rank {} of {}'s shard", what, tp.rank, tp.world);
+  FDLLM_CHECK_ARG(kv_k.row_size() == Hl && ws.q.row_size() == Hl && (tp.comm == nullptr || !ws.gather.empty()),
+                  "{}: K/V store ({}) or workspace (q {}) not made for rank {} of {} ({} columns{})", what,
+                  kv_k.describe(), ws.q.describe(), tp.rank, tp.world, Hl,
+                  tp.comm != nullptr && ws.gather.empty() ? ", with the gather staging" : "");
+  return static_cast<int>(sh.heads);
 }
 
 float attention_scale(const LladaConfig& c) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim))); }
@@ -364,10 +473,16 @@ Tensor llada_forward(Backend& be, const LladaModel& model, const ForwardBatch& b
   be.copy_from_host(rows, batch.kv_rows.data());
   be.copy_from_host(tiles, batch.tiles.data());
 
+  FDLLM_CHECK_ARG(!kv.k.empty() && static_cast<int64_t>(kv.k.size()) == c.n_layers,
+                  "forward: the K/V store has {} layers, the model {}", kv.k.size(), c.n_layers);
+  const int n_heads = local_heads(model, kv.k[0], ws, "forward");
   const float scale = attention_scale(c);
-  const int n_heads = static_cast<int>(c.n_heads);
   const ImportanceSpec& imp = batch.importance;
-  return run_layers(be, model, ws, T, ids, batch.logit_rows, batch.row_keys,
+  // Importance sums over heads, i.e. over ranks: rank 0 keeps what scores held before this forward,
+  // the others start from zero, and one all-reduce after the layers adds the ranks' head sums.
+  Communicator* comm = model.tp.comm;
+  if (comm != nullptr && imp.tiles > 0 && model.tp.rank != 0) be.fill_zero(imp.scores);
+  Tensor logits = run_layers(be, model, ws, T, ids, batch.logit_rows, batch.row_keys,
                     [&](int64_t l, const LladaLayerWeights& lw, Tensor xn, Tensor q, Tensor attn) {
                       Tensor k = kv.k[static_cast<size_t>(l)], v = kv.v[static_cast<size_t>(l)];
                       be.qkv_rope_store(xn, lw.wqkv, pos, rows, model.rope.table, n_heads, q, k, v, ws.scratch);
@@ -382,6 +497,8 @@ Tensor llada_forward(Backend& be, const LladaModel& model, const ForwardBatch& b
                         be.attention_importance(q, k, tiles.slice_rows(0, imp.tiles), n_heads, scale,
                                                 imp.probability_mass, imp.weight, imp.scores);
                     });
+  if (comm != nullptr && imp.tiles > 0) comm->all_reduce_sum(imp.scores);
+  return logits;
 }
 
 Tensor llada_verify_forward(Backend& be, const LladaModel& model, const VerifyBatch& batch, const KvStore& kv,
@@ -413,8 +530,8 @@ Tensor llada_verify_forward(Backend& be, const LladaModel& model, const VerifyBa
   be.copy_from_host(tiles, batch.tiles.data());
   Tensor k_tile = ws.k_tile.slice_rows(0, T), v_tile = ws.v_tile.slice_rows(0, T);
 
+  const int n_heads = local_heads(model, kv.k[0], ws, "verify forward");
   const float scale = attention_scale(c);
-  const int n_heads = static_cast<int>(c.n_heads);
   return run_layers(be, model, ws, T, ids, batch.logit_rows, batch.row_keys,
                     [&](int64_t l, const LladaLayerWeights& lw, Tensor xn, Tensor q, Tensor attn) {
                       be.qkv_rope_store(xn, lw.wqkv, pos, rows, model.rope.table, n_heads, q, k_tile, v_tile,

@@ -9,6 +9,15 @@
 // RoPE position, K/V store row), an attention schedule (tiles of query rows x store rows) and the
 // rows whose logits it needs. Full recompute = every position is a query row and its own store row;
 // cached modes (Fast-dLLM, Flash-Cache) query a subset and read the rest from a persistent KvCache.
+//
+// Tensor parallelism (Megatron-LM layout, Shoeybi et al. 2019 §3; SPMD ranks): rank r of N holds the
+// q/k/v rows of heads [r·H/N, (r+1)·H/N) (column-parallel) and attn_out's input columns of those
+// heads (row-parallel), the gate/up rows of mlp columns [r·F/N, (r+1)·F/N) and ff_out's matching
+// columns, the LM-head rows of vocabulary [r·V/N, (r+1)·V/N); embedding and norms are replicated.
+// Its K/V stores hold the local heads only. The forward all-reduces h after attn_out and after
+// ff_out (rank 0 adds the residual, the others contribute their partial product alone), all-gathers
+// the logits' column blocks, and all-reduces Flash-Cache's attention importance once per forward.
+// With no communicator (LladaModel::tp default) the forward is the unsharded one, op for op.
 #pragma once
 
 #include <cstdint>
@@ -20,36 +29,70 @@
 
 namespace flashdllm {
 
+class Communicator;
+
+/// A rank's place in a tensor-parallel group (SPMD: every rank runs the same forward on its shard).
+struct TensorParallel {
+  int rank = 0;                  ///< in [0, world)
+  int world = 1;                 ///< ranks sharing the model
+  /// The collectives (backend/comm.h). nullptr (world 1 only): the unsharded forward, op for op.
+  /// Set with world 1 too, the forward runs its collective path (a TP = 1 test of a transport).
+  Communicator* comm = nullptr;
+};
+
+/// The slice of the model a rank holds (see the file comment): local heads [head_begin, head_begin +
+/// heads), mlp columns [mlp_begin, mlp_begin + mlp), LM-head rows [vocab_begin, vocab_begin + vocab).
+/// World 1: everything.
+struct LladaShard {
+  int64_t heads = 0, head_begin = 0;
+  int64_t mlp = 0, mlp_begin = 0;
+  int64_t vocab = 0, vocab_begin = 0;
+};
+/// The shard of `tp.rank` of `tp.world`. Throws Error(kInvalidArgument) naming the size when
+/// n_heads, mlp_hidden_size or embedding_size is not divisible by the world size, or for a rank
+/// outside [0, world).
+LladaShard llada_shard(const LladaConfig& cfg, const TensorParallel& tp);
+
+/// One rank's weights (the whole model at world 1); Hl = local heads · head_dim, Fl = local mlp
+/// columns, Vl = local LM-head rows (llada_shard).
 struct LladaLayerWeights {
   Tensor attn_norm;  // [d_model]
-  Tensor wqkv;       // [3·d_model, d_model]: rows q_proj | k_proj | v_proj
-  Tensor attn_out;   // [d_model, d_model]
+  Tensor wqkv;       // [3·Hl, d_model]: rows q_proj | k_proj | v_proj of the local heads
+  Tensor attn_out;   // [d_model, Hl]: the local heads' input columns
   Tensor ff_norm;    // [d_model]
-  Tensor w_gate_up;  // [2·mlp_hidden_size, d_model]: rows ff_proj (gate) | up_proj
-  Tensor ff_out;     // [d_model, mlp_hidden_size] (down projection)
+  Tensor w_gate_up;  // [2·Fl, d_model]: rows ff_proj (gate) | up_proj of the local mlp columns
+  Tensor ff_out;     // [d_model, Fl] (down projection, the local input columns)
 };
 
 /// All weights on the backend's device, in its weight dtype, in one allocation.
 struct LladaWeights {
-  Tensor wte;      // [embedding_size, d_model]
+  Tensor wte;      // [embedding_size, d_model] (replicated)
   std::vector<LladaLayerWeights> layers;
   Tensor ln_f;     // [d_model]
-  Tensor lm_head;  // [embedding_size, d_model]  (model.transformer.ff_out)
+  Tensor lm_head;  // [Vl, d_model]  (model.transformer.ff_out rows of the local vocabulary)
   Buffer storage;
   size_t bytes = 0;
 };
 
-/// Bytes of device memory the weights of `cfg` take on `backend` (its weight dtype, packed and
-/// aligned as load_llada_weights lays them out), without allocating anything.
-size_t llada_weight_bytes(const Backend& backend, const LladaConfig& cfg);
+/// Bytes of device memory the weights of `cfg` (rank `tp`'s shard of them) take on `backend` (its
+/// weight dtype, packed and aligned as load_llada_weights lays them out), without allocating
+/// anything. Throws as llada_shard.
+size_t llada_weight_bytes(const Backend& backend, const LladaConfig& cfg, const TensorParallel& tp = {});
 
-/// Copies (and converts to the backend's weight dtype) every tensor of a validated checkpoint.
-/// Throws as validate_llada_checkpoint, or Error(kOutOfMemory) when the device cannot hold them.
-LladaWeights load_llada_weights(Backend& backend, const Checkpoint& ckpt, const LladaConfig& cfg);
+/// Copies (and converts to the backend's weight dtype) the tensors of a validated checkpoint, or the
+/// slices of them rank `tp` holds: row slices (q/k/v, gate/up, LM head) straight from the mapped
+/// file, column slices (attn_out, ff_out) through a host staging copy of the strided rows.
+/// Throws as validate_llada_checkpoint and llada_shard, or Error(kOutOfMemory) when the device
+/// cannot hold them.
+LladaWeights load_llada_weights(Backend& backend, const Checkpoint& ckpt, const LladaConfig& cfg,
+                                const TensorParallel& tp = {});
 
 /// Seeded random weights of the config's shapes (N(0, 0.02) matrices, norm weights 1), for
-/// benchmarks without a checkpoint (`--load-format dummy`).
-LladaWeights make_dummy_llada_weights(Backend& backend, const LladaConfig& cfg, uint64_t seed);
+/// benchmarks without a checkpoint (`--load-format dummy`). Each tensor's values are keyed by its
+/// element index in the unsharded tensor (Backend::fill_normal with a FillWindow), so rank `tp`
+/// gets exactly its slice of the unsharded dummy model. Throws as llada_shard.
+LladaWeights make_dummy_llada_weights(Backend& backend, const LladaConfig& cfg, uint64_t seed,
+                                      const TensorParallel& tp = {});
 
 /// RoPE cos/sin tables for positions [0, max_positions) on the backend's device.
 struct RopeTables {
@@ -61,15 +104,17 @@ struct RopeTables {
 /// angle = fp32(p) · inv_freq_i (fp32 product), cos/sin of that fp32 angle.
 RopeTables make_rope_tables(Backend& backend, const LladaConfig& cfg, int64_t max_positions);
 
-/// Persistent per-layer K/V stores of `rows` rows x (n_heads·head_dim), activation dtype.
+/// Persistent per-layer K/V stores of `rows` rows x (local heads·head_dim), activation dtype.
 /// Full recompute uses one shared scratch store for all layers (`shared_across_layers`).
 struct KvStore {
-  std::vector<Tensor> k, v;  // per layer, [rows, n_heads·head_dim]
+  std::vector<Tensor> k, v;  // per layer, [rows, Hl]
   int64_t rows = 0;
   Buffer storage;
   size_t bytes = 0;
 };
-KvStore make_kv_store(Backend& backend, const LladaConfig& cfg, int64_t rows, bool shared_across_layers);
+/// The stores of rank `tp` (its local heads). Throws as llada_shard, Error(kOutOfMemory).
+KvStore make_kv_store(Backend& backend, const LladaConfig& cfg, int64_t rows, bool shared_across_layers,
+                      const TensorParallel& tp = {});
 
 /// Optional attention-importance output of a forward (Flash-Cache a_t, reference §D.6): after the
 /// attention of every layer l >= first_layer, Backend::attention_importance over the first `tiles`
@@ -127,27 +172,35 @@ struct ForwardWorkspace {
   int64_t max_tokens = 0, max_logit_rows = 0, max_tiles = 0, max_verify_keys = 0;
   Tensor x, xn, q, attn, gate_up, act, sel;  // activations
   Tensor scratch;                            // qkv_rope_store scratch
-  Tensor logits;                             // F32 [max_logit_rows, embedding_size]
+  Tensor logits;                             // F32 [max_logit_rows, embedding_size] (all-gathered)
+  Tensor gather;                             // with a communicator: F32 [world · max_logit_rows · Vl], rank r's LM-head output is chunk r
   Tensor ids, positions, kv_rows, tiles, logit_rows, row_keys;  // plan, I32
   Tensor k_tile, v_tile;                     // verify: fresh K/V of the query rows [max_tokens, H·Dh]
   Tensor key_rows, verify_tiles;             // verify plan: I32 [max_verify_keys], I32 [max_tiles, 5]
   Buffer storage;
   size_t bytes = 0;
 };
+/// Sized for rank `tp` (local heads and mlp columns; the gather staging when tp.comm is set).
+/// Throws Error(kInvalidArgument) for non-positive sizes, as llada_shard, Error(kOutOfMemory).
 ForwardWorkspace make_forward_workspace(Backend& backend, const LladaConfig& cfg, int64_t max_tokens,
-                                        int64_t max_logit_rows, int64_t max_tiles, int64_t max_verify_keys = 0);
+                                        int64_t max_logit_rows, int64_t max_tiles, int64_t max_verify_keys = 0,
+                                        const TensorParallel& tp = {});
 
-/// Loaded model: config, device weights and RoPE tables.
+/// Loaded model (one rank's shard of it under tensor parallelism): config (always the whole
+/// model's), device weights, RoPE tables and the rank's place.
 struct LladaModel {
   LladaConfig config;
   LladaWeights weights;
   RopeTables rope;
+  TensorParallel tp;
 };
 
 /// Runs the forward described by `batch` and returns the logits of batch.logit_rows:
 /// a view of ws.logits, F32 [R, embedding_size], valid until the next call. Uploads the plan
 /// once, then runs every layer from it; no host synchronisation except the plan upload.
-/// Throws Error(kInvalidArgument) if the batch exceeds the workspace or is inconsistent.
+/// Under tensor parallelism every rank of model.tp calls it with the same batch (their logits and
+/// importance scores come out identical). Throws Error(kInvalidArgument) if the batch exceeds the
+/// workspace or is inconsistent, or kv / ws were made for another rank shape; collectives' errors.
 Tensor llada_forward(Backend& backend, const LladaModel& model, const ForwardBatch& batch, KvStore& kv,
                      ForwardWorkspace& ws);
 

@@ -65,11 +65,12 @@ std::string checkpoint_dtype_summary(const Checkpoint& ckpt) {
   return fmt::format("{} (mixed: {})", wte ? dtype_name(wte->dtype) : "?", parts);
 }
 
-std::string describe_llada_model(const LladaModelFacts& f, const Backend& backend) {
+std::string describe_llada_model(const LladaModelFacts& f, const Backend& backend, int tensor_parallel,
+                                 const std::string& backend_label) {
   const LladaConfig& c = f.config;
   const int64_t params = c.parameter_count();
   const double gib = 1024.0 * 1024.0 * 1024.0;
-  const size_t dev_bytes = llada_weight_bytes(backend, c);
+  const size_t dev_bytes = llada_weight_bytes(backend, c, {0, tensor_parallel, nullptr});
   std::string s;
   s += fmt::format("model directory   {}\n", f.dir.string());
   s += fmt::format("architecture      LLaDA ({} / {} block), bidirectional, RoPE theta {}\n", c.model_type,
@@ -85,9 +86,9 @@ std::string describe_llada_model(const LladaModelFacts& f, const Backend& backen
   s += fmt::format("parameters        {} ({:.3f} B)\n", params, static_cast<double>(params) / 1e9);
   s += fmt::format("checkpoint dtype  {} ({:.3f} GiB on disk)\n", f.checkpoint_dtype,
                    static_cast<double>(f.checkpoint_bytes) / gib);
-  s += fmt::format("backend           {}\n", backend.name());
-  s += fmt::format("weights in memory {:.3f} GiB ({})\n", static_cast<double>(dev_bytes) / gib,
-                   dtype_name(backend.weight_dtype()));
+  s += fmt::format("backend           {}\n", backend_label.empty() ? backend.name() : backend_label);
+  s += fmt::format("weights in memory {:.3f} GiB ({}){}\n", static_cast<double>(dev_bytes) / gib,
+                   dtype_name(backend.weight_dtype()), tensor_parallel > 1 ? " per rank" : "");
   const int64_t kv_per_token =
       2 * c.n_layers * c.n_heads * c.head_dim * static_cast<int64_t>(dtype_size(backend.activation_dtype()));
   s += fmt::format("KV cache / token  {} bytes ({:.3f} GiB for 32 slots x 1536 positions)\n", kv_per_token,

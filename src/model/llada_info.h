@@ -41,8 +41,11 @@ LladaModelFacts inspect_llada_checkpoint(const std::filesystem::path& dir, bool 
 std::string checkpoint_dtype_summary(const Checkpoint& ckpt);
 
 /// Multi-line description: config, parameter count, checkpoint dtype and size, the weight memory
-/// `backend` needs (llada_weight_bytes) and its K/V cache per token, tokenizer and chat template.
-std::string describe_llada_model(const LladaModelFacts& facts, const Backend& backend);
+/// `backend` needs (llada_weight_bytes; per rank of `tensor_parallel`) and its K/V cache per token,
+/// tokenizer and chat template. `backend_label` names where it runs (empty: backend.name()).
+/// Throws as llada_shard when `tensor_parallel` does not divide the model.
+std::string describe_llada_model(const LladaModelFacts& facts, const Backend& backend, int tensor_parallel = 1,
+                                 const std::string& backend_label = {});
 
 /// One tensor holding NaN or ±Inf values.
 struct NonFiniteTensor {

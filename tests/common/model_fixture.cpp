@@ -3,19 +3,62 @@
 #include <cstring>
 #include <fstream>
 
+#include "common/test_paths.h"
 #include "core/check.h"
 #include "io/safetensors.h"
 #include "model/llada_config.h"
 
 namespace flashdllm::test {
 
-LladaModel load_model(Backend& backend, const std::filesystem::path& dir) {
+LladaModel load_model(Backend& backend, const std::filesystem::path& dir, const TensorParallel& tp) {
   LladaModel m;
   m.config = load_llada_config(dir / "config.json");
   Checkpoint ckpt = Checkpoint::open(dir);
-  m.weights = load_llada_weights(backend, ckpt, m.config);
+  m.weights = load_llada_weights(backend, ckpt, m.config, tp);
   m.rope = make_rope_tables(backend, m.config, m.config.max_sequence_length + 256);
+  m.tp = tp;
   return m;
+}
+
+TpGroup load_tp_group(const std::filesystem::path& dir, int world, int threads, bool dummy, uint64_t seed) {
+  TpGroup g;
+  g.comms = make_local_communicators(world);
+  std::vector<Communicator*> comms;
+  for (int r = 0; r < world; ++r) {
+    g.backends.push_back(make_cpu_backend(threads));
+    comms.push_back(g.comms[static_cast<size_t>(r)].get());
+  }
+  g.models.reserve(static_cast<size_t>(world));  // denoisers keep references: no reallocation
+  const LladaConfig cfg = load_llada_config(dir / "config.json");
+  for (int r = 0; r < world; ++r) {
+    const TensorParallel tp{r, world, comms[static_cast<size_t>(r)]};
+    Backend& be = *g.backends[static_cast<size_t>(r)];
+    if (!dummy) {
+      g.models.push_back(load_model(be, dir, tp));
+      continue;
+    }
+    LladaModel m;
+    m.config = cfg;
+    m.weights = make_dummy_llada_weights(be, cfg, seed, tp);
+    m.rope = make_rope_tables(be, cfg, cfg.max_sequence_length + 256);
+    m.tp = tp;
+    g.models.push_back(std::move(m));
+  }
+  g.lockstep = std::make_unique<Lockstep>(world, comms);
+  return g;
+}
+
+std::filesystem::path checkpoint_with_heads(const std::filesystem::path& src, int64_t n_heads) {
+  namespace fs = std::filesystem;
+  const fs::path dir = temp_dir() / fmt::format("{}-{}heads", src.filename().string(), n_heads);
+  fs::create_directories(dir);
+  for (const auto& e : fs::directory_iterator(src))
+    if (e.path().filename() != "config.json") fs::create_symlink(fs::absolute(e.path()), dir / e.path().filename());
+  nlohmann::json cfg = load_json(src / "config.json");
+  cfg["n_heads"] = n_heads;
+  cfg["n_kv_heads"] = n_heads;
+  std::ofstream(dir / "config.json") << cfg.dump(2);
+  return dir;
 }
 
 std::vector<int32_t> i64_tensor_as_i32(const TensorInfo& t) {
@@ -42,8 +85,7 @@ nlohmann::json load_json(const std::filesystem::path& path) {
   return nlohmann::json::parse(in);
 }
 
-std::vector<float> full_logits(Backend& backend, const LladaModel& model,
-                               const std::vector<std::vector<int32_t>>& sequences) {
+ForwardBatch full_recompute_batch(const std::vector<std::vector<int32_t>>& sequences) {
   ForwardBatch fb;
   int32_t off = 0;
   for (const auto& seq : sequences) {
@@ -58,8 +100,16 @@ std::vector<float> full_logits(Backend& backend, const LladaModel& model,
     fb.tiles.push_back({off, off + L, off, off + L});
     off += L;
   }
-  KvStore kv = make_kv_store(backend, model.config, off, true);
-  ForwardWorkspace ws = make_forward_workspace(backend, model.config, off, off, static_cast<int64_t>(fb.tiles.size()));
+  return fb;
+}
+
+std::vector<float> full_logits(Backend& backend, const LladaModel& model,
+                               const std::vector<std::vector<int32_t>>& sequences) {
+  const ForwardBatch fb = full_recompute_batch(sequences);
+  const int64_t off = fb.n_tokens();
+  KvStore kv = make_kv_store(backend, model.config, off, true, model.tp);
+  ForwardWorkspace ws =
+      make_forward_workspace(backend, model.config, off, off, static_cast<int64_t>(fb.tiles.size()), 0, model.tp);
   Tensor logits = llada_forward(backend, model, fb, kv, ws);
   std::vector<float> out(static_cast<size_t>(logits.numel()));
   backend.copy_to_host(out.data(), logits);

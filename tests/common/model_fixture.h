@@ -2,18 +2,41 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "backend/comm.h"
+#include "engine/tensor_parallel.h"
 #include "io/safetensors.h"
 #include "model/llada.h"
 
 namespace flashdllm::test {
 
-/// Loads config + weights + RoPE tables of a checkpoint directory onto `backend`.
-LladaModel load_model(Backend& backend, const std::filesystem::path& dir);
+/// Loads config + weights + RoPE tables of a checkpoint directory onto `backend` (rank `tp`'s shard).
+LladaModel load_model(Backend& backend, const std::filesystem::path& dir, const TensorParallel& tp = {});
+
+/// A tensor-parallel group of a checkpoint on CPU backends of `threads` threads each, with
+/// in-process communicators (the CPU twin of tensor parallelism). dummy: seeded dummy weights
+/// (--load-format dummy) instead of the checkpoint's.
+struct TpGroup {
+  std::vector<std::unique_ptr<Communicator>> comms;
+  std::vector<std::unique_ptr<Backend>> backends;
+  std::vector<LladaModel> models;
+  std::unique_ptr<Lockstep> lockstep;
+  int world() const noexcept { return static_cast<int>(models.size()); }
+  /// fn(rank) on every rank at once (collectives need all ranks).
+  void run(const std::function<void(int)>& fn) { lockstep->run(fn); }
+};
+TpGroup load_tp_group(const std::filesystem::path& dir, int world, int threads = 1, bool dummy = false,
+                      uint64_t seed = 0);
+
+/// A checkpoint directory (under temp_dir()) with `src`'s weights and tokenizer files (symlinked)
+/// and its config with n_heads = n_kv_heads = `n_heads`: the same tensors split into other heads,
+/// a different but valid LLaDA (e.g. g1 with 4 heads of 64 for a tensor-parallel size of 4).
+std::filesystem::path checkpoint_with_heads(const std::filesystem::path& src, int64_t n_heads);
 
 /// The values of an I64 fixture tensor (token ids, rows) as int32 (asserts the dtype).
 std::vector<int32_t> i64_tensor_as_i32(const TensorInfo& t);
@@ -24,8 +47,12 @@ std::vector<float> f32_tensor(const TensorInfo& t);
 nlohmann::json load_json(const std::filesystem::path& path);
 
 /// A forward over whole sequences (full recompute, every row's logits), for parity tests.
-/// Returns logits [sum L, embedding_size] row-major on the host.
+/// Returns logits [sum L, embedding_size] row-major on the host. Under tensor parallelism every
+/// rank calls it at once (TpGroup::run) and gets the gathered logits.
 std::vector<float> full_logits(Backend& backend, const LladaModel& model,
                                const std::vector<std::vector<int32_t>>& sequences);
+/// The batch full_logits runs: every position a query row, its own store row and a logits row,
+/// one tile per sequence.
+ForwardBatch full_recompute_batch(const std::vector<std::vector<int32_t>>& sequences);
 
 }  // namespace flashdllm::test

@@ -1,7 +1,8 @@
 // Backend::fill_normal (the device-side generator of dummy weights, `--load-format dummy`):
 //   CpuFillNormal/...   the CPU backend against the definition in backend.h, its moments, seed and
 //                       stream separation, argument checks, and make_dummy_llada_weights on it;
-//   Small/Sweep CudaFill/...  the CUDA backend against the CPU backend (twin, skip without a GPU).
+//   Small/Sweep CudaFill/...  the CUDA backend against the CPU backend (twin, skip without a GPU),
+//                       whole tensors, windows of a parent (FillWindow) and a tensor-parallel shard.
 //
 // Agreement rule of the twin: both backends evaluate the same double-precision expression, but
 // the device's log/sin/cos may differ from glibc's by an ulp or two of a double. After rounding to
@@ -213,6 +214,33 @@ TEST(CpuFillNormal, DummyWeightsAreNormalMatricesAndUnitNorms) {
   EXPECT_EQ(wte[0], reference_value(5, 0, 0, 0.0f, 0.02f));
 }
 
+// A window of a parent tensor (a tensor-parallel rank's slice of a dummy weight) takes the parent's
+// values: a [3, 4] block from parent index 10 with parent rows of 7 (its rows start at 10, 17, 24:
+// odd starts split Box-Muller pairs), a contiguous run from the odd index 3, a column at stride 9.
+TEST(CpuFillNormal, WindowsTakeTheParentsValues) {
+  auto cpu = make_cpu_backend(2);
+  for (auto [rows, cols, offset, parent_cols] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{3, 4, 10, 7},
+                                                 {1, 5, 3, 0},
+                                                 {4, 1, 0, 9}}) {
+    Dev d = make(*cpu, DType::kF32, rows * cols);
+    const Tensor t = d.t.reshape({rows, cols});
+    cpu->fill_normal(t, 77, 4, 0.5f, 2.0f, FillWindow{offset, parent_cols});
+    const std::vector<float> v = host_f32(*cpu, t);
+    const int64_t pc = parent_cols > 0 ? parent_cols : cols;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        const float want = reference_value(77, 4, offset + r * pc + c, 0.5f, 2.0f);
+        ASSERT_EQ(std::memcmp(&v[static_cast<size_t>(r * cols + c)], &want, 4), 0) << r << "," << c;
+      }
+  }
+  Dev f = make(*cpu, DType::kF32, 8);
+  const Tensor m = f.t.reshape({2, 4});
+  EXPECT_TRUE(twin::throws_error(*cpu, [&] { cpu->fill_normal(m, 0, 0, 0.f, 1.f, FillWindow{-1, 0}); },
+                                 ErrorCode::kInvalidArgument, "offset"));
+  EXPECT_TRUE(twin::throws_error(*cpu, [&] { cpu->fill_normal(m, 0, 0, 0.f, 1.f, FillWindow{0, 3}); },
+                                 ErrorCode::kInvalidArgument, "parent_cols"));
+}
+
 // The agreement rule itself (host data standing in for a device): only a neighbouring bf16 value
 // of a CPU value within kMidpointUlps of a rounding midpoint passes.
 TEST(CpuFillNormal, TwinRuleAcceptsOnlyMidpointFlips) {
@@ -280,6 +308,29 @@ TEST_P(CudaFill, DummyWeightsMatchCpu) {
       EXPECT_TRUE(twin_agrees(*cpu_, *twin_, a.layers[l].ff_out, b.layers[l].ff_out, L + "ff_out"));
     }
   }
+}
+
+TEST_P(CudaFill, WindowsMatchCpu) {
+  const int64_t rows = small() ? 3 : 257, cols = small() ? 5 : 1001, pc = small() ? 11 : 4096;
+  std::vector<DType> dtypes = {twin_->weight_dtype()};
+  if (twin_->weight_dtype() != DType::kF32) dtypes.push_back(DType::kF32);
+  for (DType dt : dtypes)
+    for (int64_t offset : {int64_t{0}, int64_t{7}, int64_t{3} << 32}) {
+      Dev ref = make(*cpu_, DType::kF32, rows * cols), got = make(*twin_, dt, rows * cols);
+      const Tensor r2 = ref.t.reshape({rows, cols}), g2 = got.t.reshape({rows, cols});
+      twin::poison(*twin_, got.t);
+      cpu_->fill_normal(r2, 5, 3, 0.0f, 0.02f, FillWindow{offset, pc});
+      twin_->fill_normal(g2, 5, 3, 0.0f, 0.02f, FillWindow{offset, pc});
+      EXPECT_TRUE(twin_agrees(*cpu_, *twin_, r2, g2, std::string(dtype_name(dt)) + " offset " + std::to_string(offset)));
+    }
+  // A tensor-parallel rank's dummy shard (windows of every split tensor).
+  const LladaConfig cfg = load_llada_config(test::golden_dir() / "config.json");
+  const TensorParallel tp{1, 2, nullptr};
+  const LladaWeights a = make_dummy_llada_weights(*cpu_, cfg, 99, tp), b = make_dummy_llada_weights(*twin_, cfg, 99, tp);
+  EXPECT_TRUE(twin_agrees(*cpu_, *twin_, a.lm_head, b.lm_head, "rank 1 lm_head"));
+  EXPECT_TRUE(twin_agrees(*cpu_, *twin_, a.layers[0].wqkv, b.layers[0].wqkv, "rank 1 wqkv"));
+  EXPECT_TRUE(twin_agrees(*cpu_, *twin_, a.layers[0].attn_out, b.layers[0].attn_out, "rank 1 attn_out"));
+  EXPECT_TRUE(twin_agrees(*cpu_, *twin_, a.layers[0].ff_out, b.layers[0].ff_out, "rank 1 ff_out"));
 }
 
 TEST_P(CudaFill, EmptyTensorAndBadArguments) {

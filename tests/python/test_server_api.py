@@ -368,3 +368,16 @@ def test_a_port_in_use_is_a_clear_error(server):
                         "--max-model-len", "128", "--slots", "1"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 1
     assert f"cannot listen on 127.0.0.1:{server.port}" in p.stderr
+
+
+def test_automatic_slots_fill_the_free_memory_and_serve():
+    s = Server("--slots", "0", "--max-model-len", "128")
+    try:
+        m = s.metrics()
+        assert m["flashdllm_slots"] >= 1
+        assert m["flashdllm_max_model_len"] == 128
+        r = client(s).chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": QUESTION}],
+                                              max_tokens=32)
+        assert r.choices[0].finish_reason in ("stop", "length")
+    finally:
+        assert s.stop() == 0

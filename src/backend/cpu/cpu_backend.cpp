@@ -46,10 +46,8 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(int threads) {
     // 0 = OpenMP's default (OMP_NUM_THREADS if set, else all hardware threads). Far more threads
     // than cores only slows every parallel region down (100000 overflowed libgomp's stacks).
+    check_cpu_threads(threads);
     const int limit = max_cpu_threads();
-    FDLLM_CHECK_ARG(threads >= 0 && threads <= limit,
-                    "threads = {} is outside [0, {}] (0 = all cores; at most 4 x the {} hardware threads)", threads,
-                    limit, limit / 4);
     threads_ = threads > 0 ? threads : std::max(1, omp_get_max_threads());
     FDLLM_CHECK_ARG(threads_ <= limit,
                     "OMP_NUM_THREADS asks for {} threads, more than {} (4 x the {} hardware threads); pass "
@@ -92,24 +90,36 @@ class CpuBackend final : public Backend {
     convert_to_f32(src_dtype, src, dst.ptr<float>(), static_cast<size_t>(dst.numel()));
   }
 
-  void fill_normal(Tensor dst, uint64_t seed, uint64_t stream, float mean, float std) override {
+  void fill_normal(Tensor dst, uint64_t seed, uint64_t stream, float mean, float std,
+                   const FillWindow& window = {}) override {
     check_dtype(dst, DType::kF32, "fill_normal", "dst");
     FDLLM_CHECK_ARG(std::isfinite(mean) && std::isfinite(std) && std >= 0.0f,
                     "fill_normal: mean {} and std {} must be finite, std >= 0", mean, std);
-    const int64_t n = dst.numel(), pairs = (n + 1) / 2;
+    const int64_t parent_cols = fill_parent_cols(dst, window);
+    const int64_t n = dst.numel();
     float* p = dst.ptr<float>();
     const double m = mean, s = std;
-#pragma omp parallel for num_threads(threads_) schedule(static)
-    for (int64_t k = 0; k < pairs; ++k) {
-      const int64_t i = 2 * k;
+    // The value of parent element j (backend.h): its pair's Box-Muller transform, cos for even j.
+    auto value = [&](int64_t j, bool both, float* out) {
+      const int64_t i = j & ~int64_t{1};
       const auto hi = static_cast<uint32_t>(static_cast<uint64_t>(i) >> 32), lo = static_cast<uint32_t>(i);
       const double u1 = philox_uniform(seed, stream, hi, lo);
       const double u2 = philox_uniform(seed ^ 0x9e3779b97f4a7c15ull, stream, hi, lo);
       const double r = std::sqrt(-2.0 * std::log(u1)) * s;
       const double a = 6.283185307179586 * u2;
-      p[i] = static_cast<float>(r * std::cos(a) + m);
-      if (i + 1 < n) p[i + 1] = static_cast<float>(r * std::sin(a) + m);
+      if (both || (j & 1) == 0) out[0] = static_cast<float>(r * std::cos(a) + m);
+      if (both) out[1] = static_cast<float>(r * std::sin(a) + m);
+      else if (j & 1) out[0] = static_cast<float>(r * std::sin(a) + m);
+    };
+    if (window.offset == 0 && parent_cols == dst.row_size()) {  // the whole tensor: one transform per pair
+      const int64_t pairs = (n + 1) / 2;
+#pragma omp parallel for num_threads(threads_) schedule(static)
+      for (int64_t k = 0; k < pairs; ++k) value(2 * k, 2 * k + 1 < n, p + 2 * k);
+      return;
     }
+    const int64_t cols = dst.row_size();
+#pragma omp parallel for num_threads(threads_) schedule(static)
+    for (int64_t e = 0; e < n; ++e) value(window.offset + e / cols * parent_cols + e % cols, false, p + e);
   }
 
   void embedding(Tensor table, Tensor ids, Tensor out) override {
@@ -477,6 +487,13 @@ class CpuBackend final : public Backend {
 int max_cpu_threads() noexcept {
   const unsigned hw = std::thread::hardware_concurrency();
   return 4 * static_cast<int>(std::clamp(hw, 1u, 1u << 20));
+}
+
+void check_cpu_threads(int threads) {
+  const int limit = max_cpu_threads();
+  FDLLM_CHECK_ARG(threads >= 0 && threads <= limit,
+                  "threads = {} is outside [0, {}] (0 = all cores; at most 4 x the {} hardware threads)", threads,
+                  limit, limit / 4);
 }
 
 std::unique_ptr<Backend> make_cpu_backend(int threads) { return std::make_unique<CpuBackend>(threads); }

@@ -243,6 +243,8 @@ class CudaBackend final : public Backend {
   std::string name() const override { return name_; }
   DType activation_dtype() const noexcept override { return DType::kBF16; }
   DType weight_dtype() const noexcept override { return DType::kBF16; }
+  void* native_stream() const noexcept override { return stream_; }
+  int device_index() const noexcept override { return device_; }
 
   // --------------------------------------------------------------------------- memory
 
@@ -325,20 +327,33 @@ class CudaBackend final : public Backend {
     after_op("upload_weight");
   }
 
-  void fill_normal(Tensor dst, uint64_t seed, uint64_t stream, float mean, float std) override {
+  void fill_normal(Tensor dst, uint64_t seed, uint64_t stream, float mean, float std,
+                   const FillWindow& window = {}) override {
     static constexpr const char* kOp = "fill_normal";
     FDLLM_CHECK_ARG(dst.dtype == DType::kBF16 || dst.dtype == DType::kF32,
                     "fill_normal: operand 'dst' must be BF16 or F32, got {}", dst.describe());
     expect(dst, dst.dtype, kOp, "dst");
     FDLLM_CHECK_ARG(std::isfinite(mean) && std::isfinite(std) && std >= 0.0f,
                     "fill_normal: mean {} and std {} must be finite, std >= 0", mean, std);
+    const int64_t parent_cols = fill_parent_cols(dst, window);
     const int64_t n = dst.numel();
     if (n == 0) return;
     CUDA_CHECK(cudaSetDevice(device_));
-    if (dst.dtype == DType::kF32)
-      kernels::fill_normal_f32(dst.ptr<float>(), n, seed, stream, mean, std, stream_);
-    else
-      kernels::fill_normal_bf16(bf16(dst), n, seed, stream, mean, std, stream_);
+    const int64_t rows = dst.rows(), cols = dst.row_size();
+    const bool whole = window.offset == 0 && parent_cols == cols;
+    if (dst.dtype == DType::kF32) {
+      if (whole)
+        kernels::fill_normal_f32(dst.ptr<float>(), n, seed, stream, mean, std, stream_);
+      else
+        kernels::fill_normal_window_f32(dst.ptr<float>(), rows, cols, window.offset, parent_cols, seed, stream, mean,
+                                        std, stream_);
+    } else {
+      if (whole)
+        kernels::fill_normal_bf16(bf16(dst), n, seed, stream, mean, std, stream_);
+      else
+        kernels::fill_normal_window_bf16(bf16(dst), rows, cols, window.offset, parent_cols, seed, stream, mean, std,
+                                         stream_);
+    }
     after_op(kOp);
   }
 
@@ -812,14 +827,16 @@ class CudaBackend final : public Backend {
 
 std::unique_ptr<Backend> make_cuda_backend(int device_index) { return std::make_unique<CudaBackend>(device_index); }
 
-bool cuda_available() noexcept {
+bool cuda_available() noexcept { return cuda_device_count() > 0; }
+
+int cuda_device_count() noexcept {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
-    return false;
+    return 0;
   }
-  return count > 0;
+  return count;
 }
 
 }  // namespace flashdllm

@@ -9,5 +9,6 @@ std::unique_ptr<Backend> make_cuda_backend(int /*device_index*/) {
 }
 
 bool cuda_available() noexcept { return false; }
+int cuda_device_count() noexcept { return 0; }
 
 }  // namespace flashdllm

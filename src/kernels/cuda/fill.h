@@ -25,4 +25,13 @@ void fill_normal_bf16(__nv_bfloat16* p, int64_t n, uint64_t seed, uint64_t rng_s
 void fill_normal_f32(float* p, int64_t n, uint64_t seed, uint64_t rng_stream, float mean, float std,
                      cudaStream_t stream);
 
+/// The same values at a window of a parent tensor (Backend::fill_normal's FillWindow): element
+/// (r, c) of the [rows, cols] destination gets the value of parent index offset + r·parent_cols + c
+/// (parent_cols >= cols, offset >= 0: checked by the caller). One thread per element (a slice can
+/// split a Box-Muller pair). rows·cols == 0 is a no-op. Throws Error(kDevice) on launch failure.
+void fill_normal_window_bf16(__nv_bfloat16* p, int64_t rows, int64_t cols, int64_t offset, int64_t parent_cols,
+                             uint64_t seed, uint64_t rng_stream, float mean, float std, cudaStream_t stream);
+void fill_normal_window_f32(float* p, int64_t rows, int64_t cols, int64_t offset, int64_t parent_cols, uint64_t seed,
+                            uint64_t rng_stream, float mean, float std, cudaStream_t stream);
+
 }  // namespace flashdllm::kernels
