@@ -3,7 +3,8 @@
 #   scripts/setup.sh            install dependencies (apt + pip) if missing, configure, build
 #   FLASHDLLM_CUDA=ON|OFF       force the CUDA backend on/off (default: on when nvcc is found)
 #   FLASHDLLM_SKIP_DEPS=1       skip package installation (dependencies already present)
-#   FLASHDLLM_DEV_TOOLS=1       also install clang, libFuzzer, clang-format (fuzzing, format check)
+#   FLASHDLLM_DEV_TOOLS=1       also install clang, libFuzzer, clang-format, chromium (fuzzing, format
+#                               check, the live-page test; CI sets it)
 #   FLASHDLLM_WERROR=ON         compiler warnings are errors (CI)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,8 +14,11 @@ APT_PACKAGES=(cmake g++ make pkg-config python3 python3-pip
   libopenblas-openmp-dev libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev)
 PIP_PACKAGES=(-r requirements-test.txt)
 # FLASHDLLM_DEV_TOOLS=1 (set by .ci/run): also the hardening tools, clang + libFuzzer + the sanitizer
-# runtimes (scripts/fuzz.sh) and clang-format (scripts/check_format.sh).
-if [[ "${FLASHDLLM_DEV_TOOLS:-0}" == 1 ]]; then APT_PACKAGES+=(clang libclang-rt-dev clang-format ccache); fi
+# runtimes (scripts/fuzz.sh) and clang-format (scripts/check_format.sh), and the headless browser of
+# the live-page test (tests/python/test_server_page.py; skipped without it).
+if [[ "${FLASHDLLM_DEV_TOOLS:-0}" == 1 ]]; then
+  APT_PACKAGES+=(clang libclang-rt-dev clang-format ccache chromium chromium-driver)
+fi
 
 if [[ "${FLASHDLLM_SKIP_DEPS:-0}" != 1 ]]; then
   missing=()
