@@ -15,6 +15,7 @@
 #include "common/test_paths.h"
 #include "denoise/decode_rules.h"
 #include "denoise/llada_sampler.h"
+#include "flashdllm/engine.h"
 #include "io/chat_template.h"
 #include "io/safetensors.h"
 #include "io/tokenizer.h"
@@ -149,6 +150,48 @@ TEST_F(CudaForward, SamplerMatchesCpuAboveBf16Margin) {
               near_ties, kBf16DecisionMargin, mismatches);
   EXPECT_GT(compared, 30);
   EXPECT_EQ(mismatches, 0);
+}
+
+// Issue 15, finding 1 on the GPU: the mask id is never a sampling candidate, so no answer and no
+// canvas position holds it in any mode at temperatures up to 1e3 (the CPU twin of this property is
+// engine/AnswerInvariants.NoMaskIdAtAnyTemperature; the kernel-level check is CudaSelect).
+TEST_F(CudaForward, NoMaskIdAtAnyTemperatureInEveryMode) {
+  const auto dir = default_model_dir();
+  if (!std::filesystem::exists(dir / "model.safetensors")) GTEST_SKIP() << "no small model at " << dir;
+  EngineOptions eo;
+  eo.model_dir = dir;
+  eo.device = "cuda";
+  const auto engine = Engine::load(eo);
+  const int32_t mask = engine->config().mask_token_id;
+  std::vector<GenerateRequest> requests;
+  for (const char* q : {"Mason has 96 stamps. He gets 4 more stamps from Mia. How many stamps does he have at the end?",
+                        "What is 7 + 8?", "A box holds 48 pens. 19 pens are red and the rest are blue. How many "
+                                          "pens are blue?"})
+    requests.push_back({q, {}, true});
+  struct Mode {
+    const char* name;
+    CacheMode cache;
+    bool verify;
+  };
+  uint64_t seed = 3;
+  for (const Mode& m : {Mode{"flash", CacheMode::kFlash, false}, Mode{"flash+verify", CacheMode::kFlash, true},
+                        Mode{"none", CacheMode::kNone, false}, Mode{"dual", CacheMode::kDual, false}}) {
+    for (double temperature : {1.0, 100.0, 1000.0}) {
+      GenerateOptions go;
+      go.decode.cache = m.cache;
+      go.decode.verify = m.verify;
+      go.sampling.gen_length = 64;
+      if (m.cache != CacheMode::kFlash) go.sampling.steps = 16;
+      go.sampling.temperature = temperature;
+      go.sampling.seed = seed++;
+      const std::vector<GenerateResult> out = engine->generate(requests, go);
+      ASSERT_EQ(out.size(), requests.size());
+      for (const GenerateResult& r : out) {
+        for (int32_t id : r.output_ids) EXPECT_NE(id, mask) << m.name << " temperature " << temperature;
+        for (int32_t id : r.canvas_ids) EXPECT_NE(id, mask) << m.name << " temperature " << temperature;
+      }
+    }
+  }
 }
 
 }  // namespace

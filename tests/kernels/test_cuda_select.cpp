@@ -1,7 +1,8 @@
 // CUDA denoiser ops vs the CPU backend: cfg_combine and select_tokens (argmax / Gumbel-max with
-// counter-based noise, float64 / float32 softmax confidence, suppressed tokens), vocabulary sizes
-// off the 512-thread block, temperature 0 and > 0. x0 must be identical on both sides except at
-// documented near-ties of the noised keys (reported, counted); conf within kConfidenceF64RelTol / kConfidenceF32RelTol.
+// counter-based noise, float64 / float32 softmax confidence, suppressed tokens, the excluded mask id
+// at temperatures up to 1e3), vocabulary sizes off the 512-thread block, temperature 0 and > 0. x0
+// must be identical on both sides except at documented near-ties of the noised keys (reported,
+// counted); conf within kConfidenceF64RelTol / kConfidenceF32RelTol.
 //
 // Small/... cases are the compute-sanitizer set; Sweep/... the full sweep.
 #include <algorithm>
@@ -68,7 +69,7 @@ TEST_P(CudaSelect, CfgCombineMatchesCpu) {
 // The noised key of every vocabulary entry, as the CPU defines it, for near-tie detection.
 double key_of(const std::vector<float>& logits, int64_t r, int64_t V, int64_t v, uint32_t row_key,
               const SelectParams& p) {
-  if (v == p.suppress_token) return -std::numeric_limits<double>::infinity();
+  if (v == p.suppress_token || v == p.exclude_token) return -std::numeric_limits<double>::infinity();
   double s = logits[static_cast<size_t>(r * V + v)];
   if (p.temperature > 0.0)
     s += -p.temperature * std::log(-std::log(philox_uniform(p.seed, p.step, row_key, static_cast<uint32_t>(v))));
@@ -105,6 +106,17 @@ TEST_P(CudaSelect, SelectTokensMatchesCpu) {
     p.step = (uint64_t{1} << 40) + 5;
     params.push_back(p);
   }
+  // The mask id is never a candidate (issue 15, finding 1): excluded at temperatures up to 1e3,
+  // where the noise dominates the logits, and at 0 where it holds row 1's largest logit.
+  constexpr int32_t kExcluded = 2;
+  for (double tau : {0.0, 100.0, 1000.0}) {
+    SelectParams p;
+    p.temperature = tau;
+    p.seed = 0xfeedull + static_cast<uint64_t>(tau);
+    p.step = 11;
+    p.exclude_token = kExcluded;
+    params.push_back(p);
+  }
   int64_t near_ties = 0, rows_checked = 0;
   for (const Case& c : cases) {
     std::vector<float> logits = randn_bf16(static_cast<size_t>(c.R * c.V), 77 + c.V, c.logit_scale);
@@ -113,6 +125,7 @@ TEST_P(CudaSelect, SelectTokensMatchesCpu) {
       const float m = *std::max_element(logits.begin(), logits.begin() + c.V) + 1.0f;
       logits[1] = m;
       logits[static_cast<size_t>(c.V - 1)] = m;
+      if (c.R > 1) logits[static_cast<size_t>(c.V + kExcluded)] = m + 10.0f;
     }
     std::vector<int32_t> keys(static_cast<size_t>(c.R));
     std::mt19937 rng(static_cast<uint32_t>(c.R * 7 + c.V));
@@ -143,6 +156,10 @@ TEST_P(CudaSelect, SelectTokensMatchesCpu) {
       for (int64_t r = 0; r < c.R; ++r) {
         const size_t i = static_cast<size_t>(r);
         ++rows_checked;
+        if (p.exclude_token >= 0) {
+          EXPECT_NE(x_twin[i], p.exclude_token) << "row " << r << ": the excluded token was chosen";
+          EXPECT_NE(x_cpu[i], p.exclude_token) << "row " << r << ": the excluded token was chosen (CPU)";
+        }
         if (x_twin[i] != x_cpu[i]) {
           // Allowed only at a near-tie of the two largest noised keys.
           double best = -INFINITY, second = -INFINITY;
