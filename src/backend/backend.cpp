@@ -10,8 +10,7 @@
 namespace flashdllm {
 
 std::unique_ptr<Backend> make_backend(const std::string& device, int threads, int rank, int world) {
-  FDLLM_CHECK_ARG(world >= 1 && rank >= 0 && rank < world, "backend rank {} outside [0, world size {})", rank,
-                  world);
+  FDLLM_CHECK_ARG(world >= 1 && rank >= 0 && rank < world, "backend rank {} outside [0, world size {})", rank, world);
   if (device == "cpu") {
     if (world == 1) return make_cpu_backend(threads);
     check_cpu_threads(threads);  // before the count is split

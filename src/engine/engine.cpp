@@ -151,8 +151,8 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
     LladaModel& m = r == 0 ? impl->model : impl->peers[static_cast<size_t>(r - 1)].model;
     m.config = cfg;
     if (world > 1) m.tp = {r, world, impl->comms[static_cast<size_t>(r)].get()};
-    m.weights = ckpt ? load_llada_weights(be, *ckpt, cfg, m.tp)
-                     : make_dummy_llada_weights(be, cfg, options.dummy_seed, m.tp);
+    m.weights =
+        ckpt ? load_llada_weights(be, *ckpt, cfg, m.tp) : make_dummy_llada_weights(be, cfg, options.dummy_seed, m.tp);
     // Positions up to max_sequence_length plus one 128-row tile of padding (Flash-dLLM layout).
     m.rope = make_rope_tables(be, cfg, cfg.max_sequence_length + 256);
   }

@@ -165,8 +165,9 @@ TEST_F(CudaForward, NoMaskIdAtAnyTemperatureInEveryMode) {
   const int32_t mask = engine->config().mask_token_id;
   std::vector<GenerateRequest> requests;
   for (const char* q : {"Mason has 96 stamps. He gets 4 more stamps from Mia. How many stamps does he have at the end?",
-                        "What is 7 + 8?", "A box holds 48 pens. 19 pens are red and the rest are blue. How many "
-                                          "pens are blue?"})
+                        "What is 7 + 8?",
+                        "A box holds 48 pens. 19 pens are red and the rest are blue. How many "
+                        "pens are blue?"})
     requests.push_back({q, {}, true});
   struct Mode {
     const char* name;

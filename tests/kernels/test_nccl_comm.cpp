@@ -31,9 +31,6 @@ class Nccl : public ::testing::Test {
     if (!cuda_available()) GTEST_SKIP() << "no CUDA device (built without CUDA or no GPU)";
     if (!nccl_available()) GTEST_SKIP() << "this build has no NCCL";
   }
-  void need_gpus(int n) {
-    if (cuda_device_count() < n) GTEST_SKIP() << "needs " << n << " GPUs, " << cuda_device_count() << " present";
-  }
 };
 
 std::vector<float> to_host(Backend& be, const Tensor& t) {
@@ -103,7 +100,8 @@ TEST_F(Nccl, Tp1ThroughNcclIsBitIdentical) {
 }
 
 TEST_F(Nccl, Tp2AcrossTwoGpusMatchesOneGpu) {
-  need_gpus(2);
+  // In the test body: GTEST_SKIP in a helper would return from the helper only.
+  if (cuda_device_count() < 2) GTEST_SKIP() << "needs 2 GPUs, " << cuda_device_count() << " present";
   auto one = make_cuda_backend(0);
   const LladaModel full = load_model(*one, default_model_dir());
   const std::vector<float> want = full_logits(*one, full, prompts());
@@ -144,7 +142,8 @@ TEST_F(Nccl, Tp2AcrossTwoGpusMatchesOneGpu) {
 }
 
 TEST_F(Nccl, OneRankPerProcessInitThroughAnIdFile) {
-  need_gpus(2);
+  // In the test body: GTEST_SKIP in a helper would return from the helper only.
+  if (cuda_device_count() < 2) GTEST_SKIP() << "needs 2 GPUs, " << cuda_device_count() << " present";
   const auto id_file = temp_dir() / "nccl.id";
   std::vector<std::unique_ptr<Backend>> bes;
   bes.push_back(make_cuda_backend(0));
