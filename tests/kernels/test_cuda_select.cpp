@@ -107,7 +107,7 @@ TEST_P(CudaSelect, SelectTokensMatchesCpu) {
     params.push_back(p);
   }
   // The mask id is never a candidate (issue 15, finding 1): excluded at temperatures up to 1e3,
-  // where the noise dominates the logits, and at 0 where it holds row 1's largest logit.
+  // where the noise dominates the logits, and at 0 where it holds row 1's largest logit (below).
   constexpr int32_t kExcluded = 2;
   for (double tau : {0.0, 100.0, 1000.0}) {
     SelectParams p;
@@ -125,7 +125,10 @@ TEST_P(CudaSelect, SelectTokensMatchesCpu) {
       const float m = *std::max_element(logits.begin(), logits.begin() + c.V) + 1.0f;
       logits[1] = m;
       logits[static_cast<size_t>(c.V - 1)] = m;
-      if (c.R > 1) logits[static_cast<size_t>(c.V + kExcluded)] = m + 10.0f;
+      if (c.R > 1) {  // row 1's largest logit at the excluded id, by a margin, not dominant (f32 confidences)
+        const float m1 = *std::max_element(logits.begin() + c.V, logits.begin() + 2 * c.V);
+        logits[static_cast<size_t>(c.V + kExcluded)] = m1 + 0.5f;
+      }
     }
     std::vector<int32_t> keys(static_cast<size_t>(c.R));
     std::mt19937 rng(static_cast<uint32_t>(c.R * 7 + c.V));
