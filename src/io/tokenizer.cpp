@@ -846,6 +846,8 @@ void Tokenizer::Impl::load_model(const json& m) {
                   it.value().get<int64_t>() < std::numeric_limits<int32_t>::max(),
               "model.vocab", "id of token {:?} must be a non-negative integer, got {}", it.key(), it.value().dump());
     const auto id = static_cast<int32_t>(it.value().get<int64_t>());
+    TOK_CHECK(id <= kMaxTokenId, "model.vocab", "id of token {:?} is {}, above the supported maximum {}", it.key(), id,
+              kMaxTokenId);
     vocab.emplace(it.key(), id);
     max_vocab_id = std::max(max_vocab_id, id);
   }
@@ -944,7 +946,7 @@ void Tokenizer::Impl::load_added_tokens(const json& arr) {
                       file, t.content, e["id"].get<int64_t>(), new_id);
       }
     }
-    TOK_CHECK(new_id < std::numeric_limits<int32_t>::max(), field, "id overflow");
+    TOK_CHECK(new_id <= kMaxTokenId, field, "id {} is above the supported maximum {}", new_id, kMaxTokenId);
     const auto id32 = static_cast<int32_t>(new_id);
     added_map[t.content] = id32;
     added_r[id32] = t;

@@ -44,10 +44,15 @@
 
 namespace flashdllm {
 
+/// The largest token id a tokenizer.json may use: ids index dense tables (id -> token), so a file
+/// must not make the loader allocate what one huge id claims. 2^24 - 1 is 130x LLaDA's 126,464.
+inline constexpr int32_t kMaxTokenId = (1 << 24) - 1;
+
 class Tokenizer {
  public:
   /// Loads `path` (a tokenizer.json). Throws Error(kIo) if unreadable, Error(kInvalidCheckpoint)
-  /// naming the file and JSON field for unsupported or malformed content.
+  /// naming the file and JSON field for unsupported or malformed content (an id above kMaxTokenId
+  /// included).
   static Tokenizer from_file(const std::filesystem::path& path);
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;

@@ -258,6 +258,9 @@ TEST(Tokenizer, LoadingErrorsNameFileAndField) {
       {"badlegacy", [](json& j) { j["model"]["merges"] = {"a b c"}; }, {"model.merges[0]"}},
       {"dupid", [](json& j) { j["model"]["vocab"]["d"] = 0; }, {"model.vocab", "id 0"}},
       {"negid", [](json& j) { j["model"]["vocab"]["d"] = -3; }, {"model.vocab", "\"d\""}},
+      // Found by fuzz_tokenizer_load: one id of 113333338 made the loader allocate its dense id
+      // table (3.6 GB); ids above kMaxTokenId are refused before anything is sized by them.
+      {"hugeid", [](json& j) { j["model"]["vocab"]["d"] = 113333338; }, {"model.vocab", "\"d\"", "113333338"}},
       {"fallback", [](json& j) { j["model"]["byte_fallback"] = true; }, {"model.byte_fallback"}},
       {"dropout", [](json& j) { j["model"]["dropout"] = 0.1; }, {"model.dropout"}},
       {"unk", [](json& j) { j["model"]["unk_token"] = "<unk>"; }, {"model.unk_token", "<unk>"}},
