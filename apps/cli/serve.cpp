@@ -45,7 +45,7 @@ void add_serve_subcommand(CLI::App& app, CommonArgs& ca, ServeArgs& sa, CLI::App
                   "seconds a socket write may wait (a client that stops reading is dropped after it)")
       ->check(CLI::Range(1, 3600))
       ->capture_default_str();
-  cmd->add_option("--http-threads", sa.http_threads, "connection workers (0 = slots + max-queue + 32)")
+  cmd->add_option("--http-threads", sa.http_threads, "connection workers (0 = max(256, slots + max-queue + 32))")
       ->check(kNonNegativeInt)
       ->capture_default_str();
   sa.dec.serving = true;

@@ -194,6 +194,10 @@ ApiError api_error_of(const Error& e, std::string param) {
 }
 
 std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool chat, const ParseLimits& limits) {
+  // nlohmann's parser ends a document at a NUL byte and ignores what follows: a body holding one is
+  // not one JSON text, whatever the bytes after it.
+  if (const size_t nul = body.find('\0'); nul != std::string_view::npos)
+    return bad("", fmt::format("the request body is not valid JSON (a NUL byte at offset {})", nul));
   const json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return bad("", "the request body is not valid JSON (UTF-8 text)");
   if (!j.is_object()) return bad("", fmt::format("the request body must be a JSON object, got {}", kind_of(j)));
@@ -211,6 +215,8 @@ std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool cha
   auto integer = [&](const char* f, int64_t lo, int64_t hi) -> std::variant<std::monostate, int64_t, ApiError> {
     const json* v = get(f);
     if (!v) return std::monostate{};
+    if (v->is_number_unsigned() && !as_int(*v))  // an integer past int64: out of range, not "not an integer"
+      return bad(f, fmt::format("'{}' must be in [{}, {}], got {}", f, lo, hi, v->dump()));
     const auto i = as_int(*v);
     if (!i) return bad(f, fmt::format("'{}' must be an integer, got {}", f, kind_of(*v)));
     if (*i < lo || *i > hi) return bad(f, fmt::format("'{}' must be in [{}, {}], got {}", f, lo, hi, *i));

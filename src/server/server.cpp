@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -88,23 +89,63 @@ class WorkerPool final : public httplib::TaskQueue {
   bool stop_ = false;
 };
 
+/// Calls f(fd) for every socket descriptor of this process (cpp-httplib 0.11 exposes none of its
+/// connections' sockets); stops early when f returns true.
+template <class F>
+void for_each_socket(F f) {
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return;
+  while (dirent* e = readdir(d)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0') continue;
+    struct stat st {};
+    if (fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    if (f(static_cast<int>(fd))) break;
+  }
+  closedir(d);
+}
+
+/// The address and port of an IPv4 / IPv6 socket address; false for other families.
+bool endpoint(const sockaddr_storage& a, std::string& ip, int& port) {
+  char buf[INET6_ADDRSTRLEN] = {0};
+  if (a.ss_family == AF_INET) {
+    const auto* s = reinterpret_cast<const sockaddr_in*>(&a);
+    inet_ntop(AF_INET, &s->sin_addr, buf, sizeof buf);
+    port = ntohs(s->sin_port);
+  } else if (a.ss_family == AF_INET6) {
+    const auto* s = reinterpret_cast<const sockaddr_in6*>(&a);
+    inet_ntop(AF_INET6, &s->sin6_addr, buf, sizeof buf);
+    port = ntohs(s->sin6_port);
+  } else {
+    return false;
+  }
+  ip = buf;
+  return true;
+}
+
+/// The local and peer endpoints of a connected socket; false for a listening or other socket.
+bool connection_endpoints(int fd, std::string& local_ip, int& local_port, std::string& peer_ip, int& peer_port) {
+  sockaddr_storage local{}, peer{};
+  socklen_t ll = sizeof local, pl = sizeof peer;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) != 0) return false;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0) return false;
+  return endpoint(local, local_ip, local_port) && endpoint(peer, peer_ip, peer_port);
+}
+
 /// The socket a request arrived on, found by its addresses, to notice a client that went away
-/// while its request waits (cpp-httplib 0.11 does not expose it). Only peeks: never consumes data.
+/// while its request waits. Only peeks: never consumes data.
 class ClientWatch {
  public:
   explicit ClientWatch(const httplib::Request& req) {
-    DIR* d = opendir("/proc/self/fd");
-    if (!d) return;
-    while (dirent* e = readdir(d)) {
-      char* end = nullptr;
-      const long fd = std::strtol(e->d_name, &end, 10);
-      if (end == e->d_name || *end != '\0') continue;
-      if (matches(static_cast<int>(fd), req)) {
-        fd_ = static_cast<int>(fd);
-        break;
-      }
-    }
-    closedir(d);
+    for_each_socket([&](int fd) {
+      std::string lip, pip;
+      int lport = -1, pport = -1;
+      if (!connection_endpoints(fd, lip, lport, pip, pport)) return false;
+      if (lport != req.local_port || pport != req.remote_port || pip != req.remote_addr) return false;
+      fd_ = fd;
+      return true;
+    });
   }
   /// True once the peer closed or reset the connection.
   bool gone() const {
@@ -116,36 +157,20 @@ class ClientWatch {
   }
 
  private:
-  static bool endpoint(const sockaddr_storage& a, std::string& ip, int& port) {
-    char buf[INET6_ADDRSTRLEN] = {0};
-    if (a.ss_family == AF_INET) {
-      const auto* s = reinterpret_cast<const sockaddr_in*>(&a);
-      inet_ntop(AF_INET, &s->sin_addr, buf, sizeof buf);
-      port = ntohs(s->sin_port);
-    } else if (a.ss_family == AF_INET6) {
-      const auto* s = reinterpret_cast<const sockaddr_in6*>(&a);
-      inet_ntop(AF_INET6, &s->sin6_addr, buf, sizeof buf);
-      port = ntohs(s->sin6_port);
-    } else {
-      return false;
-    }
-    ip = buf;
-    return true;
-  }
-  static bool matches(int fd, const httplib::Request& req) {
-    struct stat st {};
-    if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) return false;
-    sockaddr_storage local{}, peer{};
-    socklen_t ll = sizeof local, pl = sizeof peer;
-    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) != 0) return false;
-    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0) return false;
-    std::string lip, pip;
-    int lport = -1, pport = -1;
-    if (!endpoint(local, lip, lport) || !endpoint(peer, pip, pport)) return false;
-    return lport == req.local_port && pport == req.remote_port && pip == req.remote_addr;
-  }
   int fd_ = -1;
 };
+
+/// Shuts down (both directions) every connection accepted on local port `port`, so that workers
+/// blocked reading a client that trickles bytes or idles on keep-alive return at once when the
+/// server stops (cpp-httplib 0.11 waits for them).
+void shutdown_connections(int port) {
+  for_each_socket([&](int fd) {
+    std::string lip, pip;
+    int lport = -1, pport = -1;
+    if (connection_endpoints(fd, lip, lport, pip, pport) && lport == port) ::shutdown(fd, SHUT_RDWR);
+    return false;
+  });
+}
 
 int64_t unix_time() { return static_cast<int64_t>(std::time(nullptr)); }
 
@@ -220,6 +245,17 @@ struct Server::Impl {
   std::optional<ApiError> submit(Call& call) {
     std::vector<std::vector<int32_t>> prompts;
     const char* param = call.req.chat ? "messages" : "prompt";
+    // max_tokens leaving no room for a prompt, in the API's words (validate would say gen_length).
+    if (call.req.params.gen_length >= engine.serve_options().max_model_len) {
+      ApiError e;
+      e.message = fmt::format(
+          "This model's context is {} tokens (max_model_len), but max_tokens is {}: it leaves no "
+          "room for a prompt. Lower max_tokens.",
+          engine.serve_options().max_model_len, call.req.params.gen_length);
+      e.param = "max_tokens";
+      e.code = "context_length_exceeded";
+      return e;
+    }
     try {  // the parameters under this engine's method (params.h names them by their keys)
       validate(call.req.params, engine.serve_options().decode, engine.config(), /*exact_blocks=*/false);
     } catch (const Error& e) {
@@ -245,6 +281,16 @@ struct Server::Impl {
     const ServeOptions& so = engine.serve_options();
     const SamplingParams& sp = call.req.params;
     int64_t canvas = 0;
+    const auto capacity = static_cast<size_t>(so.decode.n_slots + so.max_queue);
+    if (prompts.size() > capacity)  // would get 429 forever: its prompts are queued together
+      return ApiError{400,
+                      fmt::format("{} prompts in one request, more than this server holds at once ({} slots + {} "
+                                  "queued): send at most {} per request",
+                                  prompts.size(), so.decode.n_slots, so.max_queue, capacity),
+                      "invalid_request_error", param, ""};
+    if (!sp.stop.empty() && !engine.has_tokenizer())
+      return ApiError{400, "stop strings need a tokenizer (the checkpoint has no tokenizer.json)",
+                      "invalid_request_error", "stop", ""};
     try {
       canvas = engine.canvas_length(sp);
     } catch (const Error& e) {
@@ -439,7 +485,40 @@ struct Server::Impl {
     http.Get("/", [this](const httplib::Request&, httplib::Response& r) {
       r.set_content(live_page_html(limits.model_id), "text/html; charset=utf-8");
     });
-    http.set_error_handler([](const httplib::Request& q, httplib::Response& r) {
+    // Before cpp-httplib reads a body: it applies no size limit to chunked bodies and reads (to skip)
+    // a body declared too large, so both are refused here, from the headers alone.
+    http.set_pre_routing_handler([max_body = opt.max_body_bytes](const httplib::Request& q, httplib::Response& r) {
+      auto refuse = [&](int status, std::string message, std::string code) {
+        ApiError e;
+        e.status = status;
+        e.message = std::move(message);
+        e.code = std::move(code);
+        r.status = status;
+        r.set_content(error_body(e).dump(), "application/json");
+        return httplib::Server::HandlerResponse::Handled;
+      };
+      const bool te = q.has_header("Transfer-Encoding"), cl = q.has_header("Content-Length");
+      if (te && cl)
+        return refuse(400, "the request has both Transfer-Encoding and Content-Length (RFC 9112, 6.3): send one", "");
+      if (te)
+        return refuse(411, "chunked request bodies are not accepted: send the body with a Content-Length header",
+                      "length_required");
+      if (cl) {
+        const std::string v = q.get_header_value("Content-Length");
+        uint64_t n = 0;
+        const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+        if (v.empty() || ec != std::errc() || end != v.data() + v.size())
+          return refuse(400, fmt::format("Content-Length '{}' is not a byte count", v), "");
+        if (n > max_body)
+          return refuse(413,
+                        fmt::format("the request body ({} bytes) is larger than this server's limit of {} bytes "
+                                    "(--max-body-mb)",
+                                    n, max_body),
+                        "request_too_large");
+      }
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
+    http.set_error_handler([max_body = opt.max_body_bytes](const httplib::Request& q, httplib::Response& r) {
       if (!r.body.empty()) return;  // an OpenAI error object is already there
       ApiError e;
       e.status = r.status;
@@ -448,7 +527,8 @@ struct Server::Impl {
                                 "/v1/models, /health, /metrics, /)", q.method, q.path);
         e.code = "not_found";
       } else if (r.status == 413) {
-        e.message = "the request body is larger than this server's limit (--max-body-bytes)";
+        e.message =
+            fmt::format("the request body is larger than this server's limit of {} bytes (--max-body-mb)", max_body);
         e.code = "request_too_large";
       } else if (r.status == 400) {
         e.message = "the HTTP request is malformed";
@@ -482,7 +562,8 @@ Server::Server(Engine& engine, ServerOptions options) : impl_(std::make_unique<I
   m.limits.model_id = m.opt.model_id;
   m.limits.default_max_tokens = m.opt.default_max_tokens;
   const ServeOptions& so = engine.serve_options();
-  const int64_t threads = m.opt.max_threads > 0 ? m.opt.max_threads : so.decode.n_slots + so.max_queue + 32;
+  const int64_t threads =
+      m.opt.max_threads > 0 ? m.opt.max_threads : std::max<int64_t>(256, so.decode.n_slots + so.max_queue + 32);
   m.http.new_task_queue = [threads] { return new WorkerPool(static_cast<size_t>(threads)); };
   m.http.set_payload_max_length(m.opt.max_body_bytes);
   m.http.set_read_timeout(m.opt.read_timeout_s, 0);
@@ -529,6 +610,9 @@ void Server::stop() {
   // The handlers write their last responses (bounded: a client that does not read them times out).
   const auto deadline = Clock::now() + std::chrono::seconds(m.opt.write_timeout_s + 5);
   while (m.active.load() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  // Idle keep-alive connections and clients still sending headers would hold their workers (and
+  // the exit) until they leave: every response is written, so close them.
+  shutdown_connections(m.opt.port);
   m.http.stop();
 }
 

@@ -5,14 +5,15 @@
 // field, flag and error.
 //
 // Threads: cpp-httplib accepts on one thread and serves each connection on a worker of a pool that
-// grows on demand up to max_threads (slots + queue + headroom, so slow or idle clients cannot
-// starve the others) with read / write / keep-alive timeouts. A handler submits to the engine and
-// then only waits on its request streams (50 ms at a time, checking that its client is still
-// connected); the engine's loop thread never waits on a socket. A client that disconnects has its
-// requests cancelled, which frees their slots at the next iteration.
+// grows on demand up to max_threads (at least 256, and slots + queue + headroom, so slow or idle
+// clients do not easily starve the others) with read / write / keep-alive timeouts. A handler
+// submits to the engine and then only waits on its request streams (50 ms at a time, checking that
+// its client is still connected); the engine's loop thread never waits on a socket. A client that
+// disconnects has its requests cancelled, which frees their slots at the next iteration.
 //
 // Shutdown (stop(), e.g. on SIGINT / SIGTERM): new requests get 503, the engine drains the queued
-// and running ones, the handlers write their last responses, then the listener stops.
+// and running ones, the handlers write their last responses, then the remaining connections (idle
+// keep-alive, or a client still trickling headers) are shut down and the listener stops.
 #pragma once
 
 #include <atomic>
@@ -36,7 +37,7 @@ struct ServerOptions {
   int read_timeout_s = 10;           ///< per socket read (a stalled body upload ends after it)
   int write_timeout_s = 30;          ///< per socket write (a client that stops reading ends after it)
   int keep_alive_timeout_s = 5;
-  int64_t max_threads = 0;           ///< connection workers; 0 = slots + max_queue + 32
+  int64_t max_threads = 0;  ///< connection workers; 0 = max(256, slots + max_queue + 32)
 };
 
 class Server {

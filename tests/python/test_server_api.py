@@ -200,6 +200,55 @@ def test_bad_completion_requests_get_openai_errors(server, body, param, needle):
     assert err["param"] == param
 
 
+def raw_http(server, data: bytes, timeout: float = 10.0) -> bytes:
+    """Sends `data` on a fresh connection and returns what the server answers until it closes or
+    stops answering for `timeout` seconds."""
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=timeout)
+    s.sendall(data)
+    out = b""
+    try:
+        while chunk := s.recv(65536):
+            out += chunk
+            if b"\r\n\r\n" in out and b'"error"' in out:
+                break
+    except socket.timeout:
+        pass
+    s.close()
+    return out
+
+
+# Found by a break-it session: chunked bodies had no size limit (200 MiB accepted, +400 MB RSS), a
+# declared-too-large body was read to be skipped (413 after the read timeout when it never came), a
+# negative Content-Length gave 413, both framings together were accepted, and a NUL byte ended the
+# JSON document (what followed was ignored).
+@pytest.mark.parametrize("head,body,status,needle", [
+    (b"Transfer-Encoding: chunked\r\n", b"5\r\nhello\r\n0\r\n\r\n", 411, "Content-Length"),
+    (b"Transfer-Encoding: chunked\r\nContent-Length: 3\r\n", b"abc", 400, "both Transfer-Encoding"),
+    (b"Content-Length: -5\r\n", b"", 400, "not a byte count"),
+    (b"Content-Length: 999999999\r\n", b"", 413, "999999999 bytes"),
+])
+def test_http_framing_is_checked_from_the_headers(server, head, body, status, needle):
+    t0 = time.time()
+    out = raw_http(server, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + head + b"\r\n" + body)
+    assert time.time() - t0 < 5, "answered from the headers, without waiting for a body"
+    assert out.startswith(b"HTTP/1.1 %d" % status), out[:200]
+    assert needle.encode() in out, out
+
+
+def test_a_nul_byte_and_huge_integers_are_invalid(server):
+    body = json.dumps({"model": MODEL_ID, "prompt": "ab", "max_tokens": 2}).encode() + b"\x00{{{garbage"
+    code, err = error_of(server, body, path="/v1/completions", raw=True)
+    assert code == 400 and "NUL byte at offset" in err["message"], err
+    code, err = error_of(server, {"model": MODEL_ID, "prompt": "ab", "max_tokens": 2**64 - 1}, path="/v1/completions")
+    assert code == 400 and err["param"] == "max_tokens" and "must be in [1," in err["message"], err
+
+
+def test_more_prompts_than_the_server_holds_is_a_400_not_a_429_forever(server):
+    # The fixture: 4 slots + a queue of 8.
+    code, err = error_of(server, {"model": MODEL_ID, "prompt": ["ab"] * 13, "max_tokens": 2}, path="/v1/completions")
+    assert code == 400 and err["param"] == "prompt" and "at most 12 per request" in err["message"], err
+
+
 def test_the_openai_client_raises_the_right_errors(oa):
     with pytest.raises(openai.NotFoundError):
         oa.chat.completions.create(model="other", messages=[{"role": "user", "content": "hi"}])
@@ -214,6 +263,13 @@ def test_context_length_names_the_limit(server):
     assert code == 400
     assert err["code"] == "context_length_exceeded" and err["param"] == "max_tokens"
     assert "512" in err["message"] and "600" in err["message"], err
+    # max_tokens alone at or past the context (found by a README trial: it used to answer with the
+    # CLI's "gen_length must be in [1, max_sequence_length ..." and no code).
+    for max_tokens in (512, 100000):
+        code, err = error_of(server, {"model": MODEL_ID, "prompt": "hi", "max_tokens": max_tokens},
+                             path="/v1/completions")
+        assert code == 400 and err["code"] == "context_length_exceeded" and err["param"] == "max_tokens", err
+        assert "512" in err["message"] and str(max_tokens) in err["message"] and "gen_length" not in err["message"]
 
 
 def test_unknown_routes_and_methods_are_404_errors(server):
@@ -308,6 +364,7 @@ def test_request_bodies_over_the_limit_get_413():
                        headers={"Content-Type": "application/json"}, timeout=60)
         assert r.status_code == 413
         assert r.json()["error"]["code"] == "request_too_large"
+        assert "1048576 bytes (--max-body-mb)" in r.json()["error"]["message"], r.json()
     finally:
         assert s.stop() == 0
 
@@ -361,6 +418,35 @@ def test_sigterm_drains_in_flight_requests_and_exits_0():
     assert results[0].status_code == 200, results[0].text
     assert results[0].json()["choices"][0]["message"]["content"]
     assert "draining" in "".join(s.log)
+
+
+def test_sigterm_exits_while_a_client_trickles_headers():
+    # Found by a break-it session: one client sending a header line every 2 s kept the process alive
+    # after "stopped: ..." until it closed (its worker was never released).
+    s = Server("--slots", "1", "--max-model-len", "256")
+    c = socket.create_connection(("127.0.0.1", s.port))
+    c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+    stop = threading.Event()
+
+    def trickle():
+        while not stop.is_set():
+            try:
+                c.sendall(b"X-k: a\r\n")
+            except OSError:
+                return
+            stop.wait(0.5)
+
+    t = threading.Thread(target=trickle)
+    t.start()
+    time.sleep(1.0)
+    t0 = time.time()
+    try:
+        assert s.stop(timeout=30) == 0, "".join(s.log)
+        assert time.time() - t0 < 15, "SIGTERM took too long"
+    finally:
+        stop.set()
+        t.join()
+        c.close()
 
 
 def test_a_port_in_use_is_a_clear_error(server):
