@@ -1,5 +1,5 @@
 // flashdllm command-line tool: thin layer over the engine (include/flashdllm/engine.h).
-//   flashdllm generate [-m DIR] -p TEXT ...     generate text (or ids) with the LLaDA sampler
+//   flashdllm generate [-m DIR] -p TEXT ...     generate text (or ids); Flash-Cache by default
 //   flashdllm info [-m DIR] [--check-weights]    print config, parameter count, dtype, memory need
 //   flashdllm bench --methods ... --sweep ...    sweeps of decoding settings and batch sizes (docs/bench.md)
 //   flashdllm serve [-m DIR] [--port N]          OpenAI-compatible server (docs/serving.md)
@@ -201,7 +201,7 @@ int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
       std::cout << ids_to_string(r.output_ids) << "\n";  // up to the EOS / EOT, as the text
   }
   std::cout.flush();  // answers first, then the timing line on stderr
-  int64_t nfe = 0, toks = 0, cand = 0, acc = 0, passes = 0, empty_raw = 0;
+  int64_t nfe = 0, toks = 0, cand = 0, acc = 0, passes = 0, empty_raw = 0, cut = 0;
   for (size_t i = 0; i < results.size(); ++i) {
     const auto& r = results[i];
     nfe = std::max(nfe, r.nfe);
@@ -210,7 +210,13 @@ int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
     acc += r.verify_accepted;
     passes = std::max(passes, r.forward_passes);
     if (i < ga.prompts.size() && r.output_ids.empty() && ga.raw && engine->has_chat_template()) ++empty_raw;
+    cut += r.finish_reason == flashdllm::FinishReason::kLength ? 1 : 0;
   }
+  if (cut > 0)
+    std::fprintf(stderr,
+                 "[flashdllm] %lld answer(s) filled the canvas without an end (finish_reason length): they may be cut "
+                 "off; raise --gen-length (now %lld)\n",
+                 static_cast<long long>(cut), static_cast<long long>(ga.go.sampling.gen_length));
   if (empty_raw > 0)
     std::fprintf(stderr,
                  "[flashdllm] %lld empty answer(s): this checkpoint is a chat model and --raw skipped its chat template "
@@ -708,10 +714,12 @@ int run_info(const CommonArgs& ca, bool check_weights) {
 int main(int argc, char** argv) {
   CLI::App app{"flashdllm: fast inference for LLaDA diffusion language models"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("flashdllm ") + FLASHDLLM_VERSION);
   CommonArgs ca;
   GenerateArgs ga;
 
-  CLI::App* gen = app.add_subcommand("generate", "generate text from a prompt with the LLaDA sampler");
+  CLI::App* gen = app.add_subcommand(
+      "generate", "generate text from prompts (Flash-Cache by default; --cache none is LLaDA's own sampler)");
   add_common(gen, ca);
   gen->add_option("-p,--prompt", ga.prompts, "prompt text (repeat for a batch)");
   gen->add_option("--prompt-file", ga.prompt_file, "file with one prompt per line (a batch)");

@@ -91,8 +91,8 @@ std::string describe_llada_model(const LladaModelFacts& f, const Backend& backen
                    dtype_name(backend.weight_dtype()), tensor_parallel > 1 ? " per rank" : "");
   const int64_t kv_per_token =
       2 * c.n_layers * c.n_heads * c.head_dim * static_cast<int64_t>(dtype_size(backend.activation_dtype()));
-  s += fmt::format("KV cache / token  {} bytes ({:.3f} GiB for 32 slots x 1536 positions)\n", kv_per_token,
-                   static_cast<double>(kv_per_token) * 32 * 1536 / gib);
+  s += fmt::format("KV cache / token  {} bytes (e.g. {:.3f} GiB for 32 slots x 1536 positions, all layers)\n",
+                   kv_per_token, static_cast<double>(kv_per_token) * 32 * 1536 / gib);
   s += fmt::format("tokenizer         {}\n", f.has_tokenizer ? "tokenizer.json" : "none (token ids only)");
   s += fmt::format("chat template     {}\n", f.has_chat_template ? "LLaDA" : "none");
   return s;
