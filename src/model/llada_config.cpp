@@ -228,7 +228,10 @@ LladaConfig parse_llada_config(const nlohmann::json& j, const std::string& sourc
   c.rope_theta = r.number("rope_theta");
   FDLLM_CHECK_CKPT(c.rope_theta > 0.0, "{}: field 'rope_theta' = {} must be positive", src, c.rope_theta);
   const double eps = r.number_or("rms_norm_eps", 1e-5);
-  FDLLM_CHECK_CKPT(eps > 0.0 && eps < 1.0, "{}: field 'rms_norm_eps' = {} must be in (0, 1)", src, eps);
+  // Used in float arithmetic: a positive value that rounds to 0 (or a subnormal) as a float is refused.
+  FDLLM_CHECK_CKPT(eps >= std::numeric_limits<float>::min() && eps < 1.0,
+                   "{}: field 'rms_norm_eps' = {} must be in (0, 1) and a normal float32 (>= {})", src, eps,
+                   std::numeric_limits<float>::min());
   c.rms_norm_eps = static_cast<float>(eps);
 
   // Special ids.

@@ -230,6 +230,8 @@ const BadConfig kBadConfigs[] = {
     {"rope_theta_zero", set("rope_theta", 0), {"'rope_theta' = 0"}},
     {"rope_theta_string", set("rope_theta", "500000"), {"'rope_theta'", "must be a number"}},
     {"rms_norm_eps_zero", set("rms_norm_eps", 0.0), {"'rms_norm_eps' = 0"}},
+    // Found by fuzz_config: 1e-95 passed (0, 1) as a double and became 0 as the float the model uses.
+    {"rms_norm_eps_float_underflow", set("rms_norm_eps", 1e-95), {"'rms_norm_eps' = 1e-95", "normal float32"}},
     // Special ids.
     {"mask_missing", erase("mask_token_id"), {"missing required field 'mask_token_id'"}},
     {"eos_missing", erase("eos_token_id"), {"missing required field 'eos_token_id'"}},
