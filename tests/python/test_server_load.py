@@ -81,14 +81,19 @@ def test_load_with_disconnects():
                             failures.append((q, mode, repr(e)))
                 await asyncio.gather(*(worker() for _ in range(CLIENTS)))
 
-        # A warm-up burst touches every slot's K/V rows and the connection workers; then RSS must stay flat.
+        # A warm-up burst touches every slot's K/V rows and starts connection workers.
         asyncio.run(main([(qs[i % len(qs)], "stream") for i in range(CLIENTS)]))
         assert failures == [], failures[:5]
         results.clear()
         rss_warm = s.rss_kb()
         plan = [(qs[i % len(qs)], ("drop", "plain", "stream", "stream")[i % 4]) for i in range(REQUESTS)]
+        # In two halves: RSS after the first is the plateau the second must stay on (how much the
+        # warm-up burst reaches depends on how many connection workers and malloc arenas it spun up,
+        # which varies with the machine's load; the first half reaches every worker the plan uses).
         t0 = time.time()
-        asyncio.run(main(plan))
+        asyncio.run(main(plan[:REQUESTS // 2]))
+        rss_mid = s.rss_kb()
+        asyncio.run(main(plan[REQUESTS // 2:]))
         seconds = time.time() - t0
 
         # Every slot free at the end (a dropped request is cancelled at the next iteration).
@@ -107,7 +112,8 @@ def test_load_with_disconnects():
                   "cancelled": m.get("flashdllm_requests_total{status=cancelled}", 0),
                   "finished": m.get("flashdllm_requests_total{status=stop}", 0) + m.get("flashdllm_requests_total{status=length}", 0),
                   "slots_busy_end": m["flashdllm_slots_busy"], "queue_end": m["flashdllm_queue_depth"],
-                  "rss_warm_mb": round(rss_warm / 1024, 1), "rss_end_mb": round(rss_end / 1024, 1)}
+                  "rss_warm_mb": round(rss_warm / 1024, 1), "rss_mid_mb": round(rss_mid / 1024, 1),
+                  "rss_end_mb": round(rss_end / 1024, 1)}
         print("\nload report:", json.dumps(report))
         (BUILD / "server_load_report.json").write_text(json.dumps(report, indent=2) + "\n")
         assert failures == [], failures[:5]
@@ -116,6 +122,6 @@ def test_load_with_disconnects():
         assert m["flashdllm_slots_busy"] == 0 and m["flashdllm_queue_depth"] == 0
         assert report["finished"] + report["cancelled"] == REQUESTS + len(qs) + CLIENTS
         assert report["cancelled"] >= REQUESTS // 8, "most dropped streams are cancelled before they finish"
-        assert rss_end - rss_warm < 32 * 1024, f"RSS grew from {rss_warm} kB to {rss_end} kB"
+        assert rss_end - rss_mid < 32 * 1024, f"RSS grew from {rss_mid} kB to {rss_end} kB over the second half"
     finally:
         assert s.stop() == 0, "".join(s.log)
