@@ -503,6 +503,8 @@ struct Server::Impl {
       if (te)
         return refuse(411, "chunked request bodies are not accepted: send the body with a Content-Length header",
                       "length_required");
+      if (!cl && q.method == "POST")  // cpp-httplib would read such a body until the client closes, unbounded
+        return refuse(411, "a POST needs a Content-Length header", "length_required");
       if (cl) {
         const std::string v = q.get_header_value("Content-Length");
         uint64_t n = 0;
@@ -518,7 +520,7 @@ struct Server::Impl {
       }
       return httplib::Server::HandlerResponse::Unhandled;
     });
-    http.set_error_handler([max_body = opt.max_body_bytes](const httplib::Request& q, httplib::Response& r) {
+    http.set_error_handler([](const httplib::Request& q, httplib::Response& r) {
       if (!r.body.empty()) return;  // an OpenAI error object is already there
       ApiError e;
       e.status = r.status;
@@ -526,10 +528,6 @@ struct Server::Impl {
         e.message = fmt::format("no route {} {} (routes: POST /v1/completions, POST /v1/chat/completions, GET "
                                 "/v1/models, /health, /metrics, /)", q.method, q.path);
         e.code = "not_found";
-      } else if (r.status == 413) {
-        e.message =
-            fmt::format("the request body is larger than this server's limit of {} bytes (--max-body-mb)", max_body);
-        e.code = "request_too_large";
       } else if (r.status == 400) {
         e.message = "the HTTP request is malformed";
       } else {

@@ -226,6 +226,7 @@ def raw_http(server, data: bytes, timeout: float = 10.0) -> bytes:
     (b"Transfer-Encoding: chunked\r\nContent-Length: 3\r\n", b"abc", 400, "both Transfer-Encoding"),
     (b"Content-Length: -5\r\n", b"", 400, "not a byte count"),
     (b"Content-Length: 999999999\r\n", b"", 413, "999999999 bytes"),
+    (b"Connection: close\r\n", b"{}", 411, "needs a Content-Length"),
 ])
 def test_http_framing_is_checked_from_the_headers(server, head, body, status, needle):
     t0 = time.time()
