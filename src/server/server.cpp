@@ -610,6 +610,9 @@ void Server::stop() {
   while (m.active.load() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   // Idle keep-alive connections and clients still sending headers would hold their workers (and
   // the exit) until they leave: every response is written, so close them.
+  // A handler's guard ends when it returns, before cpp-httplib writes a non-streamed response:
+  // give those writes a moment before cutting the connections (a heuristic; see the session notes).
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
   shutdown_connections(m.opt.port);
   m.http.stop();
 }

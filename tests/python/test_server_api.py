@@ -412,7 +412,9 @@ def test_sigterm_drains_in_flight_requests_and_exits_0():
 
     t = threading.Thread(target=post)
     t.start()
-    time.sleep(0.5)  # the request is running
+    deadline = time.time() + 60  # until the request is running (a loaded machine can take > 0.5 s)
+    while time.time() < deadline and s.metrics()["flashdllm_slots_busy"] < 1:
+        time.sleep(0.05)
     s.proc.send_signal(signal.SIGTERM)
     t.join()
     assert s.stop() == 0, "".join(s.log)
