@@ -33,6 +33,12 @@ void add_common(CLI::App* app, CommonArgs& a) {
                   "embedding_size")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
+  app->add_option("--data-parallel", a.data_parallel,
+                  "N whole copies of the model behind one request queue (serve: requests go to the least loaded "
+                  "copy; generate / eval: the batch is dealt over them): cpu: threads split N ways; cuda[:K]: "
+                  "copy k on GPUs K + k x tensor-parallel..; --slots is per copy")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   app->add_flag("-v,--verbose", a.verbose, "log loading details");
 }
 
@@ -51,6 +57,7 @@ std::unique_ptr<flashdllm::Engine> load_engine(const CommonArgs& a) {
   eo.dummy_seed = a.dummy_seed;
   eo.profile_ops = a.profile_ops;
   eo.tensor_parallel = a.tensor_parallel;
+  eo.data_parallel = a.data_parallel;
   return flashdllm::Engine::load(eo);
 }
 

@@ -23,6 +23,7 @@ struct CommonArgs {
   bool verbose = false;
   bool profile_ops = false;  // generate --profile-ops
   int tensor_parallel = 1;   // --tensor-parallel
+  int data_parallel = 1;     // --data-parallel
 };
 void add_common(CLI::App* app, CommonArgs& a);
 std::unique_ptr<Engine> load_engine(const CommonArgs& a);

@@ -82,7 +82,7 @@ int run_serve(const CommonArgs& ca, ServeArgs& sa) {
   const ServeOptions& s = engine->serve_options();
   std::fprintf(stderr, "[flashdllm] serving '%s' on http://%s:%d (%s, %lld slots, max_model_len %lld, queue %lld; %s)\n",
                srv.model_id().c_str(), sa.host.c_str(), port, cache_mode_name(s.decode.cache),
-               static_cast<long long>(s.decode.n_slots), static_cast<long long>(s.max_model_len),
+               static_cast<long long>(engine->total_slots()), static_cast<long long>(s.max_model_len),
                static_cast<long long>(s.max_queue), engine->backend_name().c_str());
   std::fflush(stderr);
 

@@ -64,6 +64,13 @@ struct EngineOptions {
   /// mlp_hidden_size and embedding_size (Engine::load throws Error(kInvalidArgument) naming the
   /// size); not with profile_ops. 1 = off.
   int tensor_parallel = 1;
+  /// Data parallelism: this many whole copies of the model (each a tensor_parallel group), each
+  /// with its own slot pool, behind one shared request queue (the scheduler deals requests to the
+  /// least loaded copy with a free slot). "cpu": threads / (N x tensor_parallel) CPU threads per
+  /// rank; "cuda:K": replica k on GPUs K + k x tensor_parallel ... Engine::generate deals a batch
+  /// over the replicas (results identical to 1: every request's tokens are batch-invariant);
+  /// Engine::start gives every replica decode.n_slots slots. Not with profile_ops. 1 = off.
+  int data_parallel = 1;
 };
 
 /// Progress of a running generate call: request index, its current canvas (gen_length ids,
@@ -125,7 +132,10 @@ struct ServeOptions {
 
 /// Counters and gauges of a running engine (Engine::metrics), for /metrics.
 struct EngineMetrics {
-  int64_t n_slots = 0, slots_busy = 0, queue_depth = 0, max_model_len = 0;
+  int64_t n_slots = 0, slots_busy = 0, queue_depth = 0, max_model_len = 0;  ///< n_slots: over all replicas
+  int64_t replicas = 1;                     ///< data-parallel engine replicas sharing the queue
+  std::vector<int64_t> replica_slots_busy;  ///< per replica: slots holding a request
+  std::vector<int64_t> replica_iterations;  ///< per replica: iterations run
   int64_t requests_finished_stop = 0, requests_finished_length = 0, requests_cancelled = 0, requests_failed = 0;
   int64_t iterations = 0;          ///< engine iterations (steps) run
   int64_t forward_passes = 0;      ///< model passes (Flash-Verify passes and slot-group splits included)
@@ -177,8 +187,13 @@ class Engine {
   /// otherwise cancel them. Idempotent.
   void stop(bool drain);
   bool started() const noexcept;
-  /// The running pool's settings (valid once started): slots, max_model_len, the decode settings.
+  /// The running pool's settings (valid once started): slots (decode.n_slots: per replica),
+  /// max_model_len, the decode settings.
   const ServeOptions& serve_options() const;
+  /// Data-parallel replicas (EngineOptions::data_parallel).
+  int replicas() const noexcept;
+  /// Slots of the running pool over all replicas (decode.n_slots x replicas(); 0 before start).
+  int64_t total_slots() const;
   /// The running pool's metrics (after stop(): the last pool's).
   EngineMetrics metrics() const;
 

@@ -32,8 +32,9 @@ std::unique_ptr<Backend> make_backend(const std::string& device, int threads, in
   }
   if (world > 1)
     FDLLM_CHECK_ARG(index + world <= cuda_device_count(),
-                    "tensor_parallel {} on device '{}' needs GPUs {}..{}, but {} CUDA device(s) are present", world,
-                    device, index, index + world - 1, cuda_device_count());
+                    "{} GPUs (tensor_parallel x data_parallel) on device '{}' need GPUs {}..{}, but {} CUDA "
+                    "device(s) are present",
+                    world, device, index, index + world - 1, cuda_device_count());
   return make_cuda_backend(index + rank);
 }
 

@@ -254,9 +254,9 @@ std::unique_ptr<Backend> make_cpu_backend(int threads = 0);
 /// was built without CUDA, Error(kDevice) when no usable GPU exists.
 std::unique_ptr<Backend> make_cuda_backend(int device_index = 0);
 
-/// The backend of a device string for tensor-parallel rank `rank` of `world` (1 without tensor
-/// parallelism): "cpu" is make_cpu_backend with `threads` (0 = all hardware threads) split evenly
-/// between the ranks (at least one each); "cuda" or "cuda:N" is GPU N + rank (N = 0 for "cuda";
+/// The backend of a device string for device rank `rank` of `world` (the engine's every rank of
+/// every data-parallel replica; 1 without parallelism): "cpu" is make_cpu_backend with `threads` (0 = all hardware
+/// threads) split evenly between the ranks (at least one each); "cuda" or "cuda:N" is GPU N + rank (N = 0 for "cuda";
 /// `threads` unused). Throws Error(kInvalidArgument) naming the string for any other device string,
 /// naming the GPUs when N + world exceeds cuda_device_count(), or as the factory called.
 std::unique_ptr<Backend> make_backend(const std::string& device, int threads, int rank = 0, int world = 1);

@@ -32,50 +32,19 @@ namespace flashdllm {
 
 namespace fs = std::filesystem;
 
-struct Engine::Impl {
-  EngineOptions options;
-  OpProfile op_profile;  // before backend: a profiling backend refers to it
-  std::unique_ptr<Backend> backend;
-  std::optional<Tokenizer> tokenizer;
-  std::optional<ChatTemplate> chat;
-  std::string chat_error;  // why there is no chat template, for the error message
-  LladaModel model;  // rank 0's shard under tensor parallelism
-  // Tensor parallelism: the communicators of all ranks, and ranks 1..N-1's backends and shards
-  // (made once at load and never resized: denoisers hold references to the models).
+/// One whole model: a backend and the model on it, or a tensor-parallel group of ranks (the
+/// communicators of all ranks, ranks 1..N-1's backends and shards; made once at load and never
+/// resized: denoisers hold references to the models).
+struct ModelReplica {
+  std::unique_ptr<Backend> backend;  // rank 0's
+  LladaModel model;                  // rank 0's shard under tensor parallelism
   std::vector<std::unique_ptr<Communicator>> comms;
   struct Peer {
     std::unique_ptr<Backend> backend;
     LladaModel model;
   };
   std::vector<Peer> peers;
-  int32_t eot_id = -1;
-  double load_seconds = 0.0;
-  size_t checkpoint_bytes = 0;
-  size_t free_before_load = 0;  // backend free memory before weights
-  size_t peak_in_use = 0;
-  std::string weights_dtype;
-  // Serving (start / submit / stop): the slot pool, its scheduler and the loop thread. serve_mu
-  // orders start / stop; pool_mu guards sched / den / serve against submit, cancel and metrics
-  // from other threads (shared) while start installs or stop frees them (exclusive).
-  std::mutex serve_mu;
-  mutable std::shared_mutex pool_mu;
-  ServeOptions serve;
-  std::unique_ptr<Denoiser> den;
-  std::unique_ptr<Scheduler> sched;
-  std::thread loop;
-  std::atomic<bool> stop_loop{false};
-  EngineMetrics last_metrics;  // of the last stopped pool
 
-  ~Impl() {
-    if (sched) {
-      sched->cancel_all();
-      sched->close();
-      stop_loop = true;
-      if (loop.joinable()) loop.join();
-    }
-  }
-  TextCodec codec(const DecodeSettings& d) const;
-  std::string decode_ids(std::span<const int32_t> ids) const;
   /// The model's ranks (one without tensor parallelism).
   std::vector<ModelRank> ranks() const {
     std::vector<ModelRank> r{{backend.get(), &model}};
@@ -90,6 +59,73 @@ struct Engine::Impl {
   }
 };
 
+struct Engine::Impl {
+  EngineOptions options;
+  OpProfile op_profile;  // before the backends: a profiling backend refers to it
+  std::optional<Tokenizer> tokenizer;
+  std::optional<ChatTemplate> chat;
+  std::string chat_error;  // why there is no chat template, for the error message
+  // Data parallelism: options.data_parallel replicas of the model (one without); never resized.
+  std::vector<std::unique_ptr<ModelReplica>> replicas;
+  int32_t eot_id = -1;
+  double load_seconds = 0.0;
+  size_t checkpoint_bytes = 0;
+  size_t free_before_load = 0;  // backend free memory before weights
+  size_t peak_in_use = 0;
+  std::string weights_dtype;
+  // Serving (start / submit / stop): a slot pool per replica, the scheduler over them and a loop
+  // thread per replica. serve_mu orders start / stop; pool_mu guards sched / dens / serve against
+  // submit, cancel and metrics from other threads (shared) while start installs or stop frees
+  // them (exclusive).
+  std::mutex serve_mu;
+  mutable std::shared_mutex pool_mu;
+  ServeOptions serve;
+  std::vector<std::unique_ptr<Denoiser>> dens;
+  std::unique_ptr<Scheduler> sched;
+  std::vector<std::thread> loops;
+  std::atomic<bool> stop_loop{false};
+  EngineMetrics last_metrics;  // of the last stopped pool
+
+  ~Impl() {
+    if (sched) {
+      sched->cancel_all();
+      sched->close();
+      stop_loop = true;
+      for (std::thread& t : loops)
+        if (t.joinable()) t.join();
+    }
+  }
+  const LladaModel& model() const { return replicas.front()->model; }
+  Backend& backend() const { return *replicas.front()->backend; }
+  TextCodec codec(const DecodeSettings& d) const;
+  std::string backend_name() const;
+  std::string decode_ids(std::span<const int32_t> ids) const;
+  /// The smallest free memory over every replica's ranks.
+  size_t free_memory() const {
+    size_t f = SIZE_MAX;
+    for (const auto& r : replicas) f = std::min(f, r->free_memory());
+    return f;
+  }
+  /// The denoisers of `replicas` (one per replica, in order) over equal pools.
+  std::vector<std::unique_ptr<Denoiser>> make_denoisers(size_t replicas, const DecodeSettings& d, int32_t eot,
+                                                        const SlotParams& defaults, const SlotPool& pool) const {
+    std::vector<std::unique_ptr<Denoiser>> out;
+    for (size_t i = 0; i < replicas; ++i)
+      out.push_back(make_denoiser(this->replicas[i]->ranks(), d, eot, defaults, pool));
+    return out;
+  }
+};
+
+namespace {
+
+std::vector<Denoiser*> pointers(const std::vector<std::unique_ptr<Denoiser>>& dens) {
+  std::vector<Denoiser*> p;
+  for (const auto& d : dens) p.push_back(d.get());
+  return p;
+}
+
+}  // namespace
+
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 
@@ -99,8 +135,7 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
   impl->options = options;
   const fs::path dir = options.model_dir;
   check_model_directory(dir);
-  impl->model.config = load_llada_config(dir / "config.json");
-  const LladaConfig& cfg = impl->model.config;
+  const LladaConfig cfg = load_llada_config(dir / "config.json");
 
   if (fs::exists(dir / "tokenizer.json")) {
     impl->tokenizer.emplace(Tokenizer::from_file(dir / "tokenizer.json"));
@@ -118,23 +153,32 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
   }
 
   const int world = options.tensor_parallel;
+  const int dp = options.data_parallel;
   FDLLM_CHECK_ARG(world >= 1 && world <= 64, "tensor_parallel must be in [1, 64], got {}", world);
-  if (world > 1) {
-    FDLLM_CHECK_ARG(!options.profile_ops, "profile_ops is not supported with tensor_parallel {} (one rank's "
-                                          "profile would not say where the group's time goes)", world);
-    llada_shard(cfg, {0, world, nullptr});  // refuse sizes the ranks cannot split before loading anything
+  FDLLM_CHECK_ARG(dp >= 1 && dp <= 64, "data_parallel must be in [1, 64], got {}", dp);
+  FDLLM_CHECK_ARG(world * dp <= 64, "tensor_parallel x data_parallel = {} x {} exceeds 64 devices", world, dp);
+  if (world > 1) llada_shard(cfg, {0, world, nullptr});  // refuse sizes the ranks cannot split before loading anything
+  FDLLM_CHECK_ARG(!options.profile_ops || (world == 1 && dp == 1),
+                  "profile_ops is not supported with tensor_parallel {} / data_parallel {} (one rank's profile "
+                  "would not say where the group's time goes)",
+                  world, dp);
+  // Replica k's rank t is device rank k * world + t: GPUs K.. in order, or a 1 / (world * dp)
+  // share of the CPU threads.
+  for (int k = 0; k < dp; ++k) {
+    auto rep = std::make_unique<ModelReplica>();
+    rep->backend = make_backend(options.device, options.threads, k * world, world * dp);
+    if (options.profile_ops) rep->backend = make_profiling_backend(std::move(rep->backend), impl->op_profile);
+    rep->peers.reserve(static_cast<size_t>(world - 1));
+    for (int r = 1; r < world; ++r)
+      rep->peers.push_back({make_backend(options.device, options.threads, k * world + r, world * dp), LladaModel{}});
+    if (world > 1) {
+      std::vector<Backend*> bes{rep->backend.get()};
+      for (auto& p : rep->peers) bes.push_back(p.backend.get());
+      rep->comms = make_communicators(bes);
+    }
+    impl->replicas.push_back(std::move(rep));
   }
-  impl->backend = make_backend(options.device, options.threads, 0, world);
-  if (options.profile_ops) impl->backend = make_profiling_backend(std::move(impl->backend), impl->op_profile);
-  impl->peers.reserve(static_cast<size_t>(world - 1));
-  for (int r = 1; r < world; ++r)
-    impl->peers.push_back({make_backend(options.device, options.threads, r, world), LladaModel{}});
-  if (world > 1) {
-    std::vector<Backend*> bes{impl->backend.get()};
-    for (auto& p : impl->peers) bes.push_back(p.backend.get());
-    impl->comms = make_communicators(bes);
-  }
-  impl->free_before_load = impl->backend->free_memory();
+  impl->free_before_load = impl->free_memory();
   std::optional<Checkpoint> ckpt;
   if (options.load_format != "dummy") {
     FDLLM_CHECK_ARG(options.load_format == "auto", "load_format must be 'auto' or 'dummy', got '{}'",
@@ -145,22 +189,22 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
   } else {
     impl->weights_dtype = "random (dummy)";
   }
-  // Every rank's shard (rank 0's is impl->model), each from the one mapped checkpoint.
-  for (int r = 0; r < world; ++r) {
-    Backend& be = r == 0 ? *impl->backend : *impl->peers[static_cast<size_t>(r - 1)].backend;
-    LladaModel& m = r == 0 ? impl->model : impl->peers[static_cast<size_t>(r - 1)].model;
-    m.config = cfg;
-    if (world > 1) m.tp = {r, world, impl->comms[static_cast<size_t>(r)].get()};
-    m.weights =
-        ckpt ? load_llada_weights(be, *ckpt, cfg, m.tp) : make_dummy_llada_weights(be, cfg, options.dummy_seed, m.tp);
-    // Positions up to max_sequence_length plus one 128-row tile of padding (Flash-dLLM layout).
-    m.rope = make_rope_tables(be, cfg, cfg.max_sequence_length + 256);
-  }
+  // Every replica's every rank's shard (rank 0's is rep.model), each from the one mapped checkpoint.
+  for (auto& rep : impl->replicas)
+    for (int r = 0; r < world; ++r) {
+      Backend& be = r == 0 ? *rep->backend : *rep->peers[static_cast<size_t>(r - 1)].backend;
+      LladaModel& m = r == 0 ? rep->model : rep->peers[static_cast<size_t>(r - 1)].model;
+      m.config = cfg;
+      if (world > 1) m.tp = {r, world, rep->comms[static_cast<size_t>(r)].get()};
+      m.weights =
+          ckpt ? load_llada_weights(be, *ckpt, cfg, m.tp) : make_dummy_llada_weights(be, cfg, options.dummy_seed, m.tp);
+      // Positions up to max_sequence_length plus one 128-row tile of padding (Flash-dLLM layout).
+      m.rope = make_rope_tables(be, cfg, cfg.max_sequence_length + 256);
+    }
   impl->load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   impl->op_profile.clear();  // the profile covers generate calls, not loading
-  logger().info("loaded {} ({} layers, d_model {}) on {}{} in {:.2f} s", dir.string(), cfg.n_layers, cfg.d_model,
-                impl->backend->name(), world > 1 ? fmt::format(" x {} tensor-parallel ranks", world) : "",
-                impl->load_seconds);
+  logger().info("loaded {} ({} layers, d_model {}) on {} in {:.2f} s", dir.string(), cfg.n_layers, cfg.d_model,
+                impl->backend_name(), impl->load_seconds);
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
@@ -202,10 +246,10 @@ int64_t step_rows(int64_t P, int64_t G, const DecodeSettings& d) {
 TextCodec Engine::Impl::codec(const DecodeSettings& d) const {
   TextCodec c;
   if (tokenizer) c.decode = [this](std::span<const int32_t> ids) { return decode_ids(ids); };
-  c.end_ids.push_back(model.config.eos_token_id);
+  c.end_ids.push_back(model().config.eos_token_id);
   const int32_t eot = d.eot_token_id.value_or(eot_id);
-  if (eot >= 0 && eot != model.config.eos_token_id) c.end_ids.push_back(eot);
-  c.mask_id = model.config.mask_token_id;
+  if (eot >= 0 && eot != model().config.eos_token_id) c.end_ids.push_back(eot);
+  c.mask_id = model().config.mask_token_id;
   c.allow_mask_in_output = d.cache == CacheMode::kFlash && d.reference_quirks;
   return c;
 }
@@ -227,7 +271,7 @@ std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>&
                                              const GenerateOptions& o, const ProgressCallback& progress) {
   FDLLM_CHECK_ARG(!requests.empty(), "generate: no requests");
   FDLLM_CHECK_ARG(!started(), "generate: the engine is started (serving); submit requests instead");
-  const LladaConfig& cfg = impl_->model.config;
+  const LladaConfig& cfg = impl_->model().config;
   validate(o.decode, cfg);
   validate(o.sampling, o.decode, cfg, /*exact_blocks=*/true);
   const DecodeSettings& d = o.decode;
@@ -242,16 +286,23 @@ std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>&
 
   const auto t0 = std::chrono::steady_clock::now();
   const SlotParams params = resolve_params(o.sampling, d, /*exact_blocks=*/true);
-  // The pool this batch needs: flash min(slots, requests) slots (0 = every request), the block
-  // samplers every request at once; rows for the longest prompt.
-  SlotPool pool;
+  // The pool each replica needs for its share of the batch (data parallelism: the requests are
+  // dealt over min(replicas, requests) replicas through the scheduler's shared queue): flash
+  // min(slots, share) slots (0 = the whole share), the block samplers the share at once; rows for
+  // the longest prompt and the share's largest full-recompute steps.
   const auto N = static_cast<int64_t>(prompts.size());
-  pool.n_slots = d.cache == CacheMode::kFlash && d.n_slots > 0 ? std::min<int64_t>(d.n_slots, N) : N;
+  const size_t n_rep = std::min(impl_->replicas.size(), prompts.size());
+  const int64_t share = (N + static_cast<int64_t>(n_rep) - 1) / static_cast<int64_t>(n_rep);
+  SlotPool pool;
+  pool.n_slots = d.cache == CacheMode::kFlash && d.n_slots > 0 ? std::min<int64_t>(d.n_slots, share) : share;
   int64_t max_p = 0;
+  std::vector<int64_t> rows;
   for (const auto& p : prompts) {
     max_p = std::max<int64_t>(max_p, static_cast<int64_t>(p.size()));
-    pool.max_step_rows += step_rows(static_cast<int64_t>(p.size()), params.gen_length, d);
+    rows.push_back(step_rows(static_cast<int64_t>(p.size()), params.gen_length, d));
   }
+  std::sort(rows.begin(), rows.end(), std::greater<>());
+  for (int64_t i = 0; i < share; ++i) pool.max_step_rows += rows[static_cast<size_t>(i)];
   pool.max_total_length = max_p + params.gen_length;
   if (d.cache == CacheMode::kFlash) pool.max_step_rows = 0;
 
@@ -270,8 +321,8 @@ std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>&
   MemorySample mem;
   std::vector<GenerateResult> out(prompts.size());
   {
-    std::unique_ptr<Denoiser> den = make_denoiser(impl_->ranks(), d, eot, params, pool);
-    Scheduler sched(*den, impl_->codec(d), so);
+    const std::vector<std::unique_ptr<Denoiser>> dens = impl_->make_denoisers(n_rep, d, eot, params, pool);
+    Scheduler sched(pointers(dens), impl_->codec(d), so);
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (size_t i = 0; i < prompts.size(); ++i) {
       ScheduledRequest rq;
@@ -294,7 +345,26 @@ std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>&
           have[i] = true;
         }
     };
-    while (sched.step()) drain();
+    // Replicas 1.. step on their own threads until their share is done (nothing is submitted
+    // later, so a replica with nothing to do is finished); replica 0 steps here and collects.
+    // On an exception the others are cancelled and joined before the pools go.
+    struct Joiner {
+      Scheduler& sched;
+      std::vector<std::thread> threads;
+      ~Joiner() {
+        if (std::any_of(threads.begin(), threads.end(), [](const std::thread& t) { return t.joinable(); }))
+          sched.cancel_all();
+        for (std::thread& t : threads)
+          if (t.joinable()) t.join();
+      }
+    } others{sched, {}};
+    for (size_t k = 1; k < n_rep; ++k)
+      others.threads.emplace_back([&sched, k] {
+        while (sched.step(k)) {
+        }
+      });
+    while (sched.step(0)) drain();
+    for (std::thread& t : others.threads) t.join();
     drain();
     mem.take(impl_->free_memory());  // K/V stores and workspaces still allocated
     for (size_t i = 0; i < have.size(); ++i)
@@ -315,7 +385,7 @@ std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>&
 void Engine::start(const ServeOptions& options) {
   std::lock_guard<std::mutex> lk(impl_->serve_mu);
   FDLLM_CHECK_ARG(!impl_->sched, "the engine is already started");
-  const LladaConfig& cfg = impl_->model.config;
+  const LladaConfig& cfg = impl_->model().config;
   ServeOptions so = options;
   validate(so.decode, cfg);
   if (so.max_model_len == 0) so.max_model_len = cfg.max_sequence_length;
@@ -333,61 +403,66 @@ void Engine::start(const ServeOptions& options) {
   const SlotParams defaults = resolve_params(probe, d, /*exact_blocks=*/false);
   SlotPool pool;
   pool.max_total_length = so.max_model_len;
-  Backend& be = *impl_->backend;
-  std::unique_ptr<Denoiser> den;
-  const std::vector<ModelRank> ranks = impl_->ranks();
+  Backend& be = impl_->backend();
+  const size_t n_rep = impl_->replicas.size();
+  std::vector<std::unique_ptr<Denoiser>> dens;
   if (d.n_slots > 0) {
     pool.n_slots = d.n_slots;
-    den = make_denoiser(ranks, d, eot, defaults, pool);
+    dens = impl_->make_denoisers(n_rep, d, eot, defaults, pool);
   } else {
-    // As many slots as fit: K/V rows (and the full-recompute activations) per slot against the
-    // free memory; fewer on an allocation failure.
+    // As many slots as fit (the same count in every replica): K/V rows (and the full-recompute
+    // activations) per slot against the free memory (the smallest of the replicas' devices; on
+    // the CPU the replicas share it); fewer on an allocation failure.
     const int64_t act = static_cast<int64_t>(dtype_size(be.activation_dtype()));
-    const int64_t kv_row = 2 * cfg.n_layers * llada_shard(cfg, impl_->model.tp).heads * cfg.head_dim * act;
+    const int64_t kv_row = 2 * cfg.n_layers * llada_shard(cfg, impl_->model().tp).heads * cfg.head_dim * act;
     const int64_t act_row = (7 * cfg.d_model + 3 * cfg.mlp_hidden_size) * act;
     const int64_t per_slot = so.max_model_len * (d.cache == CacheMode::kNone ? act_row + kv_row / cfg.n_layers
                                                                               : kv_row) +
                              d.effective_block_length() * cfg.embedding_size * 4;
-    const auto budget = static_cast<double>(impl_->free_memory()) * so.memory_fraction;
+    const bool shared_memory = impl_->options.device == "cpu";
+    const auto budget =
+        static_cast<double>(impl_->free_memory()) * so.memory_fraction / static_cast<double>(shared_memory ? n_rep : 1);
     int64_t n = std::clamp<int64_t>(static_cast<int64_t>(budget / static_cast<double>(per_slot)), 1, 256);
     for (;;) {
       pool.n_slots = n;
       try {
-        den = make_denoiser(ranks, d, eot, defaults, pool);
+        dens = impl_->make_denoisers(n_rep, d, eot, defaults, pool);
         break;
       } catch (const Error& e) {
         if (e.code() != ErrorCode::kOutOfMemory || n == 1) throw;
+        dens.clear();
         n = std::max<int64_t>(1, n * 3 / 4);
       }
     }
   }
-  so.decode.n_slots = den->n_slots();
+  so.decode.n_slots = dens.front()->n_slots();
   Scheduler::Options sopt;
   sopt.max_queue = so.max_queue;
   sopt.checkpoint = impl_->options.model_dir.string();
   std::unique_lock<std::shared_mutex> pool_lock(impl_->pool_mu);
-  impl_->sched = std::make_unique<Scheduler>(*den, impl_->codec(d), sopt);
-  impl_->den = std::move(den);
+  impl_->sched = std::make_unique<Scheduler>(pointers(dens), impl_->codec(d), sopt);
+  impl_->dens = std::move(dens);
   impl_->serve = so;
   pool_lock.unlock();
   impl_->stop_loop = false;
   Scheduler* sched = impl_->sched.get();
   std::atomic<bool>* stop_flag = &impl_->stop_loop;
-  impl_->loop = std::thread([sched, stop_flag] {
-    for (;;) {
-      if (stop_flag->load() && !sched->has_work()) break;
-      if (!sched->step()) sched->wait_for_work(std::chrono::milliseconds(50));
-    }
-  });
-  logger().info("engine started: {} slots of {} positions, cache {}", impl_->den->n_slots(), so.max_model_len,
-                cache_mode_name(d.cache));
+  for (size_t k = 0; k < n_rep; ++k)
+    impl_->loops.emplace_back([sched, stop_flag, k] {
+      for (;;) {
+        if (stop_flag->load() && !sched->has_work(k)) break;
+        if (!sched->step(k)) sched->wait_for_work(std::chrono::milliseconds(50), k);
+      }
+    });
+  logger().info("engine started: {} slots of {} positions{}, cache {}", so.decode.n_slots, so.max_model_len,
+                n_rep > 1 ? fmt::format(" in each of {} data-parallel replicas", n_rep) : "", cache_mode_name(d.cache));
 }
 
 std::shared_ptr<RequestStream> Engine::submit(const GenerateRequest& request, const SamplingParams& params) {
   std::shared_lock<std::shared_mutex> pool_lock(impl_->pool_mu);  // stop() cannot free the pool meanwhile
   Scheduler* sched = impl_->sched.get();
   FDLLM_CHECK(sched != nullptr, ErrorCode::kUnavailable, "the engine is not started (Engine::start)");
-  const LladaConfig& cfg = impl_->model.config;
+  const LladaConfig& cfg = impl_->model().config;
   const DecodeSettings& d = impl_->serve.decode;
   validate(params, d, cfg, /*exact_blocks=*/false);
   ScheduledRequest rq;
@@ -426,7 +501,9 @@ void Engine::stop(bool drain) {
   if (!drain) impl_->sched->cancel_all();
   impl_->sched->close();
   impl_->stop_loop = true;
-  if (impl_->loop.joinable()) impl_->loop.join();
+  for (std::thread& t : impl_->loops)
+    if (t.joinable()) t.join();
+  impl_->loops.clear();
   MemorySample mem;
   mem.take(impl_->free_memory());
   if (impl_->free_before_load > mem.min_free)
@@ -435,7 +512,7 @@ void Engine::stop(bool drain) {
   impl_->last_metrics = impl_->sched->metrics();  // metrics() still reports the stopped pool
   impl_->last_metrics.max_model_len = impl_->serve.max_model_len;
   impl_->sched.reset();
-  impl_->den.reset();
+  impl_->dens.clear();
 }
 
 bool Engine::started() const noexcept {
@@ -444,6 +521,11 @@ bool Engine::started() const noexcept {
 }
 
 const ServeOptions& Engine::serve_options() const { return impl_->serve; }
+int Engine::replicas() const noexcept { return static_cast<int>(impl_->replicas.size()); }
+int64_t Engine::total_slots() const {
+  std::shared_lock<std::shared_mutex> pool_lock(impl_->pool_mu);
+  return impl_->sched ? impl_->sched->n_slots() : 0;
+}
 
 EngineMetrics Engine::metrics() const {
   std::shared_lock<std::shared_mutex> pool_lock(impl_->pool_mu);
@@ -453,31 +535,37 @@ EngineMetrics Engine::metrics() const {
   return m;
 }
 
-const LladaConfig& Engine::config() const noexcept { return impl_->model.config; }
+const LladaConfig& Engine::config() const noexcept { return impl_->model().config; }
 bool Engine::has_tokenizer() const noexcept { return impl_->tokenizer.has_value(); }
 bool Engine::has_chat_template() const noexcept { return impl_->chat.has_value(); }
-int32_t Engine::mask_token_id() const noexcept { return impl_->model.config.mask_token_id; }
+int32_t Engine::mask_token_id() const noexcept { return impl_->model().config.mask_token_id; }
 int32_t Engine::eot_token_id() const noexcept { return impl_->eot_id; }
 double Engine::load_seconds() const noexcept { return impl_->load_seconds; }
 size_t Engine::peak_memory_bytes() const noexcept { return impl_->peak_in_use; }
 
 std::vector<OpProfileEntry> Engine::op_profile() const { return impl_->op_profile.entries(); }
 size_t Engine::weight_bytes() const noexcept { return impl_->checkpoint_bytes; }
-std::string Engine::backend_name() const {
-  if (impl_->peers.empty()) return impl_->backend->name();
-  return fmt::format("{} x {} tensor-parallel ranks ({})", impl_->backend->name(), impl_->peers.size() + 1,
-                     impl_->comms[0]->name());
+std::string Engine::backend_name() const { return impl_->backend_name(); }
+
+std::string Engine::Impl::backend_name() const {
+  const ModelReplica& r = *replicas.front();
+  std::string name = r.backend->name();
+  if (!r.peers.empty())
+    name = fmt::format("{} x {} tensor-parallel ranks ({})", name, r.peers.size() + 1, r.comms[0]->name());
+  if (replicas.size() > 1) name = fmt::format("{}, x {} data-parallel replicas", name, replicas.size());
+  return name;
 }
 
 std::string Engine::info() const {
   const LladaModelFacts f{.dir = impl_->options.model_dir,
-                          .config = impl_->model.config,
+                          .config = impl_->model().config,
                           .checkpoint_dtype = impl_->weights_dtype,
                           .checkpoint_bytes = impl_->checkpoint_bytes,
                           .eot_id = impl_->eot_id,
                           .has_tokenizer = impl_->tokenizer.has_value(),
                           .has_chat_template = impl_->chat.has_value()};
-  return describe_llada_model(f, *impl_->backend, static_cast<int>(impl_->peers.size()) + 1, backend_name());
+  return describe_llada_model(f, impl_->backend(), static_cast<int>(impl_->replicas.front()->peers.size()) + 1,
+                              backend_name());
 }
 
 }  // namespace flashdllm

@@ -113,9 +113,20 @@ struct Scheduler::Request {
 // ---------------------------------------------------------------------------------- scheduler
 
 Scheduler::Scheduler(Denoiser& denoiser, TextCodec codec, Options options)
-    : den_(denoiser), codec_(std::move(codec)), opt_(std::move(options)) {
-  running_.resize(static_cast<size_t>(den_.n_slots()));
-  metrics_.n_slots = den_.n_slots();
+    : Scheduler(std::vector<Denoiser*>{&denoiser}, std::move(codec), std::move(options)) {}
+
+Scheduler::Scheduler(std::vector<Denoiser*> replicas, TextCodec codec, Options options)
+    : codec_(std::move(codec)), opt_(std::move(options)) {
+  FDLLM_CHECK_ARG(!replicas.empty(), "the scheduler needs at least one denoiser");
+  reps_.resize(replicas.size());
+  for (size_t i = 0; i < replicas.size(); ++i) {
+    FDLLM_CHECK_ARG(replicas[i] != nullptr, "the scheduler's replica {} has no denoiser", i);
+    reps_[i].den = replicas[i];
+    reps_[i].running.resize(static_cast<size_t>(replicas[i]->n_slots()));
+    metrics_.n_slots += replicas[i]->n_slots();
+  }
+  metrics_.replicas = static_cast<int64_t>(reps_.size());
+  metrics_.replica_iterations.assign(reps_.size(), 0);
   metrics_.iteration_seconds_bounds = kIterationBounds;
   metrics_.iteration_seconds_counts.assign(kIterationBounds.size(), 0);
   metrics_.tokens_per_iteration_bounds = kTokenBounds;
@@ -124,24 +135,45 @@ Scheduler::Scheduler(Denoiser& denoiser, TextCodec codec, Options options)
 
 Scheduler::~Scheduler() = default;
 
+void Scheduler::distribute_locked() {
+  while (!queue_.empty()) {
+    Replica* best = nullptr;
+    int64_t best_load = 0;
+    for (Replica& rep : reps_) {
+      const int64_t load = rep.busy + static_cast<int64_t>(rep.assigned.size());
+      if (load >= rep.den->n_slots() || (best != nullptr && load >= best_load)) continue;
+      best = &rep;
+      best_load = load;
+    }
+    if (best == nullptr) return;  // every slot is taken or promised
+    best->assigned.push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  }
+}
+
 std::shared_ptr<RequestStream> Scheduler::submit(ScheduledRequest request) {
   FDLLM_CHECK_ARG(request.max_output_tokens >= 1 && request.max_output_tokens <= request.params.gen_length,
                   "max_output_tokens {} must be in [1, gen_length = {}]", request.max_output_tokens,
                   request.params.gen_length);
   FDLLM_CHECK_ARG(request.stop.empty() || codec_.decode, "stop strings need a tokenizer (the checkpoint has none)");
-  den_.check_request(request.prompt, request.params);  // const and thread-safe: the pool's limits only
+  reps_[0].den->check_request(request.prompt, request.params);  // const and thread-safe: the pool's limits only
   auto r = std::make_shared<Request>();
   r->spec = std::move(request);
   r->submitted = Clock::now();
   {
     std::lock_guard<std::mutex> lk(mu_);
     FDLLM_CHECK(!closed_, ErrorCode::kUnavailable, "the engine is shutting down and takes no new requests");
-    FDLLM_CHECK(static_cast<int64_t>(queue_.size()) < opt_.max_queue, ErrorCode::kUnavailable,
-                "the request queue is full ({} requests wait for one of {} slots)", queue_.size(), den_.n_slots());
+    queue_.push_back(r);
+    distribute_locked();
+    if (static_cast<int64_t>(queue_.size()) > opt_.max_queue) {
+      queue_.pop_back();  // it is `r`: distribute takes from the front and took nothing more
+      throw Error(ErrorCode::kUnavailable,
+                  fmt::format("the request queue is full ({} requests wait for one of {} slots)", queue_.size(),
+                              metrics_.n_slots));
+    }
     r->id = next_id_++;
     r->stream = std::make_shared<Stream>(r->id);
     live_[r->id] = r->stream;
-    queue_.push_back(r);
   }
   work_cv_.notify_all();
   return r->stream;
@@ -173,19 +205,36 @@ void Scheduler::cancel_all() {
 
 bool Scheduler::has_work() const {
   std::lock_guard<std::mutex> lk(mu_);
-  return !queue_.empty() || busy_ > 0;
+  if (!queue_.empty() || busy_ > 0) return true;
+  return std::any_of(reps_.begin(), reps_.end(), [](const Replica& rep) { return !rep.assigned.empty(); });
 }
 
-void Scheduler::wait_for_work(std::chrono::milliseconds timeout) {
+bool Scheduler::has_work(size_t replica) const {
+  FDLLM_ASSERT_MSG(replica < reps_.size(), "replica {} of {}", replica, reps_.size());
+  std::lock_guard<std::mutex> lk(mu_);
+  const Replica& rep = reps_[replica];
+  return !queue_.empty() || !rep.assigned.empty() || rep.busy > 0;
+}
+
+void Scheduler::wait_for_work(std::chrono::milliseconds timeout, size_t replica) {
+  FDLLM_ASSERT_MSG(replica < reps_.size(), "replica {} of {}", replica, reps_.size());
   std::unique_lock<std::mutex> lk(mu_);
-  work_cv_.wait_for(lk, timeout, [&] { return !queue_.empty() || busy_ > 0 || closed_; });
+  const Replica& rep = reps_[replica];
+  // The shared queue counts only when this replica could take from it (otherwise another
+  // replica's step gives it away): a replica with every slot busy waits here for its own work.
+  work_cv_.wait_for(lk, timeout, [&] {
+    return !rep.assigned.empty() || rep.busy > 0 || closed_ ||
+           (!queue_.empty() && rep.busy + static_cast<int64_t>(rep.assigned.size()) < rep.den->n_slots());
+  });
 }
 
 EngineMetrics Scheduler::metrics() const {
   std::lock_guard<std::mutex> lk(mu_);
   EngineMetrics m = metrics_;
   m.queue_depth = static_cast<int64_t>(queue_.size());
+  for (const Replica& rep : reps_) m.queue_depth += static_cast<int64_t>(rep.assigned.size());
   m.slots_busy = busy_;
+  for (const Replica& rep : reps_) m.replica_slots_busy.push_back(rep.busy);
   if (!recent_.empty()) {
     const auto now = Clock::now();
     int64_t tokens = 0;
@@ -278,8 +327,8 @@ bool Scheduler::update_answer(Request& r, std::span<const int32_t> canvas, bool 
   return r.decided;
 }
 
-std::shared_ptr<GenerateResult> Scheduler::make_result(Request& r, int64_t slot) {
-  SlotOutput o = den_.output(slot);
+std::shared_ptr<GenerateResult> Scheduler::make_result(Request& r, Denoiser& den, int64_t slot) {
+  SlotOutput o = den.output(slot);
   auto g = std::make_shared<GenerateResult>();
   g->prompt_ids = r.spec.prompt;
   g->canvas_ids = std::move(o.canvas);
@@ -312,76 +361,88 @@ std::shared_ptr<GenerateResult> Scheduler::make_result(Request& r, int64_t slot)
   return g;
 }
 
-bool Scheduler::step() {
-  // 1. Cancelled running requests free their slots; cancelled queued ones leave the queue; queued
-  // ones take the free slots (lowest first), so a slot freed now is refilled before this iteration.
+void Scheduler::release_slot(Replica& rep, size_t slot) {
+  rep.den->release(static_cast<int64_t>(slot));
+  rep.running[slot].reset();
+  std::lock_guard<std::mutex> lk(mu_);
+  --rep.busy;
+  --busy_;
+}
+
+bool Scheduler::step(size_t replica) {
+  FDLLM_ASSERT_MSG(replica < reps_.size(), "replica {} of {}", replica, reps_.size());
+  Replica& rep = reps_[replica];
+  Denoiser& den = *rep.den;
+  auto& running = rep.running;
+  // 1. Cancelled running requests free their slots; cancelled waiting ones leave the queue; the
+  // requests given to this replica take its free slots (lowest first), so a slot freed now is
+  // refilled before this iteration.
   bool did = false;
-  for (size_t j = 0; j < running_.size(); ++j) {
-    auto& r = running_[j];
+  for (size_t j = 0; j < running.size(); ++j) {
+    auto& r = running[j];
     if (!r || !r->stream->cancel_requested()) continue;
-    den_.release(static_cast<int64_t>(j));
     RequestEvent ev;
     ev.iteration = r->iterations;
     finish(*r, FinishReason::kCancelled, std::move(ev));
-    r.reset();
-    std::lock_guard<std::mutex> lk(mu_);
-    --busy_;
+    release_slot(rep, j);
     did = true;
   }
   std::vector<std::shared_ptr<Request>> dropped;
   std::vector<size_t> admitted;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    for (auto it = queue_.begin(); it != queue_.end();) {
-      if ((*it)->stream->cancel_requested()) {
-        dropped.push_back(*it);
-        it = queue_.erase(it);
-      } else {
-        ++it;
+    auto drop_cancelled = [&](std::deque<std::shared_ptr<Request>>& q) {
+      for (auto it = q.begin(); it != q.end();) {
+        if ((*it)->stream->cancel_requested()) {
+          dropped.push_back(*it);
+          it = q.erase(it);
+        } else {
+          ++it;
+        }
       }
-    }
-    for (size_t j = 0; j < running_.size() && !queue_.empty(); ++j) {
-      if (running_[j] || den_.active(static_cast<int64_t>(j))) continue;
-      running_[j] = queue_.front();
-      queue_.pop_front();
+    };
+    drop_cancelled(queue_);
+    drop_cancelled(rep.assigned);
+    distribute_locked();
+    for (size_t j = 0; j < running.size() && !rep.assigned.empty(); ++j) {
+      if (running[j] || den.active(static_cast<int64_t>(j))) continue;
+      running[j] = std::move(rep.assigned.front());
+      rep.assigned.pop_front();
       admitted.push_back(j);
+      ++rep.busy;
       ++busy_;
     }
   }
+  if (!admitted.empty()) work_cv_.notify_all();  // distribute may have given work to another replica
   did = did || !dropped.empty();
   for (auto& r : dropped) finish(*r, FinishReason::kCancelled, RequestEvent{});
   for (size_t j : admitted) {
-    auto& r = running_[j];
+    auto& r = running[j];
     try {
-      den_.admit(static_cast<int64_t>(j), r->spec.prompt, r->spec.params);
+      den.admit(static_cast<int64_t>(j), r->spec.prompt, r->spec.params);
     } catch (const Error& e) {
       fail(*r, RequestEvent{}, e);
-      r.reset();
-      std::lock_guard<std::mutex> lk(mu_);
-      --busy_;
+      release_slot(rep, j);
       did = true;
     }
   }
-  if (std::none_of(running_.begin(), running_.end(), [](const auto& r) { return r != nullptr; })) return did;
+  if (std::none_of(running.begin(), running.end(), [](const auto& r) { return r != nullptr; })) return did;
 
-  // 2. One iteration of every running request.
+  // 2. One iteration of every running request of this replica.
   const auto t0 = Clock::now();
   std::vector<SlotStep> steps;
-  const int64_t passes0 = den_.model_passes();
+  const int64_t passes0 = den.model_passes();
   try {
-    steps = den_.step();
+    steps = den.step();
   } catch (const Error& e) {
     logger().error("iteration failed ({}): {}", opt_.checkpoint, e.what());
-    for (size_t j = 0; j < running_.size(); ++j) {
-      auto& r = running_[j];
+    for (size_t j = 0; j < running.size(); ++j) {
+      auto& r = running[j];
       if (!r) continue;
-      den_.release(static_cast<int64_t>(j));
       RequestEvent ev;
       ev.iteration = r->iterations;
       fail(*r, std::move(ev), e);
-      r.reset();
-      std::lock_guard<std::mutex> lk(mu_);
-      --busy_;
+      release_slot(rep, j);
     }
     return true;
   }
@@ -390,11 +451,12 @@ bool Scheduler::step() {
   // 3. Events, answers, finishing.
   int64_t committed = 0;
   for (SlotStep& st : steps) {
-    auto& r = running_[static_cast<size_t>(st.slot)];
+    const auto slot = static_cast<size_t>(st.slot);
+    auto& r = running[slot];
     FDLLM_ASSERT_MSG(r != nullptr, "the denoiser stepped slot {}, which holds no request", st.slot);
     ++r->iterations;
     committed += static_cast<int64_t>(st.positions.size());
-    const std::span<const int32_t> canvas = den_.canvas(st.slot);
+    const std::span<const int32_t> canvas = den.canvas(st.slot);
     RequestEvent ev;
     ev.iteration = r->iterations;
     ev.canvas_length = r->spec.params.gen_length;
@@ -402,27 +464,28 @@ bool Scheduler::step() {
     ev.tokens = std::move(st.tokens);
     const bool decided = update_answer(*r, canvas, st.finished, ev);
     const bool done = st.finished || (r->spec.finish_early && decided);
-    if (opt_.hook) opt_.hook(r->spec.tag, canvas, done);
+    if (opt_.hook) {
+      std::lock_guard<std::mutex> hk(hook_mu_);
+      opt_.hook(r->spec.tag, canvas, done);
+    }
     if (!done) {
       r->stream->push(std::move(ev));
       continue;
     }
     try {
-      ev.result = make_result(*r, st.slot);
+      ev.result = make_result(*r, den, st.slot);
       const FinishReason reason = ev.result->finish_reason;
       finish(*r, reason, std::move(ev));
     } catch (const Error& e) {
       fail(*r, std::move(ev), e);
     }
-    den_.release(st.slot);
-    r.reset();
-    std::lock_guard<std::mutex> lk(mu_);
-    --busy_;
+    release_slot(rep, slot);
   }
   std::lock_guard<std::mutex> lk(mu_);
   const double dt = std::chrono::duration<double>(t1 - t0).count();
   ++metrics_.iterations;
-  metrics_.forward_passes += den_.model_passes() - passes0;
+  ++metrics_.replica_iterations[replica];
+  metrics_.forward_passes += den.model_passes() - passes0;
   metrics_.committed_tokens += committed;
   metrics_.busy_seconds += dt;
   observe(kIterationBounds, metrics_.iteration_seconds_counts, metrics_.iteration_seconds_sum, dt);

@@ -7,10 +7,18 @@
 //
 // all of it here; the denoiser behind it only admits, steps and releases slots (denoise/denoiser.h).
 //
+// Replicas (data parallelism): the scheduler may run over several denoisers, each a whole model
+// (one GPU or one tensor-parallel group) with its own slot pool, behind one shared FIFO queue.
+// Each replica is stepped by its own thread: step(r) runs replica r's iteration and touches only
+// its denoiser and its slots, so replicas run concurrently. A queued request is given to the least
+// loaded replica that has a free slot (fewest running + assigned requests; ties: the lowest index)
+// as soon as one has (at submit, and whenever a replica's step frees slots), and that replica
+// admits it at the start of its next iteration. One replica is the plain case.
+//
 // Threads: submit(), cancel(), has_work(), wait_for_work(), close() and metrics() may be called from
-// any thread; step() from one thread at a time (the engine's loop, or generate's caller), which is
-// the only one that touches the denoiser. step() never waits on a reader: events go into each
-// request's stream (at most one per iteration of the request).
+// any thread; step(r) from one thread at a time per replica (the engine's loop of that replica, or
+// generate's), which is the only one that touches replica r's denoiser. step() never waits on a
+// reader: events go into each request's stream (at most one per iteration of the request).
 //
 // Admission is FIFO into the lowest free slot, before every iteration, so a slot freed by an
 // iteration is refilled before the next one (continuous batching). Cancellation of a running
@@ -71,13 +79,19 @@ class Scheduler {
   /// whether it finished with this iteration (Engine::generate's progress).
   using StepHook = std::function<void(size_t tag, std::span<const int32_t> canvas, bool finished)>;
   struct Options {
-    int64_t max_queue = 1024;  ///< queued requests before submit refuses (Error(kUnavailable))
+    /// Requests waiting for a slot (every replica's slots busy) before submit refuses
+    /// (Error(kUnavailable)); a request that gets a free slot at once does not count.
+    int64_t max_queue = 1024;
+    /// Called from the stepping threads, one call at a time (a mutex orders the replicas' calls).
     StepHook hook;
     /// The checkpoint, named in errors the model causes (Error(kInvalidCheckpoint): non-finite logits).
     std::string checkpoint;
   };
 
   Scheduler(Denoiser& denoiser, TextCodec codec, Options options);
+  /// Over several replicas (data parallelism): equal pools (the same check_request; replica 0's
+  /// is asked). Throws Error(kInvalidArgument) for no replica or a null one.
+  Scheduler(std::vector<Denoiser*> replicas, TextCodec codec, Options options);
   ~Scheduler();
 
   /// Queues a request after the denoiser's check_request. Throws that check's Error(kInvalidArgument),
@@ -89,40 +103,55 @@ class Scheduler {
   void close();
   /// Cancels every queued and running request (they end at the next step()).
   void cancel_all();
-  /// One iteration: drops cancelled requests, admits queued ones into free slots, runs the
-  /// denoiser's step, delivers the events, finishes and releases. Returns false when there was
-  /// nothing to do. A denoiser error fails the requests of that iteration (their slots released)
-  /// and is not rethrown; the scheduler stays usable.
-  bool step();
-  /// True while a request is queued or running.
+  /// One iteration of replica `replica` (in [0, replicas())): drops cancelled requests, admits
+  /// the requests given to it into free slots, runs its denoiser's step, delivers the events,
+  /// finishes and releases. Returns false when there was nothing to do for this replica. A
+  /// denoiser error fails the requests of that iteration (their slots released) and is not
+  /// rethrown; the scheduler stays usable.
+  bool step(size_t replica = 0);
+  /// True while a request is queued or running (anywhere).
   bool has_work() const;
-  /// Waits until has_work() or close(), at most `timeout`.
-  void wait_for_work(std::chrono::milliseconds timeout);
+  /// True while a request is queued, or given to or running on `replica`.
+  bool has_work(size_t replica) const;
+  /// Waits until has_work(replica) or close(), at most `timeout`.
+  void wait_for_work(std::chrono::milliseconds timeout, size_t replica = 0);
+  size_t replicas() const noexcept { return reps_.size(); }
+  /// Slots over all replicas.
+  int64_t n_slots() const noexcept { return metrics_.n_slots; }
   EngineMetrics metrics() const;
 
  private:
   struct Request;
   class Stream;
+  struct Replica {
+    Denoiser* den = nullptr;
+    std::vector<std::shared_ptr<Request>> running;  // per slot; the replica's stepping thread only
+    std::deque<std::shared_ptr<Request>> assigned;  // under mu_: given a slot, admitted at the next step
+    int64_t busy = 0;                               // under mu_: running requests
+  };
+  /// Gives queued requests to replicas with free slots (see the file comment). Holds mu_.
+  void distribute_locked();
+  void release_slot(Replica& rep, size_t slot);
   void finish(Request& r, FinishReason reason, RequestEvent ev);
   void fail(Request& r, RequestEvent ev, const Error& e);
-  std::shared_ptr<GenerateResult> make_result(Request& r, int64_t slot);
+  std::shared_ptr<GenerateResult> make_result(Request& r, Denoiser& den, int64_t slot);
   /// Updates the request's answer from its canvas after an iteration; fills ev.stable_tokens and
   /// ev.text_delta. Returns true once the answer is decided.
   bool update_answer(Request& r, std::span<const int32_t> canvas, bool denoiser_finished, RequestEvent& ev);
 
-  Denoiser& den_;
+  std::vector<Replica> reps_;  // never resized after construction
   TextCodec codec_;
   Options opt_;
-  mutable std::mutex mu_;                        // guards the fields below up to running_
+  std::mutex hook_mu_;     // one hook call at a time
+  mutable std::mutex mu_;  // guards the fields below and Replica's marked ones
   std::condition_variable work_cv_;
-  std::deque<std::shared_ptr<Request>> queue_;
+  std::deque<std::shared_ptr<Request>> queue_;      // waiting for a slot of any replica
   std::map<uint64_t, std::weak_ptr<Stream>> live_;  // queued and running requests by id
   uint64_t next_id_ = 1;
   bool closed_ = false;
-  int64_t busy_ = 0;                             // running requests
+  int64_t busy_ = 0;  // running requests, all replicas
   EngineMetrics metrics_;
   std::deque<std::pair<std::chrono::steady_clock::time_point, int64_t>> recent_;  // (iteration end, committed)
-  std::vector<std::shared_ptr<Request>> running_;  // per slot; step()'s thread only
 };
 
 }  // namespace flashdllm

@@ -54,17 +54,31 @@ std::string prometheus_text(const EngineMetrics& m, const HttpCounters& http) {
     out += fmt::format("flashdllm_http_responses_total{{route=\"{}\",code=\"{}\"}} {}\n", key.first, key.second, n);
   scalar(out, "flashdllm_queue_depth", "gauge", "Requests waiting for a slot.", static_cast<double>(m.queue_depth));
   scalar(out, "flashdllm_slots_busy", "gauge", "Slots holding a request.", static_cast<double>(m.slots_busy));
-  scalar(out, "flashdllm_slots", "gauge", "Slots of the pool.", static_cast<double>(m.n_slots));
+  scalar(out, "flashdllm_slots", "gauge", "Slots of the pool (all replicas).", static_cast<double>(m.n_slots));
+  scalar(out, "flashdllm_replicas", "gauge", "Data-parallel engine replicas behind the queue.",
+         static_cast<double>(m.replicas));
+  out +=
+      "# HELP flashdllm_replica_slots_busy Slots holding a request, by data-parallel replica.\n"
+      "# TYPE flashdllm_replica_slots_busy gauge\n";
+  for (size_t i = 0; i < m.replica_slots_busy.size(); ++i)
+    out += fmt::format("flashdllm_replica_slots_busy{{replica=\"{}\"}} {}\n", i, m.replica_slots_busy[i]);
+  out +=
+      "# HELP flashdllm_replica_iterations_total Engine iterations run, by data-parallel replica.\n"
+      "# TYPE flashdllm_replica_iterations_total counter\n";
+  for (size_t i = 0; i < m.replica_iterations.size(); ++i)
+    out += fmt::format("flashdllm_replica_iterations_total{{replica=\"{}\"}} {}\n", i, m.replica_iterations[i]);
   scalar(out, "flashdllm_max_model_len", "gauge", "Longest prompt + canvas a request may have.",
          static_cast<double>(m.max_model_len));
-  scalar(out, "flashdllm_iterations_total", "counter", "Engine iterations run.", static_cast<double>(m.iterations));
+  scalar(out, "flashdllm_iterations_total", "counter", "Engine iterations run (summed over replicas).",
+         static_cast<double>(m.iterations));
   scalar(out, "flashdllm_forward_passes_total", "counter", "Model forward passes (verify passes included).",
          static_cast<double>(m.forward_passes));
   scalar(out, "flashdllm_committed_tokens_total", "counter", "Canvas positions committed.",
          static_cast<double>(m.committed_tokens));
   scalar(out, "flashdllm_generated_tokens_total", "counter", "Answer tokens of finished requests.",
          static_cast<double>(m.generated_tokens));
-  scalar(out, "flashdllm_busy_seconds_total", "counter", "Seconds spent inside iterations.", m.busy_seconds);
+  scalar(out, "flashdllm_busy_seconds_total", "counter", "Seconds spent inside iterations (summed over replicas).",
+         m.busy_seconds);
   scalar(out, "flashdllm_tokens_per_second", "gauge", "Committed tokens per second over the last 10 s.",
          m.tokens_per_second);
   histogram(out, "flashdllm_iteration_seconds", "Wall time of one engine iteration.", m.iteration_seconds_bounds,

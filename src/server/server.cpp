@@ -281,12 +281,13 @@ struct Server::Impl {
     const ServeOptions& so = engine.serve_options();
     const SamplingParams& sp = call.req.params;
     int64_t canvas = 0;
-    const auto capacity = static_cast<size_t>(so.decode.n_slots + so.max_queue);
+    const int64_t slots = engine.total_slots();
+    const auto capacity = static_cast<size_t>(slots + so.max_queue);
     if (prompts.size() > capacity)  // would get 429 forever: its prompts are queued together
       return ApiError{400,
                       fmt::format("{} prompts in one request, more than this server holds at once ({} slots + {} "
                                   "queued): send at most {} per request",
-                                  prompts.size(), so.decode.n_slots, so.max_queue, capacity),
+                                  prompts.size(), slots, so.max_queue, capacity),
                       "invalid_request_error", param, ""};
     if (!sp.stop.empty() && !engine.has_tokenizer())
       return ApiError{400, "stop strings need a tokenizer (the checkpoint has no tokenizer.json)",
@@ -561,7 +562,7 @@ Server::Server(Engine& engine, ServerOptions options) : impl_(std::make_unique<I
   m.limits.default_max_tokens = m.opt.default_max_tokens;
   const ServeOptions& so = engine.serve_options();
   const int64_t threads =
-      m.opt.max_threads > 0 ? m.opt.max_threads : std::max<int64_t>(256, so.decode.n_slots + so.max_queue + 32);
+      m.opt.max_threads > 0 ? m.opt.max_threads : std::max<int64_t>(256, engine.total_slots() + so.max_queue + 32);
   m.http.new_task_queue = [threads] { return new WorkerPool(static_cast<size_t>(threads)); };
   m.http.set_payload_max_length(m.opt.max_body_bytes);
   m.http.set_read_timeout(m.opt.read_timeout_s, 0);

@@ -1,7 +1,9 @@
 #include "common/model_fixture.h"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <random>
 
 #include "common/test_paths.h"
 #include "core/check.h"
@@ -114,6 +116,18 @@ std::vector<float> full_logits(Backend& backend, const LladaModel& model,
   std::vector<float> out(static_cast<size_t>(logits.numel()));
   backend.copy_to_host(out.data(), logits);
   return out;
+}
+
+std::vector<GenerateRequest> random_id_requests(const LladaConfig& c, size_t n, uint32_t seed, int64_t first_length,
+                                                int64_t step) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> id(5, std::min(c.mask_token_id, c.eos_token_id) - 1);
+  std::vector<GenerateRequest> rq(n);
+  for (size_t i = 0; i < n; ++i) {
+    rq[i].prompt_ids.resize(static_cast<size_t>(first_length + step * static_cast<int64_t>(i)));
+    for (auto& t : rq[i].prompt_ids) t = id(rng);
+  }
+  return rq;
 }
 
 }  // namespace flashdllm::test

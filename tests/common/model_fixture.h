@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "backend/comm.h"
 #include "engine/tensor_parallel.h"
+#include "flashdllm/request.h"
 #include "io/safetensors.h"
 #include "model/llada.h"
 
@@ -42,6 +43,11 @@ std::filesystem::path checkpoint_with_heads(const std::filesystem::path& src, in
 std::vector<int32_t> i64_tensor_as_i32(const TensorInfo& t);
 /// The values of an F32 fixture tensor (asserts the dtype).
 std::vector<float> f32_tensor(const TensorInfo& t);
+
+/// `n` token-id requests of lengths first_length + i * step, ids drawn (std::mt19937(seed)) from the
+/// model's plain vocabulary [5, min(mask, eos)): engine tests whose prompts only need to differ.
+std::vector<GenerateRequest> random_id_requests(const LladaConfig& c, size_t n, uint32_t seed, int64_t first_length,
+                                                int64_t step);
 
 /// Parses a JSON file (throws on error).
 nlohmann::json load_json(const std::filesystem::path& path);

@@ -345,7 +345,9 @@ TEST(Scheduler, CancelFreesTheSlotAtTheNextIterationAndTheQueueIsBounded) {
   Scheduler sched(*den, sm.codec(), so);
   auto a = sched.submit(request_of(sm.prompt("What is 3 + 4?"), p));
   auto b = sched.submit(request_of(sm.prompt("What is 5 + 4?"), p));
-  auto c = sched.submit(request_of(sm.prompt("What is 5 + 5?"), p));  // the queue holds 3
+  auto c = sched.submit(request_of(sm.prompt("What is 5 + 5?"), p));
+  auto d = sched.submit(request_of(sm.prompt("What is 6 + 5?"), p));  // a has the slot, the queue holds 3
+  EXPECT_EQ(sched.metrics().queue_depth, 4) << "a counts as waiting until its first iteration";
   try {
     sched.submit(request_of(sm.prompt("What is 1 + 1?"), p));
     ADD_FAILURE() << "a full queue must refuse";
@@ -366,14 +368,79 @@ TEST(Scheduler, CancelFreesTheSlotAtTheNextIterationAndTheQueueIsBounded) {
   EXPECT_EQ(ec->finish_reason, FinishReason::kCancelled);
   EXPECT_EQ(sched.metrics().slots_busy, 1);
   EXPECT_TRUE(sched.cancel(b->id()));
+  EXPECT_TRUE(sched.cancel(d->id()));
   EXPECT_FALSE(sched.cancel(12345));
   while (sched.step()) {
   }
   EXPECT_FALSE(den->active(0));
   EXPECT_EQ(drain(*b)->finish_reason, FinishReason::kCancelled);
-  EXPECT_EQ(sched.metrics().requests_cancelled, 3);
+  EXPECT_EQ(drain(*d)->finish_reason, FinishReason::kCancelled);
+  EXPECT_EQ(sched.metrics().requests_cancelled, 4);
   sched.close();
   EXPECT_THROW(sched.submit(request_of(sm.prompt("What is 1 + 1?"), p)), Error);
+}
+
+// Two replicas (data parallelism) behind one queue: a request goes to the least loaded replica
+// with a free slot, each replica admits only its own at its step, the rest wait in the shared queue
+// until a slot frees anywhere, and every answer equals the request run alone (batch invariance).
+TEST(Scheduler, ReplicasShareOneQueueAndTakeTheLeastLoadedFirst) {
+  if (!have_model()) GTEST_SKIP() << "no default model";
+  SmallModel& sm = small();
+  const Mode m = modes()[0];  // flash
+  const SlotParams p = resolve_params(m.s, m.d, true);
+  const SlotPool pool{2, 200, 0};
+  auto den0 = make_denoiser(*sm.backend, sm.model, m.d, sm.eot, p, pool);
+  auto den1 = make_denoiser(*sm.backend, sm.model, m.d, sm.eot, p, pool);
+  Scheduler::Options so;
+  so.max_queue = 1;
+  Scheduler sched({den0.get(), den1.get()}, sm.codec(), so);
+  EXPECT_EQ(sched.replicas(), 2u);
+  EXPECT_EQ(sched.n_slots(), 4);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 5; ++i) {  // 4 slots + 1 queued; questions take several iterations
+    prompts.push_back(
+        sm.prompt(fmt::format("Tom has {} apples and buys {} more. How many does he have?", 3 + i, 17 * i)));
+    streams.push_back(sched.submit(request_of(prompts.back(), p)));
+  }
+  EXPECT_THROW(sched.submit(request_of(prompts[0], p)), Error) << "4 slots and a queue of 1 are full";
+  EXPECT_EQ(sched.metrics().queue_depth, 5);
+  EXPECT_TRUE(sched.has_work(1));
+  ASSERT_TRUE(sched.step(0));  // replica 0 admits its two (requests 0 and 2) and runs them
+  EXPECT_TRUE(den0->active(0) && den0->active(1));
+  EXPECT_FALSE(den1->active(0) || den1->active(1)) << "replica 1 admits at its own step";
+  EXPECT_EQ(sched.metrics().slots_busy, 2);
+  streams[3]->cancel();        // given to replica 1, not yet admitted
+  ASSERT_TRUE(sched.step(1));  // request 3 leaves; the queued request 4 takes its place at once
+  EXPECT_TRUE(den1->active(0) && den1->active(1));
+  EXPECT_EQ(sched.metrics().slots_busy, 4);
+  EXPECT_EQ(sched.metrics().queue_depth, 0);
+  auto cancelled = drain(*streams[3]);
+  ASSERT_TRUE(cancelled.has_value());
+  EXPECT_EQ(cancelled->finish_reason, FinishReason::kCancelled);
+  std::thread t1([&] {
+    while (sched.step(1)) {
+    }
+  });
+  while (sched.step(0)) {
+  }
+  t1.join();
+  EXPECT_FALSE(sched.has_work());
+  for (size_t i = 0; i < streams.size(); ++i) {
+    if (i == 3) continue;
+    auto last = drain(*streams[i]);
+    ASSERT_TRUE(last.has_value()) << i;
+    ASSERT_TRUE(last->result) << i << ": " << last->error;
+    EXPECT_EQ(last->result->canvas_ids, run_alone(m, prompts[i]).canvas_ids) << "request " << i;
+  }
+  EXPECT_GT(den0->model_passes(), 0);
+  EXPECT_GT(den1->model_passes(), 0);
+  const EngineMetrics mt = sched.metrics();
+  EXPECT_EQ(mt.replicas, 2);
+  EXPECT_EQ(mt.requests_cancelled, 1);
+  EXPECT_EQ(mt.requests_finished_stop + mt.requests_finished_length, 4);
+  EXPECT_THROW(Scheduler({}, sm.codec(), {}), Error);
+  EXPECT_THROW(Scheduler({den0.get(), nullptr}, sm.codec(), {}), Error);
 }
 
 TEST(Scheduler, RequestsThatCannotFitAreRefusedAtSubmit) {

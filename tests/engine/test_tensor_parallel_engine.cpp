@@ -73,16 +73,7 @@ EngineOptions options(const std::filesystem::path& dir, int tp, bool dummy = fal
 }
 
 /// Three prompts of random ids of the model's plain vocabulary (below its special tokens).
-std::vector<GenerateRequest> requests(const LladaConfig& c) {
-  std::mt19937 rng(3);
-  std::uniform_int_distribution<int32_t> id(5, std::min(c.mask_token_id, c.eos_token_id) - 1);
-  std::vector<GenerateRequest> rq(3);
-  for (size_t i = 0; i < rq.size(); ++i) {
-    rq[i].prompt_ids.resize(5 + 9 * i);
-    for (auto& t : rq[i].prompt_ids) t = id(rng);
-  }
-  return rq;
-}
+std::vector<GenerateRequest> requests(const LladaConfig& c) { return test::random_id_requests(c, 3, 3, 5, 9); }
 
 void expect_same_tokens(Engine& one, Engine& tp, const std::string& what) {
   const auto rq = requests(one.config());
