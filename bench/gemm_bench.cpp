@@ -7,6 +7,9 @@
 //   lm_head  N 126464, K 4096, fp32 out (logits)
 // for T in --tokens. TFLOP/s = 2·T·N·K / t against --peak-tflops; roofline floor
 // max(flops / peak, bytes(x, w, out[, out read]) / bandwidth). Median of --iters measurements.
+// --tune K also times a GemmLt that picks the fastest of cuBLASLt's first K heuristic algorithms
+// (GemmLt's tune_candidates) on the same operands in the same run: its time, the speed-up over the
+// heuristic's first choice, and which candidate won.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -37,7 +40,7 @@ struct Shape {
 int main(int argc, char** argv) {
   CLI::App app{"cuBLASLt GEMM microbenchmark at LLaDA-8B shapes"};
   std::string tokens = "256,512,1024,2048,4096,8192,16384", shapes_sel = "qkv,attn_out,gate_up,down,lm_head";
-  int warmup = 3, iters = 10;
+  int warmup = 3, iters = 10, tune = 0;
   double peak_tflops = 989.4, peak_gbps = 4800.0;
   std::string json_path;
   app.add_option("--tokens", tokens, "comma-separated T (rows of x)");
@@ -47,6 +50,7 @@ int main(int argc, char** argv) {
   app.add_option("--peak-tflops", peak_tflops, "dense bf16 peak (H200 SXM datasheet: 989.4)");
   app.add_option("--peak-gbps", peak_gbps, "memory bandwidth for the roofline floor (H200: 4800)");
   app.add_option("--json", json_path, "write results as JSON");
+  app.add_option("--tune", tune, "also time GemmLt(tune_candidates = K) (0 = off)")->check(CLI::Range(0, 16));
   CLI11_PARSE(app, argc, argv);
 
   const std::vector<Shape> all = {{"qkv", 12288, 4096, GemmOut::kBF16, false},
@@ -59,6 +63,7 @@ int main(int argc, char** argv) {
     cudaStream_t stream;
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     GemmLt gemm;
+    GemmLt tuned(size_t{32} << 20, tune);
     nlohmann::json out;
     out["bench"] = "gemm";
     out["device"] = dev.name;
@@ -67,7 +72,14 @@ int main(int argc, char** argv) {
     out["peak_gbps"] = peak_gbps;
     out["results"] = nlohmann::json::array();
     std::printf("device: %s (%d SMs), peak %.1f TFLOP/s\n\n", dev.name.c_str(), dev.sm_count, peak_tflops);
-    std::printf("| shape | T | N | K | out | median us | TFLOP/s | %% peak | floor us |\n|---|---|---|---|---|---|---|---|---|\n");
+    if (tune > 0)
+      std::printf(
+          "| shape | T | N | K | out | median us | TFLOP/s | %% peak | floor us | tuned us | speed-up | "
+          "pick |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    else
+      std::printf(
+          "| shape | T | N | K | out | median us | TFLOP/s | %% peak | floor us "
+          "|\n|---|---|---|---|---|---|---|---|---|\n");
     const std::vector<std::string> wanted = bench::split(shapes_sel);
     for (const Shape& s : all) {
       if (std::find(wanted.begin(), wanted.end(), s.name) == wanted.end()) continue;
@@ -92,11 +104,25 @@ int main(int argc, char** argv) {
         const double bytes = 2.0 * (T * s.K + s.N * s.K) + static_cast<double>(out_esize) * T * s.N * (s.accumulate ? 2 : 1);
         const double floor_us = std::max(flops / (peak_tflops * 1e12), bytes / (peak_gbps * 1e9)) * 1e6;
         const double tflops = flops / (t.median_us * 1e-6) / 1e12;
-        std::printf("| %s | %lld | %lld | %lld | %s | %.1f | %.1f | %.1f | %.1f |\n", s.name, T,
+        std::printf("| %s | %lld | %lld | %lld | %s | %.1f | %.1f | %.1f | %.1f", s.name, T,
                     static_cast<long long>(s.N), static_cast<long long>(s.K), s.out == GemmOut::kF32 ? "F32" : "BF16",
                     t.median_us, tflops, 100.0 * tflops / peak_tflops, floor_us);
-        std::fflush(stdout);
         nlohmann::json r;
+        if (tune > 0) {
+          const auto call = [&](int) {
+            tuned.matmul(static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(w), o, s.out, T, s.N,
+                         s.K, s.accumulate, stream);
+          };
+          call(0);  // the first call tunes (timed separately from the measurement)
+          const GemmLt::Choice c = tuned.last_choice();
+          const bench::Timing tt = bench::time_launches(call, stream, warmup, iters, 2.0);
+          std::printf(" | %.1f | %.3f | %d of %d", tt.median_us, t.median_us / tt.median_us, c.index, c.candidates);
+          r["tuned_median_us"] = tt.median_us;
+          r["tuned_pick"] = c.index;
+          r["tuned_candidates"] = c.candidates;
+        }
+        std::printf(" |\n");
+        std::fflush(stdout);
         r["shape"] = s.name;
         r["T"] = T;
         r["N"] = s.N;

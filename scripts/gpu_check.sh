@@ -34,14 +34,25 @@ FDLLM_TAG=gpu_check
 # shellcheck source=scripts/gpu_env.sh
 source "$ROOT/scripts/gpu_env.sh"
 
-# The GPU tests: every tests/kernels/test_*.cpp (CTest label "kernels"; each is a CUDA-vs-CPU twin
-# test that skips without a GPU), found here rather than listed by hand.
-mapfile -t TESTS < <(cd "$ROOT/tests/kernels" && ls test_*.cpp | sed 's/\.cpp$//')
+# The GPU tests: the binaries of every CTest test labelled "kernels" (tests/CMakeLists.txt gives the
+# label; each is a CUDA-vs-CPU twin test that skips without a GPU), read from the built tree, so no
+# list is kept here. The `gpu_tests` target builds them.
+gpu_tests() {
+  (cd "$1" && ctest -L '^kernels$' --show-only=json-v1) | python3 -c '
+import json, os, sys
+seen = []
+for t in json.load(sys.stdin)["tests"]:
+    exe = os.path.basename(t["command"][0])
+    if exe not in seen:
+        seen.append(exe)
+print("\n".join(seen))'
+}
 
 # Internal: --sanitize TOOL BUILD SANITIZER runs every test binary's Small set under
 # compute-sanitizer TOOL (a separate process so that `timeout` can bound it).
 if [[ "${1:-}" == --sanitize ]]; then
   tool=$2 build=$3 san=$4 rc=0
+  mapfile -t TESTS < <(gpu_tests "$build")
   for t in "${TESTS[@]}"; do
     filter='Small*'
     [[ $t == test_cuda_attention ]] && filter='CudaAttention.Small*'
@@ -120,9 +131,15 @@ fdllm_use_carried_deps
 # ---------------------------------------------------------------------------- configure + build
 fdllm_configure_cmd "$BUILD"
 run_step configure 180 "${CONFIGURE_CMD[@]}" || finish
-run_step build 330 cmake --build "$BUILD" -j "$JOBS" --target "${TESTS[@]}" flashdllm attention_bench gemm_bench \
+run_step build 330 cmake --build "$BUILD" -j "$JOBS" --target gpu_tests flashdllm attention_bench gemm_bench \
   batch_invariance || finish
 [[ $MODE == build ]] && finish
+mapfile -t TESTS < <(gpu_tests "$BUILD")
+if ((${#TESTS[@]} == 0)); then
+  SUMMARY+=("| gpu tests | FAIL | 0 | no CTest test is labelled kernels |")
+  FAILED=1
+  finish
+fi
 
 # ---------------------------------------------------------------------------- tests
 skipped_all=0

@@ -146,6 +146,18 @@ QkvMode parse_qkv_env() {
   FDLLM_FAIL(ErrorCode::kInvalidArgument, "FLASHDLLM_QKV='{}' is not one of auto, fused, unfused", v);
 }
 
+// FLASHDLLM_GEMM_TUNE=K: GemmLt times cuBLASLt's first K heuristic algorithms for each GEMM shape
+// when it is first seen and keeps the fastest (kernels/cuda/gemm.h); unset or 0: the heuristic's
+// first choice.
+int parse_gemm_tune_env() {
+  const char* v = std::getenv("FLASHDLLM_GEMM_TUNE");
+  if (v == nullptr || *v == '\0') return 0;
+  char* end = nullptr;
+  const long k = std::strtol(v, &end, 10);
+  FDLLM_CHECK_ARG(*end == '\0' && k >= 0 && k <= 16, "FLASHDLLM_GEMM_TUNE='{}' is not an integer in [0, 16]", v);
+  return static_cast<int>(k);
+}
+
 // The auto choice per shape, from bench/qkv_bench on the H200 (bench/results/2026-11-30-h200-qkv-fused):
 // the first fused kernel (WMMA, 2-stage pipeline) is exact but 3-5x slower than cuBLASLt + rope_store
 // at every window (128-8192 rows) and prefill shape measured, so auto picks the unfused path
@@ -226,7 +238,7 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaMallocHost(&pinned, sizeof(int)));
     host_flags_.reset(pinned);
     *static_cast<int*>(host_flags_.get()) = 0;
-    gemm_ = std::make_unique<kernels::GemmLt>();
+    gemm_ = std::make_unique<kernels::GemmLt>(size_t{32} << 20, parse_gemm_tune_env());
     attention_ = parse_attention_env();
     qkv_mode_ = parse_qkv_env();
     debug_sync_ = env_flag("FLASHDLLM_CUDA_SYNC");

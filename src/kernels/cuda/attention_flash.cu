@@ -20,6 +20,8 @@
 // Invariants: every key tile holds at least one key < k_end (tiles are ceil-divided), so row
 // maxima are finite after the first tile; keys ≥ k_end are zero-filled in shared memory and
 // their scores set to −inf; query rows ≥ q_end are zero-filled, computed, and not stored.
+#include <array>
+#include <atomic>
 #include <string>
 
 #include "core/verify_mask.h"
@@ -363,7 +365,15 @@ void launch_flash(const AttentionArgs& a, const AttentionWorkItem* work, const i
                   const VerifyKeys& vk, cudaStream_t stream) {
   using T = FlashTraits<kBlockM, kBlockN>;
   auto kernel = flash_attention_kernel<kBlockM, kBlockN, kVerify>;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
+  // The dynamic shared-memory opt-in, once per device for this instantiation rather than a driver
+  // call in every layer's launch (issue 13: no cudaFuncSetAttribute in the layer loop).
+  static std::array<std::atomic<bool>, 64> opted_in{};
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev < 0 || dev >= static_cast<int>(opted_in.size()) || !opted_in[static_cast<size_t>(dev)].load()) {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
+    if (dev >= 0 && dev < static_cast<int>(opted_in.size())) opted_in[static_cast<size_t>(dev)].store(true);
+  }
   const dim3 grid(static_cast<unsigned>(capacity), static_cast<unsigned>(a.n_heads));
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(a, work, work_count, vk);
   CUDA_CHECK_LAUNCH();

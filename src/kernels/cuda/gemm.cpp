@@ -2,6 +2,8 @@
 
 #include <cublasLt.h>
 
+#include <algorithm>
+#include <array>
 #include <tuple>
 #include <unordered_map>
 
@@ -40,6 +42,7 @@ struct Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  GemmLt::Choice choice;
   Plan() = default;
   Plan(const Plan&) = delete;
   Plan& operator=(const Plan&) = delete;
@@ -64,9 +67,54 @@ struct GemmLt::Impl {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  int tune_candidates = 0;
   std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans;
+  GemmLt::Choice last;
 
-  const Plan& plan_for(const PlanKey& key) {
+  /// The fastest of `results` for this call (median of 3 after a warm-up, events on `stream`).
+  /// An accumulating call is timed into a scratch output so that its residual is kept.
+  int fastest(const Plan& p, const cublasLtMatmulHeuristicResult_t* results, int n, const void* x, const void* w,
+              void* out, size_t out_bytes, bool accumulate, cudaStream_t stream) {
+    struct Scratch {  // released on every path, a throwing check included
+      void* dst = nullptr;
+      cudaEvent_t e0 = nullptr, e1 = nullptr;
+      ~Scratch() {
+        if (e0) cudaEventDestroy(e0);
+        if (e1) cudaEventDestroy(e1);
+        if (dst) cudaFree(dst);
+      }
+    } sc;
+    if (accumulate) CUDA_CHECK(cudaMalloc(&sc.dst, out_bytes));
+    void* dst = accumulate ? sc.dst : out;
+    CUDA_CHECK(cudaEventCreate(&sc.e0));
+    CUDA_CHECK(cudaEventCreate(&sc.e1));
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    int best = -1;
+    float best_ms = 0.0f;
+    for (int i = 0; i < n; ++i) {
+      auto run = [&] {
+        return cublasLtMatmul(handle, p.op, &alpha, w, p.a, x, p.b, &beta, dst, p.c, dst, p.c, &results[i].algo,
+                              workspace, workspace_bytes, stream);
+      };
+      if (run() != CUBLAS_STATUS_SUCCESS) continue;  // a candidate that cannot run here is skipped
+      std::array<float, 3> ms{};
+      for (float& m : ms) {
+        CUDA_CHECK(cudaEventRecord(sc.e0, stream));
+        CUBLAS_CHECK(run());
+        CUDA_CHECK(cudaEventRecord(sc.e1, stream));
+        CUDA_CHECK(cudaEventSynchronize(sc.e1));
+        CUDA_CHECK(cudaEventElapsedTime(&m, sc.e0, sc.e1));
+      }
+      std::sort(ms.begin(), ms.end());
+      if (best < 0 || ms[1] < best_ms) {
+        best = i;
+        best_ms = ms[1];
+      }
+    }
+    return std::max(best, 0);
+  }
+
+  const Plan& plan_for(const PlanKey& key, const void* x, const void* w, void* out, cudaStream_t stream) {
     auto it = plans.find(key);
     if (it != plans.end()) return *it->second;
     auto p = std::make_unique<Plan>();
@@ -99,20 +147,29 @@ struct GemmLt::Impl {
     CUBLAS_CHECK(
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
 
-    cublasLtMatmulHeuristicResult_t result{};
+    cublasLtMatmulHeuristicResult_t results[16]{};
     int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, p->op, p->a, p->b, p->c, p->c, pref, 1, &result, &found));
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, p->op, p->a, p->b, p->c, p->c, pref,
+                                                std::max(1, tune_candidates), results, &found));
     FDLLM_CHECK(found > 0, ErrorCode::kUnsupported,
                 "matmul: cuBLASLt has no algorithm for out[{}, {}] = x[{}, {}]·w[{}, {}]ᵀ ({} output, beta {})", key.T,
                 key.N, key.T, key.K, key.N, key.K, out_dt == CUDA_R_32F ? "F32" : "BF16", key.accumulate ? 1 : 0);
-    p->algo = result.algo;
+    const size_t out_bytes = static_cast<size_t>(key.T * key.N) * (out_dt == CUDA_R_32F ? 4 : 2);
+    const int pick = tune_candidates > 1 && found > 1
+                         ? fastest(*p, results, found, x, w, out, out_bytes, key.accumulate, stream)
+                         : 0;
+    p->algo = results[pick].algo;
+    p->choice = {pick, tune_candidates > 1 ? found : 0};
     auto [ins, ok] = plans.emplace(key, std::move(p));
     (void)ok;
     return *ins->second;
   }
 };
 
-GemmLt::GemmLt(size_t workspace_bytes) : impl_(std::make_unique<Impl>()) {
+GemmLt::GemmLt(size_t workspace_bytes, int tune_candidates) : impl_(std::make_unique<Impl>()) {
+  FDLLM_CHECK_ARG(tune_candidates >= 0 && tune_candidates <= 16, "matmul: tune_candidates must be in [0, 16], got {}",
+                  tune_candidates);
+  impl_->tune_candidates = tune_candidates;
   CUBLAS_CHECK(cublasLtCreate(&impl_->handle));
   if (workspace_bytes > 0) {
     const cudaError_t err = cudaMalloc(&impl_->workspace, workspace_bytes);
@@ -133,6 +190,7 @@ GemmLt::~GemmLt() {
 }
 
 size_t GemmLt::cached_plans() const noexcept { return impl_->plans.size(); }
+GemmLt::Choice GemmLt::last_choice() const noexcept { return impl_->last; }
 
 void GemmLt::matmul(const __nv_bfloat16* x, const __nv_bfloat16* w, void* out, GemmOut out_type, int64_t T, int64_t N,
                     int64_t K, bool accumulate, cudaStream_t stream) {
@@ -140,7 +198,8 @@ void GemmLt::matmul(const __nv_bfloat16* x, const __nv_bfloat16* w, void* out, G
   if (T == 0) return;
   const PlanKey key{T, N, K, static_cast<int>(out_type), accumulate, alignment_of(x), alignment_of(w),
                     alignment_of(out)};
-  const Plan& p = impl_->plan_for(key);
+  const Plan& p = impl_->plan_for(key, x, w, out, stream);
+  impl_->last = p.choice;
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   CUBLAS_CHECK(cublasLtMatmul(impl_->handle, p.op, &alpha, w, p.a, x, p.b, &beta, out, p.c, out, p.c, &p.algo,
                               impl_->workspace, impl_->workspace_bytes, stream));

@@ -5,8 +5,10 @@
 //   A = w as column-major [K, N] (ld K) with op T, B = x as column-major [K, T] (ld K) with op N,
 //   C = D = out as column-major [N, T] (ld N); m = N, n = T, k = K.
 // accumulate = true sets beta = 1 with C = D: the residual add is fused into the epilogue.
-// Descriptors and the heuristic's algorithm are cached per (shape, output type, beta,
-// alignments), so a steady-state call is a hash lookup plus cublasLtMatmul.
+// Descriptors and the chosen algorithm are cached per (shape, output type, beta, alignments), so
+// a steady-state call is a hash lookup plus cublasLtMatmul. The algorithm is the heuristic's first
+// (tune_candidates 0), or the fastest of its first tune_candidates, timed once on the call's own
+// operands when the shape is first seen (one host synchronisation then; never afterwards).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -22,9 +24,10 @@ enum class GemmOut { kBF16, kF32 };
 
 class GemmLt {
  public:
-  /// Creates the cuBLASLt handle and a device workspace of `workspace_bytes` on the current device.
-  /// Throws Error(kDevice) / Error(kOutOfMemory).
-  explicit GemmLt(size_t workspace_bytes = size_t{32} << 20);
+  /// Creates the cuBLASLt handle and a device workspace of `workspace_bytes` on the current device;
+  /// tune_candidates in [0, 16] (see the file comment). Throws Error(kDevice) / Error(kOutOfMemory),
+  /// Error(kInvalidArgument) for tune_candidates outside [0, 16].
+  explicit GemmLt(size_t workspace_bytes = size_t{32} << 20, int tune_candidates = 0);
   ~GemmLt();
   GemmLt(const GemmLt&) = delete;
   GemmLt& operator=(const GemmLt&) = delete;
@@ -38,6 +41,12 @@ class GemmLt {
 
   /// Number of distinct cached GEMM plans (for tests and logs).
   size_t cached_plans() const noexcept;
+  /// What the plan of the last matmul call chose: its index in the heuristic's list (0 = the
+  /// heuristic's first) and the candidates that were timed (0 without tuning).
+  struct Choice {
+    int index = 0, candidates = 0;
+  };
+  Choice last_choice() const noexcept;
 
  private:
   struct Impl;
