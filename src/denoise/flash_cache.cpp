@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstring>
 #include <numeric>
 
 #include "core/check.h"
@@ -391,9 +393,6 @@ void FlashCacheDenoiser::allocate_pool(const SlotPool& pool) {
   }
   kv_ = KvStore{};
   kv_ = make_kv_store(backend_, c, n * Ls, /*shared_across_layers=*/false, model_.tp);
-  score_buf_ = backend_.alloc(static_cast<size_t>(n * Ls) * sizeof(float), "flash-cache importance");
-  scores_dev_ = Tensor(score_buf_.data(), DType::kF32, backend_.device(), {n * Ls});
-  backend_.fill_zero(scores_dev_);
   store_scores_.assign(static_cast<size_t>(n * Ls), 0.f);
   scores_.assign(static_cast<size_t>(n * L), 0.f);
   L_ = L;
@@ -419,17 +418,23 @@ void FlashCacheDenoiser::allocate_pool(const SlotPool& pool) {
   ws_ = ForwardWorkspace{};
   ws_ = make_forward_workspace(backend_, c, tokens, n * bm, tiles, 0, model_.tp);
   const int64_t R = ws_.max_logit_rows;
-  const size_t bytes_x0 = static_cast<size_t>(R) * 4, pad = (bytes_x0 + 255) / 256 * 256;
-  sel_buf_ = backend_.alloc(pad + static_cast<size_t>(R) * 8, "flash-cache token selection outputs");
-  x0_ = Tensor(sel_buf_.data(), DType::kI32, backend_.device(), {R});
-  conf_ = Tensor(static_cast<char*>(sel_buf_.data()) + pad, DType::kF64, backend_.device(), {R});
+  auto pad256 = [](size_t b) { return (b + 255) / 256 * 256; };
+  conf_offset_ = pad256(static_cast<size_t>(R) * 4);
+  scores_offset_ = conf_offset_ + pad256(static_cast<size_t>(R) * 8);
+  const size_t sel_bytes = scores_offset_ + static_cast<size_t>(n * Ls) * sizeof(float);
+  sel_buf_ = backend_.alloc(sel_bytes, "flash-cache selection outputs and importance");
+  sel_host_.assign(sel_bytes, std::byte{0});
+  char* sel = static_cast<char*>(sel_buf_.data());
+  x0_ = Tensor(sel, DType::kI32, backend_.device(), {R});
+  conf_ = Tensor(sel + conf_offset_, DType::kF64, backend_.device(), {R});
+  scores_dev_ = Tensor(sel + scores_offset_, DType::kF32, backend_.device(), {n * Ls});
+  backend_.fill_zero(scores_dev_);
   if (!opt_.verify) return;
   // Verify pass: a tile of 2·bm rows per slot, at most the cap's mask rows, keys < seqlen_k <= Ls.
   vws_ = ForwardWorkspace{};
   vws_ = make_forward_workspace(backend_, c, n * 2 * bm, std::max<int64_t>(1, n * flash_verify_cap(opt_)), n, n * Ls,
                                 model_.tp);
   const int64_t VR = vws_.max_logit_rows;
-  auto pad256 = [](size_t b) { return (b + 255) / 256 * 256; };
   const size_t b_x0 = pad256(static_cast<size_t>(VR) * 4), b_conf = pad256(static_cast<size_t>(VR) * 8);
   const size_t b_idx = pad256(static_cast<size_t>(2 * VR) * 4), b_val = static_cast<size_t>(2 * VR) * 4;
   vsel_buf_ = backend_.alloc(b_x0 + b_conf + b_idx + b_val, "flash-verify selection outputs");
@@ -563,6 +568,21 @@ void FlashCacheDenoiser::finish_slot(size_t j) {
   s = FlashSlot{};
 }
 
+void FlashCacheDenoiser::fetch_selection(int64_t R, bool with_scores, std::vector<int32_t>& x0,
+                                         std::vector<double>& conf) {
+  const size_t bytes = with_scores ? sel_host_.size() : conf_offset_ + static_cast<size_t>(R) * 8;
+  // Every part is a multiple of 4 bytes: the range is copied as I32 words.
+  const Tensor range(sel_buf_.data(), DType::kI32, backend_.device(), {static_cast<int64_t>(bytes / 4)});
+  backend_.copy_to_host(sel_host_.data(), range);
+  const size_t x0_at = x0.size(), conf_at = conf.size();
+  x0.resize(x0_at + static_cast<size_t>(R));
+  conf.resize(conf_at + static_cast<size_t>(R));
+  std::memcpy(x0.data() + x0_at, sel_host_.data(), static_cast<size_t>(R) * sizeof(int32_t));
+  std::memcpy(conf.data() + conf_at, sel_host_.data() + conf_offset_, static_cast<size_t>(R) * sizeof(double));
+  if (with_scores)
+    std::memcpy(store_scores_.data(), sel_host_.data() + scores_offset_, store_scores_.size() * sizeof(float));
+}
+
 std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer) {
   const LladaConfig& c = model_.config;
   const int64_t n = n_slots(), L = L_, Ls = Ls_;
@@ -577,7 +597,9 @@ std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer
   std::vector<int32_t> x0;
   std::vector<double> conf;
   int64_t T = 0;
-  for (const auto& [first, last] : flash_forward_groups(slots_, opt_.max_forward_rows)) {
+  const auto groups = flash_forward_groups(slots_, opt_.max_forward_rows);
+  for (size_t g_i = 0; g_i < groups.size(); ++g_i) {
+    const auto [first, last] = groups[g_i];
     ForwardBatch fb = flash_plan(slots_, Ls, opt_, c.n_heads, first, last);
     fb.importance.scores = scores_dev_;
     const int64_t Tg = fb.n_tokens(), R = static_cast<int64_t>(fb.logit_rows.size());
@@ -604,14 +626,11 @@ std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer
     for (const SelectSegment& g : segments)
       backend_.select_tokens(logits.slice_rows(g.begin, g.end), ws_.row_keys.slice_rows(g.begin, g.end), g.params,
                              x0_.slice_rows(g.begin, g.end), conf_.slice_rows(g.begin, g.end));
-    x0.resize(x0.size() + static_cast<size_t>(R));
-    conf.resize(conf.size() + static_cast<size_t>(R));
-    backend_.copy_to_host(x0.data() + x0.size() - R, x0_.slice_rows(0, R));
-    backend_.copy_to_host(conf.data() + conf.size() - R, conf_.slice_rows(0, R));
+    // One copy per group; the last one also brings the importance scores (complete by then).
+    fetch_selection(R, /*with_scores=*/g_i + 1 == groups.size(), x0, conf);
     T += Tg;
   }
   check_selection(x0, conf, c.mask_token_id, "flash-cache");
-  backend_.copy_to_host(store_scores_.data(), scores_dev_);
   for (int64_t j = 0; j < n; ++j) std::copy_n(store_scores_.begin() + j * Ls, Ls, scores_.begin() + j * L);
   const int64_t forward = stats_.forwards++;
   stats_.query_rows += T;
@@ -687,8 +706,14 @@ std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer
       sp.confidence_f64 = true;
       Tensor x0_dev = vx0_.slice_rows(0, VR), conf_dev = vconf_.slice_rows(0, VR);
       backend_.select_tokens(vlogits, vws_.row_keys.slice_rows(0, VR), sp, x0_dev, conf_dev);
-      backend_.copy_to_host(vx0.data(), x0_dev);
-      backend_.copy_to_host(vconf.data(), conf_dev);
+      {  // x0 and conf are adjacent in vsel_buf_ (conf at vconf_'s offset): one copy
+        const size_t conf_at = static_cast<size_t>(static_cast<char*>(vconf_.data) - static_cast<char*>(vx0_.data));
+        std::vector<std::byte> host(conf_at + static_cast<size_t>(VR) * 8);
+        backend_.copy_to_host(
+            host.data(), Tensor(vx0_.data, DType::kI32, backend_.device(), {static_cast<int64_t>(host.size() / 4)}));
+        std::memcpy(vx0.data(), host.data(), static_cast<size_t>(VR) * sizeof(int32_t));
+        std::memcpy(vconf.data(), host.data() + conf_at, static_cast<size_t>(VR) * sizeof(double));
+      }
       check_selection({}, vconf, c.mask_token_id, "flash-verify");
       const int64_t V = vlogits.row_size();
       FDLLM_CHECK_ARG(VR * V < (int64_t{1} << 31), "flash-verify: {} mask rows × vocabulary {} exceed 2^31 logits",

@@ -369,8 +369,7 @@ class FlashCacheDenoiser : public Denoiser {
   int64_t Ls_ = 0;  // K/V store rows per slot
   int64_t pool_total_ = 0;
   KvStore kv_;
-  Buffer score_buf_;
-  Tensor scores_dev_;               // F32 [n_slots·Ls] a_t by store row (zeroed after each pass)
+  Tensor scores_dev_;               // F32 [n_slots·Ls] a_t by store row (zeroed after each pass), in sel_buf_
   std::vector<float> store_scores_; // host copy of scores_dev_
   std::vector<float> scores_;       // per slot [L_max]: a_t by slot-relative position (past Ls always 0)
   std::vector<FlashSlot> slots_;    // running requests (request < 0: none)
@@ -379,8 +378,15 @@ class FlashCacheDenoiser : public Denoiser {
   FlashRunStats stats_;
   int64_t passes_ = 0;  // forward calls (slot groups) + verify passes
   ForwardWorkspace ws_;
+  // The main pass's device outputs in one buffer, [x0 | conf | scores] (256-byte aligned parts), so
+  // that one copy (one host synchronisation) brings an iteration's selection and importance back.
   Buffer sel_buf_;
   Tensor x0_, conf_;
+  size_t conf_offset_ = 0, scores_offset_ = 0;
+  std::vector<std::byte> sel_host_;  // host image of sel_buf_
+  /// Copies x0_ / conf_ rows [0, R) (and scores_dev_ when with_scores) to the host in one copy;
+  /// appends the rows to x0 / conf and fills store_scores_.
+  void fetch_selection(int64_t R, bool with_scores, std::vector<int32_t>& x0, std::vector<double>& conf);
   // Verify pass: its own (small) workspace, selection outputs and the logit gather of p(draft).
   ForwardWorkspace vws_;
   Buffer vsel_buf_;
