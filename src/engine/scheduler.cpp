@@ -168,8 +168,9 @@ std::shared_ptr<RequestStream> Scheduler::submit(ScheduledRequest request) {
     if (static_cast<int64_t>(queue_.size()) > opt_.max_queue) {
       queue_.pop_back();  // it is `r`: distribute takes from the front and took nothing more
       throw Error(ErrorCode::kUnavailable,
-                  fmt::format("the request queue is full ({} requests wait for one of {} slots)", queue_.size(),
-                              metrics_.n_slots));
+                  fmt::format("the request queue is full: all {} slots are taken and {} requests wait for one "
+                              "(max_queue {})",
+                              metrics_.n_slots, queue_.size(), opt_.max_queue));
     }
     r->id = next_id_++;
     r->stream = std::make_shared<Stream>(r->id);
@@ -361,12 +362,13 @@ std::shared_ptr<GenerateResult> Scheduler::make_result(Request& r, Denoiser& den
   return g;
 }
 
-void Scheduler::release_slot(Replica& rep, size_t slot) {
+std::shared_ptr<Scheduler::Request> Scheduler::release_slot(Replica& rep, size_t slot) {
   rep.den->release(static_cast<int64_t>(slot));
-  rep.running[slot].reset();
+  std::shared_ptr<Request> r = std::move(rep.running[slot]);
   std::lock_guard<std::mutex> lk(mu_);
   --rep.busy;
   --busy_;
+  return r;
 }
 
 bool Scheduler::step(size_t replica) {
@@ -379,12 +381,11 @@ bool Scheduler::step(size_t replica) {
   // refilled before this iteration.
   bool did = false;
   for (size_t j = 0; j < running.size(); ++j) {
-    auto& r = running[j];
-    if (!r || !r->stream->cancel_requested()) continue;
+    if (!running[j] || !running[j]->stream->cancel_requested()) continue;
+    const auto r = release_slot(rep, j);
     RequestEvent ev;
     ev.iteration = r->iterations;
     finish(*r, FinishReason::kCancelled, std::move(ev));
-    release_slot(rep, j);
     did = true;
   }
   std::vector<std::shared_ptr<Request>> dropped;
@@ -417,12 +418,10 @@ bool Scheduler::step(size_t replica) {
   did = did || !dropped.empty();
   for (auto& r : dropped) finish(*r, FinishReason::kCancelled, RequestEvent{});
   for (size_t j : admitted) {
-    auto& r = running[j];
     try {
-      den.admit(static_cast<int64_t>(j), r->spec.prompt, r->spec.params);
+      den.admit(static_cast<int64_t>(j), running[j]->spec.prompt, running[j]->spec.params);
     } catch (const Error& e) {
-      fail(*r, RequestEvent{}, e);
-      release_slot(rep, j);
+      fail(*release_slot(rep, j), RequestEvent{}, e);
       did = true;
     }
   }
@@ -437,12 +436,11 @@ bool Scheduler::step(size_t replica) {
   } catch (const Error& e) {
     logger().error("iteration failed ({}): {}", opt_.checkpoint, e.what());
     for (size_t j = 0; j < running.size(); ++j) {
-      auto& r = running[j];
-      if (!r) continue;
+      if (!running[j]) continue;
+      const auto r = release_slot(rep, j);
       RequestEvent ev;
       ev.iteration = r->iterations;
       fail(*r, std::move(ev), e);
-      release_slot(rep, j);
     }
     return true;
   }
@@ -472,14 +470,19 @@ bool Scheduler::step(size_t replica) {
       r->stream->push(std::move(ev));
       continue;
     }
+    std::optional<Error> error;
     try {
       ev.result = make_result(*r, den, st.slot);
-      const FinishReason reason = ev.result->finish_reason;
-      finish(*r, reason, std::move(ev));
     } catch (const Error& e) {
-      fail(*r, std::move(ev), e);
+      error = e;
     }
-    release_slot(rep, slot);
+    const auto req = release_slot(rep, slot);  // before the final event (see release_slot)
+    if (error) {
+      fail(*req, std::move(ev), *error);
+    } else {
+      const FinishReason reason = ev.result->finish_reason;  // read before ev is moved
+      finish(*req, reason, std::move(ev));
+    }
   }
   std::lock_guard<std::mutex> lk(mu_);
   const double dt = std::chrono::duration<double>(t1 - t0).count();

@@ -131,7 +131,9 @@ class Scheduler {
   };
   /// Gives queued requests to replicas with free slots (see the file comment). Holds mu_.
   void distribute_locked();
-  void release_slot(Replica& rep, size_t slot);
+  /// Frees the slot and returns its request: callers deliver the final event after this, so a
+  /// reader that saw it also sees the slot free in metrics().
+  std::shared_ptr<Request> release_slot(Replica& rep, size_t slot);
   void finish(Request& r, FinishReason reason, RequestEvent ev);
   void fail(Request& r, RequestEvent ev, const Error& e);
   std::shared_ptr<GenerateResult> make_result(Request& r, Denoiser& den, int64_t slot);
