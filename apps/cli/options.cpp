@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <climits>
 #include <sstream>
 
 #include "backend/backend.h"
@@ -23,7 +24,7 @@ void add_common(CLI::App* app, CommonArgs& a) {
   app->add_option("--threads", a.threads,
                   fmt::format("CPU threads, 0 = all cores; at most 4 x the hardware threads ({} here)", max_threads))
       ->capture_default_str()
-      ->check(CLI::Range(0, max_threads));
+      ->check(int_in_range(0, max_threads));
   app->add_option("--load-format", a.load_format, "auto (safetensors) | dummy (random weights, config.json only)")
       ->capture_default_str();
   app->add_option("--dummy-seed", a.dummy_seed, "seed of --load-format dummy weights")->capture_default_str();
@@ -31,13 +32,13 @@ void add_common(CLI::App* app, CommonArgs& a) {
                   "split the model over N ranks (heads, MLP columns, vocabulary; Megatron layout): cpu: N rank "
                   "threads; cuda[:K]: GPUs K..K+N-1 with NCCL. N must divide n_heads, mlp_hidden_size and "
                   "embedding_size")
-      ->check(CLI::Range(1, 64))
+      ->check(int_in_range(1, 64))
       ->capture_default_str();
   app->add_option("--data-parallel", a.data_parallel,
                   "N whole copies of the model behind one request queue (serve: requests go to the least loaded "
-                  "copy; generate / eval: the batch is dealt over them): cpu: threads split N ways; cuda[:K]: "
-                  "copy k on GPUs K + k x tensor-parallel..; --slots is per copy")
-      ->check(CLI::Range(1, 64))
+                  "copy; generate / eval: the batch is dealt over them): cpu: --threads split N ways, at least 1 "
+                  "each; cuda[:K]: copy k on GPUs K + k x tensor-parallel..; --slots is per copy")
+      ->check(int_in_range(1, 64))
       ->capture_default_str();
   app->add_flag("-v,--verbose", a.verbose, "log loading details");
 }
@@ -61,23 +62,32 @@ std::unique_ptr<flashdllm::Engine> load_engine(const CommonArgs& a) {
   return flashdllm::Engine::load(eo);
 }
 
+/// An integer option's value in [lo, hi], or the message why not.
+static std::string check_int(const std::string& v, long long lo, long long hi, bool show_hi) {
+  try {
+    size_t end = 0;
+    const long long x = std::stoll(v, &end);
+    if (end != v.size() || v.empty() || v.front() == ' ') return "'" + v + "' is not an integer";
+    if (x < lo || x > hi)
+      return show_hi ? fmt::format("must be in [{}, {}], got {}", lo, hi, v)
+                     : fmt::format("must be >= {}, got {}", lo, v);
+  } catch (const std::out_of_range&) {
+    return "'" + v + "' is out of range";
+  } catch (const std::exception&) {
+    return "'" + v + "' is not an integer";
+  }
+  return {};
+}
+
 /// CLI11 check for integer options that must be >= 0, with a plain message (CLI11's NonNegativeNumber
 /// prints its double range, and calls "abc" out of range).
 const CLI::Validator kNonNegativeInt(
-    [](std::string& v) -> std::string {
-      try {
-        size_t end = 0;
-        const long long x = std::stoll(v, &end);
-        if (end != v.size()) return "'" + v + "' is not an integer";
-        if (x < 0) return "must be >= 0, got " + v;
-      } catch (const std::out_of_range&) {
-        return "'" + v + "' is out of range";
-      } catch (const std::exception&) {
-        return "'" + v + "' is not an integer";
-      }
-      return {};
-    },
-    "NONNEGATIVE");
+    [](std::string& v) -> std::string { return check_int(v, 0, LLONG_MAX, /*show_hi=*/false); }, "NONNEGATIVE");
+
+CLI::Validator int_in_range(long long lo, long long hi) {
+  return CLI::Validator([lo, hi](std::string& v) { return check_int(v, lo, hi, /*show_hi=*/true); },
+                        fmt::format("INT in [{}, {}]", lo, hi));
+}
 
 std::vector<int32_t> parse_ids(const std::string& s) {
   std::vector<int32_t> ids;

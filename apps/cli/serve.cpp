@@ -21,7 +21,7 @@ void add_serve_subcommand(CLI::App& app, CommonArgs& ca, ServeArgs& sa, CLI::App
   add_common(cmd, ca);
   cmd->add_option("--host", sa.host, "address to listen on")->capture_default_str();
   cmd->add_option("--port", sa.port, "port (0 = any free port; the startup line says which)")
-      ->check(CLI::Range(0, 65535))
+      ->check(int_in_range(0, 65535))
       ->capture_default_str();
   cmd->add_option("--served-model-name", sa.served_model_name,
                   "the model id clients send (default: the model directory's name)");
@@ -33,17 +33,17 @@ void add_serve_subcommand(CLI::App& app, CommonArgs& ca, ServeArgs& sa, CLI::App
       ->check(kNonNegativeInt)
       ->capture_default_str();
   cmd->add_option("--default-max-tokens", sa.default_max_tokens, "max_tokens of requests that give none")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24))
+      ->check(int_in_range(1, int64_t{1} << 24))
       ->capture_default_str();
   cmd->add_option("--max-body-mb", sa.max_body_mb, "larger request bodies get 413")
-      ->check(CLI::Range(int64_t{1}, int64_t{1024}))
+      ->check(int_in_range(1, 1024))
       ->capture_default_str();
   cmd->add_option("--read-timeout", sa.read_timeout_s, "seconds a socket read may wait (slow uploads end after it)")
-      ->check(CLI::Range(1, 3600))
+      ->check(int_in_range(1, 3600))
       ->capture_default_str();
   cmd->add_option("--write-timeout", sa.write_timeout_s,
                   "seconds a socket write may wait (a client that stops reading is dropped after it)")
-      ->check(CLI::Range(1, 3600))
+      ->check(int_in_range(1, 3600))
       ->capture_default_str();
   cmd->add_option("--http-threads", sa.http_threads, "connection workers (0 = max(256, slots + max-queue + 32))")
       ->check(kNonNegativeInt)

@@ -67,9 +67,9 @@ struct EngineOptions {
   /// Data parallelism: this many whole copies of the model (each a tensor_parallel group), each
   /// with its own slot pool, behind one shared request queue (the scheduler deals requests to the
   /// least loaded copy with a free slot). "cpu": threads / (N x tensor_parallel) CPU threads per
-  /// rank; "cuda:K": replica k on GPUs K + k x tensor_parallel ... Engine::generate deals a batch
-  /// over the replicas (results identical to 1: every request's tokens are batch-invariant);
-  /// Engine::start gives every replica decode.n_slots slots. Not with profile_ops. 1 = off.
+  /// rank, at least 1 (the weights are not shared between copies); "cuda:K": replica k on GPUs K + k x tensor_parallel
+  /// ... Engine::generate deals a batch over the replicas (results identical to 1: every request's tokens are
+  /// batch-invariant); Engine::start gives every replica decode.n_slots slots. Not with profile_ops. 1 = off.
   int data_parallel = 1;
 };
 

@@ -156,7 +156,7 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
   const int dp = options.data_parallel;
   FDLLM_CHECK_ARG(world >= 1 && world <= 64, "tensor_parallel must be in [1, 64], got {}", world);
   FDLLM_CHECK_ARG(dp >= 1 && dp <= 64, "data_parallel must be in [1, 64], got {}", dp);
-  FDLLM_CHECK_ARG(world * dp <= 64, "tensor_parallel x data_parallel = {} x {} exceeds 64 devices", world, dp);
+  FDLLM_CHECK_ARG(world * dp <= 64, "tensor_parallel x data_parallel = {} x {} exceeds 64 ranks", world, dp);
   if (world > 1) llada_shard(cfg, {0, world, nullptr});  // refuse sizes the ranks cannot split before loading anything
   FDLLM_CHECK_ARG(!options.profile_ops || (world == 1 && dp == 1),
                   "profile_ops is not supported with tensor_parallel {} / data_parallel {} (one rank's profile "

@@ -172,7 +172,7 @@ TEST(DataParallelEngine, LoadRefusesImpossibleSettings) {
     Engine::load(options(16, 8));
     FAIL() << "128 devices accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("exceeds 64"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("exceeds 64 ranks"), std::string::npos) << e.what();
   }
   EngineOptions prof = options(2);
   prof.profile_ops = true;

@@ -4,7 +4,8 @@
 * TP 2 gives the unsharded run's ids in each cache mode (the in-process all-reduce is the CPU twin
   of NCCL tensor parallelism) and names the ranks in --json's backend.
 * DP 2 (and DP 2 x TP 2) deals the prompts over two replicas and gives the one-replica run's ids.
-* Sizes the ranks cannot split (g1 has 2 heads), N < 1 and N > 64 are refused with exit code 2.
+* Sizes the ranks cannot split (g1 has 2 heads), N < 1, N > 64 and non-integers are refused with exit
+  code 2, naming the flag.
 """
 import json
 
@@ -49,8 +50,11 @@ def test_dp2_equals_one_replica(cache):
     assert "2 data-parallel replicas" in two.stdout
 
 
-@pytest.mark.parametrize("n", ["0", "65"])
-def test_refuses_data_parallel_out_of_range(n):
+@pytest.mark.parametrize("n,message", [("0", "--data-parallel: must be in [1, 64], got 0"),
+                                       ("65", "--data-parallel: must be in [1, 64], got 65"),
+                                       ("abc", "--data-parallel: 'abc' is not an integer"),
+                                       ("1.5", "--data-parallel: '1.5' is not an integer")])
+def test_refuses_data_parallel_out_of_range(n, message):
     p = run("--prompt-ids", "5,6,7", "--gen-length", "16", "--data-parallel", n)
     assert p.returncode == 2, p.stdout + p.stderr
-    assert "data-parallel" in p.stdout + p.stderr
+    assert message in p.stdout + p.stderr
