@@ -441,6 +441,8 @@ void FlashCacheDenoiser::allocate_pool(const SlotPool& pool) {
   char* base = static_cast<char*>(vsel_buf_.data());
   vx0_ = Tensor(base, DType::kI32, backend_.device(), {VR});
   vconf_ = Tensor(base + b_x0, DType::kF64, backend_.device(), {VR});
+  vconf_offset_ = b_x0;
+  vsel_host_.assign(b_x0 + b_conf, std::byte{0});
   vidx_ = Tensor(base + b_x0 + b_conf, DType::kI32, backend_.device(), {2 * VR});
   vval_ = Tensor(base + b_x0 + b_conf + b_idx, DType::kF32, backend_.device(), {2 * VR, 1});
 }
@@ -568,12 +570,16 @@ void FlashCacheDenoiser::finish_slot(size_t j) {
   s = FlashSlot{};
 }
 
+void FlashCacheDenoiser::copy_prefix(const Buffer& buf, size_t bytes, std::vector<std::byte>& host) {
+  FDLLM_ASSERT_MSG(bytes % 4 == 0 && bytes <= host.size() && bytes <= buf.bytes(), "copy_prefix: {} bytes", bytes);
+  // Every part of the selection buffers is a multiple of 4 bytes: the range is copied as I32 words.
+  const Tensor range(buf.data(), DType::kI32, backend_.device(), {static_cast<int64_t>(bytes / 4)});
+  backend_.copy_to_host(host.data(), range);
+}
+
 void FlashCacheDenoiser::fetch_selection(int64_t R, bool with_scores, std::vector<int32_t>& x0,
                                          std::vector<double>& conf) {
-  const size_t bytes = with_scores ? sel_host_.size() : conf_offset_ + static_cast<size_t>(R) * 8;
-  // Every part is a multiple of 4 bytes: the range is copied as I32 words.
-  const Tensor range(sel_buf_.data(), DType::kI32, backend_.device(), {static_cast<int64_t>(bytes / 4)});
-  backend_.copy_to_host(sel_host_.data(), range);
+  copy_prefix(sel_buf_, with_scores ? sel_host_.size() : conf_offset_ + static_cast<size_t>(R) * 8, sel_host_);
   const size_t x0_at = x0.size(), conf_at = conf.size();
   x0.resize(x0_at + static_cast<size_t>(R));
   conf.resize(conf_at + static_cast<size_t>(R));
@@ -706,14 +712,9 @@ std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer
       sp.confidence_f64 = true;
       Tensor x0_dev = vx0_.slice_rows(0, VR), conf_dev = vconf_.slice_rows(0, VR);
       backend_.select_tokens(vlogits, vws_.row_keys.slice_rows(0, VR), sp, x0_dev, conf_dev);
-      {  // x0 and conf are adjacent in vsel_buf_ (conf at vconf_'s offset): one copy
-        const size_t conf_at = static_cast<size_t>(static_cast<char*>(vconf_.data) - static_cast<char*>(vx0_.data));
-        std::vector<std::byte> host(conf_at + static_cast<size_t>(VR) * 8);
-        backend_.copy_to_host(
-            host.data(), Tensor(vx0_.data, DType::kI32, backend_.device(), {static_cast<int64_t>(host.size() / 4)}));
-        std::memcpy(vx0.data(), host.data(), static_cast<size_t>(VR) * sizeof(int32_t));
-        std::memcpy(vconf.data(), host.data() + conf_at, static_cast<size_t>(VR) * sizeof(double));
-      }
+      copy_prefix(vsel_buf_, vconf_offset_ + static_cast<size_t>(VR) * 8, vsel_host_);  // x0 | conf at once
+      std::memcpy(vx0.data(), vsel_host_.data(), static_cast<size_t>(VR) * sizeof(int32_t));
+      std::memcpy(vconf.data(), vsel_host_.data() + vconf_offset_, static_cast<size_t>(VR) * sizeof(double));
       check_selection({}, vconf, c.mask_token_id, "flash-verify");
       const int64_t V = vlogits.row_size();
       FDLLM_CHECK_ARG(VR * V < (int64_t{1} << 31), "flash-verify: {} mask rows × vocabulary {} exceed 2^31 logits",

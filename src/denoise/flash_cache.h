@@ -387,10 +387,14 @@ class FlashCacheDenoiser : public Denoiser {
   /// Copies x0_ / conf_ rows [0, R) (and scores_dev_ when with_scores) to the host in one copy;
   /// appends the rows to x0 / conf and fills store_scores_.
   void fetch_selection(int64_t R, bool with_scores, std::vector<int32_t>& x0, std::vector<double>& conf);
+  /// The first `bytes` (a multiple of 4) of the device buffer `buf` into `host`, one copy_to_host.
+  void copy_prefix(const Buffer& buf, size_t bytes, std::vector<std::byte>& host);
   // Verify pass: its own (small) workspace, selection outputs and the logit gather of p(draft).
   ForwardWorkspace vws_;
   Buffer vsel_buf_;
   Tensor vx0_, vconf_, vidx_, vval_;
+  size_t vconf_offset_ = 0;           // vconf_ in vsel_buf_, right after vx0_: x0 | conf come back in one copy
+  std::vector<std::byte> vsel_host_;  // host image of vsel_buf_'s x0 | conf
 };
 
 }  // namespace flashdllm

@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "backend/comm.h"
 #include "engine/tensor_parallel.h"
+#include "flashdllm/params.h"
 #include "flashdllm/request.h"
 #include "io/safetensors.h"
 #include "model/llada.h"
@@ -43,6 +44,14 @@ std::filesystem::path checkpoint_with_heads(const std::filesystem::path& src, in
 std::vector<int32_t> i64_tensor_as_i32(const TensorInfo& t);
 /// The values of an F32 fixture tensor (asserts the dtype).
 std::vector<float> f32_tensor(const TensorInfo& t);
+
+/// A named decoding setting for engine tests that run several modes: the engine's settings and a
+/// request's sampling parameters.
+struct DecodeMode {
+  const char* name;
+  DecodeSettings d;
+  SamplingParams s;
+};
 
 /// `n` token-id requests of lengths first_length + i * step, ids drawn (std::mt19937(seed)) from the
 /// model's plain vocabulary [5, min(mask, eos)): engine tests whose prompts only need to differ.

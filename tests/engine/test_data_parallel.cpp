@@ -18,11 +18,7 @@
 namespace flashdllm {
 namespace {
 
-struct Mode {
-  const char* name;
-  DecodeSettings d;
-  SamplingParams s;
-};
+using Mode = test::DecodeMode;
 
 /// The block samplers on a 32-token canvas in blocks of 16, Flash-Cache on 48 tokens over 2 slots
 /// per replica (so five requests also queue), with and without Flash-Verify.

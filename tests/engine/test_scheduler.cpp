@@ -87,11 +87,7 @@ std::vector<int32_t> random_prompt(std::mt19937& rng, int64_t n) {
   return p;
 }
 
-struct Mode {
-  const char* name;
-  DecodeSettings d;
-  SamplingParams s;
-};
+using Mode = test::DecodeMode;
 
 std::vector<Mode> modes() {
   std::vector<Mode> m;

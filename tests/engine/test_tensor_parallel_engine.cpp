@@ -17,11 +17,7 @@
 namespace flashdllm {
 namespace {
 
-struct Mode {
-  const char* name;
-  DecodeSettings d;
-  SamplingParams s;
-};
+using Mode = test::DecodeMode;
 
 /// Every decoding mode: the block samplers on a 32-token canvas in blocks of 16 (quota: 16 steps),
 /// Flash-Cache on 48 tokens over 2 slots.
