@@ -150,10 +150,15 @@ flashdllm::GenerateOptions DecodeArgs::options(bool one_mode) const {
     };
     const std::vector<CacheMode> flash = {CacheMode::kFlash}, none = {CacheMode::kNone},
                                  blocks = {CacheMode::kNone, CacheMode::kPrefix, CacheMode::kDual};
-    const Scope scopes[] = {{"--slots", flash, "flash"},          {"--track-num", flash, "flash"},
-                            {"--mask-num", flash, "flash"},       {"--tokens-per-step", flash, "flash"},
-                            {"--forced-schedule", flash, "flash"}, {"--importance", flash, "flash"},
-                            {"--max-forward-rows", flash, "flash"}, {"--verify", flash, "flash"},
+    const Scope scopes[] = {{"--slots", flash, "flash"},
+                            {"--track-num", flash, "flash"},
+                            {"--mask-num", flash, "flash"},
+                            {"--tokens-per-step", flash, "flash"},
+                            {"--forced-schedule", flash, "flash"},
+                            {"--importance", flash, "flash"},
+                            {"--max-forward-rows", flash, "flash"},
+                            {"--query-tile-rows", flash, "flash"},
+                            {"--verify", flash, "flash"},
                             {"--steps", blocks, "none/prefix/dual"}, {"--remasking", blocks, "none/prefix/dual"},
                             {"--confidence-f32", blocks, "none/prefix/dual"}, {"--cfg-scale", none, "none"},
                             {"--logits-eos-inf", none, "none"},    {"--confidence-eos-eot-inf", none, "none"},
@@ -242,6 +247,11 @@ void add_decode_options(CLI::App* app, DecodeArgs& a) {
       ->capture_default_str();
   app->add_option("--max-forward-rows", d.max_forward_rows,
                   "flash: query rows per forward call; admission prefills above it run in slot groups (0 = no bound)")
+      ->check(kNonNegativeInt)
+      ->capture_default_str();
+  app->add_option("--query-tile-rows", d.query_tile_rows,
+                  "flash: query rows per attention tile of a tracked set (0 = the whole set; the block length = "
+                  "the released code's tiling; same results)")
       ->check(kNonNegativeInt)
       ->capture_default_str();
   app->add_option("--tokens-per-step", d.tokens_per_step, "flash: greedy fixed-count decoding (0 = threshold rule)")

@@ -100,6 +100,11 @@ struct DecodeSettings {
   /// Query rows per forward call; an iteration needing more (admission prefills) runs as several
   /// calls over slot groups, with identical results and a smaller activation workspace. 0 = no bound.
   int64_t max_forward_rows = 4096;
+  /// Query rows per attention tile of a slot's tracked set (its window is always one tile).
+  /// 0 = the whole tracked set as one tile (default: full tensor-core tiles); block_length =
+  /// the released code's tiling. Results are identical (each row sees the same keys); only the
+  /// attention kernel's work items change.
+  int64_t query_tile_rows = 0;
 
   // Flash-Verify (cache == kFlash), §D.8.
   bool verify = false;

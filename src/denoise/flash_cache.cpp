@@ -185,7 +185,6 @@ ForwardBatch flash_plan(const std::vector<FlashSlot>& slots, int64_t store_strid
                   "flash_plan: {} slots × store stride {} must be positive and below 2^31 store rows", slots.size(),
                   store_stride);
   ForwardBatch fb;
-  const int64_t tile_rows = o.query_tile_rows > 0 ? o.query_tile_rows : o.block_length;
   auto add_rows = [&](const FlashSlot& s, int64_t j, const std::vector<int32_t>& pos) {
     for (int32_t t : pos) {
       FDLLM_CHECK_ARG(t >= 0 && t < store_stride, "flash_plan: slot {} queries position {} outside its {} store rows", j,
@@ -222,8 +221,9 @@ ForwardBatch flash_plan(const std::vector<FlashSlot>& slots, int64_t store_strid
     const auto k0 = static_cast<int32_t>(static_cast<int64_t>(j) * store_stride);
     add_rows(s, static_cast<int64_t>(j), s.tracked);
     const auto n = static_cast<int32_t>(s.tracked.size());
-    for (int32_t r = 0; r < n; r += static_cast<int32_t>(tile_rows)) {
-      const int32_t e = std::min<int32_t>(n, r + static_cast<int32_t>(tile_rows));
+    const auto tile_rows = static_cast<int32_t>(o.query_tile_rows > 0 ? std::min<int64_t>(o.query_tile_rows, n) : n);
+    for (int32_t r = 0; r < n; r += tile_rows) {
+      const int32_t e = std::min<int32_t>(n, r + tile_rows);
       fb.tiles.push_back({q + r, q + e, k0, k0 + static_cast<int32_t>(s.seqlen_k)});
     }
     q += n;
@@ -413,7 +413,7 @@ void FlashCacheDenoiser::allocate_pool(const SlotPool& pool) {
   const int64_t slot_rows = Ls + bm;
   int64_t tokens = n * slot_rows;
   if (opt_.max_forward_rows > 0) tokens = std::min(tokens, std::max(opt_.max_forward_rows, slot_rows));
-  const int64_t tile_rows = opt_.query_tile_rows > 0 ? opt_.query_tile_rows : bm;
+  const int64_t tile_rows = opt_.query_tile_rows > 0 ? opt_.query_tile_rows : slot_rows;
   const int64_t tiles = n * (1 + (slot_rows + tile_rows - 1) / tile_rows);
   ws_ = ForwardWorkspace{};
   ws_ = make_forward_workspace(backend_, c, tokens, n * bm, tiles, 0, model_.tp);

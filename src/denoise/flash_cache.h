@@ -23,10 +23,10 @@
 //    in [0, seqlen_k) (full recompute). A new or refilled slot queries all of [0, seqlen_k) (prefill).
 //  * query rows [W_0 … W_{n−1}, T_0 … T_{n−1}] (windows of all active slots, then tracked sets, as
 //    upstream; any order gives the same results since each row only depends on its own token and
-//    the keys), store rows j·L_max + t, one attention tile per window and tracked tiles of at most
-//    query_tile_rows rows, keys [j·L_max, j·L_max + seqlen_k). Every query row writes fresh K/V
-//    before any attention of the layer reads the store, so queried positions see each other fresh
-//    and all other positions stale (their K/V of the last pass that queried them).
+//    the keys), store rows j·L_max + t, one attention tile per window and one per tracked set (tiles of
+//    query_tile_rows rows when set; upstream cuts at block_length), keys [j·L_max, j·L_max + seqlen_k). Every query row
+//    writes fresh K/V before any attention of the layer reads the store, so queried positions see each other fresh and
+//    all other positions stale (their K/V of the last pass that queried them).
 //  * attention importance a_t (§D.6): Σ over layers >= 2 of the mean over the bm window rows and the
 //    heads of raw q·k (or of attention probabilities, option), accumulated for every key.
 //  * per slot: confidence c = max softmax (float64) of the window's logits, token = argmax; commit
@@ -87,7 +87,10 @@ struct FlashCacheOptions {
   bool reference_quirks = false;        ///< reproduce the released code's EOS-padding and output-slice bugs
   bool importance_probability_mass = false;  ///< a_t from softmax probabilities instead of raw q·k (§F.2)
   int64_t importance_first_layer = 2;   ///< first layer counted in a_t (released code: 2); >= n_layers = none
-  int64_t query_tile_rows = 0;          ///< rows per tracked attention tile; 0 = block_length (upstream)
+  /// Rows per attention tile of a tracked set; 0 = the whole set as one tile (full tensor-core
+  /// work items), block_length = the released code's tiling (16-row tiles leave 3/4 of a 64-row
+  /// CTA idle). Same results either way: every row of a slot sees the same keys.
+  int64_t query_tile_rows = 0;
   /// Upper bound on the query rows of one forward call: an iteration whose slots need more (the
   /// admission prefills: prompt + canvas rows per slot) runs as several calls over consecutive slot
   /// groups, exactly (slots never attend to each other), so the activation workspace is sized for
@@ -187,7 +190,7 @@ void flash_prepare_queries(FlashSlot& slot, const FlashCacheOptions& o);
 /// The main-pass ForwardBatch of one iteration over slots [first, min(last, slots.size())) (inactive
 /// ones skipped; store rows stay absolute): query rows [windows…, tracked sets…] with token x[t],
 /// position t, store row j·store_stride + t; tiles: one per window first (those are
-/// ImportanceSpec::tiles), then the tracked sets cut into tiles of query_tile_rows rows; keys
+/// ImportanceSpec::tiles), then one per tracked set (cut into tiles of query_tile_rows rows when > 0); keys
 /// [j·store_stride, j·store_stride + seqlen_k); logit rows = the window rows in slot order, noise
 /// keys noise_key(seed, iterations, t) for a slot sampling at temperature > 0, else 0; importance:
 /// first layer, weight 1 / (block_length · n_heads), variant from the options (scores left for the

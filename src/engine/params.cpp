@@ -135,6 +135,8 @@ void check_decode(const DecodeSettings& d, const LladaConfig* cfg) {
                     "tokens_per_step and forced_schedule exclude each other (both fix the commits per iteration)");
     FDLLM_CHECK_ARG(d.max_forward_rows >= 0, "max_forward_rows must be >= 0 (0 = no bound), got {}",
                     d.max_forward_rows);
+    FDLLM_CHECK_ARG(d.query_tile_rows >= 0 && d.query_tile_rows <= kMaxCount,
+                    "query_tile_rows must be >= 0 (0 = the whole tracked set as one tile), got {}", d.query_tile_rows);
   } else {
     FDLLM_CHECK_ARG(!d.verify, "verify (Flash-Verify) needs cache flash, cache is {}", mode);
     FDLLM_CHECK_ARG(d.tokens_per_step == 0 && d.forced_schedule.empty() && !d.importance_probability_mass,
@@ -350,6 +352,7 @@ nlohmann::ordered_json to_json(const GenerateOptions& o) {
     if (!d.forced_schedule.empty()) f["forced_schedule"] = d.forced_schedule;
     f["importance"] = d.importance_probability_mass ? "prob" : "qk";
     f["max_forward_rows"] = d.max_forward_rows;
+    f["query_tile_rows"] = d.query_tile_rows;
     j["flash"] = std::move(f);
     j["verify"] = d.verify;
     if (d.verify) {

@@ -80,6 +80,7 @@ std::unique_ptr<Denoiser> make_denoiser(Backend& be, const LladaModel& m, const 
       fo.reference_quirks = d.reference_quirks;
       fo.importance_probability_mass = d.importance_probability_mass;
       fo.max_forward_rows = d.max_forward_rows;
+      fo.query_tile_rows = d.query_tile_rows;
       fo.verify = d.verify;
       fo.gamma = d.gamma;
       fo.verify_rule = d.verify_rule;

@@ -625,17 +625,27 @@ TEST(FlashPlan, BlockTableForPrefillAndIncrementalSlots) {
     EXPECT_EQ(fb.kv_rows[i], (slot2 ? 2 * 128 : 0) + want_pos[i]) << "row " << i;
     EXPECT_EQ(fb.token_ids[i], (slot2 ? slots[2] : slots[0]).x[static_cast<size_t>(want_pos[i])]) << "row " << i;
   }
+  // Default tiling: one tile per window, one per tracked set.
+  auto expect_tiles = [](const ForwardBatch& b, const std::vector<AttentionTile>& want) {
+    ASSERT_EQ(b.tiles.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(b.tiles[i].q_start, want[i].q_start) << "tile " << i;
+      EXPECT_EQ(b.tiles[i].q_end, want[i].q_end) << "tile " << i;
+      EXPECT_EQ(b.tiles[i].k_start, want[i].k_start) << "tile " << i;
+      EXPECT_EQ(b.tiles[i].k_end, want[i].k_end) << "tile " << i;
+    }
+  };
+  expect_tiles(fb, {{0, 16, 0, 128}, {16, 32, 256, 384}, {32, 144, 0, 128}, {144, 176, 256, 384}});
+  // The released code's tiling (query_tile_rows = block_length): tracked sets cut into 16-row tiles.
+  FlashCacheOptions upstream = o;
+  upstream.query_tile_rows = 16;
   std::vector<AttentionTile> want_tiles = {{0, 16, 0, 128}, {16, 32, 256, 384}};
   for (int32_t q = 32; q < 144; q += 16) want_tiles.push_back({q, q + 16, 0, 128});
   want_tiles.push_back({144, 160, 256, 384});
   want_tiles.push_back({160, 176, 256, 384});
-  ASSERT_EQ(fb.tiles.size(), want_tiles.size());
-  for (size_t i = 0; i < want_tiles.size(); ++i) {
-    EXPECT_EQ(fb.tiles[i].q_start, want_tiles[i].q_start) << "tile " << i;
-    EXPECT_EQ(fb.tiles[i].q_end, want_tiles[i].q_end) << "tile " << i;
-    EXPECT_EQ(fb.tiles[i].k_start, want_tiles[i].k_start) << "tile " << i;
-    EXPECT_EQ(fb.tiles[i].k_end, want_tiles[i].k_end) << "tile " << i;
-  }
+  const ForwardBatch fb16 = flash_plan(slots, L, upstream, 2);
+  expect_tiles(fb16, want_tiles);
+  EXPECT_EQ(fb16.positions, fb.positions);
   std::vector<int32_t> want_logits(32);
   std::iota(want_logits.begin(), want_logits.end(), 0);
   EXPECT_EQ(fb.logit_rows, want_logits);
@@ -643,13 +653,11 @@ TEST(FlashPlan, BlockTableForPrefillAndIncrementalSlots) {
   EXPECT_EQ(fb.importance.first_layer, 2);
   EXPECT_FLOAT_EQ(fb.importance.weight, 1.0f / 32.0f);
   EXPECT_FALSE(fb.importance.probability_mass);
-  // A custom tracked tile size only changes the cut.
+  // A tile size above a tracked set's rows is the whole set.
   FlashCacheOptions big = o;
   big.query_tile_rows = 1000;
   const ForwardBatch fb2 = flash_plan(slots, L, big, 2);
-  ASSERT_EQ(fb2.tiles.size(), 4u);
-  EXPECT_EQ(fb2.tiles[2].q_end - fb2.tiles[2].q_start, 112);
-  EXPECT_EQ(fb2.tiles[3].q_end - fb2.tiles[3].q_start, 32);
+  expect_tiles(fb2, {{0, 16, 0, 128}, {16, 32, 256, 384}, {32, 144, 0, 128}, {144, 176, 256, 384}});
   // Full recompute: tracked = every other position below seqlen_k.
   FlashCacheOptions full = o;
   full.track_num = -1;
@@ -955,6 +963,10 @@ TEST(FlashBatching, RefillWithVeryDifferentLengthsIsBatchInvariant) {
   const FlashCacheResult rc = FlashCacheDenoiser(*g.backend, g.model, o).generate(prompts);
   o.max_forward_rows = 100;  // prefills (> 100 rows for the long prompts) alone, short slots grouped
   const FlashCacheResult rg = FlashCacheDenoiser(*g.backend, g.model, o).generate(prompts);
+  o.query_tile_rows = 16;  // the released code's 16-row tracked tiles instead of one tile per tracked set
+  const FlashCacheResult rt = FlashCacheDenoiser(*g.backend, g.model, o).generate(prompts);
+  o.query_tile_rows = 7;  // ragged cut
+  const FlashCacheResult r7 = FlashCacheDenoiser(*g.backend, g.model, o).generate(prompts);
   EXPECT_EQ(r1.stats.n_slots, 1);
   EXPECT_EQ(r2.stats.n_slots, 2);
   EXPECT_EQ(r9.stats.n_slots, 6);
@@ -968,7 +980,7 @@ TEST(FlashBatching, RefillWithVeryDifferentLengthsIsBatchInvariant) {
   int64_t nfe = 0, tokens = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     SCOPED_TRACE(fmt::format("request {}", i));
-    for (const FlashCacheResult* r : {&r2, &r9, &rc, &rg}) {
+    for (const FlashCacheResult* r : {&r2, &r9, &rc, &rg, &rt, &r7}) {
       EXPECT_EQ(r->requests[i].output_ids, r1.requests[i].output_ids);
       EXPECT_EQ(r->requests[i].iterations, r1.requests[i].iterations);
       EXPECT_EQ(r->requests[i].canvas, r1.requests[i].canvas);
