@@ -161,6 +161,26 @@ class Backend {
   virtual void qkv_rope_store(Tensor xn, Tensor wqkv, Tensor positions, Tensor rows, const RopeTable& rope,
                               int n_heads, Tensor q_out, Tensor k_store, Tensor v_store, Tensor scratch) = 0;
 
+  /// Plans the attention over `table` (I32 [n_tiles, 4], AttentionTile rows) once for the calls that
+  /// follow: every attention() / attention_with_importance() call over this table tensor (same data
+  /// pointer and tile count) with q_rows query rows, kv_rows store rows and n_heads heads reuses the
+  /// plan instead of making its own. The model calls it once per forward, after the table's upload,
+  /// so no layer plans again (CUDA: the tensor-core kernel's work list, made on the device; nothing
+  /// waits for the host). A call over another table plans for itself as before and drops the plan;
+  /// so do a later plan_attention / plan_attention_verify and a write into the table's memory
+  /// through this backend (copy_from_host, fill_zero). Default (CPU): nothing to plan.
+  /// Throws Error(kInvalidArgument) for a table that is not I32 [n_tiles, 4], negative row counts
+  /// or n_heads < 1.
+  virtual void plan_attention(Tensor table, int64_t q_rows, int64_t kv_rows, int n_heads) {
+    check_plan_args(table, 4, q_rows, kv_rows, n_heads, "plan_attention");
+  }
+
+  /// plan_attention() for attention_verify() calls over `table` (I32 [n_tiles, 5], VerifyTile rows)
+  /// with q_rows query rows and n_keys gathered key rows; the same reuse and invalidation rules.
+  virtual void plan_attention_verify(Tensor table, int64_t q_rows, int64_t n_keys) {
+    check_plan_args(table, 5, q_rows, n_keys, 1, "plan_attention_verify");
+  }
+
   /// Bidirectional multi-head attention, softmax(q·kᵀ·scale)·v per head with fp32 online softmax,
   /// over the tiles of `table` (I32 [n_tiles, 4] = AttentionTile rows). q, out [Tq, H·Dh];
   /// k_store, v_store [N, H·Dh]. Query rows not covered by a tile are left untouched.
@@ -235,6 +255,16 @@ class Backend {
   /// SelectParams). A row holding NaN or +Inf gives a NaN confidence (callers treat a non-finite
   /// confidence as a broken model). row_keys I32 [R] key the noise; x0 I32 [R]; conf F64 [R].
   virtual void select_tokens(Tensor logits, Tensor row_keys, const SelectParams& params, Tensor x0, Tensor conf) = 0;
+
+ protected:
+  /// The argument checks of plan_attention / plan_attention_verify (tile_ints 4 or 5 I32 per tile).
+  static void check_plan_args(const Tensor& table, int64_t tile_ints, int64_t q_rows, int64_t kv_rows, int n_heads,
+                              const char* op) {
+    FDLLM_CHECK_ARG(table.dtype == DType::kI32 && table.numel() % tile_ints == 0,
+                    "{}: table must be I32 [n_tiles, {}], got {}", op, tile_ints, table.describe());
+    FDLLM_CHECK_ARG(q_rows >= 0 && kv_rows >= 0 && n_heads >= 1,
+                    "{}: q_rows {} and key rows {} must be >= 0, n_heads {} >= 1", op, q_rows, kv_rows, n_heads);
+  }
 };
 
 /// The most worker threads the CPU backend accepts: 4 x the hardware threads

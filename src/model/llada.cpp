@@ -476,6 +476,7 @@ Tensor llada_forward(Backend& be, const LladaModel& model, const ForwardBatch& b
   FDLLM_CHECK_ARG(!kv.k.empty() && static_cast<int64_t>(kv.k.size()) == c.n_layers,
                   "forward: the K/V store has {} layers, the model {}", kv.k.size(), c.n_layers);
   const int n_heads = local_heads(model, kv.k[0], ws, "forward");
+  be.plan_attention(tiles, T, kv.rows, n_heads);  // every layer's attention reuses this plan
   const float scale = attention_scale(c);
   const ImportanceSpec& imp = batch.importance;
   // Importance sums over heads, i.e. over ranks: rank 0 keeps what scores held before this forward,
@@ -531,6 +532,7 @@ Tensor llada_verify_forward(Backend& be, const LladaModel& model, const VerifyBa
   Tensor k_tile = ws.k_tile.slice_rows(0, T), v_tile = ws.v_tile.slice_rows(0, T);
 
   const int n_heads = local_heads(model, kv.k[0], ws, "verify forward");
+  be.plan_attention_verify(tiles, T, G);  // every layer's verify attention reuses this plan
   const float scale = attention_scale(c);
   return run_layers(be, model, ws, T, ids, batch.logit_rows, batch.row_keys,
                     [&](int64_t l, const LladaLayerWeights& lw, Tensor xn, Tensor q, Tensor attn) {

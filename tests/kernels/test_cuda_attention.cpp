@@ -198,6 +198,67 @@ TEST_F(CudaAttention, SmallHeadDim64RunsOnReferenceOnly) {
   check(c, "reference", run(*reference, c, q, k, v, true), ref);
 }
 
+// plan_attention: the layers after one plan reuse it; a write into the planned table, a call over
+// another table and a new plan each give correct results for the table as it is at the call.
+TEST_F(CudaAttention, SmallPlanOnceIsReusedAndDroppedWhenTheTableChanges) {
+  const int64_t HD = 2 * 128, Tq = 90, N = 300;
+  const int heads = 2;
+  const float scale = 0.0883883f;
+  const std::vector<float> q = randn_bf16(static_cast<size_t>(Tq * HD), 11, 2.0f);
+  const std::vector<float> k = randn_bf16(static_cast<size_t>(N * HD), 12);
+  const std::vector<float> v = randn_bf16(static_cast<size_t>(N * HD), 13);
+  // Three tables of the same shape (3 tiles) and different contents.
+  const std::vector<int32_t> ta = {0, 16, 0, 140, 16, 80, 0, 140, 80, 90, 150, 300};
+  const std::vector<int32_t> tb = {0, 30, 10, 300, 30, 31, 0, 1, 31, 90, 100, 229};
+  const std::vector<int32_t> tc = {0, 90, 0, 300, 0, 0, 0, 0, 0, 0, 0, 0};  // one tile, then two empty ranges
+  auto oracle = [&](const std::vector<int32_t>& table, int64_t n_tiles) {
+    Dev qd = make(*cpu_, DType::kF32, Tq, HD), kd = make(*cpu_, DType::kF32, N, HD),
+        vd = make(*cpu_, DType::kF32, N, HD), od = make(*cpu_, DType::kF32, Tq, HD),
+        td = make(*cpu_, DType::kI32, n_tiles, 4);
+    put(*cpu_, qd.t, q);
+    put(*cpu_, kd.t, k);
+    put(*cpu_, vd.t, v);
+    put_i32(*cpu_, td.t, std::vector<int32_t>(table.begin(), table.begin() + 4 * n_tiles));
+    cpu_->fill_zero(od.t);
+    cpu_->attention(qd.t, kd.t, vd.t, td.t, heads, scale, od.t);
+    return get(*cpu_, od.t);
+  };
+  const std::vector<float> ref_a = oracle(ta, 3), ref_b = oracle(tb, 3), ref_c = oracle(tc, 1);
+  Backend& be = *twin_;
+  const DType at = be.activation_dtype();
+  Dev qd = make(be, at, Tq, HD), kd = make(be, at, N, HD), vd = make(be, at, N, HD), od = make(be, at, Tq, HD),
+      td = make(be, DType::kI32, 3, 4), tcd = make(be, DType::kI32, 1, 4);
+  put(be, qd.t, q);
+  put(be, kd.t, k);
+  put(be, vd.t, v);
+  put_i32(be, td.t, ta);
+  put_i32(be, tcd.t, std::vector<int32_t>(tc.begin(), tc.begin() + 4));
+  auto attend = [&](const Tensor& table, const std::vector<float>& ref, const std::string& what) {
+    be.fill_zero(od.t);
+    be.attention(qd.t, kd.t, vd.t, table, heads, scale, od.t);
+    EXPECT_TRUE(close(what, get(be, od.t), ref, HD, test::kBf16OpRelTol));
+  };
+  be.plan_attention(td.t, Tq, N, heads);
+  attend(td.t, ref_a, "planned, layer 1");
+  attend(td.t, ref_a, "planned, layer 2");
+  put_i32(be, td.t, tb);  // the planned table rewritten: the plan is dropped
+  attend(td.t, ref_b, "table rewritten after the plan");
+  be.plan_attention(td.t, Tq, N, heads);
+  attend(tcd.t, ref_c, "another table while a plan stands");
+  attend(td.t, ref_b, "the planned table after another table's call");
+  be.plan_attention(td.t, Tq, N, heads);
+  attend(td.t, ref_b, "planned again");
+  // Arguments.
+  Dev f32 = make(be, DType::kF32, 3, 4);
+  EXPECT_TRUE(twin::throws_error(
+      be, [&] { be.plan_attention(f32.t, Tq, N, heads); }, ErrorCode::kInvalidArgument, "plan_attention"));
+  EXPECT_TRUE(twin::throws_error(
+      be, [&] { be.plan_attention(td.t, Tq, N, 0); }, ErrorCode::kInvalidArgument, "plan_attention"));
+  EXPECT_TRUE(twin::throws_error(
+      be, [&] { be.plan_attention_verify(td.t, Tq, N); }, ErrorCode::kInvalidArgument,
+      "plan_attention_verify"));  // 12 ints are no [n_tiles, 5] table
+}
+
 TEST_F(CudaAttention, SmallInvalidTilesAreReported) {
   const int64_t HD = 128;
   Dev q = make(*twin_, twin_act(), 8, HD), k = make(*twin_, twin_act(), 10, HD), v = make(*twin_, twin_act(), 10, HD),

@@ -13,6 +13,7 @@
 //    work items and two key tiles of in-tile columns) and 64 / 32 (the scalar kernel); query rows
 //    outside every tile stay untouched; invalid tiles and gather rows are reported. Skips without a GPU (kernels/cuda_twin.h; FLASHDLLM_TEST_TWIN=cpu runs the harness).
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <random>
 
@@ -182,8 +183,9 @@ std::vector<double> naive(const VCase& c, const Inputs& in, float scale) {
   return out;
 }
 
-/// Runs the op on `be`; out starts poisoned (NaN) so untouched rows stay NaN.
-std::vector<float> run(Backend& be, const VCase& c, const Inputs& in, float scale) {
+/// Runs the op on `be`; out starts poisoned (NaN) so untouched rows stay NaN. planned: the table is
+/// planned first (plan_attention_verify) and the op runs twice on that plan, as two layers would.
+std::vector<float> run(Backend& be, const VCase& c, const Inputs& in, float scale, bool planned = false) {
   const int64_t HD = static_cast<int64_t>(c.heads) * c.head_dim;
   const DType at = be.activation_dtype();
   Dev qd = make(be, at, c.q_rows, HD), kd = make(be, at, c.kv_rows, HD), vd = make(be, at, c.kv_rows, HD);
@@ -203,8 +205,14 @@ std::vector<float> run(Backend& be, const VCase& c, const Inputs& in, float scal
   for (const VerifyTile& t : c.tiles) table.insert(table.end(), {t.q_start, t.q_end, t.k_start, t.k_end, t.n_cand});
   if (table.empty()) table.assign(5, 0);
   put_i32(be, td.t, table);
-  be.attention_verify(qd.t, kd.t, vd.t, gd.t.slice_rows(0, static_cast<int64_t>(c.key_rows.size())), ktd.t, vtd.t,
-                      td.t.slice_rows(0, static_cast<int64_t>(c.tiles.size())), c.heads, scale, od.t);
+  const Tensor keys = gd.t.slice_rows(0, static_cast<int64_t>(c.key_rows.size()));
+  const Tensor tiles = td.t.slice_rows(0, static_cast<int64_t>(c.tiles.size()));
+  if (planned) {
+    be.plan_attention_verify(tiles, c.q_rows, keys.numel());
+    be.attention_verify(qd.t, kd.t, vd.t, keys, ktd.t, vtd.t, tiles, c.heads, scale, od.t);
+    twin::poison(be, od.t);
+  }
+  be.attention_verify(qd.t, kd.t, vd.t, keys, ktd.t, vtd.t, tiles, c.heads, scale, od.t);
   return get(be, od.t);
 }
 
@@ -354,6 +362,10 @@ TEST_P(CudaVerify, MatchesCpu) {
     }
     EXPECT_TRUE(close(c.name, g, r, HD, test::kBf16OpRelTol));
     EXPECT_EQ(written_outside, 0) << "query rows outside every tile were written";
+    // Over a plan made once (the verify forward's), every call gives the same output as planning itself.
+    const std::vector<float> planned = run(*twin_, c, in, scale, /*planned=*/true);
+    ASSERT_EQ(planned.size(), got.size());
+    EXPECT_EQ(0, std::memcmp(planned.data(), got.data(), got.size() * sizeof(float))) << "planned call differs";
   }
 }
 

@@ -36,6 +36,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "backend/backend.h"
@@ -278,6 +279,7 @@ class CudaBackend final : public Backend {
     if (dst.nbytes() == 0) return;
     FDLLM_CHECK_ARG(src != nullptr && dst.data != nullptr, "copy_from_host: null pointer");
     CUDA_CHECK(cudaSetDevice(device_));
+    drop_plan_if_written(dst);
     CUDA_CHECK(cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice, stream_));
     after_op("copy_from_host");
   }
@@ -296,6 +298,7 @@ class CudaBackend final : public Backend {
     FDLLM_CHECK_ARG(t.device == DeviceKind::kCUDA, "fill_zero: {} is not device memory", t.describe());
     if (t.nbytes() == 0) return;
     CUDA_CHECK(cudaSetDevice(device_));
+    drop_plan_if_written(t);
     CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.nbytes(), stream_));
     after_op("fill_zero");
   }
@@ -536,6 +539,37 @@ class CudaBackend final : public Backend {
                   scores.ptr<float>());
   }
 
+  void plan_attention(Tensor table, int64_t q_rows, int64_t kv_rows, int n_heads) override {
+    check_plan_args(table, 4, q_rows, kv_rows, n_heads, "plan_attention");
+    expect(table, DType::kI32, "plan_attention", "table");
+    plan_.reset();
+    const int64_t n_tiles = table.numel() / 4;
+    if (attention_.mode == AttentionMode::kReference || n_tiles == 0 || q_rows == 0) return;  // nothing reuses a plan
+    CUDA_CHECK(cudaSetDevice(device_));
+    const PlanKey key{table, 4, q_rows, kv_rows, kernels::flash_block_m(flash_variant(q_rows, n_tiles, n_heads))};
+    make_plan(key);
+    plan_ = key;
+    after_op("plan_attention");
+  }
+
+  void plan_attention_verify(Tensor table, int64_t q_rows, int64_t n_keys) override {
+    check_plan_args(table, 5, q_rows, n_keys, 1, "plan_attention_verify");
+    expect(table, DType::kI32, "plan_attention_verify", "table");
+    plan_.reset();
+    if (attention_.mode == AttentionMode::kReference || table.numel() == 0 || q_rows == 0) return;
+    CUDA_CHECK(cudaSetDevice(device_));
+    const PlanKey key{table, 5, q_rows, n_keys, kernels::kVerifyBlockM};
+    make_plan(key);
+    plan_ = key;
+    after_op("plan_attention_verify");
+  }
+
+  // The flash kernel variant of an attention call (FLASHDLLM_ATTENTION=m64n64|... forces one).
+  kernels::FlashVariant flash_variant(int64_t q_rows, int64_t n_tiles, int n_heads) const {
+    return attention_.mode == AttentionMode::kFlashForced ? attention_.forced
+                                                          : auto_variant(q_rows, n_tiles, n_heads, sm_count_);
+  }
+
   // attention() and, with `importance` set, the fused raw-importance variant (flash path only).
   void run_attention(const char* kOp, Tensor q, Tensor k_store, Tensor v_store, Tensor table, int n_heads,
                      float scale, Tensor out, int64_t importance_tiles, float weight, float* importance) {
@@ -579,14 +613,8 @@ class CudaBackend final : public Backend {
                 "attention: head_dim {} has no flash kernel (supported: 128); FLASHDLLM_ATTENTION=reference runs the "
                 "slow reference kernel for head_dim multiples of 32 up to 256",
                 a.head_dim);
-    const kernels::FlashVariant variant = attention_.mode == AttentionMode::kFlashForced
-                                              ? attention_.forced
-                                              : auto_variant(Tq, n_tiles, n_heads, sm_count_);
-    const int block_m = kernels::flash_block_m(variant);
-    const int64_t capacity = kernels::attention_work_capacity(Tq, n_tiles, block_m);
-    ensure_attention_work(capacity);
-    kernels::attention_plan(table.ptr<int32_t>(), n_tiles, Tq, N, block_m, work_.get(), work_count(), capacity,
-                            flags(), stream_);
+    const kernels::FlashVariant variant = flash_variant(Tq, n_tiles, n_heads);
+    const int64_t capacity = planned_work(PlanKey{table, 4, Tq, N, kernels::flash_block_m(variant)});
     kernels::attention_flash(a, variant, work_.get(), work_count(), capacity, stream_);
     after_op(kOp);
   }
@@ -654,10 +682,7 @@ class CudaBackend final : public Backend {
     vk.k_tile = a.k_tile;
     vk.v_tile = a.v_tile;
     vk.error_flags = flags();
-    const int64_t capacity = kernels::attention_work_capacity(Tq, n_tiles, kernels::kVerifyBlockM);
-    ensure_attention_work(capacity);
-    kernels::attention_plan_verify(vk.table, n_tiles, Tq, a.n_keys, kernels::kVerifyBlockM, work_.get(), work_count(),
-                                   capacity, flags(), stream_);
+    const int64_t capacity = planned_work(PlanKey{table, 5, Tq, a.n_keys, kernels::kVerifyBlockM});
     kernels::attention_verify_flash(fa, vk, work_.get(), work_count(), capacity, stream_);
     after_op(kOp);
   }
@@ -806,6 +831,45 @@ class CudaBackend final : public Backend {
     if (debug_sync_) sync_and_check(op);
   }
 
+  // What an attention work list was made for: the table (4 ints per AttentionTile, 5 per
+  // VerifyTile), query rows, key rows (store rows or gathered keys) and rows per work item.
+  struct PlanKey {
+    Tensor table;
+    int64_t tile_ints = 0, q_rows = 0, kv_rows = 0;
+    int block_m = 0;
+    int64_t n_tiles() const noexcept { return table.numel() / tile_ints; }
+    bool operator==(const PlanKey& o) const noexcept {
+      return table.data == o.table.data && table.numel() == o.table.numel() && tile_ints == o.tile_ints &&
+             q_rows == o.q_rows && kv_rows == o.kv_rows && block_m == o.block_m;
+    }
+  };
+
+  // Makes the work list of `key` (a kernel on the stream: no host wait) and returns its capacity.
+  int64_t make_plan(const PlanKey& key) {
+    const int64_t n_tiles = key.n_tiles(),
+                  capacity = kernels::attention_work_capacity(key.q_rows, n_tiles, key.block_m);
+    plan_.reset();
+    ensure_attention_work(capacity);
+    if (key.tile_ints == 4)
+      kernels::attention_plan(key.table.ptr<int32_t>(), n_tiles, key.q_rows, key.kv_rows, key.block_m, work_.get(),
+                              work_count(), capacity, flags(), stream_);
+    else
+      kernels::attention_plan_verify(key.table.ptr<int32_t>(), n_tiles, key.q_rows, key.kv_rows, key.block_m,
+                                     work_.get(), work_count(), capacity, flags(), stream_);
+    return capacity;
+  }
+
+  // The work list for `key`: plan_attention's when it was made for exactly this call, else planned
+  // here (which drops the standing plan: the list it lived in is overwritten).
+  int64_t planned_work(const PlanKey& key) {
+    if (plan_ && *plan_ == key) return kernels::attention_work_capacity(key.q_rows, key.n_tiles(), key.block_m);
+    return make_plan(key);
+  }
+
+  void drop_plan_if_written(const Tensor& dst) {
+    if (plan_ && overlap(dst, plan_->table)) plan_.reset();
+  }
+
   // Grows the attention work list; only reallocates when a larger table than ever before arrives.
   void ensure_attention_work(int64_t capacity) {
     if (capacity <= work_capacity_) return;
@@ -827,6 +891,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<kernels::AttentionWorkItem, CudaFree> work_;
   DevicePtr work_count_;
   int64_t work_capacity_ = 0;
+  std::optional<PlanKey> plan_;  // the standing plan_attention / plan_attention_verify plan, if any
   AttentionChoice attention_;
   QkvMode qkv_mode_ = QkvMode::kAuto;
   bool debug_sync_ = false;
