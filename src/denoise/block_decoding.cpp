@@ -215,6 +215,7 @@ SlotStep slot_step_of(int64_t slot, const SequenceState& s, const StepCommit& c)
     st.tokens.push_back(c.tokens[i]);
   }
   st.finished = s.done;
+  st.error = c.error;
   return st;
 }
 

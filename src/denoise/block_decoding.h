@@ -65,6 +65,9 @@ struct StepCommit {
   std::vector<int32_t> tokens;
   std::vector<int64_t> candidates;
   std::vector<double> confidences;
+  /// Non-empty: the sequence's logits were not finite, nothing was committed and the sequence is
+  /// done (SlotStep::error; a batch generate() throws Error(kInvalidCheckpoint, error)).
+  std::string error;
 };
 
 /// The parameters of state `s` as a schedule for blocks of block_length, validated like
@@ -215,6 +218,7 @@ std::vector<State> run_to_completion(Sampler& sampler, const std::vector<std::ve
   while (std::any_of(batch.begin(), batch.end(), [](const State& s) { return !s.done; })) {
     for (size_t i = 0; i < batch.size(); ++i) was_done[i] = batch[i].done;
     std::vector<StepCommit> commits = sampler.step(batch);
+    for (const StepCommit& c : commits) FDLLM_CHECK(c.error.empty(), ErrorCode::kInvalidCheckpoint, "{}", c.error);
     if (observer)
       for (size_t i = 0; i < batch.size(); ++i)
         if (!was_done[i]) observer(i, batch[i], commits[i]);

@@ -1,6 +1,7 @@
 // Checks shared by every denoiser (see denoiser.h).
 #include "denoise/denoiser.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/check.h"
@@ -20,15 +21,32 @@ void check_prompt_ids(std::span<const int32_t> prompt, const LladaConfig& cfg) {
   }
 }
 
-void check_selection(std::span<const int32_t> x0, std::span<const double> conf, int32_t mask_id, const char* where) {
-  for (size_t r = 0; r < conf.size(); ++r)
-    FDLLM_CHECK(std::isfinite(conf[r]), ErrorCode::kInvalidCheckpoint,
-                "{}: the model produced non-finite logits (logits row {} gives confidence {}): the checkpoint's "
-                "weights hold NaN or Inf values (check them with `flashdllm info --check-weights`)",
-                where, r, conf[r]);
-  for (size_t r = 0; r < x0.size(); ++r)
-    FDLLM_ASSERT_MSG(x0[r] >= 0 && x0[r] != mask_id, "{}: token selection proposed {} for logits row {}", where,
-                     x0[r], r);
+std::vector<size_t> check_selection(std::span<const int32_t> x0, std::span<const double> conf, int32_t mask_id,
+                                    const char* where) {
+  FDLLM_ASSERT_MSG(x0.empty() || x0.size() == conf.size(), "{}: {} selected tokens for {} confidences", where,
+                   x0.size(), conf.size());
+  std::vector<size_t> bad;
+  for (size_t r = 0; r < conf.size(); ++r) {
+    if (!std::isfinite(conf[r])) {
+      bad.push_back(r);
+      continue;
+    }
+    if (!x0.empty())
+      FDLLM_ASSERT_MSG(x0[r] >= 0 && x0[r] != mask_id, "{}: token selection proposed {} for logits row {}", where,
+                       x0[r], r);
+  }
+  return bad;
+}
+
+std::string nonfinite_error(std::span<const size_t> bad, std::span<const double> conf, size_t begin, size_t end,
+                            const char* where) {
+  const auto it = std::lower_bound(bad.begin(), bad.end(), begin);
+  if (it == bad.end() || *it >= end) return {};
+  return fmt::format(
+      "{}: the model produced non-finite logits for this request (its logits row {} gives confidence "
+      "{}): the checkpoint's weights hold NaN or Inf values, or this input overflows them (check the "
+      "weights with `flashdllm info --check-weights`)",
+      where, *it - begin, conf[*it]);
 }
 
 }  // namespace flashdllm

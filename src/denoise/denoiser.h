@@ -12,8 +12,10 @@
 //    slots are active, when they were admitted or how many there are (batch invariance; exact on
 //    the CPU backend, bf16 rounding aside on CUDA where the GEMM shape can change the kernel);
 //  * no committed canvas position is the mask id: the token selection never proposes it, and
-//    step() raises Error(kInternal) rather than commit one; a non-finite logits row raises
-//    Error(kInvalidCheckpoint) (NaN/Inf weights).
+//    step() raises Error(kInternal) rather than commit one;
+//  * a request whose logits rows are not finite (NaN / Inf weights, or an input that overflows
+//    them) fails alone: its SlotStep carries the error and finishes it; the other slots' iteration
+//    goes on (slots never attend to each other, so one slot's NaN cannot reach another).
 #pragma once
 
 #include <cstddef>
@@ -44,6 +46,9 @@ struct SlotStep {
   std::vector<int32_t> tokens;     ///< their tokens
   std::vector<int32_t> verified;   ///< Flash-Verify: the positions accepted by the verify pass (ascending)
   bool finished = false;           ///< nothing is left to decode: output() is final, release() is next
+  /// Non-empty: this slot's logits were not finite in this iteration, nothing was committed, the
+  /// request fails (alone) with Error(kInvalidCheckpoint, error); finished is true, release() is next.
+  std::string error;
 };
 
 /// A slot's request as the denoiser reports it (final once a step said finished).
@@ -81,9 +86,9 @@ class Denoiser {
   virtual void check_request(std::span<const int32_t> prompt, const SlotParams& p) const = 0;
   /// Starts a request in the free slot `slot` (check_request first). Its first step prefills.
   virtual void admit(int64_t slot, std::span<const int32_t> prompt, const SlotParams& p) = 0;
-  /// One iteration over every active slot; one SlotStep per active slot, in slot order. Throws
-  /// Error(kInvalidCheckpoint) for non-finite logits; the pool's state is then undefined for the
-  /// active slots (release them).
+  /// One iteration over every active slot; one SlotStep per active slot, in slot order (a slot with
+  /// non-finite logits gets SlotStep::error). Throws Error for a failure of the whole iteration (a
+  /// device error); the pool's state is then undefined for the active slots (release them).
   virtual std::vector<SlotStep> step() = 0;
   /// Frees `slot` (a finished or a cancelled request). A no-op for a free slot.
   virtual void release(int64_t slot) = 0;
@@ -100,8 +105,16 @@ class Denoiser {
 /// Error(kInvalidArgument) naming the position.
 void check_prompt_ids(std::span<const int32_t> prompt, const LladaConfig& cfg);
 
-/// Raises Error(kInvalidCheckpoint) when a confidence is not finite (the model produced NaN / Inf
-/// logits: broken weights) and Error(kInternal) when the selection proposed no token or the mask id.
-void check_selection(std::span<const int32_t> x0, std::span<const double> conf, int32_t mask_id, const char* where);
+/// Checks a selection of R rows (x0 I32 [R] or empty, conf F64 [R], as the token selection returned
+/// them): raises Error(kInternal) when a row with a finite confidence proposed no token or the mask
+/// id. Returns the rows whose confidence is not finite (the model produced NaN / Inf logits for
+/// them), ascending; the caller fails their requests alone (nonfinite_error, SlotStep::error).
+std::vector<size_t> check_selection(std::span<const int32_t> x0, std::span<const double> conf, int32_t mask_id,
+                                    const char* where);
+
+/// The SlotStep::error of a request whose logits rows are [begin, end) when one of them is in `bad`
+/// (check_selection's list; conf the same confidences), else "".
+std::string nonfinite_error(std::span<const size_t> bad, std::span<const double> conf, size_t begin, size_t end,
+                            const char* where);
 
 }  // namespace flashdllm

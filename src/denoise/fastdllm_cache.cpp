@@ -192,7 +192,7 @@ std::vector<StepCommit> FastDllmCacheSampler::step_at(std::vector<CachedSequence
     row += k;
   }
   selection_.run(backend_, logits, ws_.row_keys.slice_rows(0, R), segments, x0, conf);
-  check_selection(x0, conf, mask, "Fast-dLLM cache");
+  const std::vector<size_t> bad = check_selection(x0, conf, mask, "Fast-dLLM cache");
   if (R == 0) backend_.synchronize();
 
   // --- per-sequence decisions (Fast-dLLM get_transfer_index), commits only inside the block;
@@ -202,6 +202,12 @@ std::vector<StepCommit> FastDllmCacheSampler::step_at(std::vector<CachedSequence
     if (!kind[i]) continue;
     CachedSequenceState& s = batch[i];
     const size_t nc = cand[i].size();
+    commits[i].error = nonfinite_error(bad, conf, r0, r0 + nc, "Fast-dLLM cache");
+    if (!commits[i].error.empty()) {  // this sequence fails alone
+      s.done = true;
+      r0 += nc;
+      continue;
+    }
     FDLLM_CHECK_ARG(s.threshold || s.step_in_block < static_cast<int64_t>(s.block_quota.size()),
                     "Fast-dLLM {} cache: sequence {} is at step {} of block {} but the block's quota schedule has "
                     "{} steps (masks were added to the block after it started?)",

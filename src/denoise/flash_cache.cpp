@@ -636,7 +636,7 @@ std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer
     fetch_selection(R, /*with_scores=*/g_i + 1 == groups.size(), x0, conf);
     T += Tg;
   }
-  check_selection(x0, conf, c.mask_token_id, "flash-cache");
+  const std::vector<size_t> bad = check_selection(x0, conf, c.mask_token_id, "flash-cache");
   for (int64_t j = 0; j < n; ++j) std::copy_n(store_scores_.begin() + j * Ls, Ls, scores_.begin() + j * L);
   const int64_t forward = stats_.forwards++;
   stats_.query_rows += T;
@@ -651,6 +651,7 @@ std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer
     FlashDecision decision;
     std::vector<int32_t> committed;  // this iteration's commits (slot-relative)
     std::vector<int32_t> verified;   // the verified subset
+    std::string error;               // non-finite logits: the slot fails alone (SlotStep::error)
   };
   std::vector<Phase> phases(slots_.size());
   std::vector<FlashVerifyTile> tiles;
@@ -661,6 +662,11 @@ std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer
     const size_t w = s.window.size();
     Phase& st = phases[j];
     st.active = true;
+    st.error = nonfinite_error(bad, conf, r0, r0 + w, "flash-cache");
+    if (!st.error.empty()) {  // nothing committed; no verify tile
+      r0 += w;
+      continue;
+    }
     st.decision = flash_decide(s, std::span<const double>(conf.data() + r0, w),
                                std::span<const int32_t>(x0.data() + r0, w), opt_);
     FlashDecision& d = st.decision;
@@ -706,6 +712,7 @@ std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer
     std::vector<double> vconf(static_cast<size_t>(VR));
     std::vector<float> vval(static_cast<size_t>(2 * VR));
     std::vector<int32_t> drafts;
+    std::vector<size_t> vbad;  // mask-view rows with non-finite confidences: their slots fail alone
     for (const FlashVerifyTile& v : tiles) drafts.insert(drafts.end(), v.drafts.begin(), v.drafts.end());
     if (VR > 0) {
       SelectParams sp;
@@ -715,14 +722,15 @@ std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer
       copy_prefix(vsel_buf_, vconf_offset_ + static_cast<size_t>(VR) * 8, vsel_host_);  // x0 | conf at once
       std::memcpy(vx0.data(), vsel_host_.data(), static_cast<size_t>(VR) * sizeof(int32_t));
       std::memcpy(vconf.data(), vsel_host_.data() + vconf_offset_, static_cast<size_t>(VR) * sizeof(double));
-      check_selection({}, vconf, c.mask_token_id, "flash-verify");
+      vbad = check_selection({}, vconf, c.mask_token_id, "flash-verify");
       const int64_t V = vlogits.row_size();
       FDLLM_CHECK_ARG(VR * V < (int64_t{1} << 31), "flash-verify: {} mask rows × vocabulary {} exceed 2^31 logits",
                       VR, V);
       std::vector<int32_t> idx(static_cast<size_t>(2 * VR));
       for (int64_t r = 0; r < VR; ++r) {
         idx[static_cast<size_t>(r)] = static_cast<int32_t>(r * V + drafts[static_cast<size_t>(r)]);
-        idx[static_cast<size_t>(VR + r)] = static_cast<int32_t>(r * V + vx0[static_cast<size_t>(r)]);
+        const int32_t top = vx0[static_cast<size_t>(r)];  // any value on a non-finite row: kept in range
+        idx[static_cast<size_t>(VR + r)] = static_cast<int32_t>(r * V + (top >= 0 && top < V ? top : 0));
       }
       Tensor idx_dev = vidx_.slice_rows(0, 2 * VR), val_dev = vval_.slice_rows(0, 2 * VR);
       backend_.copy_from_host(idx_dev, idx.data());
@@ -735,6 +743,11 @@ std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer
       FlashSlot& s = slots_[j];
       Phase& st = phases[j];
       const size_t S = v.candidates.size();
+      st.error = nonfinite_error(vbad, vconf, m0, m0 + S, "flash-verify");
+      if (!st.error.empty()) {  // the main pass's commits stand; the request fails
+        m0 += S;
+        continue;
+      }
       FlashVerification ver;
       ver.tile = &v;
       for (size_t i = 0; i < S; ++i) {
@@ -794,8 +807,9 @@ std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer
       ev.verified = rel(st.verified);
       rr.verified.push_back(ev.verified);
     }
-    ev.finished = !st.work;
-    if (st.work)
+    ev.error = st.error;
+    ev.finished = !st.work || !st.error.empty();
+    if (!ev.finished)
       flash_rerank(s, slot_scores(j), opt_);
     else
       finish_slot(j);
@@ -838,6 +852,7 @@ FlashCacheResult FlashCacheDenoiser::generate(const std::vector<std::vector<int3
   fill();
   while (std::any_of(slots_.begin(), slots_.end(), [](const FlashSlot& s) { return s.active(); })) {
     for (const SlotStep& ev : step(observer)) {
+      FDLLM_CHECK(ev.error.empty(), ErrorCode::kInvalidCheckpoint, "{}", ev.error);
       if (!ev.finished) continue;
       const FlashRequestResult& rr = result(ev.slot);
       res.requests[static_cast<size_t>(rr.request)] = rr;

@@ -134,6 +134,7 @@ std::vector<StepCommit> LladaSampler::step(std::vector<SequenceState>& batch) {
   // One select call per run of sequences with equal parameters (a uniform batch: one call).
   std::vector<int32_t> x0;
   std::vector<double> conf;
+  std::vector<size_t> bad;  // rows with non-finite confidences: their sequences fail alone
   if (R > 0) {
     Tensor logits = llada_forward(backend_, model_, fb, kv_, ws_);
     ++passes_;
@@ -160,7 +161,7 @@ std::vector<StepCommit> LladaSampler::step(std::vector<SequenceState>& batch) {
       row += n;
     }
     selection_.run(backend_, cond, ws_.row_keys.slice_rows(0, R), segments, x0, conf);
-    check_selection(x0, conf, mask, "LLaDA sampler");
+    bad = check_selection(x0, conf, mask, "LLaDA sampler");
   }
 
   // --- per-sequence decisions
@@ -169,6 +170,12 @@ std::vector<StepCommit> LladaSampler::step(std::vector<SequenceState>& batch) {
     if (offset[i] < 0) continue;
     const size_t n = cand[i].size();
     SequenceState& s = batch[i];
+    commits[i].error = nonfinite_error(bad, conf, r0, r0 + n, "LLaDA sampler");
+    if (!commits[i].error.empty()) {
+      s.done = true;
+      r0 += n;
+      continue;
+    }
     commits[i] = commit_step(s, cand[i], std::span<const int32_t>(x0).subspan(r0, n),
                              std::span<const double>(conf).subspan(r0, n),
                              std::span<const int32_t>(fb.row_keys).subspan(r0, n), s.schedule(opt_.block_length),

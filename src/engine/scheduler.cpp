@@ -454,6 +454,14 @@ bool Scheduler::step(size_t replica) {
     FDLLM_ASSERT_MSG(r != nullptr, "the denoiser stepped slot {}, which holds no request", st.slot);
     ++r->iterations;
     committed += static_cast<int64_t>(st.positions.size());
+    if (!st.error.empty()) {  // this request's logits were not finite: it fails, the others go on
+      logger().error("request {} failed ({}): {}", r->id, opt_.checkpoint, st.error);
+      RequestEvent ev;
+      ev.iteration = r->iterations;
+      const auto req = release_slot(rep, slot);
+      fail(*req, std::move(ev), Error(ErrorCode::kInvalidCheckpoint, st.error));
+      continue;
+    }
     const std::span<const int32_t> canvas = den.canvas(st.slot);
     RequestEvent ev;
     ev.iteration = r->iterations;

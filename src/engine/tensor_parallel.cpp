@@ -114,7 +114,7 @@ std::vector<Communicator*> checked(const std::vector<std::unique_ptr<Denoiser>>&
 
 bool same_step(const SlotStep& a, const SlotStep& b) {
   return a.slot == b.slot && a.positions == b.positions && a.tokens == b.tokens && a.verified == b.verified &&
-         a.finished == b.finished;
+         a.finished == b.finished && a.error == b.error;
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <random>
 #include <thread>
@@ -217,6 +218,57 @@ TEST(AnswerInvariants, NoMaskIdAtAnyTemperature) {
       const GenerateResult r = run_alone(m, target);
       for (int32_t id : r.output_ids) EXPECT_NE(id, mask) << m.name << " t " << temperature;
       for (int32_t id : r.canvas_ids) EXPECT_NE(id, mask) << m.name << " t " << temperature;
+    }
+  }
+}
+
+// One request whose logits are not finite (its prompt holds a token whose embedding row is NaN)
+// fails alone with kInvalidCheckpoint; the requests sharing its iterations get exactly what they get
+// alone on the same model, in every mode (before, every request of that iteration failed).
+TEST(Scheduler, NonFiniteLogitsFailOnlyTheirOwnRequest) {
+  if (!have_model()) GTEST_SKIP() << "no default model";
+  SmallModel& sm = small();
+  LladaModel poisoned = test::load_model(*sm.backend, test::default_model_dir());
+  const int32_t bad_id = 2060;  // <|reserved_token_8|>: in the vocabulary, never trained
+  const std::vector<float> nan_row(static_cast<size_t>(poisoned.config.d_model), std::nanf(""));
+  sm.backend->copy_from_host(poisoned.weights.wte.slice_rows(bad_id, bad_id + 1), nan_row.data());
+  std::mt19937 rng(7);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int64_t n : {12, 30, 7, 19}) prompts.push_back(random_prompt(rng, n));
+  prompts[1][5] = bad_id;
+  for (const Mode& m : modes()) {
+    SCOPED_TRACE(m.name);
+    const SlotParams p = resolve_params(m.s, m.d, true);
+    auto run = [&](const std::vector<size_t>& which, int64_t slots) {
+      SlotPool pool{slots, 30 + p.gen_length, 0};
+      auto den = make_denoiser(*sm.backend, poisoned, m.d, sm.eot, p, pool);
+      Scheduler sched(*den, sm.codec(), {});
+      std::vector<std::shared_ptr<RequestStream>> streams;
+      for (size_t i : which) streams.push_back(sched.submit(request_of(prompts[i], p, i)));
+      while (sched.step()) {
+      }
+      const EngineMetrics mt = sched.metrics();
+      EXPECT_EQ(mt.slots_busy, 0);
+      std::vector<RequestEvent> out;
+      for (auto& s : streams) {
+        auto ev = drain(*s);
+        EXPECT_TRUE(ev.has_value());
+        out.push_back(ev.value_or(RequestEvent{}));
+      }
+      return out;
+    };
+    const std::vector<RequestEvent> together = run({0, 1, 2, 3}, 4);
+    ASSERT_EQ(together.size(), 4u);
+    EXPECT_FALSE(together[1].result);
+    EXPECT_EQ(together[1].error_code, ErrorCode::kInvalidCheckpoint);
+    EXPECT_NE(together[1].error.find("non-finite logits for this request"), std::string::npos) << together[1].error;
+    for (size_t i : {0, 2, 3}) {
+      SCOPED_TRACE(fmt::format("request {}", i));
+      const RequestEvent alone = run({i}, 1).at(0);
+      ASSERT_TRUE(alone.result) << alone.error;
+      ASSERT_TRUE(together[i].result) << together[i].error;
+      EXPECT_EQ(together[i].result->output_ids, alone.result->output_ids);
+      EXPECT_EQ(together[i].result->nfe, alone.result->nfe);
     }
   }
 }
