@@ -72,6 +72,21 @@ void print_op_profile(const std::vector<flashdllm::OpProfileEntry>& ops, double 
                wall_seconds > 0 ? 100.0 * (wall_seconds - sum) / wall_seconds : 0.0);
 }
 
+// Requests that failed alone (GenerateResult::error): one stderr line each, numbered like the
+// answers; exit code 1 when any did (the other answers are printed first).
+int report_failures(const std::vector<flashdllm::GenerateResult>& results) {
+  int failed = 0;
+  for (size_t i = 0; i < results.size(); ++i)
+    if (results[i].finish_reason == flashdllm::FinishReason::kError) {
+      std::fprintf(stderr, "flashdllm: request %zu of %zu failed: %s\n", i, results.size(), results[i].error.c_str());
+      ++failed;
+    }
+  if (failed > 0 && results.size() > 1)
+    std::fprintf(stderr, "flashdllm: %d of %zu requests failed; the others' answers are above\n", failed,
+                 results.size());
+  return failed > 0 ? 1 : 0;
+}
+
 int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
   if (ga.chat && ga.raw) throw Error(ErrorCode::kInvalidArgument, "--chat and --raw exclude each other");
   ga.go = ga.dec.options();
@@ -164,6 +179,7 @@ int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
       if (engine->has_tokenizer()) e["text"] = r.text;
       e["stopped_at_eos"] = r.stopped_at_eos;
       e["finish_reason"] = flashdllm::finish_reason_name(r.finish_reason);
+      if (!r.error.empty()) e["error"] = r.error;
       e["nfe"] = r.nfe;
       e["committed_tokens"] = r.committed_tokens;
       e["committed_tokens_reference"] = r.committed_tokens_reference;
@@ -190,7 +206,7 @@ int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
       j["op_profile"] = std::move(ops);
     }
     std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-    return 0;
+    return report_failures(results);
   }
   for (size_t i = 0; i < results.size(); ++i) {
     const auto& r = results[i];
@@ -232,7 +248,7 @@ int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
                results.size(), static_cast<long long>(toks), static_cast<long long>(nfe), sec,
                sec > 0 ? static_cast<double>(toks) / sec : 0.0, flashdllm::cache_mode_name(ga.go.decode.cache),
                engine->backend_name().c_str(), engine->load_seconds());
-  return 0;
+  return report_failures(results);
 }
 
 struct EvalArgs {

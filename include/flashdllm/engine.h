@@ -163,8 +163,10 @@ class Engine {
   /// Runs a batch of requests to completion with one setting, on a slot pool sized for the batch
   /// (flash: min(slots, requests); the other modes: every request at once). Throws
   /// Error(kInvalidArgument) for impossible settings or prompts (empty, too long for
-  /// max_sequence_length, ...), Error(kInvalidCheckpoint) when the model produces non-finite logits.
-  /// Not while the engine is started (Error(kInvalidArgument)). Stop strings are not applied.
+  /// max_sequence_length, ...). A request whose logits are not finite (NaN / Inf weights, or its
+  /// input overflows them) fails alone: its result has finish_reason kError and the message in
+  /// GenerateResult::error, the other requests complete. Not while the engine is started
+  /// (Error(kInvalidArgument)). Stop strings are not applied.
   std::vector<GenerateResult> generate(const std::vector<GenerateRequest>& requests, const GenerateOptions& options,
                                        const ProgressCallback& progress = {});
 

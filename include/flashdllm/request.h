@@ -50,6 +50,9 @@ struct GenerateResult {
   double seconds = 0.0;               ///< generate: wall time of the call this request was in; submit: latency
   double latency_seconds = 0.0;       ///< from submission (the generate call's start) to this request's end
   bool chat_template = false;         ///< the prompt went through the chat template
+  /// finish_reason kError (Engine::generate: the request failed alone, e.g. non-finite logits): the
+  /// message, naming the checkpoint; prompt_ids are set, the other fields hold nothing.
+  std::string error;
 
   /// The one definition of generated tokens, used by every report: the answer's tokens plus the
   /// ending EOS / EOT when there is one (the prompt and any padding after the end excluded).

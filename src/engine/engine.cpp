@@ -338,7 +338,16 @@ std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>&
       for (size_t i = 0; i < streams.size(); ++i)
         while (auto ev = streams[i]->next(std::chrono::milliseconds(0))) {
           if (!ev->finished) continue;
-          if (ev->finish_reason == FinishReason::kError) throw Error(ev->error_code, ev->error);
+          if (ev->finish_reason == FinishReason::kError) {
+            // A request whose own logits were not finite fails alone; any other failure fails the call.
+            if (ev->error_code != ErrorCode::kInvalidCheckpoint) throw Error(ev->error_code, ev->error);
+            out[i].prompt_ids = prompts[i];
+            out[i].chat_template = templated[i];
+            out[i].finish_reason = FinishReason::kError;
+            out[i].error = ev->error;
+            have[i] = true;
+            continue;
+          }
           FDLLM_CHECK(ev->result != nullptr, ErrorCode::kInternal, "request {} ended ({}) without a result", i,
                       finish_reason_name(ev->finish_reason));
           out[i] = *ev->result;

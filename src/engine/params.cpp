@@ -136,7 +136,8 @@ void check_decode(const DecodeSettings& d, const LladaConfig* cfg) {
     FDLLM_CHECK_ARG(d.max_forward_rows >= 0, "max_forward_rows must be >= 0 (0 = no bound), got {}",
                     d.max_forward_rows);
     FDLLM_CHECK_ARG(d.query_tile_rows >= 0 && d.query_tile_rows <= kMaxCount,
-                    "query_tile_rows must be >= 0 (0 = the whole tracked set as one tile), got {}", d.query_tile_rows);
+                    "query_tile_rows must be in [0, {}] (0 = the whole tracked set as one tile), got {}", kMaxCount,
+                    d.query_tile_rows);
   } else {
     FDLLM_CHECK_ARG(!d.verify, "verify (Flash-Verify) needs cache flash, cache is {}", mode);
     FDLLM_CHECK_ARG(d.tokens_per_step == 0 && d.forced_schedule.empty() && !d.importance_probability_mass,

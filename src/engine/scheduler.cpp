@@ -455,7 +455,7 @@ bool Scheduler::step(size_t replica) {
     ++r->iterations;
     committed += static_cast<int64_t>(st.positions.size());
     if (!st.error.empty()) {  // this request's logits were not finite: it fails, the others go on
-      logger().error("request {} failed ({}): {}", r->id, opt_.checkpoint, st.error);
+      logger().warn("a request failed alone ({}): {}", opt_.checkpoint, st.error);
       RequestEvent ev;
       ev.iteration = r->iterations;
       const auto req = release_slot(rep, slot);

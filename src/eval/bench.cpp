@@ -545,6 +545,8 @@ std::vector<PointResult> run_bench(const EngineFactory& load, const std::vector<
                     gen.size(), reqs.size());
         for (size_t i = b; i < e; ++i) {
           const GenerateResult& g = gen[i - b];
+          FDLLM_CHECK(g.finish_reason != FinishReason::kError, ErrorCode::kInvalidCheckpoint, "sample {}: {}", i,
+                      g.error);
           res.push_back(make_sample_result(samples[i], g, call, g.seconds));
           m.forward_passes += static_cast<double>(g.forward_passes);
           m.verify_candidates += static_cast<double>(g.verify_candidates);

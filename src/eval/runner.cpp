@@ -71,6 +71,7 @@ std::vector<SampleResult> generate_samples(Engine& engine, const std::vector<Eva
                 res.size(), reqs.size());
     for (size_t i = b; i < e; ++i) {
       const GenerateResult& g = res[i - b];
+      FDLLM_CHECK(g.finish_reason != FinishReason::kError, ErrorCode::kInvalidCheckpoint, "problem {}: {}", i, g.error);
       out.push_back(make_sample_result(samples[i], g, call,
                                        finished_at[i - b] >= 0 ? std::min(finished_at[i - b], g.seconds) : g.seconds));
     }

@@ -117,6 +117,38 @@ def test_cuda_without_a_gpu_says_so():
     assert "no CUDA device found" in p.stderr or "built without CUDA" in p.stderr or "not built" in p.stderr, p.stderr
 
 
+# A prompt holding a token whose embedding row is NaN fails alone: the other prompts' answers are
+# printed (text and --json) exactly as when they run without it, and the exit code is 1.
+def test_a_prompt_with_non_finite_logits_fails_alone(tmp_path):
+    w = load_file(str(GOLDEN / "model.safetensors"))
+    bad = 900
+    w["model.transformer.wte.weight"][bad, :] = np.nan
+    d = tmp_path / "poisoned"
+    d.mkdir()
+    shutil.copy(GOLDEN / "config.json", d / "config.json")
+    save_file(w, str(d / "model.safetensors"))
+    prompts = ["5,6,7,8", f"5,{bad},7", "9,10,11,12,13"]
+    for cache in ("flash", "none"):
+        plain = ["-m", str(d), "--cache", cache, "--gen-length", "16", "--block-length", "8"]
+        plain += ["--steps", "8"] if cache == "none" else []
+        extra = plain + ["--json"]
+        args = [a for p in prompts for a in ("--prompt-ids", p)]
+        p = cli("generate", *extra, *args)
+        assert p.returncode == 1, p.stdout + p.stderr
+        assert "request 1 of 3 failed" in p.stderr and "non-finite logits" in p.stderr and str(d) in p.stderr, p.stderr
+        res = json.loads(p.stdout)["results"]
+        assert res[1]["finish_reason"] == "error" and "non-finite logits" in res[1]["error"], res[1]
+        assert res[1]["prompt_ids"] == [5, bad, 7]
+        for i in (0, 2):
+            alone = cli("generate", *extra, "--prompt-ids", prompts[i])
+            assert alone.returncode == 0, alone.stderr
+            want = json.loads(alone.stdout)["results"][0]
+            assert res[i]["finish_reason"] != "error" and "error" not in res[i], res[i]
+            assert res[i]["output_ids"] == want["output_ids"], (cache, i)
+        text = cli("generate", *plain, *args)  # plain output: every answer, then the failure
+        assert text.returncode == 1 and text.stdout.count("### ") == 3, text.stdout + text.stderr
+
+
 # 10. Garbage accepted as a model: non-finite weights must stop the request, naming the checkpoint.
 @pytest.mark.parametrize("tensor,value", [("model.transformer.blocks.0.q_proj.weight", np.nan),
                                           ("model.transformer.ff_out.weight", np.inf)])
