@@ -411,10 +411,10 @@ struct Server::Impl {
         [this, call, guard](size_t, httplib::DataSink& sink) {
           const ApiRequest& rq = call->req;
           auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
-          bool ok = true;
+          bool ok = true, failed = false;
           auto on_event = [&](size_t i, const RequestEvent& ev) {
             Pending& p = call->pending[i];
-            if (!ok) return;
+            if (!ok || failed) return;
             if (rq.stream_canvas && (!ev.positions.empty() || ev.finished)) {
               std::vector<std::string> texts;
               for (int32_t t : ev.tokens) texts.push_back(engine.decode(std::span<const int32_t>(&t, 1)));
@@ -423,7 +423,11 @@ struct Server::Impl {
               p.canvas_sent = true;
             }
             if (ev.finished && ev.finish_reason == FinishReason::kError) {
+              // One failed prompt fails the request, as without streaming: the error, then [DONE];
+              // the call's other prompts are cancelled.
               ok = ok && write(sse(error_body(api_error_of(Error(ev.error_code, ev.error)))));
+              failed = true;
+              call->cancel_all();
               return;
             }
             if (ev.finished && ev.finish_reason == FinishReason::kCancelled) return;
@@ -453,7 +457,7 @@ struct Server::Impl {
             call->cancel_all();
             return false;
           }
-          if (rq.include_usage) {
+          if (rq.include_usage && !failed) {
             int64_t pt = 0, ct = 0;
             for (const auto& p : call->pending) {
               pt += p.prompt_tokens;

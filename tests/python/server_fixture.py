@@ -18,11 +18,11 @@ MODEL_ID = "llada-arith-12m"
 class Server:
     """A `flashdllm serve` process: base_url, url(path), pid, rss_kb(), stop()."""
 
-    def __init__(self, *args: str, timeout: float = 60.0):
+    def __init__(self, *args: str, timeout: float = 60.0, model: Path = MODEL):
         exe = BUILD / "flashdllm"
         assert exe.exists(), f"{exe} is not built"
         env = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive")
-        self.proc = subprocess.Popen([str(exe), "serve", "-m", str(MODEL), "--port", "0", "--threads", "1", *args],
+        self.proc = subprocess.Popen([str(exe), "serve", "-m", str(model), "--port", "0", "--threads", "1", *args],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         self.log = []
         deadline = time.time() + timeout
