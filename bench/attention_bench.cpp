@@ -8,6 +8,14 @@
 // is timed separately (it runs once per attention call; the table is shared by all layers).
 // --check compares each variant with the CUDA reference kernel (B == 1 shapes).
 //
+// --window-shapes S:Q:K,... times the Flash-Cache iteration's attention instead (issue 13): S slots,
+// each with Q query rows (its window of --window-rows rows, then its tracked rows) over its own K
+// keys (a store of S·K rows), in the block table flash_plan builds: the S windows first (query rows
+// [W_0..W_{S-1}, T_0..T_{S-1}]), one tile per tracked set (--tracked-tile-rows N cuts it into tiles of
+// N rows: 16 = the released code's tiling). Every variant runs without and with the fused raw
+// importance of the window tiles (what layers >= 2 run). TFLOP/s count the useful work only:
+// 4·S·H·Q·K·D. bench/window_attention.py puts cuDNN SDPA (S, Q, K) beside it.
+//
 // Output: a markdown table on stdout, all numbers as JSON (--json).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -60,6 +68,40 @@ std::vector<float> to_float(const DeviceBuffer& b, size_t n) {
   return f;
 }
 
+struct WindowShape {
+  long long slots = 0, q = 0, k = 0;
+};
+
+std::vector<WindowShape> parse_window_shapes(const std::string& s) {
+  std::vector<WindowShape> out;
+  for (const std::string& item : bench::split(s)) {
+    WindowShape w;
+    char tail = 0;
+    if (std::sscanf(item.c_str(), "%lld:%lld:%lld%c", &w.slots, &w.q, &w.k, &tail) != 3 || w.slots < 1 || w.q < 1 ||
+        w.k < 1)
+      throw std::runtime_error("--window-shapes: '" + item + "' is not S:Q:K with positive integers");
+    out.push_back(w);
+  }
+  return out;
+}
+
+/// The Flash-Cache block table of `w` (see the header comment): windows first, then tracked tiles.
+std::vector<int32_t> window_table(const WindowShape& w, int64_t window_rows, int64_t tracked_tile_rows) {
+  std::vector<int32_t> t;
+  const auto W = static_cast<int32_t>(std::min<int64_t>(window_rows, w.q));
+  for (long long j = 0; j < w.slots; ++j)
+    t.insert(t.end(), {static_cast<int32_t>(j * W), static_cast<int32_t>((j + 1) * W), static_cast<int32_t>(j * w.k),
+                       static_cast<int32_t>((j + 1) * w.k)});
+  const auto n = static_cast<int32_t>(w.q - W);
+  const int32_t cut = tracked_tile_rows > 0 ? static_cast<int32_t>(std::min<int64_t>(tracked_tile_rows, n)) : n;
+  int32_t q0 = static_cast<int32_t>(w.slots * W);
+  for (long long j = 0; j < w.slots && n > 0; ++j, q0 += n)
+    for (int32_t r = 0; r < n; r += cut)
+      t.insert(t.end(),
+               {q0 + r, q0 + std::min(n, r + cut), static_cast<int32_t>(j * w.k), static_cast<int32_t>((j + 1) * w.k)});
+  return t;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -67,7 +109,8 @@ int main(int argc, char** argv) {
   std::string seqlens = "256,512,1024,2048,4096", batches = "1,8,32", variants = "m64n64,m128n64,m128n128";
   int heads = 32, warmup = 5, iters = 20;
   double peak_tflops = 989.4, peak_gbps = 4800.0;
-  std::string json_path;
+  std::string json_path, window_shapes;
+  int64_t window_rows = 16, tracked_tile_rows = 0;
   bool check = false;
   app.add_option("--seqlens", seqlens, "comma-separated sequence lengths L");
   app.add_option("--batches", batches, "comma-separated batch sizes B");
@@ -79,6 +122,14 @@ int main(int argc, char** argv) {
   app.add_option("--peak-gbps", peak_gbps, "memory bandwidth for the roofline floor (H200: 4800)");
   app.add_option("--json", json_path, "write results as JSON");
   app.add_flag("--check", check, "compare each variant with the reference kernel on B == 1 shapes");
+  app.add_option("--window-shapes", window_shapes,
+                 "Flash-Cache iteration shapes S:Q:K,... (slots, query rows per slot, keys per slot) instead of "
+                 "packed batches");
+  app.add_option("--window-rows", window_rows, "window mode: rows of each slot's window tile (importance)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--tracked-tile-rows", tracked_tile_rows,
+                 "window mode: rows per tracked tile (0 = one tile per tracked set; 16 = the released tiling)")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -101,6 +152,95 @@ int main(int argc, char** argv) {
                 peak_gbps);
     std::printf("| variant | B | L | H | median us | min us | max us | TFLOP/s | %% peak | floor us | plan us | rel err |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+
+    if (!window_shapes.empty()) {
+      out["mode"] = "window";
+      out["window_rows"] = window_rows;
+      out["tracked_tile_rows"] = tracked_tile_rows;
+      std::printf(
+          "| variant | S | Q | K | H | tiles | importance | median us | min us | max us | TFLOP/s | %% peak |\n");
+      std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      for (const WindowShape& w : parse_window_shapes(window_shapes)) {
+        const int64_t width = static_cast<int64_t>(heads) * kHeadDim, qr = w.slots * w.q, kr = w.slots * w.k;
+        const size_t qb = static_cast<size_t>(qr * width) * 2, kb = static_cast<size_t>(kr * width) * 2;
+        const int n_sets = static_cast<int>(std::clamp<size_t>((size_t{512} << 20) / (2 * qb + 2 * kb) + 1, 1, 8));
+        std::vector<std::unique_ptr<DeviceBuffer>> q, k, v, o;
+        for (int s = 0; s < n_sets; ++s) {
+          q.push_back(std::make_unique<DeviceBuffer>(qb));
+          o.push_back(std::make_unique<DeviceBuffer>(qb));
+          k.push_back(std::make_unique<DeviceBuffer>(kb));
+          v.push_back(std::make_unique<DeviceBuffer>(kb));
+          fill_uniform_bf16(q[s]->as<__nv_bfloat16>(), qr * width, 1000 + s, -1.0f, 1.0f, stream);
+          fill_uniform_bf16(k[s]->as<__nv_bfloat16>(), kr * width, 2000 + s, -1.0f, 1.0f, stream);
+          fill_uniform_bf16(v[s]->as<__nv_bfloat16>(), kr * width, 3000 + s, -1.0f, 1.0f, stream);
+        }
+        const std::vector<int32_t> table = window_table(w, window_rows, tracked_tile_rows);
+        const auto n_tiles = static_cast<int64_t>(table.size() / 4);
+        DeviceBuffer table_d(table.size() * 4), flags_d(sizeof(int)), count_d(sizeof(int32_t));
+        DeviceBuffer scores(static_cast<size_t>(kr) * sizeof(float));
+        CUDA_CHECK(cudaMemcpyAsync(table_d.p, table.data(), table.size() * 4, cudaMemcpyHostToDevice, stream));
+        CUDA_CHECK(cudaMemsetAsync(flags_d.p, 0, sizeof(int), stream));
+        CUDA_CHECK(cudaMemsetAsync(scores.p, 0, static_cast<size_t>(kr) * sizeof(float), stream));
+        const double flops =
+            4.0 * static_cast<double>(w.slots) * heads * static_cast<double>(w.q) * static_cast<double>(w.k) * kHeadDim;
+        for (const std::string& vname : bench::split(variants)) {
+          const FlashVariant var = parse_variant(vname);
+          const int block_m = flash_block_m(var);
+          const int64_t capacity = attention_work_capacity(qr, n_tiles, block_m);
+          DeviceBuffer work(static_cast<size_t>(capacity) * sizeof(AttentionWorkItem));
+          attention_plan(table_d.as<int32_t>(), n_tiles, qr, kr, block_m, work.as<AttentionWorkItem>(),
+                         count_d.as<int32_t>(), capacity, flags_d.as<int>(), stream);
+          for (const bool importance : {false, true}) {
+            const bench::Timing t = bench::time_launches(
+                [&](int i) {
+                  const int s = i % n_sets;
+                  AttentionArgs a;
+                  a.q = q[s]->as<__nv_bfloat16>();
+                  a.k = k[s]->as<__nv_bfloat16>();
+                  a.v = v[s]->as<__nv_bfloat16>();
+                  a.out = o[s]->as<__nv_bfloat16>();
+                  a.q_rows = qr;
+                  a.kv_rows = kr;
+                  a.n_heads = heads;
+                  a.head_dim = kHeadDim;
+                  a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(kHeadDim)));
+                  if (importance) {
+                    a.importance = scores.as<float>();
+                    a.importance_weight = 1.0f / static_cast<float>(window_rows * heads);
+                    a.importance_tiles = static_cast<int32_t>(w.slots);
+                  }
+                  attention_flash(a, var, work.as<AttentionWorkItem>(), count_d.as<int32_t>(), capacity, stream);
+                },
+                stream, warmup, iters);
+            int flags = 0;
+            CUDA_CHECK(cudaMemcpy(&flags, flags_d.p, sizeof(int), cudaMemcpyDeviceToHost));
+            if (flags != 0) throw std::runtime_error("kernel error flags set: " + std::to_string(flags));
+            const double tflops = flops / (t.median_us * 1e-6) / 1e12;
+            std::printf("| %s | %lld | %lld | %lld | %d | %lld | %s | %.1f | %.1f | %.1f | %.1f | %.1f |\n",
+                        vname.c_str(), w.slots, w.q, w.k, heads, static_cast<long long>(n_tiles),
+                        importance ? "yes" : "no", t.median_us, t.min_us, t.max_us, tflops,
+                        100.0 * tflops / peak_tflops);
+            std::fflush(stdout);
+            out["results"].push_back({{"variant", vname},
+                                      {"slots", w.slots},
+                                      {"q_rows", w.q},
+                                      {"keys", w.k},
+                                      {"heads", heads},
+                                      {"tiles", n_tiles},
+                                      {"importance", importance},
+                                      {"median_us", t.median_us},
+                                      {"min_us", t.min_us},
+                                      {"max_us", t.max_us},
+                                      {"tflops", tflops},
+                                      {"ctas", capacity * heads},
+                                      {"input_sets", n_sets}});
+          }
+        }
+      }
+      CUDA_CHECK(cudaStreamDestroy(stream));
+      bench::write_json(json_path, out);
+      return 0;
+    }
 
     for (long long B : bench::parse_list(batches)) {
       for (long long L : bench::parse_list(seqlens)) {
