@@ -150,9 +150,6 @@ int main(int argc, char** argv) {
 
     std::printf("device: %s (%d SMs), peak %.1f TFLOP/s, %.0f GB/s\n\n", dev.name.c_str(), dev.sm_count, peak_tflops,
                 peak_gbps);
-    std::printf("| variant | B | L | H | median us | min us | max us | TFLOP/s | %% peak | floor us | plan us | rel err |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-
     if (!window_shapes.empty()) {
       out["mode"] = "window";
       out["window_rows"] = window_rows;
@@ -242,6 +239,8 @@ int main(int argc, char** argv) {
       return 0;
     }
 
+    std::printf("| variant | B | L | H | median us | min us | max us | TFLOP/s | %% peak | floor us | plan us | rel err |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (long long B : bench::parse_list(batches)) {
       for (long long L : bench::parse_list(seqlens)) {
         const int64_t rows = B * L, width = static_cast<int64_t>(heads) * kHeadDim;

@@ -8,7 +8,7 @@ table flash_plan builds (the windows as their own tiles, one tile per tracked se
 --tracked-tile-rows 16 shows the released code's tiling), without and with the fused raw importance
 of the window tiles (layers >= 2). SDPA computes no importance. Prints one table and writes JSON.
 
-  python3 bench/window_attention.py --bench build-gpu/bench/attention_bench --shapes 1:144:778,16:144:778,32:144:778
+  python3 bench/window_attention.py --bench build-gpu/bench/attention_bench --shapes 1:128:768,32:128:768
 
 Target (issue 13): ours with importance <= 1.1x cuDNN SDPA's time at these shapes.
 """
@@ -77,9 +77,10 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bench", default=os.path.join(here, "..", "build", "bench", "attention_bench"))
-    ap.add_argument("--shapes", default="1:144:778,16:144:778,32:144:778",
-                    help="S:Q:K,... (slots, query rows per slot, keys per slot); default: 8B flash grid, 250-token "
-                         "prompts, gen 512, window 16 + tracked 128, 778 store rows")
+    ap.add_argument("--shapes", default="1:128:768,16:128:768,32:128:768",
+                    help="S:Q:K,... (slots, query rows per slot, keys per slot); default: the 8B flash grid's "
+                         "iterations (250-token prompts, gen 512: window 16 + 64 tracked decoded + 48 look-ahead "
+                         "rows over seqlen_k = 768 keys)")
     ap.add_argument("--heads", type=int, default=32)
     ap.add_argument("--variants", default="m64n64,m128n64")
     ap.add_argument("--warmup", type=int, default=5)
