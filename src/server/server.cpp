@@ -375,8 +375,15 @@ struct Server::Impl {
     if (call->req.stream) return stream(res, call);
 
     ClientWatch watch(hreq);
+    bool failed = false;
     while (!call->all_done()) {
-      pump(*call, kPoll, [](size_t, const RequestEvent&) {});
+      pump(*call, kPoll, [&](size_t, const RequestEvent& ev) {
+        // One failed prompt fails the whole request: the others' slots are freed at once.
+        if (ev.finished && ev.finish_reason == FinishReason::kError && !failed) {
+          failed = true;
+          call->cancel_all();
+        }
+      });
       if (!call->all_done() && watch.gone()) {
         call->cancel_all();  // the client went away: free the slots now
         res.status = 499;

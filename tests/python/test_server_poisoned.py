@@ -84,10 +84,21 @@ def test_a_poisoned_request_fails_alone_and_the_server_goes_on(tmp_path):
         after = chunks[chunks.index(errors[0]) + 1:]
         assert after == [], after  # nothing follows the error but [DONE]
 
+        # Not streamed: one error object for the list; the other prompt is cancelled once the
+        # poisoned one failed (or finished first: the two outcomes add up to one).
+        before = s.metrics()
+        r = httpx.post(s.url("/v1/completions"), json={"model": "poisoned", "prompt": prompts, "max_tokens": 32},
+                       timeout=300)
+        assert r.status_code == 500 and "non-finite logits" in r.json()["error"]["message"], r.text
+        after_m = s.metrics()
+        delta = {k: after_m[f"flashdllm_requests_total{{status={k}}}"] - before[f"flashdllm_requests_total{{status={k}}}"]
+                 for k in ("stop", "length", "cancelled", "error")}
+        assert delta["error"] == 1 and delta["stop"] + delta["length"] + delta["cancelled"] == 1, delta
+
         r = chat(s, QUESTIONS[1])  # still serving, same answer
         assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == alone[QUESTIONS[1]]
         m = s.metrics()
         assert m["flashdllm_slots_busy"] == 0, m
-        assert m['flashdllm_requests_total{status=error}'] == 2, m
+        assert m['flashdllm_requests_total{status=error}'] == 3, m
     finally:
         assert s.stop() == 0
