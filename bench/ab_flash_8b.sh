@@ -30,14 +30,7 @@ OUT="${OUT:-./out}"
 mkdir -p "$OUT"
 : > "$OUT/ab_flash.tsv"
 for S in $SLOTS; do
-  mapfile -t pa < <(python3 - "$PROMPT" "$S" << 'EOF'
-import sys
-p, s = int(sys.argv[1]), int(sys.argv[2])
-for r in range(s):
-    print("--prompt-ids")
-    print(",".join(str(100 + (7 * i + 131 * r) % 1900) for i in range(p)))
-EOF
-  )
+  mapfile -t pa < <(python3 bench/synthetic_prompt_args.py "$PROMPT" "$S")
   for ((r = 1; r <= REPEATS; ++r)); do
     for side in A B; do
       bin_var="${side}_BIN" args_var="${side}_ARGS"

@@ -68,6 +68,53 @@ std::vector<float> to_float(const DeviceBuffer& b, size_t n) {
   return f;
 }
 
+constexpr int kHeadDim = 128;
+
+/// `n` rotating input sets: q and out [q_rows, heads·128], k and v [kv_rows, heads·128] bf16, q, k, v
+/// uniform in [-1, 1] (|q·k|·scale up to a few units: softmax neither flat nor one-hot).
+struct InputSets {
+  std::vector<std::unique_ptr<DeviceBuffer>> q, k, v, o;
+  int64_t q_rows = 0, kv_rows = 0;
+  int heads = 0;
+
+  InputSets(int n, int64_t q_rows_, int64_t kv_rows_, int heads_, cudaStream_t stream)
+      : q_rows(q_rows_), kv_rows(kv_rows_), heads(heads_) {
+    const int64_t width = static_cast<int64_t>(heads) * kHeadDim;
+    const size_t qb = static_cast<size_t>(q_rows * width) * 2, kb = static_cast<size_t>(kv_rows * width) * 2;
+    for (int s = 0; s < n; ++s) {
+      q.push_back(std::make_unique<DeviceBuffer>(qb));
+      k.push_back(std::make_unique<DeviceBuffer>(kb));
+      v.push_back(std::make_unique<DeviceBuffer>(kb));
+      o.push_back(std::make_unique<DeviceBuffer>(qb));
+      fill_uniform_bf16(q[s]->as<__nv_bfloat16>(), q_rows * width, 1000 + s, -1.0f, 1.0f, stream);
+      fill_uniform_bf16(k[s]->as<__nv_bfloat16>(), kv_rows * width, 2000 + s, -1.0f, 1.0f, stream);
+      fill_uniform_bf16(v[s]->as<__nv_bfloat16>(), kv_rows * width, 3000 + s, -1.0f, 1.0f, stream);
+    }
+  }
+  int size() const noexcept { return static_cast<int>(q.size()); }
+  /// The kernel arguments of set `s` (scale 1/sqrt(128), no importance).
+  AttentionArgs args(int s) const {
+    AttentionArgs a;
+    a.q = q[s]->as<__nv_bfloat16>();
+    a.k = k[s]->as<__nv_bfloat16>();
+    a.v = v[s]->as<__nv_bfloat16>();
+    a.out = o[s]->as<__nv_bfloat16>();
+    a.q_rows = q_rows;
+    a.kv_rows = kv_rows;
+    a.n_heads = heads;
+    a.head_dim = kHeadDim;
+    a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(kHeadDim)));
+    return a;
+  }
+};
+
+/// Throws when a kernel reported invalid input through the error flags.
+void check_flags(const DeviceBuffer& flags_d) {
+  int flags = 0;
+  CUDA_CHECK(cudaMemcpy(&flags, flags_d.p, sizeof(int), cudaMemcpyDeviceToHost));
+  if (flags != 0) throw std::runtime_error("kernel error flags set: " + std::to_string(flags));
+}
+
 struct WindowShape {
   long long slots = 0, q = 0, k = 0;
 };
@@ -133,7 +180,6 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    constexpr int kHeadDim = 128;
     const bench::DeviceInfo dev = bench::device_info();
     cudaStream_t stream;
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -160,17 +206,8 @@ int main(int argc, char** argv) {
       for (const WindowShape& w : parse_window_shapes(window_shapes)) {
         const int64_t width = static_cast<int64_t>(heads) * kHeadDim, qr = w.slots * w.q, kr = w.slots * w.k;
         const size_t qb = static_cast<size_t>(qr * width) * 2, kb = static_cast<size_t>(kr * width) * 2;
-        const int n_sets = static_cast<int>(std::clamp<size_t>((size_t{512} << 20) / (2 * qb + 2 * kb) + 1, 1, 8));
-        std::vector<std::unique_ptr<DeviceBuffer>> q, k, v, o;
-        for (int s = 0; s < n_sets; ++s) {
-          q.push_back(std::make_unique<DeviceBuffer>(qb));
-          o.push_back(std::make_unique<DeviceBuffer>(qb));
-          k.push_back(std::make_unique<DeviceBuffer>(kb));
-          v.push_back(std::make_unique<DeviceBuffer>(kb));
-          fill_uniform_bf16(q[s]->as<__nv_bfloat16>(), qr * width, 1000 + s, -1.0f, 1.0f, stream);
-          fill_uniform_bf16(k[s]->as<__nv_bfloat16>(), kr * width, 2000 + s, -1.0f, 1.0f, stream);
-          fill_uniform_bf16(v[s]->as<__nv_bfloat16>(), kr * width, 3000 + s, -1.0f, 1.0f, stream);
-        }
+        const InputSets in(static_cast<int>(std::clamp<size_t>((size_t{512} << 20) / (2 * qb + 2 * kb) + 1, 1, 8)), qr,
+                           kr, heads, stream);
         const std::vector<int32_t> table = window_table(w, window_rows, tracked_tile_rows);
         const auto n_tiles = static_cast<int64_t>(table.size() / 4);
         DeviceBuffer table_d(table.size() * 4), flags_d(sizeof(int)), count_d(sizeof(int32_t));
@@ -190,17 +227,7 @@ int main(int argc, char** argv) {
           for (const bool importance : {false, true}) {
             const bench::Timing t = bench::time_launches(
                 [&](int i) {
-                  const int s = i % n_sets;
-                  AttentionArgs a;
-                  a.q = q[s]->as<__nv_bfloat16>();
-                  a.k = k[s]->as<__nv_bfloat16>();
-                  a.v = v[s]->as<__nv_bfloat16>();
-                  a.out = o[s]->as<__nv_bfloat16>();
-                  a.q_rows = qr;
-                  a.kv_rows = kr;
-                  a.n_heads = heads;
-                  a.head_dim = kHeadDim;
-                  a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(kHeadDim)));
+                  AttentionArgs a = in.args(i % in.size());
                   if (importance) {
                     a.importance = scores.as<float>();
                     a.importance_weight = 1.0f / static_cast<float>(window_rows * heads);
@@ -209,9 +236,7 @@ int main(int argc, char** argv) {
                   attention_flash(a, var, work.as<AttentionWorkItem>(), count_d.as<int32_t>(), capacity, stream);
                 },
                 stream, warmup, iters);
-            int flags = 0;
-            CUDA_CHECK(cudaMemcpy(&flags, flags_d.p, sizeof(int), cudaMemcpyDeviceToHost));
-            if (flags != 0) throw std::runtime_error("kernel error flags set: " + std::to_string(flags));
+            check_flags(flags_d);
             const double tflops = flops / (t.median_us * 1e-6) / 1e12;
             std::printf("| %s | %lld | %lld | %lld | %d | %lld | %s | %.1f | %.1f | %.1f | %.1f | %.1f |\n",
                         vname.c_str(), w.slots, w.q, w.k, heads, static_cast<long long>(n_tiles),
@@ -230,7 +255,7 @@ int main(int argc, char** argv) {
                                       {"max_us", t.max_us},
                                       {"tflops", tflops},
                                       {"ctas", capacity * heads},
-                                      {"input_sets", n_sets}});
+                                      {"input_sets", in.size()}});
           }
         }
       }
@@ -254,17 +279,7 @@ int main(int argc, char** argv) {
           std::printf("| (skipped B=%lld L=%lld: %.1f GiB needed) |\n", B, L, set_bytes / 1073741824.0);
           continue;
         }
-        std::vector<std::unique_ptr<DeviceBuffer>> q, k, v, o;
-        for (int s = 0; s < n_sets; ++s) {
-          q.push_back(std::make_unique<DeviceBuffer>(tensor_bytes));
-          k.push_back(std::make_unique<DeviceBuffer>(tensor_bytes));
-          v.push_back(std::make_unique<DeviceBuffer>(tensor_bytes));
-          o.push_back(std::make_unique<DeviceBuffer>(tensor_bytes));
-          // |q·k|·scale up to ~ a few units: softmax neither flat nor one-hot.
-          fill_uniform_bf16(q[s]->as<__nv_bfloat16>(), rows * width, 1000 + s, -1.0f, 1.0f, stream);
-          fill_uniform_bf16(k[s]->as<__nv_bfloat16>(), rows * width, 2000 + s, -1.0f, 1.0f, stream);
-          fill_uniform_bf16(v[s]->as<__nv_bfloat16>(), rows * width, 3000 + s, -1.0f, 1.0f, stream);
-        }
+        const InputSets in(n_sets, rows, rows, heads, stream);
         std::vector<int32_t> table;
         for (long long b = 0; b < B; ++b)
           table.insert(table.end(), {static_cast<int32_t>(b * L), static_cast<int32_t>((b + 1) * L),
@@ -272,25 +287,13 @@ int main(int argc, char** argv) {
         DeviceBuffer table_d(table.size() * 4), flags_d(sizeof(int)), count_d(sizeof(int32_t));
         CUDA_CHECK(cudaMemcpyAsync(table_d.p, table.data(), table.size() * 4, cudaMemcpyHostToDevice, stream));
         CUDA_CHECK(cudaMemsetAsync(flags_d.p, 0, sizeof(int), stream));
-        auto args_for = [&](int s) {
-          AttentionArgs a;
-          a.q = q[s]->as<__nv_bfloat16>();
-          a.k = k[s]->as<__nv_bfloat16>();
-          a.v = v[s]->as<__nv_bfloat16>();
-          a.out = o[s]->as<__nv_bfloat16>();
-          a.q_rows = rows;
-          a.kv_rows = rows;
-          a.n_heads = heads;
-          a.head_dim = kHeadDim;
-          a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(kHeadDim)));
-          return a;
-        };
+        auto args_for = [&](int s) { return in.args(s); };
         const bool do_check = check && B == 1;
         std::vector<float> ref;
         if (do_check) {
           attention_reference(args_for(0), table_d.as<int32_t>(), B, flags_d.as<int>(), stream);
           CUDA_CHECK(cudaStreamSynchronize(stream));
-          ref = to_float(*o[0], static_cast<size_t>(rows * width));
+          ref = to_float(*in.o[0], static_cast<size_t>(rows * width));
         }
         const double flops = 4.0 * static_cast<double>(B) * heads * static_cast<double>(L) * L * kHeadDim;
         const double floor_us =
@@ -311,14 +314,12 @@ int main(int argc, char** argv) {
                                 capacity, stream);
               },
               stream, warmup, iters);
-          int flags = 0;
-          CUDA_CHECK(cudaMemcpy(&flags, flags_d.p, sizeof(int), cudaMemcpyDeviceToHost));
-          if (flags != 0) throw std::runtime_error("kernel error flags set: " + std::to_string(flags));
+          check_flags(flags_d);
           double rel_err = -1.0;
           if (do_check) {
             attention_flash(args_for(0), var, work.as<AttentionWorkItem>(), count_d.as<int32_t>(), capacity, stream);
             CUDA_CHECK(cudaStreamSynchronize(stream));
-            const std::vector<float> got = to_float(*o[0], ref.size());
+            const std::vector<float> got = to_float(*in.o[0], ref.size());
             double md = 0, mr = 0;
             for (size_t i = 0; i < got.size(); ++i) {
               double d = std::fabs(static_cast<double>(got[i]) - ref[i]);

@@ -49,17 +49,6 @@ rm -f "$OUT"/p*_s*_*.json "$OUT"/p*_s*_*.err
 T0=$(date +%s)
 log() { echo "[grid $(($(date +%s) - T0)) s] $*" | tee -a "$OUT/grid.log"; }
 
-# S prompts of P ids, one "--prompt-ids a,b,..." pair per prompt (ids < 126080: no special tokens).
-prompt_args() {
-  python3 - "$1" "$2" << 'EOF'
-import sys
-p, s = int(sys.argv[1]), int(sys.argv[2])
-for r in range(s):
-    print("--prompt-ids")
-    print(",".join(str(100 + (7 * i + 131 * r) % 1900) for i in range(p)))
-EOF
-}
-
 method_args() {
   case "$1" in
     none) echo "--cache none --block-length $((GEN / 8)) --steps 8 --logits-eos-inf" ;;
@@ -73,7 +62,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > 
 skipped=()
 for P in $PROMPTS; do
   for S in $SLOTS; do
-    mapfile -t pa < <(prompt_args "$P" "$S")
+    mapfile -t pa < <(python3 bench/synthetic_prompt_args.py "$P" "$S")
     for M in $METHODS; do
       name="p${P}_s${S}_${M}"
       if (($(date +%s) - T0 > BUDGET)); then skipped+=("$name"); continue; fi
