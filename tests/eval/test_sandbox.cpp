@@ -75,7 +75,9 @@ TEST(Sandbox, InfiniteLoopIsKilledAndFailed) {
 }
 
 TEST(Sandbox, UnboundedAllocationFails) {
-  PythonSandbox sb(quick());
+  // Filling 1 GiB takes seconds on a loaded VM (page faults are slow there): the wall clock must not
+  // end the program before the memory limit does.
+  PythonSandbox sb(quick(30.0));
   SandboxResult r = sb.run("x = []\nwhile True:\n    x.append(bytearray(64 << 20))\n");
   EXPECT_FALSE(r.passed);
   EXPECT_NE(r.result.find("MemoryError"), std::string::npos) << r.result;
