@@ -10,10 +10,10 @@
 //
 // --window-shapes S:Q:K,... times the Flash-Cache iteration's attention instead (issue 13): S slots,
 // each with Q query rows (its window of --window-rows rows, then its tracked rows) over its own K
-// keys (a store of S·K rows), in the block table flash_plan builds: the S windows first (query rows
-// [W_0..W_{S-1}, T_0..T_{S-1}]), one tile per tracked set (--tracked-tile-rows N cuts it into tiles of
-// N rows: 16 = the released code's tiling). Every variant runs without and with the fused raw
-// importance of the window tiles (what layers >= 2 run). TFLOP/s count the useful work only:
+// keys (a store of S·K rows), in the block table flash_plan builds: query rows [W_0 T_0 | W_1 T_1 | …],
+// one tile per slot (--tracked-tile-rows N: a window tile per slot, then the tracked sets in tiles of
+// N rows, 16 = the released code's tiling). Every variant runs without and with the fused raw
+// importance of the window rows (what layers >= 2 run). TFLOP/s count the useful work only:
 // 4·S·H·Q·K·D. bench/window_attention.py puts cuDNN SDPA (S, Q, K) beside it.
 //
 // Output: a markdown table on stdout, all numbers as JSON (--json).
@@ -132,20 +132,25 @@ std::vector<WindowShape> parse_window_shapes(const std::string& s) {
   return out;
 }
 
-/// The Flash-Cache block table of `w` (see the header comment): windows first, then tracked tiles.
-std::vector<int32_t> window_table(const WindowShape& w, int64_t window_rows, int64_t tracked_tile_rows) {
-  std::vector<int32_t> t;
-  const auto W = static_cast<int32_t>(std::min<int64_t>(window_rows, w.q));
-  for (long long j = 0; j < w.slots; ++j)
-    t.insert(t.end(), {static_cast<int32_t>(j * W), static_cast<int32_t>((j + 1) * W), static_cast<int32_t>(j * w.k),
-                       static_cast<int32_t>((j + 1) * w.k)});
-  const auto n = static_cast<int32_t>(w.q - W);
+/// The Flash-Cache block table of `w` (see the header comment), then its S score tiles (the windows):
+/// (S + extra tiles + S) × 4 I32; `n_tiles` = the attention tiles.
+std::vector<int32_t> window_table(const WindowShape& w, int64_t window_rows, int64_t tracked_tile_rows,
+                                  int64_t& n_tiles) {
+  std::vector<int32_t> t, rest, score;
+  const auto W = static_cast<int32_t>(std::min<int64_t>(window_rows, w.q)), Q = static_cast<int32_t>(w.q);
+  const int32_t n = Q - W;
   const int32_t cut = tracked_tile_rows > 0 ? static_cast<int32_t>(std::min<int64_t>(tracked_tile_rows, n)) : n;
-  int32_t q0 = static_cast<int32_t>(w.slots * W);
-  for (long long j = 0; j < w.slots && n > 0; ++j, q0 += n)
-    for (int32_t r = 0; r < n; r += cut)
-      t.insert(t.end(),
-               {q0 + r, q0 + std::min(n, r + cut), static_cast<int32_t>(j * w.k), static_cast<int32_t>((j + 1) * w.k)});
+  for (long long j = 0; j < w.slots; ++j) {
+    const auto q0 = static_cast<int32_t>(j * Q), k0 = static_cast<int32_t>(j * w.k),
+               k1 = static_cast<int32_t>((j + 1) * w.k);
+    score.insert(score.end(), {q0, q0 + W, k0, k1});
+    t.insert(t.end(), {q0, tracked_tile_rows > 0 ? q0 + W : q0 + Q, k0, k1});
+    for (int32_t r = 0; tracked_tile_rows > 0 && r < n; r += cut)
+      rest.insert(rest.end(), {q0 + W + r, q0 + W + std::min(n, r + cut), k0, k1});
+  }
+  t.insert(t.end(), rest.begin(), rest.end());
+  n_tiles = static_cast<int64_t>(t.size() / 4);
+  t.insert(t.end(), score.begin(), score.end());
   return t;
 }
 
@@ -208,8 +213,8 @@ int main(int argc, char** argv) {
         const size_t qb = static_cast<size_t>(qr * width) * 2, kb = static_cast<size_t>(kr * width) * 2;
         const InputSets in(static_cast<int>(std::clamp<size_t>((size_t{512} << 20) / (2 * qb + 2 * kb) + 1, 1, 8)), qr,
                            kr, heads, stream);
-        const std::vector<int32_t> table = window_table(w, window_rows, tracked_tile_rows);
-        const auto n_tiles = static_cast<int64_t>(table.size() / 4);
+        int64_t n_tiles = 0;
+        const std::vector<int32_t> table = window_table(w, window_rows, tracked_tile_rows, n_tiles);
         DeviceBuffer table_d(table.size() * 4), flags_d(sizeof(int)), count_d(sizeof(int32_t));
         DeviceBuffer scores(static_cast<size_t>(kr) * sizeof(float));
         CUDA_CHECK(cudaMemcpyAsync(table_d.p, table.data(), table.size() * 4, cudaMemcpyHostToDevice, stream));
@@ -231,7 +236,10 @@ int main(int argc, char** argv) {
                   if (importance) {
                     a.importance = scores.as<float>();
                     a.importance_weight = 1.0f / static_cast<float>(window_rows * heads);
-                    a.importance_tiles = static_cast<int32_t>(w.slots);
+                    a.table = table_d.as<int32_t>();
+                    a.score_tiles = table_d.as<int32_t>() + 4 * n_tiles;
+                    a.n_score_tiles = static_cast<int32_t>(w.slots);
+                    a.error_flags = flags_d.as<int>();
                   }
                   attention_flash(a, var, work.as<AttentionWorkItem>(), count_d.as<int32_t>(), capacity, stream);
                 },

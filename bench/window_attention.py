@@ -4,9 +4,9 @@
 An iteration of Flash-Cache at S slots queries Q rows per slot (its window and tracked rows) against
 that slot's K cached keys. SDPA gets the same work as a (S, H, Q, D) x (S, H, K, D) non-causal
 attention (bf16, scale 1/sqrt(D)); bench/attention_bench --window-shapes runs our kernel on the block
-table flash_plan builds (the windows as their own tiles, one tile per tracked set; a second run with
+table flash_plan builds (one tile per slot, its window rows first; a second run with
 --tracked-tile-rows 16 shows the released code's tiling), without and with the fused raw importance
-of the window tiles (layers >= 2). SDPA computes no importance. Prints one table and writes JSON.
+of the window rows (layers >= 2). SDPA computes no importance. Prints one table and writes JSON.
 
   python3 bench/window_attention.py --bench build-gpu/bench/attention_bench --shapes 1:128:768,32:128:768
 

@@ -30,6 +30,13 @@ struct AttentionTile {
   int32_t q_start, q_end, k_start, k_end;
 };
 
+/// True when `s` is a non-empty sub-range of tile `a`'s query rows with `a`'s key range: what a score
+/// tile of Backend::attention_with_importance (and ImportanceSpec) must be for the tile it scores.
+constexpr bool score_tile_inside(const AttentionTile& s, const AttentionTile& a) noexcept {
+  return a.q_start <= s.q_start && s.q_start < s.q_end && s.q_end <= a.q_end && s.k_start == a.k_start &&
+         s.k_end == a.k_end;
+}
+
 /// One tile of a Flash-Verify pass (reference §D.8), stored as 5 consecutive I32. Query rows
 /// [q_start, q_end) are, in order, T = (q_end − q_start) − 2·n_cand "kept" rows, n_cand "draft" rows
 /// D_0..D_{S−1} and n_cand "mask" rows M_0..M_{S−1} (S = n_cand; D_i and M_i are the same position,
@@ -225,18 +232,19 @@ class Backend {
   virtual void attention_importance(Tensor q, Tensor k_store, Tensor table, int n_heads, float scale,
                                     bool probability_mass, float weight, Tensor scores) = 0;
 
-  /// attention() over `table`, then attention_importance(q, k_store, first `importance_tiles` rows of
-  /// table, n_heads, scale, probability_mass = false, weight, scores): the raw q·k importance of the
-  /// masked-window tiles (reference §D.6, the released code's a_t) in the same call. The default runs
-  /// the two ops; the CUDA backend's flash kernel accumulates the column sums of its own q·k tiles
-  /// instead (one pass over K; float atomics, so the summation order is not fixed).
-  /// importance_tiles in [0, n_tiles]; operands as for the two ops.
+  /// attention() over `table`, then attention_importance(q, k_store, score_table, n_heads, scale,
+  /// probability_mass = false, weight, scores): the raw q·k importance of the masked-window rows
+  /// (reference §D.6, the released code's a_t) in the same call. score_table: I32 [n_scored, 4]
+  /// AttentionTile rows, n_scored <= n_tiles, row i a non-empty sub-range of table row i's query rows
+  /// with the same key range (the rows of that tile to score). The default runs the two ops (CPU:
+  /// checks the sub-range rule first); the CUDA backend's flash kernel sums the scored rows of its own
+  /// q·k tiles instead (one pass over K; float atomics, so the summation order is not fixed) and
+  /// reports a score tile outside its tile as kErrAttentionTile at the next synchronising call.
+  /// Operands otherwise as for the two ops.
   virtual void attention_with_importance(Tensor q, Tensor k_store, Tensor v_store, Tensor table, int n_heads,
-                                         float scale, Tensor out, int64_t importance_tiles, float weight,
-                                         Tensor scores) {
+                                         float scale, Tensor out, Tensor score_table, float weight, Tensor scores) {
     attention(q, k_store, v_store, table, n_heads, scale, out);
-    if (importance_tiles > 0)
-      attention_importance(q, k_store, table.slice_rows(0, importance_tiles), n_heads, scale, false, weight, scores);
+    if (score_table.numel() > 0) attention_importance(q, k_store, score_table, n_heads, scale, false, weight, scores);
   }
 
   /// out[t, f] = SiLU(gate_up[t, f]) · gate_up[t, F + f].  gate_up [T, 2F]; out [T, F].

@@ -123,10 +123,9 @@ class ProfilingBackend final : public Backend {
     });
   }
   void attention_with_importance(Tensor q, Tensor k_store, Tensor v_store, Tensor table, int n_heads, float scale,
-                                 Tensor out, int64_t importance_tiles, float weight, Tensor scores) override {
+                                 Tensor out, Tensor score_table, float weight, Tensor scores) override {
     timed("attention_with_importance", [&] {
-      inner_->attention_with_importance(q, k_store, v_store, table, n_heads, scale, out, importance_tiles, weight,
-                                        scores);
+      inner_->attention_with_importance(q, k_store, v_store, table, n_heads, scale, out, score_table, weight, scores);
     });
   }
   void swiglu(Tensor gate_up, Tensor out) override {

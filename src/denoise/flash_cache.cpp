@@ -194,16 +194,20 @@ ForwardBatch flash_plan(const std::vector<FlashSlot>& slots, int64_t store_strid
       fb.kv_rows.push_back(static_cast<int32_t>(j * store_stride + t));
     }
   };
+  // Per active slot, query rows [window | tracked set]; its first tile holds the window (and, with
+  // query_tile_rows 0, the tracked set too), the score tile is its window rows; the other tiles of
+  // the tracked set follow the first tiles of all slots (score tile i lies inside tile i).
+  std::vector<AttentionTile> rest;
   int32_t q = 0;
-  int64_t n_windows = 0;
   for (size_t j = first; j < last; ++j) {
     const FlashSlot& s = slots[j];
     if (!s.active()) continue;
     FDLLM_CHECK_ARG(!s.window.empty(), "flash_plan: active slot {} has an empty masked window", j);
     const auto k0 = static_cast<int32_t>(static_cast<int64_t>(j) * store_stride);
+    const auto k1 = k0 + static_cast<int32_t>(s.seqlen_k);
     add_rows(s, static_cast<int64_t>(j), s.window);
-    const auto n = static_cast<int32_t>(s.window.size());
-    fb.tiles.push_back({q, q + n, k0, k0 + static_cast<int32_t>(s.seqlen_k)});
+    add_rows(s, static_cast<int64_t>(j), s.tracked);
+    const auto n = static_cast<int32_t>(s.window.size()), m = static_cast<int32_t>(s.tracked.size());
     for (int32_t r = 0; r < n; ++r) {
       fb.logit_rows.push_back(q + r);
       // Greedy (Flash-dLLM): no noise. Sampling: a key per (seed, iteration, position), as the LLaDA sampler.
@@ -211,24 +215,19 @@ ForwardBatch flash_plan(const std::vector<FlashSlot>& slots, int64_t store_strid
                                                                                   s.window[static_cast<size_t>(r)]))
                                                 : 0);
     }
-    q += n;
-    ++n_windows;
-  }
-  FDLLM_CHECK_ARG(n_windows > 0, "flash_plan: no active slot in slots [{}, {})", first, last);
-  for (size_t j = first; j < last; ++j) {
-    const FlashSlot& s = slots[j];
-    if (!s.active() || s.tracked.empty()) continue;
-    const auto k0 = static_cast<int32_t>(static_cast<int64_t>(j) * store_stride);
-    add_rows(s, static_cast<int64_t>(j), s.tracked);
-    const auto n = static_cast<int32_t>(s.tracked.size());
-    const auto tile_rows = static_cast<int32_t>(o.query_tile_rows > 0 ? std::min<int64_t>(o.query_tile_rows, n) : n);
-    for (int32_t r = 0; r < n; r += tile_rows) {
-      const int32_t e = std::min<int32_t>(n, r + tile_rows);
-      fb.tiles.push_back({q + r, q + e, k0, k0 + static_cast<int32_t>(s.seqlen_k)});
+    fb.importance.tiles.push_back({q, q + n, k0, k1});
+    if (o.query_tile_rows == 0) {
+      fb.tiles.push_back({q, q + n + m, k0, k1});
+    } else {  // the released tiling: the window, then the tracked set in tiles of query_tile_rows rows
+      fb.tiles.push_back({q, q + n, k0, k1});
+      const auto tile_rows = static_cast<int32_t>(std::min<int64_t>(o.query_tile_rows, std::max(m, 1)));
+      for (int32_t r = 0; r < m; r += tile_rows)
+        rest.push_back({q + n + r, q + n + std::min(m, r + tile_rows), k0, k1});
     }
-    q += n;
+    q += n + m;
   }
-  fb.importance.tiles = n_windows;
+  FDLLM_CHECK_ARG(!fb.tiles.empty(), "flash_plan: no active slot in slots [{}, {})", first, last);
+  fb.tiles.insert(fb.tiles.end(), rest.begin(), rest.end());
   fb.importance.first_layer = o.importance_first_layer;
   fb.importance.weight = static_cast<float>(1.0 / (static_cast<double>(o.block_length) * static_cast<double>(n_heads)));
   fb.importance.probability_mass = o.importance_probability_mass;
@@ -414,7 +413,8 @@ void FlashCacheDenoiser::allocate_pool(const SlotPool& pool) {
   int64_t tokens = n * slot_rows;
   if (opt_.max_forward_rows > 0) tokens = std::min(tokens, std::max(opt_.max_forward_rows, slot_rows));
   const int64_t tile_rows = opt_.query_tile_rows > 0 ? opt_.query_tile_rows : slot_rows;
-  const int64_t tiles = n * (1 + (slot_rows + tile_rows - 1) / tile_rows);
+  // Per slot: its window tile (with query_tile_rows 0 the whole slot), its tracked tiles, its score tile.
+  const int64_t tiles = n * (2 + (slot_rows + tile_rows - 1) / tile_rows);
   ws_ = ForwardWorkspace{};
   ws_ = make_forward_workspace(backend_, c, tokens, n * bm, tiles, 0, model_.tp);
   const int64_t R = ws_.max_logit_rows;
@@ -609,10 +609,10 @@ std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer
     ForwardBatch fb = flash_plan(slots_, Ls, opt_, c.n_heads, first, last);
     fb.importance.scores = scores_dev_;
     const int64_t Tg = fb.n_tokens(), R = static_cast<int64_t>(fb.logit_rows.size());
-    FDLLM_ASSERT_MSG(Tg <= ws_.max_tokens && R <= ws_.max_logit_rows &&
-                         static_cast<int64_t>(fb.tiles.size()) <= ws_.max_tiles,
+    const auto n_tiles = static_cast<int64_t>(fb.tiles.size() + fb.importance.tiles.size());
+    FDLLM_ASSERT_MSG(Tg <= ws_.max_tokens && R <= ws_.max_logit_rows && n_tiles <= ws_.max_tiles,
                      "flash-cache: an iteration of {} rows / {} logit rows / {} tiles exceeds the pool's workspace", Tg,
-                     R, fb.tiles.size());
+                     R, n_tiles);
     Tensor logits = llada_forward(backend_, model_, fb, kv_, ws_);
     ++passes_;
     std::vector<SelectSegment> segments;

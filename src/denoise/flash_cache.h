@@ -21,10 +21,11 @@
 //    the highest attention importance, prompt included) ++ full_pos[nd + bm : min(seqlen_k, nd + β_m)]
 //    (look-ahead masks); β_t = track_num·bm, β_m = mask_num·bm; track_num < 0: every other position
 //    in [0, seqlen_k) (full recompute). A new or refilled slot queries all of [0, seqlen_k) (prefill).
-//  * query rows [W_0 … W_{n−1}, T_0 … T_{n−1}] (windows of all active slots, then tracked sets, as
-//    upstream; any order gives the same results since each row only depends on its own token and
-//    the keys), store rows j·L_max + t, one attention tile per window and one per tracked set (tiles of
-//    query_tile_rows rows when set; upstream cuts at block_length), keys [j·L_max, j·L_max + seqlen_k). Every query row
+//  * query rows [W_0 T_0 | W_1 T_1 | …] (each active slot's window, then its tracked set; upstream puts
+//    all windows first, and any order gives the same results since each row only depends on its own
+//    token and the keys), store rows j·L_max + t, one attention tile per slot over both (a window tile
+//    and tracked tiles of query_tile_rows rows when that is set; upstream cuts at block_length), keys
+//    [j·L_max, j·L_max + seqlen_k); the importance scores each slot's window rows. Every query row
 //    writes fresh K/V before any attention of the layer reads the store, so queried positions see each other fresh and
 //    all other positions stale (their K/V of the last pass that queried them).
 //  * attention importance a_t (§D.6): Σ over layers >= 2 of the mean over the bm window rows and the
@@ -87,9 +88,10 @@ struct FlashCacheOptions {
   bool reference_quirks = false;        ///< reproduce the released code's EOS-padding and output-slice bugs
   bool importance_probability_mass = false;  ///< a_t from softmax probabilities instead of raw q·k (§F.2)
   int64_t importance_first_layer = 2;   ///< first layer counted in a_t (released code: 2); >= n_layers = none
-  /// Rows per attention tile of a tracked set; 0 = the whole set as one tile (full tensor-core
-  /// work items), block_length = the released code's tiling (16-row tiles leave 3/4 of a 64-row
-  /// CTA idle). Same results either way: every row of a slot sees the same keys.
+  /// Rows per attention tile of a tracked set; 0 = one tile per slot for its window and tracked set
+  /// together (full tensor-core work items: 128 rows = two 64-row CTAs at the defaults),
+  /// block_length = the released code's tiling (a window tile, then 16-row tracked tiles, each a
+  /// 64-row CTA with 3/4 of it idle). Same results either way: every row of a slot sees the same keys.
   int64_t query_tile_rows = 0;
   /// Upper bound on the query rows of one forward call: an iteration whose slots need more (the
   /// admission prefills: prompt + canvas rows per slot) runs as several calls over consecutive slot
@@ -188,10 +190,11 @@ FlashSlot flash_init_slot(int64_t request, std::span<const int32_t> prompt, int6
 void flash_prepare_queries(FlashSlot& slot, const FlashCacheOptions& o);
 
 /// The main-pass ForwardBatch of one iteration over slots [first, min(last, slots.size())) (inactive
-/// ones skipped; store rows stay absolute): query rows [windows…, tracked sets…] with token x[t],
-/// position t, store row j·store_stride + t; tiles: one per window first (those are
-/// ImportanceSpec::tiles), then one per tracked set (cut into tiles of query_tile_rows rows when > 0); keys
-/// [j·store_stride, j·store_stride + seqlen_k); logit rows = the window rows in slot order, noise
+/// ones skipped; store rows stay absolute): per active slot, query rows [window | tracked set] with
+/// token x[t], position t, store row j·store_stride + t; tiles: one per slot first, holding its window
+/// and (query_tile_rows 0) its tracked set, then, when query_tile_rows > 0, the tracked sets in tiles of
+/// that many rows; keys [j·store_stride, j·store_stride + seqlen_k); importance tiles: each slot's
+/// window rows (inside its first tile); logit rows = the window rows in slot order, noise
 /// keys noise_key(seed, iterations, t) for a slot sampling at temperature > 0, else 0; importance:
 /// first layer, weight 1 / (block_length · n_heads), variant from the options (scores left for the
 /// caller to set). store_stride: the K/V store rows per slot, at least flash_slot_length() (L_max

@@ -272,10 +272,17 @@ void ForwardBatch::validate(int64_t store_rows, int64_t vocab_rows, int64_t max_
   for (int32_t r : logit_rows)
     FDLLM_CHECK_ARG(r >= 0 && r < static_cast<int32_t>(T), "forward: logit row {} outside [0, {})", r, T);
   const ImportanceSpec& imp = importance;
-  if (imp.tiles != 0) {
-    FDLLM_CHECK_ARG(imp.tiles > 0 && imp.tiles <= static_cast<int64_t>(tiles.size()),
-                    "forward: importance.tiles {} must be in [0, {}] (the number of attention tiles)", imp.tiles,
-                    tiles.size());
+  if (imp.on()) {
+    FDLLM_CHECK_ARG(imp.tiles.size() <= tiles.size(),
+                    "forward: {} importance tiles for {} attention tiles (score tile i lies inside attention tile i)",
+                    imp.tiles.size(), tiles.size());
+    for (size_t i = 0; i < imp.tiles.size(); ++i) {
+      const AttentionTile &s = imp.tiles[i], &a = tiles[i];
+      FDLLM_CHECK_ARG(score_tile_inside(s, a),
+                      "forward: importance tile {} (q [{}, {}) k [{}, {})) is not a non-empty sub-range of the query "
+                      "rows of attention tile {} (q [{}, {}) k [{}, {})) with its keys",
+                      i, s.q_start, s.q_end, s.k_start, s.k_end, i, a.q_start, a.q_end, a.k_start, a.k_end);
+    }
     FDLLM_CHECK_ARG(imp.first_layer >= 0, "forward: importance.first_layer {} must be >= 0", imp.first_layer);
     FDLLM_CHECK_ARG(std::isfinite(imp.weight), "forward: importance.weight {} must be finite", imp.weight);
     FDLLM_CHECK_ARG(imp.scores.dtype == DType::kF32 && imp.scores.numel() == store_rows && imp.scores.data != nullptr,
@@ -460,45 +467,54 @@ Tensor llada_forward(Backend& be, const LladaModel& model, const ForwardBatch& b
   const int64_t T = batch.n_tokens();
   const int64_t R = static_cast<int64_t>(batch.logit_rows.size());
   const int64_t n_tiles = static_cast<int64_t>(batch.tiles.size());
-  FDLLM_CHECK_ARG(T <= ws.max_tokens && R <= ws.max_logit_rows && n_tiles <= ws.max_tiles,
-                  "forward: batch of {} rows / {} logit rows / {} tiles exceeds the workspace ({} / {} / {})", T, R,
-                  n_tiles, ws.max_tokens, ws.max_logit_rows, ws.max_tiles);
+  const ImportanceSpec& imp = batch.importance;
+  const auto n_scored = static_cast<int64_t>(imp.tiles.size());
+  FDLLM_CHECK_ARG(T <= ws.max_tokens && R <= ws.max_logit_rows && n_tiles + n_scored <= ws.max_tiles,
+                  "forward: batch of {} rows / {} logit rows / {} attention + {} importance tiles exceeds the "
+                  "workspace ({} / {} / {} tiles)",
+                  T, R, n_tiles, n_scored, ws.max_tokens, ws.max_logit_rows, ws.max_tiles);
   batch.validate(kv.rows, c.embedding_size, model.rope.table.cos.rows());
 
-  // Plan upload (once per forward; every layer reuses it).
+  // Plan upload (once per forward; every layer reuses it): the attention tiles, then the
+  // importance's score tiles, in one copy.
   Tensor ids = ws.ids.slice_rows(0, T), pos = ws.positions.slice_rows(0, T), rows = ws.kv_rows.slice_rows(0, T);
-  Tensor tiles = ws.tiles.slice_rows(0, n_tiles);
+  Tensor tiles = ws.tiles.slice_rows(0, n_tiles), scored = ws.tiles.slice_rows(n_tiles, n_tiles + n_scored);
   be.copy_from_host(ids, batch.token_ids.data());
   be.copy_from_host(pos, batch.positions.data());
   be.copy_from_host(rows, batch.kv_rows.data());
-  be.copy_from_host(tiles, batch.tiles.data());
+  if (n_scored == 0) {
+    be.copy_from_host(tiles, batch.tiles.data());
+  } else {
+    std::vector<AttentionTile> both(batch.tiles);
+    both.insert(both.end(), imp.tiles.begin(), imp.tiles.end());
+    be.copy_from_host(ws.tiles.slice_rows(0, n_tiles + n_scored), both.data());
+  }
 
   FDLLM_CHECK_ARG(!kv.k.empty() && static_cast<int64_t>(kv.k.size()) == c.n_layers,
                   "forward: the K/V store has {} layers, the model {}", kv.k.size(), c.n_layers);
   const int n_heads = local_heads(model, kv.k[0], ws, "forward");
   be.plan_attention(tiles, T, kv.rows, n_heads);  // every layer's attention reuses this plan
   const float scale = attention_scale(c);
-  const ImportanceSpec& imp = batch.importance;
   // Importance sums over heads, i.e. over ranks: rank 0 keeps what scores held before this forward,
   // the others start from zero, and one all-reduce after the layers adds the ranks' head sums.
   Communicator* comm = model.tp.comm;
-  if (comm != nullptr && imp.tiles > 0 && model.tp.rank != 0) be.fill_zero(imp.scores);
+  if (comm != nullptr && imp.on() && model.tp.rank != 0) be.fill_zero(imp.scores);
   Tensor logits = run_layers(be, model, ws, T, ids, batch.logit_rows, batch.row_keys,
                     [&](int64_t l, const LladaLayerWeights& lw, Tensor xn, Tensor q, Tensor attn) {
                       Tensor k = kv.k[static_cast<size_t>(l)], v = kv.v[static_cast<size_t>(l)];
                       be.qkv_rope_store(xn, lw.wqkv, pos, rows, model.rope.table, n_heads, q, k, v, ws.scratch);
-                      const bool scored = imp.tiles > 0 && l >= imp.first_layer;
-                      if (scored && !imp.probability_mass) {  // raw q·k: fused into the attention pass
-                        be.attention_with_importance(q, k, v, tiles, n_heads, scale, attn, imp.tiles, imp.weight,
+                      const bool score = imp.on() && l >= imp.first_layer;
+                      if (score && !imp.probability_mass) {  // raw q·k: fused into the attention pass
+                        be.attention_with_importance(q, k, v, tiles, n_heads, scale, attn, scored, imp.weight,
                                                      imp.scores);
                         return;
                       }
                       be.attention(q, k, v, tiles, n_heads, scale, attn);
-                      if (scored)
-                        be.attention_importance(q, k, tiles.slice_rows(0, imp.tiles), n_heads, scale,
-                                                imp.probability_mass, imp.weight, imp.scores);
+                      if (score)
+                        be.attention_importance(q, k, scored, n_heads, scale, imp.probability_mass, imp.weight,
+                                                imp.scores);
                     });
-  if (comm != nullptr && imp.tiles > 0) comm->all_reduce_sum(imp.scores);
+  if (comm != nullptr && imp.on()) comm->all_reduce_sum(imp.scores);
   return logits;
 }
 

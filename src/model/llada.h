@@ -117,16 +117,21 @@ KvStore make_kv_store(Backend& backend, const LladaConfig& cfg, int64_t rows, bo
                       const TensorParallel& tp = {});
 
 /// Optional attention-importance output of a forward (Flash-Cache a_t, reference §D.6): after the
-/// attention of every layer l >= first_layer, Backend::attention_importance over the first `tiles`
-/// entries of ForwardBatch::tiles (by convention the masked-window tiles), accumulated into `scores`.
+/// attention of every layer l >= first_layer, Backend::attention_importance over the score tiles
+/// `tiles` (by convention each slot's masked-window rows), accumulated into `scores`. Score tile i
+/// lies inside ForwardBatch::tiles[i]: a sub-range of its query rows, the same key range (so a fused
+/// attention kernel scores those rows of its own q·k tiles; Flash-Cache puts a slot's window rows first
+/// in its attention tile, one tile per slot, docs/decisions.md).
 /// The released Flash-dLLM code is first_layer 2, weight 1 / (block_length · n_heads) (a mean over the
 /// window rows and heads), raw q·k; probability_mass = true is the paper's attention-mass variant.
 struct ImportanceSpec {
-  int64_t tiles = 0;             ///< leading entries of ForwardBatch::tiles measured; 0 = off
-  int64_t first_layer = 2;       ///< first layer counted (0-based)
-  float weight = 1.0f;           ///< multiplier of every layer's contribution
-  bool probability_mass = false; ///< false: raw q·k; true: softmax probabilities
-  Tensor scores;                 ///< F32 [store rows] on the backend's device; += per layer (caller zeroes)
+  std::vector<AttentionTile> tiles;  ///< scored rows × keys, tile i inside ForwardBatch::tiles[i]; empty = off
+  int64_t first_layer = 2;           ///< first layer counted (0-based)
+  float weight = 1.0f;               ///< multiplier of every layer's contribution
+  bool probability_mass = false;     ///< false: raw q·k; true: softmax probabilities
+  Tensor scores;                     ///< F32 [store rows] on the backend's device; += per layer (caller zeroes)
+
+  bool on() const noexcept { return !tiles.empty(); }
 };
 
 /// Host-side description of one forward pass (built by a denoiser once per step).
@@ -174,7 +179,8 @@ struct ForwardWorkspace {
   Tensor scratch;                            // qkv_rope_store scratch
   Tensor logits;                             // F32 [max_logit_rows, embedding_size] (all-gathered)
   Tensor gather;                             // with a communicator: F32 [world · max_logit_rows · Vl], rank r's LM-head output is chunk r
-  Tensor ids, positions, kv_rows, tiles, logit_rows, row_keys;  // plan, I32
+  Tensor ids, positions, kv_rows, logit_rows, row_keys;  // plan, I32
+  Tensor tiles;  // plan, I32 [max_tiles, 4]: the attention tiles, then the importance score tiles
   Tensor k_tile, v_tile;                     // verify: fresh K/V of the query rows [max_tokens, H·Dh]
   Tensor key_rows, verify_tiles;             // verify plan: I32 [max_verify_keys], I32 [max_tiles, 5]
   Buffer storage;

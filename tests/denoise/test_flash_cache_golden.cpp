@@ -611,53 +611,57 @@ TEST(FlashPlan, BlockTableForPrefillAndIncrementalSlots) {
   EXPECT_EQ(s.tracked, want_tracked);
 
   const ForwardBatch fb = flash_plan(slots, L, o, /*n_heads=*/2);
-  // Rows: W0 (16) | W2 (16) | T0 (5 + 107 = 112) | T2 (32).
-  ASSERT_EQ(fb.n_tokens(), 16 + 16 + 112 + 32);
+  // Rows: W0 (16) T0 (5 + 107 = 112) | W2 (16) T2 (32).
+  ASSERT_EQ(fb.n_tokens(), 16 + 112 + 16 + 32);
   std::vector<int32_t> want_pos;
   for (int32_t t = 5; t < 21; ++t) want_pos.push_back(t);
-  want_pos.insert(want_pos.end(), want_window.begin(), want_window.end());
   for (int32_t t = 0; t < 5; ++t) want_pos.push_back(t);
   for (int32_t t = 21; t < 128; ++t) want_pos.push_back(t);
+  want_pos.insert(want_pos.end(), want_window.begin(), want_window.end());
   want_pos.insert(want_pos.end(), want_tracked.begin(), want_tracked.end());
   EXPECT_EQ(fb.positions, want_pos);
   for (size_t i = 0; i < want_pos.size(); ++i) {
-    const bool slot2 = (i >= 16 && i < 32) || i >= 144;
+    const bool slot2 = i >= 128;
     EXPECT_EQ(fb.kv_rows[i], (slot2 ? 2 * 128 : 0) + want_pos[i]) << "row " << i;
     EXPECT_EQ(fb.token_ids[i], (slot2 ? slots[2] : slots[0]).x[static_cast<size_t>(want_pos[i])]) << "row " << i;
   }
-  // Default tiling: one tile per window, one per tracked set.
-  auto expect_tiles = [](const ForwardBatch& b, const std::vector<AttentionTile>& want) {
-    ASSERT_EQ(b.tiles.size(), want.size());
+  auto expect_tiles = [](const std::vector<AttentionTile>& got, const std::vector<AttentionTile>& want) {
+    ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < want.size(); ++i) {
-      EXPECT_EQ(b.tiles[i].q_start, want[i].q_start) << "tile " << i;
-      EXPECT_EQ(b.tiles[i].q_end, want[i].q_end) << "tile " << i;
-      EXPECT_EQ(b.tiles[i].k_start, want[i].k_start) << "tile " << i;
-      EXPECT_EQ(b.tiles[i].k_end, want[i].k_end) << "tile " << i;
+      EXPECT_EQ(got[i].q_start, want[i].q_start) << "tile " << i;
+      EXPECT_EQ(got[i].q_end, want[i].q_end) << "tile " << i;
+      EXPECT_EQ(got[i].k_start, want[i].k_start) << "tile " << i;
+      EXPECT_EQ(got[i].k_end, want[i].k_end) << "tile " << i;
     }
   };
-  expect_tiles(fb, {{0, 16, 0, 128}, {16, 32, 256, 384}, {32, 144, 0, 128}, {144, 176, 256, 384}});
-  // The released code's tiling (query_tile_rows = block_length): tracked sets cut into 16-row tiles.
+  // Default tiling: one tile per slot, its window rows scored.
+  const std::vector<AttentionTile> windows = {{0, 16, 0, 128}, {128, 144, 256, 384}};
+  expect_tiles(fb.tiles, {{0, 128, 0, 128}, {128, 176, 256, 384}});
+  expect_tiles(fb.importance.tiles, windows);
+  // The released code's tiling (query_tile_rows = block_length): a window tile per slot, then the
+  // tracked sets cut into 16-row tiles; the same rows and scored tiles.
   FlashCacheOptions upstream = o;
   upstream.query_tile_rows = 16;
-  std::vector<AttentionTile> want_tiles = {{0, 16, 0, 128}, {16, 32, 256, 384}};
-  for (int32_t q = 32; q < 144; q += 16) want_tiles.push_back({q, q + 16, 0, 128});
+  std::vector<AttentionTile> want_tiles = windows;
+  for (int32_t q = 16; q < 128; q += 16) want_tiles.push_back({q, q + 16, 0, 128});
   want_tiles.push_back({144, 160, 256, 384});
   want_tiles.push_back({160, 176, 256, 384});
   const ForwardBatch fb16 = flash_plan(slots, L, upstream, 2);
-  expect_tiles(fb16, want_tiles);
+  expect_tiles(fb16.tiles, want_tiles);
+  expect_tiles(fb16.importance.tiles, windows);
   EXPECT_EQ(fb16.positions, fb.positions);
-  std::vector<int32_t> want_logits(32);
+  std::vector<int32_t> want_logits(16);
   std::iota(want_logits.begin(), want_logits.end(), 0);
+  for (int32_t r = 128; r < 144; ++r) want_logits.push_back(r);
   EXPECT_EQ(fb.logit_rows, want_logits);
-  EXPECT_EQ(fb.importance.tiles, 2);
   EXPECT_EQ(fb.importance.first_layer, 2);
   EXPECT_FLOAT_EQ(fb.importance.weight, 1.0f / 32.0f);
   EXPECT_FALSE(fb.importance.probability_mass);
-  // A tile size above a tracked set's rows is the whole set.
+  // A tile size above a tracked set's rows is the whole set (after the window tiles).
   FlashCacheOptions big = o;
   big.query_tile_rows = 1000;
   const ForwardBatch fb2 = flash_plan(slots, L, big, 2);
-  expect_tiles(fb2, {{0, 16, 0, 128}, {16, 32, 256, 384}, {32, 144, 0, 128}, {144, 176, 256, 384}});
+  expect_tiles(fb2.tiles, {{0, 16, 0, 128}, {128, 144, 256, 384}, {16, 128, 0, 128}, {144, 176, 256, 384}});
   // Full recompute: tracked = every other position below seqlen_k.
   FlashCacheOptions full = o;
   full.track_num = -1;
@@ -1041,7 +1045,8 @@ TEST(FlashImportance, ForwardAccumulatesTheRequestedLayersAndTiles) {
                                   flash_init_slot(1, p1, L, o, c.mask_token_id, c.eos_token_id)};
   ForwardBatch fb = flash_plan(slots, L, o, c.n_heads);
   KvStore kv = make_kv_store(be, c, 2 * L, false);
-  ForwardWorkspace ws = make_forward_workspace(be, c, fb.n_tokens(), 32, static_cast<int64_t>(fb.tiles.size()));
+  ForwardWorkspace ws = make_forward_workspace(be, c, fb.n_tokens(), 32,
+                                               static_cast<int64_t>(fb.tiles.size() + fb.importance.tiles.size()));
   Buffer buf = be.alloc(static_cast<size_t>(2 * L) * 4, "test scores");
   Tensor scores(buf.data(), DType::kF32, be.device(), {2 * L});
   auto run = [&](int64_t first_layer, bool prob, float weight) {
@@ -1077,9 +1082,15 @@ TEST(FlashImportance, ForwardAccumulatesTheRequestedLayersAndTiles) {
   // Bad specs are rejected.
   ForwardBatch b = fb;
   b.importance.scores = scores;
-  b.importance.tiles = static_cast<int64_t>(fb.tiles.size()) + 1;
+  b.importance.tiles.push_back(fb.importance.tiles.back());  // more score tiles than tiles
   EXPECT_THROW(llada_forward(be, g.model, b, kv, ws), Error);
-  b.importance.tiles = 2;
+  b.importance.tiles = fb.importance.tiles;
+  b.importance.tiles[1].q_start = fb.tiles[0].q_start;  // not inside tile 1
+  EXPECT_THROW(llada_forward(be, g.model, b, kv, ws), Error);
+  b.importance.tiles = fb.importance.tiles;
+  b.importance.tiles[0].k_end -= 1;  // other keys than tile 0's
+  EXPECT_THROW(llada_forward(be, g.model, b, kv, ws), Error);
+  b.importance.tiles = fb.importance.tiles;
   b.importance.scores = Tensor(buf.data(), DType::kF32, be.device(), {L});
   EXPECT_THROW(llada_forward(be, g.model, b, kv, ws), Error);
 }

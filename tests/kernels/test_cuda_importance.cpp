@@ -7,8 +7,10 @@
 //    variants; keys outside every tile must keep their initial value exactly; invalid tiles are
 //    reported as errors. Skips without a GPU (see kernels/cuda_twin.h).
 //  * attention_with_importance (twin): the flash kernel's fused raw importance and its attention
-//    output against the CPU's two separate ops, with further (tracked) tiles after the scored ones
-//    that must not contribute, on the same cases (head_dim 128: the attention op's flash kernel).
+//    output against the CPU's two separate ops over Flash-Cache's layout (per slot one tile
+//    [window | tracked rows], the window rows scored), score rows off the warp / work-item
+//    boundaries, unscored tiles after the scored ones; a score tile that is not inside its tile is an
+//    error on both (head_dim 128: the attention op's flash kernel).
 #include <cmath>
 #include <functional>
 #include <random>
@@ -102,32 +104,79 @@ std::vector<float> run(Backend& be, const ImpCase& c, const std::vector<float>& 
   return get(be, sd.t);
 }
 
-/// attention_with_importance on `be` over the case's tiles (all scored) followed by one unscored tile
-/// per slot-sized range over the extra query rows; returns {scores, attention output}.
-std::pair<std::vector<float>, std::vector<float>> run_fused(Backend& be, const ImpCase& c, const std::vector<float>& q,
-                                                            const std::vector<float>& k, const std::vector<float>& v,
-                                                            float scale, float weight, const std::vector<float>& init) {
+/// An attention_with_importance case: attention tiles and, for the leading ones, the rows they score.
+struct FusedCase {
+  ImpCase scored;                    ///< q/kv rows, heads and the score tiles (as an importance case)
+  std::vector<AttentionTile> tiles;  ///< attention tiles; score tile i lies inside tiles[i]
+};
+
+/// Flash-Cache's layout (flash_plan): per slot j, query rows [window of w_j rows | t_j tracked rows]
+/// in one attention tile over keys [j·l_max, j·l_max + seqlen_j), its window rows scored; then one
+/// unscored tile over the whole store for 7 extra rows.
+FusedCase slots(const std::string& name, const std::vector<int32_t>& seqlens, const std::vector<int32_t>& window,
+                const std::vector<int32_t>& tracked, int32_t l_max, int heads) {
+  FusedCase f;
+  f.scored.name = name;
+  f.scored.heads = heads;
+  int32_t q = 0;
+  for (size_t j = 0; j < seqlens.size(); ++j) {
+    const int32_t k0 = static_cast<int32_t>(j) * l_max;
+    f.scored.tiles.push_back({q, q + window[j], k0, k0 + seqlens[j]});
+    f.tiles.push_back({q, q + window[j] + tracked[j], k0, k0 + seqlens[j]});
+    q += window[j] + tracked[j];
+  }
+  f.scored.kv_rows = static_cast<int64_t>(seqlens.size()) * l_max;
+  f.tiles.push_back({q, q + 7, 0, static_cast<int32_t>(f.scored.kv_rows)});
+  f.scored.q_rows = q + 7;
+  return f;
+}
+
+std::vector<FusedCase> fused_cases(bool sweep) {
+  std::vector<FusedCase> v;
+  if (sweep) {
+    v.push_back(slots("8 slots x [16 | 112], 32 heads", std::vector<int32_t>(8, 768), std::vector<int32_t>(8, 16),
+                      std::vector<int32_t>(8, 112), 800, 32));
+    v.push_back(slots("prefill beside windows", {700, 129, 300}, {16, 16, 16}, {684, 64, 112}, 704, 4));
+    return v;
+  }
+  v.push_back(slots("3 slots [16 | 112]", {129, 640, 64}, {16, 16, 16}, {112, 112, 48}, 640, 2));
+  v.push_back(slots("short windows, no tracked rows", {7, 128, 40}, {11, 1, 16}, {0, 5, 33}, 130, 1));
+  // Score rows inside a tile, off the 16-row warp and 64-row work-item boundaries.
+  FusedCase f;
+  f.scored.name = "scored rows mid-tile";
+  f.scored.heads = 3;
+  f.scored.q_rows = 330;
+  f.scored.kv_rows = 400;
+  f.tiles = {{0, 100, 0, 150}, {100, 300, 150, 400}, {300, 330, 10, 20}};
+  f.scored.tiles = {{10, 40, 0, 150}, {150, 250, 150, 400}};
+  v.push_back(f);
+  return v;
+}
+
+/// attention_with_importance on `be` over the case's tiles and score tiles (both in one table
+/// tensor, the score tiles after the attention tiles); returns {scores, attention output}.
+std::pair<std::vector<float>, std::vector<float>> run_fused(Backend& be, const FusedCase& f,
+                                                            const std::vector<float>& q, const std::vector<float>& k,
+                                                            const std::vector<float>& v, float scale, float weight,
+                                                            const std::vector<float>& init) {
+  const ImpCase& c = f.scored;
   const int64_t HD = static_cast<int64_t>(c.heads) * c.head_dim;
   const DType at = be.activation_dtype();
   Dev qd = make(be, at, c.q_rows, HD), kd = make(be, at, c.kv_rows, HD), vd = make(be, at, c.kv_rows, HD);
   Dev od = make(be, at, c.q_rows, HD), sd = make(be, DType::kF32, c.kv_rows);
   std::vector<int32_t> table;
-  int32_t last_row = 0;
-  for (const AttentionTile& t : c.tiles) {
-    table.insert(table.end(), {t.q_start, t.q_end, t.k_start, t.k_end});
-    last_row = std::max(last_row, t.q_end);
-  }
-  // Unscored tiles: the remaining query rows against the whole store (they touch every key).
-  const auto n_scored = static_cast<int64_t>(c.tiles.size());
-  if (last_row < c.q_rows) table.insert(table.end(), {last_row, static_cast<int32_t>(c.q_rows), 0, static_cast<int32_t>(c.kv_rows)});
-  Dev td = make(be, DType::kI32, static_cast<int64_t>(table.size() / 4), 4);
+  for (const auto* list : {&f.tiles, &c.tiles})
+    for (const AttentionTile& t : *list) table.insert(table.end(), {t.q_start, t.q_end, t.k_start, t.k_end});
+  const auto n_tiles = static_cast<int64_t>(f.tiles.size()), n_scored = static_cast<int64_t>(c.tiles.size());
+  Dev td = make(be, DType::kI32, n_tiles + n_scored, 4);
   put(be, qd.t, q);
   put(be, kd.t, k);
   put(be, vd.t, v);
   put(be, od.t, std::vector<float>(static_cast<size_t>(c.q_rows * HD), 0.f));
   put(be, sd.t, init);
   put_i32(be, td.t, table);
-  be.attention_with_importance(qd.t, kd.t, vd.t, td.t, c.heads, scale, od.t, n_scored, weight, sd.t);
+  be.attention_with_importance(qd.t, kd.t, vd.t, td.t.slice_rows(0, n_tiles), c.heads, scale, od.t,
+                               td.t.slice_rows(n_tiles, n_tiles + n_scored), weight, sd.t);
   return {get(be, sd.t), get(be, od.t)};
 }
 
@@ -151,7 +200,8 @@ void expect_scores_match(const ImpCase& c, const std::vector<float>& got, const 
   std::vector<int64_t> adds(got.size(), 0);
   for (const AttentionTile& t : c.tiles)
     for (int64_t k = t.k_start; k < t.k_end; ++k)
-      adds[static_cast<size_t>(k)] += c.heads * ((t.q_end - t.q_start + kRowsPerPass - 1) / kRowsPerPass);
+      adds[static_cast<size_t>(k)] +=  // + 2: the fused kernel's warps need not align with the rows
+          c.heads * ((t.q_end - t.q_start + kRowsPerPass - 1) / kRowsPerPass + 2);
   double max_ref = 0.0;
   for (size_t t = 0; t < got.size(); ++t)
     if (cov[t]) max_ref = std::max(max_ref, std::fabs(static_cast<double>(ref[t]) - init[t]));
@@ -278,6 +328,28 @@ TEST(CpuImportance, RejectsBadOperands) {
   expect_error(c, true, 0.f, 1.f, "scale");
 }
 
+TEST(CpuImportance, FusedScoresOnlyTheScoreTilesRows) {
+  auto cpu = make_cpu_backend(1);
+  for (const FusedCase& f : fused_cases(false)) {
+    SCOPED_TRACE(f.scored.name);
+    const Inputs in = inputs(f.scored);
+    const std::vector<float> v(in.k.size(), 0.5f);
+    const auto [got, out] = run_fused(*cpu, f, in.q, in.k, v, 0.1f, 0.37f, in.init);
+    const std::vector<double> want = naive(f.scored, in.q, in.k, false, 0.1f, 0.37f, in.init);
+    for (size_t t = 0; t < got.size(); ++t) EXPECT_NEAR(got[t], want[t], 1e-6 * (1.0 + std::abs(want[t]))) << t;
+  }
+  FusedCase bad = fused_cases(false).front();
+  bad.scored.tiles[1].q_end = bad.tiles[1].q_end + 1;  // one row into the next slot's tile
+  const Inputs in = inputs(bad.scored);
+  try {
+    run_fused(*cpu, bad, in.q, in.k, in.k, 0.1f, 1.f, in.init);
+    ADD_FAILURE() << "a score tile outside its tile was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("score tile 1"), std::string::npos) << e.what();
+  }
+}
+
 // ------------------------------------------------------------------------------ CUDA twin
 
 enum class Size { kSmall, kSweep };
@@ -300,21 +372,37 @@ class CudaImportance : public twin::TwinTest, public ::testing::WithParamInterfa
 TEST_P(CudaImportance, MatchesCpu) { run_cases(GetParam() == Size::kSmall ? small_cases() : sweep_cases()); }
 
 TEST_P(CudaImportance, FusedWithAttentionMatchesCpu) {
-  const std::vector<ImpCase> cases = GetParam() == Size::kSmall ? small_cases() : sweep_cases();
-  for (ImpCase c : cases) {
-    if (c.head_dim != 128) continue;  // attention itself has a flash kernel for head_dim 128 only
-    // Tiles with no query rows are not attention work; drop them here (the importance-only test keeps them).
-    std::erase_if(c.tiles, [](const AttentionTile& t) { return t.q_end == t.q_start; });
-    SCOPED_TRACE(c.name + ", heads " + std::to_string(c.heads) + ", head_dim " + std::to_string(c.head_dim));
+  for (const FusedCase& f : fused_cases(GetParam() == Size::kSweep)) {
+    const ImpCase& c = f.scored;
+    SCOPED_TRACE(c.name + ", heads " + std::to_string(c.heads));
     const Inputs in = inputs(c);
-    const std::vector<float> v =
-        randn_bf16(in.k.size(), std::hash<std::string>()(c.name) + 7, 0.5f);
+    const std::vector<float> v = randn_bf16(in.k.size(), std::hash<std::string>()(c.name) + 7, 0.5f);
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     const float weight = 1.0f / (16.0f * static_cast<float>(c.heads));
-    const auto [ref_s, ref_o] = run_fused(*cpu_, c, in.q, in.k, v, scale, weight, in.init);
-    const auto [got_s, got_o] = run_fused(*twin_, c, in.q, in.k, v, scale, weight, in.init);
+    const auto [ref_s, ref_o] = run_fused(*cpu_, f, in.q, in.k, v, scale, weight, in.init);
+    const auto [got_s, got_o] = run_fused(*twin_, f, in.q, in.k, v, scale, weight, in.init);
     expect_scores_match(c, got_s, ref_s, in.init);
     EXPECT_TRUE(close(c.name + " attention", got_o, ref_o, 0, test::kBf16OpRelTol));
+  }
+}
+
+TEST_P(CudaImportance, ScoreTileOutsideItsTileIsReported) {
+  if (GetParam() == Size::kSweep) GTEST_SKIP() << "small only";
+  FusedCase f = fused_cases(false).front();
+  const std::vector<std::pair<std::string, AttentionTile>> bad = {
+      {"rows past the tile", {f.tiles[0].q_start, f.tiles[0].q_end + 1, f.tiles[0].k_start, f.tiles[0].k_end}},
+      {"other keys", {f.tiles[0].q_start, f.tiles[0].q_start + 4, f.tiles[0].k_start, f.tiles[0].k_end - 1}},
+      {"empty", {f.tiles[0].q_start + 2, f.tiles[0].q_start + 2, f.tiles[0].k_start, f.tiles[0].k_end}}};
+  const Inputs in = inputs(f.scored);
+  const std::vector<float> v(in.k.size(), 0.25f);
+  for (const auto& [what, tile] : bad) {
+    SCOPED_TRACE(what);
+    FusedCase b = f;
+    b.scored.tiles[0] = tile;
+    for (Backend* be : {cpu_.get(), twin_.get()})
+      EXPECT_TRUE(twin::throws_error(
+          *be, [&] { run_fused(*be, b, in.q, in.k, v, 0.1f, 1.f, in.init); }, ErrorCode::kInvalidArgument, "tile"))
+          << be->name();
   }
 }
 

@@ -223,11 +223,13 @@ TEST(TensorParallelForward, ImportanceIsAllReducedOncePerForward) {
     auto scored = [&](Backend& b, const LladaModel& m) {
       ForwardBatch fb = full_recompute_batch(seqs);
       KvStore kv = make_kv_store(b, m.config, rows, true, m.tp);
-      ForwardWorkspace ws = make_forward_workspace(b, m.config, rows, rows, 2, 0, m.tp);
+      ForwardWorkspace ws = make_forward_workspace(b, m.config, rows, rows, 4, 0, m.tp);
       Buffer sb = b.alloc(rows * 4, "scores");
       Tensor scores(sb.data(), DType::kF32, DeviceKind::kCPU, {rows});
       for (int64_t i = 0; i < rows; ++i) scores.ptr<float>()[i] = 0.5f * static_cast<float>(i);
-      fb.importance.tiles = 2;
+      // Each sequence's tile, scored on a sub-range of its rows.
+      for (const AttentionTile& t : fb.tiles)
+        fb.importance.tiles.push_back({t.q_start + 1, t.q_end - 2, t.k_start, t.k_end});
       fb.importance.first_layer = 1;
       fb.importance.weight = 0.125f;
       fb.importance.probability_mass = mass;

@@ -339,6 +339,26 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void attention_with_importance(Tensor q, Tensor k_store, Tensor v_store, Tensor table, int n_heads, float scale,
+                                 Tensor out, Tensor score_table, float weight, Tensor scores) override {
+    static constexpr const char* kOp = "attention_with_importance";
+    check_dtype(table, DType::kI32, kOp, "table");
+    check_dtype(score_table, DType::kI32, kOp, "score_table");
+    FDLLM_CHECK_ARG(table.numel() % 4 == 0 && score_table.numel() % 4 == 0 && score_table.numel() <= table.numel(),
+                    "{}: table ({}) and score_table ({}) must be [n, 4] with no more score tiles than tiles", kOp,
+                    table.describe(), score_table.describe());
+    const auto* tiles = reinterpret_cast<const AttentionTile*>(table.data);
+    const auto* scored = reinterpret_cast<const AttentionTile*>(score_table.data);
+    for (int64_t i = 0; i < score_table.numel() / 4; ++i) {
+      const AttentionTile &s = scored[i], &a = tiles[i];
+      FDLLM_CHECK_ARG(score_tile_inside(s, a),
+                      "{}: score tile {} (q [{}, {}) k [{}, {})) is not a non-empty sub-range of tile {}'s query rows "
+                      "(q [{}, {}) k [{}, {})) with its keys",
+                      kOp, i, s.q_start, s.q_end, s.k_start, s.k_end, i, a.q_start, a.q_end, a.k_start, a.k_end);
+    }
+    Backend::attention_with_importance(q, k_store, v_store, table, n_heads, scale, out, score_table, weight, scores);
+  }
+
   void attention_importance(Tensor q, Tensor k_store, Tensor table, int n_heads, float scale, bool probability_mass,
                             float weight, Tensor scores) override {
     static constexpr const char* kOp = "attention_importance";

@@ -513,30 +513,29 @@ class CudaBackend final : public Backend {
 
   void attention(Tensor q, Tensor k_store, Tensor v_store, Tensor table, int n_heads, float scale,
                  Tensor out) override {
-    run_attention("attention", q, k_store, v_store, table, n_heads, scale, out, 0, 0.f, nullptr);
+    run_attention("attention", q, k_store, v_store, table, n_heads, scale, out, Tensor{}, 0.f, nullptr);
   }
 
   void attention_with_importance(Tensor q, Tensor k_store, Tensor v_store, Tensor table, int n_heads, float scale,
-                                 Tensor out, int64_t importance_tiles, float weight, Tensor scores) override {
+                                 Tensor out, Tensor score_table, float weight, Tensor scores) override {
     static constexpr const char* kOp = "attention_with_importance";
-    FDLLM_CHECK_ARG(importance_tiles >= 0 && importance_tiles <= table.numel() / 4,
-                    "{}: importance_tiles {} outside [0, {}] (the table's tiles)", kOp, importance_tiles,
-                    table.numel() / 4);
+    expect(score_table, DType::kI32, kOp, "score_table");
+    FDLLM_CHECK_ARG(table.numel() % 4 == 0 && score_table.numel() % 4 == 0 && score_table.numel() <= table.numel(),
+                    "{}: table ({}) and score_table ({}) must be [n, 4] with no more score tiles than tiles", kOp,
+                    table.describe(), score_table.describe());
     const int64_t HD = q.row_size();
-    const bool fused = importance_tiles > 0 && attention_.mode != AttentionMode::kReference && n_heads > 0 &&
+    const bool fused = score_table.numel() > 0 && attention_.mode != AttentionMode::kReference && n_heads > 0 &&
                        HD % n_heads == 0 && kernels::flash_supports_head_dim(static_cast<int>(HD / n_heads));
     if (!fused) {  // the two ops (reference kernel, other head dims, or nothing to score)
-      Backend::attention_with_importance(q, k_store, v_store, table, n_heads, scale, out, importance_tiles, weight,
-                                         scores);
+      Backend::attention_with_importance(q, k_store, v_store, table, n_heads, scale, out, score_table, weight, scores);
       return;
     }
     expect(scores, DType::kF32, kOp, "scores");
     expect_numel(scores, k_store.rows(), kOp, "scores");
     FDLLM_CHECK_ARG(std::isfinite(weight), "{}: weight {} must be finite", kOp, weight);
-    for (const Tensor* t : {&q, &k_store, &v_store, &table, &out})
+    for (const Tensor* t : {&q, &k_store, &v_store, &table, &score_table, &out})
       FDLLM_CHECK_ARG(!overlap(scores, *t), "{}: 'scores' overlaps another operand ({})", kOp, t->describe());
-    run_attention(kOp, q, k_store, v_store, table, n_heads, scale, out, importance_tiles, weight,
-                  scores.ptr<float>());
+    run_attention(kOp, q, k_store, v_store, table, n_heads, scale, out, score_table, weight, scores.ptr<float>());
   }
 
   void plan_attention(Tensor table, int64_t q_rows, int64_t kv_rows, int n_heads) override {
@@ -570,9 +569,10 @@ class CudaBackend final : public Backend {
                                                           : auto_variant(q_rows, n_tiles, n_heads, sm_count_);
   }
 
-  // attention() and, with `importance` set, the fused raw-importance variant (flash path only).
-  void run_attention(const char* kOp, Tensor q, Tensor k_store, Tensor v_store, Tensor table, int n_heads,
-                     float scale, Tensor out, int64_t importance_tiles, float weight, float* importance) {
+  // attention() and, with `importance` set, the fused raw-importance variant of score_table's rows
+  // (flash path only).
+  void run_attention(const char* kOp, Tensor q, Tensor k_store, Tensor v_store, Tensor table, int n_heads, float scale,
+                     Tensor out, Tensor score_table, float weight, float* importance) {
     expect(q, DType::kBF16, kOp, "q");
     expect(k_store, DType::kBF16, kOp, "k_store");
     expect(v_store, DType::kBF16, kOp, "v_store");
@@ -602,7 +602,12 @@ class CudaBackend final : public Backend {
     a.scale = scale;
     a.importance = importance;
     a.importance_weight = weight;
-    a.importance_tiles = static_cast<int32_t>(importance_tiles);
+    a.table = table.ptr<int32_t>();
+    if (importance != nullptr) {
+      a.score_tiles = score_table.ptr<int32_t>();
+      a.n_score_tiles = static_cast<int32_t>(score_table.numel() / 4);
+    }
+    a.error_flags = flags();
     CUDA_CHECK(cudaSetDevice(device_));
     if (attention_.mode == AttentionMode::kReference) {
       kernels::attention_reference(a, table.ptr<int32_t>(), n_tiles, flags(), stream_);

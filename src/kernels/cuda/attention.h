@@ -35,12 +35,17 @@ struct AttentionArgs {
   int head_dim = 0;
   float scale = 0.f;  ///< softmax scale (> 0), applied to q·k in fp32
   /// Flash kernel only, optional: raw importance (Backend::attention_importance, probability_mass
-  /// false) of the first `importance_tiles` tiles of the table, fused: importance[t] +=
-  /// importance_weight · Σ_rows Σ_heads q·k_t from the kernel's own fp32 score tiles (column sums per
-  /// warp, shared-memory float atomics per CTA, one global float atomic per key, CTA and head).
+  /// false) of the score tiles, fused: score tile i (I32 [4] at score_tiles + 4i, i < n_score_tiles)
+  /// names the query rows of table tile i to score (a sub-range, same keys: score_tile_inside);
+  /// importance[t] += importance_weight · Σ_{scored rows} Σ_heads q·k_t from the kernel's own fp32
+  /// score tiles (column sums per warp over its scored rows, one global float atomic per key, warp
+  /// and head). A score tile outside its tile sets kErrAttentionTile in *error_flags and is skipped.
   float* importance = nullptr;  ///< [kv_rows] F32, accumulated into; nullptr = off
   float importance_weight = 0.f;
-  int32_t importance_tiles = 0;
+  const int32_t* table = nullptr;        ///< device I32 [n_tiles, 4], the planned table (for the check)
+  const int32_t* score_tiles = nullptr;  ///< device I32 [n_score_tiles, 4]
+  int32_t n_score_tiles = 0;
+  int* error_flags = nullptr;  ///< kErrAttentionTile for a bad score tile (may be null)
 };
 
 /// One CTA's share of a tile: query rows [q_begin, q_end) (at most block_m) against keys [k_begin,

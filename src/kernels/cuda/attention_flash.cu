@@ -10,12 +10,12 @@
 // [rows][128] bf16 tile stores row r's 16-byte chunk c at chunk position c ^ (r & 7), so the 8
 // row addresses of every ldmatrix phase hit 8 distinct bank groups (no conflicts).
 //
-// Fused raw importance (AttentionArgs::importance, work items of the first importance_tiles tiles):
-// before masking, each warp sums its S tile over its 16 rows (the two rows a thread holds, then a
-// 3-step shuffle over the 8 lanes of a column), lanes 0-3 add the column sums into a per-CTA
-// shared-memory accumulator (two, by key-tile parity), and after the end-of-tile barrier the CTA adds
-// weight · accumulator to importance[key] with one global atomic per key and zeroes it. Zero-filled
-// query rows contribute 0; keys ≥ k_end are not written.
+// Fused raw importance (AttentionArgs::importance; work items of the first n_score_tiles tiles, rows
+// of their score tile): before masking, each warp holding scored rows sums its S tile over them (the
+// two rows a thread holds, then a 3-step reduce-scatter over the 8 lanes of a column), so lane l
+// holds the sums of the n8 blocks b ≡ l/4 (mod 8) and adds weight · sum to importance[key] with one
+// global atomic per key (two per lane and 64 keys). No shared memory and no extra barrier; keys ≥
+// k_end are not written.
 //
 // Invariants: every key tile holds at least one key < k_end (tiles are ceil-divided), so row
 // maxima are finite after the first tile; keys ≥ k_end are zero-filled in shared memory and
@@ -86,9 +86,8 @@ struct FlashTraits {
   static constexpr int kWarps = kBlockM / 16;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kTileElems = kBlockN * kHeadDim;                          // one K or V tile
-  static constexpr int kKvBytes = 2 * 2 * kTileElems * sizeof(__nv_bfloat16);  // 2 buffers × {K, V}
-  static constexpr int kSmemBytes = kKvBytes + 2 * kBlockN * sizeof(float);    // + importance accumulators
-  static_assert(kBlockM % 16 == 0 && kBlockN % 16 == 0, "tile shape");
+  static constexpr int kSmemBytes = 2 * 2 * kTileElems * sizeof(__nv_bfloat16);  // 2 buffers × {K, V}
+  static_assert(kBlockM % 16 == 0 && kBlockN % 64 == 0, "tile shape (the importance reduces 8 n8 blocks at a time)");
   static_assert(kBlockM * kHeadDim <= 2 * kTileElems, "the Q tile must fit in K/V buffer 1");
 };
 
@@ -112,17 +111,26 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN>::kThreads)
   __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_raw);
   __nv_bfloat16* const sQ = smem + 2 * T::kTileElems;  // aliases buffer 1 until the loop starts
 
-  float* const sImp = reinterpret_cast<float*>(smem_raw + T::kKvBytes);  // [2][kBlockN]
-
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const bool scored = a.importance != nullptr && w.tile < a.importance_tiles;  // uniform over the CTA
-  if (scored)
-    for (int i = tid; i < 2 * kBlockN; i += kThreads) sImp[i] = 0.f;  // visible after the prologue barrier
+  const int q_len = w.q_end - w.q_begin;
+  // Importance: this warp's scored rows [score_lo, score_hi) of its 16 (empty: not scored).
+  int score_lo = 0, score_hi = 0;
+  if (a.importance != nullptr && w.tile < a.n_score_tiles) {  // uniform over the CTA
+    const int32_t* const st = a.score_tiles + 4 * static_cast<int64_t>(w.tile);
+    const int32_t* const tt = a.table + 4 * static_cast<int64_t>(w.tile);
+    const int32_t s0 = st[0], s1 = st[1];
+    if (s0 < tt[0] || s1 > tt[1] || s0 >= s1 || st[2] != w.k_begin || st[3] != w.k_end) {
+      if (tid == 0 && head == 0 && w.q_begin == tt[0] && a.error_flags) atomicOr(a.error_flags, kErrAttentionTile);
+    } else {
+      score_lo = max(s0 - w.q_begin - warp * 16, 0);
+      score_hi = min(min(s1, w.q_end) - w.q_begin - warp * 16, 16);
+    }
+  }
+  const bool scored = score_lo < score_hi;  // uniform over the warp
   const int64_t ld = static_cast<int64_t>(a.n_heads) * kHeadDim;
   const __nv_bfloat16* const qg = a.q + static_cast<int64_t>(head) * kHeadDim;
   const __nv_bfloat16* const kg = a.k + static_cast<int64_t>(head) * kHeadDim;
   const __nv_bfloat16* const vg = a.v + static_cast<int64_t>(head) * kHeadDim;
-  const int q_len = w.q_end - w.q_begin;
   // Key count: the key range, or (verify) the gathered keys + the tile's own rows.
   int n_gather = w.k_end - w.k_begin, n_keys = n_gather, tile_q0 = 0, n_kept = 0, n_cand = 0;
   if constexpr (kVerify) {
@@ -232,18 +240,42 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN>::kThreads)
         }
       }
 
-      // Importance: column sums of the unscaled q·k over this warp's 16 rows, before masking.
+      // Importance: column sums of the unscaled q·k over this warp's scored rows, before masking.
       if (scored) {
-        float* const acc = sImp + (j & 1) * kBlockN;
+        const int r0 = lane >> 2;  // this thread's rows r0 and r0 + 8 of the warp's 16
+        const bool in0 = r0 >= score_lo && r0 < score_hi, in1 = r0 + 8 >= score_lo && r0 + 8 < score_hi;
+        float v[kNB][2];
 #pragma unroll
         for (int nb = 0; nb < kNB; ++nb) {
+          v[nb][0] = (in0 ? s[nb][0] : 0.f) + (in1 ? s[nb][2] : 0.f);
+          v[nb][1] = (in0 ? s[nb][1] : 0.f) + (in1 ? s[nb][3] : 0.f);
+        }
+        // Reduce-scatter over the 8 lanes of a column (lane bits 4, 3, 2): at each step a lane keeps
+        // the half of its blocks its bit selects and adds the partner's copy of that half, so at the
+        // end v[g][e] (g = 0, 8, ...) is the column sum of n8 block g + r0 (14 shuffles per 8 blocks).
+#pragma unroll
+        for (int step = 0; step < 3; ++step) {
+          const int bit = 16 >> step, half = 4 >> step;
+          const bool upper = (lane & bit) != 0;
+#pragma unroll
+          for (int g = 0; g < kNB; g += 8) {
+#pragma unroll
+            for (int i = 0; i < half; ++i) {
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const float lo = v[g + i][e], hi = v[g + i + half][e];
+                v[g + i][e] = (upper ? hi : lo) + __shfl_xor_sync(0xffffffffu, upper ? lo : hi, bit);
+              }
+            }
+          }
+        }
+        const int kv0 = w.k_begin + j * kBlockN;
+#pragma unroll
+        for (int g = 0; g < kNB; g += 8) {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            float c = s[nb][e] + s[nb][2 + e];
-            c += __shfl_xor_sync(0xffffffffu, c, 4);
-            c += __shfl_xor_sync(0xffffffffu, c, 8);
-            c += __shfl_xor_sync(0xffffffffu, c, 16);
-            if (lane < 4) atomicAdd(acc + nb * 8 + 2 * lane + e, c);
+            const int key = kv0 + (g + r0) * 8 + 2 * (lane & 3) + e;
+            if (key < w.k_end) atomicAdd(a.importance + key, a.importance_weight * v[g][e]);
           }
         }
       }
@@ -329,14 +361,6 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN>::kThreads)
     }
     cp_async_wait_all();  // tile j+1 has landed ...
     __syncthreads();      // ... for every thread, and nobody still reads buffer `buf`
-    if (scored) {  // tile j's column sums are complete; tile j+1 accumulates into the other half
-      float* const acc = sImp + (j & 1) * kBlockN;
-      const int kv0 = w.k_begin + j * kBlockN;
-      for (int c = tid; c < kBlockN; c += kThreads) {
-        if (kv0 + c < w.k_end) atomicAdd(a.importance + kv0 + c, a.importance_weight * acc[c]);
-        acc[c] = 0.f;
-      }
-    }
   }
 
   if (!active) return;
