@@ -263,11 +263,14 @@ TEST_P(CudaOps, QkvRopeStoreMatchesCpu) {
     int H;
     int64_t Dh, N, P;
   };
-  const std::vector<Case> cases = small()
-                                      ? std::vector<Case>{{5, 64, 2, 32, 9, 16}, {70, 64, 1, 64, 80, 16}}
-                                      : std::vector<Case>{{1, 256, 2, 128, 4, 64},   {37, 256, 2, 128, 100, 4096},
-                                                          {129, 512, 3, 128, 300, 512}, {65, 4096, 32, 128, 70, 4096},
-                                                          {17, 256, 4, 64, 40, 128}};
+  const std::vector<Case> cases =
+      small() ? std::vector<Case>{{5, 64, 2, 32, 9, 16}, {70, 64, 1, 64, 80, 16}, {9, 64, 2, 20, 30, 16}}
+              // Dh/2 = 10: rope_store's scalar path
+              : std::vector<Case>{{1, 256, 2, 128, 4, 64},
+                                  {37, 256, 2, 128, 100, 4096},
+                                  {129, 512, 3, 128, 300, 512},
+                                  {65, 4096, 32, 128, 70, 4096},
+                                  {17, 256, 4, 64, 40, 128}};
   for (const Case& c : cases) {
     SCOPED_TRACE("qkv_rope_store T=" + std::to_string(c.T) + " D=" + std::to_string(c.D) + " H=" +
                  std::to_string(c.H) + " Dh=" + std::to_string(c.Dh) + " N=" + std::to_string(c.N));

@@ -124,15 +124,12 @@ AttentionChoice parse_attention_env() {
              "FLASHDLLM_ATTENTION='{}' is not one of auto, reference, m64n64, m128n64, m128n128", v);
 }
 
-// Provisional choice (to be tuned from bench/attention_bench results): 128-row CTAs halve the
-// K/V traffic per flop when tiles are long and there are enough CTAs to fill the GPU; 64-row
-// CTAs waste less on short tiles (the 16-row windows of Flash-dLLM steps) and fill more SMs.
-kernels::FlashVariant auto_variant(int64_t q_rows, int64_t n_tiles, int n_heads, int sm_count) {
-  const int64_t rows_per_tile = n_tiles > 0 ? q_rows / n_tiles : q_rows;
-  const int64_t ctas_m128 = (q_rows + 127) / 128 * n_heads;
-  if (rows_per_tile >= 128 && ctas_m128 >= 2 * static_cast<int64_t>(sm_count)) return kernels::FlashVariant::kM128N64;
-  return kernels::FlashVariant::kM64N64;
-}
+// The default flash variant: m64n64. Measured on the H200 (bench/results/2026-12-02-h200-slot-tiles,
+// attention_bench): it beats m128n64 at every shape tried, the Flash-Cache windows (1-64 slots x 128
+// rows over 768-1280 keys: 209.5 vs 230.7 us at 32 slots with importance) and the prefill shapes
+// (B 8, L 1024 / 2048: 484 vs 524 / 1790 vs 1942 us): at ~200+ registers per thread both hold 8 warps
+// per SM, and the 64-row CTAs balance better across the SMs than the 128-row ones save in K/V loads.
+constexpr kernels::FlashVariant kDefaultFlashVariant = kernels::FlashVariant::kM64N64;
 
 // ----------------------------------------------------------------------------- qkv dispatch
 
@@ -224,7 +221,6 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaSetDevice(device_));
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
-    sm_count_ = prop.multiProcessorCount;
     name_ = fmt::format("cuda ({}, sm_{}{}, {} SMs)", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
     FDLLM_CHECK(prop.major >= 8, ErrorCode::kUnsupported,
                 "CUDA backend: {} has compute capability {}.{}; the bf16 kernels need 8.0 or newer", prop.name,
@@ -545,7 +541,7 @@ class CudaBackend final : public Backend {
     const int64_t n_tiles = table.numel() / 4;
     if (attention_.mode == AttentionMode::kReference || n_tiles == 0 || q_rows == 0) return;  // nothing reuses a plan
     CUDA_CHECK(cudaSetDevice(device_));
-    const PlanKey key{table, 4, q_rows, kv_rows, kernels::flash_block_m(flash_variant(q_rows, n_tiles, n_heads))};
+    const PlanKey key{table, 4, q_rows, kv_rows, kernels::flash_block_m(flash_variant())};
     make_plan(key);
     plan_ = key;
     after_op("plan_attention");
@@ -564,9 +560,8 @@ class CudaBackend final : public Backend {
   }
 
   // The flash kernel variant of an attention call (FLASHDLLM_ATTENTION=m64n64|... forces one).
-  kernels::FlashVariant flash_variant(int64_t q_rows, int64_t n_tiles, int n_heads) const {
-    return attention_.mode == AttentionMode::kFlashForced ? attention_.forced
-                                                          : auto_variant(q_rows, n_tiles, n_heads, sm_count_);
+  kernels::FlashVariant flash_variant() const {
+    return attention_.mode == AttentionMode::kFlashForced ? attention_.forced : kDefaultFlashVariant;
   }
 
   // attention() and, with `importance` set, the fused raw-importance variant of score_table's rows
@@ -618,7 +613,7 @@ class CudaBackend final : public Backend {
                 "attention: head_dim {} has no flash kernel (supported: 128); FLASHDLLM_ATTENTION=reference runs the "
                 "slow reference kernel for head_dim multiples of 32 up to 256",
                 a.head_dim);
-    const kernels::FlashVariant variant = flash_variant(Tq, n_tiles, n_heads);
+    const kernels::FlashVariant variant = flash_variant();
     const int64_t capacity = planned_work(PlanKey{table, 4, Tq, N, kernels::flash_block_m(variant)});
     kernels::attention_flash(a, variant, work_.get(), work_count(), capacity, stream_);
     after_op(kOp);
@@ -887,7 +882,6 @@ class CudaBackend final : public Backend {
   }
 
   int device_ = 0;
-  int sm_count_ = 1;
   std::string name_;
   DevicePtr flags_;
   PinnedPtr host_flags_;
