@@ -349,6 +349,77 @@ void flash_rerank(FlashSlot& s, std::span<const float> scores, const FlashCacheO
 
 // ---------------------------------------------------------------------------------- the pool
 
+namespace {
+
+size_t pad256(size_t b) { return (b + 255) / 256 * 256; }
+
+/// The sizes of a pool's buffers for n slots of prompt + gen_length <= T: allocate_pool allocates
+/// them, flash_pool_bytes adds them up.
+struct PoolShape {
+  int64_t L = 0, Ls = 0;  // L_max (host slot rows) and the K/V store rows per slot
+  // Main-pass workspace: a slot queries at most Ls + bm rows (its prefill, or a full-recompute
+  // window and tracked set); forward calls are cut at max_forward_rows unless one slot alone
+  // exceeds it (flash_forward_groups).
+  int64_t tokens = 0, logit_rows = 0, tiles = 0;
+  size_t conf_offset = 0, scores_offset = 0, sel_bytes = 0;  // [x0 | conf | scores], 256-byte aligned parts
+  // Verify pass: a tile of 2·bm rows per slot, at most the cap's mask rows, keys < seqlen_k <= Ls.
+  int64_t v_tokens = 0, v_logit_rows = 0, v_tiles = 0, v_keys = 0;
+  size_t v_x0 = 0, v_conf = 0, v_idx = 0, v_val = 0;  // [x0 | conf | gather indices | gathered values]
+};
+
+PoolShape pool_shape(const FlashCacheOptions& o, int64_t n, int64_t T) {
+  FDLLM_CHECK_ARG(n >= 1 && T >= 2,
+                  "flash-cache: a pool needs >= 1 slot and room for a prompt and a canvas, got {} "
+                  "slots x {} positions",
+                  n, T);
+  const int64_t bm = o.block_length, kt = o.key_tile;
+  PoolShape p;
+  // L_max and the store stride for prompt + gen_length = T (flash_max_length / flash_slot_length).
+  // Host slot rows have L_max entries with reference_quirks (they shape the windows near the end);
+  // the K/V store needs only the rows a slot can query. With reference_quirks the released code's
+  // decoded EOS padding moves windows past that, so the store keeps L_max rows.
+  p.L = (T + bm) / kt * kt + kt;
+  p.Ls = o.reference_quirks ? p.L : std::max(T / kt * kt + kt, T + bm);
+  const int64_t slot_rows = p.Ls + bm;
+  p.tokens = n * slot_rows;
+  if (o.max_forward_rows > 0) p.tokens = std::min(p.tokens, std::max(o.max_forward_rows, slot_rows));
+  const int64_t tile_rows = o.query_tile_rows > 0 ? o.query_tile_rows : slot_rows;
+  // Per slot: its window tile (with query_tile_rows 0 the whole slot), its tracked tiles, its score tile.
+  p.tiles = n * (2 + (slot_rows + tile_rows - 1) / tile_rows);
+  p.logit_rows = n * bm;
+  const auto R = static_cast<size_t>(p.logit_rows);
+  p.conf_offset = pad256(R * 4);
+  p.scores_offset = p.conf_offset + pad256(R * 8);
+  p.sel_bytes = p.scores_offset + static_cast<size_t>(n * p.Ls) * sizeof(float);
+  p.v_tokens = n * 2 * bm;
+  p.v_logit_rows = std::max<int64_t>(1, n * flash_verify_cap(o));
+  p.v_tiles = n;
+  p.v_keys = n * p.Ls;
+  const auto VR = static_cast<size_t>(p.v_logit_rows);
+  p.v_x0 = pad256(VR * 4);
+  p.v_conf = pad256(VR * 8);
+  p.v_idx = pad256(2 * VR * 4);
+  p.v_val = 2 * VR * 4;
+  return p;
+}
+
+}  // namespace
+
+FlashPoolBytes flash_pool_bytes(const LladaConfig& cfg, DType act, const FlashCacheOptions& o, int64_t n_slots,
+                                int64_t max_total_length, const TensorParallel& tp) {
+  const PoolShape p = pool_shape(o, n_slots, max_total_length);
+  FlashPoolBytes b;
+  b.store_stride = p.Ls;
+  b.forward_rows = p.tokens;
+  b.kv = kv_store_bytes(act, cfg, n_slots * p.Ls, /*shared_across_layers=*/false, tp);
+  b.workspace = forward_workspace_bytes(act, cfg, p.tokens, p.logit_rows, p.tiles, 0, tp);
+  b.selection = p.sel_bytes;
+  if (o.verify)
+    b.verify = forward_workspace_bytes(act, cfg, p.v_tokens, p.v_logit_rows, p.v_tiles, p.v_keys, tp) + p.v_x0 +
+               p.v_conf + p.v_idx + p.v_val;
+  return b;
+}
+
 FlashCacheDenoiser::FlashCacheDenoiser(Backend& backend, const LladaModel& model, FlashCacheOptions options)
     : backend_(backend), model_(model), opt_(std::move(options)) {
   validate_flash_cache_options(opt_, model_.config);
@@ -363,20 +434,13 @@ FlashCacheDenoiser::FlashCacheDenoiser(Backend& backend, const LladaModel& model
 void FlashCacheDenoiser::allocate_pool(const SlotPool& pool) {
   const LladaConfig& c = model_.config;
   const int64_t n = pool.n_slots, T = pool.max_total_length, bm = opt_.block_length, kt = opt_.key_tile;
-  FDLLM_CHECK_ARG(n >= 1 && T >= 2, "flash-cache: a pool needs >= 1 slot and room for a prompt and a canvas, got {} "
-                  "slots x {} positions", n, T);
-  // L_max and the store stride for prompt + gen_length = T (flash_max_length / flash_slot_length).
-  const int64_t L = (T + bm) / kt * kt + kt;
+  const PoolShape p = pool_shape(opt_, n, T);
+  const int64_t L = p.L, Ls = p.Ls;
   FDLLM_CHECK_ARG(L <= model_.rope.table.cos.rows(),
                   "flash-cache: slot length L_max = {} (prompt + gen_length {} + block_length {}, rounded up to the "
                   "{}-key tile) exceeds the model's RoPE table of {} positions",
                   L, T, bm, kt, model_.rope.table.cos.rows());
-  // Host slot rows have L_max entries with reference_quirks (they shape the windows near the end);
-  // the K/V store needs only the rows a slot can query. With reference_quirks the released code's
-  // decoded EOS padding moves windows past that, so the store keeps L_max rows.
-  const int64_t Ls = opt_.reference_quirks ? L : std::max(T / kt * kt + kt, T + bm);
   FDLLM_CHECK_ARG(n * Ls < (int64_t{1} << 31), "flash-cache: {} slots × {} store rows exceed 2^31 store rows", n, Ls);
-
   // Flat K/V cache: per layer [n_slots·Ls, n_heads·head_dim]; refuse what cannot fit.
   // This rank's share: its heads (tensor parallelism splits the K/V cache by heads).
   const auto world = static_cast<size_t>(model_.tp.world);
@@ -406,45 +470,33 @@ void FlashCacheDenoiser::allocate_pool(const SlotPool& pool) {
   stats_.store_stride = Ls;
   stats_.kv_bytes = kv_bytes;
 
-  // Workspaces for the largest iteration the pool can make: a slot queries at most Ls + bm rows
-  // (its prefill, or a full-recompute window and tracked set); forward calls are cut at
-  // max_forward_rows unless one slot alone exceeds it (flash_forward_groups).
-  const int64_t slot_rows = Ls + bm;
-  int64_t tokens = n * slot_rows;
-  if (opt_.max_forward_rows > 0) tokens = std::min(tokens, std::max(opt_.max_forward_rows, slot_rows));
-  const int64_t tile_rows = opt_.query_tile_rows > 0 ? opt_.query_tile_rows : slot_rows;
-  // Per slot: its window tile (with query_tile_rows 0 the whole slot), its tracked tiles, its score tile.
-  const int64_t tiles = n * (2 + (slot_rows + tile_rows - 1) / tile_rows);
+  // Workspaces for the largest iteration the pool can make (pool_shape).
   ws_ = ForwardWorkspace{};
-  ws_ = make_forward_workspace(backend_, c, tokens, n * bm, tiles, 0, model_.tp);
+  ws_ = make_forward_workspace(backend_, c, p.tokens, p.logit_rows, p.tiles, 0, model_.tp);
   const int64_t R = ws_.max_logit_rows;
-  auto pad256 = [](size_t b) { return (b + 255) / 256 * 256; };
-  conf_offset_ = pad256(static_cast<size_t>(R) * 4);
-  scores_offset_ = conf_offset_ + pad256(static_cast<size_t>(R) * 8);
-  const size_t sel_bytes = scores_offset_ + static_cast<size_t>(n * Ls) * sizeof(float);
-  sel_buf_ = backend_.alloc(sel_bytes, "flash-cache selection outputs and importance");
-  sel_host_.assign(sel_bytes, std::byte{0});
+  conf_offset_ = p.conf_offset;
+  scores_offset_ = p.scores_offset;
+  sel_buf_ = backend_.alloc(p.sel_bytes, "flash-cache selection outputs and importance");
+  sel_host_.assign(p.sel_bytes, std::byte{0});
   char* sel = static_cast<char*>(sel_buf_.data());
   x0_ = Tensor(sel, DType::kI32, backend_.device(), {R});
   conf_ = Tensor(sel + conf_offset_, DType::kF64, backend_.device(), {R});
   scores_dev_ = Tensor(sel + scores_offset_, DType::kF32, backend_.device(), {n * Ls});
   backend_.fill_zero(scores_dev_);
+  stats_.pool_bytes = kv_.bytes + ws_.bytes + sel_buf_.bytes();
   if (!opt_.verify) return;
-  // Verify pass: a tile of 2·bm rows per slot, at most the cap's mask rows, keys < seqlen_k <= Ls.
   vws_ = ForwardWorkspace{};
-  vws_ = make_forward_workspace(backend_, c, n * 2 * bm, std::max<int64_t>(1, n * flash_verify_cap(opt_)), n, n * Ls,
-                                model_.tp);
+  vws_ = make_forward_workspace(backend_, c, p.v_tokens, p.v_logit_rows, p.v_tiles, p.v_keys, model_.tp);
   const int64_t VR = vws_.max_logit_rows;
-  const size_t b_x0 = pad256(static_cast<size_t>(VR) * 4), b_conf = pad256(static_cast<size_t>(VR) * 8);
-  const size_t b_idx = pad256(static_cast<size_t>(2 * VR) * 4), b_val = static_cast<size_t>(2 * VR) * 4;
-  vsel_buf_ = backend_.alloc(b_x0 + b_conf + b_idx + b_val, "flash-verify selection outputs");
+  vsel_buf_ = backend_.alloc(p.v_x0 + p.v_conf + p.v_idx + p.v_val, "flash-verify selection outputs");
   char* base = static_cast<char*>(vsel_buf_.data());
   vx0_ = Tensor(base, DType::kI32, backend_.device(), {VR});
-  vconf_ = Tensor(base + b_x0, DType::kF64, backend_.device(), {VR});
-  vconf_offset_ = b_x0;
-  vsel_host_.assign(b_x0 + b_conf, std::byte{0});
-  vidx_ = Tensor(base + b_x0 + b_conf, DType::kI32, backend_.device(), {2 * VR});
-  vval_ = Tensor(base + b_x0 + b_conf + b_idx, DType::kF32, backend_.device(), {2 * VR, 1});
+  vconf_ = Tensor(base + p.v_x0, DType::kF64, backend_.device(), {VR});
+  vconf_offset_ = p.v_x0;
+  vsel_host_.assign(p.v_x0 + p.v_conf, std::byte{0});
+  vidx_ = Tensor(base + p.v_x0 + p.v_conf, DType::kI32, backend_.device(), {2 * VR});
+  vval_ = Tensor(base + p.v_x0 + p.v_conf + p.v_idx, DType::kF32, backend_.device(), {2 * VR, 1});
+  stats_.pool_bytes += vws_.bytes + vsel_buf_.bytes();
 }
 
 // ---------------------------------------------------------------------------------- slot contract

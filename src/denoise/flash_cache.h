@@ -147,6 +147,21 @@ size_t flash_kv_cache_bytes(const LladaConfig& cfg, DType act, int64_t n_slots, 
 /// Number of slots whose K/V cache fits in `budget_bytes` (0 if not even one).
 int64_t flash_max_slots(const LladaConfig& cfg, DType act, int64_t max_length, size_t budget_bytes);
 
+/// Device bytes a FlashCacheDenoiser pool allocates (allocate_pool; FlashRunStats::pool_bytes), by
+/// part, for n_slots slots of prompt + gen_length <= max_total_length, without allocating anything.
+struct FlashPoolBytes {
+  int64_t store_stride = 0;  ///< K/V store rows per slot
+  int64_t forward_rows = 0;  ///< query rows the main-pass workspace holds (max_forward_rows or one slot's)
+  size_t kv = 0;             ///< the flat K/V cache
+  size_t workspace = 0;      ///< the main pass's forward workspace
+  size_t selection = 0;      ///< the main pass's selection outputs and importance scores
+  size_t verify = 0;         ///< verify on: the verify pass's workspace and selection outputs
+  size_t total() const noexcept { return kv + workspace + selection + verify; }
+};
+/// Throws Error(kInvalidArgument) for n_slots < 1 or max_total_length < 2, as llada_shard.
+FlashPoolBytes flash_pool_bytes(const LladaConfig& cfg, DType act, const FlashCacheOptions& o, int64_t n_slots,
+                                int64_t max_total_length, const TensorParallel& tp = {});
+
 // ------------------------------------------------------------------------------ slot state
 
 /// One slot. Positions are slot-relative; `request` < 0 means inactive (empty query sets).
@@ -308,6 +323,7 @@ struct FlashRunStats {
   int64_t max_length = 0;     ///< L_max (host-side slot rows)
   int64_t store_stride = 0;   ///< K/V store rows per slot (flash_slot_length)
   size_t kv_bytes = 0;        ///< K/V cache bytes
+  size_t pool_bytes = 0;      ///< every device buffer of the pool (flash_pool_bytes().total())
   /// Backend free memory (bytes) at the end of generate, while the K/V cache and every workspace are
   /// still allocated: the run's footprint for peak-memory accounting (the cache is freed on return).
   size_t free_bytes_at_end = 0;

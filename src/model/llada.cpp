@@ -31,6 +31,8 @@ class Carver {
     return v;
   }
   size_t bytes() const noexcept { return offset_; }
+  /// Moves the end back to `offset` (tensors taken after it overlap those taken before the seek).
+  void seek(size_t offset) noexcept { offset_ = offset; }
   static void bind(Tensor& t, const Buffer& b) {
     t.data = static_cast<char*>(b.data()) + reinterpret_cast<uintptr_t>(t.data);
   }
@@ -56,9 +58,8 @@ void for_each_weight(LladaWeights& w, const std::function<void(Tensor&)>& f) {
 
 /// The layout of rank shard `s`'s weights in one buffer (tensor data = byte offsets until bound)
 /// and its size.
-LladaWeights plan_weights(const Backend& backend, const LladaConfig& c, const LladaShard& s) {
-  const DType wt = backend.weight_dtype();
-  Carver cv(backend.device());
+LladaWeights plan_weights(DType wt, DeviceKind dev, const LladaConfig& c, const LladaShard& s) {
+  Carver cv(dev);
   LladaWeights w;
   const int64_t D = c.d_model, Hl = s.heads * c.head_dim, Fl = s.mlp, E = c.embedding_size;
   w.wte = cv.take(wt, {E, D});
@@ -78,7 +79,7 @@ LladaWeights plan_weights(const Backend& backend, const LladaConfig& c, const Ll
 }
 
 LladaWeights allocate_weights(Backend& backend, const LladaConfig& c, const LladaShard& s) {
-  LladaWeights w = plan_weights(backend, c, s);
+  LladaWeights w = plan_weights(backend.weight_dtype(), backend.device(), c, s);
   w.storage = backend.alloc(w.bytes, "model weights");
   for_each_weight(w, [&](Tensor& t) { Carver::bind(t, w.storage); });
   return w;
@@ -113,7 +114,11 @@ LladaShard llada_shard(const LladaConfig& cfg, const TensorParallel& tp) {
 }
 
 size_t llada_weight_bytes(const Backend& backend, const LladaConfig& cfg, const TensorParallel& tp) {
-  return plan_weights(backend, cfg, llada_shard(cfg, tp)).bytes;
+  return llada_weight_bytes(backend.weight_dtype(), cfg, tp);
+}
+
+size_t llada_weight_bytes(DType weight, const LladaConfig& cfg, const TensorParallel& tp) {
+  return plan_weights(weight, DeviceKind::kCPU, cfg, llada_shard(cfg, tp)).bytes;
 }
 
 LladaWeights load_llada_weights(Backend& backend, const Checkpoint& ckpt, const LladaConfig& cfg,
@@ -235,8 +240,7 @@ KvStore make_kv_store(Backend& backend, const LladaConfig& cfg, int64_t rows, bo
   const int64_t HD = llada_shard(cfg, tp).heads * cfg.head_dim;
   const DType at = backend.activation_dtype();
   const size_t one = align_up(static_cast<size_t>(rows * HD) * dtype_size(at));
-  const int64_t n_stores = shared_across_layers ? 1 : cfg.n_layers;
-  kv.bytes = 2 * one * static_cast<size_t>(n_stores);
+  kv.bytes = kv_store_bytes(at, cfg, rows, shared_across_layers, tp);
   kv.storage = backend.alloc(kv.bytes, "K/V store");
   for (int64_t l = 0; l < cfg.n_layers; ++l) {
     const int64_t s = shared_across_layers ? 0 : l;
@@ -245,6 +249,13 @@ KvStore make_kv_store(Backend& backend, const LladaConfig& cfg, int64_t rows, bo
     kv.v.emplace_back(base + one, at, backend.device(), std::initializer_list<int64_t>{rows, HD});
   }
   return kv;
+}
+
+size_t kv_store_bytes(DType act, const LladaConfig& cfg, int64_t rows, bool shared_across_layers,
+                      const TensorParallel& tp) {
+  const int64_t HD = llada_shard(cfg, tp).heads * cfg.head_dim;
+  const size_t one = align_up(static_cast<size_t>(rows * HD) * dtype_size(act));
+  return 2 * one * static_cast<size_t>(shared_across_layers ? 1 : cfg.n_layers);
 }
 
 void ForwardBatch::validate(int64_t store_rows, int64_t vocab_rows, int64_t max_positions) const {
@@ -329,29 +340,42 @@ void VerifyBatch::validate(int64_t store_rows, int64_t vocab_rows, int64_t max_p
     FDLLM_CHECK_ARG(r >= 0 && r < static_cast<int32_t>(T), "verify forward: logit row {} outside [0, {})", r, T);
 }
 
-ForwardWorkspace make_forward_workspace(Backend& backend, const LladaConfig& c, int64_t max_tokens,
+namespace {
+
+/// The layout of a forward workspace (tensor data = byte offsets until bound), see
+/// make_forward_workspace.
+ForwardWorkspace plan_forward_workspace(DType at, DeviceKind dev, const LladaConfig& c, int64_t max_tokens,
                                         int64_t max_logit_rows, int64_t max_tiles, int64_t max_verify_keys,
                                         const TensorParallel& tp) {
   FDLLM_CHECK_ARG(max_tokens > 0 && max_logit_rows > 0 && max_tiles > 0 && max_verify_keys >= 0,
                   "forward workspace: sizes must be positive (tokens {}, logit rows {}, tiles {}; verify keys {} >= 0)",
                   max_tokens, max_logit_rows, max_tiles, max_verify_keys);
-  const DType at = backend.activation_dtype();
   const LladaShard sh = llada_shard(c, tp);
   const int64_t T = max_tokens, D = c.d_model, HD = sh.heads * c.head_dim, F = sh.mlp;
   const int64_t R = max_logit_rows;
-  Carver cv(backend.device());
+  Carver cv(dev);
   ForwardWorkspace ws;
   ws.max_tokens = T;
   ws.max_logit_rows = R;
   ws.max_tiles = max_tiles;
+  ws.max_verify_keys = max_verify_keys;
   ws.x = cv.take(at, {T, D});
   ws.xn = cv.take(at, {T, D});
+  // One region for the attention stage's buffers and the MLP's (never live at the same time).
+  const size_t stage = cv.bytes();
   ws.q = cv.take(at, {T, HD});
   ws.attn = cv.take(at, {T, HD});
+  ws.scratch = cv.take(at, {T, 3 * HD});
+  if (max_verify_keys > 0) {
+    ws.k_tile = cv.take(at, {T, HD});
+    ws.v_tile = cv.take(at, {T, HD});
+  }
+  const size_t attention_end = cv.bytes();
+  cv.seek(stage);
   ws.gate_up = cv.take(at, {T, 2 * F});
   ws.act = cv.take(at, {T, F});
+  cv.seek(std::max(attention_end, cv.bytes()));
   ws.sel = cv.take(at, {R, D});
-  ws.scratch = cv.take(at, {T, 3 * HD});
   ws.logits = cv.take(DType::kF32, {R, c.embedding_size});
   if (tp.comm != nullptr) ws.gather = cv.take(DType::kF32, {tp.world * R * sh.vocab});
   ws.ids = cv.take(DType::kI32, {T});
@@ -360,14 +384,21 @@ ForwardWorkspace make_forward_workspace(Backend& backend, const LladaConfig& c, 
   ws.tiles = cv.take(DType::kI32, {max_tiles, 4});
   ws.logit_rows = cv.take(DType::kI32, {R});
   ws.row_keys = cv.take(DType::kI32, {R});
-  ws.max_verify_keys = max_verify_keys;
   if (max_verify_keys > 0) {
-    ws.k_tile = cv.take(at, {T, HD});
-    ws.v_tile = cv.take(at, {T, HD});
     ws.key_rows = cv.take(DType::kI32, {max_verify_keys});
     ws.verify_tiles = cv.take(DType::kI32, {max_tiles, 5});
   }
   ws.bytes = cv.bytes();
+  return ws;
+}
+
+}  // namespace
+
+ForwardWorkspace make_forward_workspace(Backend& backend, const LladaConfig& c, int64_t max_tokens,
+                                        int64_t max_logit_rows, int64_t max_tiles, int64_t max_verify_keys,
+                                        const TensorParallel& tp) {
+  ForwardWorkspace ws = plan_forward_workspace(backend.activation_dtype(), backend.device(), c, max_tokens,
+                                               max_logit_rows, max_tiles, max_verify_keys, tp);
   ws.storage = backend.alloc(ws.bytes, "forward workspace");
   for (Tensor* t : {&ws.x, &ws.xn, &ws.q, &ws.attn, &ws.gate_up, &ws.act, &ws.sel, &ws.scratch, &ws.logits, &ws.ids,
                     &ws.positions, &ws.kv_rows, &ws.tiles, &ws.logit_rows, &ws.row_keys})
@@ -376,6 +407,12 @@ ForwardWorkspace make_forward_workspace(Backend& backend, const LladaConfig& c, 
   if (max_verify_keys > 0)
     for (Tensor* t : {&ws.k_tile, &ws.v_tile, &ws.key_rows, &ws.verify_tiles}) Carver::bind(*t, ws.storage);
   return ws;
+}
+
+size_t forward_workspace_bytes(DType act, const LladaConfig& cfg, int64_t max_tokens, int64_t max_logit_rows,
+                               int64_t max_tiles, int64_t max_verify_keys, const TensorParallel& tp) {
+  return plan_forward_workspace(act, DeviceKind::kCPU, cfg, max_tokens, max_logit_rows, max_tiles, max_verify_keys, tp)
+      .bytes;
 }
 
 namespace {

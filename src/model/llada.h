@@ -78,6 +78,8 @@ struct LladaWeights {
 /// weight dtype, packed and aligned as load_llada_weights lays them out), without allocating
 /// anything. Throws as llada_shard.
 size_t llada_weight_bytes(const Backend& backend, const LladaConfig& cfg, const TensorParallel& tp = {});
+/// The same for weights of dtype `weight` (e.g. bf16 on a machine without the device).
+size_t llada_weight_bytes(DType weight, const LladaConfig& cfg, const TensorParallel& tp = {});
 
 /// Copies (and converts to the backend's weight dtype) the tensors of a validated checkpoint, or the
 /// slices of them rank `tp` holds: row slices (q/k/v, gate/up, LM head) straight from the mapped
@@ -114,6 +116,9 @@ struct KvStore {
 };
 /// The stores of rank `tp` (its local heads). Throws as llada_shard, Error(kOutOfMemory).
 KvStore make_kv_store(Backend& backend, const LladaConfig& cfg, int64_t rows, bool shared_across_layers,
+                      const TensorParallel& tp = {});
+/// KvStore::bytes of make_kv_store with activation dtype `act`, without allocating anything.
+size_t kv_store_bytes(DType act, const LladaConfig& cfg, int64_t rows, bool shared_across_layers,
                       const TensorParallel& tp = {});
 
 /// Optional attention-importance output of a forward (Flash-Cache a_t, reference §D.6): after the
@@ -187,10 +192,18 @@ struct ForwardWorkspace {
   size_t bytes = 0;
 };
 /// Sized for rank `tp` (local heads and mlp columns; the gather staging when tp.comm is set).
+/// The attention stage's buffers (q, attn, scratch, k_tile, v_tile) and the MLP's (gate_up, act)
+/// share one region: within a layer the attention stage is done (attn_out has read attn) before the
+/// MLP writes gate_up, and the MLP (ff_out has read act) before the next layer's attention stage, so
+/// a token row costs x + xn + max(the two stages) = 88 KiB instead of 128 KiB at LLaDA-8B's bf16 shape.
+/// Their contents are therefore only meaningful inside a forward.
 /// Throws Error(kInvalidArgument) for non-positive sizes, as llada_shard, Error(kOutOfMemory).
 ForwardWorkspace make_forward_workspace(Backend& backend, const LladaConfig& cfg, int64_t max_tokens,
                                         int64_t max_logit_rows, int64_t max_tiles, int64_t max_verify_keys = 0,
                                         const TensorParallel& tp = {});
+/// ForwardWorkspace::bytes of make_forward_workspace with activation dtype `act`, without allocating.
+size_t forward_workspace_bytes(DType act, const LladaConfig& cfg, int64_t max_tokens, int64_t max_logit_rows,
+                               int64_t max_tiles, int64_t max_verify_keys = 0, const TensorParallel& tp = {});
 
 /// Loaded model (one rank's shard of it under tensor parallelism): config (always the whole
 /// model's), device weights, RoPE tables and the rank's place.
