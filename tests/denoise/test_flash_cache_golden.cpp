@@ -18,11 +18,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <functional>
 #include <limits>
 #include <map>
 #include <numeric>
+#include <random>
 #include <set>
 
 #include "backend/backend.h"
@@ -671,6 +673,81 @@ TEST(FlashPlan, BlockTableForPrefillAndIncrementalSlots) {
   EXPECT_EQ(all.size(), s.window.size() + s.tracked.size());
   EXPECT_EQ(static_cast<int64_t>(all.size()), s.seqlen_k);
   EXPECT_THROW(flash_plan(std::vector<FlashSlot>(2), L, o, 2), Error);
+}
+
+// Random pools (prefill and incremental slots, inactive ones, every tiling, track_num < 0): the
+// block table covers every query row exactly once with its slot's keys, each slot's rows are its
+// window then its tracked set, score tile i is slot i's window inside tile i, and the logit rows
+// are the score tiles' rows in order.
+TEST(FlashPlan, RandomPoolsGiveConsistentTables) {
+  std::mt19937 rng(1234);
+  const int32_t mask = 1000, eos = 1001;
+  for (int trial = 0; trial < 200; ++trial) {
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    FlashCacheOptions o;
+    o.gen_length = 16 + static_cast<int64_t>(rng() % 64);
+    o.block_length = (rng() % 2) ? 16 : 8;
+    o.track_num = static_cast<int64_t>(rng() % 6) - 1;  // -1 = full recompute
+    o.mask_num = 1 + static_cast<int64_t>(rng() % 4);
+    o.query_tile_rows = std::array<int64_t, 4>{0, 16, 7, 1000}[rng() % 4];
+    const int64_t max_prompt = 1 + static_cast<int64_t>(rng() % 80);
+    const int64_t L = flash_max_length(max_prompt, o.gen_length, o.block_length);
+    const auto n = static_cast<size_t>(1 + rng() % 6);
+    std::vector<FlashSlot> slots(n);
+    for (size_t j = 0; j < n; ++j) {
+      if (j > 0 && rng() % 4 == 0) continue;  // inactive
+      std::vector<int32_t> prompt(static_cast<size_t>(1 + rng() % static_cast<uint32_t>(max_prompt)));
+      std::iota(prompt.begin(), prompt.end(), 1);
+      FlashSlot& s = slots[j];
+      s = flash_init_slot(static_cast<int64_t>(j), prompt, L, o, mask, eos);
+      if (rng() % 2) {  // an incremental iteration somewhere in the canvas
+        s.num_decoded = s.prompt_len + static_cast<int64_t>(rng() % static_cast<uint32_t>(o.gen_length));
+        flash_prepare_queries(s, o);
+      }
+    }
+    const int64_t stride = L;
+    const ForwardBatch fb = flash_plan(slots, stride, o, 2);
+    const auto T = static_cast<int32_t>(fb.n_tokens());
+    std::vector<int> covered(static_cast<size_t>(T), 0);
+    for (const AttentionTile& t : fb.tiles) {
+      ASSERT_LT(t.q_start, t.q_end);
+      const int32_t j = fb.kv_rows[static_cast<size_t>(t.q_start)] / static_cast<int32_t>(stride);
+      const FlashSlot& s = slots[static_cast<size_t>(j)];
+      EXPECT_EQ(t.k_start, j * stride);
+      EXPECT_EQ(t.k_end, j * stride + s.seqlen_k);
+      if (o.query_tile_rows > 0 &&
+          t.q_end - t.q_start > std::max(static_cast<int64_t>(s.window.size()), o.query_tile_rows))
+        ADD_FAILURE() << "a tile of " << t.q_end - t.q_start << " rows with query_tile_rows " << o.query_tile_rows;
+      for (int32_t r = t.q_start; r < t.q_end; ++r) {
+        ++covered[static_cast<size_t>(r)];
+        EXPECT_EQ(fb.kv_rows[static_cast<size_t>(r)] / stride, j) << "row " << r << " in another slot's tile";
+      }
+    }
+    EXPECT_EQ(std::count(covered.begin(), covered.end(), 1), T) << "rows not covered exactly once";
+    std::vector<int32_t> want_logits;
+    size_t i = 0;
+    int32_t q = 0;
+    for (size_t j = 0; j < n; ++j) {
+      const FlashSlot& s = slots[j];
+      if (!s.active()) continue;
+      ASSERT_LT(i, fb.importance.tiles.size());
+      const AttentionTile& w = fb.importance.tiles[i];
+      EXPECT_TRUE(score_tile_inside(w, fb.tiles[i])) << "score tile " << i;
+      EXPECT_EQ(w.q_start, q);
+      EXPECT_EQ(w.q_end - w.q_start, static_cast<int32_t>(s.window.size()));
+      EXPECT_EQ(w.k_start, static_cast<int32_t>(j * stride));
+      std::vector<int32_t> want_pos(s.window);
+      want_pos.insert(want_pos.end(), s.tracked.begin(), s.tracked.end());
+      for (size_t r = 0; r < want_pos.size(); ++r)
+        EXPECT_EQ(fb.positions[static_cast<size_t>(q) + r], want_pos[r]) << "slot " << j << " row " << r;
+      for (int32_t r = w.q_start; r < w.q_end; ++r) want_logits.push_back(r);
+      q += static_cast<int32_t>(want_pos.size());
+      ++i;
+    }
+    EXPECT_EQ(i, fb.importance.tiles.size());
+    EXPECT_EQ(q, T);
+    EXPECT_EQ(fb.logit_rows, want_logits);
+  }
 }
 
 // ================================================================================ invariants
