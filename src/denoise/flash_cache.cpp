@@ -403,6 +403,14 @@ PoolShape pool_shape(const FlashCacheOptions& o, int64_t n, int64_t T) {
   return p;
 }
 
+/// The one forward-workspace buffer of a pool: the main pass's layout, or the verify pass's if larger.
+size_t pool_workspace_bytes(const PoolShape& p, const FlashCacheOptions& o, const LladaConfig& c, DType act,
+                            const TensorParallel& tp) {
+  const size_t main = forward_workspace_bytes(act, c, p.tokens, p.logit_rows, p.tiles, 0, tp);
+  if (!o.verify) return main;
+  return std::max(main, forward_workspace_bytes(act, c, p.v_tokens, p.v_logit_rows, p.v_tiles, p.v_keys, tp));
+}
+
 }  // namespace
 
 FlashPoolBytes flash_pool_bytes(const LladaConfig& cfg, DType act, const FlashCacheOptions& o, int64_t n_slots,
@@ -412,11 +420,9 @@ FlashPoolBytes flash_pool_bytes(const LladaConfig& cfg, DType act, const FlashCa
   b.store_stride = p.Ls;
   b.forward_rows = p.tokens;
   b.kv = kv_store_bytes(act, cfg, n_slots * p.Ls, /*shared_across_layers=*/false, tp);
-  b.workspace = forward_workspace_bytes(act, cfg, p.tokens, p.logit_rows, p.tiles, 0, tp);
+  b.workspace = pool_workspace_bytes(p, o, cfg, act, tp);
   b.selection = p.sel_bytes;
-  if (o.verify)
-    b.verify = forward_workspace_bytes(act, cfg, p.v_tokens, p.v_logit_rows, p.v_tiles, p.v_keys, tp) + p.v_x0 +
-               p.v_conf + p.v_idx + p.v_val;
+  if (o.verify) b.verify = p.v_x0 + p.v_conf + p.v_idx + p.v_val;
   return b;
 }
 
@@ -470,9 +476,14 @@ void FlashCacheDenoiser::allocate_pool(const SlotPool& pool) {
   stats_.store_stride = Ls;
   stats_.kv_bytes = kv_bytes;
 
-  // Workspaces for the largest iteration the pool can make (pool_shape).
+  // Workspaces for the largest iteration the pool can make (pool_shape), the main and the verify
+  // pass's in one buffer (never in use at the same time).
   ws_ = ForwardWorkspace{};
-  ws_ = make_forward_workspace(backend_, c, p.tokens, p.logit_rows, p.tiles, 0, model_.tp);
+  vws_ = ForwardWorkspace{};
+  ws_buf_ = Buffer{};
+  ws_buf_ = backend_.alloc(pool_workspace_bytes(p, opt_, c, backend_.activation_dtype(), model_.tp),
+                           "forward workspace (main and verify passes)");
+  ws_ = make_forward_workspace(backend_, c, p.tokens, p.logit_rows, p.tiles, 0, model_.tp, &ws_buf_);
   const int64_t R = ws_.max_logit_rows;
   conf_offset_ = p.conf_offset;
   scores_offset_ = p.scores_offset;
@@ -483,10 +494,9 @@ void FlashCacheDenoiser::allocate_pool(const SlotPool& pool) {
   conf_ = Tensor(sel + conf_offset_, DType::kF64, backend_.device(), {R});
   scores_dev_ = Tensor(sel + scores_offset_, DType::kF32, backend_.device(), {n * Ls});
   backend_.fill_zero(scores_dev_);
-  stats_.pool_bytes = kv_.bytes + ws_.bytes + sel_buf_.bytes();
+  stats_.pool_bytes = kv_.bytes + ws_buf_.bytes() + sel_buf_.bytes();
   if (!opt_.verify) return;
-  vws_ = ForwardWorkspace{};
-  vws_ = make_forward_workspace(backend_, c, p.v_tokens, p.v_logit_rows, p.v_tiles, p.v_keys, model_.tp);
+  vws_ = make_forward_workspace(backend_, c, p.v_tokens, p.v_logit_rows, p.v_tiles, p.v_keys, model_.tp, &ws_buf_);
   const int64_t VR = vws_.max_logit_rows;
   vsel_buf_ = backend_.alloc(p.v_x0 + p.v_conf + p.v_idx + p.v_val, "flash-verify selection outputs");
   char* base = static_cast<char*>(vsel_buf_.data());
@@ -496,7 +506,7 @@ void FlashCacheDenoiser::allocate_pool(const SlotPool& pool) {
   vsel_host_.assign(p.v_x0 + p.v_conf, std::byte{0});
   vidx_ = Tensor(base + p.v_x0 + p.v_conf, DType::kI32, backend_.device(), {2 * VR});
   vval_ = Tensor(base + p.v_x0 + p.v_conf + p.v_idx, DType::kF32, backend_.device(), {2 * VR, 1});
-  stats_.pool_bytes += vws_.bytes + vsel_buf_.bytes();
+  stats_.pool_bytes += vsel_buf_.bytes();
 }
 
 // ---------------------------------------------------------------------------------- slot contract

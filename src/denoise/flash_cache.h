@@ -153,9 +153,9 @@ struct FlashPoolBytes {
   int64_t store_stride = 0;  ///< K/V store rows per slot
   int64_t forward_rows = 0;  ///< query rows the main-pass workspace holds (max_forward_rows or one slot's)
   size_t kv = 0;             ///< the flat K/V cache
-  size_t workspace = 0;      ///< the main pass's forward workspace
+  size_t workspace = 0;      ///< the forward workspace buffer: the main pass's, or the verify pass's if larger
   size_t selection = 0;      ///< the main pass's selection outputs and importance scores
-  size_t verify = 0;         ///< verify on: the verify pass's workspace and selection outputs
+  size_t verify = 0;         ///< verify on: the verify pass's selection outputs (its workspace shares `workspace`)
   size_t total() const noexcept { return kv + workspace + selection + verify; }
 };
 /// Throws Error(kInvalidArgument) for n_slots < 1 or max_total_length < 2, as llada_shard.
@@ -399,6 +399,10 @@ class FlashCacheDenoiser : public Denoiser {
   std::vector<FlashRequestResult> results_;  // per slot: the running / finished request's record
   FlashRunStats stats_;
   int64_t passes_ = 0;  // forward calls (slot groups) + verify passes
+  // The main and verify passes' workspaces, carved from one buffer (ws_buf_: the larger of the two
+  // layouts): an iteration's verify pass runs after its main pass's outputs left for sel_buf_ and
+  // the host, and the next main pass after the verify pass's left for vsel_buf_.
+  Buffer ws_buf_;
   ForwardWorkspace ws_;
   // The main pass's device outputs in one buffer, [x0 | conf | scores] (256-byte aligned parts), so
   // that one copy (one host synchronisation) brings an iteration's selection and importance back.
@@ -411,7 +415,7 @@ class FlashCacheDenoiser : public Denoiser {
   void fetch_selection(int64_t R, bool with_scores, std::vector<int32_t>& x0, std::vector<double>& conf);
   /// The first `bytes` (a multiple of 4) of the device buffer `buf` into `host`, one copy_to_host.
   void copy_prefix(const Buffer& buf, size_t bytes, std::vector<std::byte>& host);
-  // Verify pass: its own (small) workspace, selection outputs and the logit gather of p(draft).
+  // Verify pass: its workspace (in ws_buf_), selection outputs and the logit gather of p(draft).
   ForwardWorkspace vws_;
   Buffer vsel_buf_;
   Tensor vx0_, vconf_, vidx_, vval_;

@@ -396,16 +396,22 @@ ForwardWorkspace plan_forward_workspace(DType at, DeviceKind dev, const LladaCon
 
 ForwardWorkspace make_forward_workspace(Backend& backend, const LladaConfig& c, int64_t max_tokens,
                                         int64_t max_logit_rows, int64_t max_tiles, int64_t max_verify_keys,
-                                        const TensorParallel& tp) {
+                                        const TensorParallel& tp, const Buffer* shared) {
   ForwardWorkspace ws = plan_forward_workspace(backend.activation_dtype(), backend.device(), c, max_tokens,
                                                max_logit_rows, max_tiles, max_verify_keys, tp);
-  ws.storage = backend.alloc(ws.bytes, "forward workspace");
+  if (shared != nullptr)
+    FDLLM_CHECK_ARG(shared->bytes() >= ws.bytes && shared->data() != nullptr,
+                    "forward workspace: the shared buffer holds {} bytes, the workspace needs {}", shared->bytes(),
+                    ws.bytes);
+  else
+    ws.storage = backend.alloc(ws.bytes, "forward workspace");
+  const Buffer& storage = shared != nullptr ? *shared : ws.storage;
   for (Tensor* t : {&ws.x, &ws.xn, &ws.q, &ws.attn, &ws.gate_up, &ws.act, &ws.sel, &ws.scratch, &ws.logits, &ws.ids,
                     &ws.positions, &ws.kv_rows, &ws.tiles, &ws.logit_rows, &ws.row_keys})
-    Carver::bind(*t, ws.storage);
-  if (tp.comm != nullptr) Carver::bind(ws.gather, ws.storage);
+    Carver::bind(*t, storage);
+  if (tp.comm != nullptr) Carver::bind(ws.gather, storage);
   if (max_verify_keys > 0)
-    for (Tensor* t : {&ws.k_tile, &ws.v_tile, &ws.key_rows, &ws.verify_tiles}) Carver::bind(*t, ws.storage);
+    for (Tensor* t : {&ws.k_tile, &ws.v_tile, &ws.key_rows, &ws.verify_tiles}) Carver::bind(*t, storage);
   return ws;
 }
 

@@ -197,10 +197,14 @@ struct ForwardWorkspace {
 /// MLP writes gate_up, and the MLP (ff_out has read act) before the next layer's attention stage, so
 /// a token row costs x + xn + max(the two stages) = 88 KiB instead of 128 KiB at LLaDA-8B's bf16 shape.
 /// Their contents are therefore only meaningful inside a forward.
-/// Throws Error(kInvalidArgument) for non-positive sizes, as llada_shard, Error(kOutOfMemory).
+/// shared: carve the workspace from this buffer (at least forward_workspace_bytes of the same sizes;
+/// it stays the caller's, ForwardWorkspace::storage is left empty) instead of allocating one, e.g.
+/// two workspaces that are never in use at the same time (Flash-Cache's main and verify passes).
+/// Throws Error(kInvalidArgument) for non-positive sizes or a too small shared buffer, as
+/// llada_shard, Error(kOutOfMemory).
 ForwardWorkspace make_forward_workspace(Backend& backend, const LladaConfig& cfg, int64_t max_tokens,
                                         int64_t max_logit_rows, int64_t max_tiles, int64_t max_verify_keys = 0,
-                                        const TensorParallel& tp = {});
+                                        const TensorParallel& tp = {}, const Buffer* shared = nullptr);
 /// ForwardWorkspace::bytes of make_forward_workspace with activation dtype `act`, without allocating.
 size_t forward_workspace_bytes(DType act, const LladaConfig& cfg, int64_t max_tokens, int64_t max_logit_rows,
                                int64_t max_tiles, int64_t max_verify_keys = 0, const TensorParallel& tp = {});
