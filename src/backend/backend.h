@@ -273,6 +273,13 @@ class Backend {
     FDLLM_CHECK_ARG(q_rows >= 0 && kv_rows >= 0 && n_heads >= 1,
                     "{}: q_rows {} and key rows {} must be >= 0, n_heads {} >= 1", op, q_rows, kv_rows, n_heads);
   }
+  /// attention_with_importance's tables: both I32 [n, 4], no more score tiles than tiles.
+  static void check_score_table_args(const Tensor& table, const Tensor& score_table, const char* op) {
+    FDLLM_CHECK_ARG(table.dtype == DType::kI32 && score_table.dtype == DType::kI32 && table.numel() % 4 == 0 &&
+                        score_table.numel() % 4 == 0 && score_table.numel() <= table.numel(),
+                    "{}: table ({}) and score_table ({}) must be I32 [n, 4] with no more score tiles than tiles", op,
+                    table.describe(), score_table.describe());
+  }
 };
 
 /// The most worker threads the CPU backend accepts: 4 x the hardware threads

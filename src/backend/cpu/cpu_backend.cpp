@@ -342,11 +342,7 @@ class CpuBackend final : public Backend {
   void attention_with_importance(Tensor q, Tensor k_store, Tensor v_store, Tensor table, int n_heads, float scale,
                                  Tensor out, Tensor score_table, float weight, Tensor scores) override {
     static constexpr const char* kOp = "attention_with_importance";
-    check_dtype(table, DType::kI32, kOp, "table");
-    check_dtype(score_table, DType::kI32, kOp, "score_table");
-    FDLLM_CHECK_ARG(table.numel() % 4 == 0 && score_table.numel() % 4 == 0 && score_table.numel() <= table.numel(),
-                    "{}: table ({}) and score_table ({}) must be [n, 4] with no more score tiles than tiles", kOp,
-                    table.describe(), score_table.describe());
+    check_score_table_args(table, score_table, kOp);
     const auto* tiles = reinterpret_cast<const AttentionTile*>(table.data);
     const auto* scored = reinterpret_cast<const AttentionTile*>(score_table.data);
     for (int64_t i = 0; i < score_table.numel() / 4; ++i) {

@@ -515,10 +515,7 @@ class CudaBackend final : public Backend {
   void attention_with_importance(Tensor q, Tensor k_store, Tensor v_store, Tensor table, int n_heads, float scale,
                                  Tensor out, Tensor score_table, float weight, Tensor scores) override {
     static constexpr const char* kOp = "attention_with_importance";
-    expect(score_table, DType::kI32, kOp, "score_table");
-    FDLLM_CHECK_ARG(table.numel() % 4 == 0 && score_table.numel() % 4 == 0 && score_table.numel() <= table.numel(),
-                    "{}: table ({}) and score_table ({}) must be [n, 4] with no more score tiles than tiles", kOp,
-                    table.describe(), score_table.describe());
+    check_score_table_args(table, score_table, kOp);
     const int64_t HD = q.row_size();
     const bool fused = score_table.numel() > 0 && attention_.mode != AttentionMode::kReference && n_heads > 0 &&
                        HD % n_heads == 0 && kernels::flash_supports_head_dim(static_cast<int>(HD / n_heads));
