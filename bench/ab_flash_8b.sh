@@ -9,8 +9,10 @@
 #   SLOTS="1 16 32" REPEATS=3 PROMPT=250 GEN=512 PER_ITER=8 OUT=./out
 #   MODEL=data/llada-8b-instruct DEVICE=cuda   (a small config and cpu to try the script)
 #
-# ms/iteration = the call's wall seconds / its iterations (max NFE over the requests), as
-# bench/grid_8b_table.py; the first iteration is the admission prefill of every slot.
+# ms/iteration = the median wall time of the iterations without an admission (generate --json's
+# iterations.decode.median_ms: the steady state); wall/NFE = the call's wall seconds / its iterations
+# (max NFE over the requests), as bench/grid_8b_table.py, which also holds the admission prefill of
+# every slot and the first call's warm-up.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for kv in "$@"; do export "${kv?}"; done
@@ -44,7 +46,8 @@ d = json.load(open(sys.argv[1]))
 res = d["results"]
 sec = max(x["seconds"] for x in res)
 it = max(x["nfe"] for x in res)
-print(f"{sys.argv[2]}\t{sys.argv[3]}\t{sys.argv[4]}\t{1e3 * sec / it:.3f}\t{d.get('peak_memory_bytes', 0)}")
+print(f"{sys.argv[2]}\t{sys.argv[3]}\t{sys.argv[4]}\t{d['iterations']['decode']['median_ms']:.3f}\t"
+      f"{d.get('peak_memory_bytes', 0)}\t{1e3 * sec / it:.3f}")
 EOF
     done
   done
@@ -54,11 +57,12 @@ python3 - "$OUT/ab_flash.tsv" "$A_ARGS" "$B_ARGS" << 'EOF'
 import statistics, sys
 rows = [l.split("\t") for l in open(sys.argv[1]) if l.strip()]
 print(f"A: {sys.argv[2] or '(defaults)'}\nB: {sys.argv[3] or '(defaults)'}\n")
-print("| slots | A ms/it (runs) | B ms/it (runs) | A median | B median | A/B |")
-print("|---:|---|---|---:|---:|---:|")
+print("| slots | A ms/it (runs) | B ms/it (runs) | A median | B median | A/B | A wall/NFE | B wall/NFE |")
+print("|---:|---|---|---:|---:|---:|---:|---:|")
 for s in sorted({int(r[1]) for r in rows}):
     v = {side: [float(r[3]) for r in rows if r[0] == side and int(r[1]) == s] for side in "AB"}
+    w = {side: [float(r[5]) for r in rows if r[0] == side and int(r[1]) == s] for side in "AB"}
     a, b = statistics.median(v["A"]), statistics.median(v["B"])
     print(f"| {s} | {', '.join(f'{x:.2f}' for x in v['A'])} | {', '.join(f'{x:.2f}' for x in v['B'])} "
-          f"| {a:.2f} | {b:.2f} | {a / b:.3f} |")
+          f"| {a:.2f} | {b:.2f} | {a / b:.3f} | {statistics.median(w['A']):.2f} | {statistics.median(w['B']):.2f} |")
 EOF

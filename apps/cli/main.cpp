@@ -200,6 +200,15 @@ int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
     const PeakMemory peak = peak_memory(*engine);
     j["peak_memory_bytes"] = peak.bytes;
     j["peak_memory"] = peak.kind;
+    // Iteration wall times in ms: the steady state (no admission) and the admissions (prefill rows,
+    // the first one with the device's warm-up); ms per iteration in benchmarks is decode.median.
+    const flashdllm::EngineMetrics m = engine->metrics();
+    auto times = [](const flashdllm::EngineMetrics::IterationTimes& t) {
+      return nlohmann::json{{"count", t.count},       {"mean_ms", 1e3 * t.mean}, {"median_ms", 1e3 * t.median},
+                            {"p10_ms", 1e3 * t.p10},  {"p90_ms", 1e3 * t.p90},   {"min_ms", 1e3 * t.min},
+                            {"max_ms", 1e3 * t.max}};
+    };
+    j["iterations"] = {{"decode", times(m.decode_iterations)}, {"admission", times(m.admission_iterations)}};
     if (ca.profile_ops) {
       nlohmann::json ops = nlohmann::json::array();
       for (const auto& e : engine->op_profile()) ops.push_back({{"op", e.op}, {"calls", e.calls}, {"seconds", e.seconds}});

@@ -151,6 +151,19 @@ struct EngineMetrics {
   std::vector<double> tokens_per_iteration_bounds;
   std::vector<int64_t> tokens_per_iteration_counts;
   double tokens_per_iteration_sum = 0.0;
+  /// Wall-time summary of a kind of iteration (seconds), over the newest kIterationWindow of them.
+  struct IterationTimes {
+    int64_t count = 0;  ///< iterations of this kind run in all (the statistics cover the newest ones)
+    double mean = 0.0, median = 0.0, p10 = 0.0, p90 = 0.0, min = 0.0, max = 0.0;
+  };
+  static constexpr int64_t kIterationWindow = 8192;
+  /// Iterations that admitted no request: the steady state, every slot denoising (its window and
+  /// tracked rows under Flash-Cache). The per-iteration figure of benchmarks (bench/ab_flash_8b.sh).
+  IterationTimes decode_iterations;
+  /// Iterations that admitted at least one request: they hold its prefill rows (Flash-Cache's
+  /// [0, seqlen_k) per admitted slot) and, the very first one, the device's warm-up (library
+  /// plans, module loading).
+  IterationTimes admission_iterations;
 };
 
 class Engine {
@@ -196,7 +209,8 @@ class Engine {
   int replicas() const noexcept;
   /// Slots of the running pool over all replicas (decode.n_slots x replicas(); 0 before start).
   int64_t total_slots() const;
-  /// The running pool's metrics (after stop(): the last pool's).
+  /// The running pool's metrics (after stop(): the last pool's; after generate(): that call's, its
+  /// iteration times included).
   EngineMetrics metrics() const;
 
   // ---- text -------------------------------------------------------------------------------------

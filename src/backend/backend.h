@@ -16,8 +16,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 #include "core/verify_mask.h"
@@ -122,6 +124,36 @@ class Backend {
   virtual void synchronize() = 0;
   /// Bytes of device memory still free (host: available physical memory).
   virtual size_t free_memory() const = 0;
+
+  // ---------------------------------------------------------------- recorded op sequences
+  /// Runs `ops`, a sequence of this backend's asynchronous ops (the model's layer loop), or replays
+  /// a recording of it. `key` must determine every launch of the sequence: its shapes, its scalar
+  /// arguments and every device address it reads or writes (the caller lists them; llada.cpp's
+  /// recording_key), so that a replay does what a new run would do with the data then in memory.
+  /// `ops` must not copy between host and device, synchronise or allocate (data uploads belong
+  /// before the call), and nothing it touches may be freed while the key can still be replayed
+  /// unless the same addresses are never again passed with the same key.
+  /// Default (CPU): runs `ops`. CUDA: the first call with a key runs `ops` op by op; the second
+  /// (while the key is among the 64 most recent new keys) captures `ops` into a CUDA graph on the
+  /// stream and launches it; later calls launch that graph (at most 64 graphs, least recently used
+  /// dropped first) (one launch instead of one per op; reference: CUDA Programming Guide, "CUDA
+  /// Graphs", stream capture). A capture that fails (an op that synchronises, e.g. the first call of
+  /// a GEMM shape under FLASHDLLM_GEMM_TUNE) falls back to running `ops`; after two failures the key
+  /// is never captured again. Off with FLASHDLLM_CUDA_GRAPHS=0 or FLASHDLLM_CUDA_SYNC=1.
+  /// Errors: those of `ops` (a capture is discarded first, and `ops` rerun directly to raise them).
+  virtual void run_recorded(const std::vector<int64_t>& key, const std::function<void()>& ops) {
+    (void)key;
+    ops();
+  }
+  /// What run_recorded did so far (tests, logs). CPU: all zero.
+  struct RecordingStats {
+    int64_t direct = 0;    ///< calls that ran `ops` op by op (first sightings, graphs off, failures)
+    int64_t captures = 0;  ///< graphs captured (each also ran once)
+    int64_t replays = 0;   ///< calls served by launching a stored graph
+    int64_t failed = 0;    ///< captures that failed (then run directly)
+    int64_t cached = 0;    ///< graphs held now
+  };
+  virtual RecordingStats recording_stats() const { return {}; }
 
   /// Converts `n` host elements of `src_dtype` (F32/F16/BF16) into the weight tensor `dst`
   /// (weight dtype, numel == n).

@@ -376,6 +376,10 @@ std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>&
     for (std::thread& t : others.threads) t.join();
     drain();
     mem.take(impl_->free_memory());  // K/V stores and workspaces still allocated
+    {
+      std::unique_lock<std::shared_mutex> pool_lock(impl_->pool_mu);
+      impl_->last_metrics = sched.metrics();  // metrics() reports this call until the next one or start()
+    }
     for (size_t i = 0; i < have.size(); ++i)
       FDLLM_CHECK(have[i], ErrorCode::kInternal, "generate: request {} did not finish", i);
   }

@@ -37,6 +37,32 @@ void observe(const std::vector<double>& bounds, std::vector<int64_t>& counts, do
   sum += v;
 }
 
+/// Summary of iteration wall times (any order; the deque is left as it is).
+EngineMetrics::IterationTimes summarize(const std::deque<double>& seconds, int64_t count) {
+  EngineMetrics::IterationTimes t;
+  t.count = count;
+  if (seconds.empty()) return t;
+  std::vector<double> v(seconds.begin(), seconds.end());
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  // Quantile q: linear interpolation between the closest ranks (numpy's default).
+  auto quantile = [&](double q) {
+    const double pos = q * static_cast<double>(n - 1);
+    const auto lo = static_cast<size_t>(pos);
+    const size_t hi = std::min(lo + 1, n - 1);
+    return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+  };
+  double sum = 0.0;
+  for (double x : v) sum += x;
+  t.mean = sum / static_cast<double>(n);
+  t.median = quantile(0.5);
+  t.p10 = quantile(0.1);
+  t.p90 = quantile(0.9);
+  t.min = v.front();
+  t.max = v.back();
+  return t;
+}
+
 /// Bytes of `text` that can be sent before the answer is decided: without a trailing U+FFFD (the
 /// lossy decode of a UTF-8 sequence cut by a token boundary, completed by a later token) and
 /// without a suffix that could be the start of a stop string.
@@ -236,6 +262,8 @@ EngineMetrics Scheduler::metrics() const {
   for (const Replica& rep : reps_) m.queue_depth += static_cast<int64_t>(rep.assigned.size());
   m.slots_busy = busy_;
   for (const Replica& rep : reps_) m.replica_slots_busy.push_back(rep.busy);
+  m.decode_iterations = summarize(decode_seconds_, metrics_.decode_iterations.count);
+  m.admission_iterations = summarize(admission_seconds_, metrics_.admission_iterations.count);
   if (!recent_.empty()) {
     const auto now = Clock::now();
     int64_t tokens = 0;
@@ -500,6 +528,10 @@ bool Scheduler::step(size_t replica) {
   metrics_.committed_tokens += committed;
   metrics_.busy_seconds += dt;
   observe(kIterationBounds, metrics_.iteration_seconds_counts, metrics_.iteration_seconds_sum, dt);
+  std::deque<double>& kind = admitted.empty() ? decode_seconds_ : admission_seconds_;
+  ++(admitted.empty() ? metrics_.decode_iterations : metrics_.admission_iterations).count;
+  kind.push_back(dt);
+  if (static_cast<int64_t>(kind.size()) > EngineMetrics::kIterationWindow) kind.pop_front();
   observe(kTokenBounds, metrics_.tokens_per_iteration_counts, metrics_.tokens_per_iteration_sum,
           static_cast<double>(committed));
   recent_.emplace_back(t1, committed);

@@ -154,6 +154,9 @@ class Scheduler {
   int64_t busy_ = 0;  // running requests, all replicas
   EngineMetrics metrics_;
   std::deque<std::pair<std::chrono::steady_clock::time_point, int64_t>> recent_;  // (iteration end, committed)
+  /// The newest iteration wall times (seconds, at most EngineMetrics::kIterationWindow each) of
+  /// iterations without and with an admission (EngineMetrics::decode_iterations / admission_iterations).
+  std::deque<double> decode_seconds_, admission_seconds_;
 };
 
 }  // namespace flashdllm

@@ -427,12 +427,54 @@ namespace {
 /// attention output attn [T, H·Dh] (and whatever K/V the mode keeps).
 using AttentionStage = std::function<void(int64_t layer, const LladaLayerWeights& lw, Tensor xn, Tensor q, Tensor attn)>;
 
+/// Uploads the logit rows and their noise keys (part of the plan: before the recorded layer loop).
+void upload_logit_rows(Backend& be, ForwardWorkspace& ws, const std::vector<int32_t>& logit_rows,
+                       const std::vector<int32_t>& row_keys) {
+  const auto R = static_cast<int64_t>(logit_rows.size());
+  if (R == 0) return;
+  be.copy_from_host(ws.logit_rows.slice_rows(0, R), logit_rows.data());
+  be.copy_from_host(ws.row_keys.slice_rows(0, R), row_keys.data());
+}
+
+/// The key of a forward's layer loop for Backend::run_recorded: every shape, scalar and device
+/// address the loop's launches use. `kind` tells llada_forward (0) from llada_verify_forward (1);
+/// `shape` holds the call's sizes and scalars (rows, logit rows, tiles, keys, importance settings).
+std::vector<int64_t> recording_key(int64_t kind, const LladaModel& model, const ForwardWorkspace& ws,
+                                   const KvStore& kv, std::initializer_list<int64_t> shape) {
+  const LladaConfig& c = model.config;
+  auto addr = [](const void* p) { return static_cast<int64_t>(reinterpret_cast<uintptr_t>(p)); };
+  std::vector<int64_t> key{kind, c.n_layers, c.d_model, c.n_heads, c.head_dim, c.mlp_hidden_size, c.embedding_size};
+  key.insert(key.end(), shape);
+  float eps = static_cast<float>(c.rms_norm_eps);
+  int32_t eps_bits = 0;
+  std::memcpy(&eps_bits, &eps, sizeof(eps));
+  key.push_back(eps_bits);
+  key.push_back(model.tp.rank);
+  key.push_back(model.tp.world);
+  // Weights: one buffer in a fixed layout (plan_weights), so its base and size place every tensor.
+  key.push_back(addr(model.weights.wte.data));
+  key.push_back(static_cast<int64_t>(model.weights.bytes));
+  key.push_back(addr(model.rope.table.cos.data));
+  key.push_back(addr(model.rope.table.sin.data));
+  key.push_back(model.rope.table.cos.rows());
+  for (const Tensor* t : {&ws.x, &ws.xn, &ws.q, &ws.attn, &ws.gate_up, &ws.act, &ws.sel, &ws.scratch, &ws.logits,
+                          &ws.gather, &ws.ids, &ws.positions, &ws.kv_rows, &ws.tiles, &ws.logit_rows, &ws.row_keys,
+                          &ws.k_tile, &ws.v_tile, &ws.key_rows, &ws.verify_tiles})
+    key.push_back(addr(t->data));
+  key.push_back(kv.rows);
+  for (size_t l = 0; l < kv.k.size(); ++l) {  // per layer: stores may be shared across layers or not
+    key.push_back(addr(kv.k[l].data));
+    key.push_back(addr(kv.v[l].data));
+  }
+  return key;
+}
+
 /// The layer loop shared by llada_forward and llada_verify_forward: embedding of the uploaded ids,
 /// per layer attn_norm -> attention stage -> attn_out (+residual) -> ff_norm -> SwiGLU MLP
-/// (+residual), then ln_f and the LM head over the requested rows only (the largest GEMM).
-Tensor run_layers(Backend& be, const LladaModel& model, ForwardWorkspace& ws, int64_t T, Tensor ids,
-                  const std::vector<int32_t>& logit_rows, const std::vector<int32_t>& row_keys,
-                  const AttentionStage& attention) {
+/// (+residual), then ln_f and the LM head over the R uploaded logit rows only (the largest GEMM).
+/// Only asynchronous device ops (no upload, no synchronisation): Backend::run_recorded can record it.
+void run_layers(Backend& be, const LladaModel& model, ForwardWorkspace& ws, int64_t T, Tensor ids, int64_t R,
+                const AttentionStage& attention) {
   const LladaConfig& c = model.config;
   const LladaWeights& w = model.weights;
   Communicator* comm = model.tp.comm;
@@ -440,7 +482,6 @@ Tensor run_layers(Backend& be, const LladaModel& model, ForwardWorkspace& ws, in
   // accumulates it onto the residual, the others overwrite h with theirs, and the all-reduce adds
   // them (the residual counted once). Without a communicator this is the unsharded h += ... .
   const bool residual = model.tp.rank == 0;
-  const auto R = static_cast<int64_t>(logit_rows.size());
   Tensor x = ws.x.slice_rows(0, T), xn = ws.xn.slice_rows(0, T), q = ws.q.slice_rows(0, T);
   Tensor attn = ws.attn.slice_rows(0, T), gate_up = ws.gate_up.slice_rows(0, T), act = ws.act.slice_rows(0, T);
   be.embedding(w.wte, ids, x);
@@ -457,16 +498,13 @@ Tensor run_layers(Backend& be, const LladaModel& model, ForwardWorkspace& ws, in
     if (comm != nullptr) comm->all_reduce_sum(x);
   }
   Tensor logits = ws.logits.slice_rows(0, R);
-  if (R == 0) return logits;
-  Tensor lrows = ws.logit_rows.slice_rows(0, R);
-  be.copy_from_host(lrows, logit_rows.data());
-  be.copy_from_host(ws.row_keys.slice_rows(0, R), row_keys.data());
+  if (R == 0) return;
   Tensor sel = ws.sel.slice_rows(0, R);
-  be.gather_rows(x, lrows, sel);
+  be.gather_rows(x, ws.logit_rows.slice_rows(0, R), sel);
   be.rmsnorm(sel, w.ln_f, c.rms_norm_eps, sel);
   if (comm == nullptr) {
     be.matmul(sel, w.lm_head, logits, false);
-    return logits;
+    return;
   }
   // Vocabulary-parallel LM head: this rank's [R, Vl] block of the logits, computed into its chunk
   // of the gather staging (an in-place NCCL all-gather), then every rank gets all column blocks.
@@ -475,7 +513,16 @@ Tensor run_layers(Backend& be, const LladaModel& model, ForwardWorkspace& ws, in
   Tensor local = staged.slice_rows(model.tp.rank * R, (model.tp.rank + 1) * R);
   be.matmul(sel, w.lm_head, local, false);
   comm->all_gather_columns(local, logits, ws.gather);
-  return logits;
+}
+
+/// Runs the layer loop `layers` through Backend::run_recorded under `key`; with a communicator
+/// (collectives inside the loop) op by op.
+void run_layer_loop(Backend& be, const LladaModel& model, const std::vector<int64_t>& key,
+                    const std::function<void()>& layers) {
+  if (model.tp.comm != nullptr)
+    layers();
+  else
+    be.run_recorded(key, layers);
 }
 
 /// Checks that the model's rank context, its weights and the K/V store / workspace agree (a store
@@ -535,6 +582,7 @@ Tensor llada_forward(Backend& be, const LladaModel& model, const ForwardBatch& b
 
   FDLLM_CHECK_ARG(!kv.k.empty() && static_cast<int64_t>(kv.k.size()) == c.n_layers,
                   "forward: the K/V store has {} layers, the model {}", kv.k.size(), c.n_layers);
+  upload_logit_rows(be, ws, batch.logit_rows, batch.row_keys);
   const int n_heads = local_heads(model, kv.k[0], ws, "forward");
   be.plan_attention(tiles, T, kv.rows, n_heads);  // every layer's attention reuses this plan
   const float scale = attention_scale(c);
@@ -542,7 +590,14 @@ Tensor llada_forward(Backend& be, const LladaModel& model, const ForwardBatch& b
   // the others start from zero, and one all-reduce after the layers adds the ranks' head sums.
   Communicator* comm = model.tp.comm;
   if (comm != nullptr && imp.on() && model.tp.rank != 0) be.fill_zero(imp.scores);
-  Tensor logits = run_layers(be, model, ws, T, ids, batch.logit_rows, batch.row_keys,
+  int32_t weight_bits = 0;
+  std::memcpy(&weight_bits, &imp.weight, sizeof(weight_bits));
+  const std::vector<int64_t> key =
+      recording_key(0, model, ws, kv,
+                    {T, R, n_tiles, n_scored, imp.first_layer, weight_bits, imp.probability_mass ? 1 : 0,
+                     static_cast<int64_t>(reinterpret_cast<uintptr_t>(imp.scores.data))});
+  run_layer_loop(be, model, key, [&] {
+    run_layers(be, model, ws, T, ids, R,
                     [&](int64_t l, const LladaLayerWeights& lw, Tensor xn, Tensor q, Tensor attn) {
                       Tensor k = kv.k[static_cast<size_t>(l)], v = kv.v[static_cast<size_t>(l)];
                       be.qkv_rope_store(xn, lw.wqkv, pos, rows, model.rope.table, n_heads, q, k, v, ws.scratch);
@@ -557,8 +612,9 @@ Tensor llada_forward(Backend& be, const LladaModel& model, const ForwardBatch& b
                         be.attention_importance(q, k, scored, n_heads, scale, imp.probability_mass, imp.weight,
                                                 imp.scores);
                     });
+  });
   if (comm != nullptr && imp.on()) comm->all_reduce_sum(imp.scores);
-  return logits;
+  return ws.logits.slice_rows(0, R);
 }
 
 Tensor llada_verify_forward(Backend& be, const LladaModel& model, const VerifyBatch& batch, const KvStore& kv,
@@ -588,18 +644,21 @@ Tensor llada_verify_forward(Backend& be, const LladaModel& model, const VerifyBa
   be.copy_from_host(rows, iota.data());
   be.copy_from_host(keys, batch.key_rows.data());
   be.copy_from_host(tiles, batch.tiles.data());
+  upload_logit_rows(be, ws, batch.logit_rows, batch.row_keys);
   Tensor k_tile = ws.k_tile.slice_rows(0, T), v_tile = ws.v_tile.slice_rows(0, T);
 
   const int n_heads = local_heads(model, kv.k[0], ws, "verify forward");
   be.plan_attention_verify(tiles, T, G);  // every layer's verify attention reuses this plan
   const float scale = attention_scale(c);
-  return run_layers(be, model, ws, T, ids, batch.logit_rows, batch.row_keys,
-                    [&](int64_t l, const LladaLayerWeights& lw, Tensor xn, Tensor q, Tensor attn) {
-                      be.qkv_rope_store(xn, lw.wqkv, pos, rows, model.rope.table, n_heads, q, k_tile, v_tile,
-                                        ws.scratch);
-                      be.attention_verify(q, kv.k[static_cast<size_t>(l)], kv.v[static_cast<size_t>(l)], keys, k_tile,
-                                          v_tile, tiles, n_heads, scale, attn);
-                    });
+  run_layer_loop(be, model, recording_key(1, model, ws, kv, {T, R, n_tiles, G}), [&] {
+    run_layers(be, model, ws, T, ids, R,
+               [&](int64_t l, const LladaLayerWeights& lw, Tensor xn, Tensor q, Tensor attn) {
+                 be.qkv_rope_store(xn, lw.wqkv, pos, rows, model.rope.table, n_heads, q, k_tile, v_tile, ws.scratch);
+                 be.attention_verify(q, kv.k[static_cast<size_t>(l)], kv.v[static_cast<size_t>(l)], keys, k_tile,
+                                     v_tile, tiles, n_heads, scale, attn);
+               });
+  });
+  return ws.logits.slice_rows(0, R);
 }
 
 }  // namespace flashdllm

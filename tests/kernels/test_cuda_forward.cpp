@@ -6,8 +6,10 @@
 // Skips without a CUDA device.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <string>
 
 #include "backend/backend.h"
 #include "common/model_fixture.h"
@@ -193,6 +195,114 @@ TEST_F(CudaForward, NoMaskIdAtAnyTemperatureInEveryMode) {
       }
     }
   }
+}
+
+// A backend made while FLASHDLLM_CUDA_GRAPHS is `value` (read once, at construction).
+std::unique_ptr<Backend> cuda_backend_with_graphs(const char* value) {
+  const char* old = std::getenv("FLASHDLLM_CUDA_GRAPHS");
+  const std::string saved = old != nullptr ? old : "";
+  setenv("FLASHDLLM_CUDA_GRAPHS", value, 1);
+  auto be = make_cuda_backend(0);
+  if (old != nullptr)
+    setenv("FLASHDLLM_CUDA_GRAPHS", saved.c_str(), 1);
+  else
+    unsetenv("FLASHDLLM_CUDA_GRAPHS");
+  return be;
+}
+
+// Backend::run_recorded on CUDA: the layer loop runs op by op at a key's first sighting, is captured
+// into a CUDA graph at its second and replayed after; every result equals the op-by-op backend's
+// bit for bit, although each call brings other tokens (the plan is uploaded outside the graph), and
+// a call of another shape or workspace is not served by a graph of the first.
+TEST_F(CudaForward, RecordedLayerLoopReplaysExactly) {
+  auto eager = cuda_backend_with_graphs("0");
+  auto graphs = cuda_backend_with_graphs("1");
+  LladaModel me = load_model(*eager, golden_dir());
+  LladaModel mg = load_model(*graphs, golden_dir());
+  const int32_t V = static_cast<int32_t>(me.config.embedding_size);
+  // Three batches of one shape (two sequences of 40 and 24 tokens), different tokens; one of another.
+  auto batch = [&](int32_t salt, int32_t len) {
+    std::vector<int32_t> a, b;
+    for (int32_t i = 0; i < len; ++i) a.push_back((7 + 31 * i + salt * 13) % (V - 8) + 1);
+    for (int32_t i = 0; i < 24; ++i) b.push_back((3 + 17 * i + salt * 29) % (V - 8) + 1);
+    return full_recompute_batch({a, b});
+  };
+  const std::vector<ForwardBatch> calls = {batch(1, 40), batch(2, 40), batch(3, 40), batch(1, 40),
+                                           batch(2, 40), batch(4, 33)};
+  auto run = [](Backend& be, const LladaModel& m, const ForwardBatch& fb, KvStore& kv, ForwardWorkspace& ws) {
+    Tensor logits = llada_forward(be, m, fb, kv, ws);
+    std::vector<float> out(static_cast<size_t>(logits.numel()));
+    be.copy_to_host(out.data(), logits);
+    return out;
+  };
+  KvStore kve = make_kv_store(*eager, me.config, 64, true);
+  ForwardWorkspace wse = make_forward_workspace(*eager, me.config, 64, 64, 4);
+  KvStore kvg = make_kv_store(*graphs, mg.config, 64, true);
+  ForwardWorkspace wsg = make_forward_workspace(*graphs, mg.config, 64, 64, 4);
+  std::vector<std::vector<float>> expect;
+  for (const ForwardBatch& fb : calls) expect.push_back(run(*eager, me, fb, kve, wse));
+  ASSERT_NE(expect[0], expect[1]) << "the batches must give different logits for the test to mean anything";
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const std::vector<float> got = run(*graphs, mg, calls[i], kvg, wsg);
+    ASSERT_EQ(got.size(), expect[i].size()) << "call " << i;
+    EXPECT_EQ(std::memcmp(got.data(), expect[i].data(), got.size() * sizeof(float)), 0) << "call " << i;
+  }
+  Backend::RecordingStats st = graphs->recording_stats();
+  // Calls 0 and 5 (new keys) op by op, call 1 captured, calls 2-4 replayed.
+  EXPECT_EQ(st.direct, 2);
+  EXPECT_EQ(st.captures, 1);
+  EXPECT_EQ(st.replays, 3);
+  EXPECT_EQ(st.failed, 0);
+  EXPECT_EQ(st.cached, 1);
+  EXPECT_EQ(eager->recording_stats().captures, 0);
+  EXPECT_EQ(eager->recording_stats().direct, static_cast<int64_t>(calls.size()));
+
+  // Another workspace (other addresses) with the first shape: not the first workspace's graph.
+  ForwardWorkspace ws2 = make_forward_workspace(*graphs, mg.config, 80, 64, 4);
+  const std::vector<float> got = run(*graphs, mg, calls[0], kvg, ws2);
+  EXPECT_EQ(std::memcmp(got.data(), expect[0].data(), got.size() * sizeof(float)), 0);
+  st = graphs->recording_stats();
+  EXPECT_EQ(st.replays, 3);
+  EXPECT_EQ(st.direct, 3);
+}
+
+// Whole requests through the engine give the same tokens with and without CUDA graphs in every
+// cache mode (Flash-Cache's steady iterations and the block samplers' repeated shapes replay).
+TEST_F(CudaForward, GraphsDoNotChangeAnswers) {
+  const auto dir = default_model_dir();
+  if (!std::filesystem::exists(dir / "model.safetensors")) GTEST_SKIP() << "no small model at " << dir;
+  auto generate_all = [&](const char* graphs) {
+    const char* old = std::getenv("FLASHDLLM_CUDA_GRAPHS");
+    const std::string saved = old != nullptr ? old : "";
+    setenv("FLASHDLLM_CUDA_GRAPHS", graphs, 1);
+    EngineOptions eo;
+    eo.model_dir = dir;
+    eo.device = "cuda";
+    const auto engine = Engine::load(eo);
+    if (old != nullptr)
+      setenv("FLASHDLLM_CUDA_GRAPHS", saved.c_str(), 1);
+    else
+      unsetenv("FLASHDLLM_CUDA_GRAPHS");
+    std::vector<GenerateRequest> requests;
+    for (const char* q : {"Mason has 96 stamps. He gets 4 more stamps from Mia. How many stamps does he have?",
+                          "What is 7 + 8?", "Tom has 12 apples and eats 5. How many are left?"})
+      requests.push_back({q, {}, true});
+    std::vector<std::vector<int32_t>> out;
+    for (const std::string name : {"flash", "none", "dual", "verify"}) {
+      GenerateOptions go;
+      go.sampling.gen_length = 64;
+      go.decode.cache = name == "none" ? CacheMode::kNone : name == "dual" ? CacheMode::kDual : CacheMode::kFlash;
+      go.decode.verify = name == "verify";
+      if (name == "none" || name == "dual") go.sampling.steps = 32;
+      go.decode.n_slots = 2;  // three requests over two slots: an admission mid-run
+      for (const GenerateResult& r : engine->generate(requests, go)) out.push_back(r.canvas_ids);
+    }
+    return out;
+  };
+  const auto eager = generate_all("0");
+  const auto graphs = generate_all("1");
+  ASSERT_EQ(eager.size(), graphs.size());
+  for (size_t i = 0; i < eager.size(); ++i) EXPECT_EQ(eager[i], graphs[i]) << "request " << i;
 }
 
 }  // namespace

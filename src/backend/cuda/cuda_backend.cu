@@ -13,6 +13,7 @@
 //
 // Environment:
 //   FLASHDLLM_CUDA_SYNC=1        synchronise and check after every op (debugging)
+//   FLASHDLLM_CUDA_GRAPHS=0      run_recorded runs the ops one by one (no CUDA graphs)
 //   FLASHDLLM_ATTENTION=<mode>   auto (default) | reference | m64n64 | m128n64 | m128n128
 //                                (reference also sends the verify pass to its scalar kernel; the others
 //                                run it on the flash kernel's verify mode, m64n64, for head_dim 128)
@@ -32,12 +33,16 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <list>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "core/check.h"
@@ -182,7 +187,13 @@ struct StreamDestroy {
     }
   }
 };
+struct GraphExecDestroy {
+  void operator()(cudaGraphExec_t g) const noexcept {
+    if (g) cudaGraphExecDestroy(g);
+  }
+};
 using DevicePtr = std::unique_ptr<void, CudaFree>;
+using GraphExecPtr = std::unique_ptr<CUgraphExec_st, GraphExecDestroy>;
 using StreamPtr = std::unique_ptr<CUstream_st, StreamDestroy>;
 using PinnedPtr = std::unique_ptr<void, CudaFreeHost>;
 
@@ -239,6 +250,8 @@ class CudaBackend final : public Backend {
     attention_ = parse_attention_env();
     qkv_mode_ = parse_qkv_env();
     debug_sync_ = env_flag("FLASHDLLM_CUDA_SYNC");
+    const char* graphs = std::getenv("FLASHDLLM_CUDA_GRAPHS");
+    graphs_ = !debug_sync_ && (graphs == nullptr || std::strcmp(graphs, "0") != 0);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
@@ -366,6 +379,60 @@ class CudaBackend final : public Backend {
                                          stream_);
     }
     after_op(kOp);
+  }
+
+  // --------------------------------------------------------------------------- recorded sequences
+
+  void run_recorded(const std::vector<int64_t>& key, const std::function<void()>& ops) override {
+    if (!graphs_) {
+      ++rec_stats_.direct;
+      ops();
+      return;
+    }
+    CUDA_CHECK(cudaSetDevice(device_));
+    if (auto it = graphs_by_key_.find(key); it != graphs_by_key_.end()) {
+      graph_lru_.splice(graph_lru_.begin(), graph_lru_, it->second.lru);  // most recent first
+      CUDA_CHECK(cudaGraphLaunch(it->second.exec.get(), stream_));
+      ++rec_stats_.replays;
+      after_op("graph launch");
+      return;
+    }
+    auto seen = std::find(seen_keys_.begin(), seen_keys_.end(), key);
+    const int failures = failed_keys_.count(key) ? failed_keys_[key] : 0;
+    if (seen == seen_keys_.end() || failures >= 2) {  // first sighting (or never capturable): op by op
+      if (seen == seen_keys_.end() && failures < 2) {
+        seen_keys_.push_front(key);
+        if (seen_keys_.size() > kMaxGraphs) seen_keys_.pop_back();
+      }
+      ++rec_stats_.direct;
+      ops();
+      return;
+    }
+    seen_keys_.erase(seen);
+    GraphExecPtr exec = capture(ops);
+    if (!exec) {  // the capture failed: nothing ran, so run the ops directly (raising their errors)
+      ++rec_stats_.failed;
+      if (failed_keys_.size() > 4 * kMaxGraphs) failed_keys_.clear();
+      ++failed_keys_[key];
+      ++rec_stats_.direct;
+      ops();
+      return;
+    }
+    if (graphs_by_key_.size() >= kMaxGraphs) {  // drop the least recently used graph
+      graphs_by_key_.erase(graph_lru_.back());
+      graph_lru_.pop_back();
+    }
+    graph_lru_.push_front(key);
+    CUDA_CHECK(cudaGraphLaunch(exec.get(), stream_));
+    graphs_by_key_.emplace(key, GraphEntry{std::move(exec), graph_lru_.begin()});
+    ++rec_stats_.captures;
+    after_op("graph launch");
+  }
+
+  RecordingStats recording_stats() const override {
+    RecordingStats s = rec_stats_;
+    s.cached = static_cast<int64_t>(graphs_by_key_.size());
+    return s;
   }
 
   // --------------------------------------------------------------------------- model ops
@@ -828,6 +895,39 @@ class CudaBackend final : public Backend {
     if (debug_sync_) sync_and_check(op);
   }
 
+  // Captures `ops` from the stream into an instantiated graph (nothing runs). nullptr when the
+  // capture failed: an op threw (a validation error, or a call that is illegal while capturing,
+  // such as a synchronisation) or the capture was invalidated; the stream is left capturing nothing.
+  GraphExecPtr capture(const std::function<void()>& ops) {
+    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    bool threw = false;
+    try {
+      ops();
+    } catch (...) {
+      threw = true;
+    }
+    cudaGraph_t graph = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+    cudaGraphExec_t exec = nullptr;
+    cudaError_t inst = cudaErrorUnknown;
+    if (!threw && end == cudaSuccess && graph != nullptr) inst = cudaGraphInstantiate(&exec, graph, 0);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    if (threw || end != cudaSuccess || inst != cudaSuccess) {
+      (void)cudaGetLastError();  // a capture error is not sticky; clear the last-error slot
+      if (exec != nullptr) cudaGraphExecDestroy(exec);
+      return nullptr;
+    }
+    return GraphExecPtr(exec);
+  }
+
+  // Graphs hold the device addresses of their launches: when the attention work list moves, every
+  // graph that reads it is stale.
+  void drop_graphs() {
+    graphs_by_key_.clear();
+    graph_lru_.clear();
+    seen_keys_.clear();
+  }
+
   // What an attention work list was made for: the table (4 ints per AttentionTile, 5 per
   // VerifyTile), query rows, key rows (store rows or gathered keys) and rows per work item.
   struct PlanKey {
@@ -872,6 +972,7 @@ class CudaBackend final : public Backend {
     if (capacity <= work_capacity_) return;
     const int64_t cap = std::max<int64_t>(capacity, 2 * work_capacity_);
     CUDA_CHECK(cudaStreamSynchronize(stream_));  // the old list may still be read by queued kernels
+    drop_graphs();                               // and graphs launch kernels that read it
     work_ = std::unique_ptr<kernels::AttentionWorkItem, CudaFree>(static_cast<kernels::AttentionWorkItem*>(
         device_alloc(static_cast<size_t>(cap) * sizeof(kernels::AttentionWorkItem), "attention work list").release()));
     if (!work_count_) work_count_ = device_alloc(sizeof(int32_t), "attention work count");
@@ -891,6 +992,18 @@ class CudaBackend final : public Backend {
   AttentionChoice attention_;
   QkvMode qkv_mode_ = QkvMode::kAuto;
   bool debug_sync_ = false;
+  // run_recorded's graphs: by key, with their place in the use order (most recent first).
+  static constexpr size_t kMaxGraphs = 64;
+  struct GraphEntry {
+    GraphExecPtr exec;
+    std::list<std::vector<int64_t>>::iterator lru;
+  };
+  bool graphs_ = true;
+  std::map<std::vector<int64_t>, GraphEntry> graphs_by_key_;
+  std::list<std::vector<int64_t>> graph_lru_;
+  std::list<std::vector<int64_t>> seen_keys_;         // keys run once, newest first (at most kMaxGraphs)
+  std::map<std::vector<int64_t>, int> failed_keys_;   // failed captures per key
+  RecordingStats rec_stats_;
   // Declared last, destroyed first: StreamDestroy waits for queued work before anything above is freed.
   StreamPtr stream_owner_;
   cudaStream_t stream_ = nullptr;

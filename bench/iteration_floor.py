@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""Flash-Cache iteration time against its floor, measured in one run (issue 13's targets).
+
+Ours: `flashdllm generate --json` at the LLaDA-8B shape (dummy bf16 weights), P-token prompts, gen_length
+G, `--forced-schedule` F, S slots; its per-iteration time is the median wall time of the iterations
+that admitted no request (`iterations.decode.median_ms`: every slot denoising its window + tracked
+rows; the admission prefills and the first call's warm-up are reported apart). Each side (A, B: other
+binaries, arguments or environment) runs REPEATS times per slot count, alternating; medians.
+
+The floor of one iteration, from measurements taken by this script in the same run (torch, bf16):
+  * every GEMM of the iteration (per layer q|k|v, attn_out, gate|up, down over T = S x rows_per_slot
+    rows; the LM head over R = S x block_length rows, F32 out) at
+    max(2·T·N·K / P, (bytes of W, x and out) / B), with P = the best bf16 GEMM rate measured
+    (torch.matmul, cuBLAS, 8192^3) and B = the device copy bandwidth measured (read + write of 2 GiB);
+  * attention at cuDNN SDPA's time (no importance) for S x (H, rows_per_slot, seqlen_k, 128), every layer.
+Elementwise ops (norms, SwiGLU, RoPE, selection) count as free: a fused implementation hides them.
+
+  python3 bench/iteration_floor.py --a-bin build-gpu/flashdllm --b-env FLASHDLLM_CUDA_GRAPHS=0 \\
+      --slots 1,16,32 --json out/iteration_floor.json
+
+Targets (issue 13): 32 and 16 slots <= 1.2x the floor, 1 slot <= 1.3x.
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+
+
+def gemm_shapes(cfg, T, R):
+    """(name, T, N, K, out_bytes_per_element, per_layer) of one iteration's GEMMs."""
+    D, F, V = cfg["d_model"], cfg["mlp_hidden_size"], cfg["embedding_size"]
+    HD = cfg["n_heads"] * (D // cfg["n_heads"])
+    return [("qkv", T, 3 * HD, D, 2, True), ("attn_out", T, D, HD, 2, True), ("gate_up", T, 2 * F, D, 2, True),
+            ("down", T, D, F, 2, True), ("lm_head", R, V, D, 4, False)]
+
+
+def gemm_floor_ms(cfg, T, R, peak_tflops, gbps):
+    total, parts = 0.0, {}
+    for name, t, n, k, ob, per_layer in gemm_shapes(cfg, T, R):
+        flops = 2.0 * t * n * k
+        bytes_ = 2.0 * n * k + 2.0 * t * k + ob * t * n
+        ms = max(flops / (peak_tflops * 1e12), bytes_ / (gbps * 1e9)) * 1e3
+        ms *= cfg["n_layers"] if per_layer else 1
+        parts[name] = ms
+        total += ms
+    return total, parts
+
+
+def seqlen_k(prompt, gen, key_tile=128):
+    return (prompt + gen) // key_tile * key_tile + key_tile
+
+
+def measure_device(shapes, heads, head_dim, warmup, iters):
+    """Peak bf16 GEMM TFLOP/s, copy GB/s and cuDNN SDPA ms per (S, Q, K), all in this process."""
+    import torch
+    import torch.nn.functional as Fn
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def timed(fn, reps):
+        for _ in range(warmup):
+            fn()
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        out = []
+        for _ in range(iters):
+            start.record()
+            for _ in range(reps):
+                fn()
+            stop.record()
+            stop.synchronize()
+            out.append(start.elapsed_time(stop) / reps)
+        return statistics.median(out)
+
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    gemm_ms = timed(lambda: torch.matmul(a, b), 10)
+    peak = 2.0 * n ** 3 / (gemm_ms * 1e-3) / 1e12
+    del a, b
+    src = torch.empty(1 << 30, device="cuda", dtype=torch.int16)  # 2 GiB
+    dst = torch.empty_like(src)
+    copy_ms = timed(lambda: dst.copy_(src), 5)
+    gbps = 2.0 * src.numel() * 2 / (copy_ms * 1e-3) / 1e9
+    del src, dst
+    torch.cuda.empty_cache()
+    sdpa = {}
+    for S, Q, K in shapes:
+        q = torch.randn(S, heads, Q, head_dim, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(S, heads, K, head_dim, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(S, heads, K, head_dim, device="cuda", dtype=torch.bfloat16)
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            sdpa[(S, Q, K)] = timed(
+                lambda: Fn.scaled_dot_product_attention(q, k, v, is_causal=False, scale=1.0 / math.sqrt(head_dim)), 20)
+        del q, k, v
+    torch.cuda.empty_cache()
+    return peak, gbps, sdpa
+
+
+def run_ours(binary, env_kv, extra, model, slots, prompt, gen, per_iter, here):
+    prompts = subprocess.run([sys.executable, os.path.join(here, "synthetic_prompt_args.py"), str(prompt), str(slots)],
+                             check=True, stdout=subprocess.PIPE, text=True).stdout.split("\n")
+    prompts = [p for p in prompts if p]
+    cmd = [binary, "generate", "-m", model, "--load-format", "dummy", "--device", "cuda", "--gen-length", str(gen),
+           "--json", "--no-live", "--cache", "flash", "--forced-schedule", str(per_iter), "--slots", str(slots)]
+    cmd += extra + prompts
+    env = dict(os.environ)
+    env.update(env_kv)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    if p.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd[:14])} ... failed ({p.returncode}):\n{p.stderr[-2000:]}")
+    d = json.loads(p.stdout)
+    it = d["iterations"]
+    res = d["results"]
+    return {"decode_median_ms": it["decode"]["median_ms"], "decode_p90_ms": it["decode"]["p90_ms"],
+            "decode_count": it["decode"]["count"], "admission_ms": it["admission"]["mean_ms"],
+            "wall_ms_per_nfe": 1e3 * max(r["seconds"] for r in res) / max(r["nfe"] for r in res),
+            "peak_memory_bytes": d.get("peak_memory_bytes", 0)}
+
+
+def env_pairs(items):
+    out = {}
+    for kv in items or []:
+        k, _, v = kv.partition("=")
+        out[k] = v
+    return out
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--a-bin", default=os.path.join(here, "..", "build-gpu", "flashdllm"))
+    ap.add_argument("--b-bin", default=None, help="side B's binary (default: A's)")
+    ap.add_argument("--a-args", default="", help="extra generate arguments of side A")
+    ap.add_argument("--b-args", default=None, help="extra generate arguments of side B (no B side when it, "
+                    "--b-bin and --b-env are all unset)")
+    ap.add_argument("--a-env", action="append", help="NAME=VALUE for side A (repeatable)")
+    ap.add_argument("--b-env", action="append", help="NAME=VALUE for side B (repeatable)")
+    ap.add_argument("--model", default=os.path.join(here, "..", "data", "llada-8b-instruct"))
+    ap.add_argument("--slots", default="1,16,32")
+    ap.add_argument("--prompt", type=int, default=250)
+    ap.add_argument("--gen", type=int, default=512)
+    ap.add_argument("--per-iter", type=int, default=8)
+    ap.add_argument("--rows-per-slot", type=int, default=128, help="query rows per slot: β_t + β_m (64 + 64)")
+    ap.add_argument("--block-length", type=int, default=16, help="logit rows per slot (the masked window)")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+
+    with open(os.path.join(a.model, "config.json")) as f:
+        cfg = json.load(f)
+    heads, head_dim = cfg["n_heads"], cfg["d_model"] // cfg["n_heads"]
+    slots = [int(s) for s in a.slots.split(",")]
+    K = seqlen_k(a.prompt, a.gen)
+    peak, gbps, sdpa = measure_device([(S, a.rows_per_slot, K) for S in slots], heads, head_dim, a.warmup, a.iters)
+    print(f"measured: bf16 GEMM {peak:.1f} TFLOP/s (8192^3), copy {gbps:.0f} GB/s (read + write)")
+
+    sides = {"A": (a.a_bin, env_pairs(a.a_env), a.a_args.split())}
+    if a.b_bin or a.b_env or a.b_args is not None:
+        sides["B"] = (a.b_bin or a.a_bin, env_pairs(a.b_env), (a.b_args or "").split())
+    rows = []
+    for S in slots:
+        T, R = S * a.rows_per_slot, S * a.block_length
+        gemm_ms, parts = gemm_floor_ms(cfg, T, R, peak, gbps)
+        attn_ms = cfg["n_layers"] * sdpa[(S, a.rows_per_slot, K)]
+        floor = gemm_ms + attn_ms
+        runs = {side: [] for side in sides}
+        for _ in range(a.repeats):
+            for side, (binary, env_kv, extra) in sides.items():
+                runs[side].append(run_ours(binary, env_kv, extra, a.model, S, a.prompt, a.gen, a.per_iter, here))
+        row = {"slots": S, "rows": T, "logit_rows": R, "seqlen_k": K, "floor_ms": floor, "gemm_floor_ms": gemm_ms,
+               "gemm_floor_parts_ms": parts, "attention_floor_ms": attn_ms, "runs": runs}
+        for side in sides:
+            row[f"{side}_median_ms"] = statistics.median(r["decode_median_ms"] for r in runs[side])
+        rows.append(row)
+
+    target = {1: 1.3}
+    print(f"\nLLaDA-8B shape, {a.prompt}-token prompts, gen {a.gen}, forced {a.per_iter}/iteration, "
+          f"{a.rows_per_slot} query rows per slot, keys [0, {K})")
+    for side, (binary, env_kv, extra) in sides.items():
+        print(f"{side}: {binary} {' '.join(extra)} {' '.join(f'{k}={v}' for k, v in env_kv.items())}".rstrip())
+    head = "| slots | floor ms (GEMM + attention) |"
+    for side in sides:
+        head += f" {side} ms/it (runs) | {side} / floor |"
+    print("\n" + head + " target |")
+    print("|---:|---:|" + "---|---:|" * len(sides) + "---:|")
+    for r in rows:
+        line = f"| {r['slots']} | {r['floor_ms']:.2f} ({r['gemm_floor_ms']:.2f} + {r['attention_floor_ms']:.2f}) |"
+        for side in sides:
+            vals = ", ".join(f"{x['decode_median_ms']:.2f}" for x in r["runs"][side])
+            line += f" {r[side + '_median_ms']:.2f} ({vals}) | {r[side + '_median_ms'] / r['floor_ms']:.3f} |"
+        print(line + f" {target.get(r['slots'], 1.2)} |")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"peak_tflops": peak, "copy_gbps": gbps, "config": {k: cfg[k] for k in (
+                "d_model", "n_heads", "n_layers", "mlp_hidden_size", "embedding_size")}, "rows": rows,
+                "sdpa_ms": {f"{S}:{Q}:{Kk}": v for (S, Q, Kk), v in sdpa.items()}}, f, indent=1)
+        print(f"wrote {a.json}")
+
+
+if __name__ == "__main__":
+    main()
