@@ -15,7 +15,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,10 +51,6 @@ int main(int argc, char** argv) {
   app.add_option("--peak-gbps", peak_gbps, "memory bandwidth for the roofline floor (H200: 4800)");
   app.add_option("--json", json_path, "write results as JSON");
   app.add_option("--tune", tune, "also time GemmLt(tune_candidates = K) (0 = off)")->check(CLI::Range(0, 16));
-  int splitk = -1;
-  app.add_option("--splitk", splitk,
-                 "also time GemmLt(split_k = S) where it splits (-1 = auto, the backend's default; 0 = off)")
-      ->check(CLI::Range(-1, 16));
   CLI11_PARSE(app, argc, argv);
 
   const std::vector<Shape> all = {{"qkv", 12288, 4096, GemmOut::kBF16, false},
@@ -67,10 +62,8 @@ int main(int argc, char** argv) {
     const bench::DeviceInfo dev = bench::device_info();
     cudaStream_t stream;
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    GemmLt gemm(size_t{32} << 20, 0, /*split_k=*/0);  // one cuBLASLt GEMM per call
-    GemmLt tuned(size_t{32} << 20, tune, 0);
-    std::optional<GemmLt> split;
-    if (splitk != 0) split.emplace(size_t{32} << 20, 0, splitk);
+    GemmLt gemm;
+    GemmLt tuned(size_t{32} << 20, tune);
     nlohmann::json out;
     out["bench"] = "gemm";
     out["device"] = dev.name;
@@ -127,17 +120,6 @@ int main(int argc, char** argv) {
           r["tuned_median_us"] = tt.median_us;
           r["tuned_pick"] = c.index;
           r["tuned_candidates"] = c.candidates;
-        }
-        if (split && split->splits_for(T, s.N, s.K) > 1) {
-          const auto call = [&](int) {
-            split->matmul(static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(w), o, s.out, T,
-                          s.N, s.K, s.accumulate, stream);
-          };
-          const bench::Timing st = bench::time_launches(call, stream, warmup, iters, 2.0);
-          std::printf(" | split-K %d: %.1f us (%.3fx)", split->splits_for(T, s.N, s.K), st.median_us,
-                      t.median_us / st.median_us);
-          r["splitk"] = split->splits_for(T, s.N, s.K);
-          r["splitk_median_us"] = st.median_us;
         }
         std::printf(" |\n");
         std::fflush(stdout);

@@ -186,7 +186,7 @@ TEST_P(CudaOps, MatmulMatchesCpu) {
     int64_t T, N, K;
   };
   const std::vector<Case> cases =
-      small() ? std::vector<Case>{{3, 40, 64}, {5, 72, 256}}  // the second one split-K (4 splits) on CUDA
+      small() ? std::vector<Case>{{3, 40, 64}}
               : std::vector<Case>{{1, 256, 256}, {7, 1000, 256}, {33, 4096, 4096}, {130, 1024, 4096}, {5, 24, 12288},
                                   {65, 1027, 256}};
   for (const Case& c : cases) {

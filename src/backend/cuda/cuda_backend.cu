@@ -14,8 +14,6 @@
 // Environment:
 //   FLASHDLLM_CUDA_SYNC=1        synchronise and check after every op (debugging)
 //   FLASHDLLM_CUDA_GRAPHS=0      run_recorded runs the ops one by one (no CUDA graphs)
-//   FLASHDLLM_GEMM_SPLITK=<s>    auto (default) | 0 | 2..16: split-K of GEMMs with few rows (gemm.h)
-//   FLASHDLLM_GEMM_TUNE=<k>      time cuBLASLt's first k algorithms per GEMM shape (gemm.h)
 //   FLASHDLLM_ATTENTION=<mode>   auto (default) | reference | m64n64 | m128n64 | m128n128
 //                                (reference also sends the verify pass to its scalar kernel; the others
 //                                run it on the flash kernel's verify mode, m64n64, for head_dim 128)
@@ -163,18 +161,6 @@ int parse_gemm_tune_env() {
   return static_cast<int>(k);
 }
 
-// FLASHDLLM_GEMM_SPLITK=auto (default) | 0 | S: split-K of GEMMs with few rows (kernels/cuda/gemm.h):
-// auto splits where the output tiles fill less than a wave, 0 never, S in [2, 16] always where valid.
-int parse_gemm_splitk_env() {
-  const char* v = std::getenv("FLASHDLLM_GEMM_SPLITK");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return -1;
-  char* end = nullptr;
-  const long k = std::strtol(v, &end, 10);
-  FDLLM_CHECK_ARG(*end == '\0' && k >= 0 && k <= 16, "FLASHDLLM_GEMM_SPLITK='{}' is not auto or an integer in [0, 16]",
-                  v);
-  return static_cast<int>(k);
-}
-
 // The auto choice per shape, from bench/qkv_bench on the H200 (bench/results/2026-11-30-h200-qkv-fused):
 // the first fused kernel (WMMA, 2-stage pipeline) is exact but 3-5x slower than cuBLASLt + rope_store
 // at every window (128-8192 rows) and prefill shape measured, so auto picks the unfused path
@@ -260,7 +246,7 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaMallocHost(&pinned, sizeof(int)));
     host_flags_.reset(pinned);
     *static_cast<int*>(host_flags_.get()) = 0;
-    gemm_ = std::make_unique<kernels::GemmLt>(size_t{32} << 20, parse_gemm_tune_env(), parse_gemm_splitk_env());
+    gemm_ = std::make_unique<kernels::GemmLt>(size_t{32} << 20, parse_gemm_tune_env());
     attention_ = parse_attention_env();
     qkv_mode_ = parse_qkv_env();
     debug_sync_ = env_flag("FLASHDLLM_CUDA_SYNC");

@@ -9,22 +9,18 @@
 
 #include "core/check.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/gemm_splitk.h"
 
 namespace flashdllm::kernels {
 namespace {
 
-// The cuBLASLt call of a plan: the whole GEMM (splits 1), or its K-split (splits S > 1) as a strided
-// batch of S GEMMs over K / S each into F32 partials (out_type kF32, accumulate false).
 struct PlanKey {
   int64_t T, N, K;
   int out_type;
   bool accumulate;
   int align_x, align_w, align_out;  // largest power-of-two alignment (bytes, capped at 16)
-  int splits;
   bool operator==(const PlanKey& o) const {
-    return std::tie(T, N, K, out_type, accumulate, align_x, align_w, align_out, splits) ==
-           std::tie(o.T, o.N, o.K, o.out_type, o.accumulate, o.align_x, o.align_w, o.align_out, o.splits);
+    return std::tie(T, N, K, out_type, accumulate, align_x, align_w, align_out) ==
+           std::tie(o.T, o.N, o.K, o.out_type, o.accumulate, o.align_x, o.align_w, o.align_out);
   }
 };
 
@@ -36,7 +32,7 @@ struct PlanKeyHash {
     mix(std::hash<int64_t>()(k.K));
     mix(static_cast<size_t>(k.out_type) | (static_cast<size_t>(k.accumulate) << 4) |
         (static_cast<size_t>(k.align_x) << 8) | (static_cast<size_t>(k.align_w) << 16) |
-        (static_cast<size_t>(k.align_out) << 24) | (static_cast<size_t>(k.splits) << 32));
+        (static_cast<size_t>(k.align_out) << 24));
     return h;
   }
 };
@@ -72,27 +68,6 @@ struct GemmLt::Impl {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   int tune_candidates = 0;
-  int split_k = -1;              // -1 auto, 1 off, S >= 2 forced where valid
-  int sm_count = 1;
-  void* partials = nullptr;      // F32 split-K partials, kSplitBytes
-  static constexpr size_t kSplitBytes = size_t{16} << 20;
-  static constexpr int64_t kSplitMaxRows = 256;
-
-  /// K-splits of out[T, N] = x[T, K]·w[N, K]ᵀ (see the header): 1 unless split-K is on and T is small.
-  int splits_for(int64_t T, int64_t N, int64_t K) const {
-    if (partials == nullptr || split_k == 1) return 1;
-    auto fits = [&](int s) {
-      return K % (64 * s) == 0 && static_cast<size_t>(s) * static_cast<size_t>(T * N) * 4 <= kSplitBytes;
-    };
-    if (split_k >= 2) return fits(split_k) ? split_k : 1;
-    if (T > kSplitMaxRows) return 1;
-    // Auto: the most splits (2, 4, 8) whose CTAs (128 x 128 output tiles per split) still fit in one wave.
-    const int64_t tiles = ((N + 127) / 128) * ((T + 127) / 128);
-    int best = 1;
-    for (int s : {2, 4, 8})
-      if (tiles * s <= sm_count && fits(s)) best = s;
-    return best;
-  }
   std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans;
   GemmLt::Choice last;
 
@@ -148,21 +123,10 @@ struct GemmLt::Impl {
     const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
-    const auto N = static_cast<uint64_t>(key.N), T = static_cast<uint64_t>(key.T);
-    const auto Ks = static_cast<uint64_t>(key.K / key.splits);  // K rows of one split
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, Ks, N, key.K));  // w: col-major [K, N]
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, Ks, T, key.K));  // x: col-major [K, T]
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, out_dt, N, T, key.N));        // out: col-major [N, T]
-    if (key.splits > 1) {  // split s reads rows [s·Ks, (s+1)·Ks) of w and x, writes partial s
-      const int32_t count = key.splits;
-      const int64_t in_stride = key.K / key.splits, out_stride = key.N * key.T;
-      for (cublasLtMatrixLayout_t l : {p->a, p->b, p->c}) {
-        CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
-        const int64_t stride = l == p->c ? out_stride : in_stride;
-        CUBLAS_CHECK(
-            cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
-      }
-    }
+    const auto N = static_cast<uint64_t>(key.N), T = static_cast<uint64_t>(key.T), K = static_cast<uint64_t>(key.K);
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, K, N, key.K));  // w: col-major [K, N]
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, K, T, key.K));  // x: col-major [K, T]
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, out_dt, N, T, key.N));       // out: col-major [N, T]
 
     cublasLtMatmulPreference_t pref = nullptr;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -190,7 +154,7 @@ struct GemmLt::Impl {
     FDLLM_CHECK(found > 0, ErrorCode::kUnsupported,
                 "matmul: cuBLASLt has no algorithm for out[{}, {}] = x[{}, {}]·w[{}, {}]ᵀ ({} output, beta {})", key.T,
                 key.N, key.T, key.K, key.N, key.K, out_dt == CUDA_R_32F ? "F32" : "BF16", key.accumulate ? 1 : 0);
-    const size_t out_bytes = static_cast<size_t>(key.T * key.N * key.splits) * (out_dt == CUDA_R_32F ? 4 : 2);
+    const size_t out_bytes = static_cast<size_t>(key.T * key.N) * (out_dt == CUDA_R_32F ? 4 : 2);
     const int pick = tune_candidates > 1 && found > 1
                          ? fastest(*p, results, found, x, w, out, out_bytes, key.accumulate, stream)
                          : 0;
@@ -202,35 +166,25 @@ struct GemmLt::Impl {
   }
 };
 
-GemmLt::GemmLt(size_t workspace_bytes, int tune_candidates, int split_k) : impl_(std::make_unique<Impl>()) {
+GemmLt::GemmLt(size_t workspace_bytes, int tune_candidates) : impl_(std::make_unique<Impl>()) {
   FDLLM_CHECK_ARG(tune_candidates >= 0 && tune_candidates <= 16, "matmul: tune_candidates must be in [0, 16], got {}",
                   tune_candidates);
-  FDLLM_CHECK_ARG(split_k == -1 || (split_k >= 0 && split_k <= 16), "matmul: split_k must be -1 (auto) or in [0, 16], got {}",
-                  split_k);
   impl_->tune_candidates = tune_candidates;
-  impl_->split_k = split_k == 0 ? 1 : split_k;
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&impl_->sm_count, cudaDevAttrMultiProcessorCount, dev));
   CUBLAS_CHECK(cublasLtCreate(&impl_->handle));
-  auto allocate = [&](void** p, size_t bytes, const char* what) {
-    const cudaError_t err = cudaMalloc(p, bytes);
-    if (err == cudaSuccess) return;
-    (void)cudaGetLastError();
-    if (impl_->workspace) cudaFree(impl_->workspace);
-    cublasLtDestroy(impl_->handle);
-    FDLLM_FAIL(ErrorCode::kOutOfMemory, "matmul: cannot allocate the {} MiB {}: {}", bytes >> 20, what,
-               cudaGetErrorString(err));
-  };
-  if (workspace_bytes > 0) allocate(&impl_->workspace, workspace_bytes, "cuBLASLt workspace");
+  if (workspace_bytes > 0) {
+    const cudaError_t err = cudaMalloc(&impl_->workspace, workspace_bytes);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      cublasLtDestroy(impl_->handle);
+      FDLLM_FAIL(ErrorCode::kOutOfMemory, "matmul: cannot allocate the {} MiB cuBLASLt workspace: {}",
+                 workspace_bytes >> 20, cudaGetErrorString(err));
+    }
+  }
   impl_->workspace_bytes = workspace_bytes;
-  // Allocated once, here: a split GEMM captured into a CUDA graph keeps this address.
-  if (impl_->split_k != 1) allocate(&impl_->partials, Impl::kSplitBytes, "split-K partials");
 }
 
 GemmLt::~GemmLt() {
   impl_->plans.clear();
-  if (impl_->partials) cudaFree(impl_->partials);
   if (impl_->workspace) cudaFree(impl_->workspace);
   if (impl_->handle) cublasLtDestroy(impl_->handle);
 }
@@ -242,29 +196,13 @@ void GemmLt::matmul(const __nv_bfloat16* x, const __nv_bfloat16* w, void* out, G
                     int64_t K, bool accumulate, cudaStream_t stream) {
   FDLLM_CHECK_ARG(T >= 0 && N > 0 && K > 0, "matmul: sizes must be positive (T={}, N={}, K={})", T, N, K);
   if (T == 0) return;
-  const int splits = impl_->splits_for(T, N, K);
-  const float alpha = 1.0f;
-  if (splits > 1) {  // S GEMMs over K / S into F32 partials, then one reduction (+ out) into out
-    const PlanKey key{T, N, K, static_cast<int>(GemmOut::kF32), false, alignment_of(x), alignment_of(w), 16, splits};
-    const Plan& p = impl_->plan_for(key, x, w, impl_->partials, stream);
-    impl_->last = p.choice;
-    impl_->last.splits = splits;
-    const float beta = 0.0f;
-    CUBLAS_CHECK(cublasLtMatmul(impl_->handle, p.op, &alpha, w, p.a, x, p.b, &beta, impl_->partials, p.c,
-                                impl_->partials, p.c, &p.algo, impl_->workspace, impl_->workspace_bytes, stream));
-    splitk_reduce(static_cast<const float*>(impl_->partials), splits, T * N, out, out_type == GemmOut::kBF16,
-                  accumulate, stream);
-    return;
-  }
   const PlanKey key{T, N, K, static_cast<int>(out_type), accumulate, alignment_of(x), alignment_of(w),
-                    alignment_of(out), 1};
+                    alignment_of(out)};
   const Plan& p = impl_->plan_for(key, x, w, out, stream);
   impl_->last = p.choice;
-  const float beta = accumulate ? 1.0f : 0.0f;
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   CUBLAS_CHECK(cublasLtMatmul(impl_->handle, p.op, &alpha, w, p.a, x, p.b, &beta, out, p.c, out, p.c, &p.algo,
                               impl_->workspace, impl_->workspace_bytes, stream));
 }
-
-int GemmLt::splits_for(int64_t T, int64_t N, int64_t K) const noexcept { return impl_->splits_for(T, N, K); }
 
 }  // namespace flashdllm::kernels
