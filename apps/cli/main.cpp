@@ -204,8 +204,8 @@ int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
     // the first one with the device's warm-up); ms per iteration in benchmarks is decode.median.
     const flashdllm::EngineMetrics m = engine->metrics();
     auto times = [](const flashdllm::EngineMetrics::IterationTimes& t) {
-      return nlohmann::json{{"count", t.count},       {"mean_ms", 1e3 * t.mean}, {"median_ms", 1e3 * t.median},
-                            {"p10_ms", 1e3 * t.p10},  {"p90_ms", 1e3 * t.p90},   {"min_ms", 1e3 * t.min},
+      return nlohmann::json{{"count", t.count},      {"mean_ms", 1e3 * t.mean}, {"median_ms", 1e3 * t.median},
+                            {"p10_ms", 1e3 * t.p10}, {"p90_ms", 1e3 * t.p90},   {"min_ms", 1e3 * t.min},
                             {"max_ms", 1e3 * t.max}};
     };
     j["iterations"] = {{"decode", times(m.decode_iterations)}, {"admission", times(m.admission_iterations)}};

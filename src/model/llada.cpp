@@ -439,8 +439,8 @@ void upload_logit_rows(Backend& be, ForwardWorkspace& ws, const std::vector<int3
 /// The key of a forward's layer loop for Backend::run_recorded: every shape, scalar and device
 /// address the loop's launches use. `kind` tells llada_forward (0) from llada_verify_forward (1);
 /// `shape` holds the call's sizes and scalars (rows, logit rows, tiles, keys, importance settings).
-std::vector<int64_t> recording_key(int64_t kind, const LladaModel& model, const ForwardWorkspace& ws,
-                                   const KvStore& kv, std::initializer_list<int64_t> shape) {
+std::vector<int64_t> recording_key(int64_t kind, const LladaModel& model, const ForwardWorkspace& ws, const KvStore& kv,
+                                   std::initializer_list<int64_t> shape) {
   const LladaConfig& c = model.config;
   auto addr = [](const void* p) { return static_cast<int64_t>(reinterpret_cast<uintptr_t>(p)); };
   std::vector<int64_t> key{kind, c.n_layers, c.d_model, c.n_heads, c.head_dim, c.mlp_hidden_size, c.embedding_size};
@@ -457,9 +457,10 @@ std::vector<int64_t> recording_key(int64_t kind, const LladaModel& model, const 
   key.push_back(addr(model.rope.table.cos.data));
   key.push_back(addr(model.rope.table.sin.data));
   key.push_back(model.rope.table.cos.rows());
-  for (const Tensor* t : {&ws.x, &ws.xn, &ws.q, &ws.attn, &ws.gate_up, &ws.act, &ws.sel, &ws.scratch, &ws.logits,
-                          &ws.gather, &ws.ids, &ws.positions, &ws.kv_rows, &ws.tiles, &ws.logit_rows, &ws.row_keys,
-                          &ws.k_tile, &ws.v_tile, &ws.key_rows, &ws.verify_tiles})
+  for (const Tensor* t :
+       {&ws.x,          &ws.xn,       &ws.q,      &ws.attn,   &ws.gate_up,   &ws.act,         &ws.sel,
+        &ws.scratch,    &ws.logits,   &ws.gather, &ws.ids,    &ws.positions, &ws.kv_rows,     &ws.tiles,
+        &ws.logit_rows, &ws.row_keys, &ws.k_tile, &ws.v_tile, &ws.key_rows,  &ws.verify_tiles})
     key.push_back(addr(t->data));
   key.push_back(kv.rows);
   for (size_t l = 0; l < kv.k.size(); ++l) {  // per layer: stores may be shared across layers or not
@@ -597,21 +598,17 @@ Tensor llada_forward(Backend& be, const LladaModel& model, const ForwardBatch& b
                     {T, R, n_tiles, n_scored, imp.first_layer, weight_bits, imp.probability_mass ? 1 : 0,
                      static_cast<int64_t>(reinterpret_cast<uintptr_t>(imp.scores.data))});
   run_layer_loop(be, model, key, [&] {
-    run_layers(be, model, ws, T, ids, R,
-                    [&](int64_t l, const LladaLayerWeights& lw, Tensor xn, Tensor q, Tensor attn) {
-                      Tensor k = kv.k[static_cast<size_t>(l)], v = kv.v[static_cast<size_t>(l)];
-                      be.qkv_rope_store(xn, lw.wqkv, pos, rows, model.rope.table, n_heads, q, k, v, ws.scratch);
-                      const bool score = imp.on() && l >= imp.first_layer;
-                      if (score && !imp.probability_mass) {  // raw q·k: fused into the attention pass
-                        be.attention_with_importance(q, k, v, tiles, n_heads, scale, attn, scored, imp.weight,
-                                                     imp.scores);
-                        return;
-                      }
-                      be.attention(q, k, v, tiles, n_heads, scale, attn);
-                      if (score)
-                        be.attention_importance(q, k, scored, n_heads, scale, imp.probability_mass, imp.weight,
-                                                imp.scores);
-                    });
+    run_layers(be, model, ws, T, ids, R, [&](int64_t l, const LladaLayerWeights& lw, Tensor xn, Tensor q, Tensor attn) {
+      Tensor k = kv.k[static_cast<size_t>(l)], v = kv.v[static_cast<size_t>(l)];
+      be.qkv_rope_store(xn, lw.wqkv, pos, rows, model.rope.table, n_heads, q, k, v, ws.scratch);
+      const bool score = imp.on() && l >= imp.first_layer;
+      if (score && !imp.probability_mass) {  // raw q·k: fused into the attention pass
+        be.attention_with_importance(q, k, v, tiles, n_heads, scale, attn, scored, imp.weight, imp.scores);
+        return;
+      }
+      be.attention(q, k, v, tiles, n_heads, scale, attn);
+      if (score) be.attention_importance(q, k, scored, n_heads, scale, imp.probability_mass, imp.weight, imp.scores);
+    });
   });
   if (comm != nullptr && imp.on()) comm->all_reduce_sum(imp.scores);
   return ws.logits.slice_rows(0, R);
@@ -651,12 +648,11 @@ Tensor llada_verify_forward(Backend& be, const LladaModel& model, const VerifyBa
   be.plan_attention_verify(tiles, T, G);  // every layer's verify attention reuses this plan
   const float scale = attention_scale(c);
   run_layer_loop(be, model, recording_key(1, model, ws, kv, {T, R, n_tiles, G}), [&] {
-    run_layers(be, model, ws, T, ids, R,
-               [&](int64_t l, const LladaLayerWeights& lw, Tensor xn, Tensor q, Tensor attn) {
-                 be.qkv_rope_store(xn, lw.wqkv, pos, rows, model.rope.table, n_heads, q, k_tile, v_tile, ws.scratch);
-                 be.attention_verify(q, kv.k[static_cast<size_t>(l)], kv.v[static_cast<size_t>(l)], keys, k_tile,
-                                     v_tile, tiles, n_heads, scale, attn);
-               });
+    run_layers(be, model, ws, T, ids, R, [&](int64_t l, const LladaLayerWeights& lw, Tensor xn, Tensor q, Tensor attn) {
+      be.qkv_rope_store(xn, lw.wqkv, pos, rows, model.rope.table, n_heads, q, k_tile, v_tile, ws.scratch);
+      be.attention_verify(q, kv.k[static_cast<size_t>(l)], kv.v[static_cast<size_t>(l)], keys, k_tile, v_tile, tiles,
+                          n_heads, scale, attn);
+    });
   });
   return ws.logits.slice_rows(0, R);
 }

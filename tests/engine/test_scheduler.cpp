@@ -296,6 +296,24 @@ TEST(Scheduler, EventsAddUpToTheResultAndSlotsRefill) {
   }
   const EngineMetrics mt = sched.metrics();
   EXPECT_EQ(mt.iterations, steps);
+  // Iteration times by kind: the first step admits two requests, each later admission at least one
+  // of the other three; every other step is a decode iteration.
+  EXPECT_GE(mt.admission_iterations.count, 2);
+  EXPECT_LE(mt.admission_iterations.count, 4);
+  EXPECT_EQ(mt.admission_iterations.count + mt.decode_iterations.count, steps);
+  EXPECT_GT(mt.decode_iterations.count, 0);
+  for (const EngineMetrics::IterationTimes& t : {mt.admission_iterations, mt.decode_iterations}) {
+    EXPECT_GT(t.min, 0.0);
+    EXPECT_LE(t.min, t.p10);
+    EXPECT_LE(t.p10, t.median);
+    EXPECT_LE(t.median, t.p90);
+    EXPECT_LE(t.p90, t.max);
+    EXPECT_GE(t.mean, t.min);
+    EXPECT_LE(t.mean, t.max);
+  }
+  EXPECT_NEAR(mt.admission_iterations.mean * static_cast<double>(mt.admission_iterations.count) +
+                  mt.decode_iterations.mean * static_cast<double>(mt.decode_iterations.count),
+              mt.iteration_seconds_sum, 1e-9 * static_cast<double>(steps) + 1e-12);
   EXPECT_EQ(mt.requests_finished_stop + mt.requests_finished_length, 5);
   EXPECT_EQ(mt.slots_busy, 0);
   EXPECT_EQ(mt.queue_depth, 0);

@@ -227,8 +227,8 @@ TEST_F(CudaForward, RecordedLayerLoopReplaysExactly) {
     for (int32_t i = 0; i < 24; ++i) b.push_back((3 + 17 * i + salt * 29) % (V - 8) + 1);
     return full_recompute_batch({a, b});
   };
-  const std::vector<ForwardBatch> calls = {batch(1, 40), batch(2, 40), batch(3, 40), batch(1, 40),
-                                           batch(2, 40), batch(4, 33)};
+  const std::vector<ForwardBatch> calls = {batch(1, 40), batch(2, 40), batch(3, 40),
+                                           batch(1, 40), batch(2, 40), batch(4, 33)};
   auto run = [](Backend& be, const LladaModel& m, const ForwardBatch& fb, KvStore& kv, ForwardWorkspace& ws) {
     Tensor logits = llada_forward(be, m, fb, kv, ws);
     std::vector<float> out(static_cast<size_t>(logits.numel()));

@@ -22,11 +22,19 @@ def test_flash_reference_quirks_reproduce_upstream_run():
         args += ["--prompt-ids", ids(p)]
     p = run(*args)
     assert p.returncode == 0, p.stderr
-    out = json.loads(p.stdout)["results"]
+    doc = json.loads(p.stdout)
+    out = doc["results"]
     assert len(out) == len(r["requests"])
     for got, want in zip(out, sorted(r["requests"], key=lambda q: q["request"])):
         assert got["canvas_ids"] == want["output_ids"], f"request {want['request']}"
         assert got["nfe"] == want["n_steps"], f"request {want['request']}"
+    # One slot: every request is admitted by an iteration of its own (its first), the others decode.
+    it = doc["iterations"]
+    assert it["admission"]["count"] == len(out)
+    assert it["admission"]["count"] + it["decode"]["count"] == sum(x["nfe"] for x in out)
+    for kind in ("admission", "decode"):
+        t = it[kind]
+        assert 0 < t["min_ms"] <= t["p10_ms"] <= t["median_ms"] <= t["p90_ms"] <= t["max_ms"], (kind, t)
 
 
 @pytest.mark.parametrize("cache,call", [("prefix", "S"), ("dual", "B")])

@@ -1001,8 +1001,8 @@ class CudaBackend final : public Backend {
   bool graphs_ = true;
   std::map<std::vector<int64_t>, GraphEntry> graphs_by_key_;
   std::list<std::vector<int64_t>> graph_lru_;
-  std::list<std::vector<int64_t>> seen_keys_;         // keys run once, newest first (at most kMaxGraphs)
-  std::map<std::vector<int64_t>, int> failed_keys_;   // failed captures per key
+  std::list<std::vector<int64_t>> seen_keys_;        // keys run once, newest first (at most kMaxGraphs)
+  std::map<std::vector<int64_t>, int> failed_keys_;  // failed captures per key
   RecordingStats rec_stats_;
   // Declared last, destroyed first: StreamDestroy waits for queued work before anything above is freed.
   StreamPtr stream_owner_;
