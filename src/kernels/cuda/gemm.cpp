@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <tuple>
 #include <unordered_map>
 
@@ -54,6 +55,14 @@ struct Plan {
   }
 };
 
+/// The rows at which cuBLASLt's heuristic picks the algorithm of a T-row GEMM: the next power of two,
+/// at least 16 (see gemm.h).
+int64_t algorithm_rows(int64_t T) {
+  int64_t b = 16;
+  while (b < T) b <<= 1;
+  return b;
+}
+
 int alignment_of(const void* p) {
   const auto u = reinterpret_cast<uintptr_t>(p);
   int al = 16;
@@ -69,7 +78,72 @@ struct GemmLt::Impl {
   size_t workspace_bytes = 0;
   int tune_candidates = 0;
   std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans;
+  // The heuristic's first algorithm per row bucket (key.T = algorithm_rows(T)).
+  std::unordered_map<PlanKey, cublasLtMatmulAlgo_t, PlanKeyHash> bucket_algos;
+  size_t heuristic_queries = 0;
   GemmLt::Choice last;
+
+  /// cuBLASLt's heuristic for `op` over layouts a, b, c (c also as d): up to `count` results.
+  int heuristic(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                const PlanKey& key, int count, cublasLtMatmulHeuristicResult_t* results) {
+    cublasLtMatmulPreference_t pref = nullptr;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    struct PrefGuard {
+      cublasLtMatmulPreference_t p;
+      ~PrefGuard() { cublasLtMatmulPreferenceDestroy(p); }
+    } guard{pref};
+    const uint64_t ws = workspace_bytes;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    const uint32_t al_a = static_cast<uint32_t>(key.align_w), al_b = static_cast<uint32_t>(key.align_x),
+                   al_c = static_cast<uint32_t>(key.align_out);
+    CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
+    CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
+    CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
+    CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
+    int found = 0;
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, op, a, b, c, c, pref, count, results, &found));
+    ++heuristic_queries;
+    return found;
+  }
+
+  /// The algorithm of the bucket of key.T (queried at algorithm_rows(key.T) rows once per bucket), if
+  /// cuBLASLt accepts it for exactly key.T rows with our workspace.
+  std::optional<cublasLtMatmulAlgo_t> bucket_algorithm(const PlanKey& key, const Plan& p, cudaDataType_t out_dt) {
+    PlanKey bk = key;
+    bk.T = algorithm_rows(key.T);
+    auto it = bucket_algos.find(bk);
+    if (it == bucket_algos.end()) {
+      cublasLtMatrixLayout_t b = p.b, c = p.c, bb = nullptr, bc = nullptr;
+      struct LayoutGuard {
+        cublasLtMatrixLayout_t& b;
+        cublasLtMatrixLayout_t& c;
+        ~LayoutGuard() {
+          if (b) cublasLtMatrixLayoutDestroy(b);
+          if (c) cublasLtMatrixLayoutDestroy(c);
+        }
+      } guard{bb, bc};
+      if (bk.T != key.T) {  // the bucket's row count: x col-major [K, Tb], out col-major [N, Tb]
+        CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&bb, CUDA_R_16BF, static_cast<uint64_t>(key.K),
+                                                static_cast<uint64_t>(bk.T), key.K));
+        CUBLAS_CHECK(
+            cublasLtMatrixLayoutCreate(&bc, out_dt, static_cast<uint64_t>(key.N), static_cast<uint64_t>(bk.T), key.N));
+        b = bb;
+        c = bc;
+      }
+      cublasLtMatmulHeuristicResult_t r{};
+      if (heuristic(p.op, p.a, b, c, bk, 1, &r) < 1) return std::nullopt;
+      it = bucket_algos.emplace(bk, r.algo).first;
+    }
+    cublasLtMatmulHeuristicResult_t check{};
+    if (cublasLtMatmulAlgoCheck(handle, p.op, p.a, p.b, p.c, p.c, &it->second, &check) != CUBLAS_STATUS_SUCCESS ||
+        check.workspaceSize > workspace_bytes)
+      return std::nullopt;
+    return it->second;
+  }
 
   /// The fastest of `results` for this call (median of 3 after a warm-up, events on `stream`).
   /// An accumulating call is timed into a scratch output so that its residual is kept.
@@ -128,29 +202,15 @@ struct GemmLt::Impl {
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, K, T, key.K));  // x: col-major [K, T]
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, out_dt, N, T, key.N));       // out: col-major [N, T]
 
-    cublasLtMatmulPreference_t pref = nullptr;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    struct PrefGuard {
-      cublasLtMatmulPreference_t p;
-      ~PrefGuard() { cublasLtMatmulPreferenceDestroy(p); }
-    } guard{pref};
-    const uint64_t ws = workspace_bytes;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-    const uint32_t al_a = static_cast<uint32_t>(key.align_w), al_b = static_cast<uint32_t>(key.align_x),
-                   al_c = static_cast<uint32_t>(key.align_out);
-    CUBLAS_CHECK(
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
-    CUBLAS_CHECK(
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
-    CUBLAS_CHECK(
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
-    CUBLAS_CHECK(
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
-
+    if (tune_candidates <= 1) {  // the row bucket's algorithm, where cuBLASLt takes it for these rows
+      if (const auto algo = bucket_algorithm(key, *p, out_dt)) {
+        p->algo = *algo;
+        p->choice = {0, 0};
+        return *plans.emplace(key, std::move(p)).first->second;
+      }
+    }
     cublasLtMatmulHeuristicResult_t results[16]{};
-    int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, p->op, p->a, p->b, p->c, p->c, pref,
-                                                std::max(1, tune_candidates), results, &found));
+    const int found = heuristic(p->op, p->a, p->b, p->c, key, std::max(1, tune_candidates), results);
     FDLLM_CHECK(found > 0, ErrorCode::kUnsupported,
                 "matmul: cuBLASLt has no algorithm for out[{}, {}] = x[{}, {}]·w[{}, {}]ᵀ ({} output, beta {})", key.T,
                 key.N, key.T, key.K, key.N, key.K, out_dt == CUDA_R_32F ? "F32" : "BF16", key.accumulate ? 1 : 0);
@@ -190,6 +250,7 @@ GemmLt::~GemmLt() {
 }
 
 size_t GemmLt::cached_plans() const noexcept { return impl_->plans.size(); }
+size_t GemmLt::heuristic_queries() const noexcept { return impl_->heuristic_queries; }
 GemmLt::Choice GemmLt::last_choice() const noexcept { return impl_->last; }
 
 void GemmLt::matmul(const __nv_bfloat16* x, const __nv_bfloat16* w, void* out, GemmOut out_type, int64_t T, int64_t N,

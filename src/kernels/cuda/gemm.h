@@ -7,8 +7,17 @@
 // accumulate = true sets beta = 1 with C = D: the residual add is fused into the epilogue.
 // Descriptors and the chosen algorithm are cached per (shape, output type, beta, alignments), so
 // a steady-state call is a hash lookup plus cublasLtMatmul. The algorithm is the heuristic's first
-// (tune_candidates 0), or the fastest of its first tune_candidates, timed once on the call's own
-// operands when the shape is first seen (one host synchronisation then; never afterwards).
+// for the row bucket of T (tune_candidates 0 or 1), or the fastest of the heuristic's first
+// tune_candidates for exactly T rows, timed once on the call's own operands when the shape is first
+// seen (one host synchronisation then; never afterwards).
+//
+// Row buckets: the heuristic is asked once per (bucket, N, K, output, beta, alignments), at the
+// bucket's row count B = the next power of two >= T (at least 16), and its first algorithm serves
+// every T of the bucket that cuBLASLt accepts it for (cublasLtMatmulAlgoCheck; otherwise T gets its
+// own query). A new row count then costs descriptors and a check instead of a heuristic query and,
+// often, the lazy loading of another kernel (several ms on the H200: Flash-Cache's windows shrink
+// at the canvas end and admissions add prefill rows, so T changes often). The choice is a function
+// of T alone (never of the order shapes arrive in), and at T = B it is the heuristic's own.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -41,6 +50,8 @@ class GemmLt {
 
   /// Number of distinct cached GEMM plans (for tests and logs).
   size_t cached_plans() const noexcept;
+  /// cuBLASLt heuristic queries made so far (one per row bucket and shape; tests and logs).
+  size_t heuristic_queries() const noexcept;
   /// What the plan of the last matmul call chose: its index in the heuristic's list (0 = the
   /// heuristic's first) and the candidates that were timed (0 without tuning).
   struct Choice {
