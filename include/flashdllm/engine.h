@@ -153,7 +153,8 @@ struct EngineMetrics {
   double tokens_per_iteration_sum = 0.0;
   /// Wall-time summary of a kind of iteration (seconds), over the newest kIterationWindow of them.
   struct IterationTimes {
-    int64_t count = 0;  ///< iterations of this kind run in all (the statistics cover the newest ones)
+    int64_t count = 0;  ///< iterations of this kind run in all (the statistics below cover the newest ones)
+    double sum = 0.0;   ///< their wall time in all, seconds
     double mean = 0.0, median = 0.0, p10 = 0.0, p90 = 0.0, min = 0.0, max = 0.0;
   };
   static constexpr int64_t kIterationWindow = 8192;

@@ -37,10 +37,11 @@ void observe(const std::vector<double>& bounds, std::vector<int64_t>& counts, do
   sum += v;
 }
 
-/// Summary of iteration wall times (any order; the deque is left as it is).
-EngineMetrics::IterationTimes summarize(const std::deque<double>& seconds, int64_t count) {
+/// Summary of the newest iteration wall times `seconds` (any order) of a kind whose totals are in `all`.
+EngineMetrics::IterationTimes summarize(const std::deque<double>& seconds, const EngineMetrics::IterationTimes& all) {
   EngineMetrics::IterationTimes t;
-  t.count = count;
+  t.count = all.count;
+  t.sum = all.sum;
   if (seconds.empty()) return t;
   std::vector<double> v(seconds.begin(), seconds.end());
   std::sort(v.begin(), v.end());
@@ -262,8 +263,8 @@ EngineMetrics Scheduler::metrics() const {
   for (const Replica& rep : reps_) m.queue_depth += static_cast<int64_t>(rep.assigned.size());
   m.slots_busy = busy_;
   for (const Replica& rep : reps_) m.replica_slots_busy.push_back(rep.busy);
-  m.decode_iterations = summarize(decode_seconds_, metrics_.decode_iterations.count);
-  m.admission_iterations = summarize(admission_seconds_, metrics_.admission_iterations.count);
+  m.decode_iterations = summarize(decode_seconds_, metrics_.decode_iterations);
+  m.admission_iterations = summarize(admission_seconds_, metrics_.admission_iterations);
   if (!recent_.empty()) {
     const auto now = Clock::now();
     int64_t tokens = 0;
@@ -528,10 +529,12 @@ bool Scheduler::step(size_t replica) {
   metrics_.committed_tokens += committed;
   metrics_.busy_seconds += dt;
   observe(kIterationBounds, metrics_.iteration_seconds_counts, metrics_.iteration_seconds_sum, dt);
-  std::deque<double>& kind = admitted.empty() ? decode_seconds_ : admission_seconds_;
-  ++(admitted.empty() ? metrics_.decode_iterations : metrics_.admission_iterations).count;
-  kind.push_back(dt);
-  if (static_cast<int64_t>(kind.size()) > EngineMetrics::kIterationWindow) kind.pop_front();
+  std::deque<double>& newest = admitted.empty() ? decode_seconds_ : admission_seconds_;
+  EngineMetrics::IterationTimes& all = admitted.empty() ? metrics_.decode_iterations : metrics_.admission_iterations;
+  ++all.count;
+  all.sum += dt;
+  newest.push_back(dt);
+  if (static_cast<int64_t>(newest.size()) > EngineMetrics::kIterationWindow) newest.pop_front();
   observe(kTokenBounds, metrics_.tokens_per_iteration_counts, metrics_.tokens_per_iteration_sum,
           static_cast<double>(committed));
   recent_.emplace_back(t1, committed);

@@ -24,6 +24,17 @@ void histogram(std::string& out, const char* name, const char* help, const std::
   out += fmt::format("{}_sum {}\n{}_count {}\n", name, sum, name, cum);
 }
 
+// A Prometheus summary of iteration times: quantiles over the newest iterations of the kind
+// (EngineMetrics::kIterationWindow), _sum and _count over all of them.
+void summary(std::string& out, const char* name, const char* help, const EngineMetrics::IterationTimes& t) {
+  out += fmt::format("# HELP {} {} (quantiles over the newest {}).\n# TYPE {} summary\n", name, help,
+                     EngineMetrics::kIterationWindow, name);
+  if (t.count > 0)
+    for (const auto& [q, v] : {std::pair{"0.1", t.p10}, std::pair{"0.5", t.median}, std::pair{"0.9", t.p90}})
+      out += fmt::format("{}{{quantile=\"{}\"}} {}\n", name, q, v);
+  out += fmt::format("{}_sum {}\n{}_count {}\n", name, t.sum, name, t.count);
+}
+
 void scalar(std::string& out, const char* name, const char* type, const char* help, double v) {
   out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, v);
 }
@@ -83,6 +94,10 @@ std::string prometheus_text(const EngineMetrics& m, const HttpCounters& http) {
          m.tokens_per_second);
   histogram(out, "flashdllm_iteration_seconds", "Wall time of one engine iteration.", m.iteration_seconds_bounds,
             m.iteration_seconds_counts, m.iteration_seconds_sum);
+  summary(out, "flashdllm_decode_iteration_seconds",
+          "Wall time of an iteration that admitted no request (the steady state)", m.decode_iterations);
+  summary(out, "flashdllm_admission_iteration_seconds",
+          "Wall time of an iteration that admitted a request (its prefill rows)", m.admission_iterations);
   histogram(out, "flashdllm_tokens_per_iteration", "Canvas positions committed by one iteration (all slots).",
             m.tokens_per_iteration_bounds, m.tokens_per_iteration_counts, m.tokens_per_iteration_sum);
   return out;

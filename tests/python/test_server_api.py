@@ -291,6 +291,16 @@ def test_metrics_count_requests_and_iterations(server, oa):
     assert m["flashdllm_forward_passes_total"] >= m["flashdllm_iterations_total"]
     assert m["flashdllm_slots"] == 4 and m["flashdllm_slots_busy"] == 0 and m["flashdllm_queue_depth"] == 0
     assert m["flashdllm_iteration_seconds_count"] == m["flashdllm_iterations_total"]
+    # Iterations by kind: every one either admitted a request or not; the request here was admitted once.
+    dec, adm = "flashdllm_decode_iteration_seconds", "flashdllm_admission_iteration_seconds"
+    assert m[dec + "_count"] + m[adm + "_count"] == m["flashdllm_iterations_total"]
+    assert m[adm + "_count"] >= before.get(adm + "_count", 0) + 1
+    assert m[dec + "_sum"] + m[adm + "_sum"] == pytest.approx(m["flashdllm_iteration_seconds_sum"], rel=1e-6)
+    for name in (dec, adm):
+        if m[name + "_count"] == 0:
+            continue
+        q = [m[f"{name}{{quantile={p}}}"] for p in ("0.1", "0.5", "0.9")]
+        assert 0 < q[0] <= q[1] <= q[2], (name, q)
     assert m["flashdllm_tokens_per_iteration_sum"] == m["flashdllm_committed_tokens_total"]
     assert m['flashdllm_http_responses_total{code=404,route=/v1/chat/completions}'] >= 1
     assert m["flashdllm_max_model_len"] == 512
