@@ -142,6 +142,11 @@ int main(int argc, char** argv) {
       CUDA_CHECK(cudaFree(o));
     }
     CUDA_CHECK(cudaStreamDestroy(stream));
+    // Row buckets (kernels/cuda/gemm.h): one heuristic query per shape and power-of-two bucket of T.
+    std::printf("\ncuBLASLt (untuned GemmLt): %zu plans, %zu heuristic queries\n", gemm.cached_plans(),
+                gemm.heuristic_queries());
+    out["plans"] = gemm.cached_plans();
+    out["heuristic_queries"] = gemm.heuristic_queries();
     bench::write_json(json_path, out);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gemm_bench: %s\n", e.what());
