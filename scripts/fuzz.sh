@@ -21,7 +21,7 @@ command -v ccache >/dev/null && LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -
 cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DFLASHDLLM_CUDA=OFF -DFLASHDLLM_BUILD_TESTS=OFF -DFLASHDLLM_FUZZ=ON -DFLASHDLLM_SANITIZE=address,undefined \
   "${LAUNCHER[@]}" >/dev/null
-cmake --build build-fuzz -j "$(nproc)" --target "${TARGETS[@]/#/fuzz_}"
+cmake --build build-fuzz -j "$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)" --target "${TARGETS[@]/#/fuzz_}"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 for t in "${TARGETS[@]}"; do

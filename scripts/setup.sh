@@ -42,6 +42,7 @@ if [[ -z "$CUDA" ]]; then
 fi
 echo "[setup] configuring (CUDA backend: $CUDA)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DFLASHDLLM_CUDA="$CUDA" -DFLASHDLLM_WERROR="${FLASHDLLM_WERROR:-OFF}" >/dev/null
-echo "[setup] building with $(nproc) jobs"
-cmake --build build -j "$(nproc)"
+JOBS=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # all cores (GNU nproc honours OMP_NUM_THREADS)
+echo "[setup] building with $JOBS jobs"
+cmake --build build -j "$JOBS"
 echo "[setup] done: ./build/flashdllm"
