@@ -81,6 +81,60 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Raw variant by linearity: Σ_rows Σ_heads q[r,h]·k[t,h] = q̄·k[t] over the whole row (all heads),
+// q̄ = Σ_rows q[r] (fp32). grid = (tiles, kRawChunkCtas); a CTA sums q̄ of its tile once into shared
+// memory, then its warps take the tile's keys kRawKeys at a time (chunk blockIdx.y, then every
+// gridDim.y-th): one fp32 dot of the width-long rows per key (16-byte loads when width % 8 == 0),
+// one atomicAdd per (key, tile). Reads each key row once instead of once per head and 16-row pass.
+constexpr int kRawKeys = 64;
+constexpr int kRawChunkCtas = 128;
+constexpr size_t kRawMaxWidth = 12288;  // wider rows (none in LLaDA: 4096) take the per-head kernel
+
+__global__ void __launch_bounds__(kThreads)
+    importance_raw_kernel(const ImportanceArgs a, const int32_t* __restrict__ table, int* error_flags) {
+  extern __shared__ float qbar[];
+  const int64_t tile = blockIdx.x;
+  const int32_t qs = table[4 * tile + 0], qe = table[4 * tile + 1];
+  const int32_t ks = table[4 * tile + 2], ke = table[4 * tile + 3];
+  if (!detail::attention_tile_valid(qs, qe, ks, ke, a.q_rows, a.kv_rows)) {
+    if (threadIdx.x == 0 && blockIdx.y == 0 && error_flags) atomicOr(error_flags, kErrAttentionTile);
+    return;
+  }
+  if (qs == qe || static_cast<int64_t>(ks) + static_cast<int64_t>(blockIdx.y) * kRawKeys >= ke) return;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int width = a.n_heads * a.head_dim;
+  for (int i = threadIdx.x; i < width; i += kThreads) {
+    float s = 0.f;
+    for (int32_t r = qs; r < qe; ++r) s += __bfloat162float(a.q[static_cast<int64_t>(r) * width + i]);
+    qbar[i] = s;
+  }
+  __syncthreads();
+  const bool vec = width % 8 == 0 && reinterpret_cast<uintptr_t>(a.k) % 16 == 0;
+  for (int64_t c0 = ks + static_cast<int64_t>(blockIdx.y) * kRawKeys; c0 < ke;
+       c0 += static_cast<int64_t>(gridDim.y) * kRawKeys) {
+    const int64_t c1 = c0 + kRawKeys < ke ? c0 + kRawKeys : ke;
+    for (int64_t t = c0 + warp; t < c1; t += kWarps) {
+      const __nv_bfloat16* kr = a.k + t * width;
+      float d = 0.f;
+      if (vec) {
+        for (int i = lane * 8; i < width; i += 32 * 8) {
+          const uint4 raw = *reinterpret_cast<const uint4*>(kr + i);
+          const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const float2 f = __bfloat1622float2(p[j]);
+            d += qbar[i + 2 * j] * f.x + qbar[i + 2 * j + 1] * f.y;
+          }
+        }
+      } else {
+        for (int i = lane; i < width; i += 32) d += qbar[i] * __bfloat162float(kr[i]);
+      }
+      d = detail::warp_sum(d);
+      if (lane == 0) atomicAdd(a.scores + t, a.weight * d);
+    }
+  }
+}
+
 }  // namespace
 
 void attention_importance_bf16(const ImportanceArgs& a, const int32_t* table, int64_t n_tiles, int* error_flags,
@@ -93,6 +147,16 @@ void attention_importance_bf16(const ImportanceArgs& a, const int32_t* table, in
                                  " outside [1, 65535]");
   if (n_tiles <= 0) return;
   if (n_tiles > 0x7fffffff) cuda::throw_invalid_argument("attention_importance: more than 2^31-1 tiles");
+  const size_t width = static_cast<size_t>(a.n_heads) * a.head_dim;
+  if (!a.probability_mass && width <= kRawMaxWidth) {  // q̄ in the default 48 KiB of shared memory
+    const size_t smem = width * sizeof(float);
+    const int64_t chunks = (a.kv_rows + kRawKeys - 1) / kRawKeys;
+    const dim3 grid(static_cast<unsigned>(n_tiles),
+                    static_cast<unsigned>(chunks < 1 ? 1 : (chunks < kRawChunkCtas ? chunks : kRawChunkCtas)));
+    importance_raw_kernel<<<grid, kThreads, smem, stream>>>(a, table, error_flags);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   const size_t smem = (static_cast<size_t>(kRowsPerPass) * a.head_dim + kRowsPerPass) * sizeof(float);
   const dim3 grid(static_cast<unsigned>(n_tiles), static_cast<unsigned>(a.n_heads));
   importance_kernel<<<grid, kThreads, smem, stream>>>(a, table, error_flags);

@@ -6,10 +6,16 @@
 // keys of the tile in turn, forms the 16 dot products against the staged rows in fp32 and adds
 // weight · Σ_rows f to scores[key] with one float atomicAdd per (key, head, 16-row pass).
 //
+// The raw variant (probability_mass = false) takes another kernel: the sum over a tile's rows and
+// heads of q·k is linear in q, so it sums q̄ = Σ_rows q (fp32, all heads) once per CTA and adds
+// weight · q̄·k[t] per key (one warp per key, one atomicAdd per key and tile): every key row is read
+// once, not once per head and 16-row pass (n_heads·head_dim <= 12288; wider rows use the kernel above).
+//
 // The engine's default (raw) variant runs fused into the flash attention kernel instead
-// (AttentionArgs::importance, Backend::attention_with_importance); this kernel serves the
+// (AttentionArgs::importance, Backend::attention_with_importance); this file serves the
 // probability variant, which needs each row's final log-sum-exp (a second sweep over K), the
-// reference attention mode and head dims without a flash kernel.
+// reference attention mode, head dims without a flash kernel, and the tiles the CUDA backend routes
+// to cuDNN's attention (which cannot produce the importance).
 #pragma once
 
 #include <cuda_bf16.h>
