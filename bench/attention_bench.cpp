@@ -6,7 +6,8 @@
 // TFLOP/s = 4·B·H·L²·D / t, % of the given peak, and the roofline floor
 // max(flops / peak, bytes(q, k, v, out) / bandwidth). The device-side plan (table -> work items)
 // is timed separately (it runs once per attention call; the table is shared by all layers).
-// --check compares each variant with the CUDA reference kernel (B == 1 shapes).
+// --check compares each variant with the CUDA reference kernel (B == 1 shapes). Variant "cudnn"
+// (prefill mode only) times the CUDA backend's cuDNN route on the same batch.
 //
 // --window-shapes S:Q:K,... times the Flash-Cache iteration's attention instead (issue 13): S slots,
 // each with Q query rows (its window of --window-rows rows, then its tracked rows) over its own K
@@ -21,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <cstdio>
@@ -29,6 +31,7 @@
 
 #include "bench/cuda_bench_util.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/fill.h"
 
@@ -54,7 +57,7 @@ struct DeviceBuffer {
 FlashVariant parse_variant(const std::string& s) {
   for (FlashVariant v : {FlashVariant::kM64N64, FlashVariant::kM128N64, FlashVariant::kM128N128})
     if (s == flash_variant_name(v)) return v;
-  throw std::runtime_error("unknown variant '" + s + "' (m64n64, m128n64, m128n128)");
+  throw std::runtime_error("unknown variant '" + s + "' (m64n64, m128n64, m128n128; prefill mode also cudnn)");
 }
 
 std::vector<float> to_float(const DeviceBuffer& b, size_t n) {
@@ -307,25 +310,67 @@ int main(int argc, char** argv) {
         const double floor_us =
             std::max(flops / (peak_tflops * 1e12), 4.0 * tensor_bytes / (peak_gbps * 1e9)) * 1e6;
         for (const std::string& vname : bench::split(variants)) {
-          const FlashVariant var = parse_variant(vname);
+          // "cudnn": the CUDA backend's prefill route (kernels/cuda/attention_cudnn.h) over the same
+          // packed batch, its graph built for the backend's power-of-two bucket; plan = the upload of
+          // the batch arrays. Otherwise one of our flash variants.
+          const bool is_cudnn = vname == "cudnn";
+          const FlashVariant var = is_cudnn ? FlashVariant::kM64N64 : parse_variant(vname);
           const int block_m = flash_block_m(var);
-          const int64_t capacity = attention_work_capacity(rows, B, block_m);
-          DeviceBuffer work(static_cast<size_t>(capacity) * sizeof(AttentionWorkItem));
+          const int64_t capacity = is_cudnn ? 0 : attention_work_capacity(rows, B, block_m);
+          DeviceBuffer work(static_cast<size_t>(std::max<int64_t>(capacity, 1)) * sizeof(AttentionWorkItem));
+          std::unique_ptr<CudnnSdpa> sdpa;
+          CudnnSdpaShape shape;
+          std::vector<int32_t> arrays;
+          std::unique_ptr<DeviceBuffer> arrays_d, workspace_d;
+          if (is_cudnn) {
+            std::string why;
+            sdpa = CudnnSdpa::create(0, &why);
+            if (!sdpa) throw std::runtime_error("cudnn variant: " + why);
+            const auto bucket = static_cast<int32_t>(std::bit_ceil(static_cast<uint64_t>(L)));
+            shape = CudnnSdpaShape{static_cast<int32_t>(std::bit_ceil(static_cast<uint64_t>(B))),
+                                   bucket,
+                                   bucket,
+                                   heads,
+                                   kHeadDim,
+                                   in.args(0).scale};
+            workspace_d = std::make_unique<DeviceBuffer>(std::max<size_t>(sdpa->prepare(shape), 1));
+            const int64_t nb = shape.batch, hd = static_cast<int64_t>(heads) * kHeadDim;
+            arrays.assign(static_cast<size_t>(4 * nb + 2), 0);
+            for (int64_t b = 0; b <= nb; ++b) {
+              const int64_t real = std::min<int64_t>(b, B);
+              if (b < nb)
+                arrays[static_cast<size_t>(b)] = arrays[static_cast<size_t>(nb + b)] =
+                    static_cast<int32_t>(b < B ? L : 0);
+              arrays[static_cast<size_t>(2 * nb + b)] = arrays[static_cast<size_t>(3 * nb + 1 + b)] =
+                  static_cast<int32_t>(real * L * hd);
+            }
+            arrays_d = std::make_unique<DeviceBuffer>(arrays.size() * 4);
+          }
+          auto launch = [&](int s) {
+            if (!is_cudnn) {
+              attention_flash(args_for(s), var, work.as<AttentionWorkItem>(), count_d.as<int32_t>(), capacity, stream);
+              return;
+            }
+            const AttentionArgs a = args_for(s);
+            const int64_t nb = shape.batch;
+            const int32_t* arr = arrays_d->as<int32_t>();
+            sdpa->run(shape, CudnnSdpaOperands{a.q, a.k, a.v, a.out, arr, arr + nb, arr + 2 * nb, arr + 3 * nb + 1},
+                      workspace_d->p, stream);
+          };
           auto plan = [&](int) {
-            attention_plan(table_d.as<int32_t>(), B, rows, rows, block_m, work.as<AttentionWorkItem>(),
-                           count_d.as<int32_t>(), capacity, flags_d.as<int>(), stream);
+            if (is_cudnn)
+              CUDA_CHECK(
+                  cudaMemcpyAsync(arrays_d->p, arrays.data(), arrays.size() * 4, cudaMemcpyHostToDevice, stream));
+            else
+              attention_plan(table_d.as<int32_t>(), B, rows, rows, block_m, work.as<AttentionWorkItem>(),
+                             count_d.as<int32_t>(), capacity, flags_d.as<int>(), stream);
           };
           const bench::Timing tp = bench::time_launches(plan, stream, 2, 5, 0.2);
-          const bench::Timing t = bench::time_launches(
-              [&](int i) {
-                attention_flash(args_for(i % n_sets), var, work.as<AttentionWorkItem>(), count_d.as<int32_t>(),
-                                capacity, stream);
-              },
-              stream, warmup, iters);
+          const bench::Timing t = bench::time_launches([&](int i) { launch(i % n_sets); }, stream, warmup, iters);
           check_flags(flags_d);
           double rel_err = -1.0;
           if (do_check) {
-            attention_flash(args_for(0), var, work.as<AttentionWorkItem>(), count_d.as<int32_t>(), capacity, stream);
+            launch(0);
             CUDA_CHECK(cudaStreamSynchronize(stream));
             const std::vector<float> got = to_float(*in.o[0], ref.size());
             double md = 0, mr = 0;

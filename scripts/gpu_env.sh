@@ -122,9 +122,19 @@ fdllm_configure_cmd() {
   command -v ninja > /dev/null && gen=(-G Ninja)
   [[ -f "$build/CMakeCache.txt" ]] && ! grep -q "CMAKE_GENERATOR:INTERNAL=${gen[1]:-Unix Makefiles}" "$build/CMakeCache.txt" &&
     rm -rf "$build/CMakeCache.txt" "$build/CMakeFiles"
+  # cuDNN for the cuDNN attention route: the toolkit's if it has cudnn.h, else the pip wheel
+  # nvidia-cudnn-cu13 that PyTorch brings (the GPU machine's image); the frontend headers travel in
+  # .deps/cudnn-frontend (scripts/setup.sh or --fetch-deps puts them there; carry .deps).
+  local cudnn=()
+  if [[ ! -f "$(dirname "$(command -v nvcc)")/../include/cudnn.h" && ! -f /usr/include/cudnn.h &&
+        ! -f /usr/include/x86_64-linux-gnu/cudnn.h ]]; then
+    local wheel
+    wheel=$(python3 -c 'import nvidia.cudnn as m; print(list(m.__path__)[0])' 2>/dev/null) &&
+      [[ -f "$wheel/include/cudnn.h" ]] && cudnn=(-DCUDNN_ROOT="$wheel")
+  fi
   CONFIGURE_CMD=(cmake -S "$ROOT" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DFLASHDLLM_CUDA=ON
     -DFLASHDLLM_CUDA_ARCHS=90 -DFLASHDLLM_PTXAS_VERBOSE=ON -DCMAKE_POLICY_VERSION_MINIMUM=3.5
-    -DCMAKE_USER_MAKE_RULES_OVERRIDE_CUDA="$build/cuda20_flags.cmake" "${CMAKE_DEP_ARGS[@]}")
+    -DCMAKE_USER_MAKE_RULES_OVERRIDE_CUDA="$build/cuda20_flags.cmake" "${CMAKE_DEP_ARGS[@]}" "${cudnn[@]}")
 }
 
 elapsed() { echo $(($(date +%s) - T0)); }

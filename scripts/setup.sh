@@ -40,6 +40,26 @@ CUDA="${FLASHDLLM_CUDA:-}"
 if [[ -z "$CUDA" ]]; then
   if command -v nvcc >/dev/null 2>&1; then CUDA=ON; else CUDA=OFF; fi
 fi
+# The cuDNN frontend's C++ headers (header-only, pinned; PyPI has no other source of them): the
+# cuDNN attention path of the CUDA backend (src/kernels/cuda/attention_cudnn.h). Only the wheel's
+# include/ folder is kept, in .deps/cudnn-frontend; without it the build has no cuDNN path.
+CUDNN_FRONTEND_VERSION=1.32.0
+if [[ "$CUDA" == ON && "${FLASHDLLM_SKIP_DEPS:-0}" != 1 && ! -f .deps/cudnn-frontend/include/cudnn_frontend.h ]]; then
+  echo "[setup] fetching the cuDNN frontend headers (pip wheel nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION)"
+  rm -rf .deps/wheels && mkdir -p .deps/wheels
+  if python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 \
+      --platform manylinux_2_28_x86_64 -d .deps/wheels "nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION"; then
+    python3 - .deps/wheels/nvidia_cudnn_frontend-*.whl .deps/cudnn-frontend <<'PY'
+import sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z:
+    z.extractall(sys.argv[2], [m for m in z.namelist() if m.startswith("include/")])
+PY
+  else
+    echo "[setup] warning: could not download nvidia-cudnn-frontend; building without the cuDNN attention path"
+  fi
+  rm -rf .deps/wheels
+fi
+
 echo "[setup] configuring (CUDA backend: $CUDA)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DFLASHDLLM_CUDA="$CUDA" -DFLASHDLLM_WERROR="${FLASHDLLM_WERROR:-OFF}" >/dev/null
 JOBS=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # all cores (GNU nproc honours OMP_NUM_THREADS)

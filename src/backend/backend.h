@@ -39,6 +39,26 @@ constexpr bool score_tile_inside(const AttentionTile& s, const AttentionTile& a)
          s.k_end == a.k_end;
 }
 
+/// The host copy of a forward's attention schedule, handed to Backend::plan_attention() beside the
+/// device table: `tiles` row for row what the table holds, `score_tiles` the score tiles that the
+/// forward's attention_with_importance() calls pass (ImportanceSpec::tiles; may be empty). The
+/// CUDA backend reads it to route tiles without waiting for the device: tiles of at least
+/// 256 query rows (FLASHDLLM_CUDNN_ATTENTION=prefill, the default) or every tile
+/// (=all) run in cuDNN's fused attention, their score tiles' importance in a separate kernel.
+/// head_dim and scale are those of the calls to come (a call with others runs every tile on the
+/// backend's own kernel). The arrays must stay valid for the plan_attention() call only; the
+/// calls' score tables must hold `score_tiles` (the CUDA backend keeps its own copy of the routed
+/// tiles' score tiles).
+/// (Pointer + count rather than std::span: the header is also compiled as C++17 by nvcc.)
+struct HostAttentionPlan {
+  const AttentionTile* tiles = nullptr;
+  size_t n_tiles = 0;
+  const AttentionTile* score_tiles = nullptr;
+  size_t n_score_tiles = 0;
+  int head_dim = 0;
+  float scale = 0.f;
+};
+
 /// One tile of a Flash-Verify pass (reference §D.8), stored as 5 consecutive I32. Query rows
 /// [q_start, q_end) are, in order, T = (q_end − q_start) − 2·n_cand "kept" rows, n_cand "draft" rows
 /// D_0..D_{S−1} and n_cand "mask" rows M_0..M_{S−1} (S = n_cand; D_i and M_i are the same position,
@@ -208,10 +228,14 @@ class Backend {
   /// waits for the host). A call over another table plans for itself as before and drops the plan;
   /// so do a later plan_attention / plan_attention_verify and a write into the table's memory
   /// through this backend (copy_from_host, fill_zero). Default (CPU): nothing to plan.
-  /// Throws Error(kInvalidArgument) for a table that is not I32 [n_tiles, 4], negative row counts
-  /// or n_heads < 1.
-  virtual void plan_attention(Tensor table, int64_t q_rows, int64_t kv_rows, int n_heads) {
+  /// `host` (optional) is the host copy of what the tables hold; with it the CUDA backend routes
+  /// the long plain tiles (admission prefills) to cuDNN's fused attention (HostAttentionPlan).
+  /// Throws Error(kInvalidArgument) for a table that is not I32 [n_tiles, 4], negative row counts,
+  /// n_heads < 1 or a non-empty host.tiles of another length than the table.
+  virtual void plan_attention(Tensor table, int64_t q_rows, int64_t kv_rows, int n_heads,
+                              const HostAttentionPlan& host = {}) {
     check_plan_args(table, 4, q_rows, kv_rows, n_heads, "plan_attention");
+    check_host_plan(table, host, "plan_attention");
   }
 
   /// plan_attention() for attention_verify() calls over `table` (I32 [n_tiles, 5], VerifyTile rows)
@@ -304,6 +328,15 @@ class Backend {
                     "{}: table must be I32 [n_tiles, {}], got {}", op, tile_ints, table.describe());
     FDLLM_CHECK_ARG(q_rows >= 0 && kv_rows >= 0 && n_heads >= 1,
                     "{}: q_rows {} and key rows {} must be >= 0, n_heads {} >= 1", op, q_rows, kv_rows, n_heads);
+  }
+  /// plan_attention's host copy: empty, or one AttentionTile per table row and no more score tiles.
+  static void check_host_plan(const Tensor& table, const HostAttentionPlan& host, const char* op) {
+    const auto n_tiles = static_cast<size_t>(table.numel() / 4);
+    FDLLM_CHECK_ARG((host.n_tiles == 0 && host.n_score_tiles == 0) ||
+                        (host.n_tiles == n_tiles && host.n_score_tiles <= n_tiles && host.tiles != nullptr &&
+                         (host.n_score_tiles == 0 || host.score_tiles != nullptr)),
+                    "{}: the host plan has {} tiles and {} score tiles for a table of {} tiles", op, host.n_tiles,
+                    host.n_score_tiles, n_tiles);
   }
   /// attention_with_importance's tables: both I32 [n, 4], no more score tiles than tiles.
   static void check_score_table_args(const Tensor& table, const Tensor& score_table, const char* op) {

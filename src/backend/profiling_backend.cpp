@@ -95,8 +95,9 @@ class ProfilingBackend final : public Backend {
                                        out.dtype != inner_->activation_dtype() ? " ->f32" : "");
     timed(op, [&] { inner_->matmul(x, w, out, accumulate); });
   }
-  void plan_attention(Tensor table, int64_t q_rows, int64_t kv_rows, int n_heads) override {
-    timed("plan_attention", [&] { inner_->plan_attention(table, q_rows, kv_rows, n_heads); });
+  void plan_attention(Tensor table, int64_t q_rows, int64_t kv_rows, int n_heads,
+                      const HostAttentionPlan& host = {}) override {
+    timed("plan_attention", [&] { inner_->plan_attention(table, q_rows, kv_rows, n_heads, host); });
   }
   void plan_attention_verify(Tensor table, int64_t q_rows, int64_t n_keys) override {
     timed("plan_attention_verify", [&] { inner_->plan_attention_verify(table, q_rows, n_keys); });

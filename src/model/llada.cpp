@@ -585,8 +585,12 @@ Tensor llada_forward(Backend& be, const LladaModel& model, const ForwardBatch& b
                   "forward: the K/V store has {} layers, the model {}", kv.k.size(), c.n_layers);
   upload_logit_rows(be, ws, batch.logit_rows, batch.row_keys);
   const int n_heads = local_heads(model, kv.k[0], ws, "forward");
-  be.plan_attention(tiles, T, kv.rows, n_heads);  // every layer's attention reuses this plan
   const float scale = attention_scale(c);
+  // Every layer's attention reuses this plan; the host copy lets the backend route tiles (prefills
+  // to cuDNN on the CUDA backend) without reading the device table back.
+  be.plan_attention(tiles, T, kv.rows, n_heads,
+                    HostAttentionPlan{batch.tiles.data(), batch.tiles.size(), imp.tiles.data(), imp.tiles.size(),
+                                      static_cast<int>(c.head_dim), scale});
   // Importance sums over heads, i.e. over ranks: rank 0 keeps what scores held before this forward,
   // the others start from zero, and one all-reduce after the layers adds the ranks' head sums.
   Communicator* comm = model.tp.comm;

@@ -155,10 +155,13 @@ std::vector<FusedCase> fused_cases(bool sweep) {
 
 /// attention_with_importance on `be` over the case's tiles and score tiles (both in one table
 /// tensor, the score tiles after the attention tiles); returns {scores, attention output}.
+/// With `plan`, plan_attention() with the host copy of the tables first (as the model does; the CUDA
+/// backend routes long tiles to cuDNN) for `plan_scale` (0: the call's scale).
 std::pair<std::vector<float>, std::vector<float>> run_fused(Backend& be, const FusedCase& f,
                                                             const std::vector<float>& q, const std::vector<float>& k,
                                                             const std::vector<float>& v, float scale, float weight,
-                                                            const std::vector<float>& init) {
+                                                            const std::vector<float>& init, bool plan = false,
+                                                            float plan_scale = 0.f) {
   const ImpCase& c = f.scored;
   const int64_t HD = static_cast<int64_t>(c.heads) * c.head_dim;
   const DType at = be.activation_dtype();
@@ -175,6 +178,10 @@ std::pair<std::vector<float>, std::vector<float>> run_fused(Backend& be, const F
   put(be, od.t, std::vector<float>(static_cast<size_t>(c.q_rows * HD), 0.f));
   put(be, sd.t, init);
   put_i32(be, td.t, table);
+  if (plan)
+    be.plan_attention(td.t.slice_rows(0, n_tiles), c.q_rows, c.kv_rows, c.heads,
+                      HostAttentionPlan{f.tiles.data(), f.tiles.size(), c.tiles.data(), c.tiles.size(), c.head_dim,
+                                        plan_scale > 0.f ? plan_scale : scale});
   be.attention_with_importance(qd.t, kd.t, vd.t, td.t.slice_rows(0, n_tiles), c.heads, scale, od.t,
                                td.t.slice_rows(n_tiles, n_tiles + n_scored), weight, sd.t);
   return {get(be, sd.t), get(be, od.t)};
@@ -383,6 +390,43 @@ TEST_P(CudaImportance, FusedWithAttentionMatchesCpu) {
     const auto [got_s, got_o] = run_fused(*twin_, f, in.q, in.k, v, scale, weight, in.init);
     expect_scores_match(c, got_s, ref_s, in.init);
     EXPECT_TRUE(close(c.name + " attention", got_o, ref_o, 0, test::kBf16OpRelTol));
+  }
+}
+
+// The cuDNN route (plan_attention with the host copy; FLASHDLLM_CUDNN_ATTENTION=prefill: tiles of
+// >= 256 query rows, =all: every tile) runs those tiles in cuDNN's fused attention and their score
+// tiles in the importance kernel: output and scores match the CPU as the flash path's do, and a
+// call whose scale differs from the plan's runs every tile on our kernel. An explicit mode fails
+// when cuDNN is unavailable, so on a GPU this test cannot pass without running cuDNN. Cases: three
+// prefills (300, 257 and 700 rows: a batch of 3 padded to 4) beside windows, and a prefill whose
+// keys start past row 0 of the store.
+TEST_P(CudaImportance, CudnnRouteMatchesCpu) {
+  if (!is_cuda_) GTEST_SKIP() << "CUDA only (the CPU twin has no cuDNN route)";
+  std::vector<FusedCase> cases;
+  cases.push_back(slots("3 prefills beside 2 windows", {300, 640, 257, 129, 700}, {16, 16, 16, 16, 16},
+                        {284, 112, 241, 48, 684}, 704, GetParam() == Size::kSweep ? 32 : 2));
+  FusedCase off = slots("prefill with keys past row 0", {400}, {16}, {300}, 400, 2);
+  off.scored.kv_rows = 1000;
+  off.tiles[0].k_start = off.scored.tiles[0].k_start = 555;
+  off.tiles[0].k_end = off.scored.tiles[0].k_end = 955;
+  cases.push_back(off);
+  for (const char* mode : {"prefill", "all"}) {
+    auto be = cuda_with_env("FLASHDLLM_CUDNN_ATTENTION", mode);
+    for (const FusedCase& f : cases) {
+      const ImpCase& c = f.scored;
+      SCOPED_TRACE(c.name + ", FLASHDLLM_CUDNN_ATTENTION=" + mode + ", heads " + std::to_string(c.heads));
+      const Inputs in = inputs(c);
+      const std::vector<float> v = randn_bf16(in.k.size(), std::hash<std::string>()(c.name) + 7, 0.5f);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+      const float weight = 1.0f / (16.0f * static_cast<float>(c.heads));
+      const auto [ref_s, ref_o] = run_fused(*cpu_, f, in.q, in.k, v, scale, weight, in.init);
+      for (float plan_scale : {scale, 2 * scale}) {  // as planned; another scale (our kernel only)
+        SCOPED_TRACE(plan_scale == scale ? "planned scale" : "call scale differs from the plan's");
+        const auto [got_s, got_o] = run_fused(*be, f, in.q, in.k, v, scale, weight, in.init, true, plan_scale);
+        expect_scores_match(c, got_s, ref_s, in.init);
+        EXPECT_TRUE(close(c.name + " attention", got_o, ref_o, 0, test::kBf16OpRelTol));
+      }
+    }
   }
 }
 

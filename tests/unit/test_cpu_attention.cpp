@@ -107,5 +107,26 @@ TEST(CpuAttention, BackendOpMatchesAttendRowAndLeavesUncoveredRowsAlone) {
   }
 }
 
+// plan_attention's host copy (HostAttentionPlan, what the CUDA backend routes tiles by) must describe
+// the table: one tile per table row, no more score tiles; empty is always accepted.
+TEST(CpuAttention, PlanAttentionChecksTheHostCopyOfTheTable) {
+  auto be = make_cpu_backend(1);
+  std::vector<AttentionTile> tiles = {{0, 4, 0, 8}, {4, 6, 8, 9}};
+  const Tensor table(tiles.data(), DType::kI32, DeviceKind::kCPU, {2, 4});
+  EXPECT_NO_THROW(be->plan_attention(table, 6, 9, 1));
+  EXPECT_NO_THROW(be->plan_attention(table, 6, 9, 1, HostAttentionPlan{tiles.data(), 2, tiles.data(), 1, 40, 0.1f}));
+  for (const HostAttentionPlan& bad : {HostAttentionPlan{tiles.data(), 1, nullptr, 0, 40, 0.1f},
+                                       HostAttentionPlan{tiles.data(), 2, tiles.data(), 3, 40, 0.1f},
+                                       HostAttentionPlan{nullptr, 2, nullptr, 0, 40, 0.1f}}) {
+    try {
+      be->plan_attention(table, 6, 9, 1, bad);
+      ADD_FAILURE() << "a host plan of " << bad.n_tiles << " tiles / " << bad.n_score_tiles << " score tiles passed";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("host plan"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace flashdllm

@@ -47,6 +47,7 @@
 #include "backend/backend.h"
 #include "core/check.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/attention_importance.h"
 #include "kernels/cuda/attention_verify.h"
 #include "kernels/cuda/convert.h"
@@ -135,6 +136,38 @@ AttentionChoice parse_attention_env() {
 // (B 8, L 1024 / 2048: 484 vs 524 / 1790 vs 1942 us): at ~200+ registers per thread both hold 8 warps
 // per SM, and the 64-row CTAs balance better across the SMs than the 128-row ones save in K/V loads.
 constexpr kernels::FlashVariant kDefaultFlashVariant = kernels::FlashVariant::kM64N64;
+
+// Which attention tiles run in cuDNN's fused attention (kernels/cuda/attention_cudnn.h):
+// FLASHDLLM_CUDNN_ATTENTION = prefill (default: tiles of >= kCudnnPrefillRows query rows, i.e. the
+// admission prefills; the Flash-Cache windows, 16-128 rows with the fused importance, stay on our
+// kernel) | all (every tile of a planned attention call; importance in a separate kernel) | off.
+// The choice depends only on a tile's own shape, never on what else is in the batch, so a
+// sequence's numbers do not depend on its neighbours (batch invariance).
+// Unset, the prefill route falls back to our kernel quietly where cuDNN is unavailable; set
+// explicitly (prefill or all), an unavailable cuDNN is an error at the first routed plan.
+enum class CudnnMode { kOff, kPrefill, kAll };
+constexpr int32_t kCudnnPrefillRows = 256;
+
+// The smallest power of two >= n (n in [1, 2^30]); cuDNN graphs are built per power-of-two bucket.
+int32_t pow2_at_least(int32_t n) {
+  int32_t p = 1;
+  while (p < n) p <<= 1;
+  return p;
+}
+
+struct CudnnChoice {
+  CudnnMode mode = CudnnMode::kPrefill;
+  bool required = false;
+};
+
+CudnnChoice parse_cudnn_env() {
+  const char* v = std::getenv("FLASHDLLM_CUDNN_ATTENTION");
+  if (v == nullptr || *v == '\0') return {};
+  if (std::strcmp(v, "prefill") == 0) return {CudnnMode::kPrefill, true};
+  if (std::strcmp(v, "all") == 0) return {CudnnMode::kAll, true};
+  if (std::strcmp(v, "off") == 0) return {CudnnMode::kOff, false};
+  FDLLM_FAIL(ErrorCode::kInvalidArgument, "FLASHDLLM_CUDNN_ATTENTION='{}' is not one of prefill, all, off", v);
+}
 
 // ----------------------------------------------------------------------------- qkv dispatch
 
@@ -248,6 +281,8 @@ class CudaBackend final : public Backend {
     *static_cast<int*>(host_flags_.get()) = 0;
     gemm_ = std::make_unique<kernels::GemmLt>(size_t{32} << 20, parse_gemm_tune_env());
     attention_ = parse_attention_env();
+    cudnn_ = parse_cudnn_env();
+    if (attention_.mode == AttentionMode::kReference) cudnn_.mode = CudnnMode::kOff;
     qkv_mode_ = parse_qkv_env();
     debug_sync_ = env_flag("FLASHDLLM_CUDA_SYNC");
     const char* graphs = std::getenv("FLASHDLLM_CUDA_GRAPHS");
@@ -257,8 +292,11 @@ class CudaBackend final : public Backend {
 
   ~CudaBackend() override {
     // Members are released in reverse order: queued work finishes (StreamDestroy synchronises)
-    // before the work list, workspace and flag buffers are freed.
+    // before the work list, workspace and flag buffers are freed. The cuDNN handle goes first, while
+    // the stream it was last given still exists.
     cudaSetDevice(device_);
+    if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+    cudnn_sdpa_.reset();
   }
 
   DeviceKind device() const noexcept override { return DeviceKind::kCUDA; }
@@ -383,13 +421,18 @@ class CudaBackend final : public Backend {
 
   // --------------------------------------------------------------------------- recorded sequences
 
-  void run_recorded(const std::vector<int64_t>& key, const std::function<void()>& ops) override {
+  void run_recorded(const std::vector<int64_t>& caller_key, const std::function<void()>& ops) override {
     if (!graphs_) {
       ++rec_stats_.direct;
       ops();
       return;
     }
     CUDA_CHECK(cudaSetDevice(device_));
+    // A cuDNN route's graph is built for its shape bucket: sequences of the same caller key with
+    // another bucket are another recording.
+    std::vector<int64_t> key = caller_key;
+    if (plan_ && route_)
+      key.insert(key.end(), {-1, route_->shape.batch, route_->shape.max_q, route_->shape.max_kv, route_->min_rows});
     if (auto it = graphs_by_key_.find(key); it != graphs_by_key_.end()) {
       graph_lru_.splice(graph_lru_.begin(), graph_lru_, it->second.lru);  // most recent first
       CUDA_CHECK(cudaGraphLaunch(it->second.exec.get(), stream_));
@@ -598,23 +641,28 @@ class CudaBackend final : public Backend {
     run_attention(kOp, q, k_store, v_store, table, n_heads, scale, out, score_table, weight, scores.ptr<float>());
   }
 
-  void plan_attention(Tensor table, int64_t q_rows, int64_t kv_rows, int n_heads) override {
+  void plan_attention(Tensor table, int64_t q_rows, int64_t kv_rows, int n_heads,
+                      const HostAttentionPlan& host = {}) override {
     check_plan_args(table, 4, q_rows, kv_rows, n_heads, "plan_attention");
+    check_host_plan(table, host, "plan_attention");
     expect(table, DType::kI32, "plan_attention", "table");
-    plan_.reset();
+    reset_plan();
     const int64_t n_tiles = table.numel() / 4;
     if (attention_.mode == AttentionMode::kReference || n_tiles == 0 || q_rows == 0) return;  // nothing reuses a plan
     CUDA_CHECK(cudaSetDevice(device_));
-    const PlanKey key{table, 4, q_rows, kv_rows, kernels::flash_block_m(flash_variant())};
+    PlanKey key{table, 4, q_rows, kv_rows, kernels::flash_block_m(flash_variant())};
+    std::optional<CudnnRoute> route = route_to_cudnn(host, q_rows, kv_rows, n_heads);
+    if (route) key.skip_min_rows = route->min_rows;
     make_plan(key);
     plan_ = key;
+    route_ = route;
     after_op("plan_attention");
   }
 
   void plan_attention_verify(Tensor table, int64_t q_rows, int64_t n_keys) override {
     check_plan_args(table, 5, q_rows, n_keys, 1, "plan_attention_verify");
     expect(table, DType::kI32, "plan_attention_verify", "table");
-    plan_.reset();
+    reset_plan();
     if (attention_.mode == AttentionMode::kReference || table.numel() == 0 || q_rows == 0) return;
     CUDA_CHECK(cudaSetDevice(device_));
     const PlanKey key{table, 5, q_rows, n_keys, kernels::kVerifyBlockM};
@@ -678,8 +726,22 @@ class CudaBackend final : public Backend {
                 "slow reference kernel for head_dim multiples of 32 up to 256",
                 a.head_dim);
     const kernels::FlashVariant variant = flash_variant();
-    const int64_t capacity = planned_work(PlanKey{table, 4, Tq, N, kernels::flash_block_m(variant)});
+    const PlanKey key{table, 4, Tq, N, kernels::flash_block_m(variant)};
+    // The standing plan serves this call when it was made for this table; its routed tiles run in
+    // cuDNN when the call matches the route (heads, head_dim, scale, score tiles), else the call
+    // plans again with every tile on our kernel.
+    int64_t capacity = 0;
+    bool cudnn_call = false;
+    if (plan_ && plan_->same_table(key)) {
+      cudnn_call = plan_->skip_min_rows > 0 && route_ && route_->shape.n_heads == n_heads &&
+                   route_->shape.head_dim == a.head_dim && route_->shape.scale == scale &&
+                   (importance == nullptr || score_table.numel() / 4 == route_->n_score_tiles);
+      capacity = plan_->skip_min_rows > 0 && !cudnn_call ? make_plan(key) : planned_work(*plan_);
+    } else {
+      capacity = make_plan(key);
+    }
     kernels::attention_flash(a, variant, work_.get(), work_count(), capacity, stream_);
+    if (cudnn_call) run_cudnn(a);
     after_op(kOp);
   }
 
@@ -930,26 +992,29 @@ class CudaBackend final : public Backend {
 
   // What an attention work list was made for: the table (4 ints per AttentionTile, 5 per
   // VerifyTile), query rows, key rows (store rows or gathered keys) and rows per work item.
+  // skip_min_rows > 0: tiles of at least that many query rows are left out (the cuDNN route's).
   struct PlanKey {
     Tensor table;
     int64_t tile_ints = 0, q_rows = 0, kv_rows = 0;
     int block_m = 0;
+    int32_t skip_min_rows = 0;
     int64_t n_tiles() const noexcept { return table.numel() / tile_ints; }
-    bool operator==(const PlanKey& o) const noexcept {
+    bool same_table(const PlanKey& o) const noexcept {
       return table.data == o.table.data && table.numel() == o.table.numel() && tile_ints == o.tile_ints &&
              q_rows == o.q_rows && kv_rows == o.kv_rows && block_m == o.block_m;
     }
+    bool operator==(const PlanKey& o) const noexcept { return same_table(o) && skip_min_rows == o.skip_min_rows; }
   };
 
   // Makes the work list of `key` (a kernel on the stream: no host wait) and returns its capacity.
   int64_t make_plan(const PlanKey& key) {
     const int64_t n_tiles = key.n_tiles(),
                   capacity = kernels::attention_work_capacity(key.q_rows, n_tiles, key.block_m);
-    plan_.reset();
+    reset_plan();
     ensure_attention_work(capacity);
     if (key.tile_ints == 4)
       kernels::attention_plan(key.table.ptr<int32_t>(), n_tiles, key.q_rows, key.kv_rows, key.block_m, work_.get(),
-                              work_count(), capacity, flags(), stream_);
+                              work_count(), capacity, flags(), stream_, key.skip_min_rows);
     else
       kernels::attention_plan_verify(key.table.ptr<int32_t>(), n_tiles, key.q_rows, key.kv_rows, key.block_m,
                                      work_.get(), work_count(), capacity, flags(), stream_);
@@ -964,7 +1029,7 @@ class CudaBackend final : public Backend {
   }
 
   void drop_plan_if_written(const Tensor& dst) {
-    if (plan_ && overlap(dst, plan_->table)) plan_.reset();
+    if (plan_ && overlap(dst, plan_->table)) reset_plan();
   }
 
   // Grows the attention work list; only reallocates when a larger table than ever before arrives.
@@ -979,6 +1044,154 @@ class CudaBackend final : public Backend {
     work_capacity_ = cap;
   }
 
+  // ------------------------------------------------------------------------- cuDNN route
+
+  // The tiles of the standing plan that run in cuDNN: those of >= min_rows query rows, packed as
+  // one ragged SDPA batch (cudnn_buf_: seq_q [B], seq_kv [B], q offsets [B + 1], kv offsets [B + 1],
+  // then the routed tiles' score tiles, 4 ints each).
+  struct CudnnRoute {
+    kernels::CudnnSdpaShape shape;
+    int32_t min_rows = 0;
+    int64_t n_tiles = 0;        // routed tiles (shape.batch is that rounded up to a power of two)
+    int64_t n_scored = 0;       // their score tiles
+    int64_t n_score_tiles = 0;  // the score tiles of the whole plan (HostAttentionPlan::score_tiles)
+  };
+
+  void reset_plan() {
+    plan_.reset();
+    route_.reset();
+  }
+
+  // Decides which tiles of `host` run in cuDNN, builds (or finds) the graph for their shape bucket
+  // and uploads the batch arrays; nullopt = every tile on our kernel (mode off, no host copy, cuDNN
+  // unavailable or refusing the shape, nothing long enough, or a routed tile that is invalid: our
+  // plan kernel reports those).
+  std::optional<CudnnRoute> route_to_cudnn(const HostAttentionPlan& host, int64_t q_rows, int64_t kv_rows,
+                                           int n_heads) {
+    if (cudnn_.mode == CudnnMode::kOff || host.n_tiles == 0 || host.head_dim <= 0 || !(host.scale > 0.f))
+      return std::nullopt;
+    const int64_t HD = static_cast<int64_t>(n_heads) * host.head_dim;
+    if (host.head_dim % 8 != 0 || host.head_dim > 256 || std::max(q_rows, kv_rows) * HD >= (int64_t{1} << 31))
+      return std::nullopt;  // cuDNN's head dims; I32 element offsets
+    const int32_t min_rows = cudnn_.mode == CudnnMode::kAll ? 1 : kCudnnPrefillRows;
+    std::vector<size_t> routed;
+    int32_t max_q = 0, max_kv = 0;
+    for (size_t i = 0; i < host.n_tiles; ++i) {
+      const AttentionTile& t = host.tiles[i];
+      if (t.q_end - t.q_start < min_rows) continue;
+      if (t.q_start < 0 || t.q_end > q_rows || t.k_start < 0 || t.k_start >= t.k_end || t.k_end > kv_rows)
+        return std::nullopt;
+      if (i < host.n_score_tiles && !score_tile_inside(host.score_tiles[i], t)) return std::nullopt;
+      routed.push_back(i);
+      max_q = std::max(max_q, t.q_end - t.q_start);
+      max_kv = std::max(max_kv, t.k_end - t.k_start);
+    }
+    if (routed.empty() || !cudnn_ready()) return std::nullopt;
+    CudnnRoute r;
+    r.min_rows = min_rows;
+    r.n_tiles = static_cast<int64_t>(routed.size());
+    r.n_score_tiles = static_cast<int64_t>(host.n_score_tiles);
+    // Shape buckets (powers of two) so that a few graphs serve every admission.
+    r.shape.batch = pow2_at_least(static_cast<int32_t>(routed.size()));
+    r.shape.max_q = pow2_at_least(std::max(max_q, 64));
+    r.shape.max_kv = pow2_at_least(std::max(max_kv, 64));
+    r.shape.n_heads = n_heads;
+    r.shape.head_dim = host.head_dim;
+    r.shape.scale = host.scale;
+    size_t workspace = 0;
+    try {
+      workspace = cudnn_sdpa_->prepare(r.shape);
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kUnsupported || cudnn_.required) throw;
+      cudnn_why_ = e.what();  // cuDNN refuses this GPU/shape: our kernel from now on
+      cudnn_sdpa_.reset();
+      return std::nullopt;
+    }
+    const auto B = static_cast<size_t>(r.shape.batch);
+    std::vector<int32_t>& h = cudnn_host_;
+    h.assign(4 * B + 2, 0);
+    int32_t* seq_q = h.data();
+    int32_t* seq_kv = seq_q + B;
+    int32_t* q_off = seq_kv + B;
+    int32_t* kv_off = q_off + B + 1;
+    for (size_t j = 0; j < B; ++j) {
+      if (j < routed.size()) {
+        const AttentionTile& t = host.tiles[routed[j]];
+        seq_q[j] = t.q_end - t.q_start;
+        seq_kv[j] = t.k_end - t.k_start;
+        q_off[j] = static_cast<int32_t>(t.q_start * HD);
+        kv_off[j] = static_cast<int32_t>(t.k_start * HD);
+      } else {  // padding entries: no rows, no keys
+        q_off[j] = q_off[j - 1] + seq_q[j - 1] * static_cast<int32_t>(HD);
+        kv_off[j] = kv_off[j - 1] + seq_kv[j - 1] * static_cast<int32_t>(HD);
+      }
+    }
+    q_off[B] = q_off[B - 1] + seq_q[B - 1] * static_cast<int32_t>(HD);
+    kv_off[B] = kv_off[B - 1] + seq_kv[B - 1] * static_cast<int32_t>(HD);
+    for (size_t i : routed)
+      if (i < host.n_score_tiles) {
+        const AttentionTile& s = host.score_tiles[i];
+        h.insert(h.end(), {s.q_start, s.q_end, s.k_start, s.k_end});
+        ++r.n_scored;
+      }
+    ensure_cudnn_buffers(h.size() * sizeof(int32_t), workspace);
+    CUDA_CHECK(
+        cudaMemcpyAsync(cudnn_buf_.get(), h.data(), h.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    return r;
+  }
+
+  // Creates the cuDNN instance on first use; false (and the reason kept) when there is none.
+  bool cudnn_ready() {
+    if (!cudnn_tried_) {
+      cudnn_tried_ = true;
+      cudnn_sdpa_ = kernels::CudnnSdpa::create(device_, &cudnn_why_);
+    }
+    FDLLM_CHECK(cudnn_sdpa_ != nullptr || !cudnn_.required, ErrorCode::kUnsupported,
+                "FLASHDLLM_CUDNN_ATTENTION={}: cuDNN attention is unavailable: {}",
+                cudnn_.mode == CudnnMode::kAll ? "all" : "prefill", cudnn_why_);
+    return cudnn_sdpa_ != nullptr;
+  }
+
+  // Grows the route's device arrays and cuDNN's workspace; a move drops the recorded graphs (they
+  // hold the old addresses).
+  void ensure_cudnn_buffers(size_t buf_bytes, size_t workspace) {
+    if (buf_bytes <= cudnn_buf_bytes_ && (workspace == 0 || workspace <= cudnn_ws_bytes_)) return;
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    drop_graphs();
+    if (buf_bytes > cudnn_buf_bytes_) {
+      cudnn_buf_bytes_ = std::max(buf_bytes, 2 * cudnn_buf_bytes_);
+      cudnn_buf_ = device_alloc(cudnn_buf_bytes_, "cuDNN attention batch arrays");
+    }
+    if (workspace > cudnn_ws_bytes_) {
+      cudnn_ws_bytes_ = workspace;
+      cudnn_ws_ = device_alloc(workspace, "cuDNN attention workspace");
+    }
+  }
+
+  // The routed tiles of the standing plan through cuDNN, then the raw importance of their score
+  // tiles (a.importance set: attention_with_importance) in the separate importance kernel.
+  void run_cudnn(const kernels::AttentionArgs& a) {
+    const CudnnRoute& r = *route_;
+    const auto B = static_cast<size_t>(r.shape.batch);
+    const auto* buf = static_cast<const int32_t*>(cudnn_buf_.get());
+    // The batch arrays' layout: seq_q [B], seq_kv [B], q offsets [B + 1], kv offsets [B + 1].
+    const kernels::CudnnSdpaOperands o{a.q, a.k, a.v, a.out, buf, buf + B, buf + 2 * B, buf + 3 * B + 1};
+    cudnn_sdpa_->run(r.shape, o, cudnn_ws_.get(), stream_);
+    if (a.importance == nullptr || r.n_scored == 0) return;
+    kernels::ImportanceArgs ia;
+    ia.q = a.q;
+    ia.k = a.k;
+    ia.scores = a.importance;
+    ia.q_rows = a.q_rows;
+    ia.kv_rows = a.kv_rows;
+    ia.n_heads = a.n_heads;
+    ia.head_dim = a.head_dim;
+    ia.scale = a.scale;
+    ia.weight = a.importance_weight;
+    ia.probability_mass = false;
+    kernels::attention_importance_bf16(ia, buf + 4 * B + 2, r.n_scored, flags(), stream_);
+  }
+
   int device_ = 0;
   std::string name_;
   DevicePtr flags_;
@@ -989,6 +1202,14 @@ class CudaBackend final : public Backend {
   DevicePtr work_count_;
   int64_t work_capacity_ = 0;
   std::optional<PlanKey> plan_;  // the standing plan_attention / plan_attention_verify plan, if any
+  std::optional<CudnnRoute> route_;  // its tiles that run in cuDNN (plan_attention only)
+  CudnnChoice cudnn_;
+  std::unique_ptr<kernels::CudnnSdpa> cudnn_sdpa_;  // created on the first route (null: unavailable)
+  bool cudnn_tried_ = false;
+  std::string cudnn_why_;  // why there is no cuDNN path, when there is none
+  std::vector<int32_t> cudnn_host_;
+  DevicePtr cudnn_buf_, cudnn_ws_;
+  size_t cudnn_buf_bytes_ = 0, cudnn_ws_bytes_ = 0;
   AttentionChoice attention_;
   QkvMode qkv_mode_ = QkvMode::kAuto;
   bool debug_sync_ = false;

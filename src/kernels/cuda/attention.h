@@ -88,11 +88,12 @@ int64_t attention_work_capacity(int64_t q_rows, int64_t n_tiles, int block_m) no
 /// Cuts the table (device I32 [n_tiles, 4]) into work items (device, `capacity` entries) and
 /// writes their number to *work_count (device I32). Invalid tiles (outside [0, q_rows) ×
 /// [0, kv_rows), reversed ranges, or query rows with an empty key range) are skipped and set
-/// kErrAttentionTile; work beyond capacity sets kErrAttentionWork. One block; no host sync.
-/// Throws Error(kDevice) on launch failure.
+/// kErrAttentionTile; work beyond capacity sets kErrAttentionWork. skip_min_rows > 0: valid tiles
+/// of at least that many query rows get no work items (another kernel, cuDNN's, runs them).
+/// One block; no host sync. Throws Error(kDevice) on launch failure.
 void attention_plan(const int32_t* table, int64_t n_tiles, int64_t q_rows, int64_t kv_rows, int block_m,
                     AttentionWorkItem* work, int32_t* work_count, int64_t capacity, int* error_flags,
-                    cudaStream_t stream);
+                    cudaStream_t stream, int32_t skip_min_rows = 0);
 
 /// Runs the flash kernel over the planned work (grid = capacity × n_heads).
 /// Preconditions (validated, Error(kInvalidArgument)/kUnsupported): head_dim == 128; q, k, v,
