@@ -321,6 +321,7 @@ int main(int argc, char** argv) {
           std::unique_ptr<CudnnSdpa> sdpa;
           CudnnSdpaShape shape;
           std::vector<int32_t> arrays;
+          int64_t stride = 0;
           std::unique_ptr<DeviceBuffer> arrays_d, workspace_d;
           if (is_cudnn) {
             std::string why;
@@ -334,14 +335,17 @@ int main(int argc, char** argv) {
                                    kHeadDim,
                                    in.args(0).scale};
             workspace_d = std::make_unique<DeviceBuffer>(std::max<size_t>(sdpa->prepare(shape), 1));
+            // The backend's layout: four arrays of `stride` I32 each (16-byte aligned): seq_q, seq_kv,
+            // q offsets, kv offsets.
             const int64_t nb = shape.batch, hd = static_cast<int64_t>(heads) * kHeadDim;
-            arrays.assign(static_cast<size_t>(4 * nb + 2), 0);
+            stride = (nb + 1 + 3) / 4 * 4;
+            arrays.assign(static_cast<size_t>(4 * stride), 0);
             for (int64_t b = 0; b <= nb; ++b) {
               const int64_t real = std::min<int64_t>(b, B);
               if (b < nb)
-                arrays[static_cast<size_t>(b)] = arrays[static_cast<size_t>(nb + b)] =
+                arrays[static_cast<size_t>(b)] = arrays[static_cast<size_t>(stride + b)] =
                     static_cast<int32_t>(b < B ? L : 0);
-              arrays[static_cast<size_t>(2 * nb + b)] = arrays[static_cast<size_t>(3 * nb + 1 + b)] =
+              arrays[static_cast<size_t>(2 * stride + b)] = arrays[static_cast<size_t>(3 * stride + b)] =
                   static_cast<int32_t>(real * L * hd);
             }
             arrays_d = std::make_unique<DeviceBuffer>(arrays.size() * 4);
@@ -352,9 +356,9 @@ int main(int argc, char** argv) {
               return;
             }
             const AttentionArgs a = args_for(s);
-            const int64_t nb = shape.batch;
             const int32_t* arr = arrays_d->as<int32_t>();
-            sdpa->run(shape, CudnnSdpaOperands{a.q, a.k, a.v, a.out, arr, arr + nb, arr + 2 * nb, arr + 3 * nb + 1},
+            sdpa->run(shape,
+                      CudnnSdpaOperands{a.q, a.k, a.v, a.out, arr, arr + stride, arr + 2 * stride, arr + 3 * stride},
                       workspace_d->p, stream);
           };
           auto plan = [&](int) {

@@ -175,6 +175,12 @@ class Backend {
   };
   virtual RecordingStats recording_stats() const { return {}; }
 
+  /// Attention calls so far that ran some of their tiles in a library kernel instead of the
+  /// backend's own (CUDA: cuDNN's fused attention for the tiles plan_attention routed to it; see
+  /// HostAttentionPlan). Calls made through the backend: a recorded graph's replays run the kernels
+  /// again without a call. 0 on backends without such a route.
+  virtual int64_t routed_attention_calls() const { return 0; }
+
   /// Converts `n` host elements of `src_dtype` (F32/F16/BF16) into the weight tensor `dst`
   /// (weight dtype, numel == n).
   virtual void upload_weight(Tensor dst, DType src_dtype, const void* src) = 0;

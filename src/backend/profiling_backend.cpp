@@ -63,6 +63,7 @@ class ProfilingBackend final : public Backend {
   void* native_stream() const noexcept override { return inner_->native_stream(); }
   int device_index() const noexcept override { return inner_->device_index(); }
   size_t free_memory() const override { return inner_->free_memory(); }
+  int64_t routed_attention_calls() const override { return inner_->routed_attention_calls(); }
 
   Buffer alloc(size_t bytes, const char* what) override {
     return timed("alloc", [&] { return inner_->alloc(bytes, what); });

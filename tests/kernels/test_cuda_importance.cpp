@@ -12,6 +12,7 @@
 //    boundaries, unscored tiles after the scored ones; a score tile that is not inside its tile is an
 //    error on both (head_dim 128: the attention op's flash kernel).
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <random>
 
@@ -266,6 +267,8 @@ std::vector<ImpCase> small_cases() {
   c.q_rows = 40;
   c.tiles = {{0, 16, 100, 180}, {16, 17, 299, 300}, {17, 17, 5, 9}, {17, 40, 0, 33}};  // 23 rows: two passes
   v.push_back(c);
+  // Rows of 108 columns: the raw kernel's scalar loads (16-byte loads need a multiple of 8).
+  v.push_back(windows("3 heads of 36", {50, 90}, {16, 5}, 100, 3, 36));
   return v;
 }
 
@@ -275,6 +278,8 @@ std::vector<ImpCase> sweep_cases() {
                       32));
   v.push_back(windows("odd lengths", {1, 2, 127, 129, 255, 257}, {16, 3, 16, 9, 16, 1}, 384, 3));
   v.push_back(windows("64-row tiles", {300, 70}, {64, 33}, 512, 2));
+  // More keys than one sweep of the raw kernel's key chunks covers (128 CTAs x 64 keys).
+  v.push_back(windows("9000 keys", {9000}, {16}, 9000, 1));
   return v;
 }
 
@@ -393,11 +398,29 @@ TEST_P(CudaImportance, FusedWithAttentionMatchesCpu) {
   }
 }
 
+/// False when `be` (made with FLASHDLLM_CUDNN_ATTENTION set) has no cuDNN route by design: a build
+/// without cuDNN or a GPU older than sm_90 (its first routed plan says so). Any other failure, e.g.
+/// an sm_90 GPU whose cuDNN cannot be used, is the test's.
+bool cudnn_route_available(Backend& be) {
+  std::vector<AttentionTile> tiles = {{0, 256, 0, 256}};
+  Dev td = make(be, DType::kI32, 1, 4);
+  put_i32(be, td.t, {0, 256, 0, 256});
+  try {
+    be.plan_attention(td.t, 256, 256, 1, HostAttentionPlan{tiles.data(), 1, nullptr, 0, 128, 0.1f});
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    if (what.find("built without cuDNN") != std::string::npos || what.find("needs sm_90") != std::string::npos)
+      return false;
+    throw;
+  }
+  return true;
+}
+
 // The cuDNN route (plan_attention with the host copy; FLASHDLLM_CUDNN_ATTENTION=prefill: tiles of
 // >= 256 query rows, =all: every tile) runs those tiles in cuDNN's fused attention and their score
 // tiles in the importance kernel: output and scores match the CPU as the flash path's do, and a
-// call whose scale differs from the plan's runs every tile on our kernel. An explicit mode fails
-// when cuDNN is unavailable, so on a GPU this test cannot pass without running cuDNN. Cases: three
+// call whose scale differs from the plan's runs every tile on our kernel; the backend's count of
+// routed calls shows that cuDNN ran (skipped on builds without the route). Cases: three
 // prefills (300, 257 and 700 rows: a batch of 3 padded to 4) beside windows, and a prefill whose
 // keys start past row 0 of the store.
 TEST_P(CudaImportance, CudnnRouteMatchesCpu) {
@@ -412,6 +435,7 @@ TEST_P(CudaImportance, CudnnRouteMatchesCpu) {
   cases.push_back(off);
   for (const char* mode : {"prefill", "all"}) {
     auto be = cuda_with_env("FLASHDLLM_CUDNN_ATTENTION", mode);
+    if (!cudnn_route_available(*be)) GTEST_SKIP() << "this build has no cuDNN route";
     for (const FusedCase& f : cases) {
       const ImpCase& c = f.scored;
       SCOPED_TRACE(c.name + ", FLASHDLLM_CUDNN_ATTENTION=" + mode + ", heads " + std::to_string(c.heads));
@@ -422,12 +446,99 @@ TEST_P(CudaImportance, CudnnRouteMatchesCpu) {
       const auto [ref_s, ref_o] = run_fused(*cpu_, f, in.q, in.k, v, scale, weight, in.init);
       for (float plan_scale : {scale, 2 * scale}) {  // as planned; another scale (our kernel only)
         SCOPED_TRACE(plan_scale == scale ? "planned scale" : "call scale differs from the plan's");
+        const int64_t routed = be->routed_attention_calls();
         const auto [got_s, got_o] = run_fused(*be, f, in.q, in.k, v, scale, weight, in.init, true, plan_scale);
+        EXPECT_EQ(be->routed_attention_calls() - routed, plan_scale == scale ? 1 : 0) << "cuDNN ran (or not)";
         expect_scores_match(c, got_s, ref_s, in.init);
         EXPECT_TRUE(close(c.name + " attention", got_o, ref_o, 0, test::kBf16OpRelTol));
       }
     }
   }
+}
+
+// A recorded layer loop (Backend::run_recorded, one caller key) over two schedules with the same
+// counts (6 tiles, 5 score tiles, 1,307 query rows) and the same cuDNN bucket (4 tiles of <= 512
+// rows over <= 512 keys) but 4 and 3 routed tiles: the second must not replay the first's graph
+// (whose importance launch covers 4 score tiles); outputs and scores match the CPU every time.
+TEST_P(CudaImportance, CudnnRouteRecordedLoopFollowsItsSchedule) {
+  if (!is_cuda_ || GetParam() == Size::kSweep) GTEST_SKIP() << "CUDA, small only";
+  auto be = cuda_with_env("FLASHDLLM_CUDNN_ATTENTION", "prefill");
+  if (!cudnn_route_available(*be)) GTEST_SKIP() << "this build has no cuDNN route";
+  const std::vector<int32_t> keys(5, 400), window(5, 16);
+  const FusedCase a = slots("4 routed", keys, window, {284, 284, 284, 284, 84}, 400, 2);
+  const FusedCase b = slots("3 routed", keys, window, {284, 284, 284, 234, 134}, 400, 2);
+  ASSERT_EQ(a.scored.q_rows, b.scored.q_rows);
+  const ImpCase& c = a.scored;
+  const int64_t HD = static_cast<int64_t>(c.heads) * c.head_dim;
+  const Inputs in = inputs(c);
+  const std::vector<float> v = randn_bf16(in.k.size(), 99, 0.5f);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)), weight = 0.03125f;
+  const DType at = be->activation_dtype();
+  Dev qd = make(*be, at, c.q_rows, HD), kd = make(*be, at, c.kv_rows, HD), vd = make(*be, at, c.kv_rows, HD);
+  Dev od = make(*be, at, c.q_rows, HD), sd = make(*be, DType::kF32, c.kv_rows), td = make(*be, DType::kI32, 11, 4);
+  put(*be, qd.t, in.q);
+  put(*be, kd.t, in.k);
+  put(*be, vd.t, v);
+  const Tensor tiles = td.t.slice_rows(0, 6), scored = td.t.slice_rows(6, 11);
+  int run = 0;
+  for (const FusedCase* f : {&a, &a, &a, &b, &b, &a}) {
+    SCOPED_TRACE("call " + std::to_string(++run) + ": " + f->scored.name);
+    std::vector<int32_t> table;
+    for (const auto* list : {&f->tiles, &f->scored.tiles})
+      for (const AttentionTile& t : *list) table.insert(table.end(), {t.q_start, t.q_end, t.k_start, t.k_end});
+    put_i32(*be, td.t, table);
+    put(*be, sd.t, in.init);
+    put(*be, od.t, std::vector<float>(static_cast<size_t>(c.q_rows * HD), 0.f));
+    be->plan_attention(tiles, c.q_rows, c.kv_rows, c.heads,
+                       HostAttentionPlan{f->tiles.data(), f->tiles.size(), f->scored.tiles.data(),
+                                         f->scored.tiles.size(), c.head_dim, scale});
+    be->run_recorded({42}, [&] {
+      be->attention_with_importance(qd.t, kd.t, vd.t, tiles, c.heads, scale, od.t, scored, weight, sd.t);
+    });
+    const auto [ref_s, ref_o] = run_fused(*cpu_, *f, in.q, in.k, v, scale, weight, in.init);
+    expect_scores_match(f->scored, get(*be, sd.t), ref_s, in.init);
+    EXPECT_TRUE(close(f->scored.name + " attention", get(*be, od.t), ref_o, 0, test::kBf16OpRelTol));
+  }
+  EXPECT_GT(be->routed_attention_calls(), 0);  // replays re-run cuDNN without a call
+}
+
+// A routed tile's output rows do not depend on what else cuDNN's batch holds: the same prefill tile
+// alone (a graph of 1 tile x 512 rows) and beside a 700-row one (2 tiles x 1,024 rows) gives
+// bit-identical rows, so the batch buckets keep a sequence's numbers independent of its batch mates.
+TEST_P(CudaImportance, CudnnRouteRowsDoNotDependOnTheBucket) {
+  if (!is_cuda_ || GetParam() == Size::kSweep) GTEST_SKIP() << "CUDA, small only";
+  auto be = cuda_with_env("FLASHDLLM_CUDNN_ATTENTION", "prefill");
+  if (!cudnn_route_available(*be)) GTEST_SKIP() << "this build has no cuDNN route";
+  const int heads = 4, Dh = 128;
+  const int64_t HD = heads * Dh, Tq = 300 + 700, N = 400 + 800;
+  const std::vector<float> q = randn_bf16(static_cast<size_t>(Tq * HD), 5, 2.0f);
+  const std::vector<float> k = randn_bf16(static_cast<size_t>(N * HD), 6);
+  const std::vector<float> v = randn_bf16(static_cast<size_t>(N * HD), 7);
+  const DType at = be->activation_dtype();
+  Dev qd = make(*be, at, Tq, HD), kd = make(*be, at, N, HD), vd = make(*be, at, N, HD), od = make(*be, at, Tq, HD);
+  put(*be, qd.t, q);
+  put(*be, kd.t, k);
+  put(*be, vd.t, v);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(Dh));
+  auto rows_of_first_tile = [&](const std::vector<AttentionTile>& tiles) {
+    Dev td = make(*be, DType::kI32, static_cast<int64_t>(tiles.size()), 4);
+    std::vector<int32_t> table;
+    for (const AttentionTile& t : tiles) table.insert(table.end(), {t.q_start, t.q_end, t.k_start, t.k_end});
+    put_i32(*be, td.t, table);
+    be->fill_zero(od.t);
+    be->plan_attention(td.t, Tq, N, heads, HostAttentionPlan{tiles.data(), tiles.size(), nullptr, 0, Dh, scale});
+    const int64_t routed = be->routed_attention_calls();
+    be->attention(qd.t, kd.t, vd.t, td.t, heads, scale, od.t);
+    EXPECT_EQ(be->routed_attention_calls(), routed + 1);
+    std::vector<float> out = get(*be, od.t);
+    out.resize(static_cast<size_t>(300 * HD));
+    return out;
+  };
+  const std::vector<float> alone = rows_of_first_tile({{0, 300, 0, 400}});
+  const std::vector<float> beside = rows_of_first_tile({{0, 300, 0, 400}, {300, 1000, 400, 1200}});
+  ASSERT_EQ(alone.size(), beside.size());
+  EXPECT_EQ(std::memcmp(alone.data(), beside.data(), alone.size() * sizeof(float)), 0)
+      << "a prefill's attention rows changed with the cuDNN bucket";
 }
 
 TEST_P(CudaImportance, ScoreTileOutsideItsTileIsReported) {

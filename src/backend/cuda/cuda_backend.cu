@@ -34,6 +34,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -41,6 +42,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -296,6 +298,7 @@ class CudaBackend final : public Backend {
     // the stream it was last given still exists.
     cudaSetDevice(device_);
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+    drop_graphs();  // graphs hold cuDNN's kernels
     cudnn_sdpa_.reset();
   }
 
@@ -432,7 +435,8 @@ class CudaBackend final : public Backend {
     // another bucket are another recording.
     std::vector<int64_t> key = caller_key;
     if (plan_ && route_)
-      key.insert(key.end(), {-1, route_->shape.batch, route_->shape.max_q, route_->shape.max_kv, route_->min_rows});
+      key.insert(key.end(), {-1, route_->shape.batch, route_->shape.max_q, route_->shape.max_kv, route_->min_rows,
+                             route_->n_scored});  // n_scored: the importance launch of run_cudnn
     if (auto it = graphs_by_key_.find(key); it != graphs_by_key_.end()) {
       graph_lru_.splice(graph_lru_.begin(), graph_lru_, it->second.lru);  // most recent first
       CUDA_CHECK(cudaGraphLaunch(it->second.exec.get(), stream_));
@@ -471,6 +475,8 @@ class CudaBackend final : public Backend {
     ++rec_stats_.captures;
     after_op("graph launch");
   }
+
+  int64_t routed_attention_calls() const override { return routed_calls_; }
 
   RecordingStats recording_stats() const override {
     RecordingStats s = rec_stats_;
@@ -1047,8 +1053,11 @@ class CudaBackend final : public Backend {
   // ------------------------------------------------------------------------- cuDNN route
 
   // The tiles of the standing plan that run in cuDNN: those of >= min_rows query rows, packed as
-  // one ragged SDPA batch (cudnn_buf_: seq_q [B], seq_kv [B], q offsets [B + 1], kv offsets [B + 1],
-  // then the routed tiles' score tiles, 4 ints each).
+  // one ragged SDPA batch. cudnn_buf_ holds four I32 arrays of cudnn_stride(B) entries each (16-byte
+  // aligned, as cuDNN assumes): seq_q [B], seq_kv [B], q offsets [B + 1], kv offsets [B + 1]; then the
+  // routed tiles' score tiles, 4 ints each.
+  static size_t cudnn_stride(size_t B) { return (B + 1 + 3) / 4 * 4; }
+
   struct CudnnRoute {
     kernels::CudnnSdpaShape shape;
     int32_t min_rows = 0;
@@ -1098,22 +1107,24 @@ class CudaBackend final : public Backend {
     r.shape.n_heads = n_heads;
     r.shape.head_dim = host.head_dim;
     r.shape.scale = host.scale;
+    const std::array<int32_t, 3> bucket{r.shape.batch, r.shape.max_q, r.shape.max_kv};
+    if (cudnn_refused_.count(bucket)) return std::nullopt;
     size_t workspace = 0;
     try {
       workspace = cudnn_sdpa_->prepare(r.shape);
     } catch (const Error& e) {
       if (e.code() != ErrorCode::kUnsupported || cudnn_.required) throw;
-      cudnn_why_ = e.what();  // cuDNN refuses this GPU/shape: our kernel from now on
-      cudnn_sdpa_.reset();
+      cudnn_refused_.insert(bucket);  // cuDNN refuses this bucket: our kernel runs its tiles
+      cudnn_why_ = e.what();
       return std::nullopt;
     }
-    const auto B = static_cast<size_t>(r.shape.batch);
+    const auto B = static_cast<size_t>(r.shape.batch), S = cudnn_stride(B);
     std::vector<int32_t>& h = cudnn_host_;
-    h.assign(4 * B + 2, 0);
+    h.assign(4 * S, 0);
     int32_t* seq_q = h.data();
-    int32_t* seq_kv = seq_q + B;
-    int32_t* q_off = seq_kv + B;
-    int32_t* kv_off = q_off + B + 1;
+    int32_t* seq_kv = seq_q + S;
+    int32_t* q_off = seq_kv + S;
+    int32_t* kv_off = q_off + S;
     for (size_t j = 0; j < B; ++j) {
       if (j < routed.size()) {
         const AttentionTile& t = host.tiles[routed[j]];
@@ -1172,11 +1183,11 @@ class CudaBackend final : public Backend {
   // tiles (a.importance set: attention_with_importance) in the separate importance kernel.
   void run_cudnn(const kernels::AttentionArgs& a) {
     const CudnnRoute& r = *route_;
-    const auto B = static_cast<size_t>(r.shape.batch);
+    const size_t S = cudnn_stride(static_cast<size_t>(r.shape.batch));
     const auto* buf = static_cast<const int32_t*>(cudnn_buf_.get());
-    // The batch arrays' layout: seq_q [B], seq_kv [B], q offsets [B + 1], kv offsets [B + 1].
-    const kernels::CudnnSdpaOperands o{a.q, a.k, a.v, a.out, buf, buf + B, buf + 2 * B, buf + 3 * B + 1};
+    const kernels::CudnnSdpaOperands o{a.q, a.k, a.v, a.out, buf, buf + S, buf + 2 * S, buf + 3 * S};
     cudnn_sdpa_->run(r.shape, o, cudnn_ws_.get(), stream_);
+    ++routed_calls_;
     if (a.importance == nullptr || r.n_scored == 0) return;
     kernels::ImportanceArgs ia;
     ia.q = a.q;
@@ -1189,7 +1200,7 @@ class CudaBackend final : public Backend {
     ia.scale = a.scale;
     ia.weight = a.importance_weight;
     ia.probability_mass = false;
-    kernels::attention_importance_bf16(ia, buf + 4 * B + 2, r.n_scored, flags(), stream_);
+    kernels::attention_importance_bf16(ia, buf + 4 * S, r.n_scored, flags(), stream_);
   }
 
   int device_ = 0;
@@ -1206,7 +1217,11 @@ class CudaBackend final : public Backend {
   CudnnChoice cudnn_;
   std::unique_ptr<kernels::CudnnSdpa> cudnn_sdpa_;  // created on the first route (null: unavailable)
   bool cudnn_tried_ = false;
-  std::string cudnn_why_;  // why there is no cuDNN path, when there is none
+  // Why there is no cuDNN path (or the last refused bucket's reason); the (batch, max_q, max_kv)
+  // buckets cuDNN refused.
+  std::string cudnn_why_;
+  std::set<std::array<int32_t, 3>> cudnn_refused_;
+  int64_t routed_calls_ = 0;
   std::vector<int32_t> cudnn_host_;
   DevicePtr cudnn_buf_, cudnn_ws_;
   size_t cudnn_buf_bytes_ = 0, cudnn_ws_bytes_ = 0;

@@ -39,7 +39,7 @@ struct CudnnSdpaShape {
 
 /// Device operands of one run. seq_q / seq_kv: I32 [batch]; q_offsets / kv_offsets: I32 [batch + 1]
 /// element offsets (row · n_heads · head_dim) of each tile's first query row in q and out, and of
-/// its first key row in k and v.
+/// its first key row in k and v. Every pointer 16-byte aligned (cuDNN selects engines assuming it).
 struct CudnnSdpaOperands {
   const void* q = nullptr;  ///< bf16 [Tq, H·Dh]
   const void* k = nullptr;  ///< bf16 [N, H·Dh]
@@ -55,8 +55,9 @@ struct CudnnSdpaOperands {
 /// life). Not thread-safe (one per CUDA backend, used from its thread).
 class CudnnSdpa {
  public:
-  /// A ready instance, or nullptr with the reason in *why (built without cuDNN, libcudnn missing
-  /// or too old, or not an sm_90+ GPU: cuDNN's ragged SDPA needs Hopper). Never throws.
+  /// A ready instance, or nullptr with the reason in *why (built without cuDNN, libcudnn older than
+  /// 9.5, or not an sm_90+ GPU: cuDNN's ragged SDPA needs Hopper). Never throws. (A build with cuDNN
+  /// links libcudnn: without it at run time the program does not start.)
   static std::unique_ptr<CudnnSdpa> create(int device, std::string* why);
   virtual ~CudnnSdpa() = default;
 
