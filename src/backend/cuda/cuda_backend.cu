@@ -1061,7 +1061,6 @@ class CudaBackend final : public Backend {
   struct CudnnRoute {
     kernels::CudnnSdpaShape shape;
     int32_t min_rows = 0;
-    int64_t n_tiles = 0;        // routed tiles (shape.batch is that rounded up to a power of two)
     int64_t n_scored = 0;       // their score tiles
     int64_t n_score_tiles = 0;  // the score tiles of the whole plan (HostAttentionPlan::score_tiles)
   };
@@ -1098,7 +1097,6 @@ class CudaBackend final : public Backend {
     if (routed.empty() || !cudnn_ready()) return std::nullopt;
     CudnnRoute r;
     r.min_rows = min_rows;
-    r.n_tiles = static_cast<int64_t>(routed.size());
     r.n_score_tiles = static_cast<int64_t>(host.n_score_tiles);
     // Shape buckets (powers of two) so that a few graphs serve every admission.
     r.shape.batch = pow2_at_least(static_cast<int32_t>(routed.size()));
@@ -1189,17 +1187,16 @@ class CudaBackend final : public Backend {
     cudnn_sdpa_->run(r.shape, o, cudnn_ws_.get(), stream_);
     ++routed_calls_;
     if (a.importance == nullptr || r.n_scored == 0) return;
-    kernels::ImportanceArgs ia;
-    ia.q = a.q;
-    ia.k = a.k;
-    ia.scores = a.importance;
-    ia.q_rows = a.q_rows;
-    ia.kv_rows = a.kv_rows;
-    ia.n_heads = a.n_heads;
-    ia.head_dim = a.head_dim;
-    ia.scale = a.scale;
-    ia.weight = a.importance_weight;
-    ia.probability_mass = false;
+    const kernels::ImportanceArgs ia{a.q,
+                                     a.k,
+                                     a.importance,
+                                     a.q_rows,
+                                     a.kv_rows,
+                                     a.n_heads,
+                                     a.head_dim,
+                                     a.scale,
+                                     a.importance_weight,
+                                     /*probability_mass=*/false};
     kernels::attention_importance_bf16(ia, buf + 4 * S, r.n_scored, flags(), stream_);
   }
 
