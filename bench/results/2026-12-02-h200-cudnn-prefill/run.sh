@@ -1,13 +1,12 @@
 #!/bin/bash
-# Device call 4 (clean commit): GPU check, prefill attention, admissions, steady iterations.
+# Rerun at a clean commit (build only, no GPU check): prefill attention, admissions, steady iterations.
 # default) and steady iterations (default vs route on every tile) with the linear raw-importance kernel.
 set -u
 cd "$(dirname "$0")/.."
 [[ -f .deps/cudnn-frontend/include/cudnn_frontend.h ]] || tar -xJf .carry/cudnn-frontend.tar.xz
 git rev-parse HEAD; git status --short | head -3
-FLASHDLLM_GPU_CHECK_BUDGET=320 bash scripts/gpu_check.sh --tests-only > /dev/null 2>&1
+bash scripts/gpu_check.sh --build-only > /tmp/build.log 2>&1; tail -3 /tmp/build.log
 rc=$?
-sed -n '/gpu_check summary/,/^## Flash/p' $OUT/summary.md
 rm -f $OUT/batch_invariance.json
 export LD_LIBRARY_PATH=/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu/openblas-openmp:/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 B=build-gpu
