@@ -60,6 +60,32 @@ PY
   rm -rf .deps/wheels
 fi
 
+# CUTLASS / CuTe headers (header-only, pinned; the pip wheel nvidia-cutlass carries the C++ include
+# tree): the Hopper (wgmma) attention kernel (src/kernels/cuda/attention_wgmma.cu). Only
+# cutlass_library/source/include is kept, in .deps/cutlass/include; without it the build has no
+# wgmma kernel and runs the mma.sync one everywhere.
+CUTLASS_VERSION=4.2.0.0
+if [[ "$CUDA" == ON && "${FLASHDLLM_SKIP_DEPS:-0}" != 1 && ! -f .deps/cutlass/include/cute/tensor.hpp ]]; then
+  echo "[setup] fetching the CUTLASS/CuTe headers (pip wheel nvidia-cutlass==$CUTLASS_VERSION)"
+  rm -rf .deps/wheels && mkdir -p .deps/wheels
+  if python3 -m pip download -q --no-deps -d .deps/wheels "nvidia-cutlass==$CUTLASS_VERSION"; then
+    python3 - .deps/wheels/nvidia_cutlass-*.whl .deps/cutlass <<'PY'
+import os, sys, zipfile
+prefix = "cutlass_library/source/include/"
+with zipfile.ZipFile(sys.argv[1]) as z:
+    for m in z.namelist():
+        if m.startswith(prefix) and not m.endswith("/"):
+            dst = os.path.join(sys.argv[2], "include", m[len(prefix):])
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            with z.open(m) as src, open(dst, "wb") as out:
+                out.write(src.read())
+PY
+  else
+    echo "[setup] warning: could not download nvidia-cutlass; building without the wgmma attention kernel"
+  fi
+  rm -rf .deps/wheels
+fi
+
 echo "[setup] configuring (CUDA backend: $CUDA)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DFLASHDLLM_CUDA="$CUDA" -DFLASHDLLM_WERROR="${FLASHDLLM_WERROR:-OFF}" >/dev/null
 JOBS=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # all cores (GNU nproc honours OMP_NUM_THREADS)

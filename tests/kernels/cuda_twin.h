@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <random>
@@ -176,6 +177,18 @@ class TwinTest : public ::testing::Test {
 
   /// A twin backend with FLASHDLLM_ATTENTION=mode (CUDA only).
   std::unique_ptr<Backend> cuda_with_attention(const char* mode) { return cuda_with_env("FLASHDLLM_ATTENTION", mode); }
+
+  /// The CUDA backend with the Hopper attention kernel forced (FLASHDLLM_ATTENTION=wgmma), or null
+  /// where it cannot run: a device other than sm_90 or a build without CUTLASS (said on stderr).
+  std::unique_ptr<Backend> cuda_wgmma_or_null() {
+    try {
+      return cuda_with_attention("wgmma");
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kUnsupported) throw;
+      std::fprintf(stderr, "[note] wgmma attention not run: %s\n", e.what());
+      return nullptr;
+    }
+  }
 
   std::unique_ptr<Backend> cpu_, twin_;
   bool is_cuda_ = false;

@@ -1,7 +1,7 @@
 // CUDA attention vs the CPU backend (and vs the CUDA reference kernel, the second oracle):
-// every flash variant (m64n64, m128n64, m128n128), the automatic choice and the reference kernel,
-// over block tables with odd lengths, lengths off the 64/128 tiles, several tiles of very different
-// lengths in one launch, Flash-dLLM-style small query tiles over long key ranges, key ranges not
+// every flash variant (m64n64, m128n64, m128n128, and wgmma on sm_90), the automatic choice and the
+// reference kernel, over block tables with odd lengths, lengths off the 64/128 tiles, several tiles
+// of very different lengths in one launch, Flash-dLLM-style small query tiles over long key ranges, key ranges not
 // starting at 0, rows not covered by any tile (must stay untouched), 1–3 and 32 heads.
 //
 // Small/... cases are the compute-sanitizer set; Sweep/... the full sweep.
@@ -145,8 +145,11 @@ class CudaAttention : public twin::TwinTest {
   void run_cases(const std::vector<AttnCase>& cases) {
     // Implementations under test: the twin's default (auto on CUDA) and, on CUDA, each forced variant.
     std::vector<std::pair<std::string, std::unique_ptr<Backend>>> impls;
-    if (is_cuda_)
-      for (const char* m : {"m64n64", "m128n64", "m128n128", "reference"}) impls.emplace_back(m, cuda_with_attention(m));
+    if (is_cuda_) {
+      for (const char* m : {"m64n64", "m128n64", "m128n128"}) impls.emplace_back(m, cuda_with_attention(m));
+      if (auto wgmma = cuda_wgmma_or_null()) impls.emplace_back("wgmma", std::move(wgmma));
+      impls.emplace_back("reference", cuda_with_attention("reference"));  // last: the second oracle
+    }
     for (const AttnCase& c : cases) {
       SCOPED_TRACE(c.name + ": q_rows " + std::to_string(c.q_rows) + ", kv_rows " + std::to_string(c.kv_rows) +
                    ", heads " + std::to_string(c.heads) + ", tiles " + std::to_string(c.tiles.size()));

@@ -384,6 +384,14 @@ class CudaImportance : public twin::TwinTest, public ::testing::WithParamInterfa
 TEST_P(CudaImportance, MatchesCpu) { run_cases(GetParam() == Size::kSmall ? small_cases() : sweep_cases()); }
 
 TEST_P(CudaImportance, FusedWithAttentionMatchesCpu) {
+  // The twin's default kernel and, on CUDA, both tensor-core kernels forced (mma.sync m64n64, and
+  // wgmma where the device and build have it).
+  std::vector<std::pair<std::string, std::unique_ptr<Backend>>> impls;
+  impls.emplace_back("default", nullptr);
+  if (is_cuda_) {
+    impls.emplace_back("m64n64", cuda_with_attention("m64n64"));
+    if (auto wgmma = cuda_wgmma_or_null()) impls.emplace_back("wgmma", std::move(wgmma));
+  }
   for (const FusedCase& f : fused_cases(GetParam() == Size::kSweep)) {
     const ImpCase& c = f.scored;
     SCOPED_TRACE(c.name + ", heads " + std::to_string(c.heads));
@@ -392,9 +400,12 @@ TEST_P(CudaImportance, FusedWithAttentionMatchesCpu) {
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     const float weight = 1.0f / (16.0f * static_cast<float>(c.heads));
     const auto [ref_s, ref_o] = run_fused(*cpu_, f, in.q, in.k, v, scale, weight, in.init);
-    const auto [got_s, got_o] = run_fused(*twin_, f, in.q, in.k, v, scale, weight, in.init);
-    expect_scores_match(c, got_s, ref_s, in.init);
-    EXPECT_TRUE(close(c.name + " attention", got_o, ref_o, 0, test::kBf16OpRelTol));
+    for (auto& [name, be] : impls) {
+      SCOPED_TRACE(name);
+      const auto [got_s, got_o] = run_fused(be ? *be : *twin_, f, in.q, in.k, v, scale, weight, in.init);
+      expect_scores_match(c, got_s, ref_s, in.init);
+      EXPECT_TRUE(close(c.name + " attention [" + name + "]", got_o, ref_o, 0, test::kBf16OpRelTol));
+    }
   }
 }
 

@@ -14,7 +14,8 @@
 // Environment:
 //   FLASHDLLM_CUDA_SYNC=1        synchronise and check after every op (debugging)
 //   FLASHDLLM_CUDA_GRAPHS=0      run_recorded runs the ops one by one (no CUDA graphs)
-//   FLASHDLLM_ATTENTION=<mode>   auto (default) | reference | m64n64 | m128n64 | m128n128
+//   FLASHDLLM_ATTENTION=<mode>   auto (default: wgmma on sm_90 builds with it, else m64n64) | reference |
+//                                m64n64 | m128n64 | m128n128 | wgmma (sm_90 only)
 //                                (reference also sends the verify pass to its scalar kernel; the others
 //                                run it on the flash kernel's verify mode, m64n64, for head_dim 128)
 
@@ -121,7 +122,8 @@ AttentionChoice parse_attention_env() {
     c.mode = AttentionMode::kReference;
     return c;
   }
-  for (auto var : {kernels::FlashVariant::kM64N64, kernels::FlashVariant::kM128N64, kernels::FlashVariant::kM128N128}) {
+  for (auto var : {kernels::FlashVariant::kM64N64, kernels::FlashVariant::kM128N64, kernels::FlashVariant::kM128N128,
+                   kernels::FlashVariant::kWgmmaM128N64}) {
     if (std::strcmp(v, kernels::flash_variant_name(var)) == 0) {
       c.mode = AttentionMode::kFlashForced;
       c.forced = var;
@@ -129,15 +131,21 @@ AttentionChoice parse_attention_env() {
     }
   }
   FDLLM_FAIL(ErrorCode::kInvalidArgument,
-             "FLASHDLLM_ATTENTION='{}' is not one of auto, reference, m64n64, m128n64, m128n128", v);
+             "FLASHDLLM_ATTENTION='{}' is not one of auto, reference, m64n64, m128n64, m128n128, wgmma", v);
 }
 
-// The default flash variant: m64n64. Measured on the H200 (bench/results/2026-12-02-h200-slot-tiles,
-// attention_bench): it beats m128n64 at every shape tried, the Flash-Cache windows (1-64 slots x 128
-// rows over 768-1280 keys: 209.5 vs 230.7 us at 32 slots with importance) and the prefill shapes
-// (B 8, L 1024 / 2048: 484 vs 524 / 1790 vs 1942 us): at ~200+ registers per thread both hold 8 warps
-// per SM, and the 64-row CTAs balance better across the SMs than the 128-row ones save in K/V loads.
-constexpr kernels::FlashVariant kDefaultFlashVariant = kernels::FlashVariant::kM64N64;
+// The default flash variant of a device: the Hopper kernel (wgmma: 128-row CTAs of two warpgroups
+// sharing each K/V tile) on sm_90 in builds that have it, else m64n64. Measured on the H200
+// (bench/results/2026-12-02-h200-wgmma-attention/): see docs/decisions.md. Among the mma.sync
+// variants m64n64 beats m128n64 at every shape tried (bench/results/2026-12-02-h200-slot-tiles/:
+// the Flash-Cache windows, 209.5 vs 230.7 us at 32 slots with importance; the prefill shapes B 8,
+// L 1024 / 2048: 484 vs 524 / 1790 vs 1942 us). The choice depends on the device only, never on the
+// batch (batch invariance).
+kernels::FlashVariant default_flash_variant(int cc_major, int cc_minor) {
+  return kernels::flash_variant_runs_on(kernels::FlashVariant::kWgmmaM128N64, cc_major, cc_minor)
+             ? kernels::FlashVariant::kWgmmaM128N64
+             : kernels::FlashVariant::kM64N64;
+}
 
 // Which attention tiles run in cuDNN's fused attention (kernels/cuda/attention_cudnn.h):
 // FLASHDLLM_CUDNN_ATTENTION = prefill (default: tiles of >= kCudnnPrefillRows query rows, i.e. the
@@ -283,6 +291,14 @@ class CudaBackend final : public Backend {
     *static_cast<int*>(host_flags_.get()) = 0;
     gemm_ = std::make_unique<kernels::GemmLt>(size_t{32} << 20, parse_gemm_tune_env());
     attention_ = parse_attention_env();
+    default_variant_ = default_flash_variant(prop.major, prop.minor);
+    FDLLM_CHECK(
+        attention_.mode != AttentionMode::kFlashForced ||
+            kernels::flash_variant_runs_on(attention_.forced, prop.major, prop.minor),
+        ErrorCode::kUnsupported,
+        "FLASHDLLM_ATTENTION={}: this kernel needs an sm_90 device and a build with CUTLASS ({}; device sm_{}{})",
+        kernels::flash_variant_name(attention_.forced),
+        kernels::flash_wgmma_built() ? "built with it" : "built without it", prop.major, prop.minor);
     cudnn_ = parse_cudnn_env();
     if (attention_.mode == AttentionMode::kReference) cudnn_.mode = CudnnMode::kOff;
     qkv_mode_ = parse_qkv_env();
@@ -679,7 +695,7 @@ class CudaBackend final : public Backend {
 
   // The flash kernel variant of an attention call (FLASHDLLM_ATTENTION=m64n64|... forces one).
   kernels::FlashVariant flash_variant() const {
-    return attention_.mode == AttentionMode::kFlashForced ? attention_.forced : kDefaultFlashVariant;
+    return attention_.mode == AttentionMode::kFlashForced ? attention_.forced : default_variant_;
   }
 
   // attention() and, with `importance` set, the fused raw-importance variant of score_table's rows
@@ -1223,6 +1239,7 @@ class CudaBackend final : public Backend {
   DevicePtr cudnn_buf_, cudnn_ws_;
   size_t cudnn_buf_bytes_ = 0, cudnn_ws_bytes_ = 0;
   AttentionChoice attention_;
+  kernels::FlashVariant default_variant_ = kernels::FlashVariant::kM64N64;  // default_flash_variant()
   QkvMode qkv_mode_ = QkvMode::kAuto;
   bool debug_sync_ = false;
   // run_recorded's graphs: by key, with their place in the use order (most recent first).

@@ -26,9 +26,15 @@
 
 #include "core/verify_mask.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_flash_common.cuh"
+#include "kernels/cuda/attention_wgmma.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_utils.cuh"
 #include "kernels/cuda/kernel_errors.h"
+
+#ifndef FLASHDLLM_HAVE_WGMMA
+#define FLASHDLLM_HAVE_WGMMA 0
+#endif
 
 namespace flashdllm::kernels {
 namespace {
@@ -62,12 +68,6 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
       "{%0, %1, %2, %3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
 }
 
 // Two floats -> bf16x2 in one register; `lo` goes to the low half (the lower column index).
@@ -115,17 +115,7 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN>::kThreads)
   const int q_len = w.q_end - w.q_begin;
   // Importance: this warp's scored rows [score_lo, score_hi) of its 16 (empty: not scored).
   int score_lo = 0, score_hi = 0;
-  if (a.importance != nullptr && w.tile < a.n_score_tiles) {  // uniform over the CTA
-    const int32_t* const st = a.score_tiles + 4 * static_cast<int64_t>(w.tile);
-    const int32_t* const tt = a.table + 4 * static_cast<int64_t>(w.tile);
-    const int32_t s0 = st[0], s1 = st[1];
-    if (s0 < tt[0] || s1 > tt[1] || s0 >= s1 || st[2] != w.k_begin || st[3] != w.k_end) {
-      if (tid == 0 && head == 0 && w.q_begin == tt[0] && a.error_flags) atomicOr(a.error_flags, kErrAttentionTile);
-    } else {
-      score_lo = max(s0 - w.q_begin - warp * 16, 0);
-      score_hi = min(min(s1, w.q_end) - w.q_begin - warp * 16, 16);
-    }
-  }
+  detail::warp_score_rows(a, w, warp * 16, tid == 0 && head == 0, &score_lo, &score_hi);
   const bool scored = score_lo < score_hi;  // uniform over the warp
   const int64_t ld = static_cast<int64_t>(a.n_heads) * kHeadDim;
   const __nv_bfloat16* const qg = a.q + static_cast<int64_t>(head) * kHeadDim;
@@ -208,7 +198,8 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN>::kThreads)
   float o[kHeadDim / 8][4];
 #pragma unroll
   for (int i = 0; i < kHeadDim / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-  float row_max[2] = {-__int_as_float(0x7f800000), -__int_as_float(0x7f800000)};  // log2 domain, scaled
+  auto o_at = [&](int nd, int e) -> float& { return o[nd][e]; };
+  float row_max[2] = {detail::kNegInf, detail::kNegInf};  // log2 domain, scaled
   float row_sum[2] = {0.f, 0.f};  // this thread's partial sums (reduced over the quad at the end)
   const float scale_log2 = a.scale * 1.4426950408889634f;
 
@@ -241,44 +232,10 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN>::kThreads)
       }
 
       // Importance: column sums of the unscaled q·k over this warp's scored rows, before masking.
-      if (scored) {
-        const int r0 = lane >> 2;  // this thread's rows r0 and r0 + 8 of the warp's 16
-        const bool in0 = r0 >= score_lo && r0 < score_hi, in1 = r0 + 8 >= score_lo && r0 + 8 < score_hi;
-        float v[kNB][2];
-#pragma unroll
-        for (int nb = 0; nb < kNB; ++nb) {
-          v[nb][0] = (in0 ? s[nb][0] : 0.f) + (in1 ? s[nb][2] : 0.f);
-          v[nb][1] = (in0 ? s[nb][1] : 0.f) + (in1 ? s[nb][3] : 0.f);
-        }
-        // Reduce-scatter over the 8 lanes of a column (lane bits 4, 3, 2): at each step a lane keeps
-        // the half of its blocks its bit selects and adds the partner's copy of that half, so at the
-        // end v[g][e] (g = 0, 8, ...) is the column sum of n8 block g + r0 (14 shuffles per 8 blocks).
-#pragma unroll
-        for (int step = 0; step < 3; ++step) {
-          const int bit = 16 >> step, half = 4 >> step;
-          const bool upper = (lane & bit) != 0;
-#pragma unroll
-          for (int g = 0; g < kNB; g += 8) {
-#pragma unroll
-            for (int i = 0; i < half; ++i) {
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const float lo = v[g + i][e], hi = v[g + i + half][e];
-                v[g + i][e] = (upper ? hi : lo) + __shfl_xor_sync(0xffffffffu, upper ? lo : hi, bit);
-              }
-            }
-          }
-        }
-        const int kv0 = w.k_begin + j * kBlockN;
-#pragma unroll
-        for (int g = 0; g < kNB; g += 8) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int key = kv0 + (g + r0) * 8 + 2 * (lane & 3) + e;
-            if (key < w.k_end) atomicAdd(a.importance + key, a.importance_weight * v[g][e]);
-          }
-        }
-      }
+      auto s_at = [&](int nb, int e) -> float& { return s[nb][e]; };
+      if (scored)
+        detail::accumulate_importance<kNB>(s_at, lane, score_lo, score_hi, w.k_begin + j * kBlockN, w.k_end,
+                                           a.importance, a.importance_weight);
 
       // Verify: the in-tile mask on the tile's own columns (and keys past the end).
       if constexpr (kVerify) {
@@ -291,54 +248,18 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN>::kThreads)
               const int key = j * kBlockN + nb * 8 + 2 * (lane & 3) + (e & 1);
               const int col = key - n_gather;
               if (key >= n_keys || (col >= 0 && !verify_may_attend(n_kept, n_cand, row0 + 8 * (e >> 1), col)))
-                s[nb][e] = -__int_as_float(0x7f800000);
+                s[nb][e] = detail::kNegInf;
             }
           }
         }
       }
       // Mask keys ≥ k_end (only the last tile can have them).
       const int kv0 = w.k_begin + j * kBlockN;
-      if (!kVerify && kv0 + kBlockN > w.k_end) {
-        const int valid_keys = w.k_end - kv0;
-#pragma unroll
-        for (int nb = 0; nb < kNB; ++nb) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int col = nb * 8 + 2 * (lane & 3) + (e & 1);
-            if (col >= valid_keys) s[nb][e] = -__int_as_float(0x7f800000);
-          }
-        }
-      }
+      if (!kVerify && kv0 + kBlockN > w.k_end) detail::mask_columns_from<kNB>(s_at, lane, w.k_end - kv0);
 
-      // Online softmax; this thread holds rows lane/4 (e = 0, 1) and lane/4 + 8 (e = 2, 3).
-#pragma unroll
-      for (int rr = 0; rr < 2; ++rr) {
-        float mx = -__int_as_float(0x7f800000);
-#pragma unroll
-        for (int nb = 0; nb < kNB; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * rr], s[nb][2 * rr + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        float m_new = fmaxf(row_max[rr], mx * scale_log2);  // finite: ≥ 1 valid key per tile ...
-        // ... except (verify) a row whose columns so far are all masked: keep −inf, subtract 0.
-        const float m_sub = kVerify && m_new == -__int_as_float(0x7f800000) ? 0.f : m_new;
-        const float alpha = fast_exp2(row_max[rr] - m_sub);  // 0 on the first tile (−inf)
-        row_max[rr] = m_new;
-        row_sum[rr] *= alpha;
-#pragma unroll
-        for (int nd = 0; nd < kHeadDim / 8; ++nd) {
-          o[nd][2 * rr] *= alpha;
-          o[nd][2 * rr + 1] *= alpha;
-        }
-#pragma unroll
-        for (int nb = 0; nb < kNB; ++nb) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float p = fast_exp2(fmaf(s[nb][2 * rr + e], scale_log2, -m_sub));
-            s[nb][2 * rr + e] = p;
-            row_sum[rr] += p;
-          }
-        }
-      }
+      // Online softmax; this thread holds rows lane/4 (e = 0, 1) and lane/4 + 8 (e = 2, 3). Verify: a
+      // row whose columns so far are all masked keeps −inf.
+      detail::online_softmax<kNB, kHeadDim / 8, kVerify>(s_at, o_at, row_max, row_sum, scale_log2);
 
       // O += P · V; P's A fragment for keys [16kk, 16kk+16) is S blocks 2kk and 2kk+1.
       const uint32_t v_base = smem_addr(sV) + row_qv * kRowBytes;
@@ -364,46 +285,37 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN>::kThreads)
   }
 
   if (!active) return;
-#pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    float l = row_sum[rr];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    const int row = warp * 16 + (lane >> 2) + 8 * rr;
-    if (row < q_len) {
-      __nv_bfloat16* const dst =
-          a.out + static_cast<int64_t>(w.q_begin + row) * ld + static_cast<int64_t>(head) * kHeadDim;
-#pragma unroll
-      for (int nd = 0; nd < kHeadDim / 8; ++nd) {
-        const int col = nd * 8 + 2 * (lane & 3);
-        *reinterpret_cast<__nv_bfloat162*>(dst + col) =
-            __floats2bfloat162_rn(o[nd][2 * rr] * inv, o[nd][2 * rr + 1] * inv);
-      }
-    }
-  }
+  detail::store_rows<kHeadDim / 8>(
+      o_at, row_sum, lane, q_len - warp * 16,
+      a.out + static_cast<int64_t>(w.q_begin + warp * 16) * ld + static_cast<int64_t>(head) * kHeadDim, ld);
 }
 
 template <int kBlockM, int kBlockN, bool kVerify>
 void launch_flash(const AttentionArgs& a, const AttentionWorkItem* work, const int32_t* work_count, int64_t capacity,
                   const VerifyKeys& vk, cudaStream_t stream) {
   using T = FlashTraits<kBlockM, kBlockN>;
-  auto kernel = flash_attention_kernel<kBlockM, kBlockN, kVerify>;
-  // The dynamic shared-memory opt-in, once per device for this instantiation rather than a driver
-  // call in every layer's launch (issue 13: no cudaFuncSetAttribute in the layer loop).
-  static std::array<std::atomic<bool>, 64> opted_in{};
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev < 0 || dev >= static_cast<int>(opted_in.size()) || !opted_in[static_cast<size_t>(dev)].load()) {
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
-    if (dev >= 0 && dev < static_cast<int>(opted_in.size())) opted_in[static_cast<size_t>(dev)].store(true);
-  }
+  constexpr auto kernel = flash_attention_kernel<kBlockM, kBlockN, kVerify>;
+  detail::ensure_smem_opt_in<kernel>(T::kSmemBytes);
   const dim3 grid(static_cast<unsigned>(capacity), static_cast<unsigned>(a.n_heads));
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(a, work, work_count, vk);
   CUDA_CHECK_LAUNCH();
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// 10·major + minor of the current device, asked of the driver once per device.
+int device_compute_capability() {
+  static std::array<std::atomic<int>, 64> known{};  // 0: not asked yet
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  const bool cached = dev >= 0 && dev < static_cast<int>(known.size());
+  if (cached && known[static_cast<size_t>(dev)].load() != 0) return known[static_cast<size_t>(dev)].load();
+  int major = 0, minor = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  if (cached) known[static_cast<size_t>(dev)].store(10 * major + minor);
+  return 10 * major + minor;
+}
 
 }  // namespace
 
@@ -412,6 +324,7 @@ const char* flash_variant_name(FlashVariant v) noexcept {
     case FlashVariant::kM64N64: return "m64n64";
     case FlashVariant::kM128N64: return "m128n64";
     case FlashVariant::kM128N128: return "m128n128";
+    case FlashVariant::kWgmmaM128N64: return "wgmma";
   }
   return "?";
 }
@@ -423,8 +336,21 @@ int flash_smem_bytes(FlashVariant v) noexcept {
     case FlashVariant::kM64N64: return FlashTraits<64, 64>::kSmemBytes;
     case FlashVariant::kM128N64: return FlashTraits<128, 64>::kSmemBytes;
     case FlashVariant::kM128N128: return FlashTraits<128, 128>::kSmemBytes;
+    case FlashVariant::kWgmmaM128N64:
+#if FLASHDLLM_HAVE_WGMMA
+      return wgmma_attention_smem_bytes();
+#else
+      return 0;
+#endif
   }
   return 0;
+}
+
+bool flash_wgmma_built() noexcept { return FLASHDLLM_HAVE_WGMMA != 0; }
+
+bool flash_variant_runs_on(FlashVariant v, int cc_major, int cc_minor) noexcept {
+  if (v == FlashVariant::kWgmmaM128N64) return flash_wgmma_built() && cc_major == 9 && cc_minor == 0;
+  return cc_major >= 8;
 }
 
 bool flash_supports_head_dim(int head_dim) noexcept { return head_dim == kHeadDim; }
@@ -452,6 +378,17 @@ void attention_flash(const AttentionArgs& a, FlashVariant variant, const Attenti
   if (capacity <= 0) return;
   const VerifyKeys none;
   switch (variant) {
+    case FlashVariant::kWgmmaM128N64: {
+      const int cc = device_compute_capability();
+      if (!flash_variant_runs_on(variant, cc / 10, cc % 10))
+        cuda::throw_unsupported(std::string("attention: the wgmma kernel needs an sm_90 device and a build with it (") +
+                                (flash_wgmma_built() ? "built" : "not built") + ", device sm_" + std::to_string(cc) +
+                                ")");
+#if FLASHDLLM_HAVE_WGMMA
+      attention_wgmma(a, work, work_count, capacity, stream);
+#endif
+      return;
+    }
     case FlashVariant::kM64N64: launch_flash<64, 64, false>(a, work, work_count, capacity, none, stream); return;
     case FlashVariant::kM128N64: launch_flash<128, 64, false>(a, work, work_count, capacity, none, stream); return;
     case FlashVariant::kM128N128: launch_flash<128, 128, false>(a, work, work_count, capacity, none, stream); return;

@@ -1,0 +1,211 @@
+// Flash attention forward on Hopper warpgroup MMA (wgmma), head_dim 128 (see attention.h,
+// FlashVariant::kWgmmaM128N64, for the contract; the same one as the mma.sync kernel's).
+//
+// Per CTA: one work item (<= 128 query rows of one tile, e.g. one Flash-Cache slot's window tile)
+// × one head; two warpgroups, each owning 64 query rows, sharing every K/V tile in shared memory
+// (the mma.sync kernel's 64-row CTAs read each tile twice per 128-row slot). Per warpgroup and key
+// tile of 64 keys:
+//   S = Q·Kᵀ     wgmma m64n64k16, both operands from shared memory (SS), fp32 accumulators
+//   online softmax on S in fp32 (FlashAttention-2, Algorithm 1; exp2 with log2(e)·scale folded)
+//   O += P·V     wgmma m64n128k16, P from registers (RS: S's accumulator layout is the A-operand
+//                layout, element for element), V from shared memory read transposed (MN-major)
+// The raw importance of score tiles is summed from S before masking, as in the mma.sync kernel
+// (attention_flash_common.cuh). Shared memory holds Q (2 × 64 rows) and two {K, V} buffers in
+// CuTe's 128-byte-swizzled GMMA layouts (GMMA::Layout_K_SW128_Atom); tile j+1 is loaded with
+// cp.async while tile j is computed, and made visible to wgmma's async proxy with
+// fence.proxy.async before the barrier. Shah et al., "FlashAttention-3" (2024) §3 describes the
+// wgmma formulation; this kernel keeps FA2's synchronous schedule (no TMA producer warp, no
+// ping-pong between warpgroups).
+//
+// Built only for sm_90a (wgmma), with CUTLASS/CuTe (pip nvidia-cutlass, scripts/setup.sh).
+#include <cute/arch/mma_sm90_gmma.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_flash_common.cuh"
+#include "kernels/cuda/attention_wgmma.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_utils.cuh"
+
+namespace flashdllm::kernels {
+namespace {
+
+using namespace cute;
+using Elem = cute::bfloat16_t;
+
+constexpr int kHeadDim = 128;
+constexpr int kBlockM = 128;  // query rows per CTA (two warpgroups of 64)
+constexpr int kBlockN = 64;   // keys per tile
+constexpr int kThreads = 256;
+constexpr int kNB = kBlockN / 8;   // n8 blocks of S per key tile
+constexpr int kND = kHeadDim / 8;  // n8 blocks of O
+constexpr int kChunksPerRow = kHeadDim / 8;
+
+// One [64 rows][128] bf16 tile (a warpgroup's Q rows, or a K or V tile of 64 keys), K-major
+// (head dim contiguous) in 8-row × 64-column swizzled atoms; V is read through the transposed view.
+using TileLayout = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Elem>{}, Shape<Int<64>, Int<kHeadDim>>{}));
+constexpr int kTileElems = 64 * kHeadDim;
+static_assert(cosize_v<TileLayout> == kTileElems, "dense tile");
+// Q of both warpgroups, then buffers 0 and 1 of {K, V}.
+constexpr int kSmemBytes = (2 + 2 * 2) * kTileElems * 2;
+
+__global__ void __launch_bounds__(kThreads, 1)
+    wgmma_attention_kernel(const AttentionArgs a, const AttentionWorkItem* __restrict__ work,
+                           const int32_t* __restrict__ work_count) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using detail::cp_async_16;
+  using detail::smem_addr;
+  if (static_cast<int>(blockIdx.x) >= *work_count) return;  // uniform over the CTA
+  const AttentionWorkItem w = work[blockIdx.x];
+  const int head = blockIdx.y;
+
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  Elem* const smem = reinterpret_cast<Elem*>(smem_raw);
+  const int tid = threadIdx.x, lane = tid & 31, wg = tid / 128, wg_tid = tid % 128, warp = (tid / 32) % 4;
+  const int q_len = w.q_end - w.q_begin;
+  const int wg_row0 = wg * 64;                // this warpgroup's first row in the work item
+  const bool active = wg_row0 < q_len;        // uniform over the warpgroup (wgmma is collective)
+  const int warp_row0 = wg_row0 + warp * 16;  // this warp's first row
+
+  int score_lo = 0, score_hi = 0;
+  detail::warp_score_rows(a, w, warp_row0, tid == 0 && head == 0, &score_lo, &score_hi);
+  const bool scored = score_lo < score_hi;  // uniform over the warp
+
+  const int64_t ld = static_cast<int64_t>(a.n_heads) * kHeadDim;
+  const __nv_bfloat16* const qg = a.q + static_cast<int64_t>(head) * kHeadDim;
+  const __nv_bfloat16* const kg = a.k + static_cast<int64_t>(head) * kHeadDim;
+  const __nv_bfloat16* const vg = a.v + static_cast<int64_t>(head) * kHeadDim;
+  const int n_keys = w.k_end - w.k_begin;
+
+  Elem* const q_smem = smem + wg * kTileElems;
+  auto k_smem = [&](int b) { return smem + (2 + 2 * b) * kTileElems; };
+  auto v_smem = [&](int b) { return smem + (3 + 2 * b) * kTileElems; };
+  // Element offset of (row, 16-byte chunk) in a swizzled tile: the layout maps (row, column).
+  auto offset = [](int row, int chunk) { return static_cast<int>(TileLayout{}(row, chunk * 8)); };
+
+  // K/V tile jt -> buffer b (keys past the end zero-filled).
+  auto load_kv = [&](int jt, int b) {
+    Elem* const sK = k_smem(b);
+    Elem* const sV = v_smem(b);
+#pragma unroll
+    for (int it = 0; it < kBlockN * kChunksPerRow / kThreads; ++it) {
+      const int c = tid + it * kThreads;
+      const int r = c / kChunksPerRow, ch = c % kChunksPerRow;
+      const int key = jt * kBlockN + r;
+      const bool valid = key < n_keys;
+      const int64_t off = valid ? static_cast<int64_t>(w.k_begin + key) * ld + ch * 8 : 0;
+      const int so = offset(r, ch);
+      cp_async_16(smem_addr(sK + so), kg + off, valid);
+      cp_async_16(smem_addr(sV + so), vg + off, valid);
+    }
+  };
+
+  // Prologue: Q (rows >= q_len zero-filled) and K/V tile 0.
+#pragma unroll
+  for (int it = 0; it < kBlockM * kChunksPerRow / kThreads; ++it) {
+    const int c = tid + it * kThreads;
+    const int r = c / kChunksPerRow, ch = c % kChunksPerRow;
+    const bool valid = r < q_len;
+    const int64_t off = valid ? static_cast<int64_t>(w.q_begin + r) * ld + ch * 8 : 0;
+    cp_async_16(smem_addr(smem + (r / 64) * kTileElems + offset(r % 64, ch)), qg + off, valid);
+  }
+  load_kv(0, 0);
+  detail::cp_async_commit();
+  detail::cp_async_wait_all();
+  cutlass::arch::fence_view_async_shared();  // cp.async (generic proxy) writes -> wgmma (async proxy) reads
+  __syncthreads();
+
+  auto mma_s = make_tiled_mma(SM90_64x64x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>{});
+  auto mma_o = make_tiled_mma(SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::MN>{});
+  auto thr_s = mma_s.get_slice(wg_tid);
+  auto thr_o = mma_o.get_slice(wg_tid);
+  // V^T: the (head dim, key) view of the K-major V tile, MN-major for the P·V product.
+  using VtLayout = decltype(composition(TileLayout{}, Layout<Shape<Int<kHeadDim>, Int<64>>, Stride<Int<64>, _1>>{}));
+  Tensor sQ = make_tensor(make_smem_ptr(q_smem), TileLayout{});
+  Tensor tSrQ = thr_s.partition_fragment_A(sQ);                                // GMMA descriptors, one per k16 block
+  Tensor tSrS = partition_fragment_C(mma_s, Shape<Int<64>, Int<kBlockN>>{});   // ((2,2,8),1,1) fp32
+  Tensor tOrO = partition_fragment_C(mma_o, Shape<Int<64>, Int<kHeadDim>>{});  // ((2,2,16),1,1) fp32
+  Tensor tOrP = make_tensor<Elem>(partition_shape_A(mma_o, Shape<Int<64>, Int<kBlockN>>{}));  // ((2,2,2),1,4)
+  static_assert(decltype(size(tSrS))::value == 4 * kNB && decltype(size(tOrP))::value == 4 * kNB, "S/P fragments");
+  static_assert(decltype(size(tOrO))::value == 4 * kND, "O fragment");
+  clear(tOrO);
+  // Flat index 4·nb + e of an m64nN accumulator is element e of n8 block nb in the per-warp layout
+  // of attention_flash_common.cuh (CLayout_64xN: values (2 columns, 2 row halves, N/8 blocks)).
+  auto s_at = [&](int nb, int e) -> float& { return tSrS(4 * nb + e); };
+  auto o_at = [&](int nd, int e) -> float& { return tOrO(4 * nd + e); };
+  float row_max[2] = {detail::kNegInf, detail::kNegInf};  // log2 domain, scaled
+  float row_sum[2] = {0.f, 0.f};
+  const float scale_log2 = a.scale * 1.4426950408889634f;
+
+  const int n_kv = (n_keys + kBlockN - 1) / kBlockN;
+  for (int j = 0; j < n_kv; ++j) {
+    const int buf = j & 1;
+    if (j + 1 < n_kv) {
+      load_kv(j + 1, buf ^ 1);
+      detail::cp_async_commit();
+    }
+    if (active) {
+      Tensor sK = make_tensor(make_smem_ptr(k_smem(buf)), TileLayout{});
+      Tensor sVt = make_tensor(make_smem_ptr(v_smem(buf)), VtLayout{});
+      Tensor tSrK = thr_s.partition_fragment_B(sK);
+      Tensor tOrVt = thr_o.partition_fragment_B(sVt);
+
+      // S = Q · Kᵀ (64 rows × 64 keys per warpgroup).
+      warpgroup_fence_operand(tSrS);
+      warpgroup_arrive();
+      mma_s.accumulate_ = GMMA::ScaleOut::Zero;
+      CUTE_UNROLL
+      for (int kb = 0; kb < size<2>(tSrQ); ++kb) {
+        cute::gemm(mma_s, tSrQ(_, _, kb), tSrK(_, _, kb), tSrS);
+        mma_s.accumulate_ = GMMA::ScaleOut::One;
+      }
+      warpgroup_commit_batch();
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tSrS);
+
+      if (scored)
+        detail::accumulate_importance<kNB>(s_at, lane, score_lo, score_hi, w.k_begin + j * kBlockN, w.k_end,
+                                           a.importance, a.importance_weight);
+      const int kv0 = w.k_begin + j * kBlockN;
+      if (kv0 + kBlockN > w.k_end) detail::mask_columns_from<kNB>(s_at, lane, w.k_end - kv0);
+      detail::online_softmax<kNB, kND, false>(s_at, o_at, row_max, row_sum, scale_log2);
+
+      // O += P · V, P rounded to bf16 (the A operand's register order is S's).
+      CUTE_UNROLL
+      for (int i = 0; i < size(tOrP); ++i) tOrP(i) = static_cast<Elem>(tSrS(i));
+      warpgroup_fence_operand(tOrO);
+      warpgroup_arrive();
+      CUTE_UNROLL
+      for (int kb = 0; kb < size<2>(tOrP); ++kb) cute::gemm(mma_o, tOrP(_, _, kb), tOrVt(_, _, kb), tOrO);
+      warpgroup_commit_batch();
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tOrO);
+    }
+    detail::cp_async_wait_all();               // tile j+1 has landed ...
+    cutlass::arch::fence_view_async_shared();  // ... is visible to wgmma ...
+    __syncthreads();                           // ... for every thread, and nobody still reads `buf`
+  }
+
+  if (!active) return;
+  detail::store_rows<kND>(
+      o_at, row_sum, lane, q_len - warp_row0,
+      a.out + static_cast<int64_t>(w.q_begin + warp_row0) * ld + static_cast<int64_t>(head) * kHeadDim, ld);
+#endif
+}
+
+}  // namespace
+
+int wgmma_attention_smem_bytes() noexcept { return kSmemBytes; }
+
+void attention_wgmma(const AttentionArgs& a, const AttentionWorkItem* work, const int32_t* work_count, int64_t capacity,
+                     cudaStream_t stream) {
+  constexpr auto kernel = wgmma_attention_kernel;
+  detail::ensure_smem_opt_in<kernel>(kSmemBytes);
+  const dim3 grid(static_cast<unsigned>(capacity), static_cast<unsigned>(a.n_heads));
+  kernel<<<grid, kThreads, kSmemBytes, stream>>>(a, work, work_count);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace flashdllm::kernels

@@ -1,0 +1,23 @@
+// The Hopper (wgmma) flash attention kernel behind FlashVariant::kWgmmaM128N64 (attention.h).
+// Internal to the attention kernels: callers go through attention_flash().
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/attention.h"
+
+namespace flashdllm::kernels {
+
+/// Dynamic shared memory of the wgmma kernel in bytes (96 KiB).
+int wgmma_attention_smem_bytes() noexcept;
+
+/// Runs the wgmma kernel over work items of at most 128 query rows (attention_plan with
+/// block_m 128). Only in builds with FLASHDLLM_HAVE_WGMMA (sm_90a code); the caller checks the
+/// device (compute capability 9.0) and the arguments (attention_flash). Throws Error(kDevice) on
+/// launch failure.
+void attention_wgmma(const AttentionArgs& args, const AttentionWorkItem* work, const int32_t* work_count,
+                     int64_t capacity, cudaStream_t stream);
+
+}  // namespace flashdllm::kernels
