@@ -259,7 +259,8 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN>::kThreads)
 
       // Online softmax; this thread holds rows lane/4 (e = 0, 1) and lane/4 + 8 (e = 2, 3). Verify: a
       // row whose columns so far are all masked keeps −inf.
-      detail::online_softmax<kNB, kHeadDim / 8, kVerify>(s_at, o_at, row_max, row_sum, scale_log2);
+      float alpha[2];
+      detail::online_softmax<kNB, kHeadDim / 8, kVerify>(s_at, o_at, row_max, row_sum, scale_log2, alpha);
 
       // O += P · V; P's A fragment for keys [16kk, 16kk+16) is S blocks 2kk and 2kk+1.
       const uint32_t v_base = smem_addr(sV) + row_qv * kRowBytes;

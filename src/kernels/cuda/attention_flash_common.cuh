@@ -107,14 +107,25 @@ __device__ __forceinline__ void mask_columns_from(S&& s, int lane, int valid_key
   }
 }
 
+/// O's row half rr (elements 2rr, 2rr+1 of every n8 block) *= alpha.
+template <int kND, class O>
+__device__ __forceinline__ void rescale_row(O&& o, int rr, float alpha) {
+#pragma unroll
+  for (int nd = 0; nd < kND; ++nd) {
+    o(nd, 2 * rr) *= alpha;
+    o(nd, 2 * rr + 1) *= alpha;
+  }
+}
+
 /// One online-softmax step (FlashAttention-2, Algorithm 1) for the thread's two rows: new running
-/// maxima in the log2 domain (scores · scale_log2), O and the partial row sums rescaled by
-/// exp2(old − new), and s replaced by p = exp2(s · scale_log2 − max) (unnormalised). kMayBeEmpty:
-/// a row whose columns so far are all −inf keeps max −inf and gets p = 0 (the verify mask);
-/// otherwise every row has a finite score in every tile.
-template <int kNB, int kND, bool kMayBeEmpty, class S, class O>
-__device__ __forceinline__ void online_softmax(S&& s, O&& o, float (&row_max)[2], float (&row_sum)[2],
-                                               float scale_log2) {
+/// maxima in the log2 domain (scores · scale_log2), the partial row sums and O rescaled by
+/// alpha = exp2(old − new) (written to `alpha`; with kRescaleO false O is left to the caller, who
+/// may still have it in flight in an asynchronous MMA), and s replaced by p = exp2(s · scale_log2 −
+/// max) (unnormalised). kMayBeEmpty: a row whose columns so far are all −inf keeps max −inf and gets
+/// p = 0 (the verify mask); otherwise every row has a finite score in every tile.
+template <int kNB, int kND, bool kMayBeEmpty, bool kRescaleO = true, class S, class O>
+__device__ __forceinline__ void online_softmax(S&& s, O&& o, float (&row_max)[2], float (&row_sum)[2], float scale_log2,
+                                               float (&alpha_out)[2]) {
 #pragma unroll
   for (int rr = 0; rr < 2; ++rr) {
     float mx = kNegInf;
@@ -127,11 +138,8 @@ __device__ __forceinline__ void online_softmax(S&& s, O&& o, float (&row_max)[2]
     const float alpha = fast_exp2(row_max[rr] - m_sub);  // 0 on the first tile (−inf)
     row_max[rr] = m_new;
     row_sum[rr] *= alpha;
-#pragma unroll
-    for (int nd = 0; nd < kND; ++nd) {
-      o(nd, 2 * rr) *= alpha;
-      o(nd, 2 * rr + 1) *= alpha;
-    }
+    alpha_out[rr] = alpha;
+    if constexpr (kRescaleO) rescale_row<kND>(o, rr, alpha);
 #pragma unroll
     for (int nb = 0; nb < kNB; ++nb) {
 #pragma unroll

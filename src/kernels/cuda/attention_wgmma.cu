@@ -4,18 +4,19 @@
 // Per CTA: one work item (<= 128 query rows of one tile, e.g. one Flash-Cache slot's window tile)
 // × one head; two warpgroups, each owning 64 query rows, sharing every K/V tile in shared memory
 // (the mma.sync kernel's 64-row CTAs read each tile twice per 128-row slot). Per warpgroup and key
-// tile of 64 keys:
-//   S = Q·Kᵀ     wgmma m64n64k16, both operands from shared memory (SS), fp32 accumulators
-//   online softmax on S in fp32 (FlashAttention-2, Algorithm 1; exp2 with log2(e)·scale folded)
-//   O += P·V     wgmma m64n128k16, P from registers (RS: S's accumulator layout is the A-operand
-//                layout, element for element), V from shared memory read transposed (MN-major)
+// tile j of 64 keys:
+//   S_j = Q·K_jᵀ        wgmma m64n64k16, both operands from shared memory (SS), fp32 accumulators
+//   O += P_{j-1}·V_{j-1} wgmma m64n128k16, P from registers (RS: S's accumulator layout is the
+//                        A-operand layout, element for element), V read transposed (MN-major)
+//   both issued together; the online softmax of S_j (FlashAttention-2, Algorithm 1; exp2 with
+//   log2(e)·scale folded) runs while the P·V product is in flight, and O is rescaled once it lands
+//   (the intra-warpgroup overlap of Shah et al., "FlashAttention-3" (2024), §3.2).
 // The raw importance of score tiles is summed from S before masking, as in the mma.sync kernel
-// (attention_flash_common.cuh). Shared memory holds Q (2 × 64 rows) and two {K, V} buffers in
-// CuTe's 128-byte-swizzled GMMA layouts (GMMA::Layout_K_SW128_Atom); tile j+1 is loaded with
-// cp.async while tile j is computed, and made visible to wgmma's async proxy with
-// fence.proxy.async before the barrier. Shah et al., "FlashAttention-3" (2024) §3 describes the
-// wgmma formulation; this kernel keeps FA2's synchronous schedule (no TMA producer warp, no
-// ping-pong between warpgroups).
+// (attention_flash_common.cuh). Shared memory: Q (2 × 64 rows) and four {K, V} stages in the
+// 128-byte-swizzled GMMA layout (CuTe's GMMA::Layout_K_SW128_Atom); tile j+2 is loaded with
+// cp.async while tile j is computed, and landed tiles are made visible to wgmma's async proxy
+// with fence.proxy.async before the barrier. No TMA producer warp and no ping-pong between the
+// warpgroups (FA3 §3.1): both warpgroups load and meet at one barrier per tile.
 //
 // Built only for sm_90a (wgmma), with CUTLASS/CuTe (pip nvidia-cutlass, scripts/setup.sh).
 #include <cute/arch/mma_sm90_gmma.hpp>
@@ -39,17 +40,29 @@ constexpr int kHeadDim = 128;
 constexpr int kBlockM = 128;  // query rows per CTA (two warpgroups of 64)
 constexpr int kBlockN = 64;   // keys per tile
 constexpr int kThreads = 256;
+constexpr int kStages = 4;         // K/V stages: tile j (K), j-1 (V), j+1 landed or landing, j+2 landing
 constexpr int kNB = kBlockN / 8;   // n8 blocks of S per key tile
 constexpr int kND = kHeadDim / 8;  // n8 blocks of O
 constexpr int kChunksPerRow = kHeadDim / 8;
 
 // One [64 rows][128] bf16 tile (a warpgroup's Q rows, or a K or V tile of 64 keys), K-major
-// (head dim contiguous) in 8-row × 64-column swizzled atoms; V is read through the transposed view.
+// (head dim contiguous): two column halves of 64 (4096 elements each), each in 8-row atoms of
+// 8 × 128 bytes whose 16-byte chunks are XOR-swizzled with the row (GMMA's 128-byte swizzle).
 using TileLayout = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Elem>{}, Shape<Int<64>, Int<kHeadDim>>{}));
+// V^T: the (head dim, key) view of a K-major V tile, MN-major for the P·V product.
+using VtLayout = decltype(composition(TileLayout{}, Layout<Shape<Int<kHeadDim>, Int<64>>, Stride<Int<64>, _1>>{}));
 constexpr int kTileElems = 64 * kHeadDim;
 static_assert(cosize_v<TileLayout> == kTileElems, "dense tile");
-// Q of both warpgroups, then buffers 0 and 1 of {K, V}.
-constexpr int kSmemBytes = (2 + 2 * 2) * kTileElems * 2;
+// Q of both warpgroups, then kStages × {K, V}.
+constexpr int kSmemBytes = (2 + 2 * kStages) * kTileElems * 2;
+
+// Element offset of (row, 16-byte chunk) in a TileLayout tile whose base is 1024-byte aligned.
+// CuTe's swizzle acts on the address bits of the smem pointer (TileLayout{}(r, c) alone is not the
+// physical offset), so the function is written out for the cp.async stores; a mismatch with the
+// descriptors wgmma reads through would scramble every tile (the twin tests).
+__device__ __forceinline__ int tile_offset(int row, int chunk) {
+  return (chunk >> 3) * 4096 + (row >> 3) * 512 + (row & 7) * 64 + (((chunk & 7) ^ (row & 7)) << 3);
+}
 
 __global__ void __launch_bounds__(kThreads, 1)
     wgmma_attention_kernel(const AttentionArgs a, const AttentionWorkItem* __restrict__ work,
@@ -78,42 +91,42 @@ __global__ void __launch_bounds__(kThreads, 1)
   const __nv_bfloat16* const kg = a.k + static_cast<int64_t>(head) * kHeadDim;
   const __nv_bfloat16* const vg = a.v + static_cast<int64_t>(head) * kHeadDim;
   const int n_keys = w.k_end - w.k_begin;
+  const int n_kv = (n_keys + kBlockN - 1) / kBlockN;
 
-  Elem* const q_smem = smem + wg * kTileElems;
-  auto k_smem = [&](int b) { return smem + (2 + 2 * b) * kTileElems; };
-  auto v_smem = [&](int b) { return smem + (3 + 2 * b) * kTileElems; };
-  // Element offset of (row, 16-byte chunk) in a swizzled tile: the layout maps (row, column).
-  auto offset = [](int row, int chunk) { return static_cast<int>(TileLayout{}(row, chunk * 8)); };
+  auto k_smem = [&](int t) { return smem + (2 + 2 * (t % kStages)) * kTileElems; };
+  auto v_smem = [&](int t) { return smem + (3 + 2 * (t % kStages)) * kTileElems; };
 
-  // K/V tile jt -> buffer b (keys past the end zero-filled).
-  auto load_kv = [&](int jt, int b) {
-    Elem* const sK = k_smem(b);
-    Elem* const sV = v_smem(b);
+  // K/V tile t -> its stage (keys past the end zero-filled); one cp.async group per call site.
+  auto load_kv = [&](int t) {
+    Elem* const sK = k_smem(t);
+    Elem* const sV = v_smem(t);
 #pragma unroll
     for (int it = 0; it < kBlockN * kChunksPerRow / kThreads; ++it) {
       const int c = tid + it * kThreads;
       const int r = c / kChunksPerRow, ch = c % kChunksPerRow;
-      const int key = jt * kBlockN + r;
+      const int key = t * kBlockN + r;
       const bool valid = key < n_keys;
       const int64_t off = valid ? static_cast<int64_t>(w.k_begin + key) * ld + ch * 8 : 0;
-      const int so = offset(r, ch);
+      const int so = tile_offset(r, ch);
       cp_async_16(smem_addr(sK + so), kg + off, valid);
       cp_async_16(smem_addr(sV + so), vg + off, valid);
     }
   };
 
-  // Prologue: Q (rows >= q_len zero-filled) and K/V tile 0.
+  // Prologue: group 0 = Q (rows >= q_len zero-filled) + K/V tile 0, group 1 = tile 1 (maybe empty).
 #pragma unroll
   for (int it = 0; it < kBlockM * kChunksPerRow / kThreads; ++it) {
     const int c = tid + it * kThreads;
     const int r = c / kChunksPerRow, ch = c % kChunksPerRow;
     const bool valid = r < q_len;
     const int64_t off = valid ? static_cast<int64_t>(w.q_begin + r) * ld + ch * 8 : 0;
-    cp_async_16(smem_addr(smem + (r / 64) * kTileElems + offset(r % 64, ch)), qg + off, valid);
+    cp_async_16(smem_addr(smem + (r / 64) * kTileElems + tile_offset(r % 64, ch)), qg + off, valid);
   }
-  load_kv(0, 0);
+  load_kv(0);
   detail::cp_async_commit();
-  detail::cp_async_wait_all();
+  if (1 < n_kv) load_kv(1);
+  detail::cp_async_commit();
+  detail::cp_async_wait<1>();
   cutlass::arch::fence_view_async_shared();  // cp.async (generic proxy) writes -> wgmma (async proxy) reads
   __syncthreads();
 
@@ -121,38 +134,39 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto mma_o = make_tiled_mma(SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::MN>{});
   auto thr_s = mma_s.get_slice(wg_tid);
   auto thr_o = mma_o.get_slice(wg_tid);
-  // V^T: the (head dim, key) view of the K-major V tile, MN-major for the P·V product.
-  using VtLayout = decltype(composition(TileLayout{}, Layout<Shape<Int<kHeadDim>, Int<64>>, Stride<Int<64>, _1>>{}));
-  Tensor sQ = make_tensor(make_smem_ptr(q_smem), TileLayout{});
-  Tensor tSrQ = thr_s.partition_fragment_A(sQ);                                // GMMA descriptors, one per k16 block
-  Tensor tSrS = partition_fragment_C(mma_s, Shape<Int<64>, Int<kBlockN>>{});   // ((2,2,8),1,1) fp32
-  Tensor tOrO = partition_fragment_C(mma_o, Shape<Int<64>, Int<kHeadDim>>{});  // ((2,2,16),1,1) fp32
+  Tensor tSrQ = thr_s.partition_fragment_A(make_tensor(make_smem_ptr(smem + wg * kTileElems), TileLayout{}));
+  Tensor tSrS = partition_fragment_C(mma_s, Shape<Int<64>, Int<kBlockN>>{});                  // ((2,2,8),1,1)
+  Tensor tOrO = partition_fragment_C(mma_o, Shape<Int<64>, Int<kHeadDim>>{});                 // ((2,2,16),1,1)
   Tensor tOrP = make_tensor<Elem>(partition_shape_A(mma_o, Shape<Int<64>, Int<kBlockN>>{}));  // ((2,2,2),1,4)
   static_assert(decltype(size(tSrS))::value == 4 * kNB && decltype(size(tOrP))::value == 4 * kNB, "S/P fragments");
   static_assert(decltype(size(tOrO))::value == 4 * kND, "O fragment");
   clear(tOrO);
   // Flat index 4·nb + e of an m64nN accumulator is element e of n8 block nb in the per-warp layout
-  // of attention_flash_common.cuh (CLayout_64xN: values (2 columns, 2 row halves, N/8 blocks)).
+  // of attention_flash_common.cuh (CLayout_64xN: values (2 columns, 2 row halves, N/8 blocks)); the
+  // RS A operand of keys [16kk, 16kk+16) (ALayout_64x16) is S's blocks 2kk, 2kk+1 in the same order.
   auto s_at = [&](int nb, int e) -> float& { return tSrS(4 * nb + e); };
   auto o_at = [&](int nd, int e) -> float& { return tOrO(4 * nd + e); };
   float row_max[2] = {detail::kNegInf, detail::kNegInf};  // log2 domain, scaled
   float row_sum[2] = {0.f, 0.f};
   const float scale_log2 = a.scale * 1.4426950408889634f;
 
-  const int n_kv = (n_keys + kBlockN - 1) / kBlockN;
-  for (int j = 0; j < n_kv; ++j) {
-    const int buf = j & 1;
-    if (j + 1 < n_kv) {
-      load_kv(j + 1, buf ^ 1);
-      detail::cp_async_commit();
-    }
-    if (active) {
-      Tensor sK = make_tensor(make_smem_ptr(k_smem(buf)), TileLayout{});
-      Tensor sVt = make_tensor(make_smem_ptr(v_smem(buf)), VtLayout{});
-      Tensor tSrK = thr_s.partition_fragment_B(sK);
-      Tensor tOrVt = thr_o.partition_fragment_B(sVt);
+  // O += P · V of tile t (asynchronous: the caller waits).
+  auto issue_pv = [&](int t) {
+    Tensor tOrVt = thr_o.partition_fragment_B(make_tensor(make_smem_ptr(v_smem(t)), VtLayout{}));
+    warpgroup_fence_operand(tOrO);
+    warpgroup_arrive();
+    CUTE_UNROLL
+    for (int kb = 0; kb < size<2>(tOrP); ++kb) cute::gemm(mma_o, tOrP(_, _, kb), tOrVt(_, _, kb), tOrO);
+    warpgroup_commit_batch();
+  };
 
-      // S = Q · Kᵀ (64 rows × 64 keys per warpgroup).
+  for (int j = 0; j < n_kv; ++j) {
+    // Stage of tile j+2 held tile j-2, whose V the P·V of iteration j-1 read and waited for.
+    if (j + 2 < n_kv) load_kv(j + 2);
+    detail::cp_async_commit();
+    if (active) {
+      // S_j = Q · K_jᵀ, then O += P_{j-1} · V_{j-1}, both in flight together.
+      Tensor tSrK = thr_s.partition_fragment_B(make_tensor(make_smem_ptr(k_smem(j)), TileLayout{}));
       warpgroup_fence_operand(tSrS);
       warpgroup_arrive();
       mma_s.accumulate_ = GMMA::ScaleOut::Zero;
@@ -162,7 +176,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         mma_s.accumulate_ = GMMA::ScaleOut::One;
       }
       warpgroup_commit_batch();
-      warpgroup_wait<0>();
+      if (j > 0) {
+        issue_pv(j - 1);
+        warpgroup_wait<1>();  // S_j done (groups complete in order); P·V may still run
+      } else {
+        warpgroup_wait<0>();
+      }
       warpgroup_fence_operand(tSrS);
 
       if (scored)
@@ -170,25 +189,25 @@ __global__ void __launch_bounds__(kThreads, 1)
                                            a.importance, a.importance_weight);
       const int kv0 = w.k_begin + j * kBlockN;
       if (kv0 + kBlockN > w.k_end) detail::mask_columns_from<kNB>(s_at, lane, w.k_end - kv0);
-      detail::online_softmax<kNB, kND, false>(s_at, o_at, row_max, row_sum, scale_log2);
+      float alpha[2];
+      detail::online_softmax<kNB, kND, false, false>(s_at, o_at, row_max, row_sum, scale_log2, alpha);
 
-      // O += P · V, P rounded to bf16 (the A operand's register order is S's).
+      warpgroup_wait<0>();  // P_{j-1} · V_{j-1} landed in O: rescale it, then P_j may replace P_{j-1}
+      warpgroup_fence_operand(tOrO);
+      detail::rescale_row<kND>(o_at, 0, alpha[0]);
+      detail::rescale_row<kND>(o_at, 1, alpha[1]);
       CUTE_UNROLL
       for (int i = 0; i < size(tOrP); ++i) tOrP(i) = static_cast<Elem>(tSrS(i));
-      warpgroup_fence_operand(tOrO);
-      warpgroup_arrive();
-      CUTE_UNROLL
-      for (int kb = 0; kb < size<2>(tOrP); ++kb) cute::gemm(mma_o, tOrP(_, _, kb), tOrVt(_, _, kb), tOrO);
-      warpgroup_commit_batch();
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(tOrO);
     }
-    detail::cp_async_wait_all();               // tile j+1 has landed ...
+    detail::cp_async_wait<1>();                // tile j+1 has landed (only tile j+2 may be in flight) ...
     cutlass::arch::fence_view_async_shared();  // ... is visible to wgmma ...
-    __syncthreads();                           // ... for every thread, and nobody still reads `buf`
+    __syncthreads();                           // ... for every thread; stage of tile j-1 free after the next P·V
   }
-
   if (!active) return;
+  issue_pv(n_kv - 1);
+  warpgroup_wait<0>();
+  warpgroup_fence_operand(tOrO);
+
   detail::store_rows<kND>(
       o_at, row_sum, lane, q_len - warp_row0,
       a.out + static_cast<int64_t>(w.q_begin + warp_row0) * ld + static_cast<int64_t>(head) * kHeadDim, ld);
