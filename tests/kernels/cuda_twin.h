@@ -178,11 +178,12 @@ class TwinTest : public ::testing::Test {
   /// A twin backend with FLASHDLLM_ATTENTION=mode (CUDA only).
   std::unique_ptr<Backend> cuda_with_attention(const char* mode) { return cuda_with_env("FLASHDLLM_ATTENTION", mode); }
 
-  /// The CUDA backend with the Hopper attention kernel forced (FLASHDLLM_ATTENTION=wgmma), or null
-  /// where it cannot run: a device other than sm_90 or a build without CUTLASS (said on stderr).
-  std::unique_ptr<Backend> cuda_wgmma_or_null() {
+  /// The CUDA backend with a Hopper attention variant forced (FLASHDLLM_ATTENTION=wgmma or
+  /// wgmma128), or null where it cannot run: a device other than sm_90 or a build without CUTLASS
+  /// (said on stderr).
+  std::unique_ptr<Backend> cuda_wgmma_or_null(const char* variant = "wgmma") {
     try {
-      return cuda_with_attention("wgmma");
+      return cuda_with_attention(variant);
     } catch (const Error& e) {
       if (e.code() != ErrorCode::kUnsupported) throw;
       std::fprintf(stderr, "[note] wgmma attention not run: %s\n", e.what());

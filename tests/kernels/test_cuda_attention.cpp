@@ -147,7 +147,8 @@ class CudaAttention : public twin::TwinTest {
     std::vector<std::pair<std::string, std::unique_ptr<Backend>>> impls;
     if (is_cuda_) {
       for (const char* m : {"m64n64", "m128n64", "m128n128"}) impls.emplace_back(m, cuda_with_attention(m));
-      if (auto wgmma = cuda_wgmma_or_null()) impls.emplace_back("wgmma", std::move(wgmma));
+      for (const char* m : {"wgmma", "wgmma128"})
+        if (auto wgmma = cuda_wgmma_or_null(m)) impls.emplace_back(m, std::move(wgmma));
       impls.emplace_back("reference", cuda_with_attention("reference"));  // last: the second oracle
     }
     for (const AttnCase& c : cases) {

@@ -390,7 +390,8 @@ TEST_P(CudaImportance, FusedWithAttentionMatchesCpu) {
   impls.emplace_back("default", nullptr);
   if (is_cuda_) {
     impls.emplace_back("m64n64", cuda_with_attention("m64n64"));
-    if (auto wgmma = cuda_wgmma_or_null()) impls.emplace_back("wgmma", std::move(wgmma));
+    for (const char* m : {"wgmma", "wgmma128"})
+      if (auto wgmma = cuda_wgmma_or_null(m)) impls.emplace_back(m, std::move(wgmma));
   }
   for (const FusedCase& f : fused_cases(GetParam() == Size::kSweep)) {
     const ImpCase& c = f.scored;

@@ -15,7 +15,7 @@
 //   FLASHDLLM_CUDA_SYNC=1        synchronise and check after every op (debugging)
 //   FLASHDLLM_CUDA_GRAPHS=0      run_recorded runs the ops one by one (no CUDA graphs)
 //   FLASHDLLM_ATTENTION=<mode>   auto (default: wgmma on sm_90 builds with it, else m64n64) | reference |
-//                                m64n64 | m128n64 | m128n128 | wgmma (sm_90 only)
+//                                m64n64 | m128n64 | m128n128 | wgmma | wgmma128 (sm_90 only)
 //                                (reference also sends the verify pass to its scalar kernel; the others
 //                                run it on the flash kernel's verify mode, m64n64, for head_dim 128)
 
@@ -123,7 +123,7 @@ AttentionChoice parse_attention_env() {
     return c;
   }
   for (auto var : {kernels::FlashVariant::kM64N64, kernels::FlashVariant::kM128N64, kernels::FlashVariant::kM128N128,
-                   kernels::FlashVariant::kWgmmaM128N64}) {
+                   kernels::FlashVariant::kWgmmaM128N64, kernels::FlashVariant::kWgmmaM128N128}) {
     if (std::strcmp(v, kernels::flash_variant_name(var)) == 0) {
       c.mode = AttentionMode::kFlashForced;
       c.forced = var;
@@ -131,7 +131,7 @@ AttentionChoice parse_attention_env() {
     }
   }
   FDLLM_FAIL(ErrorCode::kInvalidArgument,
-             "FLASHDLLM_ATTENTION='{}' is not one of auto, reference, m64n64, m128n64, m128n128, wgmma", v);
+             "FLASHDLLM_ATTENTION='{}' is not one of auto, reference, m64n64, m128n64, m128n128, wgmma, wgmma128", v);
 }
 
 // The default flash variant of a device: the Hopper kernel (wgmma: 128-row CTAs of two warpgroups

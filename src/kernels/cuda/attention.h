@@ -70,18 +70,19 @@ struct VerifyKeys {
 inline constexpr int kVerifyBlockM = 64;
 
 /// The flash kernel instantiations (block_m query rows × block_n keys per step): the mma.sync
-/// kernel (attention_flash.cu, sm_80+; block_m/16 warps) and, kWgmmaM128N64, the Hopper kernel
-/// (attention_wgmma.cu: two warpgroups, wgmma; sm_90 devices, builds with CUTLASS and sm_90a code).
-enum class FlashVariant { kM64N64, kM128N64, kM128N128, kWgmmaM128N64 };
+/// kernel (attention_flash.cu, sm_80+; block_m/16 warps) and, kWgmmaM128N64 / kWgmmaM128N128, the
+/// Hopper kernel (attention_wgmma.cu: two warpgroups, wgmma; sm_90 devices, builds with CUTLASS
+/// and sm_90a code).
+enum class FlashVariant { kM64N64, kM128N64, kM128N128, kWgmmaM128N64, kWgmmaM128N128 };
 
-/// "m64n64", "m128n64", "m128n128", "wgmma".
+/// "m64n64", "m128n64", "m128n128", "wgmma", "wgmma128".
 const char* flash_variant_name(FlashVariant v) noexcept;
 /// Query rows per CTA of a variant (64 or 128).
 int flash_block_m(FlashVariant v) noexcept;
 /// Dynamic shared memory of a variant in bytes.
 int flash_smem_bytes(FlashVariant v) noexcept;
 /// True when this build has the variant's code for devices of compute capability major.minor
-/// (the mma.sync variants: sm_80 and newer; wgmma: exactly sm_90, and only in builds with it).
+/// (the mma.sync variants: sm_80 and newer; the wgmma ones: exactly sm_90, in builds with them).
 bool flash_variant_runs_on(FlashVariant v, int cc_major, int cc_minor) noexcept;
 /// True when this build contains the wgmma kernel (CUTLASS headers found, sm_90 among the archs).
 bool flash_wgmma_built() noexcept;
@@ -105,7 +106,7 @@ void attention_plan(const int32_t* table, int64_t n_tiles, int64_t q_rows, int64
 /// Runs the flash kernel over the planned work (grid = capacity × n_heads; work planned with the
 /// variant's block_m). Preconditions (validated, Error(kInvalidArgument)/kUnsupported): head_dim ==
 /// 128; q, k, v, out 16-byte aligned; n_heads·head_dim·2 bytes a multiple of 16; rows < 2^31;
-/// kWgmmaM128N64 only where flash_variant_runs_on says so for the current device (kUnsupported).
+/// the wgmma variants only where flash_variant_runs_on says so for the current device (kUnsupported).
 /// Throws Error(kDevice) on launch failure.
 void attention_flash(const AttentionArgs& args, FlashVariant variant, const AttentionWorkItem* work,
                      const int32_t* work_count, int64_t capacity, cudaStream_t stream);

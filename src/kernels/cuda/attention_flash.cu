@@ -326,6 +326,7 @@ const char* flash_variant_name(FlashVariant v) noexcept {
     case FlashVariant::kM128N64: return "m128n64";
     case FlashVariant::kM128N128: return "m128n128";
     case FlashVariant::kWgmmaM128N64: return "wgmma";
+    case FlashVariant::kWgmmaM128N128: return "wgmma128";
   }
   return "?";
 }
@@ -338,8 +339,9 @@ int flash_smem_bytes(FlashVariant v) noexcept {
     case FlashVariant::kM128N64: return FlashTraits<128, 64>::kSmemBytes;
     case FlashVariant::kM128N128: return FlashTraits<128, 128>::kSmemBytes;
     case FlashVariant::kWgmmaM128N64:
+    case FlashVariant::kWgmmaM128N128:
 #if FLASHDLLM_HAVE_WGMMA
-      return wgmma_attention_smem_bytes();
+      return wgmma_attention_smem_bytes(v == FlashVariant::kWgmmaM128N128 ? 128 : 64);
 #else
       return 0;
 #endif
@@ -350,7 +352,8 @@ int flash_smem_bytes(FlashVariant v) noexcept {
 bool flash_wgmma_built() noexcept { return FLASHDLLM_HAVE_WGMMA != 0; }
 
 bool flash_variant_runs_on(FlashVariant v, int cc_major, int cc_minor) noexcept {
-  if (v == FlashVariant::kWgmmaM128N64) return flash_wgmma_built() && cc_major == 9 && cc_minor == 0;
+  if (v == FlashVariant::kWgmmaM128N64 || v == FlashVariant::kWgmmaM128N128)
+    return flash_wgmma_built() && cc_major == 9 && cc_minor == 0;
   return cc_major >= 8;
 }
 
@@ -379,14 +382,15 @@ void attention_flash(const AttentionArgs& a, FlashVariant variant, const Attenti
   if (capacity <= 0) return;
   const VerifyKeys none;
   switch (variant) {
-    case FlashVariant::kWgmmaM128N64: {
+    case FlashVariant::kWgmmaM128N64:
+    case FlashVariant::kWgmmaM128N128: {
       const int cc = device_compute_capability();
       if (!flash_variant_runs_on(variant, cc / 10, cc % 10))
         cuda::throw_unsupported(std::string("attention: the wgmma kernel needs an sm_90 device and a build with it (") +
                                 (flash_wgmma_built() ? "built" : "not built") + ", device sm_" + std::to_string(cc) +
                                 ")");
 #if FLASHDLLM_HAVE_WGMMA
-      attention_wgmma(a, work, work_count, capacity, stream);
+      attention_wgmma(a, variant == FlashVariant::kWgmmaM128N128 ? 128 : 64, work, work_count, capacity, stream);
 #endif
       return;
     }

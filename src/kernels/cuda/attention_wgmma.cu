@@ -22,6 +22,7 @@
 #include <cute/arch/mma_sm90_gmma.hpp>
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
 #include <cute/tensor.hpp>
+#include <type_traits>
 #include <cutlass/arch/barrier.h>
 
 #include "kernels/cuda/attention.h"
@@ -38,36 +39,55 @@ using Elem = cute::bfloat16_t;
 
 constexpr int kHeadDim = 128;
 constexpr int kBlockM = 128;  // query rows per CTA (two warpgroups of 64)
-constexpr int kBlockN = 64;   // keys per tile
 constexpr int kThreads = 256;
-constexpr int kStages = 4;         // K/V stages: tile j (K), j-1 (V), j+1 landed or landing, j+2 landing
-constexpr int kNB = kBlockN / 8;   // n8 blocks of S per key tile
 constexpr int kND = kHeadDim / 8;  // n8 blocks of O
 constexpr int kChunksPerRow = kHeadDim / 8;
+constexpr int kQElems = 64 * kHeadDim;  // one warpgroup's Q rows
 
-// One [64 rows][128] bf16 tile (a warpgroup's Q rows, or a K or V tile of 64 keys), K-major
-// (head dim contiguous): two column halves of 64 (4096 elements each), each in 8-row atoms of
+// A [kRows][128] bf16 tile (a warpgroup's 64 Q rows, or a K or V tile of kBlockN keys), K-major
+// (head dim contiguous): two column halves of 64 (kRows·64 elements each), each in 8-row atoms of
 // 8 × 128 bytes whose 16-byte chunks are XOR-swizzled with the row (GMMA's 128-byte swizzle).
-using TileLayout = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Elem>{}, Shape<Int<64>, Int<kHeadDim>>{}));
-// V^T: the (head dim, key) view of a K-major V tile, MN-major for the P·V product.
-using VtLayout = decltype(composition(TileLayout{}, Layout<Shape<Int<kHeadDim>, Int<64>>, Stride<Int<64>, _1>>{}));
-constexpr int kTileElems = 64 * kHeadDim;
-static_assert(cosize_v<TileLayout> == kTileElems, "dense tile");
-// Q of both warpgroups, then kStages × {K, V}.
-constexpr int kSmemBytes = (2 + 2 * kStages) * kTileElems * 2;
+template <int kRows>
+using TileLayout = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Elem>{}, Shape<Int<kRows>, Int<kHeadDim>>{}));
 
-// Element offset of (row, 16-byte chunk) in a TileLayout tile whose base is 1024-byte aligned.
-// CuTe's swizzle acts on the address bits of the smem pointer (TileLayout{}(r, c) alone is not the
-// physical offset), so the function is written out for the cp.async stores; a mismatch with the
-// descriptors wgmma reads through would scramble every tile (the twin tests).
+// Element offset of (row, 16-byte chunk) in a TileLayout<kRows> tile whose base is 1024-byte
+// aligned. CuTe's swizzle acts on the address bits of the smem pointer (TileLayout{}(r, c) alone is
+// not the physical offset), so the function is written out for the cp.async stores; a mismatch with
+// the descriptors wgmma reads through would scramble every tile (the twin tests).
+template <int kRows>
 __device__ __forceinline__ int tile_offset(int row, int chunk) {
-  return (chunk >> 3) * 4096 + (row >> 3) * 512 + (row & 7) * 64 + (((chunk & 7) ^ (row & 7)) << 3);
+  return (chunk >> 3) * (kRows * 64) + (row >> 3) * 512 + (row & 7) * 64 + (((chunk & 7) ^ (row & 7)) << 3);
 }
 
+/// kBlockN keys per tile, kStages K/V stages (tile j's K, tile j-1's V, and kStages - 2 tiles
+/// prefetched ahead).
+template <int kBlockN, int kStages>
+struct WgmmaTraits {
+  static_assert(kBlockN == 64 || kBlockN == 128, "S tile: m64n64 or m64n128");
+  static_assert(kStages >= 3, "a stage for K_j, one for V_{j-1}, at least one ahead");
+  static constexpr int kNB = kBlockN / 8;  // n8 blocks of S per key tile
+  static constexpr int kAhead = kStages - 2;
+  static constexpr int kKVElems = kBlockN * kHeadDim;
+  using KVLayout = TileLayout<kBlockN>;
+  // V^T: the (head dim, key) view of a K-major V tile, MN-major for the P·V product.
+  using VtLayout =
+      decltype(composition(KVLayout{}, Layout<Shape<Int<kHeadDim>, Int<kBlockN>>, Stride<Int<kBlockN>, _1>>{}));
+  using MmaS = std::conditional_t<kBlockN == 64, SM90_64x64x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>,
+                                  SM90_64x128x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>>;
+  using MmaO = SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::MN>;
+  static_assert(cosize_v<KVLayout> == kKVElems && cosize_v<TileLayout<64>> == kQElems, "dense tiles");
+  // Q of both warpgroups, then kStages × {K, V}.
+  static constexpr int kSmemBytes = (2 * kQElems + 2 * kStages * kKVElems) * 2;
+  static_assert(kSmemBytes <= 227 * 1024, "sm_90 shared memory per CTA");
+};
+
+template <int kBlockN, int kStages>
 __global__ void __launch_bounds__(kThreads, 1)
     wgmma_attention_kernel(const AttentionArgs a, const AttentionWorkItem* __restrict__ work,
                            const int32_t* __restrict__ work_count) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using T = WgmmaTraits<kBlockN, kStages>;
+  constexpr int kNB = T::kNB;
   using detail::cp_async_16;
   using detail::smem_addr;
   if (static_cast<int>(blockIdx.x) >= *work_count) return;  // uniform over the CTA
@@ -93,8 +113,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int n_keys = w.k_end - w.k_begin;
   const int n_kv = (n_keys + kBlockN - 1) / kBlockN;
 
-  auto k_smem = [&](int t) { return smem + (2 + 2 * (t % kStages)) * kTileElems; };
-  auto v_smem = [&](int t) { return smem + (3 + 2 * (t % kStages)) * kTileElems; };
+  Elem* const kv_base = smem + 2 * kQElems;
+  auto k_smem = [&](int t) { return kv_base + (2 * (t % kStages)) * T::kKVElems; };
+  auto v_smem = [&](int t) { return kv_base + (2 * (t % kStages) + 1) * T::kKVElems; };
 
   // K/V tile t -> its stage (keys past the end zero-filled); one cp.async group per call site.
   auto load_kv = [&](int t) {
@@ -107,37 +128,41 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int key = t * kBlockN + r;
       const bool valid = key < n_keys;
       const int64_t off = valid ? static_cast<int64_t>(w.k_begin + key) * ld + ch * 8 : 0;
-      const int so = tile_offset(r, ch);
+      const int so = tile_offset<kBlockN>(r, ch);
       cp_async_16(smem_addr(sK + so), kg + off, valid);
       cp_async_16(smem_addr(sV + so), vg + off, valid);
     }
   };
 
-  // Prologue: group 0 = Q (rows >= q_len zero-filled) + K/V tile 0, group 1 = tile 1 (maybe empty).
+  // Prologue: group 0 = Q (rows >= q_len zero-filled) + K/V tile 0, then groups 1 .. kAhead - 1 =
+  // tiles 1 .. kAhead - 1 (empty past the last tile: the group count stays uniform).
 #pragma unroll
   for (int it = 0; it < kBlockM * kChunksPerRow / kThreads; ++it) {
     const int c = tid + it * kThreads;
     const int r = c / kChunksPerRow, ch = c % kChunksPerRow;
     const bool valid = r < q_len;
     const int64_t off = valid ? static_cast<int64_t>(w.q_begin + r) * ld + ch * 8 : 0;
-    cp_async_16(smem_addr(smem + (r / 64) * kTileElems + tile_offset(r % 64, ch)), qg + off, valid);
+    cp_async_16(smem_addr(smem + (r / 64) * kQElems + tile_offset<64>(r % 64, ch)), qg + off, valid);
   }
   load_kv(0);
   detail::cp_async_commit();
-  if (1 < n_kv) load_kv(1);
-  detail::cp_async_commit();
-  detail::cp_async_wait<1>();
+#pragma unroll
+  for (int t = 1; t < T::kAhead; ++t) {
+    if (t < n_kv) load_kv(t);
+    detail::cp_async_commit();
+  }
+  detail::cp_async_wait<T::kAhead - 1>();
   cutlass::arch::fence_view_async_shared();  // cp.async (generic proxy) writes -> wgmma (async proxy) reads
   __syncthreads();
 
-  auto mma_s = make_tiled_mma(SM90_64x64x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>{});
-  auto mma_o = make_tiled_mma(SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::MN>{});
+  auto mma_s = make_tiled_mma(typename T::MmaS{});
+  auto mma_o = make_tiled_mma(typename T::MmaO{});
   auto thr_s = mma_s.get_slice(wg_tid);
   auto thr_o = mma_o.get_slice(wg_tid);
-  Tensor tSrQ = thr_s.partition_fragment_A(make_tensor(make_smem_ptr(smem + wg * kTileElems), TileLayout{}));
-  Tensor tSrS = partition_fragment_C(mma_s, Shape<Int<64>, Int<kBlockN>>{});                  // ((2,2,8),1,1)
+  Tensor tSrQ = thr_s.partition_fragment_A(make_tensor(make_smem_ptr(smem + wg * kQElems), TileLayout<64>{}));
+  Tensor tSrS = partition_fragment_C(mma_s, Shape<Int<64>, Int<kBlockN>>{});                  // ((2,2,kNB),1,1)
   Tensor tOrO = partition_fragment_C(mma_o, Shape<Int<64>, Int<kHeadDim>>{});                 // ((2,2,16),1,1)
-  Tensor tOrP = make_tensor<Elem>(partition_shape_A(mma_o, Shape<Int<64>, Int<kBlockN>>{}));  // ((2,2,2),1,4)
+  Tensor tOrP = make_tensor<Elem>(partition_shape_A(mma_o, Shape<Int<64>, Int<kBlockN>>{}));  // ((2,2,2),1,kNB/2)
   static_assert(decltype(size(tSrS))::value == 4 * kNB && decltype(size(tOrP))::value == 4 * kNB, "S/P fragments");
   static_assert(decltype(size(tOrO))::value == 4 * kND, "O fragment");
   clear(tOrO);
@@ -152,7 +177,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // O += P · V of tile t (asynchronous: the caller waits).
   auto issue_pv = [&](int t) {
-    Tensor tOrVt = thr_o.partition_fragment_B(make_tensor(make_smem_ptr(v_smem(t)), VtLayout{}));
+    Tensor tOrVt = thr_o.partition_fragment_B(make_tensor(make_smem_ptr(v_smem(t)), typename T::VtLayout{}));
     warpgroup_fence_operand(tOrO);
     warpgroup_arrive();
     CUTE_UNROLL
@@ -161,12 +186,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
 
   for (int j = 0; j < n_kv; ++j) {
-    // Stage of tile j+2 held tile j-2, whose V the P·V of iteration j-1 read and waited for.
-    if (j + 2 < n_kv) load_kv(j + 2);
+    // The stage of tile j + kAhead held tile j-2, whose V the P·V of iteration j-1 read and waited for.
+    if (j + T::kAhead < n_kv) load_kv(j + T::kAhead);
     detail::cp_async_commit();
     if (active) {
       // S_j = Q · K_jᵀ, then O += P_{j-1} · V_{j-1}, both in flight together.
-      Tensor tSrK = thr_s.partition_fragment_B(make_tensor(make_smem_ptr(k_smem(j)), TileLayout{}));
+      Tensor tSrK = thr_s.partition_fragment_B(make_tensor(make_smem_ptr(k_smem(j)), typename T::KVLayout{}));
       warpgroup_fence_operand(tSrS);
       warpgroup_arrive();
       mma_s.accumulate_ = GMMA::ScaleOut::Zero;
@@ -199,7 +224,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       CUTE_UNROLL
       for (int i = 0; i < size(tOrP); ++i) tOrP(i) = static_cast<Elem>(tSrS(i));
     }
-    detail::cp_async_wait<1>();                // tile j+1 has landed (only tile j+2 may be in flight) ...
+    detail::cp_async_wait<T::kAhead - 1>();    // tile j+1 has landed (tiles after it may be in flight) ...
     cutlass::arch::fence_view_async_shared();  // ... is visible to wgmma ...
     __syncthreads();                           // ... for every thread; stage of tile j-1 free after the next P·V
   }
@@ -214,17 +239,33 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
+
+// The instantiations: keys per tile and stages.
+using WgmmaN64 = WgmmaTraits<64, 4>;
+using WgmmaN128 = WgmmaTraits<128, 3>;
+
+template <class T, int kBlockN, int kStages>
+void launch_wgmma(const AttentionArgs& a, const AttentionWorkItem* work, const int32_t* work_count, int64_t capacity,
+                  cudaStream_t stream) {
+  constexpr auto kernel = wgmma_attention_kernel<kBlockN, kStages>;
+  detail::ensure_smem_opt_in<kernel>(T::kSmemBytes);
+  const dim3 grid(static_cast<unsigned>(capacity), static_cast<unsigned>(a.n_heads));
+  kernel<<<grid, kThreads, T::kSmemBytes, stream>>>(a, work, work_count);
+  CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
-int wgmma_attention_smem_bytes() noexcept { return kSmemBytes; }
+int wgmma_attention_smem_bytes(int block_n) noexcept {
+  return block_n == 128 ? WgmmaN128::kSmemBytes : WgmmaN64::kSmemBytes;
+}
 
-void attention_wgmma(const AttentionArgs& a, const AttentionWorkItem* work, const int32_t* work_count, int64_t capacity,
-                     cudaStream_t stream) {
-  constexpr auto kernel = wgmma_attention_kernel;
-  detail::ensure_smem_opt_in<kernel>(kSmemBytes);
-  const dim3 grid(static_cast<unsigned>(capacity), static_cast<unsigned>(a.n_heads));
-  kernel<<<grid, kThreads, kSmemBytes, stream>>>(a, work, work_count);
-  CUDA_CHECK_LAUNCH();
+void attention_wgmma(const AttentionArgs& a, int block_n, const AttentionWorkItem* work, const int32_t* work_count,
+                     int64_t capacity, cudaStream_t stream) {
+  if (block_n == 128)
+    launch_wgmma<WgmmaN128, 128, 3>(a, work, work_count, capacity, stream);
+  else
+    launch_wgmma<WgmmaN64, 64, 4>(a, work, work_count, capacity, stream);
 }
 
 }  // namespace flashdllm::kernels
