@@ -134,17 +134,25 @@ AttentionChoice parse_attention_env() {
              "FLASHDLLM_ATTENTION='{}' is not one of auto, reference, m64n64, m128n64, m128n128, wgmma, wgmma128", v);
 }
 
-// The default flash variant of a device: the Hopper kernel (wgmma: 128-row CTAs of two warpgroups
-// sharing each K/V tile) on sm_90 in builds that have it, else m64n64. Measured on the H200
-// (bench/results/2026-12-02-h200-wgmma-attention/): see docs/decisions.md. Among the mma.sync
-// variants m64n64 beats m128n64 at every shape tried (bench/results/2026-12-02-h200-slot-tiles/:
-// the Flash-Cache windows, 209.5 vs 230.7 us at 32 slots with importance; the prefill shapes B 8,
-// L 1024 / 2048: 484 vs 524 / 1790 vs 1942 us). The choice depends on the device only, never on the
-// batch (batch invariance).
-kernels::FlashVariant default_flash_variant(int cc_major, int cc_minor) {
-  return kernels::flash_variant_runs_on(kernels::FlashVariant::kWgmmaM128N64, cc_major, cc_minor)
-             ? kernels::FlashVariant::kWgmmaM128N64
-             : kernels::FlashVariant::kM64N64;
+// The flash kernels of an attention call: `main` for its tiles, and with split_rows > 0 the mma.sync
+// m64n64 kernel (kSmallTileVariant) for the tiles of fewer than split_rows query rows.
+struct FlashChoice {
+  kernels::FlashVariant main = kernels::FlashVariant::kM64N64;
+  int32_t split_rows = 0;
+};
+constexpr kernels::FlashVariant kSmallTileVariant = kernels::FlashVariant::kM64N64;
+
+// The default on a device: on sm_90 in builds with the Hopper kernel, wgmma128 (128-row CTAs of two
+// warpgroups sharing each 128-key K/V tile) for tiles of more than 64 query rows (a Flash-Cache
+// slot's 128-row window tile, prefills) and m64n64 for tiles of at most 64 (the released 16-row
+// tiling, --query-tile-rows 16, where a 128-row CTA would compute mostly padding); elsewhere
+// m64n64 for every tile. Measured on the H200 (bench/results/2026-12-02-h200-wgmma-attention/,
+// docs/decisions.md). Among the mma.sync variants m64n64 beats m128n64 at every shape tried
+// (bench/results/2026-12-02-h200-slot-tiles/). A tile's kernel depends on its own row count only,
+// never on the rest of the batch (batch invariance).
+FlashChoice default_flash_choice(int cc_major, int cc_minor) {
+  if (!kernels::flash_variant_runs_on(kernels::FlashVariant::kWgmmaM128N128, cc_major, cc_minor)) return {};
+  return {kernels::FlashVariant::kWgmmaM128N128, 65};
 }
 
 // Which attention tiles run in cuDNN's fused attention (kernels/cuda/attention_cudnn.h):
@@ -291,7 +299,7 @@ class CudaBackend final : public Backend {
     *static_cast<int*>(host_flags_.get()) = 0;
     gemm_ = std::make_unique<kernels::GemmLt>(size_t{32} << 20, parse_gemm_tune_env());
     attention_ = parse_attention_env();
-    default_variant_ = default_flash_variant(prop.major, prop.minor);
+    default_flash_ = default_flash_choice(prop.major, prop.minor);
     FDLLM_CHECK(
         attention_.mode != AttentionMode::kFlashForced ||
             kernels::flash_variant_runs_on(attention_.forced, prop.major, prop.minor),
@@ -672,7 +680,7 @@ class CudaBackend final : public Backend {
     const int64_t n_tiles = table.numel() / 4;
     if (attention_.mode == AttentionMode::kReference || n_tiles == 0 || q_rows == 0) return;  // nothing reuses a plan
     CUDA_CHECK(cudaSetDevice(device_));
-    PlanKey key{table, 4, q_rows, kv_rows, kernels::flash_block_m(flash_variant())};
+    PlanKey key = attention_key(table, q_rows, kv_rows);
     std::optional<CudnnRoute> route = route_to_cudnn(host, q_rows, kv_rows, n_heads);
     if (route) key.skip_min_rows = route->min_rows;
     make_plan(key);
@@ -693,9 +701,9 @@ class CudaBackend final : public Backend {
     after_op("plan_attention_verify");
   }
 
-  // The flash kernel variant of an attention call (FLASHDLLM_ATTENTION=m64n64|... forces one).
-  kernels::FlashVariant flash_variant() const {
-    return attention_.mode == AttentionMode::kFlashForced ? attention_.forced : default_variant_;
+  // The flash kernels of an attention call (FLASHDLLM_ATTENTION=m64n64|... forces one for every tile).
+  FlashChoice flash_choice() const {
+    return attention_.mode == AttentionMode::kFlashForced ? FlashChoice{attention_.forced, 0} : default_flash_;
   }
 
   // attention() and, with `importance` set, the fused raw-importance variant of score_table's rows
@@ -747,22 +755,24 @@ class CudaBackend final : public Backend {
                 "attention: head_dim {} has no flash kernel (supported: 128); FLASHDLLM_ATTENTION=reference runs the "
                 "slow reference kernel for head_dim multiples of 32 up to 256",
                 a.head_dim);
-    const kernels::FlashVariant variant = flash_variant();
-    const PlanKey key{table, 4, Tq, N, kernels::flash_block_m(variant)};
+    const FlashChoice fc = flash_choice();
+    const PlanKey key = attention_key(table, Tq, N);
     // The standing plan serves this call when it was made for this table; its routed tiles run in
     // cuDNN when the call matches the route (heads, head_dim, scale, score tiles), else the call
     // plans again with every tile on our kernel.
-    int64_t capacity = 0;
+    WorkLists lists;
     bool cudnn_call = false;
     if (plan_ && plan_->same_table(key)) {
       cudnn_call = plan_->skip_min_rows > 0 && route_ && route_->shape.n_heads == n_heads &&
                    route_->shape.head_dim == a.head_dim && route_->shape.scale == scale &&
                    (importance == nullptr || score_table.numel() / 4 == route_->n_score_tiles);
-      capacity = plan_->skip_min_rows > 0 && !cudnn_call ? make_plan(key) : planned_work(*plan_);
+      lists = plan_->skip_min_rows > 0 && !cudnn_call ? make_plan(key) : planned_work(*plan_);
     } else {
-      capacity = make_plan(key);
+      lists = make_plan(key);
     }
-    kernels::attention_flash(a, variant, work_.get(), work_count(), capacity, stream_);
+    kernels::attention_flash(a, fc.main, work_.get(), work_count(), lists.main, stream_);
+    if (lists.small > 0)
+      kernels::attention_flash(a, kSmallTileVariant, work_.get() + lists.main, work_count() + 1, lists.small, stream_);
     if (cudnn_call) run_cudnn(a);
     after_op(kOp);
   }
@@ -830,7 +840,7 @@ class CudaBackend final : public Backend {
     vk.k_tile = a.k_tile;
     vk.v_tile = a.v_tile;
     vk.error_flags = flags();
-    const int64_t capacity = planned_work(PlanKey{table, 5, Tq, a.n_keys, kernels::kVerifyBlockM});
+    const int64_t capacity = planned_work(PlanKey{table, 5, Tq, a.n_keys, kernels::kVerifyBlockM}).main;
     kernels::attention_verify_flash(fa, vk, work_.get(), work_count(), capacity, stream_);
     after_op(kOp);
   }
@@ -1020,33 +1030,62 @@ class CudaBackend final : public Backend {
     int64_t tile_ints = 0, q_rows = 0, kv_rows = 0;
     int block_m = 0;
     int32_t skip_min_rows = 0;
+    int32_t split_rows = 0;  // > 0: tiles of fewer rows in a second list of kSmallTileVariant (block_m 64)
     int64_t n_tiles() const noexcept { return table.numel() / tile_ints; }
     bool same_table(const PlanKey& o) const noexcept {
       return table.data == o.table.data && table.numel() == o.table.numel() && tile_ints == o.tile_ints &&
-             q_rows == o.q_rows && kv_rows == o.kv_rows && block_m == o.block_m;
+             q_rows == o.q_rows && kv_rows == o.kv_rows && block_m == o.block_m && split_rows == o.split_rows;
     }
     bool operator==(const PlanKey& o) const noexcept { return same_table(o) && skip_min_rows == o.skip_min_rows; }
   };
 
-  // Makes the work list of `key` (a kernel on the stream: no host wait) and returns its capacity.
-  int64_t make_plan(const PlanKey& key) {
-    const int64_t n_tiles = key.n_tiles(),
-                  capacity = kernels::attention_work_capacity(key.q_rows, n_tiles, key.block_m);
-    reset_plan();
-    ensure_attention_work(capacity);
-    if (key.tile_ints == 4)
-      kernels::attention_plan(key.table.ptr<int32_t>(), n_tiles, key.q_rows, key.kv_rows, key.block_m, work_.get(),
-                              work_count(), capacity, flags(), stream_, key.skip_min_rows);
-    else
-      kernels::attention_plan_verify(key.table.ptr<int32_t>(), n_tiles, key.q_rows, key.kv_rows, key.block_m,
-                                     work_.get(), work_count(), capacity, flags(), stream_);
-    return capacity;
+  // The plan key of an attention call over `table` (4-int AttentionTile rows).
+  PlanKey attention_key(Tensor table, int64_t q_rows, int64_t kv_rows) const {
+    const FlashChoice fc = flash_choice();
+    PlanKey key{table, 4, q_rows, kv_rows, kernels::flash_block_m(fc.main)};
+    key.split_rows = fc.split_rows;
+    return key;
   }
 
-  // The work list for `key`: plan_attention's when it was made for exactly this call, else planned
-  // here (which drops the standing plan: the list it lived in is overwritten).
-  int64_t planned_work(const PlanKey& key) {
-    if (plan_ && *plan_ == key) return kernels::attention_work_capacity(key.q_rows, key.n_tiles(), key.block_m);
+  // The capacities of a plan's work lists (bounds from the key alone, so that a recorded loop's
+  // launches keep their grids): the main list at work_[0, main) with its count at work_count()[0];
+  // with split_rows, the small tiles' list at work_[main, main + small), count at work_count()[1]
+  // (a tile of fewer than split_rows <= 64 rows is one 64-row work item).
+  struct WorkLists {
+    int64_t main = 0, small = 0;
+  };
+  static WorkLists work_lists(const PlanKey& key) {
+    WorkLists w{kernels::attention_work_capacity(key.q_rows, key.n_tiles(), key.block_m), 0};
+    if (key.split_rows > 0) w.small = key.n_tiles();
+    return w;
+  }
+
+  // Makes the work lists of `key` (kernels on the stream: no host wait).
+  WorkLists make_plan(const PlanKey& key) {
+    const int64_t n_tiles = key.n_tiles();
+    const WorkLists lists = work_lists(key);
+    reset_plan();
+    ensure_attention_work(lists.main + lists.small);
+    if (key.tile_ints == 4) {
+      kernels::attention_plan(key.table.ptr<int32_t>(), n_tiles, key.q_rows, key.kv_rows, key.block_m, work_.get(),
+                              work_count(), lists.main, flags(), stream_, key.skip_min_rows, key.split_rows);
+      if (key.split_rows > 0) {
+        const int32_t below = key.skip_min_rows > 0 ? std::min(key.skip_min_rows, key.split_rows) : key.split_rows;
+        kernels::attention_plan(key.table.ptr<int32_t>(), n_tiles, key.q_rows, key.kv_rows,
+                                kernels::flash_block_m(kSmallTileVariant), work_.get() + lists.main, work_count() + 1,
+                                lists.small, flags(), stream_, below);
+      }
+    } else {
+      kernels::attention_plan_verify(key.table.ptr<int32_t>(), n_tiles, key.q_rows, key.kv_rows, key.block_m,
+                                     work_.get(), work_count(), lists.main, flags(), stream_);
+    }
+    return lists;
+  }
+
+  // The work lists for `key`: plan_attention's when it was made for exactly this call, else planned
+  // here (which drops the standing plan: the lists it lived in are overwritten).
+  WorkLists planned_work(const PlanKey& key) {
+    if (plan_ && *plan_ == key) return work_lists(key);
     return make_plan(key);
   }
 
@@ -1062,7 +1101,7 @@ class CudaBackend final : public Backend {
     drop_graphs();                               // and graphs launch kernels that read it
     work_ = std::unique_ptr<kernels::AttentionWorkItem, CudaFree>(static_cast<kernels::AttentionWorkItem*>(
         device_alloc(static_cast<size_t>(cap) * sizeof(kernels::AttentionWorkItem), "attention work list").release()));
-    if (!work_count_) work_count_ = device_alloc(sizeof(int32_t), "attention work count");
+    if (!work_count_) work_count_ = device_alloc(2 * sizeof(int32_t), "attention work counts");
     work_capacity_ = cap;
   }
 
@@ -1239,7 +1278,7 @@ class CudaBackend final : public Backend {
   DevicePtr cudnn_buf_, cudnn_ws_;
   size_t cudnn_buf_bytes_ = 0, cudnn_ws_bytes_ = 0;
   AttentionChoice attention_;
-  kernels::FlashVariant default_variant_ = kernels::FlashVariant::kM64N64;  // default_flash_variant()
+  FlashChoice default_flash_;  // default_flash_choice()
   QkvMode qkv_mode_ = QkvMode::kAuto;
   bool debug_sync_ = false;
   // run_recorded's graphs: by key, with their place in the use order (most recent first).

@@ -97,11 +97,12 @@ int64_t attention_work_capacity(int64_t q_rows, int64_t n_tiles, int block_m) no
 /// writes their number to *work_count (device I32). Invalid tiles (outside [0, q_rows) ×
 /// [0, kv_rows), reversed ranges, or query rows with an empty key range) are skipped and set
 /// kErrAttentionTile; work beyond capacity sets kErrAttentionWork. skip_min_rows > 0: valid tiles
-/// of at least that many query rows get no work items (another kernel, cuDNN's, runs them).
+/// of at least that many query rows get no work items (another kernel, cuDNN's, runs them); valid
+/// tiles of fewer than min_rows query rows get none either (another flash variant's list has them).
 /// One block; no host sync. Throws Error(kDevice) on launch failure.
 void attention_plan(const int32_t* table, int64_t n_tiles, int64_t q_rows, int64_t kv_rows, int block_m,
                     AttentionWorkItem* work, int32_t* work_count, int64_t capacity, int* error_flags,
-                    cudaStream_t stream, int32_t skip_min_rows = 0);
+                    cudaStream_t stream, int32_t skip_min_rows = 0, int32_t min_rows = 0);
 
 /// Runs the flash kernel over the planned work (grid = capacity × n_heads; work planned with the
 /// variant's block_m). Preconditions (validated, Error(kInvalidArgument)/kUnsupported): head_dim ==

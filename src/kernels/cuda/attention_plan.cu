@@ -15,7 +15,7 @@ constexpr int kPlanThreads = 1024;
 // block scan gives where its work items go.
 __global__ void __launch_bounds__(kPlanThreads)
     plan_kernel(const int32_t* __restrict__ table, int tile_ints, int64_t n_tiles, int64_t q_rows, int64_t kv_rows,
-                int block_m, int32_t skip_min_rows, AttentionWorkItem* __restrict__ work,
+                int block_m, int32_t skip_min_rows, int32_t min_rows, AttentionWorkItem* __restrict__ work,
                 int32_t* __restrict__ work_count, int64_t capacity, int* error_flags) {
   __shared__ int64_t warp_prefix[kPlanThreads / 32];
   __shared__ int64_t round_total;
@@ -38,7 +38,7 @@ __global__ void __launch_bounds__(kPlanThreads)
                           : detail::attention_tile_valid(qs, qe, ks, ke, q_rows, kv_rows);
       if (!ok)
         bad_tile = true;
-      else if (skip_min_rows <= 0 || qe - qs < skip_min_rows)  // longer tiles run elsewhere (cuDNN)
+      else if ((skip_min_rows <= 0 || qe - qs < skip_min_rows) && qe - qs >= min_rows)  // others run elsewhere
         chunks = (static_cast<int64_t>(qe) - qs + block_m - 1) / block_m;
     }
     // Inclusive warp scan, then a scan over the warp totals.
@@ -91,12 +91,12 @@ int64_t attention_work_capacity(int64_t q_rows, int64_t n_tiles, int block_m) no
 namespace {
 
 void launch_plan(const char* op, const int32_t* table, int tile_ints, int64_t n_tiles, int64_t q_rows, int64_t kv_rows,
-                 int block_m, int32_t skip_min_rows, AttentionWorkItem* work, int32_t* work_count, int64_t capacity,
-                 int* error_flags, cudaStream_t stream) {
+                 int block_m, int32_t skip_min_rows, int32_t min_rows, AttentionWorkItem* work, int32_t* work_count,
+                 int64_t capacity, int* error_flags, cudaStream_t stream) {
   if (block_m <= 0) cuda::throw_invalid_argument(std::string(op) + ": block_m must be positive");
   if (capacity > 0x7fffffff) cuda::throw_invalid_argument(std::string(op) + ": work capacity exceeds 2^31-1");
-  plan_kernel<<<1, kPlanThreads, 0, stream>>>(table, tile_ints, n_tiles, q_rows, kv_rows, block_m, skip_min_rows, work,
-                                              work_count, capacity, error_flags);
+  plan_kernel<<<1, kPlanThreads, 0, stream>>>(table, tile_ints, n_tiles, q_rows, kv_rows, block_m, skip_min_rows,
+                                              min_rows, work, work_count, capacity, error_flags);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -104,15 +104,15 @@ void launch_plan(const char* op, const int32_t* table, int tile_ints, int64_t n_
 
 void attention_plan(const int32_t* table, int64_t n_tiles, int64_t q_rows, int64_t kv_rows, int block_m,
                     AttentionWorkItem* work, int32_t* work_count, int64_t capacity, int* error_flags,
-                    cudaStream_t stream, int32_t skip_min_rows) {
-  launch_plan("attention_plan", table, 4, n_tiles, q_rows, kv_rows, block_m, skip_min_rows, work, work_count, capacity,
-              error_flags, stream);
+                    cudaStream_t stream, int32_t skip_min_rows, int32_t min_rows) {
+  launch_plan("attention_plan", table, 4, n_tiles, q_rows, kv_rows, block_m, skip_min_rows, min_rows, work, work_count,
+              capacity, error_flags, stream);
 }
 
 void attention_plan_verify(const int32_t* table, int64_t n_tiles, int64_t q_rows, int64_t n_keys, int block_m,
                            AttentionWorkItem* work, int32_t* work_count, int64_t capacity, int* error_flags,
                            cudaStream_t stream) {
-  launch_plan("attention_plan_verify", table, 5, n_tiles, q_rows, n_keys, block_m, 0, work, work_count, capacity,
+  launch_plan("attention_plan_verify", table, 5, n_tiles, q_rows, n_keys, block_m, 0, 0, work, work_count, capacity,
               error_flags, stream);
 }
 
