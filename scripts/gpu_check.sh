@@ -110,8 +110,11 @@ finish() {
     printf '%s\n' "${SUMMARY[@]}"
     echo
     echo "## Flash attention kernels (ptxas, sm_90)"
-    grep -A3 "Compiling entry function.*flash_attention_kernel" "$LOG" | grep -E "Compiling|Used|spill" |
-      sed -E 's/.*flash_attention_kernelILi([0-9]+)ELi([0-9]+)E.*/m\1n\2:/' | paste - - - | sed 's/^/    /' || true
+    grep -A3 -E "Compiling entry function.*(flash|wgmma)_attention_kernel" "$LOG" | grep -E "Compiling|Used|spill" |
+      sed -E -e 's/.*flash_attention_kernelILi([0-9]+)ELi([0-9]+)ELb0E.*/m\1n\2:/' \
+        -e 's/.*flash_attention_kernelILi([0-9]+)ELi([0-9]+)ELb1E.*/m\1n\2 verify:/' \
+        -e 's/.*wgmma_attention_kernelILi([0-9]+)ELi([0-9]+)E.*/wgmma n\1, \2 stages (sm_90a):/' |
+      paste - - - | sed 's/^/    /' || true
     if grep -q "^## Attention" "$LOG"; then
       echo
       sed -n '/^## Attention/,/^wrote /p' "$LOG" | grep -v '^wrote '

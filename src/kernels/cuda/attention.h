@@ -1,11 +1,15 @@
 // Bidirectional multi-head attention over a block table (Backend::attention).
 //
-// Two implementations with the same contract (the flash one also serves the Flash-Verify pass, see
-// attention_verify_flash, and can accumulate the raw importance of window tiles, AttentionArgs):
+// Three implementations with the same contract (the flash one also serves the Flash-Verify pass, see
+// attention_verify_flash; flash and wgmma can accumulate the raw importance of window tiles,
+// AttentionArgs):
 //  * flash (attention_flash.cu): FA2-style, head_dim 128, bf16 mma.sync.m16n8k16 tensor cores with
 //    fp32 accumulation, online softmax in fp32 with exp2 (log2(e) folded into the scale),
 //    cp.async double-buffered K/V tiles in XOR-swizzled shared memory read with ldmatrix; no
 //    score matrix is materialised. Dao, "FlashAttention-2" (2023), Algorithm 1 (forward).
+//  * wgmma (attention_wgmma.cu, sm_90 only, FlashVariant::kWgmmaM128N64 / kWgmmaM128N128): the same
+//    algorithm on Hopper warpgroup MMA through CuTe, two warpgroups sharing each K/V tile, the
+//    previous tile's P·V overlapped with the current softmax; the fused importance as above.
 //  * reference (attention_reference.cu): one warp per query row, scalar fp32, no tensor cores;
 //    obviously correct, slow; the second oracle in tests and a debugging fallback.
 //

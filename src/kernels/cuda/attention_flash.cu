@@ -164,15 +164,8 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN>::kThreads)
   };
 
   // Prologue: Q tile (rows ≥ q_len zero-filled) into buffer 1, K/V tile 0 into buffer 0.
-  static_assert(kBlockM * kChunksPerRow % kThreads == 0, "Q tile chunks per thread");
-#pragma unroll
-  for (int it = 0; it < kBlockM * kChunksPerRow / kThreads; ++it) {
-    const int c = tid + it * kThreads;
-    const int r = c / kChunksPerRow, ch = c % kChunksPerRow;
-    const bool valid = r < q_len;
-    const int64_t off = valid ? static_cast<int64_t>(w.q_begin + r) * ld + ch * 8 : 0;
-    cp_async_16(smem_addr(sQ + swizzle(r, ch)), qg + off, valid);
-  }
+  detail::load_q_rows_async<kBlockM, kThreads>(tid, qg, ld, w.q_begin, q_len,
+                                               [&](int r, int ch) { return sQ + swizzle(r, ch); });
   load_kv(0, 0);
   cp_async_commit();
   cp_async_wait_all();

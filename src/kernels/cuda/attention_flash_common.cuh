@@ -18,6 +18,7 @@
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_utils.cuh"
 #include "kernels/cuda/kernel_errors.h"
 
 namespace flashdllm::kernels::detail {
@@ -29,6 +30,25 @@ __device__ __forceinline__ float fast_exp2(float x) {
 }
 
 constexpr float kNegInf = -__builtin_huge_valf();
+
+/// cp.async copy of query rows row0 .. row0 + kRows - 1 (128 bf16 columns of one head: src points at
+/// the head's column 0 of row 0, ld elements per row) into shared memory, 16-byte chunks spread
+/// over kThreads threads; rows >= n_valid are zero-filled. dst(r, ch) is the shared-memory element
+/// pointer of row r's 16-byte chunk ch (the caller's swizzled layout). The caller commits and waits.
+template <int kRows, int kThreads, class Dst>
+__device__ __forceinline__ void load_q_rows_async(int tid, const __nv_bfloat16* src, int64_t ld, int row0, int n_valid,
+                                                  Dst&& dst) {
+  constexpr int kChunksPerRow = 128 / 8;
+  static_assert(kRows * kChunksPerRow % kThreads == 0, "Q tile chunks per thread");
+#pragma unroll
+  for (int it = 0; it < kRows * kChunksPerRow / kThreads; ++it) {
+    const int c = tid + it * kThreads;
+    const int r = c / kChunksPerRow, ch = c % kChunksPerRow;
+    const bool valid = r < n_valid;
+    const int64_t off = valid ? static_cast<int64_t>(row0 + r) * ld + ch * 8 : 0;
+    cp_async_16(smem_addr(dst(r, ch)), src + off, valid);
+  }
+}
 
 /// The scored rows [*lo, *hi) (relative to the warp's first row, within [0, 16)) of the warp whose
 /// first query row is w.q_begin + warp_row0, from score tile w.tile (AttentionArgs::score_tiles);

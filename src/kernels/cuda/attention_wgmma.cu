@@ -136,14 +136,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // Prologue: group 0 = Q (rows >= q_len zero-filled) + K/V tile 0, then groups 1 .. kAhead - 1 =
   // tiles 1 .. kAhead - 1 (empty past the last tile: the group count stays uniform).
-#pragma unroll
-  for (int it = 0; it < kBlockM * kChunksPerRow / kThreads; ++it) {
-    const int c = tid + it * kThreads;
-    const int r = c / kChunksPerRow, ch = c % kChunksPerRow;
-    const bool valid = r < q_len;
-    const int64_t off = valid ? static_cast<int64_t>(w.q_begin + r) * ld + ch * 8 : 0;
-    cp_async_16(smem_addr(smem + (r / 64) * kQElems + tile_offset<64>(r % 64, ch)), qg + off, valid);
-  }
+  detail::load_q_rows_async<kBlockM, kThreads>(tid, qg, ld, w.q_begin, q_len, [&](int r, int ch) {
+    return smem + (r / 64) * kQElems + tile_offset<64>(r % 64, ch);
+  });
   load_kv(0);
   detail::cp_async_commit();
 #pragma unroll
