@@ -68,8 +68,8 @@ CUTLASS_VERSION=4.2.0.0
 if [[ "$CUDA" == ON && "${FLASHDLLM_SKIP_DEPS:-0}" != 1 && ! -f .deps/cutlass/include/cute/tensor.hpp ]]; then
   echo "[setup] fetching the CUTLASS/CuTe headers (pip wheel nvidia-cutlass==$CUTLASS_VERSION)"
   rm -rf .deps/wheels && mkdir -p .deps/wheels
-  if python3 -m pip download -q --no-deps -d .deps/wheels "nvidia-cutlass==$CUTLASS_VERSION"; then
-    python3 - .deps/wheels/nvidia_cutlass-*.whl .deps/cutlass <<'PY'
+  if ! { python3 -m pip download -q --no-deps --only-binary=:all: -d .deps/wheels "nvidia-cutlass==$CUTLASS_VERSION" &&
+         python3 - .deps/wheels/nvidia_cutlass-*.whl .deps/cutlass <<'PY'
 import os, sys, zipfile
 prefix = "cutlass_library/source/include/"
 with zipfile.ZipFile(sys.argv[1]) as z:
@@ -80,8 +80,9 @@ with zipfile.ZipFile(sys.argv[1]) as z:
             with z.open(m) as src, open(dst, "wb") as out:
                 out.write(src.read())
 PY
-  else
-    echo "[setup] warning: could not download nvidia-cutlass; building without the wgmma attention kernel"
+  }; then
+    echo "[setup] warning: could not fetch nvidia-cutlass; building without the wgmma attention kernel"
+    rm -rf .deps/cutlass
   fi
   rm -rf .deps/wheels
 fi

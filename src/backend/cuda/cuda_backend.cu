@@ -14,7 +14,8 @@
 // Environment:
 //   FLASHDLLM_CUDA_SYNC=1        synchronise and check after every op (debugging)
 //   FLASHDLLM_CUDA_GRAPHS=0      run_recorded runs the ops one by one (no CUDA graphs)
-//   FLASHDLLM_ATTENTION=<mode>   auto (default: wgmma on sm_90 builds with it, else m64n64) | reference |
+//   FLASHDLLM_ATTENTION=<mode>   auto (default: on sm_90 builds with the Hopper kernel, wgmma128 for tiles of
+//                                > 64 rows and m64n64 for the others; elsewhere m64n64) | reference |
 //                                m64n64 | m128n64 | m128n128 | wgmma | wgmma128 (sm_90 only)
 //                                (reference also sends the verify pass to its scalar kernel; the others
 //                                run it on the flash kernel's verify mode, m64n64, for head_dim 128)
@@ -303,10 +304,15 @@ class CudaBackend final : public Backend {
     FDLLM_CHECK(
         attention_.mode != AttentionMode::kFlashForced ||
             kernels::flash_variant_runs_on(attention_.forced, prop.major, prop.minor),
-        ErrorCode::kUnsupported,
-        "FLASHDLLM_ATTENTION={}: this kernel needs an sm_90 device and a build with CUTLASS ({}; device sm_{}{})",
+        ErrorCode::kUnsupported, "FLASHDLLM_ATTENTION={}: this kernel {} (device sm_{}{})",
         kernels::flash_variant_name(attention_.forced),
-        kernels::flash_wgmma_built() ? "built with it" : "built without it", prop.major, prop.minor);
+        attention_.forced == kernels::FlashVariant::kWgmmaM128N64 ||
+                attention_.forced == kernels::FlashVariant::kWgmmaM128N128
+            ? (kernels::flash_wgmma_built() ? "needs an sm_90 device"
+                                            : "is not in this build (it needs CUTLASS and sm_90 among the CUDA archs; "
+                                              "scripts/setup.sh fetches CUTLASS)")
+            : "needs compute capability 8.0 or newer",
+        prop.major, prop.minor);
     cudnn_ = parse_cudnn_env();
     if (attention_.mode == AttentionMode::kReference) cudnn_.mode = CudnnMode::kOff;
     qkv_mode_ = parse_qkv_env();
@@ -1049,14 +1055,21 @@ class CudaBackend final : public Backend {
 
   // The capacities of a plan's work lists (bounds from the key alone, so that a recorded loop's
   // launches keep their grids): the main list at work_[0, main) with its count at work_count()[0];
-  // with split_rows, the small tiles' list at work_[main, main + small), count at work_count()[1]
-  // (a tile of fewer than split_rows <= 64 rows is one 64-row work item).
+  // with split_rows, the small tiles' list at work_[main, main + small), count at work_count()[1].
+  // Split bounds: a small tile (< split_rows rows) is at most ceil((split_rows - 1) / 64) items of
+  // 64 rows and at least one row; a main tile has r >= split_rows > 64 rows, and ceil(r / block_m)
+  // <= r / 64 for those (block_m <= 128), so the main list needs at most q_rows / 64 items (the
+  // tiles' query ranges are disjoint): its grid stays small when every tile is small.
   struct WorkLists {
     int64_t main = 0, small = 0;
   };
   static WorkLists work_lists(const PlanKey& key) {
     WorkLists w{kernels::attention_work_capacity(key.q_rows, key.n_tiles(), key.block_m), 0};
-    if (key.split_rows > 0) w.small = key.n_tiles();
+    if (key.split_rows > 0) {
+      const int small_m = kernels::flash_block_m(kSmallTileVariant);
+      w.small = std::min<int64_t>(key.q_rows, key.n_tiles() * ((key.split_rows - 1 + small_m - 1) / small_m));
+      if (key.split_rows > small_m && key.block_m <= 2 * small_m) w.main = std::min(w.main, key.q_rows / small_m);
+    }
     return w;
   }
 

@@ -11,11 +11,9 @@
 // row addresses of every ldmatrix phase hit 8 distinct bank groups (no conflicts).
 //
 // Fused raw importance (AttentionArgs::importance; work items of the first n_score_tiles tiles, rows
-// of their score tile): before masking, each warp holding scored rows sums its S tile over them (the
-// two rows a thread holds, then a 3-step reduce-scatter over the 8 lanes of a column), so lane l
-// holds the sums of the n8 blocks b ≡ l/4 (mod 8) and adds weight · sum to importance[key] with one
-// global atomic per key (two per lane and 64 keys). No shared memory and no extra barrier; keys ≥
-// k_end are not written.
+// of their score tile): before masking, each warp holding scored rows sums its S tile over them in
+// registers and shuffles, one global atomic per key and warp (detail::accumulate_importance in
+// attention_flash_common.cuh, shared with the wgmma kernel). No shared memory, no extra barrier.
 //
 // Invariants: every key tile holds at least one key < k_end (tiles are ceil-divided), so row
 // maxima are finite after the first tile; keys ≥ k_end are zero-filled in shared memory and

@@ -1,22 +1,23 @@
 // Flash attention forward on Hopper warpgroup MMA (wgmma), head_dim 128 (see attention.h,
-// FlashVariant::kWgmmaM128N64, for the contract; the same one as the mma.sync kernel's).
+// FlashVariant::kWgmmaM128N64 / kWgmmaM128N128, for the contract; the same one as the mma.sync
+// kernel's).
 //
 // Per CTA: one work item (<= 128 query rows of one tile, e.g. one Flash-Cache slot's window tile)
 // × one head; two warpgroups, each owning 64 query rows, sharing every K/V tile in shared memory
 // (the mma.sync kernel's 64-row CTAs read each tile twice per 128-row slot). Per warpgroup and key
-// tile j of 64 keys:
-//   S_j = Q·K_jᵀ        wgmma m64n64k16, both operands from shared memory (SS), fp32 accumulators
+// tile j of kBlockN keys (64 or 128):
+//   S_j = Q·K_jᵀ        wgmma m64nBk16 (B = kBlockN), both operands from shared memory (SS), fp32
 //   O += P_{j-1}·V_{j-1} wgmma m64n128k16, P from registers (RS: S's accumulator layout is the
 //                        A-operand layout, element for element), V read transposed (MN-major)
 //   both issued together; the online softmax of S_j (FlashAttention-2, Algorithm 1; exp2 with
 //   log2(e)·scale folded) runs while the P·V product is in flight, and O is rescaled once it lands
 //   (the intra-warpgroup overlap of Shah et al., "FlashAttention-3" (2024), §3.2).
 // The raw importance of score tiles is summed from S before masking, as in the mma.sync kernel
-// (attention_flash_common.cuh). Shared memory: Q (2 × 64 rows) and four {K, V} stages in the
-// 128-byte-swizzled GMMA layout (CuTe's GMMA::Layout_K_SW128_Atom); tile j+2 is loaded with
-// cp.async while tile j is computed, and landed tiles are made visible to wgmma's async proxy
-// with fence.proxy.async before the barrier. No TMA producer warp and no ping-pong between the
-// warpgroups (FA3 §3.1): both warpgroups load and meet at one barrier per tile.
+// (attention_flash_common.cuh). Shared memory: Q (2 × 64 rows) and kStages {K, V} stages (4 of 64
+// keys or 3 of 128) in the 128-byte-swizzled GMMA layout (CuTe's GMMA::Layout_K_SW128_Atom); tile
+// j + kStages - 2 is loaded with cp.async while tile j is computed, and landed tiles are made visible
+// to wgmma's async proxy with fence.proxy.async before the barrier. No TMA producer warp and no
+// ping-pong between the warpgroups (FA3 §3.1): both warpgroups load and meet at one barrier per tile.
 //
 // Built only for sm_90a (wgmma), with CUTLASS/CuTe (pip nvidia-cutlass, scripts/setup.sh).
 #include <cute/arch/mma_sm90_gmma.hpp>
@@ -112,6 +113,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const __nv_bfloat16* const vg = a.v + static_cast<int64_t>(head) * kHeadDim;
   const int n_keys = w.k_end - w.k_begin;
   const int n_kv = (n_keys + kBlockN - 1) / kBlockN;
+  if (n_kv <= 0) return;  // the plan gives no work item without keys (attention_tile_valid); uniform
 
   Elem* const kv_base = smem + 2 * kQElems;
   auto k_smem = [&](int t) { return kv_base + (2 * (t % kStages)) * T::kKVElems; };
@@ -173,6 +175,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // O += P · V of tile t (asynchronous: the caller waits).
   auto issue_pv = [&](int t) {
     Tensor tOrVt = thr_o.partition_fragment_B(make_tensor(make_smem_ptr(v_smem(t)), typename T::VtLayout{}));
+    warpgroup_fence_operand(tOrP);  // P's registers: written before, read by the asynchronous MMA
     warpgroup_fence_operand(tOrO);
     warpgroup_arrive();
     CUTE_UNROLL
@@ -214,6 +217,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
       warpgroup_wait<0>();  // P_{j-1} · V_{j-1} landed in O: rescale it, then P_j may replace P_{j-1}
       warpgroup_fence_operand(tOrO);
+      warpgroup_fence_operand(tOrP);  // no P_j write may move above the wait
       detail::rescale_row<kND>(o_at, 0, alpha[0]);
       detail::rescale_row<kND>(o_at, 1, alpha[1]);
       CUTE_UNROLL
@@ -234,33 +238,36 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
+// The instantiations: 64-key tiles in four stages (two tiles prefetched ahead), 128-key tiles in
+// three (one ahead; a fourth 64 KiB stage would exceed the 227 KiB of shared memory per CTA).
+template <int kBlockN>
+constexpr int kStagesOf = kBlockN == 64 ? 4 : 3;
+template <int kBlockN>
+using WgmmaOf = WgmmaTraits<kBlockN, kStagesOf<kBlockN>>;
 
-// The instantiations: keys per tile and stages.
-using WgmmaN64 = WgmmaTraits<64, 4>;
-using WgmmaN128 = WgmmaTraits<128, 3>;
-
-template <class T, int kBlockN, int kStages>
+template <int kBlockN>
 void launch_wgmma(const AttentionArgs& a, const AttentionWorkItem* work, const int32_t* work_count, int64_t capacity,
                   cudaStream_t stream) {
-  constexpr auto kernel = wgmma_attention_kernel<kBlockN, kStages>;
-  detail::ensure_smem_opt_in<kernel>(T::kSmemBytes);
+  constexpr auto kernel = wgmma_attention_kernel<kBlockN, kStagesOf<kBlockN>>;
+  constexpr int kSmem = WgmmaOf<kBlockN>::kSmemBytes;
+  detail::ensure_smem_opt_in<kernel>(kSmem);
   const dim3 grid(static_cast<unsigned>(capacity), static_cast<unsigned>(a.n_heads));
-  kernel<<<grid, kThreads, T::kSmemBytes, stream>>>(a, work, work_count);
+  kernel<<<grid, kThreads, kSmem, stream>>>(a, work, work_count);
   CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
 int wgmma_attention_smem_bytes(int block_n) noexcept {
-  return block_n == 128 ? WgmmaN128::kSmemBytes : WgmmaN64::kSmemBytes;
+  return block_n == 128 ? WgmmaOf<128>::kSmemBytes : WgmmaOf<64>::kSmemBytes;
 }
 
 void attention_wgmma(const AttentionArgs& a, int block_n, const AttentionWorkItem* work, const int32_t* work_count,
                      int64_t capacity, cudaStream_t stream) {
   if (block_n == 128)
-    launch_wgmma<WgmmaN128, 128, 3>(a, work, work_count, capacity, stream);
+    launch_wgmma<128>(a, work, work_count, capacity, stream);
   else
-    launch_wgmma<WgmmaN64, 64, 4>(a, work, work_count, capacity, stream);
+    launch_wgmma<64>(a, work, work_count, capacity, stream);
 }
 
 }  // namespace flashdllm::kernels

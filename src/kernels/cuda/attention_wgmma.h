@@ -1,4 +1,5 @@
-// The Hopper (wgmma) flash attention kernel behind FlashVariant::kWgmmaM128N64 (attention.h).
+// The Hopper (wgmma) flash attention kernel behind FlashVariant::kWgmmaM128N64 and kWgmmaM128N128
+// (attention.h).
 // Internal to the attention kernels: callers go through attention_flash().
 #pragma once
 
