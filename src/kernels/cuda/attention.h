@@ -83,8 +83,6 @@ enum class FlashVariant { kM64N64, kM128N64, kM128N128, kWgmmaM128N64, kWgmmaM12
 const char* flash_variant_name(FlashVariant v) noexcept;
 /// Query rows per CTA of a variant (64 or 128).
 int flash_block_m(FlashVariant v) noexcept;
-/// Dynamic shared memory of a variant in bytes.
-int flash_smem_bytes(FlashVariant v) noexcept;
 /// True when this build has the variant's code for devices of compute capability major.minor
 /// (the mma.sync variants: sm_80 and newer; the wgmma ones: exactly sm_90, in builds with them).
 bool flash_variant_runs_on(FlashVariant v, int cc_major, int cc_minor) noexcept;

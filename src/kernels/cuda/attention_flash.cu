@@ -324,22 +324,6 @@ const char* flash_variant_name(FlashVariant v) noexcept {
 
 int flash_block_m(FlashVariant v) noexcept { return v == FlashVariant::kM64N64 ? 64 : 128; }
 
-int flash_smem_bytes(FlashVariant v) noexcept {
-  switch (v) {
-    case FlashVariant::kM64N64: return FlashTraits<64, 64>::kSmemBytes;
-    case FlashVariant::kM128N64: return FlashTraits<128, 64>::kSmemBytes;
-    case FlashVariant::kM128N128: return FlashTraits<128, 128>::kSmemBytes;
-    case FlashVariant::kWgmmaM128N64:
-    case FlashVariant::kWgmmaM128N128:
-#if FLASHDLLM_HAVE_WGMMA
-      return wgmma_attention_smem_bytes(v == FlashVariant::kWgmmaM128N128 ? 128 : 64);
-#else
-      return 0;
-#endif
-  }
-  return 0;
-}
-
 bool flash_wgmma_built() noexcept { return FLASHDLLM_HAVE_WGMMA != 0; }
 
 bool flash_variant_runs_on(FlashVariant v, int cc_major, int cc_minor) noexcept {

@@ -258,10 +258,6 @@ void launch_wgmma(const AttentionArgs& a, const AttentionWorkItem* work, const i
 
 }  // namespace
 
-int wgmma_attention_smem_bytes(int block_n) noexcept {
-  return block_n == 128 ? WgmmaOf<128>::kSmemBytes : WgmmaOf<64>::kSmemBytes;
-}
-
 void attention_wgmma(const AttentionArgs& a, int block_n, const AttentionWorkItem* work, const int32_t* work_count,
                      int64_t capacity, cudaStream_t stream) {
   if (block_n == 128)

@@ -11,9 +11,6 @@
 
 namespace flashdllm::kernels {
 
-/// Dynamic shared memory of the wgmma kernel with block_n (64 or 128) keys per tile, in bytes.
-int wgmma_attention_smem_bytes(int block_n) noexcept;
-
 /// Runs the wgmma kernel with block_n (64: four K/V stages; 128: three) keys per tile over work
 /// items of at most 128 query rows (attention_plan with block_m 128). Only in builds with FLASHDLLM_HAVE_WGMMA (sm_90a
 /// code); the caller checks the device (compute capability 9.0) and the arguments (attention_flash). Throws
