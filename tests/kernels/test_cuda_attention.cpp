@@ -1,6 +1,6 @@
 // CUDA attention vs the CPU backend (and vs the CUDA reference kernel, the second oracle):
 // every flash variant (m64n64, m128n64, m128n128, and wgmma / wgmma128 on sm_90), the automatic choice
-// (on sm_90: tiles of > 64 rows on wgmma128, the others on m64n64, two work lists) and the reference
+// (on sm_90: tiles of > 64 rows on wgmma, the others on m64n64, two work lists) and the reference
 // kernel, over block tables with odd lengths, lengths off the 64/128 tiles, several tiles of very
 // different lengths in one launch, Flash-dLLM-style small query tiles over long key ranges, key
 // ranges not starting at 0, rows not covered by any tile (must stay untouched), 1–3 and 32 heads.

@@ -14,7 +14,7 @@
 // Environment:
 //   FLASHDLLM_CUDA_SYNC=1        synchronise and check after every op (debugging)
 //   FLASHDLLM_CUDA_GRAPHS=0      run_recorded runs the ops one by one (no CUDA graphs)
-//   FLASHDLLM_ATTENTION=<mode>   auto (default: on sm_90 builds with the Hopper kernel, wgmma128 for tiles of
+//   FLASHDLLM_ATTENTION=<mode>   auto (default: on sm_90 builds with the Hopper kernel, wgmma for tiles of
 //                                > 64 rows and m64n64 for the others; elsewhere m64n64) | reference |
 //                                m64n64 | m128n64 | m128n128 | wgmma | wgmma128 (sm_90 only)
 //                                (reference also sends the verify pass to its scalar kernel; the others
@@ -143,8 +143,8 @@ struct FlashChoice {
 };
 constexpr kernels::FlashVariant kSmallTileVariant = kernels::FlashVariant::kM64N64;
 
-// The default on a device: on sm_90 in builds with the Hopper kernel, wgmma128 (128-row CTAs of two
-// warpgroups sharing each 128-key K/V tile) for tiles of more than 64 query rows (a Flash-Cache
+// The default on a device: on sm_90 in builds with the Hopper kernel, wgmma (a unit of 128 rows per
+// two consumer warpgroups sharing each 64-key K/V tile) for tiles of more than 64 query rows (a Flash-Cache
 // slot's 128-row window tile, prefills) and m64n64 for tiles of at most 64 (the released 16-row
 // tiling, --query-tile-rows 16, where a 128-row CTA would compute mostly padding); elsewhere
 // m64n64 for every tile. Measured on the H200 (bench/results/2026-12-02-h200-wgmma-attention/,
@@ -152,8 +152,8 @@ constexpr kernels::FlashVariant kSmallTileVariant = kernels::FlashVariant::kM64N
 // (bench/results/2026-12-02-h200-slot-tiles/). A tile's kernel depends on its own row count only,
 // never on the rest of the batch (batch invariance).
 FlashChoice default_flash_choice(int cc_major, int cc_minor) {
-  if (!kernels::flash_variant_runs_on(kernels::FlashVariant::kWgmmaM128N128, cc_major, cc_minor)) return {};
-  return {kernels::FlashVariant::kWgmmaM128N128, 65};
+  if (!kernels::flash_variant_runs_on(kernels::FlashVariant::kWgmmaM128N64, cc_major, cc_minor)) return {};
+  return {kernels::FlashVariant::kWgmmaM128N64, 65};
 }
 
 // Which attention tiles run in cuDNN's fused attention (kernels/cuda/attention_cudnn.h):

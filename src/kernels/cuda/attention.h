@@ -8,8 +8,10 @@
 //    cp.async double-buffered K/V tiles in XOR-swizzled shared memory read with ldmatrix; no
 //    score matrix is materialised. Dao, "FlashAttention-2" (2023), Algorithm 1 (forward).
 //  * wgmma (attention_wgmma.cu, sm_90 only, FlashVariant::kWgmmaM128N64 / kWgmmaM128N128): the same
-//    algorithm on Hopper warpgroup MMA through CuTe, two warpgroups sharing each K/V tile, the
-//    previous tile's P·V overlapped with the current softmax; the fused importance as above.
+//    algorithm on Hopper warpgroup MMA through CuTe: persistent and warp-specialised (a producer
+//    warpgroup streams K/V tiles through an mbarrier pipeline to two consumer warpgroups sharing
+//    each tile), the previous tile's P·V overlapped with the current softmax; the fused importance
+//    as above.
 //  * reference (attention_reference.cu): one warp per query row, scalar fp32, no tensor cores;
 //    obviously correct, slow; the second oracle in tests and a debugging fallback.
 //
@@ -75,8 +77,8 @@ inline constexpr int kVerifyBlockM = 64;
 
 /// The flash kernel instantiations (block_m query rows × block_n keys per step): the mma.sync
 /// kernel (attention_flash.cu, sm_80+; block_m/16 warps) and, kWgmmaM128N64 / kWgmmaM128N128, the
-/// Hopper kernel (attention_wgmma.cu: two warpgroups, wgmma; sm_90 devices, builds with CUTLASS
-/// and sm_90a code).
+/// Hopper kernel (attention_wgmma.cu: persistent, a producer and two consumer warpgroups, wgmma;
+/// 64- / 128-key tiles; sm_90 devices, builds with CUTLASS and sm_90a code).
 enum class FlashVariant { kM64N64, kM128N64, kM128N128, kWgmmaM128N64, kWgmmaM128N128 };
 
 /// "m64n64", "m128n64", "m128n128", "wgmma", "wgmma128".

@@ -18,8 +18,6 @@
 // Invariants: every key tile holds at least one key < k_end (tiles are ceil-divided), so row
 // maxima are finite after the first tile; keys ≥ k_end are zero-filled in shared memory and
 // their scores set to −inf; query rows ≥ q_end are zero-filled, computed, and not stored.
-#include <array>
-#include <atomic>
 #include <string>
 
 #include "core/verify_mask.h"
@@ -295,18 +293,10 @@ void launch_flash(const AttentionArgs& a, const AttentionWorkItem* work, const i
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// 10·major + minor of the current device, asked of the driver once per device.
+// 10·major + minor of the current device.
 int device_compute_capability() {
-  static std::array<std::atomic<int>, 64> known{};  // 0: not asked yet
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  const bool cached = dev >= 0 && dev < static_cast<int>(known.size());
-  if (cached && known[static_cast<size_t>(dev)].load() != 0) return known[static_cast<size_t>(dev)].load();
-  int major = 0, minor = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  if (cached) known[static_cast<size_t>(dev)].store(10 * major + minor);
-  return 10 * major + minor;
+  return 10 * detail::cached_device_attribute<cudaDevAttrComputeCapabilityMajor>() +
+         detail::cached_device_attribute<cudaDevAttrComputeCapabilityMinor>();
 }
 
 }  // namespace

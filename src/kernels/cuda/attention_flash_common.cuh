@@ -196,6 +196,21 @@ __device__ __forceinline__ void store_rows(O&& o, const float (&row_sum)[2], int
   }
 }
 
+/// Attribute `A` of the current device, asked of the driver once per device (the launch paths run in
+/// every layer; the value does not change).
+template <cudaDeviceAttr A>
+int cached_device_attribute() {
+  static std::array<std::atomic<int>, 64> known{};  // 0: not asked yet (the attributes used are > 0)
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  const bool cached = dev >= 0 && dev < static_cast<int>(known.size());
+  if (cached && known[static_cast<size_t>(dev)].load() != 0) return known[static_cast<size_t>(dev)].load();
+  int v = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&v, A, dev));
+  if (cached) known[static_cast<size_t>(dev)].store(v);
+  return v;
+}
+
 /// The dynamic shared-memory opt-in of kernel `K`, once per device rather than a driver call in
 /// every layer's launch (issue 13: no cudaFuncSetAttribute in the layer loop).
 template <auto K>

@@ -11,7 +11,7 @@
 
 namespace flashdllm::kernels {
 
-/// Runs the wgmma kernel with block_n (64: four K/V stages; 128: three) keys per tile over work
+/// Runs the wgmma kernel with block_n (64: six K/V stages; 128: three) keys per tile over work
 /// items of at most 128 query rows (attention_plan with block_m 128). Only in builds with FLASHDLLM_HAVE_WGMMA (sm_90a
 /// code); the caller checks the device (compute capability 9.0) and the arguments (attention_flash). Throws
 /// Error(kDevice) on launch failure.
