@@ -336,7 +336,8 @@ void check_flash_args(const char* op, const AttentionArgs& a, int64_t capacity) 
     cuda::throw_invalid_argument(std::string(op) + ": q, k_store, v_store and out must be 16-byte aligned");
   if (a.q_rows > 0x7fffffff || a.kv_rows > 0x7fffffff)
     cuda::throw_invalid_argument(std::string(op) + ": more than 2^31-1 query or K/V rows");
-  if (capacity > 0x7fffffff) cuda::throw_invalid_argument(std::string(op) + ": work capacity exceeds 2^31-1");
+  if (capacity > 0x7fffffff / a.n_heads)  // the wgmma kernel counts (work item, head) units in int32
+    cuda::throw_invalid_argument(std::string(op) + ": work capacity x n_heads exceeds 2^31-1");
 }
 
 }  // namespace

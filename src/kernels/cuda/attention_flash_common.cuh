@@ -200,14 +200,17 @@ __device__ __forceinline__ void store_rows(O&& o, const float (&row_sum)[2], int
 /// every layer; the value does not change).
 template <cudaDeviceAttr A>
 int cached_device_attribute() {
-  static std::array<std::atomic<int>, 64> known{};  // 0: not asked yet (the attributes used are > 0)
+  static std::array<std::atomic<int64_t>, 64> known{};  // value + 1 (attributes are >= 0); 0: not asked yet
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   const bool cached = dev >= 0 && dev < static_cast<int>(known.size());
-  if (cached && known[static_cast<size_t>(dev)].load() != 0) return known[static_cast<size_t>(dev)].load();
+  if (cached) {
+    const int64_t k = known[static_cast<size_t>(dev)].load();
+    if (k != 0) return static_cast<int>(k - 1);
+  }
   int v = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&v, A, dev));
-  if (cached) known[static_cast<size_t>(dev)].store(v);
+  if (cached) known[static_cast<size_t>(dev)].store(static_cast<int64_t>(v) + 1);
   return v;
 }
 

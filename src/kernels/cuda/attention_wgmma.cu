@@ -58,7 +58,10 @@ constexpr int kThreads = 3 * kWarpgroup;  // producer + two consumer warpgroups
 // setmaxnreg budgets: the producer's copy loop needs ~80 registers without spilling; the consumers
 // fit in 208 (S, O and P fragments: 32 / 64 + 64 + 16 / 32 registers at 64 / 128 keys).
 constexpr int kProducerRegs = 80, kConsumerRegs = 208;
-static_assert((kProducerRegs + 2 * kConsumerRegs) * kWarpgroup <= 64 * 1024, "register file of an SM");
+// The pool setmaxnreg redistributes is what the CTA got at launch (__launch_bounds__(kThreads, 1):
+// 64 K / kThreads per thread, in steps of 8); asking for more would block setmaxnreg.inc for ever.
+static_assert((kProducerRegs + 2 * kConsumerRegs) * kWarpgroup <= kThreads * ((64 * 1024 / kThreads) & ~7),
+              "setmaxnreg budgets exceed the CTA's launch registers");
 constexpr int kND = kHeadDim / 8;  // n8 blocks of O
 constexpr int kChunksPerRow = kHeadDim / 8;
 constexpr int kQElems = 64 * kHeadDim;  // one warpgroup's Q rows
