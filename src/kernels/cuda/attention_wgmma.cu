@@ -142,6 +142,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     using detail::cp_async_16;
     using detail::smem_addr;
     int tiles = 0, units = 0;  // tiles / units loaded so far: stage index and barrier phases
+    // A thread copies 16-byte chunk ch of rows r0, r0 + 8, ... of every K and V tile: in the
+    // swizzled layout (tile_offset) each further 8 rows are 512 elements on.
+    static_assert(kChunksPerRow * 8 == kWarpgroup, "a pass of the producer covers 8 rows");
+    constexpr int kPasses = kBlockN / 8, kPassBytes = 512 * 2;
+    const int r0 = tid / kChunksPerRow, ch = tid % kChunksPerRow;
+    const int so0 = tile_offset<kBlockN>(r0, ch);
     for (int u = blockIdx.x; u < n_units; u += gridDim.x) {
       const AttentionWorkItem w = work[u / a.n_heads];
       const int head = u % a.n_heads;
@@ -153,18 +159,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       auto load_tile = [&](int t) {
         const int stage = tiles % kStages;
         Bar::wait(empty + stage, ((tiles / kStages) & 1) ^ 1);
-        Elem* const sK = k_smem(stage);
-        Elem* const sV = v_smem(stage);
-#pragma unroll 1
-        for (int it = 0; it < kBlockN * kChunksPerRow / kWarpgroup; ++it) {
-          const int c = tid + it * kWarpgroup;
-          const int r = c / kChunksPerRow, ch = c % kChunksPerRow;
-          const int key = t * kBlockN + r;
-          const bool valid = key < n_keys;
-          const int64_t off = valid ? static_cast<int64_t>(w.k_begin + key) * ld + ch * 8 : 0;
-          const int so = tile_offset<kBlockN>(r, ch);
-          cp_async_16(smem_addr(sK + so), kg + off, valid);
-          cp_async_16(smem_addr(sV + so), vg + off, valid);
+        const uint32_t sK = smem_addr(k_smem(stage) + so0), sV = smem_addr(v_smem(stage) + so0);
+        const int key0 = t * kBlockN + r0;
+        const int64_t off0 = static_cast<int64_t>(w.k_begin + key0) * ld + ch * 8;
+#pragma unroll(kBlockN == 64 ? kPasses : 1)     // 16 passes of a 128-key tile unrolled would spill
+        for (int it = 0; it < kPasses; ++it) {  // rows r0 + 8·it of the tile
+          const bool valid = key0 + 8 * it < n_keys;
+          const int64_t off = valid ? off0 + it * 8 * ld : 0;
+          cp_async_16(sK + it * kPassBytes, kg + off, valid);
+          cp_async_16(sV + it * kPassBytes, vg + off, valid);
         }
         cutlass::arch::cpasync_barrier_arrive_noinc(full + stage);
         ++tiles;
