@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <random>
 
@@ -32,7 +33,22 @@ struct AttnCase {
   int head_dim = 128;
   std::vector<AttentionTile> tiles;
   bool vs_cpu = true;  // false: too large for the CPU oracle; compared with the CUDA reference kernel
+  // Store rows no tile reads (K/V rows outside every key range, Q rows outside every tile) hold
+  // NaN, as never-written cache rows may: a kernel that reads past a tile's end (the wgmma kernel's
+  // bulk copies load whole 64-key tiles) must keep them out of the result.
+  bool nan_outside = false;
 };
+
+/// Sets the rows of `x` ([rows, hd]) that no [begin, end) range of `ranges` covers to NaN.
+void nan_rows_outside(std::vector<float>& x, int64_t hd, const std::vector<std::pair<int32_t, int32_t>>& ranges) {
+  const int64_t rows = static_cast<int64_t>(x.size()) / hd;
+  std::vector<bool> used(static_cast<size_t>(rows), false);
+  for (const auto& [b, e] : ranges)
+    for (int32_t r = b; r < e; ++r) used[static_cast<size_t>(r)] = true;
+  for (int64_t r = 0; r < rows; ++r)
+    if (!used[static_cast<size_t>(r)])
+      std::fill(x.begin() + r * hd, x.begin() + (r + 1) * hd, std::numeric_limits<float>::quiet_NaN());
+}
 
 /// Packed sequences (full recompute): tile b covers rows [off_b, off_b + len_b) as queries and keys.
 AttnCase packed(const std::string& name, const std::vector<int32_t>& lens, int heads, bool vs_cpu = true) {
@@ -80,6 +96,9 @@ std::vector<AttnCase> small_cases() {
   k.kv_rows = 200;
   k.tiles = {{0, 20, 37, 170}, {20, 33, 100, 101}};  // a single key, too
   v.push_back(k);
+  AttnCase stale = dllm_step("stale NaN store rows", {129, 70, 64}, {20, 16, 130}, 256, 2, 3);
+  stale.nan_outside = true;  // key ranges end 127 / 186 / 192 rows short of the next slot
+  v.push_back(stale);
   return v;
 }
 
@@ -158,9 +177,19 @@ class CudaAttention : public twin::TwinTest {
       const int64_t HD = static_cast<int64_t>(c.heads) * c.head_dim;
       const uint64_t seed = std::hash<std::string>()(c.name);
       // q scaled by 2 sharpens the softmax (some rows nearly one-hot, some flat).
-      const std::vector<float> q = randn_bf16(static_cast<size_t>(c.q_rows * HD), seed, 2.0f);
-      const std::vector<float> k = randn_bf16(static_cast<size_t>(c.kv_rows * HD), seed + 1);
-      const std::vector<float> v = randn_bf16(static_cast<size_t>(c.kv_rows * HD), seed + 2);
+      std::vector<float> q = randn_bf16(static_cast<size_t>(c.q_rows * HD), seed, 2.0f);
+      std::vector<float> k = randn_bf16(static_cast<size_t>(c.kv_rows * HD), seed + 1);
+      std::vector<float> v = randn_bf16(static_cast<size_t>(c.kv_rows * HD), seed + 2);
+      if (c.nan_outside) {
+        std::vector<std::pair<int32_t, int32_t>> q_ranges, k_ranges;
+        for (const AttentionTile& t : c.tiles) {
+          q_ranges.emplace_back(t.q_start, t.q_end);
+          k_ranges.emplace_back(t.k_start, t.k_end);
+        }
+        nan_rows_outside(q, HD, q_ranges);
+        nan_rows_outside(k, HD, k_ranges);
+        nan_rows_outside(v, HD, k_ranges);
+      }
       std::vector<float> ref;
       std::string ref_name;
       if (c.vs_cpu) {

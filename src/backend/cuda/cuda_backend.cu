@@ -147,7 +147,7 @@ constexpr kernels::FlashVariant kSmallTileVariant = kernels::FlashVariant::kM64N
 // two consumer warpgroups sharing each 64-key K/V tile) for tiles of more than 64 query rows (a Flash-Cache
 // slot's 128-row window tile, prefills) and m64n64 for tiles of at most 64 (the released 16-row
 // tiling, --query-tile-rows 16, where a 128-row CTA would compute mostly padding); elsewhere
-// m64n64 for every tile. Measured on the H200 (bench/results/2026-12-02-h200-wgmma-attention/,
+// m64n64 for every tile. Measured on the H200 (bench/results/2026-12-02-h200-wgmma-ws/,
 // docs/decisions.md). Among the mma.sync variants m64n64 beats m128n64 at every shape tried
 // (bench/results/2026-12-02-h200-slot-tiles/). A tile's kernel depends on its own row count only,
 // never on the rest of the batch (batch invariance).

@@ -72,22 +72,31 @@ __device__ __forceinline__ void warp_score_rows(const AttentionArgs& a, const At
 
 /// Raw importance of one key tile: importance[key] += weight · Σ_{scored rows} s(row, key) for the
 /// warp's kNB·8 keys starting at store row key0 (keys >= k_end skipped), from the unscaled,
-/// unmasked scores. Rows are summed in registers (the two a thread holds), then a reduce-scatter
-/// over the 8 lanes of a column (lane bits 4, 3, 2): at each step a lane keeps the half of its
-/// blocks its bit selects and adds the partner's copy of that half, so at the end lane l holds the
-/// sums of blocks g + l/4 (g = 0, 8, ...): 14 shuffles per 8 blocks, one atomic per key and warp.
+/// unmasked scores, in two steps a kernel may separate (the wgmma kernel runs the second while its
+/// next tile's MMAs are in flight): importance_row_sums, then importance_commit.
+///
+/// Step 1: the rows a thread holds (lane/4 and lane/4 + 8) summed where scored: v[nb][e] is column
+/// nb·8 + 2·(lane%4) + e's part. Selects, not products, so a NaN score of an unscored row (a stale
+/// row past a tile's end) stays out.
 template <int kNB, class S>
-__device__ __forceinline__ void accumulate_importance(S&& s, int lane, int lo, int hi, int key0, int k_end,
-                                                      float* importance, float weight) {
-  static_assert(kNB % 8 == 0, "the reduce-scatter handles 8 n8 blocks at a time");
+__device__ __forceinline__ void importance_row_sums(S&& s, int lane, int lo, int hi, float (&v)[kNB][2]) {
   const int r0 = lane >> 2;
   const bool in0 = r0 >= lo && r0 < hi, in1 = r0 + 8 >= lo && r0 + 8 < hi;
-  float v[kNB][2];
 #pragma unroll
   for (int nb = 0; nb < kNB; ++nb) {
     v[nb][0] = (in0 ? s(nb, 0) : 0.f) + (in1 ? s(nb, 2) : 0.f);
     v[nb][1] = (in0 ? s(nb, 1) : 0.f) + (in1 ? s(nb, 3) : 0.f);
   }
+}
+
+/// Step 2: a reduce-scatter of v over the 8 lanes of a column (lane bits 4, 3, 2): at each step a
+/// lane keeps the half of its blocks its bit selects and adds the partner's copy of that half, so
+/// at the end lane l holds the sums of blocks g + l/4 (g = 0, 8, ...): 14 shuffles per 8 blocks,
+/// then one atomic per key and warp. v is consumed.
+template <int kNB>
+__device__ __forceinline__ void importance_commit(float (&v)[kNB][2], int lane, int key0, int k_end, float* importance,
+                                                  float weight) {
+  static_assert(kNB % 8 == 0, "the reduce-scatter handles 8 n8 blocks at a time");
 #pragma unroll
   for (int step = 0; step < 3; ++step) {
     const int bit = 16 >> step, half = 4 >> step;
@@ -104,6 +113,7 @@ __device__ __forceinline__ void accumulate_importance(S&& s, int lane, int lo, i
       }
     }
   }
+  const int r0 = lane >> 2;
 #pragma unroll
   for (int g = 0; g < kNB; g += 8) {
 #pragma unroll
@@ -112,6 +122,15 @@ __device__ __forceinline__ void accumulate_importance(S&& s, int lane, int lo, i
       if (key < k_end) atomicAdd(importance + key, weight * v[g][e]);
     }
   }
+}
+
+/// Both steps at once.
+template <int kNB, class S>
+__device__ __forceinline__ void accumulate_importance(S&& s, int lane, int lo, int hi, int key0, int k_end,
+                                                      float* importance, float weight) {
+  float v[kNB][2];
+  importance_row_sums<kNB>(s, lane, lo, hi, v);
+  importance_commit<kNB>(v, lane, key0, k_end, importance, weight);
 }
 
 /// Sets the scores of columns >= valid_keys to −inf.

@@ -5,36 +5,43 @@
 // A unit of work is one work item (<= 128 query rows of one tile, e.g. one Flash-Cache slot's
 // window tile) × one head. The kernel is persistent and warp-specialised (Shah et al.,
 // "FlashAttention-3" (2024), §3.1): one CTA per SM walks the units blockIdx.x, blockIdx.x +
-// gridDim.x, ...; of its three warpgroups the first is the producer (cp.async copies of Q and of
-// K/V tiles into shared memory, setmaxnreg down to kProducerRegs), the other two the consumers
-// (kConsumerRegs), each owning 64 of a unit's query rows and sharing every K/V tile (the mma.sync
-// kernel's 64-row CTAs read each tile twice per 128-row slot). The producer runs ahead across
-// units, so the next unit's tiles load while the consumers finish the current one. Per consumer
-// and key tile j of kBlockN keys (64 or 128):
+// gridDim.x, ...; of its three warpgroups the first is the producer (one thread issues TMA bulk
+// tensor copies of Q and of K/V tiles into shared memory; setmaxnreg down to kProducerRegs), the
+// other two the consumers (kConsumerRegs), each owning 64 of a unit's query rows and sharing every
+// K/V tile (the mma.sync kernel's 64-row CTAs read each tile twice per 128-row slot). The producer
+// runs ahead across units, so the next unit's tiles load while the consumers finish the current
+// one. Per consumer and key tile j of kBlockN keys (64 or 128):
 //   S_j = Q·K_jᵀ        wgmma m64nBk16 (B = kBlockN), both operands from shared memory (SS), fp32
 //   O += P_{j-1}·V_{j-1} wgmma m64n128k16, P from registers (RS: S's accumulator layout is the
 //                        A-operand layout, element for element), V read transposed (MN-major)
-//   both issued together; the online softmax of S_j (FlashAttention-2, Algorithm 1; exp2 with
-//   log2(e)·scale folded) and the raw importance of score tiles (summed from S before masking,
-//   attention_flash_common.cuh) run while the P·V product is in flight, and O is rescaled once it
-//   lands (FA3 §3.2's intra-warpgroup overlap).
+//   both issued together; while they run, the importance of tile j-1's scored rows is committed
+//   (shuffles and atomics, attention_flash_common.cuh); once S_j lands, its scored rows' column
+//   sums are taken (before masking) and its online softmax runs (FlashAttention-2, Algorithm 1;
+//   exp2 with log2(e)·scale folded) while P·V is still in flight, and O is rescaled once it lands
+//   (FA3 §3.2's intra-warpgroup overlap).
 // Shared memory: Q (2 × 64 rows) and kStages {K, V} stages (6 of 64 keys or 3 of 128) in the
-// 128-byte-swizzled GMMA layout (CuTe's GMMA::Layout_K_SW128_Atom), and mbarriers (CUTLASS's
-// ClusterBarrier): per stage a full barrier (128 producer arrivals, each triggered when that
-// thread's copies have landed: cp.async.mbarrier.arrive.noinc) and an empty one (256 consumer
-// arrivals once the last MMA reading the stage has completed); Q has the same pair, released
-// after a unit's last S = QKᵀ. Consumers make landed tiles visible to wgmma's async proxy with
-// fence.proxy.async. cp.async rather than TMA: keys past a work item's end must read as zeros
-// (0 · NaN from a stale cache row would poison O), not as the next item's rows. A consumer past a
-// tile's q_len computes on zero rows and stores nothing.
+// 128-byte-swizzled GMMA layout (CuTe's GMMA::Layout_K_SW128_Atom, which is what a TMA box of 64
+// columns with CU_TENSOR_MAP_SWIZZLE_128B writes), and mbarriers (CUTLASS's ClusterBarrier): per
+// stage a full barrier (the producer's arrival with the stage's byte count; the copies complete it)
+// and an empty one (256 consumer arrivals once the last MMA reading the stage has completed); Q
+// has the same pair, released after a unit's last S = QKᵀ. A tile is a whole box of rows: rows
+// past a work item's keys are whatever follows in the store (the next slot's rows, or never-written
+// memory; past the store's end TMA gives zeros). K's columns there are masked to -inf, and the
+// consumers overwrite V's rows there with zeros before the last P·V (0 · NaN would poison O);
+// query rows past a tile's q_len are computed and never stored.
 // Measured on the H200 (bench/results/2026-12-02-h200-wgmma-ws/): FA3's ping-pong between the
 // consumers (named barriers ordering their GEMMs) was slower here and is not used.
 //
 // Built only for sm_90a (wgmma, setmaxnreg), with CUTLASS/CuTe (pip nvidia-cutlass, scripts/setup.sh).
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cute/arch/copy_sm90_desc.hpp>
+#include <cute/arch/copy_sm90_tma.hpp>
 #include <cute/arch/mma_sm90_gmma.hpp>
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
 #include <cute/tensor.hpp>
 #include <algorithm>
+#include <string>
 #include <type_traits>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
@@ -55,9 +62,10 @@ constexpr int kHeadDim = 128;
 constexpr int kBlockM = 128;  // query rows per unit (two consumer warpgroups of 64)
 constexpr int kWarpgroup = 128;
 constexpr int kThreads = 3 * kWarpgroup;  // producer + two consumer warpgroups
-// setmaxnreg budgets: the producer's copy loop needs ~80 registers without spilling; the consumers
-// fit in 208 (S, O and P fragments: 32 / 64 + 64 + 16 / 32 registers at 64 / 128 keys).
-constexpr int kProducerRegs = 80, kConsumerRegs = 208;
+// setmaxnreg budgets (FA3's for two consumer warpgroups): one producer thread issues the bulk
+// copies in 24 registers; the consumers get the rest (S, O and P fragments: 32 / 64 + 64 + 16 / 32
+// registers at 64 / 128 keys).
+constexpr int kProducerRegs = 24, kConsumerRegs = 240;
 // The pool setmaxnreg redistributes is what the CTA got at launch (__launch_bounds__(kThreads, 1):
 // 64 K / kThreads per thread, in steps of 8); asking for more would block setmaxnreg.inc for ever.
 static_assert((kProducerRegs + 2 * kConsumerRegs) * kWarpgroup <= kThreads * ((64 * 1024 / kThreads) & ~7),
@@ -65,6 +73,9 @@ static_assert((kProducerRegs + 2 * kConsumerRegs) * kWarpgroup <= kThreads * ((6
 constexpr int kND = kHeadDim / 8;  // n8 blocks of O
 constexpr int kChunksPerRow = kHeadDim / 8;
 constexpr int kQElems = 64 * kHeadDim;  // one warpgroup's Q rows
+constexpr uint32_t kQTxBytes = kBlockM * kHeadDim * 2;  // a unit's Q: both warpgroups' rows, bf16
+// Named barrier of the two consumer warpgroups (CUTLASS numbers user barriers past its reserved ones).
+constexpr uint32_t kConsumerBarrier = 0;
 
 // A [kRows][128] bf16 tile (a warpgroup's 64 Q rows, or a K or V tile of kBlockN keys), K-major
 // (head dim contiguous): two column halves of 64 (kRows·64 elements each), each in 8-row atoms of
@@ -74,8 +85,9 @@ using TileLayout = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Elem>{}, Sha
 
 // Element offset of (row, 16-byte chunk) in a TileLayout<kRows> tile whose base is 1024-byte
 // aligned. CuTe's swizzle acts on the address bits of the smem pointer (TileLayout{}(r, c) alone is
-// not the physical offset), so the function is written out for the cp.async stores; a mismatch with
-// the descriptors wgmma reads through would scramble every tile (the twin tests).
+// not the physical offset), so the function is written out for the consumers' stores (V's rows past
+// a work item's keys); a mismatch with the layout TMA writes and wgmma reads would leave stale rows
+// in O (the twin tests' NaN store rows).
 template <int kRows>
 __device__ __forceinline__ int tile_offset(int row, int chunk) {
   return (chunk >> 3) * (kRows * 64) + (row >> 3) * 512 + (row & 7) * 64 + (((chunk & 7) ^ (row & 7)) << 3);
@@ -89,6 +101,7 @@ struct WgmmaTraits {
   static_assert(kStages >= 2, "a stage for K_j, one for V_{j-1}");
   static constexpr int kNB = kBlockN / 8;  // n8 blocks of S per key tile
   static constexpr int kKVElems = kBlockN * kHeadDim;
+  static constexpr uint32_t kKVTxBytes = 2 * kKVElems * 2;  // a stage: K and V tiles, bf16
   using KVLayout = TileLayout<kBlockN>;
   // V^T: the (head dim, key) view of a K-major V tile, MN-major for the P·V product.
   using VtLayout =
@@ -107,10 +120,12 @@ struct WgmmaTraits {
 template <int kBlockN, int kStages>
 __global__ void __launch_bounds__(kThreads, 1)
     wgmma_attention_kernel(const AttentionArgs a, const AttentionWorkItem* __restrict__ work,
-                           const int32_t* __restrict__ work_count) {
+                           const int32_t* __restrict__ work_count, const __grid_constant__ CUtensorMap tm_q,
+                           const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = WgmmaTraits<kBlockN, kStages>;
   using Bar = cutlass::arch::ClusterBarrier;
+  using TxBar = cutlass::arch::ClusterTransactionBarrier;
   constexpr int kNB = T::kNB;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   Elem* const smem = reinterpret_cast<Elem*>(smem_raw);
@@ -125,10 +140,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tid = threadIdx.x;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      Bar::init(full + s, kWarpgroup);       // every producer thread's copies
+      Bar::init(full + s, 1);                // the producer's arrival; the copies' bytes complete it
       Bar::init(empty + s, 2 * kWarpgroup);  // every consumer thread
     }
-    Bar::init(q_full, kWarpgroup);
+    Bar::init(q_full, 1);
     Bar::init(q_empty, 2 * kWarpgroup);
     cutlass::arch::fence_barrier_init();
   }
@@ -137,54 +152,46 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int n_units = *work_count * a.n_heads;
   const int64_t ld = static_cast<int64_t>(a.n_heads) * kHeadDim;
 
-  if (tid < kWarpgroup) {  // ---- producer ----
+  if (tid < kWarpgroup) {  // ---- producer: one thread issues every copy ----
     cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
-    using detail::cp_async_16;
-    using detail::smem_addr;
-    int tiles = 0, units = 0;  // tiles / units loaded so far: stage index and barrier phases
-    // A thread copies 16-byte chunk ch of rows r0, r0 + 8, ... of every K and V tile: in the
-    // swizzled layout (tile_offset) each further 8 rows are 512 elements on.
-    static_assert(kChunksPerRow * 8 == kWarpgroup, "a pass of the producer covers 8 rows");
-    constexpr int kPasses = kBlockN / 8, kPassBytes = 512 * 2;
-    const int r0 = tid / kChunksPerRow, ch = tid % kChunksPerRow;
-    const int so0 = tile_offset<kBlockN>(r0, ch);
+    if (tid != 0) return;
+    cute::prefetch_tma_descriptor(&tm_q);
+    cute::prefetch_tma_descriptor(&tm_k);
+    cute::prefetch_tma_descriptor(&tm_v);
+    // Every row is read by one unit only: let it leave L2 first.
+    constexpr auto kEvictFirst = static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_FIRST);
+    constexpr int kHalf = kHeadDim / 2;  // a box is one 64-column (128-byte) half of the head dim
+    int tiles = 0, units = 0;            // tiles / units loaded so far: stage index and barrier phases
     for (int u = blockIdx.x; u < n_units; u += gridDim.x) {
       const AttentionWorkItem w = work[u / a.n_heads];
       const int head = u % a.n_heads;
-      const int n_keys = w.k_end - w.k_begin;
-      const int n_kv = (n_keys + kBlockN - 1) / kBlockN;
+      const int n_kv = (w.k_end - w.k_begin + kBlockN - 1) / kBlockN;
       if (n_kv <= 0) continue;  // the plan gives none (attention_tile_valid); the consumers skip it too
-      const __nv_bfloat16* const kg = a.k + static_cast<int64_t>(head) * kHeadDim;
-      const __nv_bfloat16* const vg = a.v + static_cast<int64_t>(head) * kHeadDim;
+      const int col = head * kHeadDim;
       auto load_tile = [&](int t) {
         const int stage = tiles % kStages;
         Bar::wait(empty + stage, ((tiles / kStages) & 1) ^ 1);
-        const uint32_t sK = smem_addr(k_smem(stage) + so0), sV = smem_addr(v_smem(stage) + so0);
-        const int key0 = t * kBlockN + r0;
-        const int64_t off0 = static_cast<int64_t>(w.k_begin + key0) * ld + ch * 8;
-#pragma unroll(kBlockN == 64 ? kPasses : 1)     // 16 passes of a 128-key tile unrolled would spill
-        for (int it = 0; it < kPasses; ++it) {  // rows r0 + 8·it of the tile
-          const bool valid = key0 + 8 * it < n_keys;
-          const int64_t off = valid ? off0 + it * 8 * ld : 0;
-          cp_async_16(sK + it * kPassBytes, kg + off, valid);
-          cp_async_16(sV + it * kPassBytes, vg + off, valid);
+        TxBar::arrive_and_expect_tx(full + stage, T::kKVTxBytes);
+        const int row = w.k_begin + t * kBlockN;
+        for (int h = 0; h < 2; ++h) {
+          SM90_TMA_LOAD_2D::copy(&tm_k, full + stage, kEvictFirst, k_smem(stage) + h * kBlockN * kHalf, col + h * kHalf,
+                                 row);
+          SM90_TMA_LOAD_2D::copy(&tm_v, full + stage, kEvictFirst, v_smem(stage) + h * kBlockN * kHalf, col + h * kHalf,
+                                 row);
         }
-        cutlass::arch::cpasync_barrier_arrive_noinc(full + stage);
         ++tiles;
       };
       load_tile(0);  // before Q: the previous unit's consumers may still hold the Q buffer
       Bar::wait(q_empty, (units & 1) ^ 1);
-      const __nv_bfloat16* const qg = a.q + static_cast<int64_t>(head) * kHeadDim;
-      detail::load_q_rows_async<kBlockM, kWarpgroup>(tid, qg, ld, w.q_begin, w.q_end - w.q_begin, [&](int r, int ch) {
-        return smem + (r / 64) * kQElems + tile_offset<64>(r % 64, ch);
-      });
-      cutlass::arch::cpasync_barrier_arrive_noinc(q_full);
+      TxBar::arrive_and_expect_tx(q_full, kQTxBytes);
+      for (int c = 0; c < 2; ++c)
+        for (int h = 0; h < 2; ++h)
+          SM90_TMA_LOAD_2D::copy(&tm_q, q_full, kEvictFirst, smem + c * kQElems + h * 64 * kHalf, col + h * kHalf,
+                                 w.q_begin + 64 * c);
       ++units;
       for (int t = 1; t < n_kv; ++t) load_tile(t);
     }
-    detail::cp_async_commit();  // no copy outlives its thread
-    detail::cp_async_wait<0>();
-    return;
+    return;  // the copies in flight complete on their barriers, which the consumers wait for
   }
 
   // ---- consumers ----
@@ -223,7 +230,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int u = blockIdx.x; u < n_units; u += gridDim.x) {
     const AttentionWorkItem w = work[u / a.n_heads];
     const int head = u % a.n_heads;
-    const int n_kv = (w.k_end - w.k_begin + kBlockN - 1) / kBlockN;
+    const int n_keys = w.k_end - w.k_begin;
+    const int n_kv = (n_keys + kBlockN - 1) / kBlockN;
     if (n_kv <= 0) continue;  // as the producer
     const int q_len = w.q_end - w.q_begin;
     const int warp_row0 = c * 64 + warp * 16;
@@ -234,12 +242,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     clear(tOrO);
     float row_max[2] = {detail::kNegInf, detail::kNegInf};  // log2 domain, scaled
     float row_sum[2] = {0.f, 0.f};
+    // The scored rows' column sums of the last tile, committed (shuffles, atomics) while the next
+    // tile's MMAs run rather than between S and the softmax.
+    float imp[kNB][2];
     Bar::wait(q_full, units & 1);
     int prev_stage = 0;
     for (int j = 0; j < n_kv; ++j) {
       const int stage = (tiles + j) % kStages;
-      Bar::wait(full + stage, ((tiles + j) / kStages) & 1);
-      cutlass::arch::fence_view_async_shared();  // cp.async (generic proxy) writes -> wgmma reads
+      const int kv0 = w.k_begin + j * kBlockN;
+      Bar::wait(full + stage, ((tiles + j) / kStages) & 1);  // the bulk copies (async proxy) landed
       Tensor tSrK = thr_s.partition_fragment_B(make_tensor(make_smem_ptr(k_smem(stage)), typename T::KVLayout{}));
       warpgroup_fence_operand(tSrS);
       warpgroup_arrive();
@@ -252,6 +263,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       warpgroup_commit_batch();
       if (j > 0) {
         issue_pv(prev_stage);
+        if (scored)
+          detail::importance_commit<kNB>(imp, lane, kv0 - kBlockN, w.k_end, a.importance, a.importance_weight);
         warpgroup_wait<1>();  // S_j done (groups complete in order); P·V may still run
       } else {
         warpgroup_wait<0>();
@@ -259,10 +272,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       warpgroup_fence_operand(tSrS);
       if (j == n_kv - 1) Bar::arrive(q_empty);  // the unit's last read of Q is done
 
-      if (scored)
-        detail::accumulate_importance<kNB>(s_at, lane, score_lo, score_hi, w.k_begin + j * kBlockN, w.k_end,
-                                           a.importance, a.importance_weight);
-      const int kv0 = w.k_begin + j * kBlockN;
+      if (scored) detail::importance_row_sums<kNB>(s_at, lane, score_lo, score_hi, imp);
       if (kv0 + kBlockN > w.k_end) detail::mask_columns_from<kNB>(s_at, lane, w.k_end - kv0);
       float alpha[2];
       detail::online_softmax<kNB, kND, false, false>(s_at, o_at, row_max, row_sum, scale_log2, alpha);
@@ -277,7 +287,22 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int i = 0; i < size(tOrP); ++i) tOrP(i) = static_cast<Elem>(tSrS(i));
       prev_stage = stage;
     }
+    if (const int valid = n_keys - (n_kv - 1) * kBlockN; valid < kBlockN) {
+      // The last tile's rows past k_end hold whatever follows in the store (another slot's keys,
+      // or never-written memory): its P columns are 0, but 0 · NaN would poison O, so V's rows
+      // there become zeros (K's columns are masked to -inf) before the last P·V reads them.
+      Elem* const vt = v_smem(prev_stage);
+      for (int i = tid - kWarpgroup; i < (kBlockN - valid) * kChunksPerRow; i += 2 * kWarpgroup) {
+        const int r = valid + i / kChunksPerRow;
+        *reinterpret_cast<uint4*>(vt + tile_offset<kBlockN>(r, i % kChunksPerRow)) = make_uint4(0, 0, 0, 0);
+      }
+      cutlass::arch::fence_view_async_shared();  // generic-proxy stores -> wgmma's (and the next copy's) view
+      cutlass::arch::NamedBarrier::sync(2 * kWarpgroup, kConsumerBarrier);
+    }
     issue_pv(prev_stage);
+    if (scored)
+      detail::importance_commit<kNB>(imp, lane, w.k_begin + (n_kv - 1) * kBlockN, w.k_end, a.importance,
+                                     a.importance_weight);
     warpgroup_wait<0>();
     warpgroup_fence_operand(tOrO);
     Bar::arrive(empty + prev_stage);
@@ -295,18 +320,52 @@ __global__ void __launch_bounds__(kThreads, 1)
 template <int kBlockN>
 constexpr int kStagesOf = kBlockN == 64 ? 6 : 3;
 
+/// A 2-D TMA map of a [rows, cols] bf16 matrix (row stride cols): boxes of box_rows rows × 64
+/// columns (128 bytes) written in GMMA's 128-byte swizzle; reads past `rows` give zeros. Host-side
+/// encoding only (the driver's cuTensorMapEncodeTiled, found once through the runtime): no device
+/// call in the layer loop.
+CUtensorMap tensor_map(const char* what, const __nv_bfloat16* base, int64_t rows, int64_t cols, int box_rows) {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
+    if (found != cudaDriverEntryPointSuccess || fn == nullptr)
+      cuda::throw_unsupported("attention: the driver has no cuTensorMapEncodeTiled (CUDA 12.0+ driver needed)");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * sizeof(__nv_bfloat16)};
+  const cuuint32_t box[2] = {kHeadDim / 2, static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<__nv_bfloat16*>(base), dims, strides,
+                            box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    cuda::throw_invalid_argument(std::string("attention: cuTensorMapEncodeTiled failed for ") + what + " (CUresult " +
+                                 std::to_string(static_cast<int>(r)) + ", " + std::to_string(rows) + " rows of " +
+                                 std::to_string(cols) + ")");
+  return map;
+}
+
 template <int kBlockN>
 void launch_wgmma(const AttentionArgs& a, const AttentionWorkItem* work, const int32_t* work_count, int64_t capacity,
                   cudaStream_t stream) {
   constexpr auto kernel = wgmma_attention_kernel<kBlockN, kStagesOf<kBlockN>>;
   constexpr int kSmem = WgmmaTraits<kBlockN, kStagesOf<kBlockN>>::kSmemBytes;
+  // No rows: the plan admits no tile (attention_tile_valid), and a map needs at least one row.
+  if (a.q_rows <= 0 || a.kv_rows <= 0) return;
   detail::ensure_smem_opt_in<kernel>(kSmem);
+  const int64_t cols = static_cast<int64_t>(a.n_heads) * kHeadDim;
+  const CUtensorMap tm_q = tensor_map("q", a.q, a.q_rows, cols, 64);
+  const CUtensorMap tm_k = tensor_map("k_store", a.k, a.kv_rows, cols, kBlockN);
+  const CUtensorMap tm_v = tensor_map("v_store", a.v, a.kv_rows, cols, kBlockN);
   // Persistent: one CTA per SM (its shared memory), each walking units gridDim.x apart; the grid
   // depends on the capacity only, so recorded graphs keep it.
   const int64_t units = capacity * a.n_heads;
   const auto grid = static_cast<unsigned>(
       std::min<int64_t>(units, detail::cached_device_attribute<cudaDevAttrMultiProcessorCount>()));
-  kernel<<<grid, kThreads, kSmem, stream>>>(a, work, work_count);
+  kernel<<<grid, kThreads, kSmem, stream>>>(a, work, work_count, tm_q, tm_k, tm_v);
   CUDA_CHECK_LAUNCH();
 }
 
