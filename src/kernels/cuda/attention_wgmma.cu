@@ -113,9 +113,7 @@ struct WgmmaTraits {
   // Q of both consumers, then kStages × {K, V}, then the mbarriers full[kStages], empty[kStages],
   // q_full, q_empty.
   static constexpr int kTileBytes = (2 * kQElems + 2 * kStages * kKVElems) * 2;
-  static constexpr int kBarrierBytes = (2 * kStages + 2) * 8;
-  // Then one float per consumer thread: the softmax's ordering store (see the consumer loop).
-  static constexpr int kSmemBytes = kTileBytes + kBarrierBytes + 2 * kWarpgroup * 4;
+  static constexpr int kSmemBytes = kTileBytes + (2 * kStages + 2) * 8;
   static_assert(kSmemBytes <= 227 * 1024, "sm_90 shared memory per CTA");
 };
 
@@ -216,9 +214,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto s_at = [&](int nb, int e) -> float& { return tSrS(4 * nb + e); };
   auto o_at = [&](int nd, int e) -> float& { return tOrO(4 * nd + e); };
   const float scale_log2 = a.scale * 1.4426950408889634f;
-  const uint32_t order_slot =
-      static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw + T::kTileBytes + T::kBarrierBytes)) +
-      4 * (tid - kWarpgroup);
 
   // O += P · V of the tile in `stage` (asynchronous: the caller waits).
   auto issue_pv = [&](int stage) {
@@ -282,12 +277,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       float alpha[2];
       detail::online_softmax<kNB, kND, false, false>(s_at, o_at, row_max, row_sum, scale_log2, alpha);
 
-      // Left alone, ptxas (CUDA 13.0) hoists the wait below, and the stage release after it, to
-      // the top of the softmax, so the softmax never overlaps P·V (seen in the SASS and in ncu's
-      // stall samples on the H200). A shared store of the row sums (which need every exponential
-      // of the tile) placed before the wait keeps the softmax ahead of it: ptxas keeps memory
-      // operations in order around the wait. The slot is never read.
-      asm volatile("st.shared.f32 [%0], %1;" ::"r"(order_slot), "f"(row_sum[0] + row_sum[1]) : "memory");
       warpgroup_wait<0>();  // P_{j-1} · V_{j-1} landed in O: rescale it, then P_j may replace P_{j-1}
       warpgroup_fence_operand(tOrO);
       warpgroup_fence_operand(tOrP);  // no P_j write may move above the wait
