@@ -562,11 +562,21 @@ TEST_P(CudaImportance, ScoreTileOutsideItsTileIsReported) {
       {"empty", {f.tiles[0].q_start + 2, f.tiles[0].q_start + 2, f.tiles[0].k_start, f.tiles[0].k_end}}};
   const Inputs in = inputs(f.scored);
   const std::vector<float> v(in.k.size(), 0.25f);
+  // The CPU, the twin's default and, on CUDA, each tensor-core kernel forced (each checks the score
+  // tiles itself: the wgmma kernel in its producer).
+  std::vector<std::unique_ptr<Backend>> forced;
+  if (is_cuda_) {
+    forced.push_back(cuda_with_attention("m64n64"));
+    for (const char* m : {"wgmma", "wgmma128"})
+      if (auto wgmma = cuda_wgmma_or_null(m)) forced.push_back(std::move(wgmma));
+  }
+  std::vector<Backend*> backends = {cpu_.get(), twin_.get()};
+  for (auto& be : forced) backends.push_back(be.get());
   for (const auto& [what, tile] : bad) {
     SCOPED_TRACE(what);
     FusedCase b = f;
     b.scored.tiles[0] = tile;
-    for (Backend* be : {cpu_.get(), twin_.get()})
+    for (Backend* be : backends)
       EXPECT_TRUE(twin::throws_error(
           *be, [&] { run_fused(*be, b, in.q, in.k, v, 0.1f, 1.f, in.init); }, ErrorCode::kInvalidArgument, "tile"))
           << be->name();

@@ -143,17 +143,17 @@ struct FlashChoice {
 };
 constexpr kernels::FlashVariant kSmallTileVariant = kernels::FlashVariant::kM64N64;
 
-// The default on a device: on sm_90 in builds with the Hopper kernel, wgmma (a unit of 128 rows per
-// two consumer warpgroups sharing each 64-key K/V tile) for tiles of more than 64 query rows (a Flash-Cache
-// slot's 128-row window tile, prefills) and m64n64 for tiles of at most 64 (the released 16-row
-// tiling, --query-tile-rows 16, where a 128-row CTA would compute mostly padding); elsewhere
-// m64n64 for every tile. Measured on the H200 (bench/results/2026-12-02-h200-wgmma-ws/,
+// The default on a device: on sm_90 in builds with the Hopper kernel, wgmma128 (a unit of 128 rows
+// per two consumer warpgroups sharing each 128-key K/V tile) for tiles of more than 64 query rows (a
+// Flash-Cache slot's 128-row window tile, prefills) and m64n64 for tiles of at most 64 (the released
+// 16-row tiling, --query-tile-rows 16, where a 128-row CTA would compute mostly padding); elsewhere
+// m64n64 for every tile. Measured on the H200 (bench/results/2026-12-03-h200-wgmma-tma/,
 // docs/decisions.md). Among the mma.sync variants m64n64 beats m128n64 at every shape tried
 // (bench/results/2026-12-02-h200-slot-tiles/). A tile's kernel depends on its own row count only,
 // never on the rest of the batch (batch invariance).
 FlashChoice default_flash_choice(int cc_major, int cc_minor) {
-  if (!kernels::flash_variant_runs_on(kernels::FlashVariant::kWgmmaM128N64, cc_major, cc_minor)) return {};
-  return {kernels::FlashVariant::kWgmmaM128N64, 65};
+  if (!kernels::flash_variant_runs_on(kernels::FlashVariant::kWgmmaM128N128, cc_major, cc_minor)) return {};
+  return {kernels::FlashVariant::kWgmmaM128N128, 65};
 }
 
 // Which attention tiles run in cuDNN's fused attention (kernels/cuda/attention_cudnn.h):

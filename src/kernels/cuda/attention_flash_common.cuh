@@ -50,24 +50,41 @@ __device__ __forceinline__ void load_q_rows_async(int tid, const __nv_bfloat16* 
   }
 }
 
-/// The scored rows [*lo, *hi) (relative to the warp's first row, within [0, 16)) of the warp whose
-/// first query row is w.q_begin + warp_row0, from score tile w.tile (AttentionArgs::score_tiles);
-/// empty when the importance is off or the tile has no score tile. A score tile outside its table
-/// tile or with other keys sets kErrAttentionTile (once per tile: by the CTA of its first rows,
-/// head 0, thread 0) and scores nothing. Uniform over the CTA apart from warp_row0.
-__device__ __forceinline__ void warp_score_rows(const AttentionArgs& a, const AttentionWorkItem& w, int warp_row0,
-                                                bool reporter, int* lo, int* hi) {
-  *lo = *hi = 0;
+/// The scored query rows [*s0, *s1) (store rows) of work item w, from score tile w.tile
+/// (AttentionArgs::score_tiles); empty when the importance is off or the tile has no score tile. A
+/// score tile outside its table tile or with other keys sets kErrAttentionTile (once per tile: by
+/// the caller that passes `reporter` for the work item of its first rows, head 0) and scores
+/// nothing.
+__device__ __forceinline__ void score_rows(const AttentionArgs& a, const AttentionWorkItem& w, bool reporter, int* s0,
+                                           int* s1) {
+  *s0 = *s1 = 0;
   if (a.importance == nullptr || w.tile >= a.n_score_tiles) return;
   const int32_t* const st = a.score_tiles + 4 * static_cast<int64_t>(w.tile);
   const int32_t* const tt = a.table + 4 * static_cast<int64_t>(w.tile);
-  const int32_t s0 = st[0], s1 = st[1];
-  if (s0 < tt[0] || s1 > tt[1] || s0 >= s1 || st[2] != w.k_begin || st[3] != w.k_end) {
+  const int32_t b = st[0], e = st[1];
+  if (b < tt[0] || e > tt[1] || b >= e || st[2] != w.k_begin || st[3] != w.k_end) {
     if (reporter && w.q_begin == tt[0] && a.error_flags) atomicOr(a.error_flags, kErrAttentionTile);
     return;
   }
-  *lo = max(s0 - w.q_begin - warp_row0, 0);
-  *hi = min(min(s1, w.q_end) - w.q_begin - warp_row0, 16);
+  *s0 = b;
+  *s1 = e;
+}
+
+/// The scored rows [*lo, *hi) of score_rows' [s0, s1), relative to the warp's first row (store row
+/// q_begin + warp_row0) and within [0, 16) and the item's rows (< q_end); empty when none.
+__device__ __forceinline__ void clip_score_rows(int s0, int s1, int q_begin, int q_end, int warp_row0, int* lo,
+                                                int* hi) {
+  *lo = max(s0 - q_begin - warp_row0, 0);
+  *hi = min(min(s1, q_end) - q_begin - warp_row0, 16);
+}
+
+/// Both at once: the scored rows of the warp whose first query row is w.q_begin + warp_row0.
+/// Uniform over the CTA apart from warp_row0.
+__device__ __forceinline__ void warp_score_rows(const AttentionArgs& a, const AttentionWorkItem& w, int warp_row0,
+                                                bool reporter, int* lo, int* hi) {
+  int s0 = 0, s1 = 0;
+  score_rows(a, w, reporter, &s0, &s1);
+  clip_score_rows(s0, s1, w.q_begin, w.q_end, warp_row0, lo, hi);
 }
 
 /// Raw importance of one key tile: importance[key] += weight · Σ_{scored rows} s(row, key) for the

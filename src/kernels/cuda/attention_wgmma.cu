@@ -62,10 +62,10 @@ constexpr int kHeadDim = 128;
 constexpr int kBlockM = 128;  // query rows per unit (two consumer warpgroups of 64)
 constexpr int kWarpgroup = 128;
 constexpr int kThreads = 3 * kWarpgroup;  // producer + two consumer warpgroups
-// setmaxnreg budgets (FA3's for two consumer warpgroups): one producer thread issues the bulk
-// copies in 24 registers; the consumers get the rest (S, O and P fragments: 32 / 64 + 64 + 16 / 32
+// setmaxnreg budgets: one producer thread reads the work items and issues the bulk copies in 40
+// registers; the consumers get the rest (S, O and P fragments: 32 / 64 + 64 + 16 / 32
 // registers at 64 / 128 keys).
-constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 // The pool setmaxnreg redistributes is what the CTA got at launch (__launch_bounds__(kThreads, 1):
 // 64 K / kThreads per thread, in steps of 8); asking for more would block setmaxnreg.inc for ever.
 static_assert((kProducerRegs + 2 * kConsumerRegs) * kWarpgroup <= kThreads * ((64 * 1024 / kThreads) & ~7),
@@ -113,7 +113,10 @@ struct WgmmaTraits {
   // Q of both consumers, then kStages × {K, V}, then the mbarriers full[kStages], empty[kStages],
   // q_full, q_empty.
   static constexpr int kTileBytes = (2 * kQElems + 2 * kStages * kKVElems) * 2;
-  static constexpr int kSmemBytes = kTileBytes + (2 * kStages + 2) * 8;
+  // Then the unit's description, written by the producer before it arrives on q_full: q_begin,
+  // q_end, k_begin, k_end and the scored rows [s0, s1) (detail::score_rows).
+  static constexpr int kInfoInts = 6;
+  static constexpr int kSmemBytes = kTileBytes + (2 * kStages + 2) * 8 + kInfoInts * 4;
   static_assert(kSmemBytes <= 227 * 1024, "sm_90 shared memory per CTA");
 };
 
@@ -134,6 +137,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* const empty = full + kStages;
   uint64_t* const q_full = empty + kStages;
   uint64_t* const q_empty = q_full + 1;
+  int32_t* const info = reinterpret_cast<int32_t*>(q_empty + 1);
   auto k_smem = [&](int stage) { return kv_base + (2 * stage) * T::kKVElems; };
   auto v_smem = [&](int stage) { return kv_base + (2 * stage + 1) * T::kKVElems; };
 
@@ -163,10 +167,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     constexpr int kHalf = kHeadDim / 2;  // a box is one 64-column (128-byte) half of the head dim
     int tiles = 0, units = 0;            // tiles / units loaded so far: stage index and barrier phases
     for (int u = blockIdx.x; u < n_units; u += gridDim.x) {
+      // The unit's description is read here, ahead of the consumers, so that the dependent global
+      // loads (work item, then its score and table rows) overlap the producer's waits rather than
+      // the consumers' unit start.
       const AttentionWorkItem w = work[u / a.n_heads];
       const int head = u % a.n_heads;
-      const int n_kv = (w.k_end - w.k_begin + kBlockN - 1) / kBlockN;
-      if (n_kv <= 0) continue;  // the plan gives none (attention_tile_valid); the consumers skip it too
+      const int n_kv = (w.k_end - w.k_begin + kBlockN - 1) / kBlockN;  // <= 0: the plan gives none
+      int s0 = 0, s1 = 0;
+      detail::score_rows(a, w, head == 0, &s0, &s1);
       const int col = head * kHeadDim;
       auto load_tile = [&](int t) {
         const int stage = tiles % kStages;
@@ -181,13 +189,23 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         ++tiles;
       };
-      load_tile(0);  // before Q: the previous unit's consumers may still hold the Q buffer
+      if (n_kv > 0) load_tile(0);  // before Q: the previous unit's consumers may still hold Q and info
       Bar::wait(q_empty, (units & 1) ^ 1);
-      TxBar::arrive_and_expect_tx(q_full, kQTxBytes);
-      for (int c = 0; c < 2; ++c)
-        for (int h = 0; h < 2; ++h)
-          SM90_TMA_LOAD_2D::copy(&tm_q, q_full, kEvictFirst, smem + c * kQElems + h * 64 * kHalf, col + h * kHalf,
-                                 w.q_begin + 64 * c);
+      info[0] = w.q_begin;
+      info[1] = w.q_end;
+      info[2] = w.k_begin;
+      info[3] = w.k_end;
+      info[4] = s0;
+      info[5] = s1;
+      if (n_kv > 0) {
+        TxBar::arrive_and_expect_tx(q_full, kQTxBytes);  // releases the info stores too
+        for (int c = 0; c < 2; ++c)
+          for (int h = 0; h < 2; ++h)
+            SM90_TMA_LOAD_2D::copy(&tm_q, q_full, kEvictFirst, smem + c * kQElems + h * 64 * kHalf, col + h * kHalf,
+                                   w.q_begin + 64 * c);
+      } else {
+        Bar::arrive(q_full);  // no keys: the consumers read the info and skip the unit
+      }
       ++units;
       for (int t = 1; t < n_kv; ++t) load_tile(t);
     }
@@ -228,15 +246,20 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   int tiles = 0, units = 0;
   for (int u = blockIdx.x; u < n_units; u += gridDim.x) {
-    const AttentionWorkItem w = work[u / a.n_heads];
     const int head = u % a.n_heads;
+    Bar::wait(q_full, units & 1);  // the unit's Q and its description (info) are in
+    const AttentionWorkItem w{info[0], info[1], info[2], info[3], 0};
     const int n_keys = w.k_end - w.k_begin;
     const int n_kv = (n_keys + kBlockN - 1) / kBlockN;
-    if (n_kv <= 0) continue;  // as the producer
-    const int q_len = w.q_end - w.q_begin;
     const int warp_row0 = c * 64 + warp * 16;
     int score_lo = 0, score_hi = 0;
-    detail::warp_score_rows(a, w, warp_row0, c == 0 && wg_tid == 0 && head == 0, &score_lo, &score_hi);
+    detail::clip_score_rows(info[4], info[5], w.q_begin, w.q_end, warp_row0, &score_lo, &score_hi);
+    if (n_kv <= 0) {  // as the producer: no Q came
+      Bar::arrive(q_empty);
+      ++units;
+      continue;
+    }
+    const int q_len = w.q_end - w.q_begin;
     const bool scored = score_lo < score_hi;
 
     clear(tOrO);
@@ -245,7 +268,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     // The scored rows' column sums of the last tile, committed (shuffles, atomics) while the next
     // tile's MMAs run rather than between S and the softmax.
     float imp[kNB][2];
-    Bar::wait(q_full, units & 1);
     int prev_stage = 0;
     for (int j = 0; j < n_kv; ++j) {
       const int stage = (tiles + j) % kStages;
