@@ -21,13 +21,10 @@
 //   (FA3 §3.2's intra-warpgroup overlap).
 // Shared memory: Q (2 × 64 rows) and kStages {K, V} stages (6 of 64 keys or 3 of 128) in the
 // 128-byte-swizzled GMMA layout (CuTe's GMMA::Layout_K_SW128_Atom, which is what a TMA box of 64
-// columns with CU_TENSOR_MAP_SWIZZLE_128B writes), and mbarriers (CUTLASS's ClusterBarrier): K and V
-// are two rings (FA3's pipeline_k / pipeline_v), each stage with a full barrier (the producer's
-// arrival with the tile's byte count; the copies complete it) and an empty one (256 consumer
-// arrivals once the MMA reading it has completed: K after S_j, V after P_j·V_j), so K_j is freed a
-// step before V_j and the producer loads K a tile ahead of V; Q has the same pair, released after
-// a unit's last S = QKᵀ, and carries the unit's description (work item, scored rows), which the
-// producer reads ahead of the consumers. A tile is a whole box of rows: rows
+// columns with CU_TENSOR_MAP_SWIZZLE_128B writes), and mbarriers (CUTLASS's ClusterBarrier): per
+// stage a full barrier (the producer's arrival with the stage's byte count; the copies complete it)
+// and an empty one (256 consumer arrivals once the last MMA reading the stage has completed); Q
+// has the same pair, released after a unit's last S = QKᵀ. A tile is a whole box of rows: rows
 // past a work item's keys are whatever follows in the store (the next slot's rows, or never-written
 // memory; past the store's end TMA gives zeros). K's columns there are masked to -inf, and the
 // consumers overwrite V's rows there with zeros before the last P·V (0 · NaN would poison O);
@@ -104,7 +101,7 @@ struct WgmmaTraits {
   static_assert(kStages >= 2, "a stage for K_j, one for V_{j-1}");
   static constexpr int kNB = kBlockN / 8;  // n8 blocks of S per key tile
   static constexpr int kKVElems = kBlockN * kHeadDim;
-  static constexpr uint32_t kKVTxBytes = kKVElems * 2;  // a K or a V tile, bf16
+  static constexpr uint32_t kKVTxBytes = 2 * kKVElems * 2;  // a stage: K and V tiles, bf16
   using KVLayout = TileLayout<kBlockN>;
   // V^T: the (head dim, key) view of a K-major V tile, MN-major for the P·V product.
   using VtLayout =
@@ -113,13 +110,13 @@ struct WgmmaTraits {
                                   SM90_64x128x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>>;
   using MmaO = SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::MN>;
   static_assert(cosize_v<KVLayout> == kKVElems && cosize_v<TileLayout<64>> == kQElems, "dense tiles");
-  // Q of both consumers, then kStages × {K, V}, then the mbarriers full_k, full_v, empty_k,
-  // empty_v (kStages each), q_full, q_empty.
+  // Q of both consumers, then kStages × {K, V}, then the mbarriers full[kStages], empty[kStages],
+  // q_full, q_empty.
   static constexpr int kTileBytes = (2 * kQElems + 2 * kStages * kKVElems) * 2;
   // Then the unit's description, written by the producer before it arrives on q_full: q_begin,
   // q_end, k_begin, k_end and the scored rows [s0, s1) (detail::score_rows).
   static constexpr int kInfoInts = 6;
-  static constexpr int kSmemBytes = kTileBytes + (4 * kStages + 2) * 8 + kInfoInts * 4;
+  static constexpr int kSmemBytes = kTileBytes + (2 * kStages + 2) * 8 + kInfoInts * 4;
   static_assert(kSmemBytes <= 227 * 1024, "sm_90 shared memory per CTA");
 };
 
@@ -136,11 +133,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   Elem* const smem = reinterpret_cast<Elem*>(smem_raw);
   Elem* const kv_base = smem + 2 * kQElems;
-  uint64_t* const full_k = reinterpret_cast<uint64_t*>(smem_raw + T::kTileBytes);
-  uint64_t* const full_v = full_k + kStages;
-  uint64_t* const empty_k = full_v + kStages;
-  uint64_t* const empty_v = empty_k + kStages;
-  uint64_t* const q_full = empty_v + kStages;
+  uint64_t* const full = reinterpret_cast<uint64_t*>(smem_raw + T::kTileBytes);
+  uint64_t* const empty = full + kStages;
+  uint64_t* const q_full = empty + kStages;
   uint64_t* const q_empty = q_full + 1;
   int32_t* const info = reinterpret_cast<int32_t*>(q_empty + 1);
   auto k_smem = [&](int stage) { return kv_base + (2 * stage) * T::kKVElems; };
@@ -149,10 +144,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tid = threadIdx.x;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      Bar::init(full_k + s, 1);  // the producer's arrival; the copies' bytes complete it
-      Bar::init(full_v + s, 1);
-      Bar::init(empty_k + s, 2 * kWarpgroup);  // every consumer thread
-      Bar::init(empty_v + s, 2 * kWarpgroup);
+      Bar::init(full + s, 1);                // the producer's arrival; the copies' bytes complete it
+      Bar::init(empty + s, 2 * kWarpgroup);  // every consumer thread
     }
     Bar::init(q_full, 1);
     Bar::init(q_empty, 2 * kWarpgroup);
@@ -172,7 +165,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Every row is read by one unit only: let it leave L2 first.
     constexpr auto kEvictFirst = static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_FIRST);
     constexpr int kHalf = kHeadDim / 2;  // a box is one 64-column (128-byte) half of the head dim
-    int k_tiles = 0, v_tiles = 0, units = 0;  // K / V tiles and units loaded: stage index and phases
+    int tiles = 0, units = 0;            // tiles / units loaded so far: stage index and barrier phases
     for (int u = blockIdx.x; u < n_units; u += gridDim.x) {
       // The unit's description is read here, ahead of the consumers, so that the dependent global
       // loads (work item, then its score and table rows) overlap the producer's waits rather than
@@ -183,20 +176,20 @@ __global__ void __launch_bounds__(kThreads, 1)
       int s0 = 0, s1 = 0;
       detail::score_rows(a, w, head == 0, &s0, &s1);
       const int col = head * kHeadDim;
-      // Tile t of K (is_v false) or V into the next stage of its ring once the consumers freed it.
-      auto load = [&](bool is_v, int t) {
-        int& count = is_v ? v_tiles : k_tiles;
-        const int stage = count % kStages;
-        Bar::wait((is_v ? empty_v : empty_k) + stage, ((count / kStages) & 1) ^ 1);
-        uint64_t* const bar = (is_v ? full_v : full_k) + stage;
-        TxBar::arrive_and_expect_tx(bar, T::kKVTxBytes);
-        Elem* const dst = is_v ? v_smem(stage) : k_smem(stage);
-        for (int h = 0; h < 2; ++h)
-          SM90_TMA_LOAD_2D::copy(is_v ? &tm_v : &tm_k, bar, kEvictFirst, dst + h * kBlockN * kHalf, col + h * kHalf,
-                                 w.k_begin + t * kBlockN);
-        ++count;
+      auto load_tile = [&](int t) {
+        const int stage = tiles % kStages;
+        Bar::wait(empty + stage, ((tiles / kStages) & 1) ^ 1);
+        TxBar::arrive_and_expect_tx(full + stage, T::kKVTxBytes);
+        const int row = w.k_begin + t * kBlockN;
+        for (int h = 0; h < 2; ++h) {
+          SM90_TMA_LOAD_2D::copy(&tm_k, full + stage, kEvictFirst, k_smem(stage) + h * kBlockN * kHalf, col + h * kHalf,
+                                 row);
+          SM90_TMA_LOAD_2D::copy(&tm_v, full + stage, kEvictFirst, v_smem(stage) + h * kBlockN * kHalf, col + h * kHalf,
+                                 row);
+        }
+        ++tiles;
       };
-      if (n_kv > 0) load(false, 0);  // before Q: the previous unit's consumers may still hold Q and info
+      if (n_kv > 0) load_tile(0);  // before Q: the previous unit's consumers may still hold Q and info
       Bar::wait(q_empty, (units & 1) ^ 1);
       info[0] = w.q_begin;
       info[1] = w.q_end;
@@ -214,12 +207,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         Bar::arrive(q_full);  // no keys: the consumers read the info and skip the unit
       }
       ++units;
-      // K runs a tile ahead of V: S_t needs K_t while P_{t-1}·V_{t-1} is the MMA issued beside it.
-      for (int t = 1; t < n_kv; ++t) {
-        load(false, t);
-        load(true, t - 1);
-      }
-      if (n_kv > 0) load(true, n_kv - 1);
+      for (int t = 1; t < n_kv; ++t) load_tile(t);
     }
     return;  // the copies in flight complete on their barriers, which the consumers wait for
   }
@@ -280,11 +268,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     // The scored rows' column sums of the last tile, committed (shuffles, atomics) while the next
     // tile's MMAs run rather than between S and the softmax.
     float imp[kNB][2];
-    int prev_stage = 0, prev_phase = 0;
+    int prev_stage = 0;
     for (int j = 0; j < n_kv; ++j) {
-      const int stage = (tiles + j) % kStages, phase = ((tiles + j) / kStages) & 1;
+      const int stage = (tiles + j) % kStages;
       const int kv0 = w.k_begin + j * kBlockN;
-      Bar::wait(full_k + stage, phase);  // the bulk copies (async proxy) landed
+      Bar::wait(full + stage, ((tiles + j) / kStages) & 1);  // the bulk copies (async proxy) landed
       Tensor tSrK = thr_s.partition_fragment_B(make_tensor(make_smem_ptr(k_smem(stage)), typename T::KVLayout{}));
       warpgroup_fence_operand(tSrS);
       warpgroup_arrive();
@@ -296,7 +284,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       warpgroup_commit_batch();
       if (j > 0) {
-        Bar::wait(full_v + prev_stage, prev_phase);
         issue_pv(prev_stage);
         if (scored)
           detail::importance_commit<kNB>(imp, lane, kv0 - kBlockN, w.k_end, a.importance, a.importance_weight);
@@ -305,7 +292,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         warpgroup_wait<0>();
       }
       warpgroup_fence_operand(tSrS);
-      Bar::arrive(empty_k + stage);             // K_j read
       if (j == n_kv - 1) Bar::arrive(q_empty);  // the unit's last read of Q is done
 
       if (scored) detail::importance_row_sums<kNB>(s_at, lane, score_lo, score_hi, imp);
@@ -316,15 +302,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       warpgroup_wait<0>();  // P_{j-1} · V_{j-1} landed in O: rescale it, then P_j may replace P_{j-1}
       warpgroup_fence_operand(tOrO);
       warpgroup_fence_operand(tOrP);  // no P_j write may move above the wait
-      if (j > 0) Bar::arrive(empty_v + prev_stage);  // V_{j-1} read
+      if (j > 0) Bar::arrive(empty + prev_stage);  // K_{j-1} and V_{j-1} read
       detail::rescale_row<kND>(o_at, 0, alpha[0]);
       detail::rescale_row<kND>(o_at, 1, alpha[1]);
       CUTE_UNROLL
       for (int i = 0; i < size(tOrP); ++i) tOrP(i) = static_cast<Elem>(tSrS(i));
       prev_stage = stage;
-      prev_phase = phase;
     }
-    Bar::wait(full_v + prev_stage, prev_phase);
     if (const int valid = n_keys - (n_kv - 1) * kBlockN; valid < kBlockN) {
       // The last tile's rows past k_end hold whatever follows in the store (another slot's keys,
       // or never-written memory): its P columns are 0, but 0 · NaN would poison O, so V's rows
@@ -343,7 +327,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                                      a.importance_weight);
     warpgroup_wait<0>();
     warpgroup_fence_operand(tOrO);
-    Bar::arrive(empty_v + prev_stage);
+    Bar::arrive(empty + prev_stage);
     tiles += n_kv;
     ++units;
     detail::store_rows<kND>(
