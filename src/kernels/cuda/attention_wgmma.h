@@ -13,8 +13,10 @@ namespace flashdllm::kernels {
 
 /// Runs the wgmma kernel with block_n (64: six K/V stages; 128: three) keys per tile over work
 /// items of at most 128 query rows (attention_plan with block_m 128). Only in builds with FLASHDLLM_HAVE_WGMMA (sm_90a
-/// code); the caller checks the device (compute capability 9.0) and the arguments (attention_flash). Throws
-/// Error(kDevice) on launch failure.
+/// code); the caller checks the device (compute capability 9.0) and the arguments (attention_flash). Encodes
+/// three TMA maps (q, k, v) per call on the host (no device call). Throws Error(kDevice) on launch failure,
+/// Error(kInvalidArgument) when the driver rejects a map, Error(kUnsupported) when the driver lacks
+/// cuTensorMapEncodeTiled.
 void attention_wgmma(const AttentionArgs& args, int block_n, const AttentionWorkItem* work, const int32_t* work_count,
                      int64_t capacity, cudaStream_t stream);
 
