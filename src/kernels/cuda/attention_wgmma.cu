@@ -24,7 +24,8 @@
 // columns with CU_TENSOR_MAP_SWIZZLE_128B writes), and mbarriers (CUTLASS's ClusterBarrier): per
 // stage a full barrier (the producer's arrival with the stage's byte count; the copies complete it)
 // and an empty one (256 consumer arrivals once the last MMA reading the stage has completed); Q
-// has the same pair, released after a unit's last S = QKᵀ. A tile is a whole box of rows: rows
+// has the same pair, released after a unit's last S = QKᵀ, and carries the unit's description
+// (work item, scored rows), which the producer thread reads ahead of the consumers. A tile is a whole box of rows: rows
 // past a work item's keys are whatever follows in the store (the next slot's rows, or never-written
 // memory; past the store's end TMA gives zeros). K's columns there are masked to -inf, and the
 // consumers overwrite V's rows there with zeros before the last P·V (0 · NaN would poison O);
