@@ -1,18 +1,21 @@
-// qkv_bench: the two CUDA paths of Backend::qkv_rope_store at LLaDA-8B shape (d_model 4096, 32
-// heads × 128), issue 5 item 2:
-//   unfused  cuBLASLt GEMM xn·wqkvᵀ -> [T, 12288] bf16 scratch, then rope_store_bf16 (RoPE on q, k;
-//            k, v scattered to their store rows)
-//   fused    qkv_rope_store_fused_bf16 (one kernel, no intermediate)
+// qkv_bench: the CUDA paths of Backend::qkv_rope_store at LLaDA-8B shape (d_model 4096, 32 heads ×
+// 128), issue 13 item 2:
+//   gemm     the bare cuBLASLt GEMM xn·wqkvᵀ -> [T, 12288] bf16 (the floor the fused kernel is held to)
+//   unfused  that GEMM, then rope_store_bf16 (RoPE on q, k; k, v scattered to their store rows)
+//   fused    qkv_rope_store_fused_bf16 (sm_90 CUTLASS GEMM with the RoPE/store epilogue, no
+//            intermediate), every tile configuration and the automatic choice
 // Shapes: Flash-Cache windows (--rows-per-slot query rows per slot, default β_t + β_m = 128, for
 // --slots) and prefill (--prefill-tokens). Store rows are scattered over a store of 128 slots × 1024
-// rows, positions over [0, 1024). Also checks the two paths agree (max |Δ| over q and the written
-// K/V rows, relative to max |ref|) before timing. Median of --iters event-timed measurements.
+// rows, positions over [0, 1024). Each fused configuration is first checked against the unfused
+// path (max |Δ| over q and the written K/V rows, relative to max |ref|). Median of --iters
+// event-timed measurements; configurations alternate within a shape.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <string>
@@ -128,7 +131,7 @@ int main(int argc, char** argv) {
       a.error_flags = flags;
       rope_store_bf16(a, stream);
     };
-    auto fused = [&](int64_t T, __nv_bfloat16* q, __nv_bfloat16* k, __nv_bfloat16* v) {
+    auto fused = [&](int64_t T, __nv_bfloat16* q, __nv_bfloat16* k, __nv_bfloat16* v, QkvTile tile) {
       FusedQkvArgs a;
       a.xn = x;
       a.wqkv = w;
@@ -146,7 +149,30 @@ int main(int argc, char** argv) {
       a.max_positions = kPositions;
       a.store_rows = kStoreRows;
       a.error_flags = flags;
-      qkv_rope_store_fused_bf16(a, stream);
+      qkv_rope_store_fused_bf16(a, stream, tile);
+    };
+    const std::vector<QkvTile> tiles = {QkvTile::k128x128, QkvTile::k128x256, QkvTile::k128x256c2, QkvTile::kAuto};
+    if (!qkv_rope_fused_available())
+      throw std::runtime_error("the fused QKV kernel does not run here (sm_90 + CUTLASS build)");
+
+    // max |Δ| / max |ref| between the unfused outputs (q1, k1, v1) and the fused ones (q2, k2, v2).
+    auto compare = [&](int64_t T) {
+      const auto n_check = static_cast<size_t>(std::min<long long>(T, 512));
+      double max_ref = 0, max_diff = 0;
+      auto acc = [&](const std::vector<float>& ra, const std::vector<float>& rb) {
+        for (size_t i = 0; i < ra.size(); ++i) {
+          max_ref = std::max(max_ref, static_cast<double>(std::abs(ra[i])));
+          max_diff = std::max(max_diff, static_cast<double>(std::abs(ra[i] - rb[i])));
+        }
+      };
+      acc(to_float(q1, n_check * kHD), to_float(q2, n_check * kHD));
+      std::vector<int32_t> hr(n_check);
+      CUDA_CHECK(cudaMemcpy(hr.data(), rows, n_check * 4, cudaMemcpyDeviceToHost));
+      for (const auto& [sa, sb] : {std::pair{k1, k2}, std::pair{v1, v2}})
+        for (size_t t = 0; t < n_check; t += 7)
+          acc(to_float(sa + static_cast<int64_t>(hr[t]) * kHD, kHD),
+              to_float(sb + static_cast<int64_t>(hr[t]) * kHD, kHD));
+      return max_ref > 0 ? max_diff / max_ref : 0.0;
     };
 
     nlohmann::json out;
@@ -157,49 +183,56 @@ int main(int argc, char** argv) {
     out["n_heads"] = kHeads;
     out["head_dim"] = kDh;
     out["results"] = nlohmann::json::array();
-    std::printf("device: %s (%d SMs)\n\n| shape | T | unfused us | fused us | fused / unfused | max rel diff |\n"
-                "|---|---:|---:|---:|---:|---:|\n",
-                dev.name.c_str(), dev.sm_count);
+    std::printf("device: %s (%d SMs)\n\n| shape | T | gemm us | unfused us |", dev.name.c_str(), dev.sm_count);
+    for (QkvTile t : tiles) std::printf(" fused %s us |", qkv_tile_name(t));
+    std::printf(" auto / gemm | unfused / auto | max rel diff |\n|---|---:|---:|---:|");
+    for (size_t i = 0; i < tiles.size(); ++i) std::printf("---:|");
+    std::printf("---:|---:|---:|\n");
     for (const auto& [name, T] : shapes) {
-      // Agreement first: both paths on the same inputs, q rows and the written store rows compared.
+      // Agreement first: every fused tile against the unfused path on the same inputs.
       unfused(T, q1, k1, v1);
-      fused(T, q2, k2, v2);
-      CUDA_CHECK(cudaStreamSynchronize(stream));
+      double rel = 0;
+      for (QkvTile t : tiles) {
+        CUDA_CHECK(cudaMemset(q2, 0xff, static_cast<size_t>(T * kHD) * 2));  // NaN: unwritten rows show
+        fused(T, q2, k2, v2, t);
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        rel = std::max(rel, compare(T));
+      }
       int hflags = 0;
       CUDA_CHECK(cudaMemcpy(&hflags, flags, sizeof(int), cudaMemcpyDeviceToHost));
       if (hflags != 0) throw std::runtime_error("device error flags set: " + std::to_string(hflags));
-      const auto n_check = static_cast<size_t>(std::min<long long>(T, 512));
-      double max_ref = 0, max_diff = 0;
-      {
-        const std::vector<float> a = to_float(q1, n_check * kHD), b = to_float(q2, n_check * kHD);
-        for (size_t i = 0; i < a.size(); ++i) {
-          max_ref = std::max(max_ref, static_cast<double>(std::abs(a[i])));
-          max_diff = std::max(max_diff, static_cast<double>(std::abs(a[i] - b[i])));
-        }
-        std::vector<int32_t> hr(n_check);
-        CUDA_CHECK(cudaMemcpy(hr.data(), rows, n_check * 4, cudaMemcpyDeviceToHost));
-        for (const auto& [sa, sb] : {std::pair{k1, k2}, std::pair{v1, v2}})
-          for (size_t t = 0; t < n_check; t += 7) {
-            const std::vector<float> ra = to_float(sa + static_cast<int64_t>(hr[t]) * kHD, kHD);
-            const std::vector<float> rb = to_float(sb + static_cast<int64_t>(hr[t]) * kHD, kHD);
-            for (int64_t i = 0; i < kHD; ++i) {
-              max_ref = std::max(max_ref, static_cast<double>(std::abs(ra[static_cast<size_t>(i)])));
-              max_diff = std::max(max_diff, static_cast<double>(std::abs(ra[static_cast<size_t>(i)] - rb[static_cast<size_t>(i)])));
-            }
-          }
-      }
-      const double rel = max_ref > 0 ? max_diff / max_ref : 0.0;
-      const bench::Timing tu = bench::time_launches([&](int) { unfused(T, q1, k1, v1); }, stream, warmup, iters, 2.0);
-      const bench::Timing tf = bench::time_launches([&](int) { fused(T, q2, k2, v2); }, stream, warmup, iters, 2.0);
-      std::printf("| %s | %lld | %.1f | %.1f | %.2f | %.2e |\n", name.c_str(), T, tu.median_us, tf.median_us,
-                  tf.median_us / tu.median_us, rel);
+      if (!(rel < 1e-2))
+        throw std::runtime_error(name + ": fused and unfused differ (max rel " + std::to_string(rel) + ")");
+      // Timing: the variants alternate round by round, so clock drift hits all alike.
+      std::vector<std::function<void()>> runs = {
+          [&] { gemm.matmul(x, w, scratch, GemmOut::kBF16, T, 3 * kHD, kD, false, stream); },
+          [&] { unfused(T, q1, k1, v1); }};
+      for (QkvTile t : tiles) runs.emplace_back([&, t] { fused(T, q2, k2, v2, t); });
+      for (auto& run : runs) bench::time_launches([&](int) { run(); }, stream, warmup, 1, 2.0);  // warm-up
+      std::vector<std::vector<double>> samples(runs.size());
+      for (int it = 0; it < iters; ++it)
+        for (size_t i = 0; i < runs.size(); ++i)
+          samples[i].push_back(bench::time_launches([&](int) { runs[i](); }, stream, 0, 1, 2.0).median_us);
+      auto median = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return v[v.size() / 2];
+      };
+      std::vector<double> med(runs.size());
+      for (size_t i = 0; i < runs.size(); ++i) med[i] = median(samples[i]);
+      const double auto_us = med.back();
+      std::printf("| %s | %lld |", name.c_str(), T);
+      for (double m : med) std::printf(" %.1f |", m);
+      std::printf(" %.3f | %.3f | %.2e |\n", auto_us / med[0], med[1] / auto_us, rel);
       std::fflush(stdout);
       nlohmann::json r;
       r["shape"] = name;
       r["T"] = T;
-      r["unfused_us"] = {{"median", tu.median_us}, {"min", tu.min_us}, {"max", tu.max_us}};
-      r["fused_us"] = {{"median", tf.median_us}, {"min", tf.min_us}, {"max", tf.max_us}};
-      r["fused_over_unfused"] = tf.median_us / tu.median_us;
+      r["gemm_us"] = med[0];
+      r["unfused_us"] = med[1];
+      for (size_t i = 0; i < tiles.size(); ++i) r[std::string("fused_") + qkv_tile_name(tiles[i]) + "_us"] = med[2 + i];
+      r["auto_tile"] = qkv_tile_name(qkv_fused_auto_tile(T));
+      r["auto_over_gemm"] = auto_us / med[0];
+      r["unfused_over_auto"] = med[1] / auto_us;
       r["max_rel_diff"] = rel;
       out["results"].push_back(r);
     }

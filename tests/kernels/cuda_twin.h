@@ -178,17 +178,23 @@ class TwinTest : public ::testing::Test {
   /// A twin backend with FLASHDLLM_ATTENTION=mode (CUDA only).
   std::unique_ptr<Backend> cuda_with_attention(const char* mode) { return cuda_with_env("FLASHDLLM_ATTENTION", mode); }
 
-  /// The CUDA backend with a Hopper attention variant forced (FLASHDLLM_ATTENTION=wgmma or
-  /// wgmma128), or null where it cannot run: a device other than sm_90 or a build without CUTLASS
-  /// (said on stderr).
-  std::unique_ptr<Backend> cuda_wgmma_or_null(const char* variant = "wgmma") {
+  /// cuda_with_env(name, value), or null where that choice cannot run here (the backend refuses it
+  /// with kUnsupported: a device other than sm_90 or a build without CUTLASS for the Hopper kernels;
+  /// said on stderr).
+  static std::unique_ptr<Backend> cuda_with_env_or_null(const char* name, const char* value) {
     try {
-      return cuda_with_attention(variant);
+      return cuda_with_env(name, value);
     } catch (const Error& e) {
       if (e.code() != ErrorCode::kUnsupported) throw;
-      std::fprintf(stderr, "[note] wgmma attention not run: %s\n", e.what());
+      std::fprintf(stderr, "[note] %s=%s not run: %s\n", name, value, e.what());
       return nullptr;
     }
+  }
+
+  /// The CUDA backend with a Hopper attention variant forced (FLASHDLLM_ATTENTION=wgmma or
+  /// wgmma128), or null where it cannot run.
+  std::unique_ptr<Backend> cuda_wgmma_or_null(const char* variant = "wgmma") {
+    return cuda_with_env_or_null("FLASHDLLM_ATTENTION", variant);
   }
 
   std::unique_ptr<Backend> cpu_, twin_;

@@ -213,11 +213,9 @@ int parse_gemm_tune_env() {
   return static_cast<int>(k);
 }
 
-// The auto choice per shape, from bench/qkv_bench on the H200 (bench/results/2026-11-30-h200-qkv-fused):
-// the first fused kernel (WMMA, 2-stage pipeline) is exact but 3-5x slower than cuBLASLt + rope_store
-// at every window (128-8192 rows) and prefill shape measured, so auto picks the unfused path
-// everywhere until a faster fused kernel is measured.
-bool auto_qkv_fused(int64_t /*tokens*/, int64_t /*d_model*/, int64_t /*width*/) { return false; }
+// The auto choice per shape, from bench/qkv_bench on the H200: the fused CUTLASS kernel where the
+// device runs it (see qkv_rope_fused.h and docs/design.md for the measurements).
+bool auto_qkv_fused(int64_t /*tokens*/) { return kernels::qkv_rope_fused_available(); }
 
 // ----------------------------------------------------------------------------- backend
 
@@ -316,6 +314,10 @@ class CudaBackend final : public Backend {
     cudnn_ = parse_cudnn_env();
     if (attention_.mode == AttentionMode::kReference) cudnn_.mode = CudnnMode::kOff;
     qkv_mode_ = parse_qkv_env();
+    FDLLM_CHECK(qkv_mode_ != QkvMode::kFused || kernels::qkv_rope_fused_available(), ErrorCode::kUnsupported,
+                "FLASHDLLM_QKV=fused: the fused QKV kernel needs an sm_90 device and a build with it (CUTLASS "
+                "and sm_90 among the CUDA archs; scripts/setup.sh fetches CUTLASS); device sm_{}{}",
+                prop.major, prop.minor);
     debug_sync_ = env_flag("FLASHDLLM_CUDA_SYNC");
     const char* graphs = std::getenv("FLASHDLLM_CUDA_GRAPHS");
     graphs_ = !debug_sync_ && (graphs == nullptr || std::strcmp(graphs, "0") != 0);
@@ -618,14 +620,12 @@ class CudaBackend final : public Backend {
     f.max_positions = rope.cos.rows();
     f.store_rows = k_store.rows();
     f.error_flags = flags();
-    const bool fused = qkv_mode_ == QkvMode::kFused ||
-                       (qkv_mode_ == QkvMode::kAuto && auto_qkv_fused(T, D, 3 * HD));
-    if (fused) {
-      if (!kernels::qkv_rope_fused_supported(f))
-        FDLLM_FAIL(ErrorCode::kUnsupported,
-                   "qkv_rope_store: FLASHDLLM_QKV=fused needs head_dim 64 or 128 and d_model a multiple of 32 "
-                   "(got head_dim {}, d_model {}); unset it to use the unfused path",
-                   Dh, D);
+    const bool supported = kernels::qkv_rope_fused_supported(f);
+    FDLLM_CHECK(qkv_mode_ != QkvMode::kFused || supported, ErrorCode::kUnsupported,
+                "qkv_rope_store: FLASHDLLM_QKV=fused needs head_dim 64 or 128, d_model a multiple of 8 and 16-byte "
+                "aligned operands (got head_dim {}, d_model {}); unset it to use the unfused path",
+                Dh, D);
+    if (qkv_mode_ == QkvMode::kFused || (qkv_mode_ == QkvMode::kAuto && supported && auto_qkv_fused(T))) {
       kernels::qkv_rope_store_fused_bf16(f, stream_);
       after_op(kOp);
       return;

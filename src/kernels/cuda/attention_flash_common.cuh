@@ -232,34 +232,4 @@ __device__ __forceinline__ void store_rows(O&& o, const float (&row_sum)[2], int
   }
 }
 
-/// Attribute `A` of the current device, asked of the driver once per device (the launch paths run in
-/// every layer; the value does not change).
-template <cudaDeviceAttr A>
-int cached_device_attribute() {
-  static std::array<std::atomic<int64_t>, 64> known{};  // value + 1 (attributes are >= 0); 0: not asked yet
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  const bool cached = dev >= 0 && dev < static_cast<int>(known.size());
-  if (cached) {
-    const int64_t k = known[static_cast<size_t>(dev)].load();
-    if (k != 0) return static_cast<int>(k - 1);
-  }
-  int v = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&v, A, dev));
-  if (cached) known[static_cast<size_t>(dev)].store(static_cast<int64_t>(v) + 1);
-  return v;
-}
-
-/// The dynamic shared-memory opt-in of kernel `K`, once per device rather than a driver call in
-/// every layer's launch (issue 13: no cudaFuncSetAttribute in the layer loop).
-template <auto K>
-void ensure_smem_opt_in(int bytes) {
-  static std::array<std::atomic<bool>, 64> opted_in{};
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev >= 0 && dev < static_cast<int>(opted_in.size()) && opted_in[static_cast<size_t>(dev)].load()) return;
-  CUDA_CHECK(cudaFuncSetAttribute(K, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  if (dev >= 0 && dev < static_cast<int>(opted_in.size())) opted_in[static_cast<size_t>(dev)].store(true);
-}
-
 }  // namespace flashdllm::kernels::detail

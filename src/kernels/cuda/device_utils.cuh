@@ -4,7 +4,11 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <array>
+#include <atomic>
 #include <cstdint>
+
+#include "kernels/cuda/cuda_check.h"
 
 namespace flashdllm::kernels::detail {
 
@@ -30,6 +34,15 @@ __device__ __forceinline__ __nv_bfloat16 bf16_nan() { return __ushort_as_bfloat1
 
 /// Rounds an fp32 value to bf16 and back (round to nearest even), as PyTorch's .to(bfloat16).float().
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+/// One half-rotation RoPE pair (x1 at d, x2 at d + Dh/2) by the angle with cosine c and sine s, with
+/// separately rounded fp32 products and sums (reference-algorithms §A.3: HF's rotate_half in fp32 on the bf16
+/// projection): o1 = x1·c − x2·s, o2 = x2·c + x1·s, each rounded to bf16.
+__device__ __forceinline__ void rope_rotate(float x1, float x2, float c, float s, __nv_bfloat16* o1,
+                                            __nv_bfloat16* o2) {
+  *o1 = __float2bfloat16_rn(__fadd_rn(__fmul_rn(x1, c), -__fmul_rn(x2, s)));
+  *o2 = __float2bfloat16_rn(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -78,6 +91,36 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   r = warp_max(r);
   __syncthreads();
   return r;
+}
+
+/// Attribute `A` of the current device, asked of the driver once per device (the launch paths run in
+/// every layer; the value does not change).
+template <cudaDeviceAttr A>
+int cached_device_attribute() {
+  static std::array<std::atomic<int64_t>, 64> known{};  // value + 1 (attributes are >= 0); 0: not asked yet
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  const bool cached = dev >= 0 && dev < static_cast<int>(known.size());
+  if (cached) {
+    const int64_t k = known[static_cast<size_t>(dev)].load();
+    if (k != 0) return static_cast<int>(k - 1);
+  }
+  int v = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&v, A, dev));
+  if (cached) known[static_cast<size_t>(dev)].store(static_cast<int64_t>(v) + 1);
+  return v;
+}
+
+/// The dynamic shared-memory opt-in of kernel `K`, once per device rather than a driver call in
+/// every layer's launch (issue 13: no cudaFuncSetAttribute in the layer loop).
+template <auto K>
+void ensure_smem_opt_in(int bytes) {
+  static std::array<std::atomic<bool>, 64> opted_in{};
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev >= 0 && dev < static_cast<int>(opted_in.size()) && opted_in[static_cast<size_t>(dev)].load()) return;
+  CUDA_CHECK(cudaFuncSetAttribute(K, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  if (dev >= 0 && dev < static_cast<int>(opted_in.size())) opted_in[static_cast<size_t>(dev)].store(true);
 }
 
 }  // namespace flashdllm::kernels::detail

@@ -1,15 +1,18 @@
 // Fused QKV projection + RoPE + K/V cache write (Flash-Cache part 1; reference-algorithms §D.5
 // step 2, Flash-dLLM's fused cache-update kernel): the Backend::qkv_rope_store of the CUDA backend
-// without the [T, 3·H·Dh] intermediate. One CTA computes a 64-token × head_dim tile of the product
-// xn · wqkvᵀ on the tensor cores (WMMA 16×16×16 BF16, FP32 accumulators, cp.async double-buffered
-// 64×32 / head_dim×32 operand tiles) — a tile is exactly one head of q, k or v, so both halves of
-// every rotation pair are on chip — and its epilogue rotates q and k with the RoPE table and writes
-// q to the dense output and k, v straight into their store rows.
+// without the [T, 3·H·Dh] intermediate and without a second pass over it.
+//
+// On sm_90 (builds with CUTLASS, FLASHDLLM_HAVE_QKV_SM90): a CUTLASS 3 Hopper GEMM (TMA, wgmma,
+// warp-specialised persistent kernel) computes xn · wqkvᵀ tile by tile, and its epilogue
+// (qkv_rope_sm90.cu) rotates q and k in registers and writes q to the dense output, k and v straight
+// into their store rows. Other GPUs have no fused path (the unfused cuBLASLt GEMM + rope_store_bf16
+// is the CUDA backend's path there).
 //
 // Numerics equal the unfused path (cuBLASLt GEMM to bf16, then rope_store_bf16): the FP32 sum is
 // rounded to bf16 first, then rotated with separately rounded fp32 products and sums. Only the
 // summation order of the dot products differs (last-bit differences where a sum lies on a bf16
-// rounding boundary).
+// rounding boundary). (The released kernel rotates the fp32 accumulator before rounding,
+// reference-algorithms §A.3; we keep HF's order so that fused and unfused agree.)
 #pragma once
 
 #include <cuda_bf16.h>
@@ -39,15 +42,30 @@ struct FusedQkvArgs {
   int* error_flags = nullptr;  ///< device int or null; kErrRopePosition / kErrStoreRow
 };
 
-/// Whether the fused kernel handles these operands: head_dim 64 or 128, d_model a positive multiple
-/// of 32, H·Dh and the row pitches 16-byte aligned, every pointer 16-byte aligned.
+/// The GEMM tile (rows × columns of the output per CTA tile; c2: clusters of two CTAs along the
+/// rows sharing each weight tile through TMA multicast). kAuto picks by T (qkv_fused_auto_tile).
+enum class QkvTile { kAuto, k128x128, k128x256, k128x256c2 };
+
+/// "auto", "128x128", "128x256", "128x256c2".
+const char* qkv_tile_name(QkvTile t) noexcept;
+
+/// The tile kAuto runs for T tokens (bench/qkv_bench on the H200).
+QkvTile qkv_fused_auto_tile(int64_t tokens) noexcept;
+
+/// Whether this build has the fused kernel and the current device runs it (compute capability 9.0).
+bool qkv_rope_fused_available();
+
+/// Whether the fused kernel handles these operands: head_dim 64 or 128; d_model a positive multiple
+/// of 8 below 2^31; 3·H·Dh and T below 2^31; xn, wqkv, q_out and the stores
+/// 16-byte aligned; cos / sin 8-byte aligned.
 bool qkv_rope_fused_supported(const FusedQkvArgs& args) noexcept;
 
 /// Same contract as rope_store_bf16 after the GEMM (see rope_store.h): q_out[t] = rotated q, k_store
 /// and v_store rows rows[t] = rotated k and v; a position out of range poisons q_out[t] with NaN and
 /// skips the store rows; a store row out of range skips them; both set their bit in *error_flags.
-/// tokens == 0 is a no-op. Throws Error(kUnsupported) if !qkv_rope_fused_supported(args),
-/// Error(kDevice) on launch failure.
-void qkv_rope_store_fused_bf16(const FusedQkvArgs& args, cudaStream_t stream);
+/// tokens == 0 is a no-op. Host work per call: the GEMM's TMA maps are encoded (no device call,
+/// no allocation). Throws Error(kUnsupported) if !qkv_rope_fused_available() or
+/// !qkv_rope_fused_supported(args), Error(kDevice) on launch failure.
+void qkv_rope_store_fused_bf16(const FusedQkvArgs& args, cudaStream_t stream, QkvTile tile = QkvTile::kAuto);
 
 }  // namespace flashdllm::kernels

@@ -9,12 +9,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// Rotates one (x1, x2) pair with separately rounded fp32 products and sums.
-__device__ __forceinline__ void rotate(float x1, float x2, float c, float s, __nv_bfloat16* o1, __nv_bfloat16* o2) {
-  *o1 = __float2bfloat16_rn(__fadd_rn(__fmul_rn(x1, c), -__fmul_rn(x2, s)));
-  *o2 = __float2bfloat16_rn(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
-}
-
 // 8 consecutive pairs (x1[0..8), x2[0..8)) with c[0..8), s[0..8): 16-byte loads and stores.
 __device__ __forceinline__ void rotate8(const __nv_bfloat16* x1, const __nv_bfloat16* x2, const float4* c,
                                         const float4* s, __nv_bfloat16* o1, __nv_bfloat16* o2) {
@@ -28,7 +22,8 @@ __device__ __forceinline__ void rotate8(const __nv_bfloat16* x1, const __nv_bflo
   auto* ro1 = reinterpret_cast<__nv_bfloat16*>(&ra);
   auto* ro2 = reinterpret_cast<__nv_bfloat16*>(&rb);
 #pragma unroll
-  for (int e = 0; e < 8; ++e) rotate(__bfloat162float(av[e]), __bfloat162float(bv[e]), cc[e], ss[e], &ro1[e], &ro2[e]);
+  for (int e = 0; e < 8; ++e)
+    detail::rope_rotate(__bfloat162float(av[e]), __bfloat162float(bv[e]), cc[e], ss[e], &ro1[e], &ro2[e]);
   *reinterpret_cast<uint4*>(o1) = ra;
   *reinterpret_cast<uint4*>(o2) = rb;
 }
@@ -73,8 +68,8 @@ __global__ void __launch_bounds__(kThreads) rope_store_kernel(RopeStoreArgs a) {
       if (row_ok) rotate8(k + j1, k + j2, c4, s4, ko + j1, ko + j2);
     } else {
       const float c = cr[i], s = sr[i];
-      rotate(__bfloat162float(q[j1]), __bfloat162float(q[j2]), c, s, &qo[j1], &qo[j2]);
-      if (row_ok) rotate(__bfloat162float(k[j1]), __bfloat162float(k[j2]), c, s, &ko[j1], &ko[j2]);
+      detail::rope_rotate(__bfloat162float(q[j1]), __bfloat162float(q[j2]), c, s, &qo[j1], &qo[j2]);
+      if (row_ok) detail::rope_rotate(__bfloat162float(k[j1]), __bfloat162float(k[j2]), c, s, &ko[j1], &ko[j2]);
     }
   }
   if (row_ok)

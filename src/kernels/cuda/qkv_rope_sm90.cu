@@ -1,0 +1,229 @@
+// The fused QKV projection + RoPE + K/V store on sm_90 (qkv_rope_sm90.h): a CUTLASS 3 GEMM
+// (TMA loads, wgmma, warp-specialised persistent kernel with two consumer warpgroups from CUTLASS's
+// collective builder) whose epilogue is ours.
+//
+// The epilogue works on the accumulator fragment in registers. In the wgmma accumulator layout a
+// thread holds, per 8-column block j of its warpgroup's 64 × BN slice, the columns
+// 8j + 2·(lane % 4) + {0, 1} of two rows (lane / 4 and lane / 4 + 8): the partner of column n in the
+// half-rotation RoPE, n + Dh/2, is block j + Dh/16 of the same thread. So each thread rounds its
+// pair to bf16 (the unfused GEMM's output), rotates it with the table's cos / sin of the row's
+// position (separately rounded fp32 products and sums, as rope_store_bf16) and writes q to the
+// dense output, k and v straight to their store rows: no [T, 3·H·Dh] intermediate and no second
+// pass. A tile's BN columns are whole heads (BN a multiple of Dh), so rotation pairs never straddle
+// tiles; the q | k | v section of each column pair is computed from its global column.
+#include "kernels/cuda/qkv_rope_sm90.h"
+
+#include <cute/tensor.hpp>
+#include <cutlass/cluster_launch.hpp>
+#include <cutlass/cutlass.h>
+#include <cutlass/epilogue/collective/detail.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/gemm/dispatch_policy.hpp>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
+#include <cutlass/gemm/kernel/tile_scheduler.hpp>
+
+#include <string>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_utils.cuh"
+#include "kernels/cuda/kernel_errors.h"
+
+namespace flashdllm::kernels {
+namespace {
+
+using namespace cute;
+
+// The operator-style epilogue CUTLASS's sm_90 kernels take through Sm90TmaWarpSpecializedAdapter
+// (the interface of cutlass::epilogue::collective::DefaultEpilogue: no shared memory, no TMA store).
+class RopeStoreEpilogue {
+ public:
+  using ElementC = cutlass::bfloat16_t;  // the kernel asks for these types; C is never read
+  using ElementD = cutlass::bfloat16_t;
+  using StrideC = cute::Stride<int64_t, cute::Int<1>, int64_t>;
+  using StrideD = StrideC;
+  using GmemTiledCopyC = void;
+  using GmemTiledCopyD = void;
+  struct SharedStorage {};
+  using TensorStorage = SharedStorage;
+  struct Arguments {
+    FusedQkvArgs args;
+  };
+  using Params = Arguments;
+
+  template <class ProblemShape>
+  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& a, void*) {
+    return a;
+  }
+  template <class ProblemShape>
+  static size_t get_workspace_size(ProblemShape const&, Arguments const&) {
+    return 0;
+  }
+  template <class ProblemShape>
+  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
+                                              cutlass::CudaHostAdapter* = nullptr) {
+    return cutlass::Status::kSuccess;
+  }
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const&, Arguments const&) {
+    return true;
+  }
+
+  CUTLASS_HOST_DEVICE explicit RopeStoreEpilogue(Params const& p, SharedStorage const& = SharedStorage()) : p_(p) {}
+
+  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
+            class TiledMma, class ResidueMNK>
+  CUTLASS_DEVICE void operator()(ProblemShapeMNKL, BlockShapeMNK, BlockCoordMNKL blk_coord,
+                                 cute::Tensor<FrgEngine, FrgLayout> const& acc, TiledMma tiled_mma, ResidueMNK,
+                                 int thread_idx, char*) {
+    constexpr int kBM = size<0>(BlockShapeMNK{});
+    constexpr int kBN = size<1>(BlockShapeMNK{});
+    // ((2 columns, 2 rows, J column blocks), MMA_M, MMA_N): one wgmma atom spans the tile's columns.
+    static_assert(rank(FrgLayout{}) == 3 && size<0, 0>(FrgLayout{}) == 2 && size<0, 1>(FrgLayout{}) == 2,
+                  "unexpected wgmma accumulator layout");
+    static_assert(size<2>(FrgLayout{}) == 1 && size<0, 2>(FrgLayout{}) * 8 == kBN,
+                  "the epilogue needs one wgmma atom across the tile's columns");
+    if (p_.args.head_dim == 128)
+      store<kBM, kBN, 8>(blk_coord, acc, tiled_mma, thread_idx);
+    else
+      store<kBM, kBN, 4>(blk_coord, acc, tiled_mma, thread_idx);
+  }
+
+ private:
+  // kPartner = Dh/16: the column blocks between a rotation pair's two halves.
+  template <int kBM, int kBN, int kPartner, class BlockCoordMNKL, class FrgEngine, class FrgLayout, class TiledMma>
+  CUTLASS_DEVICE void store(BlockCoordMNKL blk_coord, cute::Tensor<FrgEngine, FrgLayout> const& acc, TiledMma tiled_mma,
+                            int thread_idx) {
+    constexpr int kJ = kBN / 8;
+    constexpr int kMM = size<1>(FrgLayout{});
+    const FusedQkvArgs& a = p_.args;
+    const int64_t m0 = static_cast<int64_t>(get<0>(blk_coord)) * kBM;
+    const int64_t n0 = static_cast<int64_t>(get<1>(blk_coord)) * kBN;
+    const int64_t width = static_cast<int64_t>(a.n_heads) * a.head_dim;  // H·Dh
+    constexpr int half = kPartner * 8;
+    auto thr_mma = tiled_mma.get_thread_slice(thread_idx);
+    Tensor coord = thr_mma.partition_C(make_identity_tensor(make_shape(Int<kBM>{}, Int<kBN>{})));
+
+    // Fully unrolled loops without lambdas: every fragment index is a compile-time constant, so the
+    // accumulators stay in registers.
+    CUTLASS_PRAGMA_UNROLL
+    for (int mi = 0; mi < kMM; ++mi) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int r = 0; r < 2; ++r) {
+        const int64_t t = m0 + get<0>(coord(make_coord(make_coord(0, r, 0), mi, 0)));
+        if (t >= a.tokens) continue;
+        const int32_t pos = a.positions[t];
+        const int32_t row = a.rows[t];
+        const bool pos_ok = pos >= 0 && pos < a.max_positions;
+        const bool row_ok = row >= 0 && row < a.store_rows;
+        if (a.error_flags != nullptr && (!pos_ok || !row_ok))
+          atomicOr(a.error_flags, (pos_ok ? 0 : kErrRopePosition) | (row_ok ? 0 : kErrStoreRow));
+        __nv_bfloat16* q_row = a.q_out + t * width;
+        const int64_t store_off = static_cast<int64_t>(row) * width;
+        const float* cos_row = a.cos + static_cast<int64_t>(pos) * half;
+        const float* sin_row = a.sin + static_cast<int64_t>(pos) * half;
+        // Whether block j holds a head's first half (and so a rotation pair, with its partner in
+        // block j + kPartner) is a property of j alone, as BN is whole heads.
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < kJ; ++j) {
+          const int64_t g = n0 + get<1>(coord(make_coord(make_coord(0, r, j), mi, 0)));  // even column
+          if (g >= 3 * width) continue;
+          const int section = static_cast<int>(g / width);  // 0 q, 1 k, 2 v
+          const int64_t col = g - section * width;
+          const float x0 = acc(make_coord(make_coord(0, r, j), mi, 0));
+          const float x1 = acc(make_coord(make_coord(1, r, j), mi, 0));
+          if (section == 2) {
+            if (pos_ok && row_ok)
+              *reinterpret_cast<__nv_bfloat162*>(a.v_store + store_off + col) = __floats2bfloat162_rn(x0, x1);
+            continue;
+          }
+          if (j % (2 * kPartner) < kPartner) {
+            __nv_bfloat16* dst = section == 0 ? q_row + col : a.k_store + store_off + col;
+            if (!pos_ok) {  // as rope_store_bf16: q poisoned, no store rows
+              if (section == 0) {
+                const __nv_bfloat162 nan2 = __halves2bfloat162(detail::bf16_nan(), detail::bf16_nan());
+                *reinterpret_cast<__nv_bfloat162*>(dst) = nan2;
+                *reinterpret_cast<__nv_bfloat162*>(dst + half) = nan2;
+              }
+              continue;
+            }
+            if (section == 1 && !row_ok) continue;
+            const float y0 = acc(make_coord(make_coord(0, r, j + kPartner), mi, 0));
+            const float y1 = acc(make_coord(make_coord(1, r, j + kPartner), mi, 0));
+            const int d = static_cast<int>(col % (2 * half));
+            const float2 c = *reinterpret_cast<const float2*>(cos_row + d);
+            const float2 s = *reinterpret_cast<const float2*>(sin_row + d);
+            __nv_bfloat162 lo, hi;
+            detail::rope_rotate(detail::round_bf16(x0), detail::round_bf16(y0), c.x, s.x, &lo.x, &hi.x);
+            detail::rope_rotate(detail::round_bf16(x1), detail::round_bf16(y1), c.y, s.y, &lo.y, &hi.y);
+            *reinterpret_cast<__nv_bfloat162*>(dst) = lo;
+            *reinterpret_cast<__nv_bfloat162*>(dst + half) = hi;
+          }
+        }
+      }
+    }
+  }
+
+  Params p_;
+};
+
+// One GEMM configuration: C[T, 3·H·Dh] = xn[T, D] · wqkvᵀ (both K-major bf16, fp32 accumulation).
+template <int kBM, int kBN, int kClusterM>
+struct QkvGemm {
+  static constexpr int kCluster = kClusterM;
+  using TileShape = Shape<Int<kBM>, Int<kBN>, Int<64>>;
+  using ClusterShape = Shape<Int<kClusterM>, _1, _1>;
+  using Epilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<RopeStoreEpilogue>;
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::bfloat16_t, cutlass::layout::RowMajor, 8,
+      cutlass::bfloat16_t, cutlass::layout::ColumnMajor, 8, float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(RopeStoreEpilogue::SharedStorage))>,
+      cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue,
+                                                      cutlass::gemm::PersistentScheduler>;
+};
+
+template <class Gemm>
+void launch(const FusedQkvArgs& a, cudaStream_t stream) {
+  using Kernel = typename Gemm::Kernel;
+  const int M = static_cast<int>(a.tokens), N = 3 * a.n_heads * a.head_dim, K = static_cast<int>(a.d_model);
+  using StrideA = typename Kernel::StrideA;
+  using StrideB = typename Kernel::StrideB;
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  cutlass::KernelHardwareInfo hw{dev, detail::cached_device_attribute<cudaDevAttrMultiProcessorCount>()};
+  typename Kernel::Arguments args{
+      cutlass::gemm::GemmUniversalMode::kGemm,
+      {M, N, K, 1},
+      {reinterpret_cast<const cutlass::bfloat16_t*>(a.xn), StrideA{int64_t{K}, Int<1>{}, int64_t{M} * K},
+       reinterpret_cast<const cutlass::bfloat16_t*>(a.wqkv), StrideB{int64_t{K}, Int<1>{}, int64_t{N} * K}},
+      {RopeStoreEpilogue::Arguments{a}},
+      hw};
+  if (!Kernel::can_implement(args))
+    cuda::throw_unsupported("qkv_rope_store (fused): CUTLASS cannot run this shape (T " + std::to_string(M) +
+                            ", d_model " + std::to_string(K) + ", width " + std::to_string(N) + ")");
+  if (Kernel::get_workspace_size(args) != 0)
+    cuda::throw_invalid_argument("qkv_rope_store (fused): the GEMM asks for a workspace");
+  // Host work only (the TMA maps' encoding): no device call, no allocation in the layer loop.
+  const typename Kernel::Params params = Kernel::to_underlying_arguments(args, nullptr);
+  constexpr auto kernel = cutlass::device_kernel<Kernel>;
+  detail::ensure_smem_opt_in<kernel>(Kernel::SharedStorageSize);
+  const cutlass::ClusterLaunchParams lp{Kernel::get_grid_shape(params), Kernel::get_block_shape(),
+                                        dim3(Gemm::kCluster, 1, 1), Kernel::SharedStorageSize, stream};
+  if (cutlass::launch_kernel_on_cluster(lp, reinterpret_cast<const void*>(kernel), params) != cutlass::Status::kSuccess)
+    CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void qkv_rope_store_sm90(const FusedQkvArgs& a, QkvTile tile, cudaStream_t stream) {
+  switch (tile) {
+    case QkvTile::k128x128: launch<QkvGemm<128, 128, 1>>(a, stream); return;
+    case QkvTile::k128x256: launch<QkvGemm<128, 256, 1>>(a, stream); return;
+    case QkvTile::k128x256c2: launch<QkvGemm<128, 256, 2>>(a, stream); return;
+    case QkvTile::kAuto: break;
+  }
+  cuda::throw_invalid_argument("qkv_rope_store (fused): no tile configuration chosen");
+}
+
+}  // namespace flashdllm::kernels
