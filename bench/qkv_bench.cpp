@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
       a.error_flags = flags;
       rope_store_bf16(a, stream);
     };
-    auto fused = [&](int64_t T, __nv_bfloat16* q, __nv_bfloat16* k, __nv_bfloat16* v, QkvTile tile) {
+    auto fused = [&](int64_t T, __nv_bfloat16* q, __nv_bfloat16* k, __nv_bfloat16* v, QkvConfig cfg) {
       FusedQkvArgs a;
       a.xn = x;
       a.wqkv = w;
@@ -149,9 +149,18 @@ int main(int argc, char** argv) {
       a.max_positions = kPositions;
       a.store_rows = kStoreRows;
       a.error_flags = flags;
-      qkv_rope_store_fused_bf16(a, stream, tile);
+      qkv_rope_store_fused_bf16(a, stream, cfg);
     };
-    const std::vector<QkvTile> tiles = {QkvTile::k128x128, QkvTile::k128x256, QkvTile::k128x256c2, QkvTile::kAuto};
+    // Every tile × scheduler walk (swizzle 1 / 4, M or N fastest), then the automatic choice.
+    std::vector<QkvConfig> configs;
+    for (QkvTile t : {QkvTile::k128x128, QkvTile::k128x256, QkvTile::k128x256m2, QkvTile::k256x128n2})
+      for (int sw : {1, 4})
+        for (bool along_n : {false, true}) configs.push_back({t, sw, along_n});
+    configs.push_back({});
+    auto config_name = [](const QkvConfig& c) {
+      if (c.tile == QkvTile::kAuto) return std::string("auto");
+      return std::string(qkv_tile_name(c.tile)) + " s" + std::to_string(c.swizzle) + (c.along_n ? " N" : " M");
+    };
     if (!qkv_rope_fused_available())
       throw std::runtime_error("the fused QKV kernel does not run here (sm_90 + CUTLASS build)");
 
@@ -183,18 +192,16 @@ int main(int argc, char** argv) {
     out["n_heads"] = kHeads;
     out["head_dim"] = kDh;
     out["results"] = nlohmann::json::array();
-    std::printf("device: %s (%d SMs)\n\n| shape | T | gemm us | unfused us |", dev.name.c_str(), dev.sm_count);
-    for (QkvTile t : tiles) std::printf(" fused %s us |", qkv_tile_name(t));
-    std::printf(" auto / gemm | unfused / auto | max rel diff |\n|---|---:|---:|---:|");
-    for (size_t i = 0; i < tiles.size(); ++i) std::printf("---:|");
-    std::printf("---:|---:|---:|\n");
+    std::printf(
+        "device: %s (%d SMs)\n\n| shape | T | path | us | / gemm | unfused / this |\n|---|---:|---|---:|---:|---:|\n",
+        dev.name.c_str(), dev.sm_count);
     for (const auto& [name, T] : shapes) {
-      // Agreement first: every fused tile against the unfused path on the same inputs.
+      // Agreement first: every fused configuration against the unfused path on the same inputs.
       unfused(T, q1, k1, v1);
       double rel = 0;
-      for (QkvTile t : tiles) {
+      for (const QkvConfig& c : configs) {
         CUDA_CHECK(cudaMemset(q2, 0xff, static_cast<size_t>(T * kHD) * 2));  // NaN: unwritten rows show
-        fused(T, q2, k2, v2, t);
+        fused(T, q2, k2, v2, c);
         CUDA_CHECK(cudaStreamSynchronize(stream));
         rel = std::max(rel, compare(T));
       }
@@ -203,37 +210,33 @@ int main(int argc, char** argv) {
       if (hflags != 0) throw std::runtime_error("device error flags set: " + std::to_string(hflags));
       if (!(rel < 1e-2))
         throw std::runtime_error(name + ": fused and unfused differ (max rel " + std::to_string(rel) + ")");
-      // Timing: the variants alternate round by round, so clock drift hits all alike.
-      std::vector<std::function<void()>> runs = {
-          [&] { gemm.matmul(x, w, scratch, GemmOut::kBF16, T, 3 * kHD, kD, false, stream); },
-          [&] { unfused(T, q1, k1, v1); }};
-      for (QkvTile t : tiles) runs.emplace_back([&, t] { fused(T, q2, k2, v2, t); });
-      for (auto& run : runs) bench::time_launches([&](int) { run(); }, stream, warmup, 1, 2.0);  // warm-up
+      // Timing: the paths alternate round by round, so clock drift hits all alike.
+      std::vector<std::pair<std::string, std::function<void()>>> runs = {
+          {"gemm", [&] { gemm.matmul(x, w, scratch, GemmOut::kBF16, T, 3 * kHD, kD, false, stream); }},
+          {"unfused", [&] { unfused(T, q1, k1, v1); }}};
+      for (const QkvConfig& c : configs)
+        runs.emplace_back("fused " + config_name(c), [&, c] { fused(T, q2, k2, v2, c); });
+      for (auto& run : runs) bench::time_launches([&](int) { run.second(); }, stream, warmup, 1, 2.0);  // warm-up
       std::vector<std::vector<double>> samples(runs.size());
       for (int it = 0; it < iters; ++it)
         for (size_t i = 0; i < runs.size(); ++i)
-          samples[i].push_back(bench::time_launches([&](int) { runs[i](); }, stream, 0, 1, 2.0).median_us);
-      auto median = [](std::vector<double> v) {
-        std::sort(v.begin(), v.end());
-        return v[v.size() / 2];
-      };
-      std::vector<double> med(runs.size());
-      for (size_t i = 0; i < runs.size(); ++i) med[i] = median(samples[i]);
-      const double auto_us = med.back();
-      std::printf("| %s | %lld |", name.c_str(), T);
-      for (double m : med) std::printf(" %.1f |", m);
-      std::printf(" %.3f | %.3f | %.2e |\n", auto_us / med[0], med[1] / auto_us, rel);
-      std::fflush(stdout);
+          samples[i].push_back(bench::time_launches([&](int) { runs[i].second(); }, stream, 0, 1, 2.0).median_us);
       nlohmann::json r;
       r["shape"] = name;
       r["T"] = T;
-      r["gemm_us"] = med[0];
-      r["unfused_us"] = med[1];
-      for (size_t i = 0; i < tiles.size(); ++i) r[std::string("fused_") + qkv_tile_name(tiles[i]) + "_us"] = med[2 + i];
-      r["auto_tile"] = qkv_tile_name(qkv_fused_auto_tile(T));
-      r["auto_over_gemm"] = auto_us / med[0];
-      r["unfused_over_auto"] = med[1] / auto_us;
       r["max_rel_diff"] = rel;
+      r["auto"] = config_name(qkv_fused_auto(T));
+      double gemm_us = 0, unfused_us = 0;
+      for (size_t i = 0; i < runs.size(); ++i) {
+        std::sort(samples[i].begin(), samples[i].end());
+        const double us = samples[i][samples[i].size() / 2];
+        if (i == 0) gemm_us = us;
+        if (i == 1) unfused_us = us;
+        std::printf("| %s | %lld | %s | %.1f | %.3f | %.3f |\n", name.c_str(), T, runs[i].first.c_str(), us,
+                    us / gemm_us, unfused_us > 0 ? unfused_us / us : 0.0);
+        r["us"][runs[i].first] = us;
+      }
+      std::fflush(stdout);
       out["results"].push_back(r);
     }
     for (void* p : std::initializer_list<void*>{x, w, scratch, q1, q2, k1, v1, k2, v2, cs, sn, pos, rows, flags})

@@ -213,9 +213,11 @@ int parse_gemm_tune_env() {
   return static_cast<int>(k);
 }
 
-// The auto choice per shape, from bench/qkv_bench on the H200: the fused CUTLASS kernel where the
-// device runs it (see qkv_rope_fused.h and docs/design.md for the measurements).
-bool auto_qkv_fused(int64_t /*tokens*/) { return kernels::qkv_rope_fused_available(); }
+// The auto choice per shape: the fused CUTLASS kernel where the device runs it and it measured faster
+// than the unfused path (kernels::qkv_fused_beats_unfused, from bench/qkv_bench on the H200).
+bool auto_qkv_fused(int64_t tokens) {
+  return kernels::qkv_rope_fused_available() && kernels::qkv_fused_beats_unfused(tokens);
+}
 
 // ----------------------------------------------------------------------------- backend
 

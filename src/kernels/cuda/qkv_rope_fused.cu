@@ -24,12 +24,19 @@ const char* qkv_tile_name(QkvTile t) noexcept {
     case QkvTile::kAuto: return "auto";
     case QkvTile::k128x128: return "128x128";
     case QkvTile::k128x256: return "128x256";
-    case QkvTile::k128x256c2: return "128x256c2";
+    case QkvTile::k128x256m2: return "128x256m2";
+    case QkvTile::k256x128n2: return "256x128n2";
   }
   return "?";
 }
 
-QkvTile qkv_fused_auto_tile(int64_t tokens) noexcept { return tokens <= 1024 ? QkvTile::k128x128 : QkvTile::k128x256; }
+bool qkv_fused_beats_unfused(int64_t /*tokens*/) noexcept { return false; }
+
+QkvConfig qkv_fused_auto(int64_t tokens) noexcept {
+  QkvConfig c;
+  c.tile = tokens <= 1024 ? QkvTile::k128x128 : QkvTile::k128x256;
+  return c;
+}
 
 bool qkv_rope_fused_available() {
   if (!FLASHDLLM_HAVE_QKV_SM90) return false;
@@ -49,7 +56,7 @@ bool qkv_rope_fused_supported(const FusedQkvArgs& a) noexcept {
   return aligned(a.cos, 8) && aligned(a.sin, 8);
 }
 
-void qkv_rope_store_fused_bf16(const FusedQkvArgs& a, cudaStream_t stream, QkvTile tile) {
+void qkv_rope_store_fused_bf16(const FusedQkvArgs& a, cudaStream_t stream, QkvConfig config) {
   if (!qkv_rope_fused_available())
     cuda::throw_unsupported(std::string("qkv_rope_store (fused): needs an sm_90 device and a build with the CUTLASS "
                                         "kernel (") +
@@ -58,10 +65,13 @@ void qkv_rope_store_fused_bf16(const FusedQkvArgs& a, cudaStream_t stream, QkvTi
     cuda::throw_unsupported("qkv_rope_store (fused): needs head_dim 64 or 128 (got " + std::to_string(a.head_dim) +
                             "), d_model a multiple of 8 (got " + std::to_string(a.d_model) +
                             "), fewer than 2^31 tokens and 16-byte aligned xn / wqkv / q_out / stores");
+  if (config.swizzle != 1 && config.swizzle != 2 && config.swizzle != 4 && config.swizzle != 8)
+    cuda::throw_invalid_argument("qkv_rope_store (fused): swizzle " + std::to_string(config.swizzle) +
+                                 " is not 1, 2, 4 or 8");
   if (a.tokens == 0) return;
-  if (tile == QkvTile::kAuto) tile = qkv_fused_auto_tile(a.tokens);
+  if (config.tile == QkvTile::kAuto) config = qkv_fused_auto(a.tokens);
 #if FLASHDLLM_HAVE_QKV_SM90
-  qkv_rope_store_sm90(a, tile, stream);
+  qkv_rope_store_sm90(a, config, stream);
 #else
   (void)stream;
 #endif

@@ -42,15 +42,30 @@ struct FusedQkvArgs {
   int* error_flags = nullptr;  ///< device int or null; kErrRopePosition / kErrStoreRow
 };
 
-/// The GEMM tile (rows × columns of the output per CTA tile; c2: clusters of two CTAs along the
-/// rows sharing each weight tile through TMA multicast). kAuto picks by T (qkv_fused_auto_tile).
-enum class QkvTile { kAuto, k128x128, k128x256, k128x256c2 };
+/// The GEMM tile: rows × columns of an output tile (CUTLASS's cooperative kernel: the CTA's two
+/// consumer warpgroups share it); m2 / n2: clusters of two CTAs along M / N, which share the weight
+/// / xn tiles through TMA multicast.
+enum class QkvTile { kAuto, k128x128, k128x256, k128x256m2, k256x128n2 };
 
-/// "auto", "128x128", "128x256", "128x256c2".
+/// One configuration of the fused kernel: the tile, and the persistent scheduler's walk over the
+/// output tiles (swizzle: tiles taken in groups of this many along the minor direction, 1, 2, 4 or
+/// 8; along_n: the N tile index moves fastest, else M's). kAuto: chosen by T (qkv_fused_auto).
+struct QkvConfig {
+  QkvTile tile = QkvTile::kAuto;
+  int swizzle = 1;
+  bool along_n = false;
+};
+
+/// "auto", "128x128", "128x256", "128x256m2", "256x128n2".
 const char* qkv_tile_name(QkvTile t) noexcept;
 
-/// The tile kAuto runs for T tokens (bench/qkv_bench on the H200).
-QkvTile qkv_fused_auto_tile(int64_t tokens) noexcept;
+/// The configuration kAuto runs for T tokens (bench/qkv_bench on the H200).
+QkvConfig qkv_fused_auto(int64_t tokens) noexcept;
+
+/// Whether the fused kernel (qkv_fused_auto's configuration) measured faster than the unfused
+/// cuBLASLt GEMM + rope_store_bf16 at T tokens on the H200 (bench/qkv_bench): the CUDA backend's
+/// FLASHDLLM_QKV=auto takes the fused path only there.
+bool qkv_fused_beats_unfused(int64_t tokens) noexcept;
 
 /// Whether this build has the fused kernel and the current device runs it (compute capability 9.0).
 bool qkv_rope_fused_available();
@@ -65,7 +80,8 @@ bool qkv_rope_fused_supported(const FusedQkvArgs& args) noexcept;
 /// skips the store rows; a store row out of range skips them; both set their bit in *error_flags.
 /// tokens == 0 is a no-op. Host work per call: the GEMM's TMA maps are encoded (no device call,
 /// no allocation). Throws Error(kUnsupported) if !qkv_rope_fused_available() or
-/// !qkv_rope_fused_supported(args), Error(kDevice) on launch failure.
-void qkv_rope_store_fused_bf16(const FusedQkvArgs& args, cudaStream_t stream, QkvTile tile = QkvTile::kAuto);
+/// !qkv_rope_fused_supported(args), Error(kInvalidArgument) for a swizzle outside {1, 2, 4, 8},
+/// Error(kDevice) on launch failure.
+void qkv_rope_store_fused_bf16(const FusedQkvArgs& args, cudaStream_t stream, QkvConfig config = {});
 
 }  // namespace flashdllm::kernels

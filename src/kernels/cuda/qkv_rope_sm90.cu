@@ -97,8 +97,9 @@ class RopeStoreEpilogue {
     constexpr int kMM = size<1>(FrgLayout{});
     const FusedQkvArgs& a = p_.args;
     const int64_t m0 = static_cast<int64_t>(get<0>(blk_coord)) * kBM;
-    const int64_t n0 = static_cast<int64_t>(get<1>(blk_coord)) * kBN;
-    const int64_t width = static_cast<int64_t>(a.n_heads) * a.head_dim;  // H·Dh
+    // Columns fit in int (qkv_rope_fused_supported: 3·H·Dh < 2^31); no 64-bit division per element.
+    const int n0 = static_cast<int>(get<1>(blk_coord)) * kBN;
+    const int width = a.n_heads * a.head_dim;  // H·Dh
     constexpr int half = kPartner * 8;
     auto thr_mma = tiled_mma.get_thread_slice(thread_idx);
     Tensor coord = thr_mma.partition_C(make_identity_tensor(make_shape(Int<kBM>{}, Int<kBN>{})));
@@ -111,8 +112,10 @@ class RopeStoreEpilogue {
       for (int r = 0; r < 2; ++r) {
         const int64_t t = m0 + get<0>(coord(make_coord(make_coord(0, r, 0), mi, 0)));
         if (t >= a.tokens) continue;
-        const int32_t pos = a.positions[t];
-        const int32_t row = a.rows[t];
+        // Read-only loads (ld.global.nc): the compiler may hoist them above the stores below, which
+        // it could not for plain loads that might alias q_out / the stores.
+        const int32_t pos = __ldg(a.positions + t);
+        const int32_t row = __ldg(a.rows + t);
         const bool pos_ok = pos >= 0 && pos < a.max_positions;
         const bool row_ok = row >= 0 && row < a.store_rows;
         if (a.error_flags != nullptr && (!pos_ok || !row_ok))
@@ -125,10 +128,10 @@ class RopeStoreEpilogue {
         // block j + kPartner) is a property of j alone, as BN is whole heads.
         CUTLASS_PRAGMA_UNROLL
         for (int j = 0; j < kJ; ++j) {
-          const int64_t g = n0 + get<1>(coord(make_coord(make_coord(0, r, j), mi, 0)));  // even column
+          const int g = n0 + get<1>(coord(make_coord(make_coord(0, r, j), mi, 0)));  // even column
           if (g >= 3 * width) continue;
-          const int section = static_cast<int>(g / width);  // 0 q, 1 k, 2 v
-          const int64_t col = g - section * width;
+          const int section = (g >= width) + (g >= 2 * width);  // 0 q, 1 k, 2 v
+          const int col = g - section * width;
           const float x0 = acc(make_coord(make_coord(0, r, j), mi, 0));
           const float x1 = acc(make_coord(make_coord(1, r, j), mi, 0));
           if (section == 2) {
@@ -149,9 +152,9 @@ class RopeStoreEpilogue {
             if (section == 1 && !row_ok) continue;
             const float y0 = acc(make_coord(make_coord(0, r, j + kPartner), mi, 0));
             const float y1 = acc(make_coord(make_coord(1, r, j + kPartner), mi, 0));
-            const int d = static_cast<int>(col % (2 * half));
-            const float2 c = *reinterpret_cast<const float2*>(cos_row + d);
-            const float2 s = *reinterpret_cast<const float2*>(sin_row + d);
+            const int d = col % (2 * half);
+            const float2 c = __ldg(reinterpret_cast<const float2*>(cos_row + d));
+            const float2 s = __ldg(reinterpret_cast<const float2*>(sin_row + d));
             __nv_bfloat162 lo, hi;
             detail::rope_rotate(detail::round_bf16(x0), detail::round_bf16(y0), c.x, s.x, &lo.x, &hi.x);
             detail::rope_rotate(detail::round_bf16(x1), detail::round_bf16(y1), c.y, s.y, &lo.y, &hi.y);
@@ -166,12 +169,16 @@ class RopeStoreEpilogue {
   Params p_;
 };
 
-// One GEMM configuration: C[T, 3·H·Dh] = xn[T, D] · wqkvᵀ (both K-major bf16, fp32 accumulation).
-template <int kBM, int kBN, int kClusterM>
+// One GEMM configuration: C[T, 3·H·Dh] = xn[T, D] · wqkvᵀ (both K-major bf16, fp32 accumulation),
+// CUTLASS's cooperative kernel (the CTA's two consumer warpgroups share a kBM × kBN tile, kBM/2 rows
+// each). Clusters of kCM × kCN CTAs share operand tiles through TMA multicast: along N (kCN 2) the
+// CTAs of a cluster have the same rows and load each xn tile once, along M (kCM 2) the same
+// columns and load each weight tile once, so less is read from L2.
+template <int kBM, int kBN, int kCM, int kCN>
 struct QkvGemm {
-  static constexpr int kCluster = kClusterM;
+  static constexpr int kClusterM = kCM, kClusterN = kCN;
   using TileShape = Shape<Int<kBM>, Int<kBN>, Int<64>>;
-  using ClusterShape = Shape<Int<kClusterM>, _1, _1>;
+  using ClusterShape = Shape<Int<kCM>, Int<kCN>, _1>;
   using Epilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<RopeStoreEpilogue>;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::bfloat16_t, cutlass::layout::RowMajor, 8,
@@ -183,7 +190,7 @@ struct QkvGemm {
 };
 
 template <class Gemm>
-void launch(const FusedQkvArgs& a, cudaStream_t stream) {
+void launch(const FusedQkvArgs& a, const QkvConfig& config, cudaStream_t stream) {
   using Kernel = typename Gemm::Kernel;
   const int M = static_cast<int>(a.tokens), N = 3 * a.n_heads * a.head_dim, K = static_cast<int>(a.d_model);
   using StrideA = typename Kernel::StrideA;
@@ -197,7 +204,9 @@ void launch(const FusedQkvArgs& a, cudaStream_t stream) {
       {reinterpret_cast<const cutlass::bfloat16_t*>(a.xn), StrideA{int64_t{K}, Int<1>{}, int64_t{M} * K},
        reinterpret_cast<const cutlass::bfloat16_t*>(a.wqkv), StrideB{int64_t{K}, Int<1>{}, int64_t{N} * K}},
       {RopeStoreEpilogue::Arguments{a}},
-      hw};
+      hw,
+      {config.swizzle, config.along_n ? cutlass::gemm::kernel::detail::RasterOrderOptions::AlongN
+                                      : cutlass::gemm::kernel::detail::RasterOrderOptions::AlongM}};
   if (!Kernel::can_implement(args))
     cuda::throw_unsupported("qkv_rope_store (fused): CUTLASS cannot run this shape (T " + std::to_string(M) +
                             ", d_model " + std::to_string(K) + ", width " + std::to_string(N) + ")");
@@ -208,7 +217,7 @@ void launch(const FusedQkvArgs& a, cudaStream_t stream) {
   constexpr auto kernel = cutlass::device_kernel<Kernel>;
   detail::ensure_smem_opt_in<kernel>(Kernel::SharedStorageSize);
   const cutlass::ClusterLaunchParams lp{Kernel::get_grid_shape(params), Kernel::get_block_shape(),
-                                        dim3(Gemm::kCluster, 1, 1), Kernel::SharedStorageSize, stream};
+                                        dim3(Gemm::kClusterM, Gemm::kClusterN, 1), Kernel::SharedStorageSize, stream};
   if (cutlass::launch_kernel_on_cluster(lp, reinterpret_cast<const void*>(kernel), params) != cutlass::Status::kSuccess)
     CUDA_CHECK_LAUNCH();
   CUDA_CHECK_LAUNCH();
@@ -216,11 +225,12 @@ void launch(const FusedQkvArgs& a, cudaStream_t stream) {
 
 }  // namespace
 
-void qkv_rope_store_sm90(const FusedQkvArgs& a, QkvTile tile, cudaStream_t stream) {
-  switch (tile) {
-    case QkvTile::k128x128: launch<QkvGemm<128, 128, 1>>(a, stream); return;
-    case QkvTile::k128x256: launch<QkvGemm<128, 256, 1>>(a, stream); return;
-    case QkvTile::k128x256c2: launch<QkvGemm<128, 256, 2>>(a, stream); return;
+void qkv_rope_store_sm90(const FusedQkvArgs& a, const QkvConfig& config, cudaStream_t stream) {
+  switch (config.tile) {
+    case QkvTile::k128x128: launch<QkvGemm<128, 128, 1, 1>>(a, config, stream); return;
+    case QkvTile::k128x256: launch<QkvGemm<128, 256, 1, 1>>(a, config, stream); return;
+    case QkvTile::k128x256m2: launch<QkvGemm<128, 256, 2, 1>>(a, config, stream); return;
+    case QkvTile::k256x128n2: launch<QkvGemm<256, 128, 1, 2>>(a, config, stream); return;
     case QkvTile::kAuto: break;
   }
   cuda::throw_invalid_argument("qkv_rope_store (fused): no tile configuration chosen");

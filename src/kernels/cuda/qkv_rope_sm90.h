@@ -8,9 +8,9 @@
 
 namespace flashdllm::kernels {
 
-/// Launches the CUTLASS GEMM with the RoPE/store epilogue for `tile` (not kAuto). Only in builds
+/// Launches the CUTLASS GEMM with the RoPE/store epilogue in `config` (tile not kAuto). Only in builds
 /// with FLASHDLLM_HAVE_QKV_SM90. Throws Error(kUnsupported) when CUTLASS refuses the shape,
 /// Error(kDevice) on launch failure.
-void qkv_rope_store_sm90(const FusedQkvArgs& args, QkvTile tile, cudaStream_t stream);
+void qkv_rope_store_sm90(const FusedQkvArgs& args, const QkvConfig& config, cudaStream_t stream);
 
 }  // namespace flashdllm::kernels
