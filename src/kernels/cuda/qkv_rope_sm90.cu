@@ -218,9 +218,11 @@ void launch(const FusedQkvArgs& a, const QkvConfig& config, cudaStream_t stream)
   detail::ensure_smem_opt_in<kernel>(Kernel::SharedStorageSize);
   const cutlass::ClusterLaunchParams lp{Kernel::get_grid_shape(params), Kernel::get_block_shape(),
                                         dim3(Gemm::kClusterM, Gemm::kClusterN, 1), Kernel::SharedStorageSize, stream};
-  if (cutlass::launch_kernel_on_cluster(lp, reinterpret_cast<const void*>(kernel), params) != cutlass::Status::kSuccess)
-    CUDA_CHECK_LAUNCH();
-  CUDA_CHECK_LAUNCH();
+  const cutlass::Status st = cutlass::launch_kernel_on_cluster(lp, reinterpret_cast<const void*>(kernel), params);
+  CUDA_CHECK_LAUNCH();  // a CUDA error names itself (kDevice)
+  if (st != cutlass::Status::kSuccess)
+    cuda::throw_cuda_error(cudaErrorLaunchFailure, "qkv_rope_store (fused): CUTLASS cluster launch", __FILE__,
+                           __LINE__);
 }
 
 }  // namespace
