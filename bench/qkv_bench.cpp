@@ -22,6 +22,9 @@
 #include <vector>
 
 #include "bench/cuda_bench_util.h"
+#if FLASHDLLM_BENCH_CUTLASS_REF
+#include "bench/cutlass_gemm_ref.h"
+#endif
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/fill.h"
 #include "kernels/cuda/gemm.h"
@@ -205,6 +208,24 @@ int main(int argc, char** argv) {
         CUDA_CHECK(cudaStreamSynchronize(stream));
         rel = std::max(rel, compare(T));
       }
+#if FLASHDLLM_BENCH_CUTLASS_REF
+      {  // the reference GEMMs against cuBLASLt's output (first rows of the scratch)
+        const size_t n = static_cast<size_t>(std::min<long long>(T, 64) * 3 * kHD);
+        gemm.matmul(x, w, scratch, GemmOut::kBF16, T, 3 * kHD, kD, false, stream);
+        const std::vector<float> ref = to_float(scratch, n);
+        for (bool tma : {true, false}) {
+          bench::cutlass_gemm_ref(x, w, scratch, static_cast<int>(T), static_cast<int>(3 * kHD), static_cast<int>(kD),
+                                  tma, stream);
+          const std::vector<float> got = to_float(scratch, n);
+          double mr = 0, md = 0;
+          for (size_t i = 0; i < n; ++i) {
+            mr = std::max(mr, static_cast<double>(std::abs(ref[i])));
+            md = std::max(md, static_cast<double>(std::abs(ref[i] - got[i])));
+          }
+          if (!(md <= 1e-2 * mr)) throw std::runtime_error(name + ": the CUTLASS reference GEMM differs from cuBLASLt");
+        }
+      }
+#endif
       int hflags = 0;
       CUDA_CHECK(cudaMemcpy(&hflags, flags, sizeof(int), cudaMemcpyDeviceToHost));
       if (hflags != 0) throw std::runtime_error("device error flags set: " + std::to_string(hflags));
@@ -214,6 +235,17 @@ int main(int argc, char** argv) {
       std::vector<std::pair<std::string, std::function<void()>>> runs = {
           {"gemm", [&] { gemm.matmul(x, w, scratch, GemmOut::kBF16, T, 3 * kHD, kD, false, stream); }},
           {"unfused", [&] { unfused(T, q1, k1, v1); }}};
+#if FLASHDLLM_BENCH_CUTLASS_REF
+      // The fused kernel's main loop with CUTLASS's own epilogues (plain GEMM into the scratch).
+      runs.emplace_back("cutlass gemm tma-epilogue", [&] {
+        bench::cutlass_gemm_ref(x, w, scratch, static_cast<int>(T), static_cast<int>(3 * kHD), static_cast<int>(kD),
+                                true, stream);
+      });
+      runs.emplace_back("cutlass gemm nosmem-epilogue", [&] {
+        bench::cutlass_gemm_ref(x, w, scratch, static_cast<int>(T), static_cast<int>(3 * kHD), static_cast<int>(kD),
+                                false, stream);
+      });
+#endif
       for (const QkvConfig& c : configs)
         runs.emplace_back("fused " + config_name(c), [&, c] { fused(T, q2, k2, v2, c); });
       for (auto& run : runs) bench::time_launches([&](int) { run.second(); }, stream, warmup, 1, 2.0);  // warm-up

@@ -1,0 +1,80 @@
+// See cutlass_gemm_ref.h.
+#include "bench/cutlass_gemm_ref.h"
+
+#include <cute/tensor.hpp>
+#include <cutlass/cutlass.h>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
+
+#include <stdexcept>
+#include <string>
+
+namespace flashdllm::bench {
+namespace {
+
+using namespace cute;
+
+template <class EpilogueSchedule>
+struct RefGemm {
+  using TileShape = Shape<_128, _256, _64>;
+  using ClusterShape = Shape<_1, _1, _1>;
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::RowMajor, 8,
+      cutlass::bfloat16_t, cutlass::layout::RowMajor, 8, EpilogueSchedule>::CollectiveOp;
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::bfloat16_t, cutlass::layout::RowMajor, 8,
+      cutlass::bfloat16_t, cutlass::layout::ColumnMajor, 8, float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+      cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+};
+
+template <class G>
+void run(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* out, int M, int N, int K, cudaStream_t stream) {
+  using Kernel = typename G::Kernel;
+  using SA = typename Kernel::StrideA;
+  using SB = typename Kernel::StrideB;
+  using SD = typename Kernel::StrideD;
+  static int sms = [] {
+    int dev = 0, n = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+    return n;
+  }();
+  typename Kernel::Arguments args{
+      cutlass::gemm::GemmUniversalMode::kGemm,
+      {M, N, K, 1},
+      {reinterpret_cast<const cutlass::bfloat16_t*>(x), SA{int64_t{K}, Int<1>{}, int64_t{M} * K},
+       reinterpret_cast<const cutlass::bfloat16_t*>(w), SB{int64_t{K}, Int<1>{}, int64_t{N} * K}},
+      {{1.0f, 0.0f},
+       nullptr,
+       SD{int64_t{N}, Int<1>{}, int64_t{M} * N},
+       reinterpret_cast<cutlass::bfloat16_t*>(out),
+       SD{int64_t{N}, Int<1>{}, int64_t{M} * N}},
+      cutlass::KernelHardwareInfo{0, sms}};
+  typename G::Gemm gemm;
+  if (gemm.can_implement(args) != cutlass::Status::kSuccess)
+    throw std::runtime_error("cutlass_gemm_ref: cannot implement");
+  if (G::Gemm::get_workspace_size(args) != 0) throw std::runtime_error("cutlass_gemm_ref: needs a workspace");
+  if (gemm.initialize(args, nullptr, stream) != cutlass::Status::kSuccess ||
+      gemm.run(stream) != cutlass::Status::kSuccess)
+    throw std::runtime_error(std::string("cutlass_gemm_ref: launch failed: ") + cudaGetErrorString(cudaGetLastError()));
+}
+
+}  // namespace
+
+bool cutlass_gemm_ref_built() noexcept { return true; }
+
+void cutlass_gemm_ref(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* out, int M, int N, int K,
+                      bool tma_epilogue, cudaStream_t stream) {
+  if (tma_epilogue)
+    run<RefGemm<cutlass::epilogue::TmaWarpSpecializedCooperative>>(x, w, out, M, N, K, stream);
+  else
+    run<RefGemm<cutlass::epilogue::NoSmemWarpSpecialized>>(x, w, out, M, N, K, stream);
+}
+
+}  // namespace flashdllm::bench

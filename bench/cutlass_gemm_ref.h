@@ -1,0 +1,21 @@
+// A plain CUTLASS sm_90 GEMM (out[M, N] = x[M, K] · w[N, K]ᵀ, bf16 in and out, fp32 accumulation)
+// with the same main loop as the fused QKV kernel (128×256 tiles, cooperative, persistent) and one
+// of CUTLASS's own epilogues, for qkv_bench: it separates the main loop's speed from the fused
+// epilogue's. Bench-only; built when the sm_90 kernels are (CUTLASS headers, sm_90 in the archs).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+namespace flashdllm::bench {
+
+/// Whether this build has the reference GEMM.
+bool cutlass_gemm_ref_built() noexcept;
+
+/// Runs it: tma_epilogue = CUTLASS's TMA warp-specialised epilogue (shared-memory staging, TMA
+/// stores), else its no-shared-memory epilogue (the adapter the fused kernel uses). Needs an sm_90
+/// device, K % 8 == 0, 16-byte aligned pointers. Throws std::runtime_error on failure.
+void cutlass_gemm_ref(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* out, int M, int N, int K,
+                      bool tma_epilogue, cudaStream_t stream);
+
+}  // namespace flashdllm::bench
