@@ -11,6 +11,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_utils.cuh"
+
 namespace flashdllm::bench {
 namespace {
 
@@ -39,12 +42,8 @@ void run(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* out, int
   using SA = typename Kernel::StrideA;
   using SB = typename Kernel::StrideB;
   using SD = typename Kernel::StrideD;
-  static int sms = [] {
-    int dev = 0, n = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
-    return n;
-  }();
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
   typename Kernel::Arguments args{
       cutlass::gemm::GemmUniversalMode::kGemm,
       {M, N, K, 1},
@@ -55,7 +54,7 @@ void run(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* out, int
        SD{int64_t{N}, Int<1>{}, int64_t{M} * N},
        reinterpret_cast<cutlass::bfloat16_t*>(out),
        SD{int64_t{N}, Int<1>{}, int64_t{M} * N}},
-      cutlass::KernelHardwareInfo{0, sms}};
+      cutlass::KernelHardwareInfo{dev, kernels::detail::cached_device_attribute<cudaDevAttrMultiProcessorCount>()}};
   typename G::Gemm gemm;
   if (gemm.can_implement(args) != cutlass::Status::kSuccess)
     throw std::runtime_error("cutlass_gemm_ref: cannot implement");

@@ -291,7 +291,6 @@ void launch_flash(const AttentionArgs& a, const AttentionWorkItem* work, const i
   CUDA_CHECK_LAUNCH();
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // 10·major + minor of the current device.
 int device_compute_capability() {
@@ -332,7 +331,8 @@ void check_flash_args(const char* op, const AttentionArgs& a, int64_t capacity) 
                             " has no flash kernel (supported: 128)");
   if (a.n_heads <= 0 || a.n_heads > 65535)
     cuda::throw_invalid_argument(std::string(op) + ": n_heads " + std::to_string(a.n_heads) + " outside [1, 65535]");
-  if (!aligned16(a.q) || !aligned16(a.k) || !aligned16(a.v) || !aligned16(a.out))
+  if (!detail::is_aligned(a.q, 16) || !detail::is_aligned(a.k, 16) || !detail::is_aligned(a.v, 16) ||
+      !detail::is_aligned(a.out, 16))
     cuda::throw_invalid_argument(std::string(op) + ": q, k_store, v_store and out must be 16-byte aligned");
   if (a.q_rows > 0x7fffffff || a.kv_rows > 0x7fffffff)
     cuda::throw_invalid_argument(std::string(op) + ": more than 2^31-1 query or K/V rows");
@@ -370,7 +370,7 @@ void attention_flash(const AttentionArgs& a, FlashVariant variant, const Attenti
 void attention_verify_flash(const AttentionArgs& a, const VerifyKeys& vk, const AttentionWorkItem* work,
                             const int32_t* work_count, int64_t capacity, cudaStream_t stream) {
   check_flash_args("attention_verify", a, capacity);
-  if (!aligned16(vk.k_tile) || !aligned16(vk.v_tile))
+  if (!detail::is_aligned(vk.k_tile, 16) || !detail::is_aligned(vk.v_tile, 16))
     cuda::throw_invalid_argument("attention_verify: k_tile and v_tile must be 16-byte aligned");
   if (a.importance != nullptr) cuda::throw_invalid_argument("attention_verify: no importance in the verify pass");
   if (capacity <= 0) return;

@@ -93,6 +93,9 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   return r;
 }
 
+/// Whether `p` is a multiple of `bytes` (host-side operand checks of the launch paths).
+inline bool is_aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
 /// Attribute `A` of the current device, asked of the driver once per device (the launch paths run in
 /// every layer; the value does not change).
 template <cudaDeviceAttr A>

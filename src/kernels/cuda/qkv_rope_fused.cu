@@ -13,12 +13,6 @@
 #endif
 
 namespace flashdllm::kernels {
-namespace {
-
-bool aligned(const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; }
-
-}  // namespace
-
 const char* qkv_tile_name(QkvTile t) noexcept {
   switch (t) {
     case QkvTile::kAuto: return "auto";
@@ -52,8 +46,8 @@ bool qkv_rope_fused_supported(const FusedQkvArgs& a) noexcept {
   for (const void* p :
        {static_cast<const void*>(a.xn), static_cast<const void*>(a.wqkv), static_cast<const void*>(a.q_out),
         static_cast<const void*>(a.k_store), static_cast<const void*>(a.v_store)})
-    if (!aligned(p, 16)) return false;
-  return aligned(a.cos, 8) && aligned(a.sin, 8);
+    if (!detail::is_aligned(p, 16)) return false;
+  return detail::is_aligned(a.cos, 8) && detail::is_aligned(a.sin, 8);
 }
 
 void qkv_rope_store_fused_bf16(const FusedQkvArgs& a, cudaStream_t stream, QkvConfig config) {

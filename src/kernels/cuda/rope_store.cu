@@ -81,7 +81,6 @@ __global__ void __launch_bounds__(kThreads) rope_store_kernel(RopeStoreArgs a) {
     }
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 
@@ -93,8 +92,10 @@ void rope_store_bf16(const RopeStoreArgs& args, cudaStream_t stream) {
                                  std::to_string(args.head_dim) + ", n_heads " + std::to_string(args.n_heads) + ")");
   // 16-byte accesses when every row (q, k, v, q_out, store rows: H·Dh bf16; cos / sin rows: Dh/2 fp32)
   // and every 8-pair group starts 16-byte aligned.
-  const bool vec = (args.head_dim / 2) % 8 == 0 && aligned16(args.qkv) && aligned16(args.q_out) &&
-                   aligned16(args.k_store) && aligned16(args.v_store) && aligned16(args.cos) && aligned16(args.sin);
+  const bool vec = (args.head_dim / 2) % 8 == 0 && detail::is_aligned(args.qkv, 16) &&
+                   detail::is_aligned(args.q_out, 16) && detail::is_aligned(args.k_store, 16) &&
+                   detail::is_aligned(args.v_store, 16) && detail::is_aligned(args.cos, 16) &&
+                   detail::is_aligned(args.sin, 16);
   if (vec)
     rope_store_kernel<true><<<static_cast<unsigned>(args.tokens), kThreads, 0, stream>>>(args);
   else
