@@ -20,6 +20,8 @@ const char* qkv_tile_name(QkvTile t) noexcept {
     case QkvTile::k128x256: return "128x256";
     case QkvTile::k128x256m2: return "128x256m2";
     case QkvTile::k256x128n2: return "256x128n2";
+    case QkvTile::k128x128s: return "128x128s";
+    case QkvTile::k128x256s: return "128x256s";
   }
   return "?";
 }

@@ -44,8 +44,9 @@ struct FusedQkvArgs {
 
 /// The GEMM tile: rows × columns of an output tile (CUTLASS's cooperative kernel: the CTA's two
 /// consumer warpgroups share it); m2 / n2: clusters of two CTAs along M / N, which share the weight
-/// / xn tiles through TMA multicast.
-enum class QkvTile { kAuto, k128x128, k128x256, k128x256m2, k256x128n2 };
+/// / xn tiles through TMA multicast; s: the epilogue stages the tile in shared memory and writes
+/// whole rows (else each thread stores its registers straight to global memory).
+enum class QkvTile { kAuto, k128x128, k128x256, k128x256m2, k256x128n2, k128x128s, k128x256s };
 
 /// One configuration of the fused kernel: the tile, and the persistent scheduler's walk over the
 /// output tiles (swizzle: tiles taken in groups of this many along the minor direction, 1, 2, 4 or
@@ -56,7 +57,7 @@ struct QkvConfig {
   bool along_n = false;
 };
 
-/// "auto", "128x128", "128x256", "128x256m2", "256x128n2".
+/// "auto", "128x128", "128x256", "128x256m2", "256x128n2", "128x128s", "128x256s".
 const char* qkv_tile_name(QkvTile t) noexcept;
 
 /// The configuration kAuto runs for T tokens (bench/qkv_bench on the H200).

@@ -14,6 +14,7 @@
 #include "kernels/cuda/qkv_rope_sm90.h"
 
 #include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
 #include <cutlass/cluster_launch.hpp>
 #include <cutlass/cutlass.h>
 #include <cutlass/epilogue/collective/detail.hpp>
@@ -23,6 +24,7 @@
 #include <cutlass/gemm/kernel/tile_scheduler.hpp>
 
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_utils.cuh"
@@ -34,16 +36,26 @@ namespace {
 using namespace cute;
 
 // The operator-style epilogue CUTLASS's sm_90 kernels take through Sm90TmaWarpSpecializedAdapter
-// (the interface of cutlass::epilogue::collective::DefaultEpilogue: no shared memory, no TMA store).
+// (the interface of cutlass::epilogue::collective::DefaultEpilogue). kStaged = false: each thread
+// stores its rotated pairs straight from registers (4-byte stores over 8 rows per warp instruction).
+// kStaged = true: the pairs go to a kBM × kBN bf16 tile in shared memory (SharedStorage, carved out of
+// the main loop's stages), and each warp then writes whole tile rows with 16-byte stores, as CUTLASS's
+// TMA epilogue stages its output (a5694c5: the register-to-global epilogue costs 1.31x the GEMM, the
+// staged TMA one 1.00-1.03x).
+template <int kBM, int kBN, bool kStaged>
 class RopeStoreEpilogue {
  public:
+  static constexpr int kLd = kBN + 8;    // tile row pitch (bf16): conflict-free 4-byte writes of a wgmma fragment
   using ElementC = cutlass::bfloat16_t;  // the kernel asks for these types; C is never read
   using ElementD = cutlass::bfloat16_t;
   using StrideC = cute::Stride<int64_t, cute::Int<1>, int64_t>;
   using StrideD = StrideC;
   using GmemTiledCopyC = void;
   using GmemTiledCopyD = void;
-  struct SharedStorage {};
+  struct StagedTile {
+    alignas(128) __nv_bfloat16 tile[kBM * kLd];
+  };
+  using SharedStorage = std::conditional_t<kStaged, StagedTile, cute::tuple<>>;
   using TensorStorage = SharedStorage;
   struct Arguments {
     FusedQkvArgs args;
@@ -74,25 +86,65 @@ class RopeStoreEpilogue {
             class TiledMma, class ResidueMNK>
   CUTLASS_DEVICE void operator()(ProblemShapeMNKL, BlockShapeMNK, BlockCoordMNKL blk_coord,
                                  cute::Tensor<FrgEngine, FrgLayout> const& acc, TiledMma tiled_mma, ResidueMNK,
-                                 int thread_idx, char*) {
-    constexpr int kBM = size<0>(BlockShapeMNK{});
-    constexpr int kBN = size<1>(BlockShapeMNK{});
+                                 int thread_idx, char* smem) {
+    static_assert(size<0>(BlockShapeMNK{}) == kBM && size<1>(BlockShapeMNK{}) == kBN, "epilogue / GEMM tile");
     // ((2 columns, 2 rows, J column blocks), MMA_M, MMA_N): one wgmma atom spans the tile's columns.
     static_assert(rank(FrgLayout{}) == 3 && size<0, 0>(FrgLayout{}) == 2 && size<0, 1>(FrgLayout{}) == 2,
                   "unexpected wgmma accumulator layout");
     static_assert(size<2>(FrgLayout{}) == 1 && size<0, 2>(FrgLayout{}) * 8 == kBN,
                   "the epilogue needs one wgmma atom across the tile's columns");
+    __nv_bfloat16* tile = kStaged ? reinterpret_cast<__nv_bfloat16*>(smem) : nullptr;
+    if constexpr (kStaged) cutlass::arch::NamedBarrier::sync(kConsumers, 0);  // the previous tile was copied out
     if (p_.args.head_dim == 128)
-      store<kBM, kBN, 8>(blk_coord, acc, tiled_mma, thread_idx);
+      store<8>(blk_coord, acc, tiled_mma, thread_idx, tile);
     else
-      store<kBM, kBN, 4>(blk_coord, acc, tiled_mma, thread_idx);
+      store<4>(blk_coord, acc, tiled_mma, thread_idx, tile);
+    if constexpr (kStaged) {
+      cutlass::arch::NamedBarrier::sync(kConsumers, 0);
+      copy_out(blk_coord, tile, thread_idx);
+    }
   }
 
  private:
   // kPartner = Dh/16: the column blocks between a rotation pair's two halves.
-  template <int kBM, int kBN, int kPartner, class BlockCoordMNKL, class FrgEngine, class FrgLayout, class TiledMma>
+  static constexpr int kConsumers = 256;  // the cooperative kernel's two consumer warpgroups
+
+  // Staged: whole tile rows from shared memory to q / the store rows, a warp per row, 16 bytes
+  // (8 columns, never across a q | k | v boundary: H·Dh is a multiple of 64) per lane.
+  template <class BlockCoordMNKL>
+  CUTLASS_DEVICE void copy_out(BlockCoordMNKL blk_coord, const __nv_bfloat16* tile, int thread_idx) {
+    const FusedQkvArgs& a = p_.args;
+    const int64_t m0 = static_cast<int64_t>(get<0>(blk_coord)) * kBM;
+    const int n0 = static_cast<int>(get<1>(blk_coord)) * kBN;
+    const int width = a.n_heads * a.head_dim;
+    const int warp = thread_idx / 32, lane = thread_idx % 32;
+    for (int rr = warp; rr < kBM; rr += kConsumers / 32) {
+      const int64_t t = m0 + rr;
+      if (t >= a.tokens) break;
+      const int32_t pos = __ldg(a.positions + t);
+      const int32_t row = __ldg(a.rows + t);
+      const bool store_ok = pos >= 0 && pos < a.max_positions && row >= 0 && row < a.store_rows;
+      CUTLASS_PRAGMA_UNROLL
+      for (int c = lane; c < kBN / 8; c += 32) {
+        const int g = n0 + 8 * c;
+        if (g >= 3 * width) continue;
+        const int section = (g >= width) + (g >= 2 * width);
+        const int col = g - section * width;
+        const uint4 v = *reinterpret_cast<const uint4*>(tile + rr * kLd + 8 * c);
+        if (section == 0)
+          *reinterpret_cast<uint4*>(a.q_out + t * width + col) = v;
+        else if (store_ok)
+          *reinterpret_cast<uint4*>((section == 1 ? a.k_store : a.v_store) + static_cast<int64_t>(row) * width + col) =
+              v;
+      }
+    }
+  }
+
+  // Rotates and rounds the fragment; writes it to `tile` (staged: every element of the rows below T,
+  // q of a bad position as NaN) or straight to q / the store rows.
+  template <int kPartner, class BlockCoordMNKL, class FrgEngine, class FrgLayout, class TiledMma>
   CUTLASS_DEVICE void store(BlockCoordMNKL blk_coord, cute::Tensor<FrgEngine, FrgLayout> const& acc, TiledMma tiled_mma,
-                            int thread_idx) {
+                            int thread_idx, __nv_bfloat16* tile) {
     constexpr int kJ = kBN / 8;
     constexpr int kMM = size<1>(FrgLayout{});
     const FusedQkvArgs& a = p_.args;
@@ -110,7 +162,8 @@ class RopeStoreEpilogue {
     for (int mi = 0; mi < kMM; ++mi) {
       CUTLASS_PRAGMA_UNROLL
       for (int r = 0; r < 2; ++r) {
-        const int64_t t = m0 + get<0>(coord(make_coord(make_coord(0, r, 0), mi, 0)));
+        const int m_local = get<0>(coord(make_coord(make_coord(0, r, 0), mi, 0)));
+        const int64_t t = m0 + m_local;
         if (t >= a.tokens) continue;
         // Read-only loads (ld.global.nc): the compiler may hoist them above the stores below, which
         // it could not for plain loads that might alias q_out / the stores.
@@ -128,19 +181,22 @@ class RopeStoreEpilogue {
         // block j + kPartner) is a property of j alone, as BN is whole heads.
         CUTLASS_PRAGMA_UNROLL
         for (int j = 0; j < kJ; ++j) {
-          const int g = n0 + get<1>(coord(make_coord(make_coord(0, r, j), mi, 0)));  // even column
+          const int n_local = get<1>(coord(make_coord(make_coord(0, r, j), mi, 0)));  // even column
+          const int g = n0 + n_local;
           if (g >= 3 * width) continue;
           const int section = (g >= width) + (g >= 2 * width);  // 0 q, 1 k, 2 v
           const int col = g - section * width;
+          // Where the pair goes: the staged tile, or its row of q / the K or V store.
+          __nv_bfloat16* const dst =
+              kStaged ? tile + m_local * kLd + n_local
+                      : (section == 0 ? q_row : (section == 1 ? a.k_store : a.v_store) + store_off) + col;
           const float x0 = acc(make_coord(make_coord(0, r, j), mi, 0));
           const float x1 = acc(make_coord(make_coord(1, r, j), mi, 0));
           if (section == 2) {
-            if (pos_ok && row_ok)
-              *reinterpret_cast<__nv_bfloat162*>(a.v_store + store_off + col) = __floats2bfloat162_rn(x0, x1);
+            if (pos_ok && row_ok) *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(x0, x1);
             continue;
           }
           if (j % (2 * kPartner) < kPartner) {
-            __nv_bfloat16* dst = section == 0 ? q_row + col : a.k_store + store_off + col;
             if (!pos_ok) {  // as rope_store_bf16: q poisoned, no store rows
               if (section == 0) {
                 const __nv_bfloat162 nan2 = __halves2bfloat162(detail::bf16_nan(), detail::bf16_nan());
@@ -173,17 +229,19 @@ class RopeStoreEpilogue {
 // CUTLASS's cooperative kernel (the CTA's two consumer warpgroups share a kBM × kBN tile, kBM/2 rows
 // each). Clusters of kCM × kCN CTAs share operand tiles through TMA multicast: along N (kCN 2) the
 // CTAs of a cluster have the same rows and load each xn tile once, along M (kCM 2) the same
-// columns and load each weight tile once, so less is read from L2.
-template <int kBM, int kBN, int kCM, int kCN>
+// columns and load each weight tile once, so less is read from L2. kStaged: the epilogue stages
+// the tile in shared memory (RopeStoreEpilogue).
+template <int kBM, int kBN, int kCM, int kCN, bool kStaged>
 struct QkvGemm {
   static constexpr int kClusterM = kCM, kClusterN = kCN;
   using TileShape = Shape<Int<kBM>, Int<kBN>, Int<64>>;
   using ClusterShape = Shape<Int<kCM>, Int<kCN>, _1>;
-  using Epilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<RopeStoreEpilogue>;
+  using EpilogueOp = RopeStoreEpilogue<kBM, kBN, kStaged>;
+  using Epilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<EpilogueOp>;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::bfloat16_t, cutlass::layout::RowMajor, 8,
       cutlass::bfloat16_t, cutlass::layout::ColumnMajor, 8, float, TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(RopeStoreEpilogue::SharedStorage))>,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename EpilogueOp::SharedStorage))>,
       cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue,
                                                       cutlass::gemm::PersistentScheduler>;
@@ -203,7 +261,7 @@ void launch(const FusedQkvArgs& a, const QkvConfig& config, cudaStream_t stream)
       {M, N, K, 1},
       {reinterpret_cast<const cutlass::bfloat16_t*>(a.xn), StrideA{int64_t{K}, Int<1>{}, int64_t{M} * K},
        reinterpret_cast<const cutlass::bfloat16_t*>(a.wqkv), StrideB{int64_t{K}, Int<1>{}, int64_t{N} * K}},
-      {RopeStoreEpilogue::Arguments{a}},
+      {typename Gemm::EpilogueOp::Arguments{a}},
       hw,
       {config.swizzle, config.along_n ? cutlass::gemm::kernel::detail::RasterOrderOptions::AlongN
                                       : cutlass::gemm::kernel::detail::RasterOrderOptions::AlongM}};
@@ -229,10 +287,12 @@ void launch(const FusedQkvArgs& a, const QkvConfig& config, cudaStream_t stream)
 
 void qkv_rope_store_sm90(const FusedQkvArgs& a, const QkvConfig& config, cudaStream_t stream) {
   switch (config.tile) {
-    case QkvTile::k128x128: launch<QkvGemm<128, 128, 1, 1>>(a, config, stream); return;
-    case QkvTile::k128x256: launch<QkvGemm<128, 256, 1, 1>>(a, config, stream); return;
-    case QkvTile::k128x256m2: launch<QkvGemm<128, 256, 2, 1>>(a, config, stream); return;
-    case QkvTile::k256x128n2: launch<QkvGemm<256, 128, 1, 2>>(a, config, stream); return;
+    case QkvTile::k128x128: launch<QkvGemm<128, 128, 1, 1, false>>(a, config, stream); return;
+    case QkvTile::k128x256: launch<QkvGemm<128, 256, 1, 1, false>>(a, config, stream); return;
+    case QkvTile::k128x256m2: launch<QkvGemm<128, 256, 2, 1, false>>(a, config, stream); return;
+    case QkvTile::k256x128n2: launch<QkvGemm<256, 128, 1, 2, false>>(a, config, stream); return;
+    case QkvTile::k128x128s: launch<QkvGemm<128, 128, 1, 1, true>>(a, config, stream); return;
+    case QkvTile::k128x256s: launch<QkvGemm<128, 256, 1, 1, true>>(a, config, stream); return;
     case QkvTile::kAuto: break;
   }
   cuda::throw_invalid_argument("qkv_rope_store (fused): no tile configuration chosen");
