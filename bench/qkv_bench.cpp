@@ -156,8 +156,7 @@ int main(int argc, char** argv) {
     };
     // Every tile × scheduler walk (swizzle 1 / 4, M or N fastest), then the automatic choice.
     std::vector<QkvConfig> configs;
-    for (QkvTile t : {QkvTile::k128x128, QkvTile::k128x256, QkvTile::k128x256m2, QkvTile::k256x128n2,
-                      QkvTile::k128x128s, QkvTile::k128x256s})
+    for (QkvTile t : kQkvTiles)
       for (int sw : {1, 4})
         for (bool along_n : {false, true}) configs.push_back({t, sw, along_n});
     configs.push_back({});

@@ -257,6 +257,11 @@ void rope_tables(int64_t positions, int64_t head_dim, double theta, std::vector<
   }
 }
 
+// FLASHDLLM_QKV values that force the fused kernel: its automatic tile, then every tile
+// configuration (kernels::kQkvTiles; registers, shared-memory staged and bulk-copy epilogues).
+constexpr const char* kFusedQkvModes[] = {"fused",          "fused:128x128",  "fused:128x256", "fused:128x128s",
+                                          "fused:128x256s", "fused:128x128b", "fused:128x256b"};
+
 TEST_P(CudaOps, QkvRopeStoreMatchesCpu) {
   struct Case {
     int64_t T, D;
@@ -317,12 +322,14 @@ TEST_P(CudaOps, QkvRopeStoreMatchesCpu) {
     Dev qc, kc, vc;
     run(*cpu_, qc, kc, vc, false);
     // The twin as configured, then (CUDA) each qkv path forced: the fused QKV+RoPE+store kernel
-    // (sm_90, head_dim 64 / 128 only) and the unfused cuBLASLt GEMM + rope_store.
+    // (sm_90, head_dim 64 / 128 only) with its automatic tile and with each tile configuration, and
+    // the unfused cuBLASLt GEMM + rope_store.
     std::vector<std::pair<std::string, std::unique_ptr<Backend>>> twins;
     twins.emplace_back("default", nullptr);
     if (is_cuda_) {
       if (c.Dh == 64 || c.Dh == 128)
-        if (auto fused = cuda_with_env_or_null("FLASHDLLM_QKV", "fused")) twins.emplace_back("fused", std::move(fused));
+        for (const char* mode : kFusedQkvModes)
+          if (auto fused = cuda_with_env_or_null("FLASHDLLM_QKV", mode)) twins.emplace_back(mode, std::move(fused));
       twins.emplace_back("unfused", cuda_with_env("FLASHDLLM_QKV", "unfused"));
     }
     for (auto& [mode, owned] : twins) {
@@ -384,34 +391,41 @@ TEST_P(CudaOps, QkvRopeStoreReportsBadPositionAndRow) {
 
 TEST_P(CudaOps, FusedQkvRopeStoreReportsBadInputAndUnsupportedShapes) {
   if (!is_cuda_) GTEST_SKIP() << "FLASHDLLM_QKV selects between CUDA paths";
-  auto be = cuda_with_env_or_null("FLASHDLLM_QKV", "fused");
-  if (!be) GTEST_SKIP() << "the fused QKV kernel needs an sm_90 device and a build with CUTLASS";
-  for (const int64_t Dh : {int64_t{64}, int64_t{32}}) {
-    SCOPED_TRACE("head_dim " + std::to_string(Dh));
-    const int64_t T = 3, D = 64, H = 2, N = 4, P = 8;
-    Dev xd = make(*be, be->activation_dtype(), T, D), wd = make(*be, be->weight_dtype(), 3 * H * Dh, D);
-    Dev pd = make(*be, DType::kI32, T), rd = make(*be, DType::kI32, T);
-    Dev cd = make(*be, DType::kF32, P, Dh / 2), sd = make(*be, DType::kF32, P, Dh / 2);
-    Dev q = make(*be, be->activation_dtype(), T, H * Dh), ks = make(*be, be->activation_dtype(), N, H * Dh),
-        vs = make(*be, be->activation_dtype(), N, H * Dh), scratch = make(*be, be->activation_dtype(), T, 3 * H * Dh);
-    put(*be, xd.t, randn_bf16(T * D, 3));
-    put(*be, wd.t, randn_bf16(3 * H * Dh * D, 4));
-    std::vector<float> cs, sn;
-    rope_tables(P, Dh, 10000.0, cs, sn);
-    put(*be, cd.t, cs);
-    put(*be, sd.t, sn);
-    put_i32(*be, rd.t, {0, 1, 2});
-    put_i32(*be, pd.t, {0, 8, 1});  // position 8 outside [0, 8)
-    auto call = [&] { be->qkv_rope_store(xd.t, wd.t, pd.t, rd.t, RopeTable{cd.t, sd.t}, H, q.t, ks.t, vs.t, scratch.t); };
-    if (Dh == 32) {  // the fused kernel takes head_dim 64 and 128 only: a clear refusal, not a wrong result
-      EXPECT_TRUE(twin::throws_error(*be, call, ErrorCode::kUnsupported, "FLASHDLLM_QKV=fused"));
-      continue;
+  EXPECT_TRUE(twin::throws_error(
+      *twin_, [] { cuda_with_env("FLASHDLLM_QKV", "fused:256x256"); }, ErrorCode::kInvalidArgument,
+      "fused:<tile> (128x128, 128x256"));
+  if (!cuda_with_env_or_null("FLASHDLLM_QKV", "fused"))
+    GTEST_SKIP() << "the fused QKV kernel needs an sm_90 device and a build with CUTLASS";
+  for (const char* mode : kFusedQkvModes)
+    for (const int64_t Dh : {int64_t{64}, int64_t{32}}) {
+      SCOPED_TRACE(std::string("FLASHDLLM_QKV=") + mode + ", head_dim " + std::to_string(Dh));
+      auto be = cuda_with_env("FLASHDLLM_QKV", mode);
+      const int64_t T = 3, D = 64, H = 2, N = 4, P = 8;
+      Dev xd = make(*be, be->activation_dtype(), T, D), wd = make(*be, be->weight_dtype(), 3 * H * Dh, D);
+      Dev pd = make(*be, DType::kI32, T), rd = make(*be, DType::kI32, T);
+      Dev cd = make(*be, DType::kF32, P, Dh / 2), sd = make(*be, DType::kF32, P, Dh / 2);
+      Dev q = make(*be, be->activation_dtype(), T, H * Dh), ks = make(*be, be->activation_dtype(), N, H * Dh),
+          vs = make(*be, be->activation_dtype(), N, H * Dh), scratch = make(*be, be->activation_dtype(), T, 3 * H * Dh);
+      put(*be, xd.t, randn_bf16(T * D, 3));
+      put(*be, wd.t, randn_bf16(3 * H * Dh * D, 4));
+      std::vector<float> cs, sn;
+      rope_tables(P, Dh, 10000.0, cs, sn);
+      put(*be, cd.t, cs);
+      put(*be, sd.t, sn);
+      put_i32(*be, rd.t, {0, 1, 2});
+      put_i32(*be, pd.t, {0, 8, 1});  // position 8 outside [0, 8)
+      auto call = [&] {
+        be->qkv_rope_store(xd.t, wd.t, pd.t, rd.t, RopeTable{cd.t, sd.t}, H, q.t, ks.t, vs.t, scratch.t);
+      };
+      if (Dh == 32) {  // the fused kernel takes head_dim 64 and 128 only: a clear refusal, not a wrong result
+        EXPECT_TRUE(twin::throws_error(*be, call, ErrorCode::kUnsupported, "FLASHDLLM_QKV=fused"));
+        continue;
+      }
+      EXPECT_TRUE(twin::throws_error(*be, call, ErrorCode::kInvalidArgument, "position"));
+      put_i32(*be, pd.t, {0, 7, 1});
+      put_i32(*be, rd.t, {0, 4, 1});  // store row 4 outside [0, 4)
+      EXPECT_TRUE(twin::throws_error(*be, call, ErrorCode::kInvalidArgument, "row"));
     }
-    EXPECT_TRUE(twin::throws_error(*be, call, ErrorCode::kInvalidArgument, "position"));
-    put_i32(*be, pd.t, {0, 7, 1});
-    put_i32(*be, rd.t, {0, 4, 1});  // store row 4 outside [0, 4)
-    EXPECT_TRUE(twin::throws_error(*be, call, ErrorCode::kInvalidArgument, "row"));
-  }
 }
 
 // ------------------------------------------------------------------------------------- swiglu

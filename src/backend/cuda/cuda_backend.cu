@@ -190,15 +190,27 @@ CudnnChoice parse_cudnn_env() {
 
 // ----------------------------------------------------------------------------- qkv dispatch
 
-// Which qkv_rope_store path runs: FLASHDLLM_QKV = auto (default) | fused | unfused.
+// Which qkv_rope_store path runs: FLASHDLLM_QKV = auto (default) | fused | fused:<tile> | unfused.
+// fused:<tile> forces one of the fused kernel's configurations (kernels::qkv_tile_name: 128x128,
+// 128x256, 128x128s, ...; the twin tests sweep them), plain fused takes kernels::qkv_fused_auto's.
 enum class QkvMode { kAuto, kFused, kUnfused };
+struct QkvChoice {
+  QkvMode mode = QkvMode::kAuto;
+  kernels::QkvTile tile = kernels::QkvTile::kAuto;  // kFused: the forced tile, kAuto by T
+};
 
-QkvMode parse_qkv_env() {
+QkvChoice parse_qkv_env() {
   const char* v = std::getenv("FLASHDLLM_QKV");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return QkvMode::kAuto;
-  if (std::strcmp(v, "fused") == 0) return QkvMode::kFused;
-  if (std::strcmp(v, "unfused") == 0) return QkvMode::kUnfused;
-  FDLLM_FAIL(ErrorCode::kInvalidArgument, "FLASHDLLM_QKV='{}' is not one of auto, fused, unfused", v);
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return {};
+  if (std::strcmp(v, "unfused") == 0) return {QkvMode::kUnfused};
+  if (std::strcmp(v, "fused") == 0) return {QkvMode::kFused};
+  QkvChoice c{QkvMode::kFused};
+  if (std::strncmp(v, "fused:", 6) == 0 && kernels::qkv_tile_from_name(v + 6, &c.tile)) return c;
+  std::string tiles;
+  for (kernels::QkvTile t : kernels::kQkvTiles)
+    tiles += std::string(tiles.empty() ? "" : ", ") + kernels::qkv_tile_name(t);
+  FDLLM_FAIL(ErrorCode::kInvalidArgument, "FLASHDLLM_QKV='{}' is not one of auto, fused, fused:<tile> ({}), unfused", v,
+             tiles);
 }
 
 // FLASHDLLM_GEMM_TUNE=K: GemmLt times cuBLASLt's first K heuristic algorithms for each GEMM shape
@@ -315,8 +327,8 @@ class CudaBackend final : public Backend {
         prop.major, prop.minor);
     cudnn_ = parse_cudnn_env();
     if (attention_.mode == AttentionMode::kReference) cudnn_.mode = CudnnMode::kOff;
-    qkv_mode_ = parse_qkv_env();
-    FDLLM_CHECK(qkv_mode_ != QkvMode::kFused || kernels::qkv_rope_fused_available(), ErrorCode::kUnsupported,
+    qkv_ = parse_qkv_env();
+    FDLLM_CHECK(qkv_.mode != QkvMode::kFused || kernels::qkv_rope_fused_available(), ErrorCode::kUnsupported,
                 "FLASHDLLM_QKV=fused: the fused QKV kernel needs an sm_90 device and a build with it (CUTLASS "
                 "and sm_90 among the CUDA archs; scripts/setup.sh fetches CUTLASS); device sm_{}{}",
                 prop.major, prop.minor);
@@ -623,12 +635,14 @@ class CudaBackend final : public Backend {
     f.store_rows = k_store.rows();
     f.error_flags = flags();
     const bool supported = kernels::qkv_rope_fused_supported(f);
-    FDLLM_CHECK(qkv_mode_ != QkvMode::kFused || supported, ErrorCode::kUnsupported,
+    FDLLM_CHECK(qkv_.mode != QkvMode::kFused || supported, ErrorCode::kUnsupported,
                 "qkv_rope_store: FLASHDLLM_QKV=fused needs head_dim 64 or 128, d_model a multiple of 8 and 16-byte "
                 "aligned operands (got head_dim {}, d_model {}); unset it to use the unfused path",
                 Dh, D);
-    if (qkv_mode_ == QkvMode::kFused || (qkv_mode_ == QkvMode::kAuto && supported && auto_qkv_fused(T))) {
-      kernels::qkv_rope_store_fused_bf16(f, stream_);
+    if (qkv_.mode == QkvMode::kFused || (qkv_.mode == QkvMode::kAuto && supported && auto_qkv_fused(T))) {
+      kernels::QkvConfig config;
+      config.tile = qkv_.tile;
+      kernels::qkv_rope_store_fused_bf16(f, stream_, config);
       after_op(kOp);
       return;
     }
@@ -1294,7 +1308,7 @@ class CudaBackend final : public Backend {
   size_t cudnn_buf_bytes_ = 0, cudnn_ws_bytes_ = 0;
   AttentionChoice attention_;
   FlashChoice default_flash_;  // default_flash_choice()
-  QkvMode qkv_mode_ = QkvMode::kAuto;
+  QkvChoice qkv_;
   bool debug_sync_ = false;
   // run_recorded's graphs: by key, with their place in the use order (most recent first).
   static constexpr size_t kMaxGraphs = 64;

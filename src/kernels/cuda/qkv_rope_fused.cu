@@ -2,6 +2,7 @@
 // kernel is qkv_rope_sm90.cu. See qkv_rope_fused.h.
 #include "kernels/cuda/qkv_rope_fused.h"
 
+#include <cstring>
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
@@ -18,12 +19,26 @@ const char* qkv_tile_name(QkvTile t) noexcept {
     case QkvTile::kAuto: return "auto";
     case QkvTile::k128x128: return "128x128";
     case QkvTile::k128x256: return "128x256";
-    case QkvTile::k128x256m2: return "128x256m2";
-    case QkvTile::k256x128n2: return "256x128n2";
     case QkvTile::k128x128s: return "128x128s";
     case QkvTile::k128x256s: return "128x256s";
+    case QkvTile::k128x128b: return "128x128b";
+    case QkvTile::k128x256b: return "128x256b";
   }
   return "?";
+}
+
+bool qkv_tile_from_name(const char* name, QkvTile* out) noexcept {
+  if (name == nullptr) return false;
+  if (std::strcmp(name, qkv_tile_name(QkvTile::kAuto)) == 0) {
+    *out = QkvTile::kAuto;
+    return true;
+  }
+  for (QkvTile t : kQkvTiles)
+    if (std::strcmp(name, qkv_tile_name(t)) == 0) {
+      *out = t;
+      return true;
+    }
+  return false;
 }
 
 bool qkv_fused_beats_unfused(int64_t /*tokens*/) noexcept { return false; }

@@ -43,10 +43,17 @@ struct FusedQkvArgs {
 };
 
 /// The GEMM tile: rows × columns of an output tile (CUTLASS's cooperative kernel: the CTA's two
-/// consumer warpgroups share it); m2 / n2: clusters of two CTAs along M / N, which share the weight
-/// / xn tiles through TMA multicast; s: the epilogue stages the tile in shared memory and writes
-/// whole rows (else each thread stores its registers straight to global memory).
-enum class QkvTile { kAuto, k128x128, k128x256, k128x256m2, k256x128n2, k128x128s, k128x256s };
+/// consumer warpgroups share it), and how its epilogue stores: no suffix, each thread stores its
+/// registers straight to global memory; s, the tile is staged in shared memory and warps write
+/// whole rows with 16-byte stores; b, staged, and each row is handed to the bulk-copy engine
+/// (cp.async.bulk), which overlaps the stores with the next tile's main loop. (Clusters of two
+/// CTAs sharing operand tiles through TMA multicast measured no faster and were dropped:
+/// bench/results/2026-12-03-h200-qkv-cutlass.)
+enum class QkvTile { kAuto, k128x128, k128x256, k128x128s, k128x256s, k128x128b, k128x256b };
+
+/// Every tile configuration (all but kAuto), for sweeps (bench/qkv_bench, the twin tests).
+inline constexpr QkvTile kQkvTiles[] = {QkvTile::k128x128,  QkvTile::k128x256,  QkvTile::k128x128s,
+                                        QkvTile::k128x256s, QkvTile::k128x128b, QkvTile::k128x256b};
 
 /// One configuration of the fused kernel: the tile, and the persistent scheduler's walk over the
 /// output tiles (swizzle: tiles taken in groups of this many along the minor direction, 1, 2, 4 or
@@ -57,8 +64,12 @@ struct QkvConfig {
   bool along_n = false;
 };
 
-/// "auto", "128x128", "128x256", "128x256m2", "256x128n2", "128x128s", "128x256s".
+/// "auto", "128x128", "128x256", "128x128s", "128x256s", "128x128b", "128x256b".
 const char* qkv_tile_name(QkvTile t) noexcept;
+
+/// The tile named `name` (one of qkv_tile_name's names, "auto" included) in *out; false, *out
+/// untouched, for any other name or a null `name`.
+bool qkv_tile_from_name(const char* name, QkvTile* out) noexcept;
 
 /// The configuration kAuto runs for T tokens (bench/qkv_bench on the H200).
 QkvConfig qkv_fused_auto(int64_t tokens) noexcept;

@@ -35,17 +35,30 @@ namespace {
 
 using namespace cute;
 
+// How the epilogue gets a tile's rotated bf16 values to q and the K/V store rows.
+//  kRegisters: each thread stores its pairs straight from registers (4-byte stores over 8 rows per
+//    warp instruction). a5694c5: this costs 1.31x the GEMM, as CUTLASS's own no-smem epilogue.
+//  kStaged: the pairs go to a kBM × kBN tile in shared memory (carved out of the main loop's
+//    stages), then each warp writes whole tile rows with 16-byte stores.
+//  kBulk: staged as kStaged, then one thread per tile row hands each of its q / k / v row segments
+//    to the bulk-copy engine (cp.async.bulk shared → global) and the consumers go on to the next
+//    tile's main loop; the copies are waited for (their shared-memory reads) before the tile is
+//    written again and at the end of the kernel, as CUTLASS's TMA epilogue does with its stores
+//    (which run at cuBLAS speed, a5694c5).
+enum class EpiStore { kRegisters, kStaged, kBulk };
+
+enum : int { kConsumers = 256 };  // the cooperative kernel's two consumer warpgroups (threads)
+// The staged tile's row pitch (bf16): 8 columns of padding make a wgmma fragment's 4-byte writes
+// conflict-free; (kBN + 8)·2 bytes stays a multiple of 16 for the 16-byte reads and bulk copies.
+template <int kBN>
+constexpr int kTileLd = kBN + 8;
+
 // The operator-style epilogue CUTLASS's sm_90 kernels take through Sm90TmaWarpSpecializedAdapter
-// (the interface of cutlass::epilogue::collective::DefaultEpilogue). kStaged = false: each thread
-// stores its rotated pairs straight from registers (4-byte stores over 8 rows per warp instruction).
-// kStaged = true: the pairs go to a kBM × kBN bf16 tile in shared memory (SharedStorage, carved out of
-// the main loop's stages), and each warp then writes whole tile rows with 16-byte stores, as CUTLASS's
-// TMA epilogue stages its output (a5694c5: the register-to-global epilogue costs 1.31x the GEMM, the
-// staged TMA one 1.00-1.03x).
-template <int kBM, int kBN, bool kStaged>
+// (the interface of cutlass::epilogue::collective::DefaultEpilogue).
+template <int kBM, int kBN, EpiStore kMode>
 class RopeStoreEpilogue {
  public:
-  static constexpr int kLd = kBN + 8;    // tile row pitch (bf16): conflict-free 4-byte writes of a wgmma fragment
+  static constexpr bool kStaged = kMode != EpiStore::kRegisters;
   using ElementC = cutlass::bfloat16_t;  // the kernel asks for these types; C is never read
   using ElementD = cutlass::bfloat16_t;
   using StrideC = cute::Stride<int64_t, cute::Int<1>, int64_t>;
@@ -53,7 +66,7 @@ class RopeStoreEpilogue {
   using GmemTiledCopyC = void;
   using GmemTiledCopyD = void;
   struct StagedTile {
-    alignas(128) __nv_bfloat16 tile[kBM * kLd];
+    alignas(128) __nv_bfloat16 tile[kBM * kTileLd<kBN>];
   };
   using SharedStorage = std::conditional_t<kStaged, StagedTile, cute::tuple<>>;
   using TensorStorage = SharedStorage;
@@ -94,21 +107,25 @@ class RopeStoreEpilogue {
     static_assert(size<2>(FrgLayout{}) == 1 && size<0, 2>(FrgLayout{}) * 8 == kBN,
                   "the epilogue needs one wgmma atom across the tile's columns");
     __nv_bfloat16* tile = kStaged ? reinterpret_cast<__nv_bfloat16*>(smem) : nullptr;
+    if constexpr (kMode == EpiStore::kBulk) wait_bulk(thread_idx);            // the previous tile's copies read it
     if constexpr (kStaged) cutlass::arch::NamedBarrier::sync(kConsumers, 0);  // the previous tile was copied out
     if (p_.args.head_dim == 128)
       store<8>(blk_coord, acc, tiled_mma, thread_idx, tile);
     else
       store<4>(blk_coord, acc, tiled_mma, thread_idx, tile);
-    if constexpr (kStaged) {
-      cutlass::arch::NamedBarrier::sync(kConsumers, 0);
-      copy_out(blk_coord, tile, thread_idx);
-    }
+    if constexpr (kMode == EpiStore::kBulk) cute::tma_store_fence();  // make the tile visible to the copy engine
+    if constexpr (kStaged) cutlass::arch::NamedBarrier::sync(kConsumers, 0);
+    if constexpr (kMode == EpiStore::kStaged) copy_out(blk_coord, tile, thread_idx);
+    if constexpr (kMode == EpiStore::kBulk) copy_out_bulk(blk_coord, tile, thread_idx);
+  }
+
+  // kBulk: waits until this thread's bulk copies have read the tile (a no-op for other threads and
+  // modes). Called before the tile is written again and from the adapter's store_tail.
+  CUTLASS_DEVICE static void wait_bulk(int thread_idx) {
+    if (kMode == EpiStore::kBulk && thread_idx < kBM) cute::tma_store_wait<0>();
   }
 
  private:
-  // kPartner = Dh/16: the column blocks between a rotation pair's two halves.
-  static constexpr int kConsumers = 256;  // the cooperative kernel's two consumer warpgroups
-
   // Staged: whole tile rows from shared memory to q / the store rows, a warp per row, 16 bytes
   // (8 columns, never across a q | k | v boundary: H·Dh is a multiple of 64) per lane.
   template <class BlockCoordMNKL>
@@ -130,7 +147,7 @@ class RopeStoreEpilogue {
         if (g >= 3 * width) continue;
         const int section = (g >= width) + (g >= 2 * width);
         const int col = g - section * width;
-        const uint4 v = *reinterpret_cast<const uint4*>(tile + rr * kLd + 8 * c);
+        const uint4 v = *reinterpret_cast<const uint4*>(tile + rr * kTileLd<kBN> + 8 * c);
         if (section == 0)
           *reinterpret_cast<uint4*>(a.q_out + t * width + col) = v;
         else if (store_ok)
@@ -140,8 +157,38 @@ class RopeStoreEpilogue {
     }
   }
 
+  // Bulk: thread r < kBM copies tile row r, split at the q | k | v boundaries, to q / the store rows
+  // with one cp.async.bulk per segment (16-byte multiples: columns are multiples of 8, the row
+  // pitch kTileLd·2 bytes a multiple of 16; destinations 16-byte aligned, qkv_rope_fused_supported).
+  template <class BlockCoordMNKL>
+  CUTLASS_DEVICE void copy_out_bulk(BlockCoordMNKL blk_coord, const __nv_bfloat16* tile, int thread_idx) {
+    const FusedQkvArgs& a = p_.args;
+    const int rr = thread_idx;
+    const int64_t t = static_cast<int64_t>(get<0>(blk_coord)) * kBM + rr;
+    if (rr >= kBM || t >= a.tokens) return;
+    const int n0 = static_cast<int>(get<1>(blk_coord)) * kBN;
+    const int width = a.n_heads * a.head_dim;
+    const int n_end = min(n0 + kBN, 3 * width);
+    const int32_t pos = __ldg(a.positions + t);
+    const int32_t row = __ldg(a.rows + t);
+    const bool store_ok = pos >= 0 && pos < a.max_positions && row >= 0 && row < a.store_rows;
+    for (int g = n0; g < n_end;) {
+      const int section = (g >= width) + (g >= 2 * width);
+      const int seg_end = min(n_end, (section + 1) * width);
+      const int col = g - section * width;
+      __nv_bfloat16* dst = section == 0
+                               ? a.q_out + t * width + col
+                               : (section == 1 ? a.k_store : a.v_store) + static_cast<int64_t>(row) * width + col;
+      if (section == 0 || store_ok)
+        cute::SM90_BULK_COPY_S2G::copy(tile + rr * kTileLd<kBN> + (g - n0), dst, (seg_end - g) * 2);
+      g = seg_end;
+    }
+    cute::tma_store_arrive();
+  }
+
   // Rotates and rounds the fragment; writes it to `tile` (staged: every element of the rows below T,
-  // q of a bad position as NaN) or straight to q / the store rows.
+  // q of a bad position as NaN) or straight to q / the store rows. kPartner = Dh/16: the column
+  // blocks between a rotation pair's two halves.
   template <int kPartner, class BlockCoordMNKL, class FrgEngine, class FrgLayout, class TiledMma>
   CUTLASS_DEVICE void store(BlockCoordMNKL blk_coord, cute::Tensor<FrgEngine, FrgLayout> const& acc, TiledMma tiled_mma,
                             int thread_idx, __nv_bfloat16* tile) {
@@ -188,7 +235,7 @@ class RopeStoreEpilogue {
           const int col = g - section * width;
           // Where the pair goes: the staged tile, or its row of q / the K or V store.
           __nv_bfloat16* const dst =
-              kStaged ? tile + m_local * kLd + n_local
+              kStaged ? tile + m_local * kTileLd<kBN> + n_local
                       : (section == 0 ? q_row : (section == 1 ? a.k_store : a.v_store) + store_off) + col;
           const float x0 = acc(make_coord(make_coord(0, r, j), mi, 0));
           const float x1 = acc(make_coord(make_coord(1, r, j), mi, 0));
@@ -225,19 +272,29 @@ class RopeStoreEpilogue {
   Params p_;
 };
 
+// CUTLASS's adapter, plus a store_tail that waits for the bulk copies of the CTA's last tile (the
+// adapter's own does nothing: an operator-style epilogue has no asynchronous stores of its own).
+template <class Op>
+struct EpilogueAdapter : cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<Op> {
+  using Base = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<Op>;
+  using Base::Base;
+  template <class LoadPipeline, class LoadState, class StorePipeline, class StoreState>
+  CUTLASS_DEVICE auto store_tail(LoadPipeline load_pipeline, LoadState load_state, StorePipeline store_pipeline,
+                                 StoreState store_state) {
+    Op::wait_bulk(static_cast<int>(threadIdx.x) % kConsumers);
+    return Base::store_tail(load_pipeline, load_state, store_pipeline, store_state);
+  }
+};
+
 // One GEMM configuration: C[T, 3·H·Dh] = xn[T, D] · wqkvᵀ (both K-major bf16, fp32 accumulation),
 // CUTLASS's cooperative kernel (the CTA's two consumer warpgroups share a kBM × kBN tile, kBM/2 rows
-// each). Clusters of kCM × kCN CTAs share operand tiles through TMA multicast: along N (kCN 2) the
-// CTAs of a cluster have the same rows and load each xn tile once, along M (kCM 2) the same
-// columns and load each weight tile once, so less is read from L2. kStaged: the epilogue stages
-// the tile in shared memory (RopeStoreEpilogue).
-template <int kBM, int kBN, int kCM, int kCN, bool kStaged>
+// each), clusters of one CTA; kMode: how the epilogue stores (EpiStore).
+template <int kBM, int kBN, EpiStore kMode>
 struct QkvGemm {
-  static constexpr int kClusterM = kCM, kClusterN = kCN;
   using TileShape = Shape<Int<kBM>, Int<kBN>, Int<64>>;
-  using ClusterShape = Shape<Int<kCM>, Int<kCN>, _1>;
-  using EpilogueOp = RopeStoreEpilogue<kBM, kBN, kStaged>;
-  using Epilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<EpilogueOp>;
+  using ClusterShape = Shape<_1, _1, _1>;
+  using EpilogueOp = RopeStoreEpilogue<kBM, kBN, kMode>;
+  using Epilogue = EpilogueAdapter<EpilogueOp>;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::bfloat16_t, cutlass::layout::RowMajor, 8,
       cutlass::bfloat16_t, cutlass::layout::ColumnMajor, 8, float, TileShape, ClusterShape,
@@ -274,8 +331,8 @@ void launch(const FusedQkvArgs& a, const QkvConfig& config, cudaStream_t stream)
   const typename Kernel::Params params = Kernel::to_underlying_arguments(args, nullptr);
   constexpr auto kernel = cutlass::device_kernel<Kernel>;
   detail::ensure_smem_opt_in<kernel>(Kernel::SharedStorageSize);
-  const cutlass::ClusterLaunchParams lp{Kernel::get_grid_shape(params), Kernel::get_block_shape(),
-                                        dim3(Gemm::kClusterM, Gemm::kClusterN, 1), Kernel::SharedStorageSize, stream};
+  const cutlass::ClusterLaunchParams lp{Kernel::get_grid_shape(params), Kernel::get_block_shape(), dim3(1, 1, 1),
+                                        Kernel::SharedStorageSize, stream};
   const cutlass::Status st = cutlass::launch_kernel_on_cluster(lp, reinterpret_cast<const void*>(kernel), params);
   CUDA_CHECK_LAUNCH();  // a CUDA error names itself (kDevice)
   if (st != cutlass::Status::kSuccess)
@@ -287,12 +344,12 @@ void launch(const FusedQkvArgs& a, const QkvConfig& config, cudaStream_t stream)
 
 void qkv_rope_store_sm90(const FusedQkvArgs& a, const QkvConfig& config, cudaStream_t stream) {
   switch (config.tile) {
-    case QkvTile::k128x128: launch<QkvGemm<128, 128, 1, 1, false>>(a, config, stream); return;
-    case QkvTile::k128x256: launch<QkvGemm<128, 256, 1, 1, false>>(a, config, stream); return;
-    case QkvTile::k128x256m2: launch<QkvGemm<128, 256, 2, 1, false>>(a, config, stream); return;
-    case QkvTile::k256x128n2: launch<QkvGemm<256, 128, 1, 2, false>>(a, config, stream); return;
-    case QkvTile::k128x128s: launch<QkvGemm<128, 128, 1, 1, true>>(a, config, stream); return;
-    case QkvTile::k128x256s: launch<QkvGemm<128, 256, 1, 1, true>>(a, config, stream); return;
+    case QkvTile::k128x128: launch<QkvGemm<128, 128, EpiStore::kRegisters>>(a, config, stream); return;
+    case QkvTile::k128x256: launch<QkvGemm<128, 256, EpiStore::kRegisters>>(a, config, stream); return;
+    case QkvTile::k128x128s: launch<QkvGemm<128, 128, EpiStore::kStaged>>(a, config, stream); return;
+    case QkvTile::k128x256s: launch<QkvGemm<128, 256, EpiStore::kStaged>>(a, config, stream); return;
+    case QkvTile::k128x128b: launch<QkvGemm<128, 128, EpiStore::kBulk>>(a, config, stream); return;
+    case QkvTile::k128x256b: launch<QkvGemm<128, 256, EpiStore::kBulk>>(a, config, stream); return;
     case QkvTile::kAuto: break;
   }
   cuda::throw_invalid_argument("qkv_rope_store (fused): no tile configuration chosen");
