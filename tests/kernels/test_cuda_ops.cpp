@@ -258,9 +258,9 @@ void rope_tables(int64_t positions, int64_t head_dim, double theta, std::vector<
 }
 
 // FLASHDLLM_QKV values that force the fused kernel: its automatic tile, then every tile
-// configuration (kernels::kQkvTiles; registers, shared-memory staged and bulk-copy epilogues).
-constexpr const char* kFusedQkvModes[] = {"fused",          "fused:128x128",  "fused:128x256", "fused:128x128s",
-                                          "fused:128x256s", "fused:128x128b", "fused:128x256b"};
+// configuration (kernels::kQkvTiles: cooperative and ping-pong kernels, register and bulk-copy epilogues).
+constexpr const char* kFusedQkvModes[] = {"fused",          "fused:128x128",  "fused:128x256", "fused:128x128b",
+                                          "fused:128x256b", "fused:128x128p", "fused:64x256p"};
 
 TEST_P(CudaOps, QkvRopeStoreMatchesCpu) {
   struct Case {

@@ -19,10 +19,10 @@ const char* qkv_tile_name(QkvTile t) noexcept {
     case QkvTile::kAuto: return "auto";
     case QkvTile::k128x128: return "128x128";
     case QkvTile::k128x256: return "128x256";
-    case QkvTile::k128x128s: return "128x128s";
-    case QkvTile::k128x256s: return "128x256s";
     case QkvTile::k128x128b: return "128x128b";
     case QkvTile::k128x256b: return "128x256b";
+    case QkvTile::k128x128p: return "128x128p";
+    case QkvTile::k64x256p: return "64x256p";
   }
   return "?";
 }

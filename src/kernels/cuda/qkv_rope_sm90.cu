@@ -37,15 +37,16 @@ using namespace cute;
 
 // How the epilogue gets a tile's rotated bf16 values to q and the K/V store rows.
 //  kRegisters: each thread stores its pairs straight from registers (4-byte stores over 8 rows per
-//    warp instruction). a5694c5: this costs 1.31x the GEMM, as CUTLASS's own no-smem epilogue.
-//  kStaged: the pairs go to a kBM × kBN tile in shared memory (carved out of the main loop's
-//    stages), then each warp writes whole tile rows with 16-byte stores.
-//  kBulk: staged as kStaged, then one thread per tile row hands each of its q / k / v row segments
-//    to the bulk-copy engine (cp.async.bulk shared → global) and the consumers go on to the next
-//    tile's main loop; the copies are waited for (their shared-memory reads) before the tile is
-//    written again and at the end of the kernel, as CUTLASS's TMA epilogue does with its stores
-//    (which run at cuBLAS speed, a5694c5).
-enum class EpiStore { kRegisters, kStaged, kBulk };
+//    warp instruction). a5694c5: in the cooperative kernel this costs 1.31x the GEMM, as CUTLASS's
+//    own no-smem epilogue.
+//  kBulk: the pairs go to a kBM × kBN tile in shared memory (carved out of the main loop's stages),
+//    then one thread per tile row hands each of its q / k / v row segments to the bulk-copy engine
+//    (cp.async.bulk shared → global) and the consumers go on to the next tile's main loop; the
+//    copies are waited for (their shared-memory reads) before the tile is written again and at the
+//    end of the kernel, as CUTLASS's TMA epilogue does with its stores (which run at cuBLAS speed,
+//    a5694c5). (Staging and then writing rows with 16-byte stores from the threads measured slower
+//    than both, f4776eb.)
+enum class EpiStore { kRegisters, kBulk };
 
 enum : int { kConsumers = 256 };  // the cooperative kernel's two consumer warpgroups (threads)
 // The staged tile's row pitch (bf16): 8 columns of padding make a wgmma fragment's 4-byte writes
@@ -58,7 +59,7 @@ constexpr int kTileLd = kBN + 8;
 template <int kBM, int kBN, EpiStore kMode>
 class RopeStoreEpilogue {
  public:
-  static constexpr bool kStaged = kMode != EpiStore::kRegisters;
+  static constexpr bool kStaged = kMode == EpiStore::kBulk;
   using ElementC = cutlass::bfloat16_t;  // the kernel asks for these types; C is never read
   using ElementD = cutlass::bfloat16_t;
   using StrideC = cute::Stride<int64_t, cute::Int<1>, int64_t>;
@@ -107,56 +108,24 @@ class RopeStoreEpilogue {
     static_assert(size<2>(FrgLayout{}) == 1 && size<0, 2>(FrgLayout{}) * 8 == kBN,
                   "the epilogue needs one wgmma atom across the tile's columns");
     __nv_bfloat16* tile = kStaged ? reinterpret_cast<__nv_bfloat16*>(smem) : nullptr;
-    if constexpr (kMode == EpiStore::kBulk) wait_bulk(thread_idx);            // the previous tile's copies read it
+    if constexpr (kStaged) wait_bulk(thread_idx);                             // the previous tile's copies read it
     if constexpr (kStaged) cutlass::arch::NamedBarrier::sync(kConsumers, 0);  // the previous tile was copied out
     if (p_.args.head_dim == 128)
       store<8>(blk_coord, acc, tiled_mma, thread_idx, tile);
     else
       store<4>(blk_coord, acc, tiled_mma, thread_idx, tile);
-    if constexpr (kMode == EpiStore::kBulk) cute::tma_store_fence();  // make the tile visible to the copy engine
+    if constexpr (kStaged) cute::tma_store_fence();  // make the tile visible to the copy engine
     if constexpr (kStaged) cutlass::arch::NamedBarrier::sync(kConsumers, 0);
-    if constexpr (kMode == EpiStore::kStaged) copy_out(blk_coord, tile, thread_idx);
-    if constexpr (kMode == EpiStore::kBulk) copy_out_bulk(blk_coord, tile, thread_idx);
+    if constexpr (kStaged) copy_out_bulk(blk_coord, tile, thread_idx);
   }
 
   // kBulk: waits until this thread's bulk copies have read the tile (a no-op for other threads and
   // modes). Called before the tile is written again and from the adapter's store_tail.
   CUTLASS_DEVICE static void wait_bulk(int thread_idx) {
-    if (kMode == EpiStore::kBulk && thread_idx < kBM) cute::tma_store_wait<0>();
+    if (kStaged && thread_idx < kBM) cute::tma_store_wait<0>();
   }
 
  private:
-  // Staged: whole tile rows from shared memory to q / the store rows, a warp per row, 16 bytes
-  // (8 columns, never across a q | k | v boundary: H·Dh is a multiple of 64) per lane.
-  template <class BlockCoordMNKL>
-  CUTLASS_DEVICE void copy_out(BlockCoordMNKL blk_coord, const __nv_bfloat16* tile, int thread_idx) {
-    const FusedQkvArgs& a = p_.args;
-    const int64_t m0 = static_cast<int64_t>(get<0>(blk_coord)) * kBM;
-    const int n0 = static_cast<int>(get<1>(blk_coord)) * kBN;
-    const int width = a.n_heads * a.head_dim;
-    const int warp = thread_idx / 32, lane = thread_idx % 32;
-    for (int rr = warp; rr < kBM; rr += kConsumers / 32) {
-      const int64_t t = m0 + rr;
-      if (t >= a.tokens) break;
-      const int32_t pos = __ldg(a.positions + t);
-      const int32_t row = __ldg(a.rows + t);
-      const bool store_ok = pos >= 0 && pos < a.max_positions && row >= 0 && row < a.store_rows;
-      CUTLASS_PRAGMA_UNROLL
-      for (int c = lane; c < kBN / 8; c += 32) {
-        const int g = n0 + 8 * c;
-        if (g >= 3 * width) continue;
-        const int section = (g >= width) + (g >= 2 * width);
-        const int col = g - section * width;
-        const uint4 v = *reinterpret_cast<const uint4*>(tile + rr * kTileLd<kBN> + 8 * c);
-        if (section == 0)
-          *reinterpret_cast<uint4*>(a.q_out + t * width + col) = v;
-        else if (store_ok)
-          *reinterpret_cast<uint4*>((section == 1 ? a.k_store : a.v_store) + static_cast<int64_t>(row) * width + col) =
-              v;
-      }
-    }
-  }
-
   // Bulk: thread r < kBM copies tile row r, split at the q | k | v boundaries, to q / the store rows
   // with one cp.async.bulk per segment (16-byte multiples: columns are multiples of 8, the row
   // pitch kTileLd·2 bytes a multiple of 16; destinations 16-byte aligned, qkv_rope_fused_supported).
@@ -287,19 +256,27 @@ struct EpilogueAdapter : cutlass::epilogue::collective::detail::Sm90TmaWarpSpeci
 };
 
 // One GEMM configuration: C[T, 3·H·Dh] = xn[T, D] · wqkvᵀ (both K-major bf16, fp32 accumulation),
-// CUTLASS's cooperative kernel (the CTA's two consumer warpgroups share a kBM × kBN tile, kBM/2 rows
-// each), clusters of one CTA; kMode: how the epilogue stores (EpiStore).
-template <int kBM, int kBN, EpiStore kMode>
+// clusters of one CTA, persistent. kPingpong false: CUTLASS's cooperative kernel (the CTA's two
+// consumer warpgroups share a kBM × kBN tile, kBM/2 rows each, and run its epilogue together, the
+// tensor cores idle meanwhile); true: the ping-pong kernel (each consumer warpgroup owns a whole
+// kBM × kBN tile, and one's epilogue runs while the other's main loop does: the epilogue's stores
+// are hidden behind MMAs). kMode: how the epilogue stores (EpiStore; kBulk needs the cooperative
+// kernel, whose 256 consumer threads share the staged tile).
+template <int kBM, int kBN, EpiStore kMode, bool kPingpong = false>
 struct QkvGemm {
+  static_assert(!(kPingpong && kMode == EpiStore::kBulk),
+                "the bulk-copy epilogue is written for the cooperative kernel");
   using TileShape = Shape<Int<kBM>, Int<kBN>, Int<64>>;
   using ClusterShape = Shape<_1, _1, _1>;
   using EpilogueOp = RopeStoreEpilogue<kBM, kBN, kMode>;
   using Epilogue = EpilogueAdapter<EpilogueOp>;
+  using Schedule = std::conditional_t<kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                                      cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::bfloat16_t, cutlass::layout::RowMajor, 8,
       cutlass::bfloat16_t, cutlass::layout::ColumnMajor, 8, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename EpilogueOp::SharedStorage))>,
-      cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
+      Schedule>::CollectiveOp;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue,
                                                       cutlass::gemm::PersistentScheduler>;
 };
@@ -346,10 +323,10 @@ void qkv_rope_store_sm90(const FusedQkvArgs& a, const QkvConfig& config, cudaStr
   switch (config.tile) {
     case QkvTile::k128x128: launch<QkvGemm<128, 128, EpiStore::kRegisters>>(a, config, stream); return;
     case QkvTile::k128x256: launch<QkvGemm<128, 256, EpiStore::kRegisters>>(a, config, stream); return;
-    case QkvTile::k128x128s: launch<QkvGemm<128, 128, EpiStore::kStaged>>(a, config, stream); return;
-    case QkvTile::k128x256s: launch<QkvGemm<128, 256, EpiStore::kStaged>>(a, config, stream); return;
     case QkvTile::k128x128b: launch<QkvGemm<128, 128, EpiStore::kBulk>>(a, config, stream); return;
     case QkvTile::k128x256b: launch<QkvGemm<128, 256, EpiStore::kBulk>>(a, config, stream); return;
+    case QkvTile::k128x128p: launch<QkvGemm<128, 128, EpiStore::kRegisters, true>>(a, config, stream); return;
+    case QkvTile::k64x256p: launch<QkvGemm<64, 256, EpiStore::kRegisters, true>>(a, config, stream); return;
     case QkvTile::kAuto: break;
   }
   cuda::throw_invalid_argument("qkv_rope_store (fused): no tile configuration chosen");
