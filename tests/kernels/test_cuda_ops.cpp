@@ -258,9 +258,8 @@ void rope_tables(int64_t positions, int64_t head_dim, double theta, std::vector<
 }
 
 // FLASHDLLM_QKV values that force the fused kernel: its automatic tile, then every tile
-// configuration (kernels::kQkvTiles: cooperative and ping-pong kernels, register and bulk-copy epilogues).
-constexpr const char* kFusedQkvModes[] = {"fused",          "fused:128x128",  "fused:128x256", "fused:128x128b",
-                                          "fused:128x256b", "fused:128x128p", "fused:64x256p"};
+// configuration (kernels::kQkvTiles).
+constexpr const char* kFusedQkvModes[] = {"fused", "fused:128x128b", "fused:128x256b"};
 
 TEST_P(CudaOps, QkvRopeStoreMatchesCpu) {
   struct Case {
@@ -276,7 +275,7 @@ TEST_P(CudaOps, QkvRopeStoreMatchesCpu) {
                                   {129, 512, 3, 128, 300, 512},
                                   {65, 4096, 32, 128, 70, 4096},
                                   {17, 256, 4, 64, 40, 128},
-                                  // > 1024 rows: the fused kernel's 128x256 tiles, one straddling q | k
+                                  // > 512 rows: the fused kernel's automatic 128x256 tiles, one straddling q | k
                                   {1100, 256, 3, 128, 1200, 2048}};
   for (const Case& c : cases) {
     SCOPED_TRACE("qkv_rope_store T=" + std::to_string(c.T) + " D=" + std::to_string(c.D) + " H=" +
@@ -393,7 +392,7 @@ TEST_P(CudaOps, FusedQkvRopeStoreReportsBadInputAndUnsupportedShapes) {
   if (!is_cuda_) GTEST_SKIP() << "FLASHDLLM_QKV selects between CUDA paths";
   EXPECT_TRUE(twin::throws_error(
       *twin_, [] { cuda_with_env("FLASHDLLM_QKV", "fused:256x256"); }, ErrorCode::kInvalidArgument,
-      "fused:<tile> (128x128, 128x256"));
+      "fused:<tile> (128x128b, 128x256b)"));
   if (!cuda_with_env_or_null("FLASHDLLM_QKV", "fused"))
     GTEST_SKIP() << "the fused QKV kernel needs an sm_90 device and a build with CUTLASS";
   for (const char* mode : kFusedQkvModes)

@@ -191,8 +191,8 @@ CudnnChoice parse_cudnn_env() {
 // ----------------------------------------------------------------------------- qkv dispatch
 
 // Which qkv_rope_store path runs: FLASHDLLM_QKV = auto (default) | fused | fused:<tile> | unfused.
-// fused:<tile> forces one of the fused kernel's configurations (kernels::qkv_tile_name: 128x128,
-// 128x256, 128x128b, ...; the twin tests sweep them), plain fused takes kernels::qkv_fused_auto's.
+// fused:<tile> forces one of the fused kernel's configurations (kernels::qkv_tile_name: 128x128b,
+// 128x256b; the twin tests sweep them), plain fused takes kernels::qkv_fused_auto's.
 enum class QkvMode { kAuto, kFused, kUnfused };
 struct QkvChoice {
   QkvMode mode = QkvMode::kAuto;

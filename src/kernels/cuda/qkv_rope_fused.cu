@@ -17,12 +17,8 @@ namespace flashdllm::kernels {
 const char* qkv_tile_name(QkvTile t) noexcept {
   switch (t) {
     case QkvTile::kAuto: return "auto";
-    case QkvTile::k128x128: return "128x128";
-    case QkvTile::k128x256: return "128x256";
     case QkvTile::k128x128b: return "128x128b";
     case QkvTile::k128x256b: return "128x256b";
-    case QkvTile::k128x128p: return "128x128p";
-    case QkvTile::k64x256p: return "64x256p";
   }
   return "?";
 }
@@ -45,8 +41,7 @@ bool qkv_fused_beats_unfused(int64_t /*tokens*/) noexcept { return false; }
 
 QkvConfig qkv_fused_auto(int64_t tokens) noexcept {
   QkvConfig c;
-  // bench/results/2026-12-03-h200-qkv-epilogues: the bulk-copy epilogue is the fastest fused
-  // configuration at every T (tied at 128 rows), 128x128 tiles up to 512 rows, 128x256 above.
+  // bench/results/2026-12-03-h200-qkv-epilogues: 128x128 tiles up to 512 rows, 128x256 above.
   c.tile = tokens <= 512 ? QkvTile::k128x128b : QkvTile::k128x256b;
   return c;
 }

@@ -42,20 +42,15 @@ struct FusedQkvArgs {
   int* error_flags = nullptr;  ///< device int or null; kErrRopePosition / kErrStoreRow
 };
 
-/// The GEMM tile (rows × columns of an output tile), the CUTLASS kernel and how its epilogue
-/// stores: no suffix, CUTLASS's cooperative kernel (the CTA's two consumer warpgroups share a tile)
-/// whose epilogue stores each thread's registers straight to global memory; b, cooperative, the
-/// tile staged in shared memory and each row handed to the bulk-copy engine (cp.async.bulk),
-/// which overlaps the stores with the next tile's main loop; p, the ping-pong kernel (each consumer
-/// warpgroup owns a tile; one's epilogue, from registers, runs while the other's main loop does).
-/// (Clusters of two CTAs sharing operand tiles through TMA multicast and an epilogue writing the
-/// staged tile with 16-byte stores from the threads measured no faster and were dropped:
-/// bench/results/2026-12-03-h200-qkv-cutlass.)
-enum class QkvTile { kAuto, k128x128, k128x256, k128x128b, k128x256b, k128x128p, k64x256p };
+/// The GEMM tile: rows × columns of an output tile of CUTLASS's cooperative kernel (the CTA's two
+/// consumer warpgroups share it); b: its epilogue stages the rotated tile in shared memory and hands
+/// each row to the bulk-copy engine (cp.async.bulk). (Register-to-global and thread-copied staged
+/// epilogues, the ping-pong kernel and clusters of two CTAs measured slower and were dropped:
+/// bench/results/2026-12-03-h200-qkv-cutlass, bench/results/2026-12-03-h200-qkv-epilogues.)
+enum class QkvTile { kAuto, k128x128b, k128x256b };
 
 /// Every tile configuration (all but kAuto), for sweeps (bench/qkv_bench, the twin tests).
-inline constexpr QkvTile kQkvTiles[] = {QkvTile::k128x128,  QkvTile::k128x256,  QkvTile::k128x128b,
-                                        QkvTile::k128x256b, QkvTile::k128x128p, QkvTile::k64x256p};
+inline constexpr QkvTile kQkvTiles[] = {QkvTile::k128x128b, QkvTile::k128x256b};
 
 /// One configuration of the fused kernel: the tile, and the persistent scheduler's walk over the
 /// output tiles (swizzle: tiles taken in groups of this many along the minor direction, 1, 2, 4 or
@@ -66,7 +61,7 @@ struct QkvConfig {
   bool along_n = false;
 };
 
-/// "auto", "128x128", "128x256", "128x128b", "128x256b", "128x128p", "64x256p".
+/// "auto", "128x128b", "128x256b".
 const char* qkv_tile_name(QkvTile t) noexcept;
 
 /// The tile named `name` (one of qkv_tile_name's names, "auto" included) in *out; false, *out

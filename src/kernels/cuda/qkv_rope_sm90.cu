@@ -7,10 +7,11 @@
 // 8j + 2·(lane % 4) + {0, 1} of two rows (lane / 4 and lane / 4 + 8): the partner of column n in the
 // half-rotation RoPE, n + Dh/2, is block j + Dh/16 of the same thread. So each thread rounds its
 // pair to bf16 (the unfused GEMM's output), rotates it with the table's cos / sin of the row's
-// position (separately rounded fp32 products and sums, as rope_store_bf16) and writes q to the
-// dense output, k and v straight to their store rows: no [T, 3·H·Dh] intermediate and no second
-// pass. A tile's BN columns are whole heads (BN a multiple of Dh), so rotation pairs never straddle
-// tiles; the q | k | v section of each column pair is computed from its global column.
+// position (separately rounded fp32 products and sums, as rope_store_bf16) and writes it to a tile
+// in shared memory, whose rows the bulk-copy engine then writes to q's dense rows and to the K and V
+// store rows (RopeStoreEpilogue): no [T, 3·H·Dh] intermediate and no second pass. A tile's BN columns are whole heads
+// (BN a multiple of Dh), so rotation pairs never straddle tiles; the q | k | v section of each column pair is computed
+// from its global column.
 #include "kernels/cuda/qkv_rope_sm90.h"
 
 #include <cute/tensor.hpp>
@@ -24,7 +25,6 @@
 #include <cutlass/gemm/kernel/tile_scheduler.hpp>
 
 #include <string>
-#include <type_traits>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_utils.cuh"
@@ -35,41 +35,34 @@ namespace {
 
 using namespace cute;
 
-// How the epilogue gets a tile's rotated bf16 values to q and the K/V store rows.
-//  kRegisters: each thread stores its pairs straight from registers (4-byte stores over 8 rows per
-//    warp instruction). a5694c5: in the cooperative kernel this costs 1.31x the GEMM, as CUTLASS's
-//    own no-smem epilogue.
-//  kBulk: the pairs go to a kBM × kBN tile in shared memory (carved out of the main loop's stages),
-//    then one thread per tile row hands each of its q / k / v row segments to the bulk-copy engine
-//    (cp.async.bulk shared → global) and the consumers go on to the next tile's main loop; the
-//    copies are waited for (their shared-memory reads) before the tile is written again and at the
-//    end of the kernel, as CUTLASS's TMA epilogue does with its stores (which run at cuBLAS speed,
-//    a5694c5). (Staging and then writing rows with 16-byte stores from the threads measured slower
-//    than both, f4776eb.)
-enum class EpiStore { kRegisters, kBulk };
-
 enum : int { kConsumers = 256 };  // the cooperative kernel's two consumer warpgroups (threads)
 // The staged tile's row pitch (bf16): 8 columns of padding make a wgmma fragment's 4-byte writes
-// conflict-free; (kBN + 8)·2 bytes stays a multiple of 16 for the 16-byte reads and bulk copies.
+// conflict-free; (kBN + 8)·2 bytes stays a multiple of 16 for the bulk copies.
 template <int kBN>
 constexpr int kTileLd = kBN + 8;
 
 // The operator-style epilogue CUTLASS's sm_90 kernels take through Sm90TmaWarpSpecializedAdapter
-// (the interface of cutlass::epilogue::collective::DefaultEpilogue).
-template <int kBM, int kBN, EpiStore kMode>
+// (the interface of cutlass::epilogue::collective::DefaultEpilogue), for the cooperative kernel.
+// The rotated bf16 pairs go to a kBM × kBN tile in shared memory (carved out of the main loop's
+// stages); then one thread per tile row hands each of its q / k / v row segments to the bulk-copy
+// engine (cp.async.bulk shared → global) and the consumers go on to the next tile's main loop. The
+// copies are waited for (their shared-memory reads) before the tile is written again and at the
+// end of the kernel, as CUTLASS's TMA epilogue does with its stores.
+// bench/results/2026-12-03-h200-qkv-epilogues: this is the fastest of the epilogues tried (1.23-1.27x
+// the cuBLASLt GEMM at T >= 1024); storing each thread's pairs from registers cost 1.29-1.34x, also
+// in CUTLASS's ping-pong kernel 1.27-1.33x, and staging with 16-byte stores from the threads more.
+template <int kBM, int kBN>
 class RopeStoreEpilogue {
  public:
-  static constexpr bool kStaged = kMode == EpiStore::kBulk;
   using ElementC = cutlass::bfloat16_t;  // the kernel asks for these types; C is never read
   using ElementD = cutlass::bfloat16_t;
   using StrideC = cute::Stride<int64_t, cute::Int<1>, int64_t>;
   using StrideD = StrideC;
   using GmemTiledCopyC = void;
   using GmemTiledCopyD = void;
-  struct StagedTile {
+  struct SharedStorage {
     alignas(128) __nv_bfloat16 tile[kBM * kTileLd<kBN>];
   };
-  using SharedStorage = std::conditional_t<kStaged, StagedTile, cute::tuple<>>;
   using TensorStorage = SharedStorage;
   struct Arguments {
     FusedQkvArgs args;
@@ -94,7 +87,7 @@ class RopeStoreEpilogue {
     return true;
   }
 
-  CUTLASS_HOST_DEVICE explicit RopeStoreEpilogue(Params const& p, SharedStorage const& = SharedStorage()) : p_(p) {}
+  CUTLASS_HOST_DEVICE explicit RopeStoreEpilogue(Params const& p) : p_(p) {}
 
   template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
             class TiledMma, class ResidueMNK>
@@ -107,26 +100,26 @@ class RopeStoreEpilogue {
                   "unexpected wgmma accumulator layout");
     static_assert(size<2>(FrgLayout{}) == 1 && size<0, 2>(FrgLayout{}) * 8 == kBN,
                   "the epilogue needs one wgmma atom across the tile's columns");
-    __nv_bfloat16* tile = kStaged ? reinterpret_cast<__nv_bfloat16*>(smem) : nullptr;
-    if constexpr (kStaged) wait_bulk(thread_idx);                             // the previous tile's copies read it
-    if constexpr (kStaged) cutlass::arch::NamedBarrier::sync(kConsumers, 0);  // the previous tile was copied out
+    __nv_bfloat16* tile = reinterpret_cast<SharedStorage*>(smem)->tile;
+    wait_bulk(thread_idx);                             // this thread's copies of the previous tile read it
+    cutlass::arch::NamedBarrier::sync(kConsumers, 0);  // ... and every thread's
     if (p_.args.head_dim == 128)
       store<8>(blk_coord, acc, tiled_mma, thread_idx, tile);
     else
       store<4>(blk_coord, acc, tiled_mma, thread_idx, tile);
-    if constexpr (kStaged) cute::tma_store_fence();  // make the tile visible to the copy engine
-    if constexpr (kStaged) cutlass::arch::NamedBarrier::sync(kConsumers, 0);
-    if constexpr (kStaged) copy_out_bulk(blk_coord, tile, thread_idx);
+    cute::tma_store_fence();  // make the tile visible to the copy engine
+    cutlass::arch::NamedBarrier::sync(kConsumers, 0);
+    copy_out_bulk(blk_coord, tile, thread_idx);
   }
 
-  // kBulk: waits until this thread's bulk copies have read the tile (a no-op for other threads and
-  // modes). Called before the tile is written again and from the adapter's store_tail.
+  // Waits until this thread's bulk copies have read the tile (a no-op for threads that issue none).
+  // Called before the tile is written again and from the adapter's store_tail.
   CUTLASS_DEVICE static void wait_bulk(int thread_idx) {
-    if (kStaged && thread_idx < kBM) cute::tma_store_wait<0>();
+    if (thread_idx < kBM) cute::tma_store_wait<0>();
   }
 
  private:
-  // Bulk: thread r < kBM copies tile row r, split at the q | k | v boundaries, to q / the store rows
+  // Thread r < kBM copies tile row r, split at the q | k | v boundaries, to q / the store rows
   // with one cp.async.bulk per segment (16-byte multiples: columns are multiples of 8, the row
   // pitch kTileLd·2 bytes a multiple of 16; destinations 16-byte aligned, qkv_rope_fused_supported).
   template <class BlockCoordMNKL>
@@ -155,9 +148,9 @@ class RopeStoreEpilogue {
     cute::tma_store_arrive();
   }
 
-  // Rotates and rounds the fragment; writes it to `tile` (staged: every element of the rows below T,
-  // q of a bad position as NaN) or straight to q / the store rows. kPartner = Dh/16: the column
-  // blocks between a rotation pair's two halves.
+  // Rotates and rounds the fragment into `tile`: the rows below T, q of a bad position as NaN, k and
+  // v only where their store row will be written. kPartner = Dh/16: the column blocks between a
+  // rotation pair's two halves.
   template <int kPartner, class BlockCoordMNKL, class FrgEngine, class FrgLayout, class TiledMma>
   CUTLASS_DEVICE void store(BlockCoordMNKL blk_coord, cute::Tensor<FrgEngine, FrgLayout> const& acc, TiledMma tiled_mma,
                             int thread_idx, __nv_bfloat16* tile) {
@@ -181,16 +174,13 @@ class RopeStoreEpilogue {
         const int m_local = get<0>(coord(make_coord(make_coord(0, r, 0), mi, 0)));
         const int64_t t = m0 + m_local;
         if (t >= a.tokens) continue;
-        // Read-only loads (ld.global.nc): the compiler may hoist them above the stores below, which
-        // it could not for plain loads that might alias q_out / the stores.
+        // Read-only loads (ld.global.nc): the compiler may schedule them freely.
         const int32_t pos = __ldg(a.positions + t);
         const int32_t row = __ldg(a.rows + t);
         const bool pos_ok = pos >= 0 && pos < a.max_positions;
         const bool row_ok = row >= 0 && row < a.store_rows;
         if (a.error_flags != nullptr && (!pos_ok || !row_ok))
           atomicOr(a.error_flags, (pos_ok ? 0 : kErrRopePosition) | (row_ok ? 0 : kErrStoreRow));
-        __nv_bfloat16* q_row = a.q_out + t * width;
-        const int64_t store_off = static_cast<int64_t>(row) * width;
         const float* cos_row = a.cos + static_cast<int64_t>(pos) * half;
         const float* sin_row = a.sin + static_cast<int64_t>(pos) * half;
         // Whether block j holds a head's first half (and so a rotation pair, with its partner in
@@ -202,10 +192,7 @@ class RopeStoreEpilogue {
           if (g >= 3 * width) continue;
           const int section = (g >= width) + (g >= 2 * width);  // 0 q, 1 k, 2 v
           const int col = g - section * width;
-          // Where the pair goes: the staged tile, or its row of q / the K or V store.
-          __nv_bfloat16* const dst =
-              kStaged ? tile + m_local * kTileLd<kBN> + n_local
-                      : (section == 0 ? q_row : (section == 1 ? a.k_store : a.v_store) + store_off) + col;
+          __nv_bfloat16* const dst = tile + m_local * kTileLd<kBN> + n_local;
           const float x0 = acc(make_coord(make_coord(0, r, j), mi, 0));
           const float x1 = acc(make_coord(make_coord(1, r, j), mi, 0));
           if (section == 2) {
@@ -256,27 +243,19 @@ struct EpilogueAdapter : cutlass::epilogue::collective::detail::Sm90TmaWarpSpeci
 };
 
 // One GEMM configuration: C[T, 3·H·Dh] = xn[T, D] · wqkvᵀ (both K-major bf16, fp32 accumulation),
-// clusters of one CTA, persistent. kPingpong false: CUTLASS's cooperative kernel (the CTA's two
-// consumer warpgroups share a kBM × kBN tile, kBM/2 rows each, and run its epilogue together, the
-// tensor cores idle meanwhile); true: the ping-pong kernel (each consumer warpgroup owns a whole
-// kBM × kBN tile, and one's epilogue runs while the other's main loop does: the epilogue's stores
-// are hidden behind MMAs). kMode: how the epilogue stores (EpiStore; kBulk needs the cooperative
-// kernel, whose 256 consumer threads share the staged tile).
-template <int kBM, int kBN, EpiStore kMode, bool kPingpong = false>
+// CUTLASS's cooperative kernel (the CTA's two consumer warpgroups share a kBM × kBN tile, kBM/2 rows
+// each), clusters of one CTA, persistent; the epilogue is RopeStoreEpilogue.
+template <int kBM, int kBN>
 struct QkvGemm {
-  static_assert(!(kPingpong && kMode == EpiStore::kBulk),
-                "the bulk-copy epilogue is written for the cooperative kernel");
   using TileShape = Shape<Int<kBM>, Int<kBN>, Int<64>>;
   using ClusterShape = Shape<_1, _1, _1>;
-  using EpilogueOp = RopeStoreEpilogue<kBM, kBN, kMode>;
+  using EpilogueOp = RopeStoreEpilogue<kBM, kBN>;
   using Epilogue = EpilogueAdapter<EpilogueOp>;
-  using Schedule = std::conditional_t<kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
-                                      cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::bfloat16_t, cutlass::layout::RowMajor, 8,
       cutlass::bfloat16_t, cutlass::layout::ColumnMajor, 8, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename EpilogueOp::SharedStorage))>,
-      Schedule>::CollectiveOp;
+      cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue,
                                                       cutlass::gemm::PersistentScheduler>;
 };
@@ -321,12 +300,8 @@ void launch(const FusedQkvArgs& a, const QkvConfig& config, cudaStream_t stream)
 
 void qkv_rope_store_sm90(const FusedQkvArgs& a, const QkvConfig& config, cudaStream_t stream) {
   switch (config.tile) {
-    case QkvTile::k128x128: launch<QkvGemm<128, 128, EpiStore::kRegisters>>(a, config, stream); return;
-    case QkvTile::k128x256: launch<QkvGemm<128, 256, EpiStore::kRegisters>>(a, config, stream); return;
-    case QkvTile::k128x128b: launch<QkvGemm<128, 128, EpiStore::kBulk>>(a, config, stream); return;
-    case QkvTile::k128x256b: launch<QkvGemm<128, 256, EpiStore::kBulk>>(a, config, stream); return;
-    case QkvTile::k128x128p: launch<QkvGemm<128, 128, EpiStore::kRegisters, true>>(a, config, stream); return;
-    case QkvTile::k64x256p: launch<QkvGemm<64, 256, EpiStore::kRegisters, true>>(a, config, stream); return;
+    case QkvTile::k128x128b: launch<QkvGemm<128, 128>>(a, config, stream); return;
+    case QkvTile::k128x256b: launch<QkvGemm<128, 256>>(a, config, stream); return;
     case QkvTile::kAuto: break;
   }
   cuda::throw_invalid_argument("qkv_rope_store (fused): no tile configuration chosen");
