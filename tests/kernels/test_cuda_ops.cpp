@@ -276,7 +276,11 @@ TEST_P(CudaOps, QkvRopeStoreMatchesCpu) {
                                   {65, 4096, 32, 128, 70, 4096},
                                   {17, 256, 4, 64, 40, 128},
                                   // > 512 rows: the fused kernel's automatic 128x256 tiles, one straddling q | k
-                                  {1100, 256, 3, 128, 1200, 2048}};
+                                  {1100, 256, 3, 128, 1200, 2048},
+                                  // more output tiles than an H200 has SMs (141 at 128x256, 235 at 128x128):
+                                  // the persistent fused kernel's CTAs reuse their staged tile; tiles
+                                  // straddling q | k and k | v (3·64 columns per section)
+                                  {6000, 64, 3, 64, 6100, 8192}};
   for (const Case& c : cases) {
     SCOPED_TRACE("qkv_rope_store T=" + std::to_string(c.T) + " D=" + std::to_string(c.D) + " H=" +
                  std::to_string(c.H) + " Dh=" + std::to_string(c.Dh) + " N=" + std::to_string(c.N));
@@ -392,7 +396,7 @@ TEST_P(CudaOps, FusedQkvRopeStoreReportsBadInputAndUnsupportedShapes) {
   if (!is_cuda_) GTEST_SKIP() << "FLASHDLLM_QKV selects between CUDA paths";
   EXPECT_TRUE(twin::throws_error(
       *twin_, [] { cuda_with_env("FLASHDLLM_QKV", "fused:256x256"); }, ErrorCode::kInvalidArgument,
-      "fused:<tile> (128x128b, 128x256b)"));
+      "fused:<tile> (auto, 128x128b, 128x256b)"));
   if (!cuda_with_env_or_null("FLASHDLLM_QKV", "fused"))
     GTEST_SKIP() << "the fused QKV kernel needs an sm_90 device and a build with CUTLASS";
   for (const char* mode : kFusedQkvModes)
@@ -420,10 +424,34 @@ TEST_P(CudaOps, FusedQkvRopeStoreReportsBadInputAndUnsupportedShapes) {
         EXPECT_TRUE(twin::throws_error(*be, call, ErrorCode::kUnsupported, "FLASHDLLM_QKV=fused"));
         continue;
       }
+      // What each output row holds after the call, as rope_store_bf16 leaves it: f all finite, n all
+      // NaN (poison left untouched, or q of a bad position), m mixed.
+      auto rows_state = [&](const Dev& x) {
+        const std::vector<float> h = get(*be, x.t);
+        const int64_t HD = H * Dh;
+        std::string st;
+        for (size_t r = 0; r * HD < h.size(); ++r) {
+          int64_t nan = 0;
+          for (int64_t j = 0; j < HD; ++j) nan += std::isnan(h[r * HD + j]);
+          st += nan == 0 ? 'f' : (nan == HD ? 'n' : 'm');
+        }
+        return st;
+      };
+      auto poison_outputs = [&] {
+        for (const Dev* x : {&q, &ks, &vs}) twin::poison(*be, x->t);
+      };
+      poison_outputs();
       EXPECT_TRUE(twin::throws_error(*be, call, ErrorCode::kInvalidArgument, "position"));
+      EXPECT_EQ(rows_state(q), "fnf");    // q of the bad position poisoned
+      EXPECT_EQ(rows_state(ks), "fnfn");  // its store row (1) and the unused row 3 untouched
+      EXPECT_EQ(rows_state(vs), "fnfn");
       put_i32(*be, pd.t, {0, 7, 1});
       put_i32(*be, rd.t, {0, 4, 1});  // store row 4 outside [0, 4)
+      poison_outputs();
       EXPECT_TRUE(twin::throws_error(*be, call, ErrorCode::kInvalidArgument, "row"));
+      EXPECT_EQ(rows_state(q), "fff");    // the positions are valid: every q row rotated
+      EXPECT_EQ(rows_state(ks), "ffnn");  // rows 0 and 1 written (tokens 0 and 2), nothing past the store
+      EXPECT_EQ(rows_state(vs), "ffnn");
     }
 }
 

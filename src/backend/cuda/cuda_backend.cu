@@ -192,7 +192,7 @@ CudnnChoice parse_cudnn_env() {
 
 // Which qkv_rope_store path runs: FLASHDLLM_QKV = auto (default) | fused | fused:<tile> | unfused.
 // fused:<tile> forces one of the fused kernel's configurations (kernels::qkv_tile_name: 128x128b,
-// 128x256b; the twin tests sweep them), plain fused takes kernels::qkv_fused_auto's.
+// 128x256b; the twin tests sweep them); plain fused (= fused:auto) takes kernels::qkv_fused_auto's.
 enum class QkvMode { kAuto, kFused, kUnfused };
 struct QkvChoice {
   QkvMode mode = QkvMode::kAuto;
@@ -206,9 +206,8 @@ QkvChoice parse_qkv_env() {
   if (std::strcmp(v, "fused") == 0) return {QkvMode::kFused};
   QkvChoice c{QkvMode::kFused};
   if (std::strncmp(v, "fused:", 6) == 0 && kernels::qkv_tile_from_name(v + 6, &c.tile)) return c;
-  std::string tiles;
-  for (kernels::QkvTile t : kernels::kQkvTiles)
-    tiles += std::string(tiles.empty() ? "" : ", ") + kernels::qkv_tile_name(t);
+  std::string tiles = kernels::qkv_tile_name(kernels::QkvTile::kAuto);
+  for (kernels::QkvTile t : kernels::kQkvTiles) tiles += std::string(", ") + kernels::qkv_tile_name(t);
   FDLLM_FAIL(ErrorCode::kInvalidArgument, "FLASHDLLM_QKV='{}' is not one of auto, fused, fused:<tile> ({}), unfused", v,
              tiles);
 }

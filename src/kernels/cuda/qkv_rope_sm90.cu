@@ -9,9 +9,9 @@
 // pair to bf16 (the unfused GEMM's output), rotates it with the table's cos / sin of the row's
 // position (separately rounded fp32 products and sums, as rope_store_bf16) and writes it to a tile
 // in shared memory, whose rows the bulk-copy engine then writes to q's dense rows and to the K and V
-// store rows (RopeStoreEpilogue): no [T, 3·H·Dh] intermediate and no second pass. A tile's BN columns are whole heads
-// (BN a multiple of Dh), so rotation pairs never straddle tiles; the q | k | v section of each column pair is computed
-// from its global column.
+// store rows (RopeStoreEpilogue): no [T, 3·H·Dh] intermediate and no second pass. A tile's BN
+// columns are whole heads (BN a multiple of Dh), so rotation pairs never straddle tiles; the
+// q | k | v section of each column pair is computed from its global column.
 #include "kernels/cuda/qkv_rope_sm90.h"
 
 #include <cute/tensor.hpp>
