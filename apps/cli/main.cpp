@@ -290,7 +290,9 @@ std::string eval_method_label(const flashdllm::GenerateOptions& go) {
                   : d.cache == CacheMode::kDual   ? "Fast-dLLM dual cache"
                                                   : "Flash-Cache";
   if (d.cache == CacheMode::kFlash) {
-    if (d.verify) m += fmt::format(" + Verify (gamma {}, {})", d.gamma, flashdllm::verify_rule_name(d.verify_rule));
+    if (d.verify)
+      m += fmt::format(" + Verify (gamma {}, {}{})", d.gamma, flashdllm::verify_rule_name(d.verify_rule),
+                       d.verify_kept == flashdllm::VerifyKept::kCommits ? ", kept: commits" : "");
     m += fmt::format(", track {} mask {}", d.track_num, d.mask_num);
   }
   if (const auto t = flashdllm::effective_threshold(d, go.sampling))
@@ -689,7 +691,7 @@ void add_bench_subcommand(CLI::App& app, CommonArgs& ca, BenchArgs& ba, CLI::App
       ->capture_default_str();
   bch->add_option("--sweep", ba.sweeps,
                   "KEY=V1,V2,... (repeatable; keys: threshold (or off), gamma, track_num, mask_num, block_length, "
-                  "gen_length, steps, verify_rule, max_candidates, tokens_per_step, temperature, seed)");
+                  "gen_length, steps, verify_rule, max_candidates, verify_kept, tokens_per_step, temperature, seed)");
   bch->add_option("--batches", ba.batches, "comma-separated batch sizes (none/prefix/dual: requests per call; flash: slots)")
       ->capture_default_str();
   bch->add_option("--repeats", ba.repeats, "measured runs per point (medians and min/max over them)")->capture_default_str();

@@ -129,6 +129,7 @@ flashdllm::GenerateOptions DecodeArgs::options(bool one_mode) const {
   d.cache = flashdllm::parse_cache_mode(cache, "--cache");
   d.remasking = flashdllm::parse_remasking(remasking, "--remasking");
   d.verify_rule = flashdllm::parse_verify_rule(verify_rule, "--verify-rule");
+  d.verify_kept = flashdllm::parse_verify_kept(verify_kept, "--verify-kept");
   if (!preset.empty()) {
     const flashdllm::FlashPreset p = flashdllm::flash_preset(preset);
     if (!given("--cache")) d.cache = flashdllm::CacheMode::kFlash;
@@ -172,7 +173,7 @@ flashdllm::GenerateOptions DecodeArgs::options(bool one_mode) const {
                                 given("--cache") || preset.size() ? "" : ", the default"));
   }
   if (one_mode && !d.verify)
-    for (const char* f : {"--gamma", "--verify-rule", "--max-candidates", "--forced-acceptance"})
+    for (const char* f : {"--gamma", "--verify-rule", "--max-candidates", "--verify-kept", "--forced-acceptance"})
       if (given(f)) throw Error(ErrorCode::kInvalidArgument, fmt::format("{} applies to --verify only", f));
   if (given("--eot-id")) {
     if (eot_id < 0 || eot_id > INT32_MAX)
@@ -274,6 +275,10 @@ void add_decode_options(CLI::App* app, DecodeArgs& a) {
   app->add_option("--max-candidates", d.max_candidates,
                   "flash verify: drafts checked per iteration (<= block length; 0 = block length / 2)")
       ->check(kNonNegativeInt)
+      ->capture_default_str();
+  app->add_option("--verify-kept", a.verify_kept,
+                  "flash verify: decoded positions recomputed in each verify tile: released (2 x block length rows "
+                  "per tile) | commits (only this iteration's commits: fewer rows, a faster verify pass)")
       ->capture_default_str();
   app->add_option("--forced-acceptance", d.forced_acceptance,
                   "flash verify benchmarks: accept up to this many drafts per iteration regardless of gamma (0 = off)")

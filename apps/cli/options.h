@@ -56,6 +56,7 @@ struct DecodeArgs {
   std::string cache = cache_mode_name(DecodeSettings{}.cache);
   std::string remasking = "low_confidence";
   std::string verify_rule = "product";
+  std::string verify_kept = "released";
   double threshold = -1.0;
   int64_t eot_id = -1;
   std::string preset;

@@ -49,6 +49,21 @@ enum class VerifyRule {
 const char* verify_rule_name(VerifyRule r) noexcept;  ///< "product" | "paper"
 VerifyRule parse_verify_rule(std::string_view name, std::string_view what = "verify_rule");
 
+/// Which decoded positions a verify tile recomputes as "kept" query rows (§D.8, ambiguity §F.6).
+/// Either way the kept rows' fresh K/V replace their cached K/V inside the tile; every other
+/// position is a cached key.
+enum class VerifyKept {
+  /// Released code: T = 2·bm − 2·S, the newest decoded entries, so every tile has 2·bm rows
+  /// (32 at block 16) whatever S is.
+  kReleased,
+  /// T = k1: only this iteration's phase-1 commits, the one set of decoded positions whose cached
+  /// K/V is still of the [MASK] state (the main pass wrote it before the commit; older commits were
+  /// refreshed when pinned into a main pass). A tile has k1 + 2·S <= bm + S rows.
+  kCommits,
+};
+const char* verify_kept_name(VerifyKept k) noexcept;  ///< "released" | "commits"
+VerifyKept parse_verify_kept(std::string_view name, std::string_view what = "verify_kept");
+
 /// Per-request parameters.
 struct SamplingParams {
   /// Canvas length G: tokens generated (OpenAI `max_tokens`). The block samplers need a multiple of
@@ -111,6 +126,7 @@ struct DecodeSettings {
   double gamma = 0.8;                        ///< acceptance threshold γ in (0, 1]
   VerifyRule verify_rule = VerifyRule::kProduct;
   int64_t max_candidates = 0;                ///< drafts checked per iteration (<= block_length); 0 = block_length / 2
+  VerifyKept verify_kept = VerifyKept::kReleased;  ///< kept rows of a verify tile (docs/decisions.md)
   int64_t forced_acceptance = 0;             ///< benchmarks: accept up to this many drafts regardless of γ; 0 = off
 
   /// block_length, or the mode's default when 0: 16 for flash (the paper), 32 otherwise (LLaDA's demo).
@@ -160,7 +176,7 @@ inline void validate(const GenerateOptions& o, const LladaConfig& cfg) {
 void validate_without_model(const GenerateOptions& o);
 
 /// The option keys that option_text / set_option know (sweeps, grid files): threshold, gamma,
-/// track_num, mask_num, block_length, gen_length, steps, verify_rule, max_candidates,
+/// track_num, mask_num, block_length, gen_length, steps, verify_rule, max_candidates, verify_kept,
 /// tokens_per_step, temperature, seed.
 const std::vector<std::string>& option_keys();
 /// The canonical spelling of an option key ('-' accepted for '_'). Throws Error(kInvalidArgument)

@@ -56,6 +56,8 @@ void validate_flash_cache_options(const FlashCacheOptions& o, const LladaConfig&
                   o.forced_acceptance);
   FDLLM_CHECK_ARG(o.verify_rule == VerifyRule::kProduct || o.verify_rule == VerifyRule::kPaper,
                   "flash-cache: unknown verify_rule {}", static_cast<int>(o.verify_rule));
+  FDLLM_CHECK_ARG(o.verify_kept == VerifyKept::kReleased || o.verify_kept == VerifyKept::kCommits,
+                  "flash-cache: unknown verify_kept {}", static_cast<int>(o.verify_kept));
   FDLLM_CHECK_ARG(std::abs(o.track_num) <= (int64_t{1} << 24) && o.mask_num <= (int64_t{1} << 24) &&
                       o.block_length <= (int64_t{1} << 20),
                   "flash-cache: track_num {} / mask_num {} / block_length {} are implausibly large", o.track_num,
@@ -362,7 +364,8 @@ struct PoolShape {
   // exceeds it (flash_forward_groups).
   int64_t tokens = 0, logit_rows = 0, tiles = 0;
   size_t conf_offset = 0, scores_offset = 0, sel_bytes = 0;  // [x0 | conf | scores], 256-byte aligned parts
-  // Verify pass: a tile of 2·bm rows per slot, at most the cap's mask rows, keys < seqlen_k <= Ls.
+  // Verify pass: a tile of at most 2·bm rows per slot (k1 + 2·S <= 2·bm for verify_kept commits), at
+  // most the cap's mask rows, keys < seqlen_k <= Ls.
   int64_t v_tokens = 0, v_logit_rows = 0, v_tiles = 0, v_keys = 0;
   size_t v_x0 = 0, v_conf = 0, v_idx = 0, v_val = 0;  // [x0 | conf | gather indices | gathered values]
 };

@@ -106,6 +106,7 @@ struct FlashCacheOptions {
   double gamma = 0.8;                   ///< γ in (0, 1] (scripts: GSM8K/MBPP 0.8, MATH/HumanEval 0.85)
   VerifyRule verify_rule = VerifyRule::kProduct;
   int64_t max_candidates = 0;           ///< candidates per iteration, <= block_length; 0 = block_length / 2 (released)
+  VerifyKept verify_kept = VerifyKept::kReleased;  ///< kept rows per tile: 2·bm − 2·S (released) or k1 (commits)
   /// Benchmarks (random weights never pass γ): accept the first min(this, S) candidates below the
   /// stop regardless of their probabilities; 0 = off.
   int64_t forced_acceptance = 0;

@@ -10,7 +10,9 @@
 //     flash_verify_valid_count); S = clamp(n_valid − k1, 0, cap) candidates = the next S window
 //     entries in draft-confidence order, cap = max_candidates (released: block_length / 2);
 //     T = 2·bm − 2·S kept rows = the last T decoded entries of full_pos (the newest commits, then the
-//     best-ranked older ones), so a tile has 2·bm rows as upstream.
+//     best-ranked older ones), so a tile has 2·bm rows as upstream; verify_kept = commits: T = k1,
+//     only the phase-1 commits (the decoded positions whose cached K/V is still of the [MASK] state),
+//     k1 + 2·S rows (params.h VerifyKept, docs/decisions.md).
 //  2. Verify pass (llada_verify_forward): query rows [kept | candidates with their drafts | the same
 //     candidates undecoded ([MASK]; an EOS-padding candidate, possible only with reference_quirks,
 //     keeps its padding token as in the released code)] at the candidates' own RoPE positions, both
@@ -67,7 +69,7 @@ struct FlashVerifyTile {
   std::vector<int32_t> candidates;  ///< S positions in draft-confidence order (= full_pos[nd : nd + S])
   std::vector<int32_t> drafts;      ///< their draft tokens (main-pass argmax)
   std::vector<int32_t> keys;        ///< cached key positions (see the file comment for the two modes)
-  int64_t kept_budget = 0;          ///< T = 2·bm − 2·S before the short-prompt clamp
+  int64_t kept_budget = 0;          ///< T before the short-prompt clamp: 2·bm − 2·S (released) or k1 (commits)
   int64_t rows() const noexcept { return static_cast<int64_t>(kept.size() + 2 * candidates.size()); }
 };
 

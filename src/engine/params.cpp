@@ -56,6 +56,17 @@ VerifyRule parse_verify_rule(std::string_view name, std::string_view what) {
              what, name);
 }
 
+const char* verify_kept_name(VerifyKept k) noexcept { return k == VerifyKept::kCommits ? "commits" : "released"; }
+
+VerifyKept parse_verify_kept(std::string_view name, std::string_view what) {
+  if (name == "released") return VerifyKept::kReleased;
+  if (name == "commits") return VerifyKept::kCommits;
+  FDLLM_FAIL(ErrorCode::kInvalidArgument,
+             "{}: '{}' is not released or commits (released: 2·block_length rows per verify tile, the newest decoded "
+             "positions kept; commits: only this iteration's commits kept)",
+             what, name);
+}
+
 int64_t DecodeSettings::effective_block_length() const noexcept {
   return block_length > 0 ? block_length : (cache == CacheMode::kFlash ? 16 : 32);
 }
@@ -154,8 +165,8 @@ void check_decode(const DecodeSettings& d, const LladaConfig* cfg) {
     FDLLM_CHECK_ARG(d.forced_acceptance >= 0 && d.forced_acceptance <= kMaxCount,
                     "forced_acceptance must be >= 0, got {}", d.forced_acceptance);
   } else {
-    FDLLM_CHECK_ARG(d.max_candidates == 0 && d.forced_acceptance == 0,
-                    "max_candidates / forced_acceptance apply to verify (Flash-Verify) only");
+    FDLLM_CHECK_ARG(d.max_candidates == 0 && d.forced_acceptance == 0 && d.verify_kept == VerifyKept::kReleased,
+                    "max_candidates / verify_kept / forced_acceptance apply to verify (Flash-Verify) only");
   }
 }
 
@@ -219,9 +230,9 @@ void validate_without_model(const GenerateOptions& o) {
 // ---------------------------------------------------------------------------------------- text form
 
 const std::vector<std::string>& option_keys() {
-  static const std::vector<std::string> keys = {"threshold",      "gamma",           "track_num",   "mask_num",
-                                                "block_length",   "gen_length",      "steps",       "verify_rule",
-                                                "max_candidates", "tokens_per_step", "temperature", "seed"};
+  static const std::vector<std::string> keys = {
+      "threshold",   "gamma",          "track_num",   "mask_num",        "block_length", "gen_length", "steps",
+      "verify_rule", "max_candidates", "verify_kept", "tokens_per_step", "temperature",  "seed"};
   return keys;
 }
 
@@ -253,6 +264,7 @@ std::string option_text(const GenerateOptions& o, std::string_view key) {
     return std::to_string(s.steps > 0 ? s.steps : default_steps(s.gen_length, d.effective_block_length()));
   if (key == "verify_rule") return verify_rule_name(d.verify_rule);
   if (key == "max_candidates") return std::to_string(d.max_candidates);
+  if (key == "verify_kept") return verify_kept_name(d.verify_kept);
   if (key == "tokens_per_step") return std::to_string(d.tokens_per_step);
   if (key == "temperature") return number_text(s.temperature);
   if (key == "seed") return std::to_string(s.seed);
@@ -299,6 +311,8 @@ void set_option(GenerateOptions& o, std::string_view key, std::string_view value
     d.verify_rule = parse_verify_rule(v, "option verify_rule");
   } else if (k == "max_candidates") {
     d.max_candidates = count(0);
+  } else if (k == "verify_kept") {
+    d.verify_kept = parse_verify_kept(v, "option verify_kept");
   } else if (k == "tokens_per_step") {
     d.tokens_per_step = count(0);
   } else if (k == "temperature") {
@@ -361,6 +375,7 @@ nlohmann::ordered_json to_json(const GenerateOptions& o) {
       v["gamma"] = d.gamma;
       v["rule"] = verify_rule_name(d.verify_rule);
       v["max_candidates"] = d.max_candidates > 0 ? d.max_candidates : d.effective_block_length() / 2;
+      v["kept"] = verify_kept_name(d.verify_kept);
       if (d.forced_acceptance > 0) v["forced_acceptance"] = d.forced_acceptance;
       j["verify_options"] = std::move(v);
     }

@@ -85,6 +85,7 @@ std::unique_ptr<Denoiser> make_denoiser(Backend& be, const LladaModel& m, const 
       fo.gamma = d.gamma;
       fo.verify_rule = d.verify_rule;
       fo.max_candidates = d.max_candidates;
+      fo.verify_kept = d.verify_kept;
       fo.forced_acceptance = d.forced_acceptance;
       return std::make_unique<FlashCacheDenoiser>(be, m, fo, pool);
     }

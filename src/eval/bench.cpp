@@ -119,6 +119,7 @@ void apply_bench_method(GenerateOptions& o, std::string_view method) {
   const DecodeSettings defaults;
   if (!d.verify) {  // verify-only settings
     d.max_candidates = d.forced_acceptance = 0;
+    d.verify_kept = VerifyKept::kReleased;
   }
   if (d.cache != CacheMode::kFlash) {  // flash-only settings
     d.track_num = defaults.track_num;
@@ -140,7 +141,8 @@ void apply_bench_method(GenerateOptions& o, std::string_view method) {
 
 bool option_applies(std::string_view key, std::string_view method, std::string_view value) {
   const std::string k = canonical_option_key(key);
-  if (k == "gamma" || k == "verify_rule" || k == "max_candidates") return method == "flash+verify";
+  if (k == "gamma" || k == "verify_rule" || k == "max_candidates" || k == "verify_kept")
+    return method == "flash+verify";
   if (k == "track_num" || k == "mask_num" || k == "tokens_per_step") return is_flash(method);
   if (k == "steps") return !is_flash(method);
   if (k == "threshold" && trim(value) == "off") return !is_flash(method);

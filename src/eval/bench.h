@@ -47,8 +47,8 @@ const std::vector<std::string>& bench_method_names();
 /// their defaults. Throws Error(kInvalidArgument) listing the known methods for an unknown name.
 void apply_bench_method(GenerateOptions& o, std::string_view method);
 
-/// Whether option `key` (canonical) changes anything for `method`: gamma, verify_rule and
-/// max_candidates only for flash+verify; track_num, mask_num, tokens_per_step for the flash
+/// Whether option `key` (canonical) changes anything for `method`: gamma, verify_rule,
+/// max_candidates and verify_kept only for flash+verify; track_num, mask_num, tokens_per_step for the flash
 /// methods; steps for the non-flash methods; threshold value "off" (no threshold: the sampler's
 /// quota of `steps`) only for the non-flash methods; the rest for all. Option keys, their text
 /// forms and ranges are params.h's (option_keys, set_option).

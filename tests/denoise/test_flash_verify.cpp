@@ -479,15 +479,36 @@ TEST(VerifyPlan, CandidatesKeptRowsAndKeys) {
   EXPECT_EQ(flash_verify_plan_slot(s, 0, d, 1, o).kept.size(), 32u);
   EXPECT_THROW(flash_verify_plan_slot(s, 0, d, 17, o), Error);
   // Released gather list (reference_quirks): full_pos[0 : nd − T] ++ full_pos[nd + S : seqlen_k].
-  FlashCacheOptions oq = o;
-  oq.reference_quirks = true;
-  const FlashVerifyTile vq = flash_verify_plan_slot(s, 0, d, n_valid, oq);
-  std::vector<int32_t> want(s.full_pos.begin(), s.full_pos.begin() + (s.num_decoded - 16));
-  want.insert(want.end(), s.full_pos.begin() + s.num_decoded + 8, s.full_pos.begin() + s.seqlen_k);
-  EXPECT_EQ(vq.keys, want);
+  auto released_keys = [&](FlashCacheOptions oq, int64_t T) {
+    oq.reference_quirks = true;
+    const FlashVerifyTile vq = flash_verify_plan_slot(s, 0, d, n_valid, oq);
+    std::vector<int32_t> want(s.full_pos.begin(), s.full_pos.begin() + (s.num_decoded - T));
+    want.insert(want.end(), s.full_pos.begin() + s.num_decoded + 8, s.full_pos.begin() + s.seqlen_k);
+    EXPECT_EQ(vq.keys, want) << "T = " << T;
+    return vq;
+  };
+  const FlashVerifyTile vq = released_keys(o, 16);
   // Here both definitions are the same set.
   std::set<int32_t> a(v.keys.begin(), v.keys.end()), b(vq.keys.begin(), vq.keys.end());
   EXPECT_EQ(a, b);
+  // verify_kept commits: T = k1 = 1, the phase-1 commit (position 42) only; the same candidates; every
+  // other decoded position (25..39 above) is a cached key again.
+  FlashCacheOptions oc = o;
+  oc.verify_kept = VerifyKept::kCommits;
+  const FlashVerifyTile vc = flash_verify_plan_slot(s, 0, d, n_valid, oc);
+  EXPECT_EQ(vc.kept_budget, 1);
+  EXPECT_EQ(vc.kept, (std::vector<int32_t>{42}));
+  EXPECT_EQ(vc.candidates, v.candidates);
+  EXPECT_EQ(vc.drafts, v.drafts);
+  EXPECT_EQ(vc.rows(), 1 + 16);
+  std::set<int32_t> ctile(vc.kept.begin(), vc.kept.end());
+  ctile.insert(vc.candidates.begin(), vc.candidates.end());
+  ASSERT_EQ(vc.keys.size(), static_cast<size_t>(s.seqlen_k) - ctile.size());
+  for (int32_t t : vc.keys) EXPECT_FALSE(ctile.count(t)) << t;
+  for (int32_t t = 25; t < 40; ++t) EXPECT_TRUE(std::binary_search(vc.keys.begin(), vc.keys.end(), t)) << t;
+  // No candidates: the tile would hold the commit alone (the denoiser plans no tile then).
+  EXPECT_EQ(flash_verify_plan_slot(s, 0, d, 1, oc).rows(), 1);
+  released_keys(oc, 1);  // the released gather list with T = k1
 }
 
 TEST(VerifyPlan, ShortPromptKeepsFewerRowsInsteadOfWrapping) {
@@ -1227,6 +1248,59 @@ TEST(VerifyRun, RejectingEverythingGivesTheFlashCacheTrajectory) {
   EXPECT_EQ(a.stats.query_rows, b.stats.query_rows);
 }
 
+// verify_kept commits: every tile keeps exactly the iteration's phase-1 commits (k1 + 2·S rows), the
+// verify pass's query rows are the sum of those tiles, fewer than the released 2·bm-row tiles, and
+// the run still decodes every request to its stop.
+TEST(VerifyRun, CommitsKeptRowsAreThePhaseOneCommits) {
+  Golden& g = golden();
+  auto run = [&](VerifyKept kept, int64_t& tiles, int64_t& rows) {
+    FlashCacheOptions o = small_options(true);
+    o.gamma = 0.5;
+    o.verify_kept = kept;
+    tiles = rows = 0;
+    auto observer = [&](FlashStep& step) {
+      if (step.phase != 2) return;
+      const FlashVerifyTile& v = *step.verification->tile;
+      const FlashDecision& d = *step.decision;
+      ++tiles;
+      rows += v.rows();
+      const auto S = static_cast<int64_t>(v.candidates.size());
+      if (kept == VerifyKept::kReleased) {
+        EXPECT_EQ(v.kept_budget, 2 * o.block_length - 2 * S);
+        return;
+      }
+      EXPECT_EQ(v.kept_budget, d.count);
+      EXPECT_EQ(v.rows(), d.count + 2 * S);
+      std::vector<int32_t> committed;
+      for (int64_t i = 0; i < d.count; ++i)
+        committed.push_back(d.window[static_cast<size_t>(d.order[static_cast<size_t>(i)])]);
+      std::vector<int32_t> have = v.kept;
+      std::sort(committed.begin(), committed.end());
+      std::sort(have.begin(), have.end());
+      EXPECT_EQ(have, committed) << "forward " << step.forward << " slot " << step.slot;
+    };
+    FlashCacheDenoiser den(*g.backend, g.model, o);
+    return den.generate(small_prompts(), observer);
+  };
+  int64_t tiles_c = 0, rows_c = 0, tiles_r = 0, rows_r = 0;
+  const FlashCacheResult c = run(VerifyKept::kCommits, tiles_c, rows_c);
+  const FlashCacheResult r = run(VerifyKept::kReleased, tiles_r, rows_r);
+  ASSERT_GT(tiles_c, 0);
+  EXPECT_EQ(c.stats.verify_query_rows, rows_c);
+  EXPECT_EQ(r.stats.verify_query_rows, rows_r);
+  EXPECT_LT(static_cast<double>(rows_c) / static_cast<double>(tiles_c),
+            static_cast<double>(rows_r) / static_cast<double>(tiles_r));
+  for (const FlashRequestResult& q : c.requests) {
+    EXPECT_EQ(static_cast<int64_t>(q.output_ids.size()), q.stop_rel) << "request " << q.request;
+    EXPECT_LE(q.accepted, q.candidates);
+  }
+  std::cout << fmt::format(
+      "[verify kept] rows per tile: commits {:.1f}, released {:.1f}; accepted {} / {} vs {} / {}\n",
+      static_cast<double>(rows_c) / static_cast<double>(tiles_c),
+      static_cast<double>(rows_r) / static_cast<double>(tiles_r), c.stats.accepted, c.stats.candidates,
+      r.stats.accepted, r.stats.candidates);
+}
+
 // Forced acceptance (benchmarks): every candidate below the stop is accepted.
 TEST(VerifyRun, ForcedAcceptanceAcceptsEveryCandidate) {
   Golden& g = golden();
@@ -1263,6 +1337,7 @@ TEST(VerifyOptions, PresetsDefaultsAndErrors) {
   const FlashCacheOptions d;
   EXPECT_FALSE(d.verify);
   EXPECT_EQ(d.verify_rule, VerifyRule::kProduct);
+  EXPECT_EQ(d.verify_kept, VerifyKept::kReleased);
   EXPECT_EQ(flash_verify_cap(d), 8);
   EXPECT_DOUBLE_EQ(flash_preset("gsm8k").gamma, 0.8);
   EXPECT_DOUBLE_EQ(flash_preset("math").gamma, 0.85);
@@ -1286,6 +1361,9 @@ TEST(VerifyOptions, PresetsDefaultsAndErrors) {
   o = FlashCacheOptions{};
   o.forced_acceptance = -1;
   expect_error(o, "forced_acceptance");
+  o = FlashCacheOptions{};
+  o.verify_kept = static_cast<VerifyKept>(7);
+  expect_error(o, "verify_kept");
   o = FlashCacheOptions{};
   o.max_candidates = 16;  // S = bm, T = 0 is allowed
   EXPECT_NO_THROW(validate_flash_cache_options(o, c));

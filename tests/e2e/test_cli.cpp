@@ -126,6 +126,8 @@ TEST(Cli, BadOptionValuesAreRefusedNotIgnored) {
            {"--cache dual --track-num 2", "--track-num applies to --cache flash only"},
            {"--cache flash --max-candidates 2", "--max-candidates applies to --verify only"},
            {"--cache flash --gamma 0.9", "--gamma applies to --verify only"},
+           {"--cache flash --verify-kept commits", "--verify-kept applies to --verify only"},
+           {"--cache flash --verify --verify-kept newest", "--verify-kept: 'newest' is not released or commits"},
            {"--cache flash --steps 8", "--steps applies to --cache none/prefix/dual only"},
            {"--cache none --threshold 0.9 --steps 8", "steps applies to quota decoding only"},
            {"--cache flash --threshold 0.9 --tokens-per-step 2", "exclude each other"},

@@ -65,13 +65,20 @@ TEST(BenchOptions, AppliesOptionsAndMethods) {
   EXPECT_FALSE(o.sampling.threshold.has_value());
 
   o.decode.max_candidates = 4;
+  set_option(o, "verify-kept", "commits");
+  EXPECT_EQ(o.decode.verify_kept, VerifyKept::kCommits);
+  EXPECT_EQ(option_text(o, "verify_kept"), "commits");
+  EXPECT_NE(error_of([&] { set_option(o, "verify_kept", "all"); }).find("released or commits"), std::string::npos);
   apply_bench_method(o, "flash+verify");
   EXPECT_EQ(o.decode.cache, CacheMode::kFlash);
   EXPECT_TRUE(o.decode.verify);
   EXPECT_EQ(o.decode.max_candidates, 4);
+  EXPECT_EQ(o.decode.verify_kept, VerifyKept::kCommits);
+  EXPECT_EQ(to_json(o)["verify_options"]["kept"], "commits");
   apply_bench_method(o, "flash");
   EXPECT_FALSE(o.decode.verify);
   EXPECT_EQ(o.decode.max_candidates, 0);  // a verify-only setting
+  EXPECT_EQ(o.decode.verify_kept, VerifyKept::kReleased);
   apply_bench_method(o, "dual");
   EXPECT_EQ(o.decode.cache, CacheMode::kDual);
   EXPECT_EQ(o.decode.track_num, 4) << "flash-only settings are reset for another method";
@@ -79,6 +86,8 @@ TEST(BenchOptions, AppliesOptionsAndMethods) {
 
   EXPECT_TRUE(option_applies("gamma", "flash+verify", "0.8"));
   EXPECT_FALSE(option_applies("gamma", "flash", "0.8"));
+  EXPECT_TRUE(option_applies("verify_kept", "flash+verify", "commits"));
+  EXPECT_FALSE(option_applies("verify-kept", "flash", "commits"));
   EXPECT_FALSE(option_applies("track_num", "dual", "2"));
   EXPECT_TRUE(option_applies("track_num", "flash", "2"));
   EXPECT_FALSE(option_applies("steps", "flash", "64"));

@@ -68,6 +68,22 @@ def test_forced_acceptance_accepts_drafts():
     assert forced["nfe"] < none["nfe"]
 
 
+def test_verify_kept_commits_is_reported_and_decodes():
+    g, _ = golden_run()
+    base = ["--cache", "flash", "--verify", "--gamma", "0.5", "--gen-length", "32", "--json"]
+    for i in range(3):
+        base += ["--prompt-ids", ids(verify_prompt(g, i))]
+    released = json.loads(run(*base).stdout)
+    commits = json.loads(run(*base, "--verify-kept", "commits").stdout)
+    assert released["options"]["verify_options"]["kept"] == "released"
+    assert commits["options"]["verify_options"]["kept"] == "commits"
+    mask = golden_json("config.json")["mask_token_id"]
+    for r in commits["results"]:
+        assert r["forward_passes"] > r["nfe"], "the verify pass ran"
+        assert r["verify_accepted"] <= r["verify_candidates"]
+        assert r["canvas_ids"] and mask not in r["canvas_ids"], "every position up to the stop decoded"
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--cache", "none", "--verify"], "--verify applies to --cache flash only"),
     (["--cache", "flash", "--verify", "--verify-rule", "cumprod"], "--verify-rule: 'cumprod' is not product or paper"),

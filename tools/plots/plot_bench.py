@@ -33,7 +33,7 @@ METHOD_NAMES = {"none": "LLaDA (no cache)", "prefix": "Fast-dLLM prefix", "dual"
 COLORS = {"none": "tab:gray", "prefix": "tab:olive", "dual": "tab:blue", "flash": "tab:orange",
           "flash+verify": "tab:red"}
 SYMBOLS = {"threshold": "ε", "gamma": "γ", "track_num": "β_t", "mask_num": "β_m", "block_length": "block",
-           "gen_length": "G", "steps": "steps", "verify_rule": "rule", "max_candidates": "cand",
+           "gen_length": "G", "steps": "steps", "verify_rule": "rule", "max_candidates": "cand", "verify_kept": "kept",
            "tokens_per_step": "k", "temperature": "T", "seed": "seed"}
 # The option swept along a curve, by method (the others split curves).
 CURVE_KEY_ORDER = {"flash+verify": ["gamma", "threshold", "track_num", "mask_num"]}
