@@ -127,13 +127,28 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN>::kThreads)
     n_keys = n_gather + (tr[1] - tr[0]);
   }
 
-  // K/V tile jt -> buffer b (keys past the end zero-filled).
+  // Verify: this thread's gathered store rows (raw key_rows values) of the next K/V tile to load,
+  // read one tile ahead so that the index loads overlap the current tile's MMAs instead of
+  // stalling each cp.async behind a dependent global load.
+  constexpr int kLoadIters = kBlockN * kChunksPerRow / kThreads;
+  static_assert(kBlockN * kChunksPerRow % kThreads == 0, "K/V tile chunks per thread");
+  int32_t gathered[kVerify ? kLoadIters : 1];
+  auto prefetch_rows = [&](int jt) {
+    if constexpr (kVerify) {
+#pragma unroll
+      for (int it = 0; it < kLoadIters; ++it) {
+        const int key = jt * kBlockN + (tid + it * kThreads) / kChunksPerRow;
+        gathered[it] = key < n_gather ? vk.key_rows[w.k_begin + key] : 0;
+      }
+    }
+  };
+
+  // K/V tile jt -> buffer b (keys past the end zero-filled). Verify: prefetch_rows(jt) came first.
   auto load_kv = [&](int jt, int b) {
     __nv_bfloat16* const sK = smem + b * 2 * T::kTileElems;
     __nv_bfloat16* const sV = sK + T::kTileElems;
-    static_assert(kBlockN * kChunksPerRow % kThreads == 0, "K/V tile chunks per thread");
 #pragma unroll
-    for (int it = 0; it < kBlockN * kChunksPerRow / kThreads; ++it) {
+    for (int it = 0; it < kLoadIters; ++it) {
       const int c = tid + it * kThreads;
       const int r = c / kChunksPerRow, ch = c % kChunksPerRow;
       const int key = jt * kBlockN + r;
@@ -142,7 +157,7 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN>::kThreads)
       int64_t row = w.k_begin + key;
       if constexpr (kVerify) {
         if (valid && key < n_gather) {
-          row = vk.key_rows[w.k_begin + key];
+          row = gathered[it];
           if (row < 0 || row >= a.kv_rows) {  // reported; the op throws at the next synchronising call
             valid = false;
             if (ch == 0 && vk.error_flags) atomicOr(vk.error_flags, kErrAttentionTile);
@@ -162,8 +177,10 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN>::kThreads)
   // Prologue: Q tile (rows ≥ q_len zero-filled) into buffer 1, K/V tile 0 into buffer 0.
   detail::load_q_rows_async<kBlockM, kThreads>(tid, qg, ld, w.q_begin, q_len,
                                                [&](int r, int ch) { return sQ + swizzle(r, ch); });
+  prefetch_rows(0);
   load_kv(0, 0);
   cp_async_commit();
+  prefetch_rows(1);
   cp_async_wait_all();
   __syncthreads();
 
@@ -198,6 +215,7 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN>::kThreads)
     if (j + 1 < n_kv) {
       load_kv(j + 1, buf ^ 1);
       cp_async_commit();
+      prefetch_rows(j + 2);  // keys past the end load nothing
     }
     if (active) {
       const __nv_bfloat16* const sK = smem + buf * 2 * T::kTileElems;
