@@ -11,8 +11,9 @@
 //     entries in draft-confidence order, cap = max_candidates (released: block_length / 2);
 //     T = 2·bm − 2·S kept rows = the last T decoded entries of full_pos (the newest commits, then the
 //     best-ranked older ones), so a tile has 2·bm rows as upstream; verify_kept = commits: T = k1,
-//     only the phase-1 commits (the decoded positions whose cached K/V is still of the [MASK] state),
-//     k1 + 2·S rows (params.h VerifyKept, docs/decisions.md).
+//     only the phase-1 commits (by default the decoded positions whose cached K/V is still of the
+//     [MASK] state; not so with reference_quirks pinning or track_num 0), k1 + 2·S rows (params.h VerifyKept,
+//     docs/decisions.md).
 //  2. Verify pass (llada_verify_forward): query rows [kept | candidates with their drafts | the same
 //     candidates undecoded ([MASK]; an EOS-padding candidate, possible only with reference_quirks,
 //     keeps its padding token as in the released code)] at the candidates' own RoPE positions, both

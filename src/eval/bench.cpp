@@ -737,7 +737,9 @@ std::string setting_text(const BenchPoint& p) {
   std::vector<std::string> s = {"threshold " + option_text(o, "threshold")};
   if (d.cache == CacheMode::kFlash) {
     s.push_back(fmt::format("track {} mask {}", d.track_num, d.mask_num));
-    if (d.verify) s.push_back(fmt::format("gamma {} ({})", nlohmann::json(d.gamma).dump(), verify_rule_name(d.verify_rule)));
+    if (d.verify)
+      s.push_back(fmt::format("gamma {} ({}{})", nlohmann::json(d.gamma).dump(), verify_rule_name(d.verify_rule),
+                              d.verify_kept == VerifyKept::kCommits ? ", kept: commits" : ""));
   } else if (!effective_threshold(d, o.sampling)) {
     s.push_back(fmt::format("{} steps", option_text(o, "steps")));
   }

@@ -379,6 +379,18 @@ TEST_P(CudaVerify, InvalidTileAndKeyRowAreReported) {
   t = c;
   t.key_rows[0] = static_cast<int32_t>(c.kv_rows) + 7;
   EXPECT_TRUE(twin::throws_error(*twin_, [&] { run(*twin_, t, in, 0.1f); }, ErrorCode::kInvalidArgument, ""));
+  // A bad row in a later key tile (the flash kernel reads those rows one tile ahead, in its loop).
+  const VCase l = slots_case("bad later key row", {200}, {2}, 256, 4, 2, 128);
+  ASSERT_GT(l.key_rows.size(), 150u);
+  const Inputs lin = inputs(l);
+  EXPECT_NO_THROW(run(*twin_, l, lin, 0.1f));
+  for (const size_t i : {size_t{150}, l.key_rows.size() - 1}) {
+    VCase u = l;
+    u.key_rows[i] = -3;
+    EXPECT_TRUE(twin::throws_error(
+        *twin_, [&] { run(*twin_, u, lin, 0.1f); }, ErrorCode::kInvalidArgument, ""))
+        << "key row " << i;
+  }
 }
 
 // Proper running maximum on the device: an in-tile logit ~360 above the cache logits stays finite.

@@ -77,6 +77,10 @@ def test_verify_kept_commits_is_reported_and_decodes():
     commits = json.loads(run(*base, "--verify-kept", "commits").stdout)
     assert released["options"]["verify_options"]["kept"] == "released"
     assert commits["options"]["verify_options"]["kept"] == "commits"
+    # The option reaches the decoder: other verify tiles give other acceptances on these prompts.
+    def trace(j):
+        return [(r["verify_candidates"], r["verify_accepted"], r["canvas_ids"]) for r in j["results"]]
+    assert trace(commits) != trace(released)
     mask = golden_json("config.json")["mask_token_id"]
     for r in commits["results"]:
         assert r["forward_passes"] > r["nfe"], "the verify pass ran"
