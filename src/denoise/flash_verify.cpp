@@ -36,8 +36,8 @@ FlashVerifyTile flash_verify_plan_slot(const FlashSlot& s, int64_t slot_index, c
   v.slot = slot_index;
   const int64_t S = std::clamp<int64_t>(n_valid - k1, 0, flash_verify_cap(o));
   const int64_t bm = o.block_length;
-  // Released: the tile is always 2·bm rows; commits: only the k1 positions whose cached K/V is of
-  // the [MASK] state (params.h VerifyKept).
+  // Released: the tile is always 2·bm rows; commits: only the k1 phase-1 commits (by default the
+  // positions whose cached K/V is still of the [MASK] state, params.h VerifyKept).
   v.kept_budget = o.verify_kept == VerifyKept::kCommits ? k1 : 2 * bm - 2 * S;
   // Short prompt (§D.11): clamp instead of the released negative-index wrap.
   const int64_t kept_begin = std::max<int64_t>(0, nd - v.kept_budget);
