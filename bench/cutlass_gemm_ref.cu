@@ -8,6 +8,7 @@
 #include <cutlass/gemm/device/gemm_universal_adapter.h>
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -19,7 +20,9 @@ namespace {
 
 using namespace cute;
 
-template <class EpilogueSchedule>
+// kMinCarve: shared memory withheld from the main loop's stages if more than the epilogue's own
+// (to give it the stage count of the fused kernel, whose staging tile is carved out the same way).
+template <class EpilogueSchedule, int kMinCarve = 0>
 struct RefGemm {
   using TileShape = Shape<_128, _256, _64>;
   using ClusterShape = Shape<_1, _1, _1>;
@@ -30,10 +33,12 @@ struct RefGemm {
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::bfloat16_t, cutlass::layout::RowMajor, 8,
       cutlass::bfloat16_t, cutlass::layout::ColumnMajor, 8, float, TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+      cutlass::gemm::collective::StageCountAutoCarveout<std::max(
+          static_cast<int>(sizeof(typename Epilogue::SharedStorage)), kMinCarve)>,
       cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  static constexpr int kStages = Mainloop::DispatchPolicy::Stages;
 };
 
 template <class G>
@@ -68,12 +73,28 @@ void run(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* out, int
 
 bool cutlass_gemm_ref_built() noexcept { return true; }
 
+// The fused 128x256b kernel's staging tile: 128 rows × (256 + 8) bf16.
+using TmaCarved = RefGemm<cutlass::epilogue::TmaWarpSpecializedCooperative, 128 * 264 * 2>;
+using Tma = RefGemm<cutlass::epilogue::TmaWarpSpecializedCooperative>;
+using NoSmem = RefGemm<cutlass::epilogue::NoSmemWarpSpecialized>;
+
 void cutlass_gemm_ref(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* out, int M, int N, int K,
-                      bool tma_epilogue, cudaStream_t stream) {
-  if (tma_epilogue)
-    run<RefGemm<cutlass::epilogue::TmaWarpSpecializedCooperative>>(x, w, out, M, N, K, stream);
-  else
-    run<RefGemm<cutlass::epilogue::NoSmemWarpSpecialized>>(x, w, out, M, N, K, stream);
+                      RefEpilogue epilogue, cudaStream_t stream) {
+  switch (epilogue) {
+    case RefEpilogue::kTma: run<Tma>(x, w, out, M, N, K, stream); return;
+    case RefEpilogue::kTmaCarved: run<TmaCarved>(x, w, out, M, N, K, stream); return;
+    case RefEpilogue::kNoSmem: run<NoSmem>(x, w, out, M, N, K, stream); return;
+  }
+  throw std::runtime_error("cutlass_gemm_ref: unknown epilogue");
+}
+
+int cutlass_gemm_ref_stages(RefEpilogue epilogue) noexcept {
+  switch (epilogue) {
+    case RefEpilogue::kTma: return Tma::kStages;
+    case RefEpilogue::kTmaCarved: return TmaCarved::kStages;
+    case RefEpilogue::kNoSmem: return NoSmem::kStages;
+  }
+  return 0;
 }
 
 }  // namespace flashdllm::bench

@@ -12,10 +12,18 @@ namespace flashdllm::bench {
 /// Whether this build has the reference GEMM.
 bool cutlass_gemm_ref_built() noexcept;
 
-/// Runs it: tma_epilogue = CUTLASS's TMA warp-specialised epilogue (shared-memory staging, TMA
-/// stores), else its no-shared-memory epilogue (the adapter the fused kernel uses). Needs an sm_90
-/// device, K % 8 == 0, 16-byte aligned pointers. Throws std::runtime_error on failure.
+/// The reference's epilogue: CUTLASS's TMA warp-specialised epilogue (shared-memory staging, TMA
+/// stores); the same with the main loop given the fused 128x256b kernel's stage count (its staging
+/// tile's shared memory carved out as well); CUTLASS's no-shared-memory epilogue (registers to
+/// global memory).
+enum class RefEpilogue { kTma, kTmaCarved, kNoSmem };
+
+/// Runs it. Needs an sm_90 device, K % 8 == 0, 16-byte aligned pointers. Throws
+/// std::runtime_error on failure.
 void cutlass_gemm_ref(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* out, int M, int N, int K,
-                      bool tma_epilogue, cudaStream_t stream);
+                      RefEpilogue epilogue, cudaStream_t stream);
+
+/// The main loop's pipeline stages of that configuration.
+int cutlass_gemm_ref_stages(RefEpilogue epilogue) noexcept;
 
 }  // namespace flashdllm::bench

@@ -53,6 +53,19 @@ std::vector<float> to_float(const __nv_bfloat16* d, size_t n) {
   return f;
 }
 
+#if FLASHDLLM_BENCH_CUTLASS_REF
+constexpr bench::RefEpilogue kRefEpilogues[] = {bench::RefEpilogue::kTma, bench::RefEpilogue::kTmaCarved,
+                                                bench::RefEpilogue::kNoSmem};
+
+// "cutlass gemm <epilogue> (<stages> stages)".
+std::string ref_name(bench::RefEpilogue e) {
+  const char* kind = e == bench::RefEpilogue::kTma         ? "tma-epilogue"
+                     : e == bench::RefEpilogue::kTmaCarved ? "tma-epilogue carved"
+                                                           : "nosmem-epilogue";
+  return std::string("cutlass gemm ") + kind + " (" + std::to_string(bench::cutlass_gemm_ref_stages(e)) + " stages)";
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -162,7 +175,8 @@ int main(int argc, char** argv) {
     configs.push_back({});
     auto config_name = [](const QkvConfig& c) {
       if (c.tile == QkvTile::kAuto) return std::string("auto");
-      return std::string(qkv_tile_name(c.tile)) + " s" + std::to_string(c.swizzle) + (c.along_n ? " N" : " M");
+      return std::string(qkv_tile_name(c.tile)) + " (" + std::to_string(qkv_fused_stages(c.tile)) + " stages) s" +
+             std::to_string(c.swizzle) + (c.along_n ? " N" : " M");
     };
     if (!qkv_rope_fused_available())
       throw std::runtime_error("the fused QKV kernel does not run here (sm_90 + CUTLASS build)");
@@ -235,9 +249,9 @@ int main(int argc, char** argv) {
         gemm.matmul(x, w, scratch, GemmOut::kBF16, T, 3 * kHD, kD, false, stream);
         CUDA_CHECK(cudaStreamSynchronize(stream));  // to_float copies on the default stream
         const std::vector<float> ref = to_float(scratch, n);
-        for (bool tma : {true, false}) {
+        for (bench::RefEpilogue e : kRefEpilogues) {
           bench::cutlass_gemm_ref(x, w, scratch, static_cast<int>(T), static_cast<int>(3 * kHD), static_cast<int>(kD),
-                                  tma, stream);
+                                  e, stream);
           CUDA_CHECK(cudaStreamSynchronize(stream));
           const std::vector<float> got = to_float(scratch, n);
           double mr = 0, md = 0;
@@ -258,14 +272,11 @@ int main(int argc, char** argv) {
           {"unfused", [&] { unfused(T, q1, k1, v1); }}};
 #if FLASHDLLM_BENCH_CUTLASS_REF
       // The fused kernel's main loop with CUTLASS's own epilogues (plain GEMM into the scratch).
-      runs.emplace_back("cutlass gemm tma-epilogue", [&] {
-        bench::cutlass_gemm_ref(x, w, scratch, static_cast<int>(T), static_cast<int>(3 * kHD), static_cast<int>(kD),
-                                true, stream);
-      });
-      runs.emplace_back("cutlass gemm nosmem-epilogue", [&] {
-        bench::cutlass_gemm_ref(x, w, scratch, static_cast<int>(T), static_cast<int>(3 * kHD), static_cast<int>(kD),
-                                false, stream);
-      });
+      for (bench::RefEpilogue e : kRefEpilogues)
+        runs.emplace_back(ref_name(e), [&, e] {
+          bench::cutlass_gemm_ref(x, w, scratch, static_cast<int>(T), static_cast<int>(3 * kHD), static_cast<int>(kD),
+                                  e, stream);
+        });
 #endif
       for (const QkvConfig& c : configs)
         runs.emplace_back("fused " + config_name(c), [&, c] { fused(T, q2, k2, v2, c); });

@@ -19,6 +19,7 @@ const char* qkv_tile_name(QkvTile t) noexcept {
     case QkvTile::kAuto: return "auto";
     case QkvTile::k128x128b: return "128x128b";
     case QkvTile::k128x256b: return "128x256b";
+    case QkvTile::k128x256h: return "128x256h";
   }
   return "?";
 }
@@ -44,6 +45,15 @@ QkvConfig qkv_fused_auto(int64_t tokens) noexcept {
   // bench/results/2026-12-03-h200-qkv-epilogues: 128x128 tiles up to 512 rows, 128x256 above.
   c.tile = tokens <= 512 ? QkvTile::k128x128b : QkvTile::k128x256b;
   return c;
+}
+
+int qkv_fused_stages(QkvTile tile) noexcept {
+#if FLASHDLLM_HAVE_QKV_SM90
+  return qkv_rope_sm90_stages(tile);
+#else
+  (void)tile;
+  return 0;
+#endif
 }
 
 bool qkv_rope_fused_available() {

@@ -44,13 +44,14 @@ struct FusedQkvArgs {
 
 /// The GEMM tile: rows × columns of an output tile of CUTLASS's cooperative kernel (the CTA's two
 /// consumer warpgroups share it); b: its epilogue stages the rotated tile in shared memory and hands
-/// each row to the bulk-copy engine (cp.async.bulk). (Register-to-global and thread-copied staged
-/// epilogues, the ping-pong kernel and clusters of two CTAs measured slower and were dropped:
-/// bench/results/2026-12-03-h200-qkv-cutlass, bench/results/2026-12-03-h200-qkv-epilogues.)
-enum class QkvTile { kAuto, k128x128b, k128x256b };
+/// each row to the bulk-copy engine (cp.async.bulk); h: the same, one 128-column chunk at a time
+/// (half the staging buffer, so the main loop keeps one more pipeline stage). (Register-to-global
+/// and thread-copied staged epilogues, the ping-pong kernel and clusters of two CTAs measured slower
+/// and were dropped: bench/results/2026-12-03-h200-qkv-cutlass, .../2026-12-03-h200-qkv-epilogues.)
+enum class QkvTile { kAuto, k128x128b, k128x256b, k128x256h };
 
 /// Every tile configuration (all but kAuto), for sweeps (bench/qkv_bench, the twin tests).
-inline constexpr QkvTile kQkvTiles[] = {QkvTile::k128x128b, QkvTile::k128x256b};
+inline constexpr QkvTile kQkvTiles[] = {QkvTile::k128x128b, QkvTile::k128x256b, QkvTile::k128x256h};
 
 /// One configuration of the fused kernel: the tile, and the persistent scheduler's walk over the
 /// output tiles (swizzle: tiles taken in groups of this many along the minor direction, 1, 2, 4 or
@@ -61,7 +62,7 @@ struct QkvConfig {
   bool along_n = false;
 };
 
-/// "auto", "128x128b", "128x256b".
+/// "auto", "128x128b", "128x256b", "128x256h".
 const char* qkv_tile_name(QkvTile t) noexcept;
 
 /// The tile named `name` (one of qkv_tile_name's names, "auto" included) in *out; false, *out
@@ -75,6 +76,10 @@ QkvConfig qkv_fused_auto(int64_t tokens) noexcept;
 /// cuBLASLt GEMM + rope_store_bf16 at T tokens on the H200 (bench/qkv_bench): the CUDA backend's
 /// FLASHDLLM_QKV=auto takes the fused path only there.
 bool qkv_fused_beats_unfused(int64_t tokens) noexcept;
+
+/// The main loop's pipeline stages (K-blocks of 64 in flight) of `tile`'s kernel; 0 for kAuto or in
+/// builds without the fused kernel.
+int qkv_fused_stages(QkvTile tile) noexcept;
 
 /// Whether this build has the fused kernel and the current device runs it (compute capability 9.0).
 bool qkv_rope_fused_available();

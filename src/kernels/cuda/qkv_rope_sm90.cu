@@ -43,16 +43,18 @@ constexpr int kTileLd = kBN + 8;
 
 // The operator-style epilogue CUTLASS's sm_90 kernels take through Sm90TmaWarpSpecializedAdapter
 // (the interface of cutlass::epilogue::collective::DefaultEpilogue), for the cooperative kernel.
-// The rotated bf16 pairs go to a kBM × kBN tile in shared memory (carved out of the main loop's
-// stages); then one thread per tile row hands each of its q / k / v row segments to the bulk-copy
-// engine (cp.async.bulk shared → global) and the consumers go on to the next tile's main loop. The
-// copies are waited for (their shared-memory reads) before the tile is written again and at the
-// end of the kernel, as CUTLASS's TMA epilogue does with its stores.
+// The rotated bf16 pairs go to a kBM × kChunk buffer in shared memory (carved out of the main
+// loop's stages), kChunk columns (whole heads) at a time; one thread per row hands each of its
+// q / k / v row segments to the bulk-copy engine (cp.async.bulk shared → global) and, after the
+// last chunk, the consumers go on to the next tile's main loop. The copies are waited for (their
+// shared-memory reads) before the buffer is written again and at the end of the kernel, as
+// CUTLASS's TMA epilogue does with its stores. kChunk < kBN halves the buffer: one more stage.
 // bench/results/2026-12-03-h200-qkv-epilogues: this is the fastest of the epilogues tried (1.23-1.27x
 // the cuBLASLt GEMM at T >= 1024); storing each thread's pairs from registers cost 1.29-1.34x, also
 // in CUTLASS's ping-pong kernel 1.27-1.33x, and staging with 16-byte stores from the threads more.
-template <int kBM, int kBN>
+template <int kBM, int kBN, int kChunk>
 class RopeStoreEpilogue {
+  static_assert(kBN % kChunk == 0 && kChunk % 128 == 0, "chunks of whole heads (Dh 64 or 128)");
  public:
   using ElementC = cutlass::bfloat16_t;  // the kernel asks for these types; C is never read
   using ElementD = cutlass::bfloat16_t;
@@ -61,7 +63,7 @@ class RopeStoreEpilogue {
   using GmemTiledCopyC = void;
   using GmemTiledCopyD = void;
   struct SharedStorage {
-    alignas(128) __nv_bfloat16 tile[kBM * kTileLd<kBN>];
+    alignas(128) __nv_bfloat16 tile[kBM * kTileLd<kChunk>];
   };
   using TensorStorage = SharedStorage;
   struct Arguments {
@@ -101,15 +103,7 @@ class RopeStoreEpilogue {
     static_assert(size<2>(FrgLayout{}) == 1 && size<0, 2>(FrgLayout{}) * 8 == kBN,
                   "the epilogue needs one wgmma atom across the tile's columns");
     __nv_bfloat16* tile = reinterpret_cast<SharedStorage*>(smem)->tile;
-    wait_bulk(thread_idx);                             // this thread's copies of the previous tile read it
-    cutlass::arch::NamedBarrier::sync(kConsumers, 0);  // ... and every thread's
-    if (p_.args.head_dim == 128)
-      store<8>(blk_coord, acc, tiled_mma, thread_idx, tile);
-    else
-      store<4>(blk_coord, acc, tiled_mma, thread_idx, tile);
-    cute::tma_store_fence();  // make the tile visible to the copy engine
-    cutlass::arch::NamedBarrier::sync(kConsumers, 0);
-    copy_out_bulk(blk_coord, tile, thread_idx);
+    chunks<0>(blk_coord, acc, tiled_mma, thread_idx, tile);
   }
 
   // Waits until this thread's bulk copies have read the tile (a no-op for threads that issue none).
@@ -122,15 +116,33 @@ class RopeStoreEpilogue {
   // Thread r < kBM copies tile row r, split at the q | k | v boundaries, to q / the store rows
   // with one cp.async.bulk per segment (16-byte multiples: columns are multiples of 8, the row
   // pitch kTileLd·2 bytes a multiple of 16; destinations 16-byte aligned, qkv_rope_fused_supported).
+  // Stages and copies out column chunk kC of the tile, then the next (a compile-time recursion: the
+  // fragment indices stay constants). Before the staging buffer is written, every thread's bulk
+  // copies of the previous chunk (or tile) must have read it.
+  template <int kC, class BlockCoordMNKL, class FrgEngine, class FrgLayout, class TiledMma>
+  CUTLASS_DEVICE void chunks(BlockCoordMNKL blk_coord, cute::Tensor<FrgEngine, FrgLayout> const& acc,
+                             TiledMma tiled_mma, int thread_idx, __nv_bfloat16* tile) {
+    wait_bulk(thread_idx);
+    cutlass::arch::NamedBarrier::sync(kConsumers, 0);
+    if (p_.args.head_dim == 128)
+      store<8, kC>(blk_coord, acc, tiled_mma, thread_idx, tile);
+    else
+      store<4, kC>(blk_coord, acc, tiled_mma, thread_idx, tile);
+    cute::tma_store_fence();  // make the chunk visible to the copy engine
+    cutlass::arch::NamedBarrier::sync(kConsumers, 0);
+    copy_out_bulk(blk_coord, tile, thread_idx, kC * kChunk);
+    if constexpr (kC + 1 < kBN / kChunk) chunks<kC + 1>(blk_coord, acc, tiled_mma, thread_idx, tile);
+  }
+
   template <class BlockCoordMNKL>
-  CUTLASS_DEVICE void copy_out_bulk(BlockCoordMNKL blk_coord, const __nv_bfloat16* tile, int thread_idx) {
+  CUTLASS_DEVICE void copy_out_bulk(BlockCoordMNKL blk_coord, const __nv_bfloat16* tile, int thread_idx, int c0) {
     const FusedQkvArgs& a = p_.args;
     const int rr = thread_idx;
     const int64_t t = static_cast<int64_t>(get<0>(blk_coord)) * kBM + rr;
     if (rr >= kBM || t >= a.tokens) return;
-    const int n0 = static_cast<int>(get<1>(blk_coord)) * kBN;
+    const int n0 = static_cast<int>(get<1>(blk_coord)) * kBN + c0;
     const int width = a.n_heads * a.head_dim;
-    const int n_end = min(n0 + kBN, 3 * width);
+    const int n_end = min(n0 + kChunk, 3 * width);
     const int32_t pos = __ldg(a.positions + t);
     const int32_t row = __ldg(a.rows + t);
     const bool store_ok = pos >= 0 && pos < a.max_positions && row >= 0 && row < a.store_rows;
@@ -142,7 +154,7 @@ class RopeStoreEpilogue {
                                ? a.q_out + t * width + col
                                : (section == 1 ? a.k_store : a.v_store) + static_cast<int64_t>(row) * width + col;
       if (section == 0 || store_ok)
-        cute::SM90_BULK_COPY_S2G::copy(tile + rr * kTileLd<kBN> + (g - n0), dst, (seg_end - g) * 2);
+        cute::SM90_BULK_COPY_S2G::copy(tile + rr * kTileLd<kChunk> + (g - n0), dst, (seg_end - g) * 2);
       g = seg_end;
     }
     cute::tma_store_arrive();
@@ -151,10 +163,10 @@ class RopeStoreEpilogue {
   // Rotates and rounds the fragment into `tile`: the rows below T, q of a bad position as NaN, k and
   // v only where their store row will be written. kPartner = Dh/16: the column blocks between a
   // rotation pair's two halves.
-  template <int kPartner, class BlockCoordMNKL, class FrgEngine, class FrgLayout, class TiledMma>
+  template <int kPartner, int kC, class BlockCoordMNKL, class FrgEngine, class FrgLayout, class TiledMma>
   CUTLASS_DEVICE void store(BlockCoordMNKL blk_coord, cute::Tensor<FrgEngine, FrgLayout> const& acc, TiledMma tiled_mma,
                             int thread_idx, __nv_bfloat16* tile) {
-    constexpr int kJ = kBN / 8;
+    constexpr int kJ0 = kC * kChunk / 8, kJ1 = kJ0 + kChunk / 8;  // this chunk's column blocks
     constexpr int kMM = size<1>(FrgLayout{});
     const FusedQkvArgs& a = p_.args;
     const int64_t m0 = static_cast<int64_t>(get<0>(blk_coord)) * kBM;
@@ -186,13 +198,13 @@ class RopeStoreEpilogue {
         // Whether block j holds a head's first half (and so a rotation pair, with its partner in
         // block j + kPartner) is a property of j alone, as BN is whole heads.
         CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < kJ; ++j) {
+        for (int j = kJ0; j < kJ1; ++j) {
           const int n_local = get<1>(coord(make_coord(make_coord(0, r, j), mi, 0)));  // even column
           const int g = n0 + n_local;
           if (g >= 3 * width) continue;
           const int section = (g >= width) + (g >= 2 * width);  // 0 q, 1 k, 2 v
           const int col = g - section * width;
-          __nv_bfloat16* const dst = tile + m_local * kTileLd<kBN> + n_local;
+          __nv_bfloat16* const dst = tile + m_local * kTileLd<kChunk> + (n_local - kC * kChunk);
           const float x0 = acc(make_coord(make_coord(0, r, j), mi, 0));
           const float x1 = acc(make_coord(make_coord(1, r, j), mi, 0));
           if (section == 2) {
@@ -245,11 +257,11 @@ struct EpilogueAdapter : cutlass::epilogue::collective::detail::Sm90TmaWarpSpeci
 // One GEMM configuration: C[T, 3·H·Dh] = xn[T, D] · wqkvᵀ (both K-major bf16, fp32 accumulation),
 // CUTLASS's cooperative kernel (the CTA's two consumer warpgroups share a kBM × kBN tile, kBM/2 rows
 // each), clusters of one CTA, persistent; the epilogue is RopeStoreEpilogue.
-template <int kBM, int kBN>
+template <int kBM, int kBN, int kChunk>
 struct QkvGemm {
   using TileShape = Shape<Int<kBM>, Int<kBN>, Int<64>>;
   using ClusterShape = Shape<_1, _1, _1>;
-  using EpilogueOp = RopeStoreEpilogue<kBM, kBN>;
+  using EpilogueOp = RopeStoreEpilogue<kBM, kBN, kChunk>;
   using Epilogue = EpilogueAdapter<EpilogueOp>;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::bfloat16_t, cutlass::layout::RowMajor, 8,
@@ -300,11 +312,22 @@ void launch(const FusedQkvArgs& a, const QkvConfig& config, cudaStream_t stream)
 
 void qkv_rope_store_sm90(const FusedQkvArgs& a, const QkvConfig& config, cudaStream_t stream) {
   switch (config.tile) {
-    case QkvTile::k128x128b: launch<QkvGemm<128, 128>>(a, config, stream); return;
-    case QkvTile::k128x256b: launch<QkvGemm<128, 256>>(a, config, stream); return;
+    case QkvTile::k128x128b: launch<QkvGemm<128, 128, 128>>(a, config, stream); return;
+    case QkvTile::k128x256b: launch<QkvGemm<128, 256, 256>>(a, config, stream); return;
+    case QkvTile::k128x256h: launch<QkvGemm<128, 256, 128>>(a, config, stream); return;
     case QkvTile::kAuto: break;
   }
   cuda::throw_invalid_argument("qkv_rope_store (fused): no tile configuration chosen");
+}
+
+int qkv_rope_sm90_stages(QkvTile tile) noexcept {
+  switch (tile) {
+    case QkvTile::k128x128b: return QkvGemm<128, 128, 128>::Mainloop::DispatchPolicy::Stages;
+    case QkvTile::k128x256b: return QkvGemm<128, 256, 256>::Mainloop::DispatchPolicy::Stages;
+    case QkvTile::k128x256h: return QkvGemm<128, 256, 128>::Mainloop::DispatchPolicy::Stages;
+    case QkvTile::kAuto: break;
+  }
+  return 0;
 }
 
 }  // namespace flashdllm::kernels

@@ -13,4 +13,7 @@ namespace flashdllm::kernels {
 /// Error(kDevice) on launch failure.
 void qkv_rope_store_sm90(const FusedQkvArgs& args, const QkvConfig& config, cudaStream_t stream);
 
+/// The main loop's pipeline stages of `tile`'s kernel (0 for kAuto).
+int qkv_rope_sm90_stages(QkvTile tile) noexcept;
+
 }  // namespace flashdllm::kernels
