@@ -48,10 +48,11 @@ struct FusedQkvArgs {
 /// (half the staging buffer, so the main loop keeps one more pipeline stage). (Register-to-global
 /// and thread-copied staged epilogues, the ping-pong kernel and clusters of two CTAs measured slower
 /// and were dropped: bench/results/2026-12-03-h200-qkv-cutlass, .../2026-12-03-h200-qkv-epilogues.)
-enum class QkvTile { kAuto, k128x128b, k128x256b, k128x256h };
+enum class QkvTile { kAuto, k128x128b, k128x256b, k128x256h, k128x128w, k128x256w };
 
 /// Every tile configuration (all but kAuto), for sweeps (bench/qkv_bench, the twin tests).
-inline constexpr QkvTile kQkvTiles[] = {QkvTile::k128x128b, QkvTile::k128x256b, QkvTile::k128x256h};
+inline constexpr QkvTile kQkvTiles[] = {QkvTile::k128x128b, QkvTile::k128x256b, QkvTile::k128x256h, QkvTile::k128x128w,
+                                        QkvTile::k128x256w};
 
 /// One configuration of the fused kernel: the tile, and the persistent scheduler's walk over the
 /// output tiles (swizzle: tiles taken in groups of this many along the minor direction, 1, 2, 4 or

@@ -25,6 +25,7 @@
 #include <cutlass/gemm/kernel/tile_scheduler.hpp>
 
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_utils.cuh"
@@ -240,6 +241,214 @@ class RopeStoreEpilogue {
   Params p_;
 };
 
+// The warp-specialised epilogue (the w tiles): the consumers only round their accumulators to bf16
+// and write them to a kBM × kBN staging tile in shared memory, then go back to the next tile's main
+// loop; the kernel's epilogue-load warp (otherwise idle here: there is no C to load) rotates the
+// tile's q and k halves in place with the positions' cos / sin rows, and hands each row's q / k / v
+// segments to the bulk-copy engine. The staging tile passes between them through two named
+// barriers (consumers + that warp): kBarEmpty (the helper released the tile: its copies read it)
+// and kBarFull (the consumers staged it). Same roundings as RopeStoreEpilogue: the bf16 projection,
+// then rope_rotate.
+template <int kBM, int kBN>
+class RopeHelperEpilogue {
+ public:
+  using ElementC = cutlass::bfloat16_t;  // the kernel asks for these types; C is never read
+  using ElementD = cutlass::bfloat16_t;
+  using StrideC = cute::Stride<int64_t, cute::Int<1>, int64_t>;
+  using StrideD = StrideC;
+  using GmemTiledCopyC = void;
+  using GmemTiledCopyD = void;
+  // Rows of cos / sin the helper has in flight (cp.async) ahead of the row it rotates.
+  static constexpr int kAhead = 16;
+  // Floats of one position's cos (or sin) row that a pass over it reads: Dh/2 <= 64.
+  static constexpr int kHalfMax = 64;
+  struct SharedStorage {
+    alignas(128) __nv_bfloat16 tile[kBM * kTileLd<kBN>];
+    alignas(16) float cs[kAhead][2][kHalfMax];  // cos / sin rows of the next kAhead rows
+    int32_t pos[kBM];
+    int32_t row[kBM];
+  };
+  using TensorStorage = SharedStorage;
+  struct Arguments {
+    FusedQkvArgs args;
+  };
+  using Params = Arguments;
+  enum : int { kBarThreads = kConsumers + 32, kBarEmpty = 1, kBarFull = 2 };
+
+  template <class ProblemShape>
+  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& a, void*) {
+    return a;
+  }
+  template <class ProblemShape>
+  static size_t get_workspace_size(ProblemShape const&, Arguments const&) {
+    return 0;
+  }
+  template <class ProblemShape>
+  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
+                                              cutlass::CudaHostAdapter* = nullptr) {
+    return cutlass::Status::kSuccess;
+  }
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const&, Arguments const&) {
+    return true;
+  }
+
+  CUTLASS_HOST_DEVICE explicit RopeHelperEpilogue(Params const& p) : p_(p) {}
+
+  // The consumers' part: stage the bf16 tile for the helper.
+  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
+            class TiledMma, class ResidueMNK>
+  CUTLASS_DEVICE void operator()(ProblemShapeMNKL, BlockShapeMNK, BlockCoordMNKL,
+                                 cute::Tensor<FrgEngine, FrgLayout> const& acc, TiledMma tiled_mma, ResidueMNK,
+                                 int thread_idx, char* smem) {
+    static_assert(size<0>(BlockShapeMNK{}) == kBM && size<1>(BlockShapeMNK{}) == kBN, "epilogue / GEMM tile");
+    static_assert(rank(FrgLayout{}) == 3 && size<0, 0>(FrgLayout{}) == 2 && size<0, 1>(FrgLayout{}) == 2,
+                  "unexpected wgmma accumulator layout");
+    static_assert(size<2>(FrgLayout{}) == 1 && size<0, 2>(FrgLayout{}) * 8 == kBN,
+                  "the epilogue needs one wgmma atom across the tile's columns");
+    constexpr int kJ = kBN / 8;
+    constexpr int kMM = size<1>(FrgLayout{});
+    __nv_bfloat16* tile = reinterpret_cast<SharedStorage*>(smem)->tile;
+    auto thr_mma = tiled_mma.get_thread_slice(thread_idx);
+    Tensor coord = thr_mma.partition_C(make_identity_tensor(make_shape(Int<kBM>{}, Int<kBN>{})));
+    cutlass::arch::NamedBarrier::sync(kBarThreads, kBarEmpty);  // the helper's copies read the last tile
+    CUTLASS_PRAGMA_UNROLL
+    for (int mi = 0; mi < kMM; ++mi) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int r = 0; r < 2; ++r) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < kJ; ++j) {
+          const auto c = coord(make_coord(make_coord(0, r, j), mi, 0));
+          *reinterpret_cast<__nv_bfloat162*>(tile + get<0>(c) * kTileLd<kBN> + get<1>(c)) = __floats2bfloat162_rn(
+              acc(make_coord(make_coord(0, r, j), mi, 0)), acc(make_coord(make_coord(1, r, j), mi, 0)));
+        }
+      }
+    }
+    cute::tma_store_fence();  // the bulk copies (async proxy) read what these threads wrote
+    cutlass::arch::NamedBarrier::arrive(kBarThreads, kBarFull);
+  }
+
+  // The helper warp's part for one tile (the kernel's epilogue-load warp, lane 0..31): release the
+  // staging tile, wait for it, rotate, copy out, wait until the copies have read it.
+  CUTLASS_DEVICE void helper(int64_t m_blk, int n_blk, int lane, SharedStorage& st) {
+    const FusedQkvArgs& a = p_.args;
+    const int64_t m0 = m_blk * kBM;
+    const int rows = static_cast<int>(min(static_cast<int64_t>(kBM), a.tokens - m0));
+    // The last tile's copies have read the staging tile (end of the previous call): release it.
+    cutlass::arch::NamedBarrier::arrive(kBarThreads, kBarEmpty);
+    // Positions and store rows of the tile's rows, and the first kAhead rows' cos / sin, while the
+    // consumers still compute the tile.
+    for (int rr = lane; rr < kBM; rr += 32) {
+      st.pos[rr] = rr < rows ? __ldg(a.positions + m0 + rr) : -1;
+      st.row[rr] = rr < rows ? __ldg(a.rows + m0 + rr) : -1;
+    }
+    __syncwarp();
+    const int half = a.head_dim / 2;
+    const int pairs = half / 2;                            // bf16 pairs per half head: 32 or 16
+    const int d = 2 * (lane % pairs);                      // this lane's first rotated column in its head
+    const int head_col = (lane / pairs) * a.head_dim + d;  // ... within a 128-column step
+    auto fetch = [&](int rr) {                             // cos / sin of row rr into its ring slot
+      const int32_t pos = rr < rows ? st.pos[rr] : -1;
+      if (pos >= 0 && pos < a.max_positions && lane < pairs) {
+        float* slot = st.cs[rr % kAhead][0];
+        cute::SM80_CP_ASYNC_CACHEALWAYS<uint64_t>::copy(
+            *reinterpret_cast<const uint64_t*>(a.cos + static_cast<int64_t>(pos) * half + d),
+            *reinterpret_cast<uint64_t*>(slot + d));
+        cute::SM80_CP_ASYNC_CACHEALWAYS<uint64_t>::copy(
+            *reinterpret_cast<const uint64_t*>(a.sin + static_cast<int64_t>(pos) * half + d),
+            *reinterpret_cast<uint64_t*>(slot + kHalfMax + d));
+      }
+      cute::cp_async_fence();  // one group per row, empty or not
+    };
+    for (int rr = 0; rr < kAhead; ++rr) fetch(rr);
+    cutlass::arch::NamedBarrier::sync(kBarThreads, kBarFull);  // the consumers staged the tile
+
+    const int width = a.n_heads * a.head_dim;
+    const int n0 = n_blk * kBN;
+    const int n_end = min(n0 + kBN, 3 * width);
+    __nv_bfloat16* tile = st.tile;
+    for (int rr = 0; rr < rows; ++rr) {
+      cute::cp_async_wait<kAhead - 1>();  // row rr's group
+      __syncwarp();                       // ... of every lane (Dh 64: lanes 16-31 read lanes 0-15's)
+      const int32_t pos = st.pos[rr];
+      const bool pos_ok = pos >= 0 && pos < a.max_positions;
+      const float2 c = *reinterpret_cast<const float2*>(&st.cs[rr % kAhead][0][d]);
+      const float2 s = *reinterpret_cast<const float2*>(&st.cs[rr % kAhead][1][d]);
+      __nv_bfloat16* trow = tile + rr * kTileLd<kBN>;
+      CUTLASS_PRAGMA_UNROLL
+      for (int s0 = 0; s0 < kBN; s0 += 128) {
+        const int lc = s0 + head_col;
+        const int g = n0 + lc;
+        if (g >= n_end) continue;
+        const int section = (g >= width) + (g >= 2 * width);  // 0 q, 1 k, 2 v; a head is in one section
+        if (section == 2) continue;
+        auto* px = reinterpret_cast<__nv_bfloat162*>(trow + lc);
+        auto* py = reinterpret_cast<__nv_bfloat162*>(trow + lc + half);
+        if (!pos_ok) {  // as rope_store_bf16: q poisoned; k is not stored
+          if (section == 0) *px = *py = __halves2bfloat162(detail::bf16_nan(), detail::bf16_nan());
+          continue;
+        }
+        const float2 x = __bfloat1622float2(*px), y = __bfloat1622float2(*py);
+        __nv_bfloat162 lo, hi;
+        detail::rope_rotate(x.x, y.x, c.x, s.x, &lo.x, &hi.x);
+        detail::rope_rotate(x.y, y.y, c.y, s.y, &lo.y, &hi.y);
+        *px = lo;
+        *py = hi;
+      }
+      __syncwarp();  // every lane has read this slot before it is refilled
+      fetch(rr + kAhead);
+    }
+    cute::cp_async_wait<0>();
+    cute::tma_store_fence();  // the rotated rows, for the bulk copies
+    __syncwarp();
+    for (int rr = lane; rr < rows; rr += 32) {
+      const int64_t t = m0 + rr;
+      const int32_t pos = st.pos[rr], row = st.row[rr];
+      const bool pos_ok = pos >= 0 && pos < a.max_positions;
+      const bool row_ok = row >= 0 && row < a.store_rows;
+      if (a.error_flags != nullptr && n_blk == 0 && (!pos_ok || !row_ok))
+        atomicOr(a.error_flags, (pos_ok ? 0 : kErrRopePosition) | (row_ok ? 0 : kErrStoreRow));
+      const bool store_ok = pos_ok && row_ok;
+      for (int g = n0; g < n_end;) {
+        const int section = (g >= width) + (g >= 2 * width);
+        const int seg_end = min(n_end, (section + 1) * width);
+        const int col = g - section * width;
+        __nv_bfloat16* dst = section == 0
+                                 ? a.q_out + t * width + col
+                                 : (section == 1 ? a.k_store : a.v_store) + static_cast<int64_t>(row) * width + col;
+        if (section == 0 || store_ok)
+          cute::SM90_BULK_COPY_S2G::copy(trow_of(tile, rr) + (g - n0), dst, (seg_end - g) * 2);
+        g = seg_end;
+      }
+    }
+    cute::tma_store_arrive();
+    cute::tma_store_wait<0>();  // the copies have read the tile (and the ring is idle)
+    __syncwarp();
+  }
+
+ private:
+  CUTLASS_DEVICE static const __nv_bfloat16* trow_of(const __nv_bfloat16* tile, int rr) {
+    return tile + rr * kTileLd<kBN>;
+  }
+  Params p_;
+};
+
+// CUTLASS's adapter for RopeHelperEpilogue: the kernel's epilogue-load warp runs the helper's part
+// per tile (is_producer_load_needed), in the same tile order as the consumers.
+template <class Op>
+struct HelperEpilogueAdapter : cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<Op> {
+  using Base = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<Op>;
+  using Base::Base;
+  CUTLASS_DEVICE bool is_producer_load_needed() const { return true; }
+  template <class ProblemShapeMNKL, class CtaTileMNK, class CtaCoordMNKL, class TiledMma>
+  CUTLASS_DEVICE auto load(typename Base::LoadPipeline, typename Base::LoadPipelineState state, ProblemShapeMNKL,
+                           CtaTileMNK, CtaCoordMNKL coord, TiledMma, int lane, typename Base::TensorStorage& st,
+                           int = -1) {
+    this->helper(static_cast<int64_t>(get<0>(coord)), static_cast<int>(get<1>(coord)), lane, st);
+    return state;
+  }
+};
+
 // CUTLASS's adapter, plus a store_tail that waits for the bulk copies of the CTA's last tile (the
 // adapter's own does nothing: an operator-style epilogue has no asynchronous stores of its own).
 template <class Op>
@@ -257,12 +466,12 @@ struct EpilogueAdapter : cutlass::epilogue::collective::detail::Sm90TmaWarpSpeci
 // One GEMM configuration: C[T, 3·H·Dh] = xn[T, D] · wqkvᵀ (both K-major bf16, fp32 accumulation),
 // CUTLASS's cooperative kernel (the CTA's two consumer warpgroups share a kBM × kBN tile, kBM/2 rows
 // each), clusters of one CTA, persistent; the epilogue is RopeStoreEpilogue.
-template <int kBM, int kBN, int kChunk>
+template <int kBM, int kBN, int kChunk, bool kHelper = false>
 struct QkvGemm {
   using TileShape = Shape<Int<kBM>, Int<kBN>, Int<64>>;
   using ClusterShape = Shape<_1, _1, _1>;
-  using EpilogueOp = RopeStoreEpilogue<kBM, kBN, kChunk>;
-  using Epilogue = EpilogueAdapter<EpilogueOp>;
+  using EpilogueOp = std::conditional_t<kHelper, RopeHelperEpilogue<kBM, kBN>, RopeStoreEpilogue<kBM, kBN, kChunk>>;
+  using Epilogue = std::conditional_t<kHelper, HelperEpilogueAdapter<EpilogueOp>, EpilogueAdapter<EpilogueOp>>;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::bfloat16_t, cutlass::layout::RowMajor, 8,
       cutlass::bfloat16_t, cutlass::layout::ColumnMajor, 8, float, TileShape, ClusterShape,
@@ -315,6 +524,8 @@ void qkv_rope_store_sm90(const FusedQkvArgs& a, const QkvConfig& config, cudaStr
     case QkvTile::k128x128b: launch<QkvGemm<128, 128, 128>>(a, config, stream); return;
     case QkvTile::k128x256b: launch<QkvGemm<128, 256, 256>>(a, config, stream); return;
     case QkvTile::k128x256h: launch<QkvGemm<128, 256, 128>>(a, config, stream); return;
+    case QkvTile::k128x128w: launch<QkvGemm<128, 128, 128, true>>(a, config, stream); return;
+    case QkvTile::k128x256w: launch<QkvGemm<128, 256, 256, true>>(a, config, stream); return;
     case QkvTile::kAuto: break;
   }
   cuda::throw_invalid_argument("qkv_rope_store (fused): no tile configuration chosen");
@@ -325,6 +536,8 @@ int qkv_rope_sm90_stages(QkvTile tile) noexcept {
     case QkvTile::k128x128b: return QkvGemm<128, 128, 128>::Mainloop::DispatchPolicy::Stages;
     case QkvTile::k128x256b: return QkvGemm<128, 256, 256>::Mainloop::DispatchPolicy::Stages;
     case QkvTile::k128x256h: return QkvGemm<128, 256, 128>::Mainloop::DispatchPolicy::Stages;
+    case QkvTile::k128x128w: return QkvGemm<128, 128, 128, true>::Mainloop::DispatchPolicy::Stages;
+    case QkvTile::k128x256w: return QkvGemm<128, 256, 256, true>::Mainloop::DispatchPolicy::Stages;
     case QkvTile::kAuto: break;
   }
   return 0;
