@@ -244,10 +244,10 @@ class RopeStoreEpilogue {
 // The warp-specialised epilogue (the w tiles): the consumers only round their accumulators to bf16
 // and write them to a kBM × kBN staging tile in shared memory, then go back to the next tile's main
 // loop; the kernel's epilogue-load warp (otherwise idle here: there is no C to load) rotates the
-// tile's q and k halves in place with the positions' cos / sin rows, and hands each row's q / k / v
-// segments to the bulk-copy engine. The staging tile passes between them through two named
-// barriers (consumers + that warp): kBarEmpty (the helper released the tile: its copies read it)
-// and kBarFull (the consumers staged it). Same roundings as RopeStoreEpilogue: the bf16 projection,
+// tile's q and k halves in place with the positions' cos / sin rows, and writes each row's q / k / v
+// pieces out with 16-byte stores (per-row bulk copies, as the b tiles', measured no faster here). The staging tile
+// passes between them through two named barriers (consumers + that warp): kBarEmpty (the helper released the tile: its
+// copies read it) and kBarFull (the consumers staged it). Same roundings as RopeStoreEpilogue: the bf16 projection,
 // then rope_rotate.
 template <int kBM, int kBN>
 class RopeHelperEpilogue {
@@ -324,7 +324,6 @@ class RopeHelperEpilogue {
         }
       }
     }
-    cute::tma_store_fence();  // the bulk copies (async proxy) read what these threads wrote
     cutlass::arch::NamedBarrier::arrive(kBarThreads, kBarFull);
   }
 
@@ -398,38 +397,37 @@ class RopeHelperEpilogue {
       __syncwarp();  // every lane has read this slot before it is refilled
       fetch(rr + kAhead);
     }
-    cute::cp_async_wait<0>();
-    cute::tma_store_fence();  // the rotated rows, for the bulk copies
-    __syncwarp();
-    for (int rr = lane; rr < rows; rr += 32) {
-      const int64_t t = m0 + rr;
-      const int32_t pos = st.pos[rr], row = st.row[rr];
-      const bool pos_ok = pos >= 0 && pos < a.max_positions;
-      const bool row_ok = row >= 0 && row < a.store_rows;
-      if (a.error_flags != nullptr && n_blk == 0 && (!pos_ok || !row_ok))
-        atomicOr(a.error_flags, (pos_ok ? 0 : kErrRopePosition) | (row_ok ? 0 : kErrStoreRow));
-      const bool store_ok = pos_ok && row_ok;
-      for (int g = n0; g < n_end;) {
-        const int section = (g >= width) + (g >= 2 * width);
-        const int seg_end = min(n_end, (section + 1) * width);
-        const int col = g - section * width;
-        __nv_bfloat16* dst = section == 0
-                                 ? a.q_out + t * width + col
-                                 : (section == 1 ? a.k_store : a.v_store) + static_cast<int64_t>(row) * width + col;
-        if (section == 0 || store_ok)
-          cute::SM90_BULK_COPY_S2G::copy(trow_of(tile, rr) + (g - n0), dst, (seg_end - g) * 2);
-        g = seg_end;
+    cute::cp_async_wait<0>();  // (empty groups past the last row: the ring is idle)
+    __syncwarp();              // the rotated rows, written lane by lane across columns
+    if (a.error_flags != nullptr && n_blk == 0)
+      for (int rr = lane; rr < rows; rr += 32) {
+        const int32_t pos = st.pos[rr], row = st.row[rr];
+        const bool pos_ok = pos >= 0 && pos < a.max_positions, row_ok = row >= 0 && row < a.store_rows;
+        if (!pos_ok || !row_ok) atomicOr(a.error_flags, (pos_ok ? 0 : kErrRopePosition) | (row_ok ? 0 : kErrStoreRow));
+      }
+    // Copy-out with 16-byte stores, kBN / 8 lanes per row (whole 32-byte sectors; an 8-column piece
+    // never straddles q | k | v, whose boundaries are multiples of Dh).
+    constexpr int kLanesPerRow = kBN / 8, kRowsPerPass = 32 / kLanesPerRow;
+    const int c8 = (lane % kLanesPerRow) * 8;
+    const int g = n0 + c8;
+    const int section = (g >= width) + (g >= 2 * width);
+    const int col = g - section * width;
+    __nv_bfloat16* const base = section == 0 ? a.q_out + col : (section == 1 ? a.k_store : a.v_store) + col;
+    if (g < n_end) {
+#pragma unroll 2
+      for (int rr = lane / kLanesPerRow; rr < rows; rr += kRowsPerPass) {
+        const int32_t pos = st.pos[rr], row = st.row[rr];
+        const bool store_ok = pos >= 0 && pos < a.max_positions && row >= 0 && row < a.store_rows;
+        if (section != 0 && !store_ok) continue;
+        const int64_t dst_row = section == 0 ? m0 + rr : static_cast<int64_t>(row);
+        *reinterpret_cast<uint4*>(base + dst_row * width) =
+            *reinterpret_cast<const uint4*>(tile + rr * kTileLd<kBN> + c8);
       }
     }
-    cute::tma_store_arrive();
-    cute::tma_store_wait<0>();  // the copies have read the tile (and the ring is idle)
-    __syncwarp();
+    __syncwarp();  // every lane has read the tile before the next call releases it
   }
 
  private:
-  CUTLASS_DEVICE static const __nv_bfloat16* trow_of(const __nv_bfloat16* tile, int rr) {
-    return tile + rr * kTileLd<kBN>;
-  }
   Params p_;
 };
 
