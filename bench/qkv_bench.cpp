@@ -6,7 +6,8 @@
 //            intermediate), every tile configuration and the automatic choice
 // Shapes: Flash-Cache windows (--rows-per-slot query rows per slot, default β_t + β_m = 128, for
 // --slots) and prefill (--prefill-tokens). Store rows are scattered over a store of 128 slots × 1024
-// rows, positions over [0, 1024). Each fused configuration is first checked against the unfused
+// rows (--store-rows shuffled), or token t's row is t (sequential: a prefill's layout), positions
+// over [0, 1024). Each fused configuration is first checked against the unfused
 // path (max |Δ| over q and the written K/V rows, relative to max |ref|). Median of --iters
 // event-timed measurements; configurations alternate within a shape.
 #include <CLI/CLI.hpp>
@@ -72,13 +73,15 @@ int main(int argc, char** argv) {
   CLI::App app{"fused vs unfused QKV projection + RoPE + K/V store at LLaDA-8B shape"};
   std::string slots = "1,2,4,8,16,32,64", prefill = "256,1024,4096,8192";
   int rows_per_slot = 128, warmup = 3, iters = 10;
-  std::string json_path;
+  std::string json_path, store_rows = "shuffled";
   app.add_option("--slots", slots, "window shapes: slot counts (T = slots × rows-per-slot)");
   app.add_option("--rows-per-slot", rows_per_slot, "query rows per slot (β_t + β_m)");
   app.add_option("--prefill-tokens", prefill, "prefill shapes: T");
   app.add_option("--warmup", warmup, "warm-up launches");
   app.add_option("--iters", iters, "timed measurements (median reported)");
   app.add_option("--json", json_path, "write results as JSON");
+  app.add_option("--store-rows", store_rows, "K/V store rows of the tokens: shuffled | sequential")
+      ->check(CLI::IsMember({"shuffled", "sequential"}));
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -123,7 +126,7 @@ int main(int argc, char** argv) {
       std::vector<int32_t> p(static_cast<size_t>(t_max)), r(static_cast<size_t>(kStoreRows));
       for (auto& v : p) v = static_cast<int32_t>(rng() % kPositions);
       std::iota(r.begin(), r.end(), 0);
-      std::shuffle(r.begin(), r.end(), rng);
+      if (store_rows == "shuffled") std::shuffle(r.begin(), r.end(), rng);
       CUDA_CHECK(cudaMemcpy(pos, p.data(), p.size() * 4, cudaMemcpyHostToDevice));
       CUDA_CHECK(cudaMemcpy(rows, r.data(), p.size() * 4, cudaMemcpyHostToDevice));
     }
@@ -225,6 +228,7 @@ int main(int argc, char** argv) {
     out["d_model"] = kD;
     out["n_heads"] = kHeads;
     out["head_dim"] = kDh;
+    out["store_rows"] = store_rows;
     out["results"] = nlohmann::json::array();
     std::printf(
         "device: %s (%d SMs)\n\n| shape | T | path | us | / gemm | unfused / this |\n|---|---:|---|---:|---:|---:|\n",
