@@ -192,8 +192,7 @@ CudnnChoice parse_cudnn_env() {
 
 // Which qkv_rope_store path runs: FLASHDLLM_QKV = auto (default) | fused | fused:<tile> | unfused.
 // fused:<tile> forces one of the fused kernel's configurations (kernels::qkv_tile_name: 128x128b,
-// 128x256b, 128x256h; the twin tests sweep them); plain fused (= fused:auto) takes
-// kernels::qkv_fused_auto's.
+// 128x256b; the twin tests sweep them); plain fused (= fused:auto) takes kernels::qkv_fused_auto's.
 enum class QkvMode { kAuto, kFused, kUnfused };
 struct QkvChoice {
   QkvMode mode = QkvMode::kAuto;

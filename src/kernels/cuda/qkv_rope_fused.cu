@@ -19,9 +19,6 @@ const char* qkv_tile_name(QkvTile t) noexcept {
     case QkvTile::kAuto: return "auto";
     case QkvTile::k128x128b: return "128x128b";
     case QkvTile::k128x256b: return "128x256b";
-    case QkvTile::k128x256h: return "128x256h";
-    case QkvTile::k128x128w: return "128x128w";
-    case QkvTile::k128x256w: return "128x256w";
   }
   return "?";
 }

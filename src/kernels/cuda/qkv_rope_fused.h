@@ -44,15 +44,15 @@ struct FusedQkvArgs {
 
 /// The GEMM tile: rows × columns of an output tile of CUTLASS's cooperative kernel (the CTA's two
 /// consumer warpgroups share it); b: its epilogue stages the rotated tile in shared memory and hands
-/// each row to the bulk-copy engine (cp.async.bulk); h: the same, one 128-column chunk at a time
-/// (half the staging buffer, so the main loop keeps one more pipeline stage). (Register-to-global
-/// and thread-copied staged epilogues, the ping-pong kernel and clusters of two CTAs measured slower
-/// and were dropped: bench/results/2026-12-03-h200-qkv-cutlass, .../2026-12-03-h200-qkv-epilogues.)
-enum class QkvTile { kAuto, k128x128b, k128x256b, k128x256h, k128x128w, k128x256w };
+/// each row to the bulk-copy engine (cp.async.bulk). (Register-to-global and thread-copied staged
+/// epilogues, the ping-pong kernel, clusters of two CTAs, staging in 128-column chunks and an
+/// epilogue run by the kernel's idle epilogue-load warp measured slower or no faster and were
+/// dropped: bench/results/2026-12-03-h200-qkv-cutlass, .../2026-12-03-h200-qkv-epilogues,
+/// .../2026-12-03-h200-qkv-helper.)
+enum class QkvTile { kAuto, k128x128b, k128x256b };
 
 /// Every tile configuration (all but kAuto), for sweeps (bench/qkv_bench, the twin tests).
-inline constexpr QkvTile kQkvTiles[] = {QkvTile::k128x128b, QkvTile::k128x256b, QkvTile::k128x256h, QkvTile::k128x128w,
-                                        QkvTile::k128x256w};
+inline constexpr QkvTile kQkvTiles[] = {QkvTile::k128x128b, QkvTile::k128x256b};
 
 /// One configuration of the fused kernel: the tile, and the persistent scheduler's walk over the
 /// output tiles (swizzle: tiles taken in groups of this many along the minor direction, 1, 2, 4 or
@@ -63,7 +63,7 @@ struct QkvConfig {
   bool along_n = false;
 };
 
-/// "auto", "128x128b", "128x256b", "128x256h".
+/// "auto", "128x128b", "128x256b".
 const char* qkv_tile_name(QkvTile t) noexcept;
 
 /// The tile named `name` (one of qkv_tile_name's names, "auto" included) in *out; false, *out

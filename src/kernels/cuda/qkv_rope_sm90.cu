@@ -25,7 +25,6 @@
 #include <cutlass/gemm/kernel/tile_scheduler.hpp>
 
 #include <string>
-#include <type_traits>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_utils.cuh"
@@ -44,18 +43,16 @@ constexpr int kTileLd = kBN + 8;
 
 // The operator-style epilogue CUTLASS's sm_90 kernels take through Sm90TmaWarpSpecializedAdapter
 // (the interface of cutlass::epilogue::collective::DefaultEpilogue), for the cooperative kernel.
-// The rotated bf16 pairs go to a kBM × kChunk buffer in shared memory (carved out of the main
-// loop's stages), kChunk columns (whole heads) at a time; one thread per row hands each of its
-// q / k / v row segments to the bulk-copy engine (cp.async.bulk shared → global) and, after the
-// last chunk, the consumers go on to the next tile's main loop. The copies are waited for (their
-// shared-memory reads) before the buffer is written again and at the end of the kernel, as
-// CUTLASS's TMA epilogue does with its stores. kChunk < kBN halves the buffer: one more stage.
+// The rotated bf16 pairs go to a kBM × kBN tile in shared memory (carved out of the main loop's
+// stages); then one thread per tile row hands each of its q / k / v row segments to the bulk-copy
+// engine (cp.async.bulk shared → global) and the consumers go on to the next tile's main loop. The
+// copies are waited for (their shared-memory reads) before the tile is written again and at the
+// end of the kernel, as CUTLASS's TMA epilogue does with its stores.
 // bench/results/2026-12-03-h200-qkv-epilogues: this is the fastest of the epilogues tried (1.23-1.27x
 // the cuBLASLt GEMM at T >= 1024); storing each thread's pairs from registers cost 1.29-1.34x, also
 // in CUTLASS's ping-pong kernel 1.27-1.33x, and staging with 16-byte stores from the threads more.
-template <int kBM, int kBN, int kChunk>
+template <int kBM, int kBN>
 class RopeStoreEpilogue {
-  static_assert(kBN % kChunk == 0 && kChunk % 128 == 0, "chunks of whole heads (Dh 64 or 128)");
  public:
   using ElementC = cutlass::bfloat16_t;  // the kernel asks for these types; C is never read
   using ElementD = cutlass::bfloat16_t;
@@ -64,7 +61,7 @@ class RopeStoreEpilogue {
   using GmemTiledCopyC = void;
   using GmemTiledCopyD = void;
   struct SharedStorage {
-    alignas(128) __nv_bfloat16 tile[kBM * kTileLd<kChunk>];
+    alignas(128) __nv_bfloat16 tile[kBM * kTileLd<kBN>];
   };
   using TensorStorage = SharedStorage;
   struct Arguments {
@@ -104,7 +101,15 @@ class RopeStoreEpilogue {
     static_assert(size<2>(FrgLayout{}) == 1 && size<0, 2>(FrgLayout{}) * 8 == kBN,
                   "the epilogue needs one wgmma atom across the tile's columns");
     __nv_bfloat16* tile = reinterpret_cast<SharedStorage*>(smem)->tile;
-    chunks<0>(blk_coord, acc, tiled_mma, thread_idx, tile);
+    wait_bulk(thread_idx);                             // this thread's copies of the previous tile read it
+    cutlass::arch::NamedBarrier::sync(kConsumers, 0);  // ... and every thread's
+    if (p_.args.head_dim == 128)
+      store<8>(blk_coord, acc, tiled_mma, thread_idx, tile);
+    else
+      store<4>(blk_coord, acc, tiled_mma, thread_idx, tile);
+    cute::tma_store_fence();  // make the tile visible to the copy engine
+    cutlass::arch::NamedBarrier::sync(kConsumers, 0);
+    copy_out_bulk(blk_coord, tile, thread_idx);
   }
 
   // Waits until this thread's bulk copies have read the tile (a no-op for threads that issue none).
@@ -117,33 +122,15 @@ class RopeStoreEpilogue {
   // Thread r < kBM copies tile row r, split at the q | k | v boundaries, to q / the store rows
   // with one cp.async.bulk per segment (16-byte multiples: columns are multiples of 8, the row
   // pitch kTileLd·2 bytes a multiple of 16; destinations 16-byte aligned, qkv_rope_fused_supported).
-  // Stages and copies out column chunk kC of the tile, then the next (a compile-time recursion: the
-  // fragment indices stay constants). Before the staging buffer is written, every thread's bulk
-  // copies of the previous chunk (or tile) must have read it.
-  template <int kC, class BlockCoordMNKL, class FrgEngine, class FrgLayout, class TiledMma>
-  CUTLASS_DEVICE void chunks(BlockCoordMNKL blk_coord, cute::Tensor<FrgEngine, FrgLayout> const& acc,
-                             TiledMma tiled_mma, int thread_idx, __nv_bfloat16* tile) {
-    wait_bulk(thread_idx);
-    cutlass::arch::NamedBarrier::sync(kConsumers, 0);
-    if (p_.args.head_dim == 128)
-      store<8, kC>(blk_coord, acc, tiled_mma, thread_idx, tile);
-    else
-      store<4, kC>(blk_coord, acc, tiled_mma, thread_idx, tile);
-    cute::tma_store_fence();  // make the chunk visible to the copy engine
-    cutlass::arch::NamedBarrier::sync(kConsumers, 0);
-    copy_out_bulk(blk_coord, tile, thread_idx, kC * kChunk);
-    if constexpr (kC + 1 < kBN / kChunk) chunks<kC + 1>(blk_coord, acc, tiled_mma, thread_idx, tile);
-  }
-
   template <class BlockCoordMNKL>
-  CUTLASS_DEVICE void copy_out_bulk(BlockCoordMNKL blk_coord, const __nv_bfloat16* tile, int thread_idx, int c0) {
+  CUTLASS_DEVICE void copy_out_bulk(BlockCoordMNKL blk_coord, const __nv_bfloat16* tile, int thread_idx) {
     const FusedQkvArgs& a = p_.args;
     const int rr = thread_idx;
     const int64_t t = static_cast<int64_t>(get<0>(blk_coord)) * kBM + rr;
     if (rr >= kBM || t >= a.tokens) return;
-    const int n0 = static_cast<int>(get<1>(blk_coord)) * kBN + c0;
+    const int n0 = static_cast<int>(get<1>(blk_coord)) * kBN;
     const int width = a.n_heads * a.head_dim;
-    const int n_end = min(n0 + kChunk, 3 * width);
+    const int n_end = min(n0 + kBN, 3 * width);
     const int32_t pos = __ldg(a.positions + t);
     const int32_t row = __ldg(a.rows + t);
     const bool store_ok = pos >= 0 && pos < a.max_positions && row >= 0 && row < a.store_rows;
@@ -155,7 +142,7 @@ class RopeStoreEpilogue {
                                ? a.q_out + t * width + col
                                : (section == 1 ? a.k_store : a.v_store) + static_cast<int64_t>(row) * width + col;
       if (section == 0 || store_ok)
-        cute::SM90_BULK_COPY_S2G::copy(tile + rr * kTileLd<kChunk> + (g - n0), dst, (seg_end - g) * 2);
+        cute::SM90_BULK_COPY_S2G::copy(tile + rr * kTileLd<kBN> + (g - n0), dst, (seg_end - g) * 2);
       g = seg_end;
     }
     cute::tma_store_arrive();
@@ -164,10 +151,10 @@ class RopeStoreEpilogue {
   // Rotates and rounds the fragment into `tile`: the rows below T, q of a bad position as NaN, k and
   // v only where their store row will be written. kPartner = Dh/16: the column blocks between a
   // rotation pair's two halves.
-  template <int kPartner, int kC, class BlockCoordMNKL, class FrgEngine, class FrgLayout, class TiledMma>
+  template <int kPartner, class BlockCoordMNKL, class FrgEngine, class FrgLayout, class TiledMma>
   CUTLASS_DEVICE void store(BlockCoordMNKL blk_coord, cute::Tensor<FrgEngine, FrgLayout> const& acc, TiledMma tiled_mma,
                             int thread_idx, __nv_bfloat16* tile) {
-    constexpr int kJ0 = kC * kChunk / 8, kJ1 = kJ0 + kChunk / 8;  // this chunk's column blocks
+    constexpr int kJ = kBN / 8;
     constexpr int kMM = size<1>(FrgLayout{});
     const FusedQkvArgs& a = p_.args;
     const int64_t m0 = static_cast<int64_t>(get<0>(blk_coord)) * kBM;
@@ -199,13 +186,13 @@ class RopeStoreEpilogue {
         // Whether block j holds a head's first half (and so a rotation pair, with its partner in
         // block j + kPartner) is a property of j alone, as BN is whole heads.
         CUTLASS_PRAGMA_UNROLL
-        for (int j = kJ0; j < kJ1; ++j) {
+        for (int j = 0; j < kJ; ++j) {
           const int n_local = get<1>(coord(make_coord(make_coord(0, r, j), mi, 0)));  // even column
           const int g = n0 + n_local;
           if (g >= 3 * width) continue;
           const int section = (g >= width) + (g >= 2 * width);  // 0 q, 1 k, 2 v
           const int col = g - section * width;
-          __nv_bfloat16* const dst = tile + m_local * kTileLd<kChunk> + (n_local - kC * kChunk);
+          __nv_bfloat16* const dst = tile + m_local * kTileLd<kBN> + n_local;
           const float x0 = acc(make_coord(make_coord(0, r, j), mi, 0));
           const float x1 = acc(make_coord(make_coord(1, r, j), mi, 0));
           if (section == 2) {
@@ -241,212 +228,6 @@ class RopeStoreEpilogue {
   Params p_;
 };
 
-// The warp-specialised epilogue (the w tiles): the consumers only round their accumulators to bf16
-// and write them to a kBM × kBN staging tile in shared memory, then go back to the next tile's main
-// loop; the kernel's epilogue-load warp (otherwise idle here: there is no C to load) rotates the
-// tile's q and k halves in place with the positions' cos / sin rows, and writes each row's q / k / v
-// pieces out with 16-byte stores (per-row bulk copies, as the b tiles', measured no faster here). The staging tile
-// passes between them through two named barriers (consumers + that warp): kBarEmpty (the helper released the tile: its
-// copies read it) and kBarFull (the consumers staged it). Same roundings as RopeStoreEpilogue: the bf16 projection,
-// then rope_rotate.
-template <int kBM, int kBN>
-class RopeHelperEpilogue {
- public:
-  using ElementC = cutlass::bfloat16_t;  // the kernel asks for these types; C is never read
-  using ElementD = cutlass::bfloat16_t;
-  using StrideC = cute::Stride<int64_t, cute::Int<1>, int64_t>;
-  using StrideD = StrideC;
-  using GmemTiledCopyC = void;
-  using GmemTiledCopyD = void;
-  // Rows of cos / sin the helper has in flight (cp.async) ahead of the row it rotates.
-  static constexpr int kAhead = 16;
-  // Floats of one position's cos (or sin) row that a pass over it reads: Dh/2 <= 64.
-  static constexpr int kHalfMax = 64;
-  struct SharedStorage {
-    alignas(128) __nv_bfloat16 tile[kBM * kTileLd<kBN>];
-    alignas(16) float cs[kAhead][2][kHalfMax];  // cos / sin rows of the next kAhead rows
-    int32_t pos[kBM];
-    int32_t row[kBM];
-  };
-  using TensorStorage = SharedStorage;
-  struct Arguments {
-    FusedQkvArgs args;
-  };
-  using Params = Arguments;
-  enum : int { kBarThreads = kConsumers + 32, kBarEmpty = 1, kBarFull = 2 };
-
-  template <class ProblemShape>
-  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& a, void*) {
-    return a;
-  }
-  template <class ProblemShape>
-  static size_t get_workspace_size(ProblemShape const&, Arguments const&) {
-    return 0;
-  }
-  template <class ProblemShape>
-  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
-                                              cutlass::CudaHostAdapter* = nullptr) {
-    return cutlass::Status::kSuccess;
-  }
-  template <class ProblemShape>
-  static bool can_implement(ProblemShape const&, Arguments const&) {
-    return true;
-  }
-
-  CUTLASS_HOST_DEVICE explicit RopeHelperEpilogue(Params const& p) : p_(p) {}
-
-  // The consumers' part: stage the bf16 tile for the helper.
-  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
-            class TiledMma, class ResidueMNK>
-  CUTLASS_DEVICE void operator()(ProblemShapeMNKL, BlockShapeMNK, BlockCoordMNKL,
-                                 cute::Tensor<FrgEngine, FrgLayout> const& acc, TiledMma tiled_mma, ResidueMNK,
-                                 int thread_idx, char* smem) {
-    static_assert(size<0>(BlockShapeMNK{}) == kBM && size<1>(BlockShapeMNK{}) == kBN, "epilogue / GEMM tile");
-    static_assert(rank(FrgLayout{}) == 3 && size<0, 0>(FrgLayout{}) == 2 && size<0, 1>(FrgLayout{}) == 2,
-                  "unexpected wgmma accumulator layout");
-    static_assert(size<2>(FrgLayout{}) == 1 && size<0, 2>(FrgLayout{}) * 8 == kBN,
-                  "the epilogue needs one wgmma atom across the tile's columns");
-    constexpr int kJ = kBN / 8;
-    constexpr int kMM = size<1>(FrgLayout{});
-    __nv_bfloat16* tile = reinterpret_cast<SharedStorage*>(smem)->tile;
-    auto thr_mma = tiled_mma.get_thread_slice(thread_idx);
-    Tensor coord = thr_mma.partition_C(make_identity_tensor(make_shape(Int<kBM>{}, Int<kBN>{})));
-    cutlass::arch::NamedBarrier::sync(kBarThreads, kBarEmpty);  // the helper's copies read the last tile
-    CUTLASS_PRAGMA_UNROLL
-    for (int mi = 0; mi < kMM; ++mi) {
-      CUTLASS_PRAGMA_UNROLL
-      for (int r = 0; r < 2; ++r) {
-        CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < kJ; ++j) {
-          const auto c = coord(make_coord(make_coord(0, r, j), mi, 0));
-          *reinterpret_cast<__nv_bfloat162*>(tile + get<0>(c) * kTileLd<kBN> + get<1>(c)) = __floats2bfloat162_rn(
-              acc(make_coord(make_coord(0, r, j), mi, 0)), acc(make_coord(make_coord(1, r, j), mi, 0)));
-        }
-      }
-    }
-    cutlass::arch::NamedBarrier::arrive(kBarThreads, kBarFull);
-  }
-
-  // The helper warp's part for one tile (the kernel's epilogue-load warp, lane 0..31): release the
-  // staging tile, wait for it, rotate, copy out, wait until the copies have read it.
-  CUTLASS_DEVICE void helper(int64_t m_blk, int n_blk, int lane, SharedStorage& st) {
-    const FusedQkvArgs& a = p_.args;
-    const int64_t m0 = m_blk * kBM;
-    const int rows = static_cast<int>(min(static_cast<int64_t>(kBM), a.tokens - m0));
-    // The last tile's copies have read the staging tile (end of the previous call): release it.
-    cutlass::arch::NamedBarrier::arrive(kBarThreads, kBarEmpty);
-    // Positions and store rows of the tile's rows, and the first kAhead rows' cos / sin, while the
-    // consumers still compute the tile.
-    for (int rr = lane; rr < kBM; rr += 32) {
-      st.pos[rr] = rr < rows ? __ldg(a.positions + m0 + rr) : -1;
-      st.row[rr] = rr < rows ? __ldg(a.rows + m0 + rr) : -1;
-    }
-    __syncwarp();
-    const int half = a.head_dim / 2;
-    const int pairs = half / 2;                            // bf16 pairs per half head: 32 or 16
-    const int d = 2 * (lane % pairs);                      // this lane's first rotated column in its head
-    const int head_col = (lane / pairs) * a.head_dim + d;  // ... within a 128-column step
-    auto fetch = [&](int rr) {                             // cos / sin of row rr into its ring slot
-      const int32_t pos = rr < rows ? st.pos[rr] : -1;
-      if (pos >= 0 && pos < a.max_positions && lane < pairs) {
-        float* slot = st.cs[rr % kAhead][0];
-        cute::SM80_CP_ASYNC_CACHEALWAYS<uint64_t>::copy(
-            *reinterpret_cast<const uint64_t*>(a.cos + static_cast<int64_t>(pos) * half + d),
-            *reinterpret_cast<uint64_t*>(slot + d));
-        cute::SM80_CP_ASYNC_CACHEALWAYS<uint64_t>::copy(
-            *reinterpret_cast<const uint64_t*>(a.sin + static_cast<int64_t>(pos) * half + d),
-            *reinterpret_cast<uint64_t*>(slot + kHalfMax + d));
-      }
-      cute::cp_async_fence();  // one group per row, empty or not
-    };
-    for (int rr = 0; rr < kAhead; ++rr) fetch(rr);
-    cutlass::arch::NamedBarrier::sync(kBarThreads, kBarFull);  // the consumers staged the tile
-
-    const int width = a.n_heads * a.head_dim;
-    const int n0 = n_blk * kBN;
-    const int n_end = min(n0 + kBN, 3 * width);
-    __nv_bfloat16* tile = st.tile;
-    for (int rr = 0; rr < rows; ++rr) {
-      cute::cp_async_wait<kAhead - 1>();  // row rr's group
-      __syncwarp();                       // ... of every lane (Dh 64: lanes 16-31 read lanes 0-15's)
-      const int32_t pos = st.pos[rr];
-      const bool pos_ok = pos >= 0 && pos < a.max_positions;
-      const float2 c = *reinterpret_cast<const float2*>(&st.cs[rr % kAhead][0][d]);
-      const float2 s = *reinterpret_cast<const float2*>(&st.cs[rr % kAhead][1][d]);
-      __nv_bfloat16* trow = tile + rr * kTileLd<kBN>;
-      CUTLASS_PRAGMA_UNROLL
-      for (int s0 = 0; s0 < kBN; s0 += 128) {
-        const int lc = s0 + head_col;
-        const int g = n0 + lc;
-        if (g >= n_end) continue;
-        const int section = (g >= width) + (g >= 2 * width);  // 0 q, 1 k, 2 v; a head is in one section
-        if (section == 2) continue;
-        auto* px = reinterpret_cast<__nv_bfloat162*>(trow + lc);
-        auto* py = reinterpret_cast<__nv_bfloat162*>(trow + lc + half);
-        if (!pos_ok) {  // as rope_store_bf16: q poisoned; k is not stored
-          if (section == 0) *px = *py = __halves2bfloat162(detail::bf16_nan(), detail::bf16_nan());
-          continue;
-        }
-        const float2 x = __bfloat1622float2(*px), y = __bfloat1622float2(*py);
-        __nv_bfloat162 lo, hi;
-        detail::rope_rotate(x.x, y.x, c.x, s.x, &lo.x, &hi.x);
-        detail::rope_rotate(x.y, y.y, c.y, s.y, &lo.y, &hi.y);
-        *px = lo;
-        *py = hi;
-      }
-      __syncwarp();  // every lane has read this slot before it is refilled
-      fetch(rr + kAhead);
-    }
-    cute::cp_async_wait<0>();  // (empty groups past the last row: the ring is idle)
-    __syncwarp();              // the rotated rows, written lane by lane across columns
-    if (a.error_flags != nullptr && n_blk == 0)
-      for (int rr = lane; rr < rows; rr += 32) {
-        const int32_t pos = st.pos[rr], row = st.row[rr];
-        const bool pos_ok = pos >= 0 && pos < a.max_positions, row_ok = row >= 0 && row < a.store_rows;
-        if (!pos_ok || !row_ok) atomicOr(a.error_flags, (pos_ok ? 0 : kErrRopePosition) | (row_ok ? 0 : kErrStoreRow));
-      }
-    // Copy-out with 16-byte stores, kBN / 8 lanes per row (whole 32-byte sectors; an 8-column piece
-    // never straddles q | k | v, whose boundaries are multiples of Dh).
-    constexpr int kLanesPerRow = kBN / 8, kRowsPerPass = 32 / kLanesPerRow;
-    const int c8 = (lane % kLanesPerRow) * 8;
-    const int g = n0 + c8;
-    const int section = (g >= width) + (g >= 2 * width);
-    const int col = g - section * width;
-    __nv_bfloat16* const base = section == 0 ? a.q_out + col : (section == 1 ? a.k_store : a.v_store) + col;
-    if (g < n_end) {
-#pragma unroll 2
-      for (int rr = lane / kLanesPerRow; rr < rows; rr += kRowsPerPass) {
-        const int32_t pos = st.pos[rr], row = st.row[rr];
-        const bool store_ok = pos >= 0 && pos < a.max_positions && row >= 0 && row < a.store_rows;
-        if (section != 0 && !store_ok) continue;
-        const int64_t dst_row = section == 0 ? m0 + rr : static_cast<int64_t>(row);
-        *reinterpret_cast<uint4*>(base + dst_row * width) =
-            *reinterpret_cast<const uint4*>(tile + rr * kTileLd<kBN> + c8);
-      }
-    }
-    __syncwarp();  // every lane has read the tile before the next call releases it
-  }
-
- private:
-  Params p_;
-};
-
-// CUTLASS's adapter for RopeHelperEpilogue: the kernel's epilogue-load warp runs the helper's part
-// per tile (is_producer_load_needed), in the same tile order as the consumers.
-template <class Op>
-struct HelperEpilogueAdapter : cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<Op> {
-  using Base = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<Op>;
-  using Base::Base;
-  CUTLASS_DEVICE bool is_producer_load_needed() const { return true; }
-  template <class ProblemShapeMNKL, class CtaTileMNK, class CtaCoordMNKL, class TiledMma>
-  CUTLASS_DEVICE auto load(typename Base::LoadPipeline, typename Base::LoadPipelineState state, ProblemShapeMNKL,
-                           CtaTileMNK, CtaCoordMNKL coord, TiledMma, int lane, typename Base::TensorStorage& st,
-                           int = -1) {
-    this->helper(static_cast<int64_t>(get<0>(coord)), static_cast<int>(get<1>(coord)), lane, st);
-    return state;
-  }
-};
-
 // CUTLASS's adapter, plus a store_tail that waits for the bulk copies of the CTA's last tile (the
 // adapter's own does nothing: an operator-style epilogue has no asynchronous stores of its own).
 template <class Op>
@@ -464,12 +245,12 @@ struct EpilogueAdapter : cutlass::epilogue::collective::detail::Sm90TmaWarpSpeci
 // One GEMM configuration: C[T, 3·H·Dh] = xn[T, D] · wqkvᵀ (both K-major bf16, fp32 accumulation),
 // CUTLASS's cooperative kernel (the CTA's two consumer warpgroups share a kBM × kBN tile, kBM/2 rows
 // each), clusters of one CTA, persistent; the epilogue is RopeStoreEpilogue.
-template <int kBM, int kBN, int kChunk, bool kHelper = false>
+template <int kBM, int kBN>
 struct QkvGemm {
   using TileShape = Shape<Int<kBM>, Int<kBN>, Int<64>>;
   using ClusterShape = Shape<_1, _1, _1>;
-  using EpilogueOp = std::conditional_t<kHelper, RopeHelperEpilogue<kBM, kBN>, RopeStoreEpilogue<kBM, kBN, kChunk>>;
-  using Epilogue = std::conditional_t<kHelper, HelperEpilogueAdapter<EpilogueOp>, EpilogueAdapter<EpilogueOp>>;
+  using EpilogueOp = RopeStoreEpilogue<kBM, kBN>;
+  using Epilogue = EpilogueAdapter<EpilogueOp>;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::bfloat16_t, cutlass::layout::RowMajor, 8,
       cutlass::bfloat16_t, cutlass::layout::ColumnMajor, 8, float, TileShape, ClusterShape,
@@ -519,11 +300,8 @@ void launch(const FusedQkvArgs& a, const QkvConfig& config, cudaStream_t stream)
 
 void qkv_rope_store_sm90(const FusedQkvArgs& a, const QkvConfig& config, cudaStream_t stream) {
   switch (config.tile) {
-    case QkvTile::k128x128b: launch<QkvGemm<128, 128, 128>>(a, config, stream); return;
-    case QkvTile::k128x256b: launch<QkvGemm<128, 256, 256>>(a, config, stream); return;
-    case QkvTile::k128x256h: launch<QkvGemm<128, 256, 128>>(a, config, stream); return;
-    case QkvTile::k128x128w: launch<QkvGemm<128, 128, 128, true>>(a, config, stream); return;
-    case QkvTile::k128x256w: launch<QkvGemm<128, 256, 256, true>>(a, config, stream); return;
+    case QkvTile::k128x128b: launch<QkvGemm<128, 128>>(a, config, stream); return;
+    case QkvTile::k128x256b: launch<QkvGemm<128, 256>>(a, config, stream); return;
     case QkvTile::kAuto: break;
   }
   cuda::throw_invalid_argument("qkv_rope_store (fused): no tile configuration chosen");
@@ -531,11 +309,8 @@ void qkv_rope_store_sm90(const FusedQkvArgs& a, const QkvConfig& config, cudaStr
 
 int qkv_rope_sm90_stages(QkvTile tile) noexcept {
   switch (tile) {
-    case QkvTile::k128x128b: return QkvGemm<128, 128, 128>::Mainloop::DispatchPolicy::Stages;
-    case QkvTile::k128x256b: return QkvGemm<128, 256, 256>::Mainloop::DispatchPolicy::Stages;
-    case QkvTile::k128x256h: return QkvGemm<128, 256, 128>::Mainloop::DispatchPolicy::Stages;
-    case QkvTile::k128x128w: return QkvGemm<128, 128, 128, true>::Mainloop::DispatchPolicy::Stages;
-    case QkvTile::k128x256w: return QkvGemm<128, 256, 256, true>::Mainloop::DispatchPolicy::Stages;
+    case QkvTile::k128x128b: return QkvGemm<128, 128>::Mainloop::DispatchPolicy::Stages;
+    case QkvTile::k128x256b: return QkvGemm<128, 256>::Mainloop::DispatchPolicy::Stages;
     case QkvTile::kAuto: break;
   }
   return 0;
