@@ -9,13 +9,17 @@
 // max(flops / peak, bytes(x, w, out[, out read]) / bandwidth). Median of --iters measurements.
 // --tune K also times a GemmLt that picks the fastest of cuBLASLt's first K heuristic algorithms
 // (GemmLt's tune_candidates) on the same operands in the same run: its time, the speed-up over the
-// heuristic's first choice, and which candidate won.
+// heuristic's first choice, and which candidate won. --buckets quarter,exact also times GemmLts
+// whose row buckets are quarter octaves / exact row counts (kernels::GemmBuckets) against the
+// engine's power-of-two buckets (the "median us" column).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/cuda_bench_util.h"
@@ -42,7 +46,7 @@ int main(int argc, char** argv) {
   std::string tokens = "256,512,1024,2048,4096,8192,16384", shapes_sel = "qkv,attn_out,gate_up,down,lm_head";
   int warmup = 3, iters = 10, tune = 0;
   double peak_tflops = 989.4, peak_gbps = 4800.0;
-  std::string json_path;
+  std::string json_path, buckets_sel;
   app.add_option("--tokens", tokens, "comma-separated T (rows of x)");
   app.add_option("--shapes", shapes_sel, "subset of qkv,attn_out,gate_up,down,lm_head");
   app.add_option("--warmup", warmup, "warm-up launches");
@@ -51,7 +55,19 @@ int main(int argc, char** argv) {
   app.add_option("--peak-gbps", peak_gbps, "memory bandwidth for the roofline floor (H200: 4800)");
   app.add_option("--json", json_path, "write results as JSON");
   app.add_option("--tune", tune, "also time GemmLt(tune_candidates = K) (0 = off)")->check(CLI::Range(0, 16));
+  app.add_option("--buckets", buckets_sel, "also time other row buckets: subset of quarter,exact");
   CLI11_PARSE(app, argc, argv);
+  std::vector<std::pair<std::string, GemmBuckets>> other_buckets;
+  for (const std::string& b : bench::split(buckets_sel)) {
+    if (b == "quarter")
+      other_buckets.emplace_back(b, GemmBuckets::kQuarterOctave);
+    else if (b == "exact")
+      other_buckets.emplace_back(b, GemmBuckets::kExact);
+    else {
+      std::fprintf(stderr, "gemm_bench: --buckets: '%s' is not quarter or exact\n", b.c_str());
+      return 2;
+    }
+  }
 
   const std::vector<Shape> all = {{"qkv", 12288, 4096, GemmOut::kBF16, false},
                                   {"attn_out", 4096, 4096, GemmOut::kBF16, true},
@@ -64,6 +80,8 @@ int main(int argc, char** argv) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     GemmLt gemm;
     GemmLt tuned(size_t{32} << 20, tune);
+    std::vector<std::unique_ptr<GemmLt>> bucketed;
+    for (const auto& b : other_buckets) bucketed.push_back(std::make_unique<GemmLt>(size_t{32} << 20, 0, b.second));
     nlohmann::json out;
     out["bench"] = "gemm";
     out["device"] = dev.name;
@@ -72,14 +90,17 @@ int main(int argc, char** argv) {
     out["peak_gbps"] = peak_gbps;
     out["results"] = nlohmann::json::array();
     std::printf("device: %s (%d SMs), peak %.1f TFLOP/s\n\n", dev.name.c_str(), dev.sm_count, peak_tflops);
-    if (tune > 0)
-      std::printf(
-          "| shape | T | N | K | out | median us | TFLOP/s | %% peak | floor us | tuned us | speed-up | "
-          "pick |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-    else
-      std::printf(
-          "| shape | T | N | K | out | median us | TFLOP/s | %% peak | floor us "
-          "|\n|---|---|---|---|---|---|---|---|---|\n");
+    std::string header = "| shape | T | N | K | out | median us | TFLOP/s | % peak | floor us |",
+                rule = "|---|---|---|---|---|---|---|---|---|";
+    if (tune > 0) {
+      header += " tuned us | speed-up | pick |";
+      rule += "---|---|---|";
+    }
+    for (const auto& b : other_buckets) {
+      header += " " + b.first + " us | speed-up |";
+      rule += "---|---|";
+    }
+    std::printf("%s\n%s\n", header.c_str(), rule.c_str());
     const std::vector<std::string> wanted = bench::split(shapes_sel);
     for (const Shape& s : all) {
       if (std::find(wanted.begin(), wanted.end(), s.name) == wanted.end()) continue;
@@ -120,6 +141,17 @@ int main(int argc, char** argv) {
           r["tuned_median_us"] = tt.median_us;
           r["tuned_pick"] = c.index;
           r["tuned_candidates"] = c.candidates;
+        }
+        for (size_t i = 0; i < bucketed.size(); ++i) {
+          const bench::Timing bt = bench::time_launches(
+              [&](int) {
+                bucketed[i]->matmul(static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(w), o,
+                                    s.out, T, s.N, s.K, s.accumulate, stream);
+              },
+              stream, warmup, iters, 2.0);
+          std::printf(" | %.1f | %.3f", bt.median_us, t.median_us / bt.median_us);
+          r["buckets_us"][other_buckets[i].first] = bt.median_us;
+          r["bucket_rows"][other_buckets[i].first] = gemm_bucket_rows(T, other_buckets[i].second);
         }
         std::printf(" |\n");
         std::fflush(stdout);

@@ -10,8 +10,12 @@
 #include <numeric>
 #include <ostream>
 #include <random>
+#include <tuple>
 
 #include "kernels/cuda_twin.h"
+#if FLASHDLLM_HAVE_CUDA
+#include "kernels/cuda/gemm.h"
+#endif
 
 namespace flashdllm {
 namespace {
@@ -219,6 +223,27 @@ TEST_P(CudaOps, MatmulMatchesCpu) {
     }
   }
 }
+
+#if FLASHDLLM_HAVE_CUDA
+// The row buckets sharing a cuBLASLt algorithm (kernels::gemm_bucket_rows; host arithmetic, no GPU;
+// CUDA builds only, where the kernels library is linked).
+TEST(GemmBuckets, BucketRowsPerMode) {
+  using kernels::gemm_bucket_rows;
+  using kernels::GemmBuckets;
+  const std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> cases = {
+      // T, power of two, quarter octave, exact
+      {1, 16, 16, 16},        {16, 16, 16, 16},         {17, 32, 20, 17},         {20, 32, 20, 20},
+      {21, 32, 24, 21},       {29, 32, 32, 29},         {128, 128, 128, 128},     {129, 256, 160, 129},
+      {513, 1024, 640, 513},  {640, 1024, 640, 640},    {641, 1024, 768, 641},    {769, 1024, 896, 769},
+      {897, 1024, 1024, 897}, {3072, 4096, 3072, 3072}, {3073, 4096, 3584, 3073}, {4096, 4096, 4096, 4096}};
+  for (const auto& [T, pow2, quarter, exact] : cases) {
+    SCOPED_TRACE("T=" + std::to_string(T));
+    EXPECT_EQ(gemm_bucket_rows(T, GemmBuckets::kPowerOfTwo), pow2);
+    EXPECT_EQ(gemm_bucket_rows(T, GemmBuckets::kQuarterOctave), quarter);
+    EXPECT_EQ(gemm_bucket_rows(T, GemmBuckets::kExact), exact);
+  }
+}
+#endif
 
 TEST_P(CudaOps, MatmulValidatesOperands) {
   Dev x = make(*twin_, twin_act(), 4, 32), w = make(*twin_, twin_->weight_dtype(), 8, 31),

@@ -224,6 +224,16 @@ int parse_gemm_tune_env() {
   return static_cast<int>(k);
 }
 
+// FLASHDLLM_GEMM_BUCKETS = pow2 (default), quarter or exact: the row counts that share a cuBLASLt
+// algorithm (kernels::GemmBuckets, kernels/cuda/gemm.h).
+kernels::GemmBuckets parse_gemm_buckets_env() {
+  const char* v = std::getenv("FLASHDLLM_GEMM_BUCKETS");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "pow2") == 0) return kernels::GemmBuckets::kPowerOfTwo;
+  if (std::strcmp(v, "quarter") == 0) return kernels::GemmBuckets::kQuarterOctave;
+  if (std::strcmp(v, "exact") == 0) return kernels::GemmBuckets::kExact;
+  FDLLM_FAIL(ErrorCode::kInvalidArgument, "FLASHDLLM_GEMM_BUCKETS='{}' is not one of pow2, quarter, exact", v);
+}
+
 // The auto choice per shape: the fused CUTLASS kernel where the device runs it and it measured faster
 // than the unfused path (kernels::qkv_fused_beats_unfused, from bench/qkv_bench on the H200).
 bool auto_qkv_fused(int64_t tokens) {
@@ -309,7 +319,7 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaMallocHost(&pinned, sizeof(int)));
     host_flags_.reset(pinned);
     *static_cast<int*>(host_flags_.get()) = 0;
-    gemm_ = std::make_unique<kernels::GemmLt>(size_t{32} << 20, parse_gemm_tune_env());
+    gemm_ = std::make_unique<kernels::GemmLt>(size_t{32} << 20, parse_gemm_tune_env(), parse_gemm_buckets_env());
     attention_ = parse_attention_env();
     default_flash_ = default_flash_choice(prop.major, prop.minor);
     FDLLM_CHECK(

@@ -55,14 +55,6 @@ struct Plan {
   }
 };
 
-/// The rows at which cuBLASLt's heuristic picks the algorithm of a T-row GEMM: the next power of two,
-/// at least 16 (see gemm.h).
-int64_t algorithm_rows(int64_t T) {
-  int64_t b = 16;
-  while (b < T) b <<= 1;
-  return b;
-}
-
 int alignment_of(const void* p) {
   const auto u = reinterpret_cast<uintptr_t>(p);
   int al = 16;
@@ -72,13 +64,24 @@ int alignment_of(const void* p) {
 
 }  // namespace
 
+int64_t gemm_bucket_rows(int64_t T, GemmBuckets buckets) noexcept {
+  if (buckets == GemmBuckets::kExact) return std::max<int64_t>(T, 16);
+  int64_t b = 16;
+  while (b < T) b <<= 1;
+  if (buckets == GemmBuckets::kQuarterOctave && b > 16)
+    for (int64_t q = 5; q < 8; ++q)
+      if (b / 8 * q >= T) return b / 8 * q;
+  return b;
+}
+
 struct GemmLt::Impl {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   int tune_candidates = 0;
+  GemmBuckets buckets = GemmBuckets::kPowerOfTwo;
   std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans;
-  // The heuristic's first algorithm per row bucket (key.T = algorithm_rows(T)).
+  // The heuristic's first algorithm per row bucket (key.T = gemm_bucket_rows(T, buckets)).
   std::unordered_map<PlanKey, cublasLtMatmulAlgo_t, PlanKeyHash> bucket_algos;
   size_t heuristic_queries = 0;
   GemmLt::Choice last;
@@ -110,11 +113,11 @@ struct GemmLt::Impl {
     return found;
   }
 
-  /// The algorithm of the bucket of key.T (queried at algorithm_rows(key.T) rows once per bucket), if
+  /// The algorithm of the bucket of key.T (queried at its bucket's row count once per bucket), if
   /// cuBLASLt accepts it for exactly key.T rows with our workspace.
   std::optional<cublasLtMatmulAlgo_t> bucket_algorithm(const PlanKey& key, const Plan& p, cudaDataType_t out_dt) {
     PlanKey bk = key;
-    bk.T = algorithm_rows(key.T);
+    bk.T = gemm_bucket_rows(key.T, buckets);
     auto it = bucket_algos.find(bk);
     if (it == bucket_algos.end()) {
       cublasLtMatrixLayout_t b = p.b, c = p.c, bb = nullptr, bc = nullptr;
@@ -226,10 +229,11 @@ struct GemmLt::Impl {
   }
 };
 
-GemmLt::GemmLt(size_t workspace_bytes, int tune_candidates) : impl_(std::make_unique<Impl>()) {
+GemmLt::GemmLt(size_t workspace_bytes, int tune_candidates, GemmBuckets buckets) : impl_(std::make_unique<Impl>()) {
   FDLLM_CHECK_ARG(tune_candidates >= 0 && tune_candidates <= 16, "matmul: tune_candidates must be in [0, 16], got {}",
                   tune_candidates);
   impl_->tune_candidates = tune_candidates;
+  impl_->buckets = buckets;
   CUBLAS_CHECK(cublasLtCreate(&impl_->handle));
   if (workspace_bytes > 0) {
     const cudaError_t err = cudaMalloc(&impl_->workspace, workspace_bytes);

@@ -18,6 +18,9 @@
 // often, the lazy loading of another kernel (several ms on the H200: Flash-Cache's windows shrink
 // at the canvas end and admissions add prefill rows, so T changes often). The choice is a function
 // of T alone (never of the order shapes arrive in), and at T = B it is the heuristic's own.
+// Between powers of two that bucket's algorithm can cost up to 1.6x the exact row count's best
+// (bench/results/2026-12-03-h200-gemm-bucket-gap/), so finer buckets are selectable (GemmBuckets)
+// for measurement; the engine uses the power-of-two buckets.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -31,12 +34,22 @@ namespace flashdllm::kernels {
 
 enum class GemmOut { kBF16, kF32 };
 
+/// How row counts share an algorithm (see the file comment): kPowerOfTwo, B = the next power of two
+/// >= T; kQuarterOctave, B = the smallest of 5/8, 6/8, 7/8 and 8/8 of that power of two that is
+/// >= T; kExact, B = T (a heuristic query per row count). B is at least 16 in every mode.
+enum class GemmBuckets { kPowerOfTwo, kQuarterOctave, kExact };
+
+/// The bucket's row count B of T rows (T >= 1) under `buckets`.
+int64_t gemm_bucket_rows(int64_t T, GemmBuckets buckets) noexcept;
+
 class GemmLt {
  public:
   /// Creates the cuBLASLt handle and a device workspace of `workspace_bytes` on the current device;
-  /// tune_candidates in [0, 16] (see the file comment). Throws Error(kDevice) / Error(kOutOfMemory),
-  /// Error(kInvalidArgument) for tune_candidates outside [0, 16].
-  explicit GemmLt(size_t workspace_bytes = size_t{32} << 20, int tune_candidates = 0);
+  /// tune_candidates in [0, 16], `buckets` for tune_candidates 0 or 1 (see the file comment).
+  /// Throws Error(kDevice) / Error(kOutOfMemory), Error(kInvalidArgument) for tune_candidates
+  /// outside [0, 16].
+  explicit GemmLt(size_t workspace_bytes = size_t{32} << 20, int tune_candidates = 0,
+                  GemmBuckets buckets = GemmBuckets::kPowerOfTwo);
   ~GemmLt();
   GemmLt(const GemmLt&) = delete;
   GemmLt& operator=(const GemmLt&) = delete;
