@@ -14,7 +14,7 @@
 
 #include "kernels/cuda_twin.h"
 #if FLASHDLLM_HAVE_CUDA
-#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemm_buckets.h"
 #endif
 
 namespace flashdllm {
