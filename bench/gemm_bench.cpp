@@ -9,9 +9,9 @@
 // max(flops / peak, bytes(x, w, out[, out read]) / bandwidth). Median of --iters measurements.
 // --tune K also times a GemmLt that picks the fastest of cuBLASLt's first K heuristic algorithms
 // (GemmLt's tune_candidates) on the same operands in the same run: its time, the speed-up over the
-// heuristic's first choice, and which candidate won. --buckets quarter,exact also times GemmLts
-// whose row buckets are quarter octaves / exact row counts (kernels::GemmBuckets) against the
-// engine's power-of-two buckets (the "median us" column).
+// heuristic's first choice, and which candidate won. --buckets pow2,exact also times GemmLts whose
+// row buckets are powers of two / exact row counts (kernels::GemmBuckets) against the engine's
+// default quarter octaves (the "median us" column).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -55,16 +55,18 @@ int main(int argc, char** argv) {
   app.add_option("--peak-gbps", peak_gbps, "memory bandwidth for the roofline floor (H200: 4800)");
   app.add_option("--json", json_path, "write results as JSON");
   app.add_option("--tune", tune, "also time GemmLt(tune_candidates = K) (0 = off)")->check(CLI::Range(0, 16));
-  app.add_option("--buckets", buckets_sel, "also time other row buckets: subset of quarter,exact");
+  app.add_option("--buckets", buckets_sel, "also time other row buckets: subset of pow2,quarter,exact");
   CLI11_PARSE(app, argc, argv);
   std::vector<std::pair<std::string, GemmBuckets>> other_buckets;
   for (const std::string& b : bench::split(buckets_sel)) {
-    if (b == "quarter")
+    if (b == "pow2")
+      other_buckets.emplace_back(b, GemmBuckets::kPowerOfTwo);
+    else if (b == "quarter")
       other_buckets.emplace_back(b, GemmBuckets::kQuarterOctave);
     else if (b == "exact")
       other_buckets.emplace_back(b, GemmBuckets::kExact);
     else {
-      std::fprintf(stderr, "gemm_bench: --buckets: '%s' is not quarter or exact\n", b.c_str());
+      std::fprintf(stderr, "gemm_bench: --buckets: '%s' is not pow2, quarter or exact\n", b.c_str());
       return 2;
     }
   }
@@ -174,7 +176,7 @@ int main(int argc, char** argv) {
       CUDA_CHECK(cudaFree(o));
     }
     CUDA_CHECK(cudaStreamDestroy(stream));
-    // Row buckets (kernels/cuda/gemm.h): one heuristic query per shape and power-of-two bucket of T.
+    // Row buckets (kernels/cuda/gemm.h): one heuristic query per shape and row bucket of T.
     std::printf("\ncuBLASLt (untuned GemmLt): %zu plans, %zu heuristic queries\n", gemm.cached_plans(),
                 gemm.heuristic_queries());
     out["plans"] = gemm.cached_plans();

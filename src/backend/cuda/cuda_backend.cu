@@ -224,14 +224,14 @@ int parse_gemm_tune_env() {
   return static_cast<int>(k);
 }
 
-// FLASHDLLM_GEMM_BUCKETS = pow2 (default), quarter or exact: the row counts that share a cuBLASLt
+// FLASHDLLM_GEMM_BUCKETS = quarter (default), pow2 or exact: the row counts that share a cuBLASLt
 // algorithm (kernels::GemmBuckets, kernels/cuda/gemm.h).
 kernels::GemmBuckets parse_gemm_buckets_env() {
   const char* v = std::getenv("FLASHDLLM_GEMM_BUCKETS");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "pow2") == 0) return kernels::GemmBuckets::kPowerOfTwo;
-  if (std::strcmp(v, "quarter") == 0) return kernels::GemmBuckets::kQuarterOctave;
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "quarter") == 0) return kernels::GemmBuckets::kQuarterOctave;
+  if (std::strcmp(v, "pow2") == 0) return kernels::GemmBuckets::kPowerOfTwo;
   if (std::strcmp(v, "exact") == 0) return kernels::GemmBuckets::kExact;
-  FDLLM_FAIL(ErrorCode::kInvalidArgument, "FLASHDLLM_GEMM_BUCKETS='{}' is not one of pow2, quarter, exact", v);
+  FDLLM_FAIL(ErrorCode::kInvalidArgument, "FLASHDLLM_GEMM_BUCKETS='{}' is not one of quarter, pow2, exact", v);
 }
 
 // The auto choice per shape: the fused CUTLASS kernel where the device runs it and it measured faster

@@ -79,7 +79,7 @@ struct GemmLt::Impl {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   int tune_candidates = 0;
-  GemmBuckets buckets = GemmBuckets::kPowerOfTwo;
+  GemmBuckets buckets = GemmBuckets::kQuarterOctave;
   std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans;
   // The heuristic's first algorithm per row bucket (key.T = gemm_bucket_rows(T, buckets)).
   std::unordered_map<PlanKey, cublasLtMatmulAlgo_t, PlanKeyHash> bucket_algos;

@@ -12,15 +12,16 @@
 // seen (one host synchronisation then; never afterwards).
 //
 // Row buckets: the heuristic is asked once per (bucket, N, K, output, beta, alignments), at the
-// bucket's row count B = the next power of two >= T (at least 16), and its first algorithm serves
+// bucket's row count B (GemmBuckets; by default the smallest quarter octave >= T: 5/8, 6/8, 7/8 or
+// 8/8 of the next power of two, at least 16), and its first algorithm serves
 // every T of the bucket that cuBLASLt accepts it for (cublasLtMatmulAlgoCheck; otherwise T gets its
 // own query). A new row count then costs descriptors and a check instead of a heuristic query and,
 // often, the lazy loading of another kernel (several ms on the H200: Flash-Cache's windows shrink
 // at the canvas end and admissions add prefill rows, so T changes often). The choice is a function
 // of T alone (never of the order shapes arrive in), and at T = B it is the heuristic's own.
-// Between powers of two that bucket's algorithm can cost up to 1.6x the exact row count's best
-// (bench/results/2026-12-03-h200-gemm-bucket-gap/), so finer buckets are selectable (GemmBuckets)
-// for measurement; the engine uses the power-of-two buckets.
+// Power-of-two buckets (the earlier default) cost up to 1.8x the exact row count's heuristic choice
+// between powers of two; quarter octaves are within noise of exact row counts at four queries per
+// octave (bench/results/2026-12-03-h200-gemm-quarter-buckets/).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -43,7 +44,7 @@ class GemmLt {
   /// Throws Error(kDevice) / Error(kOutOfMemory), Error(kInvalidArgument) for tune_candidates
   /// outside [0, 16].
   explicit GemmLt(size_t workspace_bytes = size_t{32} << 20, int tune_candidates = 0,
-                  GemmBuckets buckets = GemmBuckets::kPowerOfTwo);
+                  GemmBuckets buckets = GemmBuckets::kQuarterOctave);
   ~GemmLt();
   GemmLt(const GemmLt&) = delete;
   GemmLt& operator=(const GemmLt&) = delete;
