@@ -12,12 +12,21 @@
 // heuristic's first choice, and which candidate won. --buckets pow2,exact also times GemmLts whose
 // row buckets are powers of two / exact row counts (kernels::GemmBuckets) against the engine's
 // default quarter octaves (the "median us" column).
+// --write-picks FILE measures a pick table (backend/cuda/gemm_picks.h) for the engine's buckets: at
+// every T that is a bucket's own row count, each of the heuristic's first --pick-candidates
+// algorithms (GemmLt::set_picks) is timed; the fastest becomes the pick when it beats the first by
+// more than --pick-margin in its measurement and again in a second, alternating one (noise guard).
+// Only picks other than the first are written. Every GemmLt here runs without built-in picks: the
+// "median us" column is the heuristic's first algorithm.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,7 +55,9 @@ int main(int argc, char** argv) {
   std::string tokens = "256,512,1024,2048,4096,8192,16384", shapes_sel = "qkv,attn_out,gate_up,down,lm_head";
   int warmup = 3, iters = 10, tune = 0;
   double peak_tflops = 989.4, peak_gbps = 4800.0;
-  std::string json_path, buckets_sel;
+  std::string json_path, buckets_sel, picks_path;
+  int pick_candidates = 8;
+  double pick_margin = 0.03;
   app.add_option("--tokens", tokens, "comma-separated T (rows of x)");
   app.add_option("--shapes", shapes_sel, "subset of qkv,attn_out,gate_up,down,lm_head");
   app.add_option("--warmup", warmup, "warm-up launches");
@@ -56,6 +67,11 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_path, "write results as JSON");
   app.add_option("--tune", tune, "also time GemmLt(tune_candidates = K) (0 = off)")->check(CLI::Range(0, 16));
   app.add_option("--buckets", buckets_sel, "also time other row buckets: subset of pow2,quarter,exact");
+  app.add_option("--write-picks", picks_path, "measure and write a GEMM pick table (JSON) for the engine's buckets");
+  app.add_option("--pick-candidates", pick_candidates, "heuristic candidates timed per shape for --write-picks")
+      ->check(CLI::Range(2, kMaxGemmCandidates));
+  app.add_option("--pick-margin", pick_margin, "speed-up over the first candidate a pick needs (0.03 = 3%)")
+      ->check(CLI::Range(0.0, 1.0));
   CLI11_PARSE(app, argc, argv);
   std::vector<std::pair<std::string, GemmBuckets>> other_buckets;
   for (const std::string& b : bench::split(buckets_sel)) {
@@ -84,6 +100,30 @@ int main(int argc, char** argv) {
     GemmLt tuned(size_t{32} << 20, tune);
     std::vector<std::unique_ptr<GemmLt>> bucketed;
     for (const auto& b : other_buckets) bucketed.push_back(std::make_unique<GemmLt>(size_t{32} << 20, 0, b.second));
+    // --write-picks: pickers[k] serves every measured (shape, bucket T) with the heuristic's k-th.
+    const GemmBuckets engine_buckets = GemmBuckets::kQuarterOctave;
+    const std::vector<std::string> wanted = bench::split(shapes_sel);
+    const std::vector<long long> ts = bench::parse_list(tokens);
+    std::vector<std::unique_ptr<GemmLt>> pickers;
+    if (!picks_path.empty()) {
+      for (int k = 0; k < pick_candidates; ++k) {
+        std::vector<GemmPick> all_k;
+        for (const Shape& s : all)
+          for (long long T : ts)
+            if (gemm_bucket_rows(T, engine_buckets) == T) all_k.push_back({T, s.N, s.K, s.out, s.accumulate, k});
+        pickers.push_back(std::make_unique<GemmLt>(size_t{32} << 20, 0, engine_buckets));
+        pickers.back()->set_picks(all_k);
+      }
+    }
+    nlohmann::json table;
+    table["device"] = dev.name;
+    table["cublaslt_version"] = GemmLt::library_version();
+    table["buckets"] = "quarter";
+    table["measured"] = {{"commit", bench::commit_id()},
+                         {"by", "bench/gemm_bench --write-picks"},
+                         {"pick_candidates", pick_candidates},
+                         {"pick_margin", pick_margin}};
+    table["picks"] = nlohmann::json::array();
     nlohmann::json out;
     out["bench"] = "gemm";
     out["device"] = dev.name;
@@ -98,15 +138,17 @@ int main(int argc, char** argv) {
       header += " tuned us | speed-up | pick |";
       rule += "---|---|---|";
     }
+    if (!pickers.empty()) {
+      header += " best candidate | its us | speed-up | picked |";
+      rule += "---|---|---|---|";
+    }
     for (const auto& b : other_buckets) {
       header += " " + b.first + " us | speed-up |";
       rule += "---|---|";
     }
     std::printf("%s\n%s\n", header.c_str(), rule.c_str());
-    const std::vector<std::string> wanted = bench::split(shapes_sel);
     for (const Shape& s : all) {
       if (std::find(wanted.begin(), wanted.end(), s.name) == wanted.end()) continue;
-      const std::vector<long long> ts = bench::parse_list(tokens);
       const int64_t t_max = *std::max_element(ts.begin(), ts.end());
       const size_t out_esize = s.out == GemmOut::kF32 ? 4 : 2;
       void *x = nullptr, *w = nullptr, *o = nullptr;
@@ -155,6 +197,46 @@ int main(int argc, char** argv) {
           r["buckets_us"][other_buckets[i].first] = bt.median_us;
           r["bucket_rows"][other_buckets[i].first] = gemm_bucket_rows(T, other_buckets[i].second);
         }
+        if (!pickers.empty() && gemm_bucket_rows(T, engine_buckets) == T) {
+          const auto timed = [&](int k) {
+            return bench::time_launches(
+                       [&](int) {
+                         pickers[k]->matmul(static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(w),
+                                            o, s.out, T, s.N, s.K, s.accumulate, stream);
+                       },
+                       stream, warmup, iters, 2.0)
+                .median_us;
+          };
+          std::vector<double> us(pickers.size(), 0.0);
+          int best = 0;
+          for (int k = 0; k < static_cast<int>(pickers.size()); ++k) {
+            us[k] = timed(k);
+            // A candidate the heuristic does not list falls back to the first: not a candidate.
+            if (k > 0 && pickers[k]->last_choice().index != k) us[k] = 0.0;
+            if (us[k] > 0.0 && us[k] < us[best]) best = k;
+          }
+          bool picked = best > 0 && us[best] < (1.0 - pick_margin) * us[0];
+          double again0 = 0.0, again_best = 0.0;
+          if (picked) {  // the second, alternating measurement must agree
+            again0 = timed(0);
+            again_best = timed(best);
+            picked = again_best < (1.0 - pick_margin) * again0;
+          }
+          std::printf(" | %d | %.1f | %.3f | %s", best, us[best], us[0] / us[best], picked ? "yes" : "no");
+          r["candidates_us"] = us;
+          r["best_candidate"] = best;
+          if (picked) {
+            const double speedup = (us[0] + again0) / (us[best] + again_best);
+            table["picks"].push_back({{"shape", s.name},
+                                      {"rows", T},
+                                      {"N", s.N},
+                                      {"K", s.K},
+                                      {"out", s.out == GemmOut::kF32 ? "F32" : "BF16"},
+                                      {"accumulate", s.accumulate},
+                                      {"candidate", best},
+                                      {"speedup", std::round(speedup * 1000.0) / 1000.0}});
+          }
+        }
         std::printf(" |\n");
         std::fflush(stdout);
         r["shape"] = s.name;
@@ -182,6 +264,12 @@ int main(int argc, char** argv) {
     out["plans"] = gemm.cached_plans();
     out["heuristic_queries"] = gemm.heuristic_queries();
     bench::write_json(json_path, out);
+    if (!picks_path.empty()) {
+      std::ofstream f(picks_path);
+      f << table.dump(1) << "\n";
+      if (!f) throw std::runtime_error("cannot write " + picks_path);
+      std::printf("wrote %zu picks to %s\n", table["picks"].size(), picks_path.c_str());
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gemm_bench: %s\n", e.what());
     return 1;

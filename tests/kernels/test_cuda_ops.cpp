@@ -6,15 +6,18 @@
 // (odd sizes, sizes off the tile multiples, LLaDA-8B widths). See kernels/cuda_twin.h for the
 // harness (poisoning, bf16-rounded inputs, skip without a GPU).
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <numeric>
 #include <ostream>
 #include <random>
 #include <tuple>
 
+#include "common/test_paths.h"
 #include "kernels/cuda_twin.h"
 #if FLASHDLLM_HAVE_CUDA
-#include "kernels/cuda/gemm_buckets.h"
+#include "kernels/cuda/gemm_choice.h"
 #endif
 
 namespace flashdllm {
@@ -541,6 +544,27 @@ TEST_P(CudaOps, GatherRowsOutOfRangeIsReported) {
   put_i32(*twin_, i.t, {3, -1});
   EXPECT_TRUE(twin::throws_error(
       *twin_, [&] { twin_->gather_rows(x.t, i.t, o.t); }, ErrorCode::kInvalidArgument, "gather_rows"));
+}
+
+// The CUDA backend applies FLASHDLLM_GEMM_PICKS (backend/cuda/gemm_picks.h): a named table for
+// another GPU is refused with the file and the field named; "off" runs without picks.
+TEST(GemmPicks, CudaBackendChecksTheNamedTable) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device (built without CUDA or no GPU)";
+  const std::string path = (test::temp_dir() / "picks.json").string();
+  std::ofstream(path) << R"({"device": "Not This GPU", "cublaslt_version": 1, "buckets": "quarter", "picks": []})";
+  struct EnvGuard {
+    ~EnvGuard() { unsetenv("FLASHDLLM_GEMM_PICKS"); }
+  } guard;
+  setenv("FLASHDLLM_GEMM_PICKS", path.c_str(), 1);
+  try {
+    make_cuda_backend(0);
+    ADD_FAILURE() << "a pick table of another GPU was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find(path + ": 'device' is 'Not This GPU'"), std::string::npos) << e.what();
+  }
+  setenv("FLASHDLLM_GEMM_PICKS", "off", 1);
+  EXPECT_NE(make_cuda_backend(0), nullptr);
 }
 
 INSTANTIATE_TEST_SUITE_P(Small, CudaOps, ::testing::Values(Size::kSmall), size_name);

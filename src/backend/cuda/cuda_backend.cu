@@ -14,6 +14,11 @@
 // Environment:
 //   FLASHDLLM_CUDA_SYNC=1        synchronise and check after every op (debugging)
 //   FLASHDLLM_CUDA_GRAPHS=0      run_recorded runs the ops one by one (no CUDA graphs)
+//   FLASHDLLM_GEMM_BUCKETS=<rule> quarter (default) | pow2 | exact: row counts sharing a cuBLASLt
+//                                algorithm (kernels/cuda/gemm.h)
+//   FLASHDLLM_GEMM_PICKS=<file>  cuBLASLt algorithm picks (backend/cuda/gemm_picks.h); default: the
+//                                built-in table of this GPU and cuBLASLt version; off: none
+//   FLASHDLLM_GEMM_TUNE=K        time the heuristic's first K algorithms per shape at run time
 //   FLASHDLLM_ATTENTION=<mode>   auto (default: on sm_90 builds with the Hopper kernel, wgmma for tiles of
 //                                > 64 rows and m64n64 for the others; elsewhere m64n64) | reference |
 //                                m64n64 | m128n64 | m128n128 | wgmma | wgmma128 (sm_90 only)
@@ -49,6 +54,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/gemm_picks.h"
 #include "core/check.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_cudnn.h"
@@ -319,7 +325,10 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaMallocHost(&pinned, sizeof(int)));
     host_flags_.reset(pinned);
     *static_cast<int*>(host_flags_.get()) = 0;
-    gemm_ = std::make_unique<kernels::GemmLt>(size_t{32} << 20, parse_gemm_tune_env(), parse_gemm_buckets_env());
+    const kernels::GemmBuckets buckets = parse_gemm_buckets_env();
+    gemm_ = std::make_unique<kernels::GemmLt>(size_t{32} << 20, parse_gemm_tune_env(), buckets);
+    gemm_->set_picks(resolve_gemm_picks(std::getenv("FLASHDLLM_GEMM_PICKS"), prop.name,
+                                        kernels::GemmLt::library_version(), buckets));
     attention_ = parse_attention_env();
     default_flash_ = default_flash_choice(prop.major, prop.minor);
     FDLLM_CHECK(

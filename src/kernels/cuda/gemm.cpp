@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
 #include <optional>
 #include <tuple>
 #include <unordered_map>
@@ -81,8 +82,16 @@ struct GemmLt::Impl {
   int tune_candidates = 0;
   GemmBuckets buckets = GemmBuckets::kQuarterOctave;
   std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans;
-  // The heuristic's first algorithm per row bucket (key.T = gemm_bucket_rows(T, buckets)).
-  std::unordered_map<PlanKey, cublasLtMatmulAlgo_t, PlanKeyHash> bucket_algos;
+  // Fixed picks: (bucket rows, N, K, output type, accumulate) -> the heuristic candidate to use.
+  using PickKey = std::tuple<int64_t, int64_t, int64_t, int, bool>;
+  std::map<PickKey, int> picks;
+  // The algorithm per row bucket (key.T = gemm_bucket_rows(T, buckets)) and its candidate index:
+  // the heuristic's first, or the pick's candidate.
+  struct BucketAlgo {
+    cublasLtMatmulAlgo_t algo;
+    int index;
+  };
+  std::unordered_map<PlanKey, BucketAlgo, PlanKeyHash> bucket_algos;
   size_t heuristic_queries = 0;
   GemmLt::Choice last;
 
@@ -113,9 +122,9 @@ struct GemmLt::Impl {
     return found;
   }
 
-  /// The algorithm of the bucket of key.T (queried at its bucket's row count once per bucket), if
-  /// cuBLASLt accepts it for exactly key.T rows with our workspace.
-  std::optional<cublasLtMatmulAlgo_t> bucket_algorithm(const PlanKey& key, const Plan& p, cudaDataType_t out_dt) {
+  /// The algorithm of the bucket of key.T (queried at its bucket's row count once per bucket) and its
+  /// candidate index, if cuBLASLt accepts it for exactly key.T rows with our workspace.
+  std::optional<BucketAlgo> bucket_algorithm(const PlanKey& key, const Plan& p, cudaDataType_t out_dt) {
     PlanKey bk = key;
     bk.T = gemm_bucket_rows(key.T, buckets);
     auto it = bucket_algos.find(bk);
@@ -137,12 +146,16 @@ struct GemmLt::Impl {
         b = bb;
         c = bc;
       }
-      cublasLtMatmulHeuristicResult_t r{};
-      if (heuristic(p.op, p.a, b, c, bk, 1, &r) < 1) return std::nullopt;
-      it = bucket_algos.emplace(bk, r.algo).first;
+      const auto pick = picks.find({bk.T, bk.N, bk.K, bk.out_type, bk.accumulate});
+      const int want = pick == picks.end() ? 0 : pick->second;
+      cublasLtMatmulHeuristicResult_t r[kMaxGemmCandidates]{};
+      const int found = heuristic(p.op, p.a, b, c, bk, want + 1, r);
+      if (found < 1) return std::nullopt;
+      const int index = want < found ? want : 0;  // a candidate the heuristic does not list: its first
+      it = bucket_algos.emplace(bk, BucketAlgo{r[index].algo, index}).first;
     }
     cublasLtMatmulHeuristicResult_t check{};
-    if (cublasLtMatmulAlgoCheck(handle, p.op, p.a, p.b, p.c, p.c, &it->second, &check) != CUBLAS_STATUS_SUCCESS ||
+    if (cublasLtMatmulAlgoCheck(handle, p.op, p.a, p.b, p.c, p.c, &it->second.algo, &check) != CUBLAS_STATUS_SUCCESS ||
         check.workspaceSize > workspace_bytes)
       return std::nullopt;
     return it->second;
@@ -207,12 +220,12 @@ struct GemmLt::Impl {
 
     if (tune_candidates <= 1) {  // the row bucket's algorithm, where cuBLASLt takes it for these rows
       if (const auto algo = bucket_algorithm(key, *p, out_dt)) {
-        p->algo = *algo;
-        p->choice = {0, 0};
+        p->algo = algo->algo;
+        p->choice = {algo->index, 0};
         return *plans.emplace(key, std::move(p)).first->second;
       }
     }
-    cublasLtMatmulHeuristicResult_t results[16]{};
+    cublasLtMatmulHeuristicResult_t results[kMaxGemmCandidates]{};
     const int found = heuristic(p->op, p->a, p->b, p->c, key, std::max(1, tune_candidates), results);
     FDLLM_CHECK(found > 0, ErrorCode::kUnsupported,
                 "matmul: cuBLASLt has no algorithm for out[{}, {}] = x[{}, {}]·w[{}, {}]ᵀ ({} output, beta {})", key.T,
@@ -256,6 +269,28 @@ GemmLt::~GemmLt() {
 size_t GemmLt::cached_plans() const noexcept { return impl_->plans.size(); }
 size_t GemmLt::heuristic_queries() const noexcept { return impl_->heuristic_queries; }
 GemmLt::Choice GemmLt::last_choice() const noexcept { return impl_->last; }
+
+int64_t GemmLt::library_version() noexcept { return static_cast<int64_t>(cublasLtGetVersion()); }
+
+void GemmLt::set_picks(const std::vector<GemmPick>& picks) {
+  std::map<Impl::PickKey, int> table;
+  for (const GemmPick& p : picks) {
+    FDLLM_CHECK_ARG(p.rows > 0 && p.N > 0 && p.K > 0, "matmul picks: sizes must be positive, got rows {} N {} K {}",
+                    p.rows, p.N, p.K);
+    FDLLM_CHECK_ARG(gemm_bucket_rows(p.rows, impl_->buckets) == p.rows,
+                    "matmul picks: rows {} is not a row count of this GemmLt's buckets (N {}, K {})", p.rows, p.N, p.K);
+    FDLLM_CHECK_ARG(p.candidate >= 0 && p.candidate < kMaxGemmCandidates,
+                    "matmul picks: candidate {} is outside [0, {}) (rows {}, N {}, K {})", p.candidate,
+                    kMaxGemmCandidates, p.rows, p.N, p.K);
+    const bool added =
+        table.emplace(Impl::PickKey{p.rows, p.N, p.K, static_cast<int>(p.out), p.accumulate}, p.candidate).second;
+    FDLLM_CHECK_ARG(added, "matmul picks: two picks for rows {} N {} K {} ({} output, accumulate {})", p.rows, p.N, p.K,
+                    p.out == GemmOut::kF32 ? "F32" : "BF16", p.accumulate);
+  }
+  impl_->picks = std::move(table);
+  impl_->plans.clear();
+  impl_->bucket_algos.clear();
+}
 
 void GemmLt::matmul(const __nv_bfloat16* x, const __nv_bfloat16* w, void* out, GemmOut out_type, int64_t T, int64_t N,
                     int64_t K, bool accumulate, cudaStream_t stream) {

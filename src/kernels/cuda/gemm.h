@@ -22,6 +22,11 @@
 // Power-of-two buckets (the earlier default) cost up to 1.8x the exact row count's heuristic choice
 // between powers of two; quarter octaves are within noise of exact row counts at four queries per
 // octave (bench/results/2026-12-03-h200-gemm-quarter-buckets/).
+//
+// Picks (set_picks): for a listed (bucket rows, N, K, output, beta) the bucket's algorithm is the
+// heuristic's candidate-th instead of its first: measured once per GPU and cuBLASLt version by
+// bench/gemm_bench --write-picks (the fastest of the first candidates where it beats the first by a
+// margin), so the choice stays a function of the shape, unlike tune_candidates' timing at run time.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -30,12 +35,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
-#include "kernels/cuda/gemm_buckets.h"
+#include "kernels/cuda/gemm_choice.h"
 
 namespace flashdllm::kernels {
-
-enum class GemmOut { kBF16, kF32 };
 
 class GemmLt {
  public:
@@ -56,12 +60,23 @@ class GemmLt {
   void matmul(const __nv_bfloat16* x, const __nv_bfloat16* w, void* out, GemmOut out_type, int64_t T, int64_t N,
               int64_t K, bool accumulate, cudaStream_t stream);
 
+  /// Replaces the fixed picks (see the file comment) and forgets every cached plan and bucket
+  /// algorithm, so the next calls choose again. A pick whose candidate the heuristic does not list
+  /// for its shape falls back to the first. Throws Error(kInvalidArgument) for a pick with
+  /// non-positive sizes, rows that are not a row count of this GemmLt's buckets, a candidate outside
+  /// [0, kMaxGemmCandidates), or two picks for one shape.
+  void set_picks(const std::vector<GemmPick>& picks);
+
+  /// cublasLtGetVersion() of the loaded cuBLASLt (pick tables are measured per version).
+  static int64_t library_version() noexcept;
+
   /// Number of distinct cached GEMM plans (for tests and logs).
   size_t cached_plans() const noexcept;
   /// cuBLASLt heuristic queries made so far (one per row bucket and shape; tests and logs).
   size_t heuristic_queries() const noexcept;
   /// What the plan of the last matmul call chose: its index in the heuristic's list (0 = the
-  /// heuristic's first) and the candidates that were timed (0 without tuning).
+  /// heuristic's first; a pick's candidate when one served it) and the candidates that were timed
+  /// (0 without tuning).
   struct Choice {
     int index = 0, candidates = 0;
   };

@@ -1,0 +1,37 @@
+// How kernels::GemmLt (gemm.h) chooses its cuBLASLt algorithms: row buckets (which row counts share
+// one heuristic query) and fixed picks among the heuristic's candidates. Host-only vocabulary
+// without CUDA headers, so host code, table parsers and their tests can include it.
+#pragma once
+
+#include <cstdint>
+
+namespace flashdllm::kernels {
+
+/// Output element type of a GEMM: bf16 or fp32.
+enum class GemmOut { kBF16, kF32 };
+
+/// How row counts share an algorithm (gemm.h's file comment): kPowerOfTwo, B = the next power of two
+/// >= T; kQuarterOctave, B = the smallest of 5/8, 6/8, 7/8 and 8/8 of that power of two that is
+/// >= T; kExact, B = T (a heuristic query per row count). B is at least 16 in every mode.
+enum class GemmBuckets { kPowerOfTwo, kQuarterOctave, kExact };
+
+/// The bucket's row count B of T rows (T >= 1) under `buckets`.
+int64_t gemm_bucket_rows(int64_t T, GemmBuckets buckets) noexcept;
+
+/// A fixed algorithm for one GEMM shape at one row bucket: the `candidate`-th algorithm cuBLASLt's
+/// heuristic lists for out[rows, N] = x[rows, K] · w[N, K]ᵀ (0 = its first, what GemmLt uses
+/// without a pick). `rows` is a bucket's row count (gemm_bucket_rows(rows) == rows); the pick then
+/// serves every row count of that bucket. Picks are measured per GPU and cuBLASLt version
+/// (bench/gemm_bench --write-picks) and are a function of the shape alone, so reruns stay bitwise
+/// identical.
+struct GemmPick {
+  int64_t rows = 0, N = 0, K = 0;
+  GemmOut out = GemmOut::kBF16;
+  bool accumulate = false;
+  int candidate = 0;  ///< in [0, kMaxGemmCandidates)
+};
+
+/// The most heuristic candidates GemmLt asks for (tuning and picks).
+inline constexpr int kMaxGemmCandidates = 16;
+
+}  // namespace flashdllm::kernels
