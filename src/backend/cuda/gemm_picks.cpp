@@ -122,7 +122,7 @@ std::vector<GemmPickTable> builtin_gemm_pick_tables() {
 std::vector<kernels::GemmPick> resolve_gemm_picks(const char* env, const std::string& device, int64_t cublaslt_version,
                                                   kernels::GemmBuckets buckets) {
   const auto chosen = [&](const std::string& source, std::vector<kernels::GemmPick> picks) {
-    logger().debug("CUDA backend: cuBLASLt {} row buckets; algorithm picks: {} ({} shapes)", gemm_buckets_name(buckets),
+    logger().info("CUDA backend: cuBLASLt {} row buckets; algorithm picks: {} ({} shapes)", gemm_buckets_name(buckets),
                    source, picks.size());
     return picks;
   };

@@ -43,7 +43,7 @@ GemmPickTable read_gemm_pick_table(const std::string& path);
 /// one (a build error in effect: tests parse them all).
 std::vector<GemmPickTable> builtin_gemm_pick_tables();
 
-/// The picks the backend applies (their source is logged at debug level). `env` is
+/// The picks the backend applies (their source is logged at info level). `env` is
 /// FLASHDLLM_GEMM_PICKS: unset/empty = the built-in table of this device, cuBLASLt version and
 /// bucket rule if there is one (else none); "off" = none; anything else = that file, which must
 /// match device, cublaslt_version and buckets (Error(kInvalidArgument) naming the file and the
