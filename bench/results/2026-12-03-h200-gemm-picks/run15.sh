@@ -1,0 +1,31 @@
+#!/bin/bash
+# The built-in GEMM pick table on the device: tests, that it applies, and floors without / with it
+# (3 repeats, alternating). Usage (repo root): bash .carry/run15.sh <tree> <commit>
+set -u
+cd "$(dirname "$0")/.."
+git checkout -- data/gsm8k_train.jsonl 2>/dev/null && echo "restored data/gsm8k_train.jsonl from git"
+tree=$(git add -A >/dev/null 2>&1; git write-tree 2>/dev/null)
+if [[ "$tree" == "$1" ]]; then export FLASHDLLM_COMMIT=$2; echo "tree matches commit $2"; else echo "tree $tree != $1: dirty"; fi
+git reset -q 2>/dev/null
+mkdir -p .deps
+[[ -f .deps/cudnn-frontend/include/cudnn_frontend.h ]] || tar -xJf .carry/cudnn-frontend.tar.xz -C .deps
+[[ -f .deps/cutlass/include/cute/tensor.hpp ]] || tar -xJf .carry/cutlass.tar.xz -C .deps
+t0=$(date +%s)
+FLASHDLLM_GPU_CHECK_BUDGET=150 bash scripts/gpu_check.sh --build-only > $OUT/build.log 2>&1 || { tail -30 $OUT/build.log; exit 1; }
+cmake --build build-gpu --target test_gemm_picks > /dev/null 2>&1
+echo "built $(( $(date +%s) - t0 )) s"
+export LD_LIBRARY_PATH=/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu/openblas-openmp:/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+B=build-gpu
+{ timeout 60 $B/tests/test_cuda_ops --gtest_filter='GemmPicks*:GemmBuckets*:*Matmul*'; timeout 30 $B/tests/test_gemm_picks; } > $OUT/tests.txt 2>&1
+echo "tests rc=$?"; grep -E "PASSED|FAILED|SKIPPED \]" $OUT/tests.txt
+timeout 60 $B/flashdllm generate -v --device cuda -m tests/data/golden/g1 --prompt-ids 1,2,3,4 --gen-length 16 --json > /dev/null 2> $OUT/picks_log.txt
+echo "generate rc=$?"; grep -i "picks" $OUT/picks_log.txt
+timeout 240 python3 bench/iteration_floor.py --a-bin $B/flashdllm --a-env FLASHDLLM_GEMM_PICKS=off \
+  --b-env FLASHDLLM_GEMM_PICKS= --slots 1,16,32 --per-iter 4 --repeats 3 \
+  --json $OUT/floor_builtin.json > $OUT/floor_builtin.md 2>&1
+echo "floor rc=$? at $(( $(date +%s) - t0 )) s"; grep -E "^\|" $OUT/floor_builtin.md
+timeout 90 python3 bench/iteration_floor.py --a-bin $B/flashdllm \
+  --b-args="--verify --verify-kept commits" --slots 32 --per-iter 4 --repeats 1 \
+  --json $OUT/floor_verify.json > $OUT/floor_verify.md 2>&1
+echo "floor verify rc=$? at $(( $(date +%s) - t0 )) s"; grep -E "^\|" $OUT/floor_verify.md
+echo "elapsed $(( $(date +%s) - t0 )) s"
