@@ -70,7 +70,8 @@ int main(int argc, char** argv) {
   app.add_option("--write-picks", picks_path, "measure and write a GEMM pick table (JSON) for the engine's buckets");
   app.add_option("--pick-candidates", pick_candidates, "heuristic candidates timed per shape for --write-picks")
       ->check(CLI::Range(2, kMaxGemmCandidates));
-  app.add_option("--pick-margin", pick_margin, "speed-up over the first candidate a pick needs (0.03 = 3%)")
+  app.add_option("--pick-margin", pick_margin,
+                 "fraction of the first candidate's time a pick must save, in both measurements (0.03 = 3%)")
       ->check(CLI::Range(0.0, 1.0));
   CLI11_PARSE(app, argc, argv);
   std::vector<std::pair<std::string, GemmBuckets>> other_buckets;
@@ -103,22 +104,33 @@ int main(int argc, char** argv) {
     // --write-picks: pickers[k] serves every measured (shape, bucket T) with the heuristic's k-th.
     const GemmBuckets engine_buckets = GemmBuckets::kQuarterOctave;
     const std::vector<std::string> wanted = bench::split(shapes_sel);
-    const std::vector<long long> ts = bench::parse_list(tokens);
+    std::vector<long long> ts;  // --tokens without repeats, in order
+    for (long long T : bench::parse_list(tokens))
+      if (std::find(ts.begin(), ts.end(), T) == ts.end()) ts.push_back(T);
     std::vector<std::unique_ptr<GemmLt>> pickers;
     if (!picks_path.empty()) {
+      std::vector<long long> bucket_ts;  // the T that are their own bucket: the ones measured
+      for (long long T : ts)
+        if (gemm_bucket_rows(T, engine_buckets) == T)
+          bucket_ts.push_back(T);
+        else
+          std::printf("--write-picks: T = %lld is not a %s bucket's row count (the next is %lld): not measured\n", T,
+                      std::string(gemm_buckets_name(engine_buckets)).c_str(),
+                      static_cast<long long>(gemm_bucket_rows(T, engine_buckets)));
       for (int k = 0; k < pick_candidates; ++k) {
         std::vector<GemmPick> all_k;
         for (const Shape& s : all)
-          for (long long T : ts)
-            if (gemm_bucket_rows(T, engine_buckets) == T) all_k.push_back({T, s.N, s.K, s.out, s.accumulate, k});
+          for (long long T : bucket_ts) all_k.push_back({T, s.N, s.K, s.out, s.accumulate, k});
         pickers.push_back(std::make_unique<GemmLt>(size_t{32} << 20, 0, engine_buckets));
         pickers.back()->set_picks(all_k);
       }
     }
     nlohmann::json table;
     table["device"] = dev.name;
+    table["sm_count"] = dev.sm_count;
     table["cublaslt_version"] = GemmLt::library_version();
-    table["buckets"] = "quarter";
+    table["workspace_bytes"] = size_t{32} << 20;  // the pickers' workspace, as the engine's
+    table["buckets"] = gemm_buckets_name(engine_buckets);
     table["measured"] = {{"commit", bench::commit_id()},
                          {"by", "bench/gemm_bench --write-picks"},
                          {"pick_candidates", pick_candidates},

@@ -12,13 +12,9 @@
 #include <numeric>
 #include <ostream>
 #include <random>
-#include <tuple>
 
 #include "common/test_paths.h"
 #include "kernels/cuda_twin.h"
-#if FLASHDLLM_HAVE_CUDA
-#include "kernels/cuda/gemm_choice.h"
-#endif
 
 namespace flashdllm {
 namespace {
@@ -226,27 +222,6 @@ TEST_P(CudaOps, MatmulMatchesCpu) {
     }
   }
 }
-
-#if FLASHDLLM_HAVE_CUDA
-// The row buckets sharing a cuBLASLt algorithm (kernels::gemm_bucket_rows; host arithmetic, no GPU;
-// CUDA builds only, where the kernels library is linked).
-TEST(GemmBuckets, BucketRowsPerMode) {
-  using kernels::gemm_bucket_rows;
-  using kernels::GemmBuckets;
-  const std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> cases = {
-      // T, power of two, quarter octave, exact
-      {1, 16, 16, 16},        {16, 16, 16, 16},         {17, 32, 20, 17},         {20, 32, 20, 20},
-      {21, 32, 24, 21},       {29, 32, 32, 29},         {128, 128, 128, 128},     {129, 256, 160, 129},
-      {513, 1024, 640, 513},  {640, 1024, 640, 640},    {641, 1024, 768, 641},    {769, 1024, 896, 769},
-      {897, 1024, 1024, 897}, {3072, 4096, 3072, 3072}, {3073, 4096, 3584, 3073}, {4096, 4096, 4096, 4096}};
-  for (const auto& [T, pow2, quarter, exact] : cases) {
-    SCOPED_TRACE("T=" + std::to_string(T));
-    EXPECT_EQ(gemm_bucket_rows(T, GemmBuckets::kPowerOfTwo), pow2);
-    EXPECT_EQ(gemm_bucket_rows(T, GemmBuckets::kQuarterOctave), quarter);
-    EXPECT_EQ(gemm_bucket_rows(T, GemmBuckets::kExact), exact);
-  }
-}
-#endif
 
 TEST_P(CudaOps, MatmulValidatesOperands) {
   Dev x = make(*twin_, twin_act(), 4, 32), w = make(*twin_, twin_->weight_dtype(), 8, 31),
@@ -547,11 +522,12 @@ TEST_P(CudaOps, GatherRowsOutOfRangeIsReported) {
 }
 
 // The CUDA backend applies FLASHDLLM_GEMM_PICKS (backend/cuda/gemm_picks.h): a named table for
-// another GPU is refused with the file and the field named; "off" runs without picks.
+// another GPU is refused with the file and the field named; with "off" the backend starts.
 TEST(GemmPicks, CudaBackendChecksTheNamedTable) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device (built without CUDA or no GPU)";
   const std::string path = (test::temp_dir() / "picks.json").string();
-  std::ofstream(path) << R"({"device": "Not This GPU", "cublaslt_version": 1, "buckets": "quarter", "picks": []})";
+  std::ofstream(path) << R"({"device": "Not This GPU", "sm_count": 1, "cublaslt_version": 1,
+                             "workspace_bytes": 1, "buckets": "quarter", "picks": []})";
   struct EnvGuard {
     ~EnvGuard() { unsetenv("FLASHDLLM_GEMM_PICKS"); }
   } guard;
@@ -561,7 +537,9 @@ TEST(GemmPicks, CudaBackendChecksTheNamedTable) {
     ADD_FAILURE() << "a pick table of another GPU was accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    EXPECT_NE(std::string(e.what()).find(path + ": 'device' is 'Not This GPU'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("FLASHDLLM_GEMM_PICKS=" + path + ": 'device' is 'Not This GPU'"),
+              std::string::npos)
+        << e.what();
   }
   setenv("FLASHDLLM_GEMM_PICKS", "off", 1);
   EXPECT_NE(make_cuda_backend(0), nullptr);

@@ -17,8 +17,9 @@
 //   FLASHDLLM_GEMM_BUCKETS=<rule> quarter (default) | pow2 | exact: row counts sharing a cuBLASLt
 //                                algorithm (kernels/cuda/gemm.h)
 //   FLASHDLLM_GEMM_PICKS=<file>  cuBLASLt algorithm picks (backend/cuda/gemm_picks.h); default: the
-//                                built-in table of this GPU and cuBLASLt version; off: none
-//   FLASHDLLM_GEMM_TUNE=K        time the heuristic's first K algorithms per shape at run time
+//                                built-in table of this GPU, cuBLASLt version and bucket rule; off: none
+//   FLASHDLLM_GEMM_TUNE=K        time the heuristic's first K algorithms per shape at run time (K > 1
+//                                replaces row buckets and picks)
 //   FLASHDLLM_ATTENTION=<mode>   auto (default: on sm_90 builds with the Hopper kernel, wgmma for tiles of
 //                                > 64 rows and m64n64 for the others; elsewhere m64n64) | reference |
 //                                m64n64 | m128n64 | m128n128 | wgmma | wgmma128 (sm_90 only)
@@ -326,9 +327,13 @@ class CudaBackend final : public Backend {
     host_flags_.reset(pinned);
     *static_cast<int*>(host_flags_.get()) = 0;
     const kernels::GemmBuckets buckets = parse_gemm_buckets_env();
-    gemm_ = std::make_unique<kernels::GemmLt>(size_t{32} << 20, parse_gemm_tune_env(), buckets);
-    gemm_->set_picks(resolve_gemm_picks(std::getenv("FLASHDLLM_GEMM_PICKS"), prop.name,
-                                        kernels::GemmLt::library_version(), buckets));
+    const int tune = parse_gemm_tune_env();
+    constexpr size_t kGemmWorkspace = size_t{32} << 20;
+    gemm_ = std::make_unique<kernels::GemmLt>(kGemmWorkspace, tune, buckets);
+    if (tune <= 1)  // timing at run time replaces buckets and picks
+      gemm_->set_picks(resolve_gemm_picks(
+          std::getenv("FLASHDLLM_GEMM_PICKS"),
+          {prop.name, prop.multiProcessorCount, kernels::GemmLt::library_version(), kGemmWorkspace, buckets}));
     attention_ = parse_attention_env();
     default_flash_ = default_flash_choice(prop.major, prop.minor);
     FDLLM_CHECK(

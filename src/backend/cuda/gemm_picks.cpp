@@ -15,11 +15,21 @@ namespace flashdllm {
 namespace {
 
 // {file name, JSON text} of every built-in table (generated from gemm_picks/*.json by CMake).
-const std::vector<std::pair<std::string, std::string>>& builtin_tables() {
+const std::vector<std::pair<std::string, std::string>>& builtin_texts() {
   static const std::vector<std::pair<std::string, std::string>> tables = {
 #include "gemm_picks_builtin.inc"
   };
   return tables;
+}
+
+// Parses `text` as JSON, refusing duplicate keys; errors are Error(kInvalidArgument) naming `what`.
+nlohmann::json parse_text(const std::string& text, const std::string& what) {
+  try {
+    return parse_json_text(text, what, /*reject_duplicate_keys=*/true);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kInvalidCheckpoint) throw;
+    FDLLM_FAIL(ErrorCode::kInvalidArgument, "{}", e.what());
+  }
 }
 
 const nlohmann::json& field(const nlohmann::json& j, const char* name, const std::string& where) {
@@ -44,30 +54,35 @@ std::string string_field(const nlohmann::json& j, const char* name, const std::s
 kernels::GemmBuckets buckets_from_name(const std::string& s, const std::string& where) {
   for (kernels::GemmBuckets b :
        {kernels::GemmBuckets::kQuarterOctave, kernels::GemmBuckets::kPowerOfTwo, kernels::GemmBuckets::kExact})
-    if (s == gemm_buckets_name(b)) return b;
+    if (s == kernels::gemm_buckets_name(b)) return b;
   FDLLM_FAIL(ErrorCode::kInvalidArgument, "{}: 'buckets' must be quarter, pow2 or exact, got '{}'", where, s);
+}
+
+// The first field in which `table` differs from `running`, as "'<field>' is <table's> but <running's>".
+std::string first_difference(const GemmPickTarget& table, const GemmPickTarget& running) {
+  if (table.device != running.device)
+    return fmt::format("'device' is '{}' but this GPU is '{}'", table.device, running.device);
+  if (table.sm_count != running.sm_count)
+    return fmt::format("'sm_count' is {} but this GPU has {}", table.sm_count, running.sm_count);
+  if (table.cublaslt_version != running.cublaslt_version)
+    return fmt::format("'cublaslt_version' is {} but the loaded cuBLASLt is {}", table.cublaslt_version,
+                       running.cublaslt_version);
+  if (table.workspace_bytes != running.workspace_bytes)
+    return fmt::format("'workspace_bytes' is {} but the GEMMs use {}", table.workspace_bytes, running.workspace_bytes);
+  return fmt::format("'buckets' is {} but the GEMMs use {} (FLASHDLLM_GEMM_BUCKETS)",
+                     kernels::gemm_buckets_name(table.buckets), kernels::gemm_buckets_name(running.buckets));
 }
 
 }  // namespace
 
-const char* gemm_buckets_name(kernels::GemmBuckets buckets) noexcept {
-  switch (buckets) {
-    case kernels::GemmBuckets::kPowerOfTwo: return "pow2";
-    case kernels::GemmBuckets::kExact: return "exact";
-    case kernels::GemmBuckets::kQuarterOctave: break;
-  }
-  return "quarter";
-}
-
 GemmPickTable parse_gemm_pick_table(const nlohmann::json& j, const std::string& what) {
   FDLLM_CHECK_ARG(j.is_object(), "{}: a GEMM pick table must be a JSON object", what);
   GemmPickTable t;
-  t.device = string_field(j, "device", what);
-  const nlohmann::json& ver = field(j, "cublaslt_version", what);
-  FDLLM_CHECK_ARG(ver.is_number_integer() && ver.get<int64_t>() > 0,
-                  "{}: 'cublaslt_version' must be a positive integer, got {}", what, ver.dump());
-  t.cublaslt_version = ver.get<int64_t>();
-  t.buckets = buckets_from_name(string_field(j, "buckets", what), what);
+  t.target.device = string_field(j, "device", what);
+  t.target.sm_count = positive_int(j, "sm_count", what, int64_t{1} << 20);
+  t.target.cublaslt_version = positive_int(j, "cublaslt_version", what, int64_t{1} << 40);
+  t.target.workspace_bytes = positive_int(j, "workspace_bytes", what, int64_t{1} << 40);
+  t.target.buckets = buckets_from_name(string_field(j, "buckets", what), what);
   const nlohmann::json& picks = field(j, "picks", what);
   FDLLM_CHECK_ARG(picks.is_array(), "{}: 'picks' must be an array", what);
   std::map<std::tuple<int64_t, int64_t, int64_t, bool, bool>, size_t> seen;
@@ -89,10 +104,10 @@ GemmPickTable parse_gemm_pick_table(const nlohmann::json& j, const std::string& 
     FDLLM_CHECK_ARG(c.is_number_integer() && c.get<int64_t>() >= 0 && c.get<int64_t>() < kernels::kMaxGemmCandidates,
                     "{}: 'candidate' must be an integer in [0, {}), got {}", where, kernels::kMaxGemmCandidates,
                     c.dump());
-    p.candidate = c.get<int>();
-    FDLLM_CHECK_ARG(kernels::gemm_bucket_rows(p.rows, t.buckets) == p.rows,
+    p.candidate = static_cast<int>(c.get<int64_t>());
+    FDLLM_CHECK_ARG(kernels::gemm_bucket_rows(p.rows, t.target.buckets) == p.rows,
                     "{}: 'rows' {} is not a row count of the {} buckets (the next is {})", where, p.rows,
-                    gemm_buckets_name(t.buckets), kernels::gemm_bucket_rows(p.rows, t.buckets));
+                    kernels::gemm_buckets_name(t.target.buckets), kernels::gemm_bucket_rows(p.rows, t.target.buckets));
     const auto [it, added] =
         seen.emplace(std::tuple{p.rows, p.N, p.K, p.out == kernels::GemmOut::kF32, p.accumulate}, i);
     FDLLM_CHECK_ARG(added, "{}: the same shape as picks[{}]", where, it->second);
@@ -102,51 +117,39 @@ GemmPickTable parse_gemm_pick_table(const nlohmann::json& j, const std::string& 
 }
 
 GemmPickTable read_gemm_pick_table(const std::string& path) {
-  const std::string text = read_regular_file(path);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    FDLLM_FAIL(ErrorCode::kInvalidArgument, "{}: invalid JSON: {}", path, e.what());
-  }
-  return parse_gemm_pick_table(j, path);
+  return parse_gemm_pick_table(parse_text(read_regular_file(path), path), path);
 }
 
 std::vector<GemmPickTable> builtin_gemm_pick_tables() {
   std::vector<GemmPickTable> tables;
-  for (const auto& [name, text] : builtin_tables())
-    tables.push_back(parse_gemm_pick_table(nlohmann::json::parse(text), "built-in " + name));
+  std::vector<std::string> names;
+  for (const auto& [name, text] : builtin_texts()) {
+    const std::string what = "built-in GEMM pick table " + name;
+    GemmPickTable t = parse_gemm_pick_table(parse_text(text, what), what);
+    for (size_t i = 0; i < tables.size(); ++i)
+      FDLLM_CHECK_ARG(!(tables[i].target == t.target),
+                      "{}: the same device, sm_count, version, workspace and buckets as {}", what, names[i]);
+    tables.push_back(std::move(t));
+    names.push_back(name);
+  }
   return tables;
 }
 
-std::vector<kernels::GemmPick> resolve_gemm_picks(const char* env, const std::string& device, int64_t cublaslt_version,
-                                                  kernels::GemmBuckets buckets) {
+std::vector<kernels::GemmPick> resolve_gemm_picks(const char* env, const GemmPickTarget& running) {
   const auto chosen = [&](const std::string& source, std::vector<kernels::GemmPick> picks) {
-    logger().info("CUDA backend: cuBLASLt {} row buckets; algorithm picks: {} ({} shapes)", gemm_buckets_name(buckets),
-                   source, picks.size());
+    logger().info("CUDA backend: cuBLASLt {} row buckets; algorithm picks: {} ({} shapes)",
+                  kernels::gemm_buckets_name(running.buckets), source, picks.size());
     return picks;
   };
-  if (env != nullptr && std::strcmp(env, "off") == 0) {
-    return chosen("none (FLASHDLLM_GEMM_PICKS=off)", {});
-  }
+  if (env != nullptr && std::strcmp(env, "off") == 0) return chosen("none (FLASHDLLM_GEMM_PICKS=off)", {});
   if (env != nullptr && *env != '\0') {
-    const GemmPickTable t = read_gemm_pick_table(env);
-    const std::string what = fmt::format("FLASHDLLM_GEMM_PICKS={}", env);
-    FDLLM_CHECK_ARG(t.device == device, "{}: 'device' is '{}' but this GPU is '{}'", what, t.device, device);
-    FDLLM_CHECK_ARG(t.cublaslt_version == cublaslt_version,
-                    "{}: 'cublaslt_version' is {} but the loaded cuBLASLt is {}", what, t.cublaslt_version,
-                    cublaslt_version);
-    FDLLM_CHECK_ARG(t.buckets == buckets, "{}: 'buckets' is {} but the GEMMs use {} (FLASHDLLM_GEMM_BUCKETS)", what,
-                    gemm_buckets_name(t.buckets), gemm_buckets_name(buckets));
-    return chosen(env, t.picks);
+    GemmPickTable t = read_gemm_pick_table(env);
+    FDLLM_CHECK_ARG(t.target == running, "FLASHDLLM_GEMM_PICKS={}: {}", env, first_difference(t.target, running));
+    return chosen(env, std::move(t.picks));
   }
-  for (const auto& [name, text] : builtin_tables()) {
-    const GemmPickTable t = parse_gemm_pick_table(nlohmann::json::parse(text), "built-in " + name);
-    if (t.device == device && t.cublaslt_version == cublaslt_version && t.buckets == buckets) {
-      return chosen("built-in " + name, t.picks);
-    }
-  }
-  return chosen("none (no built-in table for this GPU, cuBLASLt version and buckets)", {});
+  for (GemmPickTable& t : builtin_gemm_pick_tables())
+    if (t.target == running) return chosen("built-in table for " + t.target.device, std::move(t.picks));
+  return chosen("none (no built-in table for this GPU, cuBLASLt version, workspace and buckets)", {});
 }
 
 }  // namespace flashdllm

@@ -65,16 +65,6 @@ int alignment_of(const void* p) {
 
 }  // namespace
 
-int64_t gemm_bucket_rows(int64_t T, GemmBuckets buckets) noexcept {
-  if (buckets == GemmBuckets::kExact) return std::max<int64_t>(T, 16);
-  int64_t b = 16;
-  while (b < T) b <<= 1;
-  if (buckets == GemmBuckets::kQuarterOctave && b > 16)
-    for (int64_t q = 5; q < 8; ++q)
-      if (b / 8 * q >= T) return b / 8 * q;
-  return b;
-}
-
 struct GemmLt::Impl {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
@@ -146,7 +136,9 @@ struct GemmLt::Impl {
         b = bb;
         c = bc;
       }
-      const auto pick = picks.find({bk.T, bk.N, bk.K, bk.out_type, bk.accumulate});
+      // Picks are measured on 16-byte-aligned operands (bench/gemm_bench); others keep the first.
+      const bool aligned = bk.align_x == 16 && bk.align_w == 16 && bk.align_out == 16;
+      const auto pick = aligned ? picks.find({bk.T, bk.N, bk.K, bk.out_type, bk.accumulate}) : picks.end();
       const int want = pick == picks.end() ? 0 : pick->second;
       cublasLtMatmulHeuristicResult_t r[kMaxGemmCandidates]{};
       const int found = heuristic(p.op, p.a, b, c, bk, want + 1, r);

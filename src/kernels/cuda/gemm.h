@@ -7,18 +7,19 @@
 // accumulate = true sets beta = 1 with C = D: the residual add is fused into the epilogue.
 // Descriptors and the chosen algorithm are cached per (shape, output type, beta, alignments), so
 // a steady-state call is a hash lookup plus cublasLtMatmul. The algorithm is the heuristic's first
-// for the row bucket of T (tune_candidates 0 or 1), or the fastest of the heuristic's first
-// tune_candidates for exactly T rows, timed once on the call's own operands when the shape is first
-// seen (one host synchronisation then; never afterwards).
+// (or a pick's candidate, below) for the row bucket of T (tune_candidates 0 or 1), or the fastest of the heuristic's
+// first tune_candidates for exactly T rows, timed once on the call's own operands when the shape is first seen (one
+// host synchronisation then; never afterwards).
 //
 // Row buckets: the heuristic is asked once per (bucket, N, K, output, beta, alignments), at the
 // bucket's row count B (GemmBuckets; by default the smallest quarter octave >= T: 5/8, 6/8, 7/8 or
-// 8/8 of the next power of two, at least 16), and its first algorithm serves
+// 8/8 of the next power of two, at least 16), and its first algorithm (or the pick's) serves
 // every T of the bucket that cuBLASLt accepts it for (cublasLtMatmulAlgoCheck; otherwise T gets its
 // own query). A new row count then costs descriptors and a check instead of a heuristic query and,
 // often, the lazy loading of another kernel (several ms on the H200: Flash-Cache's windows shrink
 // at the canvas end and admissions add prefill rows, so T changes often). The choice is a function
-// of T alone (never of the order shapes arrive in), and at T = B it is the heuristic's own.
+// of T alone (never of the order shapes arrive in), and at T = B it is the heuristic's own (or the
+// pick's).
 // Power-of-two buckets (the earlier default) cost up to 1.8x the exact row count's heuristic choice
 // between powers of two; quarter octaves are within noise of exact row counts at four queries per
 // octave (bench/results/2026-12-03-h200-gemm-quarter-buckets/).
@@ -62,7 +63,8 @@ class GemmLt {
 
   /// Replaces the fixed picks (see the file comment) and forgets every cached plan and bucket
   /// algorithm, so the next calls choose again. A pick whose candidate the heuristic does not list
-  /// for its shape falls back to the first. Throws Error(kInvalidArgument) for a pick with
+  /// for its shape falls back to the first; picks apply to 16-byte-aligned operands only, and not at
+  /// all with tune_candidates > 1. Throws Error(kInvalidArgument) for a pick with
   /// non-positive sizes, rows that are not a row count of this GemmLt's buckets, a candidate outside
   /// [0, kMaxGemmCandidates), or two picks for one shape.
   void set_picks(const std::vector<GemmPick>& picks);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 namespace flashdllm::kernels {
 
@@ -15,15 +16,34 @@ enum class GemmOut { kBF16, kF32 };
 /// >= T; kExact, B = T (a heuristic query per row count). B is at least 16 in every mode.
 enum class GemmBuckets { kPowerOfTwo, kQuarterOctave, kExact };
 
-/// The bucket's row count B of T rows (T >= 1) under `buckets`.
-int64_t gemm_bucket_rows(int64_t T, GemmBuckets buckets) noexcept;
+/// The bucket's row count B of T rows (T >= 1) under `buckets`. Row counts beyond 2^62 (no GEMM
+/// has them) share the bucket 2^62.
+constexpr int64_t gemm_bucket_rows(int64_t T, GemmBuckets buckets) noexcept {
+  if (buckets == GemmBuckets::kExact) return T > 16 ? T : 16;
+  int64_t b = 16;
+  while (b < T && b < (int64_t{1} << 62)) b <<= 1;
+  if (buckets == GemmBuckets::kQuarterOctave && b > 16)
+    for (int64_t q = 5; q < 8; ++q)
+      if (b / 8 * q >= T) return b / 8 * q;
+  return b;
+}
+
+/// "quarter" / "pow2" / "exact": the names FLASHDLLM_GEMM_BUCKETS and pick tables use.
+constexpr std::string_view gemm_buckets_name(GemmBuckets buckets) noexcept {
+  switch (buckets) {
+    case GemmBuckets::kPowerOfTwo: return "pow2";
+    case GemmBuckets::kExact: return "exact";
+    case GemmBuckets::kQuarterOctave: break;
+  }
+  return "quarter";
+}
 
 /// A fixed algorithm for one GEMM shape at one row bucket: the `candidate`-th algorithm cuBLASLt's
 /// heuristic lists for out[rows, N] = x[rows, K] · w[N, K]ᵀ (0 = its first, what GemmLt uses
 /// without a pick). `rows` is a bucket's row count (gemm_bucket_rows(rows) == rows); the pick then
 /// serves every row count of that bucket. Picks are measured per GPU and cuBLASLt version
-/// (bench/gemm_bench --write-picks) and are a function of the shape alone, so reruns stay bitwise
-/// identical.
+/// (bench/gemm_bench --write-picks) on 16-byte-aligned operands and apply to those only; they are a
+/// function of the shape alone, so reruns stay bitwise identical.
 struct GemmPick {
   int64_t rows = 0, N = 0, K = 0;
   GemmOut out = GemmOut::kBF16;
