@@ -76,12 +76,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   std::vector<std::pair<std::string, GemmBuckets>> other_buckets;
   for (const std::string& b : bench::split(buckets_sel)) {
-    if (b == "pow2")
-      other_buckets.emplace_back(b, GemmBuckets::kPowerOfTwo);
-    else if (b == "quarter")
-      other_buckets.emplace_back(b, GemmBuckets::kQuarterOctave);
-    else if (b == "exact")
-      other_buckets.emplace_back(b, GemmBuckets::kExact);
+    if (const auto rule = gemm_buckets_from_name(b))
+      other_buckets.emplace_back(b, *rule);
     else {
       std::fprintf(stderr, "gemm_bench: --buckets: '%s' is not pow2, quarter or exact\n", b.c_str());
       return 2;
@@ -98,9 +94,9 @@ int main(int argc, char** argv) {
     cudaStream_t stream;
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     GemmLt gemm;
-    GemmLt tuned(size_t{32} << 20, tune);
+    GemmLt tuned(kGemmWorkspaceBytes, tune);
     std::vector<std::unique_ptr<GemmLt>> bucketed;
-    for (const auto& b : other_buckets) bucketed.push_back(std::make_unique<GemmLt>(size_t{32} << 20, 0, b.second));
+    for (const auto& b : other_buckets) bucketed.push_back(std::make_unique<GemmLt>(kGemmWorkspaceBytes, 0, b.second));
     // --write-picks: pickers[k] serves every measured (shape, bucket T) with the heuristic's k-th.
     const GemmBuckets engine_buckets = GemmBuckets::kQuarterOctave;
     const std::vector<std::string> wanted = bench::split(shapes_sel);
@@ -121,7 +117,7 @@ int main(int argc, char** argv) {
         std::vector<GemmPick> all_k;
         for (const Shape& s : all)
           for (long long T : bucket_ts) all_k.push_back({T, s.N, s.K, s.out, s.accumulate, k});
-        pickers.push_back(std::make_unique<GemmLt>(size_t{32} << 20, 0, engine_buckets));
+        pickers.push_back(std::make_unique<GemmLt>(kGemmWorkspaceBytes, 0, engine_buckets));
         pickers.back()->set_picks(all_k);
       }
     }
@@ -129,7 +125,7 @@ int main(int argc, char** argv) {
     table["device"] = dev.name;
     table["sm_count"] = dev.sm_count;
     table["cublaslt_version"] = GemmLt::library_version();
-    table["workspace_bytes"] = size_t{32} << 20;  // the pickers' workspace, as the engine's
+    table["workspace_bytes"] = kGemmWorkspaceBytes;  // the pickers' workspace, the engine's
     table["buckets"] = gemm_buckets_name(engine_buckets);
     table["measured"] = {{"commit", bench::commit_id()},
                          {"by", "bench/gemm_bench --write-picks"},

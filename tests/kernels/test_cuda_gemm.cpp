@@ -96,7 +96,7 @@ TEST_F(CudaGemm, PickServesItsBucketAndMatchesTheReference) {
   constexpr int64_t N = 384, K = 256;
   Operands o;
   make_operands(o, 40, N, K);
-  GemmLt plain, tuner(size_t{32} << 20, 2), picked;
+  GemmLt plain, tuner(kernels::kGemmWorkspaceBytes, 2), picked;
   tuner.matmul(o.dx, o.dw, o.dout, GemmOut::kBF16, 40, N, K, false, nullptr);
   const int listed = tuner.last_choice().candidates;  // how many the heuristic lists (up to 2)
   ASSERT_GE(listed, 1);
@@ -128,7 +128,7 @@ TEST_F(CudaGemm, UnlistedCandidateAndMisalignedOperandsUseTheFirst) {
   constexpr int64_t N = 64, K = 64;
   Operands o;
   make_operands(o, 16, N, K);
-  GemmLt tuner(size_t{32} << 20, 16), picked;
+  GemmLt tuner(kernels::kGemmWorkspaceBytes, 16), picked;
   tuner.matmul(o.dx, o.dw, o.dout, GemmOut::kBF16, 16, N, K, false, nullptr);
   const int listed = tuner.last_choice().candidates;
   picked.set_picks({{16, N, K, GemmOut::kBF16, false, 15}});
@@ -159,7 +159,7 @@ TEST_F(CudaGemm, SetPicksRejectsBadPicks) {
   EXPECT_TRUE(rejects({{640, 0, 64, GemmOut::kBF16, false, 1}}));
   EXPECT_TRUE(rejects({{640, 64, 64, GemmOut::kBF16, false, 1}, {640, 64, 64, GemmOut::kBF16, false, 2}}));
   EXPECT_FALSE(rejects({{640, 64, 64, GemmOut::kBF16, false, 1}, {640, 64, 64, GemmOut::kBF16, true, 2}}));
-  GemmLt pow2(size_t{32} << 20, 0, GemmBuckets::kPowerOfTwo);
+  GemmLt pow2(kernels::kGemmWorkspaceBytes, 0, GemmBuckets::kPowerOfTwo);
   EXPECT_THROW(pow2.set_picks({{640, 64, 64, GemmOut::kBF16, false, 1}}), Error);
 }
 

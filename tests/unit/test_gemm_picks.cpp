@@ -61,6 +61,10 @@ TEST(GemmBuckets, BucketRowsPerMode) {
     EXPECT_EQ(gemm_bucket_rows(T, GemmBuckets::kQuarterOctave), quarter);
     EXPECT_EQ(gemm_bucket_rows(T, GemmBuckets::kExact), exact);
   }
+  for (GemmBuckets b : {GemmBuckets::kQuarterOctave, GemmBuckets::kPowerOfTwo, GemmBuckets::kExact})
+    EXPECT_EQ(kernels::gemm_buckets_from_name(kernels::gemm_buckets_name(b)), b);
+  EXPECT_FALSE(kernels::gemm_buckets_from_name("octave").has_value());
+  EXPECT_FALSE(kernels::gemm_buckets_from_name("").has_value());
   static_assert(kernels::gemm_bucket_rows(int64_t{1} << 62, GemmBuckets::kQuarterOctave) == int64_t{1} << 62);
   EXPECT_EQ(gemm_bucket_rows(INT64_MAX, GemmBuckets::kPowerOfTwo), int64_t{1} << 62);  // no overflow
 }

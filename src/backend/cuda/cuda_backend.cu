@@ -235,9 +235,8 @@ int parse_gemm_tune_env() {
 // algorithm (kernels::GemmBuckets, kernels/cuda/gemm.h).
 kernels::GemmBuckets parse_gemm_buckets_env() {
   const char* v = std::getenv("FLASHDLLM_GEMM_BUCKETS");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "quarter") == 0) return kernels::GemmBuckets::kQuarterOctave;
-  if (std::strcmp(v, "pow2") == 0) return kernels::GemmBuckets::kPowerOfTwo;
-  if (std::strcmp(v, "exact") == 0) return kernels::GemmBuckets::kExact;
+  if (v == nullptr || *v == '\0') return kernels::GemmBuckets::kQuarterOctave;
+  if (const auto b = kernels::gemm_buckets_from_name(v)) return *b;
   FDLLM_FAIL(ErrorCode::kInvalidArgument, "FLASHDLLM_GEMM_BUCKETS='{}' is not one of quarter, pow2, exact", v);
 }
 
@@ -328,12 +327,11 @@ class CudaBackend final : public Backend {
     *static_cast<int*>(host_flags_.get()) = 0;
     const kernels::GemmBuckets buckets = parse_gemm_buckets_env();
     const int tune = parse_gemm_tune_env();
-    constexpr size_t kGemmWorkspace = size_t{32} << 20;
-    gemm_ = std::make_unique<kernels::GemmLt>(kGemmWorkspace, tune, buckets);
+    gemm_ = std::make_unique<kernels::GemmLt>(kernels::kGemmWorkspaceBytes, tune, buckets);
     if (tune <= 1)  // timing at run time replaces buckets and picks
-      gemm_->set_picks(resolve_gemm_picks(
-          std::getenv("FLASHDLLM_GEMM_PICKS"),
-          {prop.name, prop.multiProcessorCount, kernels::GemmLt::library_version(), kGemmWorkspace, buckets}));
+      gemm_->set_picks(resolve_gemm_picks(std::getenv("FLASHDLLM_GEMM_PICKS"),
+                                          {prop.name, prop.multiProcessorCount, kernels::GemmLt::library_version(),
+                                           kernels::kGemmWorkspaceBytes, buckets}));
     attention_ = parse_attention_env();
     default_flash_ = default_flash_choice(prop.major, prop.minor);
     FDLLM_CHECK(

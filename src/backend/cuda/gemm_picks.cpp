@@ -52,9 +52,7 @@ std::string string_field(const nlohmann::json& j, const char* name, const std::s
 }
 
 kernels::GemmBuckets buckets_from_name(const std::string& s, const std::string& where) {
-  for (kernels::GemmBuckets b :
-       {kernels::GemmBuckets::kQuarterOctave, kernels::GemmBuckets::kPowerOfTwo, kernels::GemmBuckets::kExact})
-    if (s == kernels::gemm_buckets_name(b)) return b;
+  if (const auto b = kernels::gemm_buckets_from_name(s)) return *b;
   FDLLM_FAIL(ErrorCode::kInvalidArgument, "{}: 'buckets' must be quarter, pow2 or exact, got '{}'", where, s);
 }
 

@@ -48,7 +48,7 @@ class GemmLt {
   /// tune_candidates in [0, 16], `buckets` for tune_candidates 0 or 1 (see the file comment).
   /// Throws Error(kDevice) / Error(kOutOfMemory), Error(kInvalidArgument) for tune_candidates
   /// outside [0, 16].
-  explicit GemmLt(size_t workspace_bytes = size_t{32} << 20, int tune_candidates = 0,
+  explicit GemmLt(size_t workspace_bytes = kGemmWorkspaceBytes, int tune_candidates = 0,
                   GemmBuckets buckets = GemmBuckets::kQuarterOctave);
   ~GemmLt();
   GemmLt(const GemmLt&) = delete;

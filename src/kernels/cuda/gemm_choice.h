@@ -3,7 +3,9 @@
 // without CUDA headers, so host code, table parsers and their tests can include it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 namespace flashdllm::kernels {
@@ -37,6 +39,17 @@ constexpr std::string_view gemm_buckets_name(GemmBuckets buckets) noexcept {
   }
   return "quarter";
 }
+
+/// The rule named `name` (gemm_buckets_name's inverse), or nullopt for any other name.
+constexpr std::optional<GemmBuckets> gemm_buckets_from_name(std::string_view name) noexcept {
+  for (GemmBuckets b : {GemmBuckets::kQuarterOctave, GemmBuckets::kPowerOfTwo, GemmBuckets::kExact})
+    if (name == gemm_buckets_name(b)) return b;
+  return std::nullopt;
+}
+
+/// The cuBLASLt workspace of the engine's GemmLt (and of the pick measurements: the heuristic's list
+/// depends on it).
+inline constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
 
 /// A fixed algorithm for one GEMM shape at one row bucket: the `candidate`-th algorithm cuBLASLt's
 /// heuristic lists for out[rows, N] = x[rows, K] · w[N, K]ᵀ (0 = its first, what GemmLt uses
