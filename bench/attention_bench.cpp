@@ -17,6 +17,9 @@
 // importance of the window rows (what layers >= 2 run). TFLOP/s count the useful work only:
 // 4·S·H·Q·K·D. bench/window_attention.py puts cuDNN SDPA (S, Q, K) beside it.
 //
+// --verify-shapes T:R:K,... times the Flash-Verify pass's attention (attention_verify_flash) per
+// launch configuration (--verify-stages, --verify-orders), see run_verify_mode.
+//
 // Output: a markdown table on stdout, all numbers as JSON (--json).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -32,6 +35,7 @@
 #include "bench/cuda_bench_util.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_cudnn.h"
+#include "kernels/cuda/attention_verify.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/fill.h"
 
@@ -159,6 +163,128 @@ std::vector<int32_t> window_table(const WindowShape& w, int64_t window_rows, int
   return t;
 }
 
+struct VerifyShape {
+  long long tiles = 0, rows = 0, keys = 0;
+};
+
+std::vector<VerifyShape> parse_verify_shapes(const std::string& s, int n_cand) {
+  std::vector<VerifyShape> out;
+  for (const std::string& item : bench::split(s)) {
+    VerifyShape v;
+    char tail = 0;
+    if (std::sscanf(item.c_str(), "%lld:%lld:%lld%c", &v.tiles, &v.rows, &v.keys, &tail) != 3 || v.tiles < 1 ||
+        v.rows < 2 * n_cand || v.rows < 1 || v.keys < 1)
+      throw std::runtime_error("--verify-shapes: '" + item + "' is not T:R:K with positive integers and R >= 2 * " +
+                               std::to_string(n_cand) + " (--verify-cand)");
+    out.push_back(v);
+  }
+  return out;
+}
+
+/// Verify mode (--verify-shapes): the Flash-Verify pass's attention as the engine runs it. T tiles of
+/// R query rows [kept | S drafts | S masks]; tile t gathers K keys from its slot's K + S store rows
+/// (every row but S spread evenly: the candidates' positions, whose keys are the tile's own fresh
+/// rows). Each (stages, grid order) launch of attention_verify_flash is timed and compared with the
+/// scalar verify kernel (attention_verify_bf16) on input set 0. GB/s counts the bytes the pass must
+/// move: gathered K/V, the tiles' own K/V, Q and the output.
+void run_verify_mode(const std::vector<VerifyShape>& shapes, int n_cand, int heads, const std::string& stage_list,
+                     const std::string& order_list, int warmup, int iters, double peak_gbps, cudaStream_t stream,
+                     nlohmann::json& out) {
+  out["mode"] = "verify";
+  out["n_cand"] = n_cand;
+  std::printf("| stages | order | T | R | K | H | median us | min us | max us | GB/s | %% of %.0f | rel err |\n",
+              peak_gbps);
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const VerifyShape& v : shapes) {
+    const int64_t width = static_cast<int64_t>(heads) * kHeadDim, qr = v.tiles * v.rows, slot = v.keys + n_cand;
+    const int64_t kr = v.tiles * slot, n_keys = v.tiles * v.keys;
+    const size_t qb = static_cast<size_t>(qr * width) * 2, kb = static_cast<size_t>(kr * width) * 2;
+    const InputSets in(static_cast<int>(std::clamp<size_t>((size_t{512} << 20) / (2 * qb + 2 * kb) + 1, 1, 8)), qr, kr,
+                       heads, stream);
+    DeviceBuffer k_tile(qb), v_tile(qb), ref_out(qb);
+    fill_uniform_bf16(k_tile.as<__nv_bfloat16>(), qr * width, 4000, -1.0f, 1.0f, stream);
+    fill_uniform_bf16(v_tile.as<__nv_bfloat16>(), qr * width, 5000, -1.0f, 1.0f, stream);
+    std::vector<int32_t> table, key_rows;
+    for (long long t = 0; t < v.tiles; ++t) {
+      table.insert(table.end(), {static_cast<int32_t>(t * v.rows), static_cast<int32_t>((t + 1) * v.rows),
+                                 static_cast<int32_t>(t * v.keys), static_cast<int32_t>((t + 1) * v.keys),
+                                 static_cast<int32_t>(n_cand)});
+      const int64_t step = n_cand > 0 ? slot / n_cand : slot + 1;  // candidate i at slot row i·step + step/2
+      for (int64_t r = 0; r < slot; ++r)
+        if (n_cand == 0 || r % step != step / 2 || r / step >= n_cand)
+          key_rows.push_back(static_cast<int32_t>(t * slot + r));
+    }
+    if (static_cast<int64_t>(key_rows.size()) != n_keys) throw std::logic_error("verify mode: gather list size");
+    DeviceBuffer table_d(table.size() * 4), rows_d(key_rows.size() * 4), flags_d(sizeof(int)), count_d(sizeof(int32_t));
+    CUDA_CHECK(cudaMemcpyAsync(table_d.p, table.data(), table.size() * 4, cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaMemcpyAsync(rows_d.p, key_rows.data(), key_rows.size() * 4, cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaMemsetAsync(flags_d.p, 0, sizeof(int), stream));
+    const int64_t capacity = attention_work_capacity(qr, v.tiles, kVerifyBlockM);
+    DeviceBuffer work(static_cast<size_t>(capacity) * sizeof(AttentionWorkItem));
+    attention_plan_verify(table_d.as<int32_t>(), v.tiles, qr, n_keys, kVerifyBlockM, work.as<AttentionWorkItem>(),
+                          count_d.as<int32_t>(), capacity, flags_d.as<int>(), stream);
+    VerifyKeys vk;
+    vk.table = table_d.as<int32_t>();
+    vk.key_rows = rows_d.as<int32_t>();
+    vk.k_tile = k_tile.as<__nv_bfloat16>();
+    vk.v_tile = v_tile.as<__nv_bfloat16>();
+    vk.error_flags = flags_d.as<int>();
+    {  // the scalar kernel's output on set 0
+      const AttentionArgs a = in.args(0);
+      VerifyAttentionArgs r{a.q, a.k, a.v,    vk.key_rows, vk.k_tile, vk.v_tile, ref_out.as<__nv_bfloat16>(),
+                            qr,  kr,  n_keys, heads,       kHeadDim,  a.scale};
+      attention_verify_bf16(r, vk.table, v.tiles, flags_d.as<int>(), stream);
+    }
+    const std::vector<float> ref = to_float(ref_out, static_cast<size_t>(qr * width));
+    const double bytes = 2.0 * width * (2.0 * static_cast<double>(n_keys) + 4.0 * static_cast<double>(qr));
+    for (long long stages : bench::parse_list(stage_list)) {
+      for (const std::string& order : bench::split(order_list)) {
+        if (order != "item" && order != "head") throw std::runtime_error("--verify-orders: 'item' or 'head'");
+        const VerifyLaunch launch{static_cast<int>(stages), order == "head"};
+        auto run = [&](int s) {
+          attention_verify_flash(in.args(s), vk, work.as<AttentionWorkItem>(), count_d.as<int32_t>(), capacity, stream,
+                                 launch);
+        };
+        run(0);
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        const std::vector<float> got = to_float(*in.o[0], ref.size());
+        double md = 0, mr = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          double d = std::fabs(static_cast<double>(got[i]) - ref[i]);
+          if (std::isnan(d)) d = INFINITY;
+          md = std::max(md, d);
+          mr = std::max(mr, std::fabs(static_cast<double>(ref[i])));
+        }
+        const double rel_err = mr > 0 ? md / mr : md;
+        const bench::Timing t = bench::time_launches([&](int i) { run(i % in.size()); }, stream, warmup, iters);
+        check_flags(flags_d);
+        const double gbps = bytes / (t.median_us * 1e-6) / 1e9;
+        std::printf("| %lld | %s | %lld | %lld | %lld | %d | %.1f | %.1f | %.1f | %.0f | %.1f | %.2e |\n", stages,
+                    order.c_str(), v.tiles, v.rows, v.keys, heads, t.median_us, t.min_us, t.max_us, gbps,
+                    100.0 * gbps / peak_gbps, rel_err);
+        std::fflush(stdout);
+        if (!(rel_err <= 2e-2))  // bf16 outputs of the same softmax: a few bf16 ulp apart at most
+          throw std::runtime_error("verify mode: stages " + std::to_string(stages) + ", order " + order +
+                                   " differs from the scalar kernel (rel err " + std::to_string(rel_err) + ")");
+        out["results"].push_back({{"stages", stages},
+                                  {"order", order},
+                                  {"tiles", v.tiles},
+                                  {"rows", v.rows},
+                                  {"keys", v.keys},
+                                  {"n_cand", n_cand},
+                                  {"heads", heads},
+                                  {"median_us", t.median_us},
+                                  {"min_us", t.min_us},
+                                  {"max_us", t.max_us},
+                                  {"gbps", gbps},
+                                  {"rel_err_vs_scalar", rel_err},
+                                  {"ctas", capacity * heads},
+                                  {"input_sets", in.size()}});
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -169,6 +295,8 @@ int main(int argc, char** argv) {
   std::string json_path, window_shapes;
   int64_t window_rows = 16, tracked_tile_rows = 0;
   bool check = false;
+  std::string verify_shapes, verify_stages = "3", verify_orders = "head";
+  int verify_cand = 8;
   app.add_option("--seqlens", seqlens, "comma-separated sequence lengths L");
   app.add_option("--batches", batches, "comma-separated batch sizes B");
   app.add_option("--heads", heads, "attention heads H");
@@ -187,6 +315,13 @@ int main(int argc, char** argv) {
   app.add_option("--tracked-tile-rows", tracked_tile_rows,
                  "window mode: rows per tracked tile (0 = one tile per tracked set; 16 = the released tiling)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--verify-shapes", verify_shapes,
+                 "Flash-Verify pass shapes T:R:K,... (tiles, query rows per tile, gathered keys per tile) instead "
+                 "of packed batches");
+  app.add_option("--verify-cand", verify_cand, "verify mode: candidates S per tile (R >= 2S)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--verify-stages", verify_stages, "verify mode: K/V pipeline depths to time (2, 3)");
+  app.add_option("--verify-orders", verify_orders, "verify mode: grid orders to time (item, head)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -206,6 +341,13 @@ int main(int argc, char** argv) {
 
     std::printf("device: %s (%d SMs), peak %.1f TFLOP/s, %.0f GB/s\n\n", dev.name.c_str(), dev.sm_count, peak_tflops,
                 peak_gbps);
+    if (!verify_shapes.empty()) {
+      run_verify_mode(parse_verify_shapes(verify_shapes, verify_cand), verify_cand, heads, verify_stages, verify_orders,
+                      warmup, iters, peak_gbps, stream, out);
+      CUDA_CHECK(cudaStreamDestroy(stream));
+      bench::write_json(json_path, out);
+      return 0;
+    }
     if (!window_shapes.empty()) {
       out["mode"] = "window";
       out["window_rows"] = window_rows;

@@ -19,6 +19,16 @@
 
 #include "kernels/cuda_twin.h"
 
+#if FLASHDLLM_HAVE_CUDA
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <initializer_list>
+
+#include "kernels/cuda/attention.h"
+#endif
+
 namespace flashdllm {
 namespace {
 
@@ -405,6 +415,96 @@ TEST_P(CudaVerify, InTileLogitsFarAboveTheCacheStayFinite) {
   std::vector<float> r(ref.begin() + dc.row * D, ref.begin() + (dc.row + 1) * D);
   EXPECT_TRUE(close("dominant row", g, r, D, test::kBf16OpRelTol));
 }
+
+#if FLASHDLLM_HAVE_CUDA
+// kernels::attention_verify_flash's launch configurations (VerifyLaunch: 2 or 3 K/V stages, grid by
+// work item or by head) change the schedule only: each one's output is bit-identical to the
+// backend's (the default configuration, checked against the CPU above), over tiles of one, two and
+// many 64-key tiles, tiles spanning two work items, and an empty gather list.
+TEST(CudaVerifyLaunch, EveryConfigurationGivesTheBackendsOutput) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device (built without CUDA or no GPU)";
+  std::vector<VCase> cases;
+  cases.push_back(slots_case("96-row tiles, S 40", {150, 200}, {40, 33}, 256, 48, 2, 128));
+  cases.push_back(slots_case("8 slots x 32 rows", std::vector<int32_t>(8, 300), {0, 1, 2, 3, 5, 8, 8, 4}, 384, 16, 4));
+  VCase e = slots_case("empty gather list", {12, 40}, {3, 0}, 64, 4, 2, 128);
+  e.tiles[0].k_end = e.tiles[0].k_start;
+  cases.push_back(e);
+  const std::unique_ptr<Backend> backend = make_cuda_backend(0);
+  for (const VCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const Inputs in = inputs(c);
+    const float scale = 1.0f / std::sqrt(128.0f);
+    const std::vector<float> want = run(*backend, c, in, scale);
+    const int64_t HD = static_cast<int64_t>(c.heads) * c.head_dim;
+    auto upload = [](const std::vector<float>& f) {
+      std::vector<__nv_bfloat16> h(f.size());
+      for (size_t i = 0; i < f.size(); ++i) h[i] = __float2bfloat16_rn(f[i]);
+      void* d = nullptr;
+      EXPECT_EQ(cudaMalloc(&d, std::max<size_t>(h.size(), 1) * 2), cudaSuccess);
+      EXPECT_EQ(cudaMemcpy(d, h.data(), h.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+      return static_cast<__nv_bfloat16*>(d);
+    };
+    auto upload_i32 = [](std::vector<int32_t> v) {
+      if (v.empty()) v.push_back(0);
+      void* d = nullptr;
+      EXPECT_EQ(cudaMalloc(&d, v.size() * 4), cudaSuccess);
+      EXPECT_EQ(cudaMemcpy(d, v.data(), v.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      return static_cast<int32_t*>(d);
+    };
+    std::vector<int32_t> table;
+    for (const VerifyTile& t : c.tiles) table.insert(table.end(), {t.q_start, t.q_end, t.k_start, t.k_end, t.n_cand});
+    __nv_bfloat16 *q = upload(in.q), *k = upload(in.k), *v = upload(in.v), *kt = upload(in.kt), *vt = upload(in.vt);
+    __nv_bfloat16* out = upload(std::vector<float>(static_cast<size_t>(c.q_rows * HD), NAN));
+    int32_t *table_d = upload_i32(table), *rows_d = upload_i32(c.key_rows), *flags = upload_i32({0});
+    const int64_t n_tiles = static_cast<int64_t>(c.tiles.size());
+    const int64_t capacity = kernels::attention_work_capacity(c.q_rows, n_tiles, kernels::kVerifyBlockM);
+    kernels::AttentionWorkItem* work = nullptr;
+    int32_t* count = nullptr;
+    ASSERT_EQ(cudaMalloc(&work, static_cast<size_t>(capacity) * sizeof(kernels::AttentionWorkItem)), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&count, 4), cudaSuccess);
+    kernels::attention_plan_verify(table_d, n_tiles, c.q_rows, static_cast<int64_t>(c.key_rows.size()),
+                                   kernels::kVerifyBlockM, work, count, capacity, flags, nullptr);
+    kernels::AttentionArgs a;
+    a.q = q;
+    a.k = k;
+    a.v = v;
+    a.out = out;
+    a.q_rows = c.q_rows;
+    a.kv_rows = c.kv_rows;
+    a.n_heads = c.heads;
+    a.head_dim = c.head_dim;
+    a.scale = scale;
+    kernels::VerifyKeys vk;
+    vk.table = table_d;
+    vk.key_rows = rows_d;
+    vk.k_tile = kt;
+    vk.v_tile = vt;
+    vk.error_flags = flags;
+    const std::vector<bool> cov = covered_rows(c);
+    for (const int stages : {2, 3})
+      for (const bool heads_fastest : {false, true}) {
+        SCOPED_TRACE("stages " + std::to_string(stages) + (heads_fastest ? ", by head" : ", by work item"));
+        kernels::attention_verify_flash(a, vk, work, count, capacity, nullptr,
+                                        kernels::VerifyLaunch{stages, heads_fastest});
+        std::vector<__nv_bfloat16> h(static_cast<size_t>(c.q_rows * HD));
+        ASSERT_EQ(cudaMemcpy(h.data(), out, h.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+        int64_t differ = 0;
+        for (size_t i = 0; i < h.size(); ++i) {
+          if (!cov[i / static_cast<size_t>(HD)]) continue;
+          const float g = __bfloat162float(h[i]);
+          differ += std::memcmp(&g, &want[i], sizeof(float)) != 0;
+        }
+        EXPECT_EQ(differ, 0) << "elements differing from the backend's output";
+      }
+    int flag_value = -1;
+    ASSERT_EQ(cudaMemcpy(&flag_value, flags, 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(flag_value, 0);
+    EXPECT_THROW(kernels::attention_verify_flash(a, vk, work, count, capacity, nullptr, kernels::VerifyLaunch{4, true}),
+                 Error);
+    for (void* p : std::initializer_list<void*>{q, k, v, kt, vt, out, table_d, rows_d, flags, work, count}) cudaFree(p);
+  }
+}
+#endif
 
 INSTANTIATE_TEST_SUITE_P(Sizes, CudaVerify, ::testing::Values(Size::kSmall, Size::kSweep),
                          [](const ::testing::TestParamInfo<Size>& i) {

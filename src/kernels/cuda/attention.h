@@ -75,6 +75,14 @@ struct VerifyKeys {
 /// Query rows per CTA of the verify mode (tiles are 2·block_length rows and a few kept rows).
 inline constexpr int kVerifyBlockM = 64;
 
+/// How the verify mode is launched (the defaults are the engine's; bench/attention_bench
+/// --verify-shapes times the others). The verify pass reads every gathered K/V row once per tile
+/// and does little math per byte, so it is bound by how many bytes are in flight.
+struct VerifyLaunch {
+  int stages = 3;             ///< K/V buffers of 64 keys (2 or 3; 32 KiB each)
+  bool heads_fastest = true;  ///< 1-D grid, head = CTA index % n_heads (else grid (work item, head))
+};
+
 /// The flash kernel instantiations (block_m query rows × block_n keys per step): the mma.sync
 /// kernel (attention_flash.cu, sm_80+; block_m/16 warps) and, kWgmmaM128N64 / kWgmmaM128N128, the
 /// Hopper kernel (attention_wgmma.cu: persistent, a producer and two consumer warpgroups, wgmma;
@@ -129,9 +137,11 @@ void attention_plan_verify(const int32_t* table, int64_t n_tiles, int64_t q_rows
 /// and the in-tile keys together, a proper running maximum across both, §F.8), work from
 /// attention_plan_verify with block_m = kVerifyBlockM. args.k / args.v are the K/V stores,
 /// args.kv_rows their rows, args.importance must be null. Same preconditions as attention_flash,
-/// plus 16-byte aligned k_tile / v_tile. Throws Error(kDevice) on launch failure.
+/// plus 16-byte aligned k_tile / v_tile, launch.stages 2 or 3 (Error(kInvalidArgument)). Throws
+/// Error(kDevice) on launch failure.
 void attention_verify_flash(const AttentionArgs& args, const VerifyKeys& keys, const AttentionWorkItem* work,
-                            const int32_t* work_count, int64_t capacity, cudaStream_t stream);
+                            const int32_t* work_count, int64_t capacity, cudaStream_t stream,
+                            const VerifyLaunch& launch = {});
 
 /// Reference attention straight from the table (one block per (tile, head), one warp per query
 /// row, expf-based online softmax in fp32). head_dim must be a multiple of 32 and <= 256.

@@ -5,8 +5,9 @@
 //   S = Q·Kᵀ      mma.sync m16n8k16 (A = Q fragments kept in registers, B = K via ldmatrix)
 //   online softmax on S in fp32 (row max over the 4 lanes of a quad, exp2 with log2(e)·scale folded)
 //   O += P·V      P re-packed from the S accumulators to bf16 A fragments (same layout), V via ldmatrix.trans
-// Shared memory: two buffers of {K tile, V tile} (cp.async double buffering: tile j+1 is loaded
-// while tile j is computed); the Q tile is staged in buffer 1 before the loop starts. Each
+// Shared memory: kStages buffers of {K tile, V tile} (cp.async pipelining: tiles j+1 .. j+kStages−1
+// are loaded while tile j is computed; 2 stages, 3 in the verify mode, whose gathered loads need
+// more bytes in flight); the Q tile is staged in the last buffer before the loop starts. Each
 // [rows][128] bf16 tile stores row r's 16-byte chunk c at chunk position c ^ (r & 7), so the 8
 // row addresses of every ldmatrix phase hit 8 distinct bank groups (no conflicts).
 //
@@ -43,7 +44,7 @@ constexpr int kRowBytes = kHeadDim * 2;       // bytes of one tile row in shared
 
 using detail::cp_async_16;
 using detail::cp_async_commit;
-using detail::cp_async_wait_all;
+using detail::cp_async_wait;
 using detail::smem_addr;
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
@@ -77,35 +78,42 @@ __device__ __forceinline__ int swizzle(int row, int chunk) { return row * kHeadD
 
 // ----------------------------------------------------------------------------- kernel
 
-template <int kBlockM, int kBlockN>
+template <int kBlockM, int kBlockN, int kStages>
 struct FlashTraits {
   static constexpr int kWarps = kBlockM / 16;
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kTileElems = kBlockN * kHeadDim;                          // one K or V tile
-  static constexpr int kSmemBytes = 2 * 2 * kTileElems * sizeof(__nv_bfloat16);  // 2 buffers × {K, V}
+  static constexpr int kTileElems = kBlockN * kHeadDim;                                // one K or V tile
+  static constexpr int kSmemBytes = kStages * 2 * kTileElems * sizeof(__nv_bfloat16);  // kStages × {K, V}
   static_assert(kBlockM % 16 == 0 && kBlockN % 64 == 0, "tile shape (the importance reduces 8 n8 blocks at a time)");
-  static_assert(kBlockM * kHeadDim <= 2 * kTileElems, "the Q tile must fit in K/V buffer 1");
+  static_assert(kBlockM * kHeadDim <= 2 * kTileElems, "the Q tile must fit in the last K/V buffer");
+  static_assert(kStages == 2 || kStages == 3, "K/V pipeline depth");
 };
 
 // kVerify: the Flash-Verify pass (attention_verify_flash). A work item is a chunk of one verify tile
 // (w.tile indexes the VerifyTile table); its keys are the tile's gathered store rows
 // key_rows[k_begin, k_end) followed by the tile's own fresh K/V rows (k_tile/v_tile rows
 // [q_start, q_end)) under verify_may_attend (core/verify_mask.h); one online softmax over both.
-template <int kBlockM, int kBlockN, bool kVerify>
-__global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN>::kThreads)
+// kStages: K/V buffers (tiles j+1 .. j+kStages−1 are in flight while tile j is computed).
+// kHeadsFastest: CTA u runs (work item u / n_heads, head u % n_heads) on a 1-D grid, so the CTAs
+// resident together read whole K/V rows (every head's slice of the same keys) instead of one
+// head's 256-byte slice of many rows; otherwise the grid is (work item, head).
+template <int kBlockM, int kBlockN, bool kVerify, int kStages, bool kHeadsFastest>
+__global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN, kStages>::kThreads)
     flash_attention_kernel(const AttentionArgs a, const AttentionWorkItem* __restrict__ work,
                            const int32_t* __restrict__ work_count, const VerifyKeys vk) {
-  using T = FlashTraits<kBlockM, kBlockN>;
+  using T = FlashTraits<kBlockM, kBlockN, kStages>;
   constexpr int kThreads = T::kThreads;
   constexpr int kNB = kBlockN / 8;  // n8 blocks of S per key tile
 
-  if (static_cast<int>(blockIdx.x) >= *work_count) return;  // uniform over the CTA
-  const AttentionWorkItem w = work[blockIdx.x];
-  const int head = blockIdx.y;
+  const int item = kHeadsFastest ? static_cast<int>(blockIdx.x) / a.n_heads : static_cast<int>(blockIdx.x);
+  const int head = kHeadsFastest ? static_cast<int>(blockIdx.x) % a.n_heads : static_cast<int>(blockIdx.y);
+  if (item >= *work_count) return;  // uniform over the CTA
+  const AttentionWorkItem w = work[item];
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_raw);
-  __nv_bfloat16* const sQ = smem + 2 * T::kTileElems;  // aliases buffer 1 until the loop starts
+  // The Q tile aliases the last buffer until the loop starts.
+  __nv_bfloat16* const sQ = smem + (kStages - 1) * 2 * T::kTileElems;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int q_len = w.q_end - w.q_begin;
@@ -174,14 +182,19 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN>::kThreads)
     }
   };
 
-  // Prologue: Q tile (rows ≥ q_len zero-filled) into buffer 1, K/V tile 0 into buffer 0.
+  const int n_kv = (n_keys + kBlockN - 1) / kBlockN;
+  // Prologue: the Q tile (rows ≥ q_len zero-filled) into the last buffer, K/V tiles 0 .. kStages−2
+  // into buffers 0 .. kStages−2, one commit group each (Q joins group 0); wait for group 0.
   detail::load_q_rows_async<kBlockM, kThreads>(tid, qg, ld, w.q_begin, q_len,
                                                [&](int r, int ch) { return sQ + swizzle(r, ch); });
-  prefetch_rows(0);
-  load_kv(0, 0);
-  cp_async_commit();
-  prefetch_rows(1);
-  cp_async_wait_all();
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    prefetch_rows(st);
+    if (st < n_kv) load_kv(st, st);
+    cp_async_commit();
+  }
+  prefetch_rows(kStages - 1);
+  cp_async_wait<kStages - 2>();
   __syncthreads();
 
   // Warps whose 16 rows are all past the work item's end only help with loads.
@@ -199,7 +212,7 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN>::kThreads)
 #pragma unroll
     for (int ks = 0; ks < kHeadDim / 16; ++ks) ldmatrix_x4(qf[ks], q_base + (((2 * ks) ^ sw_qv) << 4));
   }
-  __syncthreads();  // buffer 1 (holding Q) is overwritten by the first prefetch
+  __syncthreads();  // the last buffer (holding Q) is overwritten by the first load of the loop
 
   float o[kHeadDim / 8][4];
 #pragma unroll
@@ -209,14 +222,15 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN>::kThreads)
   float row_sum[2] = {0.f, 0.f};  // this thread's partial sums (reduced over the quad at the end)
   const float scale_log2 = a.scale * 1.4426950408889634f;
 
-  const int n_kv = (n_keys + kBlockN - 1) / kBlockN;
+  int buf = 0;  // j % kStages
   for (int j = 0; j < n_kv; ++j) {
-    const int buf = j & 1;
-    if (j + 1 < n_kv) {
-      load_kv(j + 1, buf ^ 1);
-      cp_async_commit();
-      prefetch_rows(j + 2);  // keys past the end load nothing
-    }
+    // Tile j + kStages − 1 into the buffer tile j − 1 used (every thread passed the barrier after
+    // reading it). One commit group per iteration, empty past the end, so that the wait below
+    // always means "tile j + 1 has landed".
+    const int ahead = j + kStages - 1;
+    if (ahead < n_kv) load_kv(ahead, buf == 0 ? kStages - 1 : buf - 1);
+    cp_async_commit();
+    prefetch_rows(ahead + 1);  // keys past the end load nothing
     if (active) {
       const __nv_bfloat16* const sK = smem + buf * 2 * T::kTileElems;
       const __nv_bfloat16* const sV = sK + T::kTileElems;
@@ -288,8 +302,9 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN>::kThreads)
         }
       }
     }
-    cp_async_wait_all();  // tile j+1 has landed ...
-    __syncthreads();      // ... for every thread, and nobody still reads buffer `buf`
+    cp_async_wait<kStages - 2>();  // tile j+1 has landed ...
+    __syncthreads();               // ... for every thread, and nobody still reads buffer `buf`
+    buf = buf + 1 == kStages ? 0 : buf + 1;
   }
 
   if (!active) return;
@@ -298,13 +313,15 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN>::kThreads)
       a.out + static_cast<int64_t>(w.q_begin + warp * 16) * ld + static_cast<int64_t>(head) * kHeadDim, ld);
 }
 
-template <int kBlockM, int kBlockN, bool kVerify>
+template <int kBlockM, int kBlockN, bool kVerify, int kStages = 2, bool kHeadsFastest = false>
 void launch_flash(const AttentionArgs& a, const AttentionWorkItem* work, const int32_t* work_count, int64_t capacity,
                   const VerifyKeys& vk, cudaStream_t stream) {
-  using T = FlashTraits<kBlockM, kBlockN>;
-  constexpr auto kernel = flash_attention_kernel<kBlockM, kBlockN, kVerify>;
+  using T = FlashTraits<kBlockM, kBlockN, kStages>;
+  constexpr auto kernel = flash_attention_kernel<kBlockM, kBlockN, kVerify, kStages, kHeadsFastest>;
   detail::ensure_smem_opt_in<kernel>(T::kSmemBytes);
-  const dim3 grid(static_cast<unsigned>(capacity), static_cast<unsigned>(a.n_heads));
+  // check_flash_args bounds capacity × n_heads by 2^31 − 1 (the 1-D grid's x limit).
+  const dim3 grid = kHeadsFastest ? dim3(static_cast<unsigned>(capacity * a.n_heads))
+                                  : dim3(static_cast<unsigned>(capacity), static_cast<unsigned>(a.n_heads));
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(a, work, work_count, vk);
   CUDA_CHECK_LAUNCH();
 }
@@ -386,13 +403,22 @@ void attention_flash(const AttentionArgs& a, FlashVariant variant, const Attenti
 }
 
 void attention_verify_flash(const AttentionArgs& a, const VerifyKeys& vk, const AttentionWorkItem* work,
-                            const int32_t* work_count, int64_t capacity, cudaStream_t stream) {
+                            const int32_t* work_count, int64_t capacity, cudaStream_t stream,
+                            const VerifyLaunch& launch) {
   check_flash_args("attention_verify", a, capacity);
   if (!detail::is_aligned(vk.k_tile, 16) || !detail::is_aligned(vk.v_tile, 16))
     cuda::throw_invalid_argument("attention_verify: k_tile and v_tile must be 16-byte aligned");
   if (a.importance != nullptr) cuda::throw_invalid_argument("attention_verify: no importance in the verify pass");
+  if (launch.stages != 2 && launch.stages != 3)
+    cuda::throw_invalid_argument("attention_verify: stages " + std::to_string(launch.stages) + " (2 or 3)");
   if (capacity <= 0) return;
-  launch_flash<kVerifyBlockM, 64, true>(a, work, work_count, capacity, vk, stream);
+  constexpr int kM = kVerifyBlockM;
+  if (launch.stages == 3)
+    launch.heads_fastest ? launch_flash<kM, 64, true, 3, true>(a, work, work_count, capacity, vk, stream)
+                         : launch_flash<kM, 64, true, 3, false>(a, work, work_count, capacity, vk, stream);
+  else
+    launch.heads_fastest ? launch_flash<kM, 64, true, 2, true>(a, work, work_count, capacity, vk, stream)
+                         : launch_flash<kM, 64, true, 2, false>(a, work, work_count, capacity, vk, stream);
 }
 
 }  // namespace flashdllm::kernels
