@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "bench/cuda_bench_util.h"
+#include "core/verify_mask.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/attention_verify.h"
@@ -187,14 +188,16 @@ std::vector<VerifyShape> parse_verify_shapes(const std::string& s, int n_cand) {
 /// rows). Each (stages, grid order) launch of attention_verify_flash is timed and compared with the
 /// scalar verify kernel (attention_verify_bf16) on input set 0. GB/s counts the bytes the pass must
 /// move: gathered K/V, the tiles' own K/V, Q and the output.
-void run_verify_mode(const std::vector<VerifyShape>& shapes, int n_cand, int heads, const std::string& stage_list,
-                     const std::string& order_list, int warmup, int iters, double peak_gbps, cudaStream_t stream,
-                     nlohmann::json& out) {
+void run_verify_mode(const std::vector<VerifyShape>& shapes, int n_cand, int heads, const std::string& block_list,
+                     const std::string& stage_list, const std::string& order_list, int warmup, int iters,
+                     double peak_gbps, cudaStream_t stream, nlohmann::json& out) {
   out["mode"] = "verify";
   out["n_cand"] = n_cand;
-  std::printf("| stages | order | T | R | K | H | median us | min us | max us | GB/s | %% of %.0f | rel err |\n",
-              peak_gbps);
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "| block_m | stages | order | T | R | K | H | median us | min us | max us | GB/s | %% of %.0f | vs scalar | tile "
+      "0 vs fp64 |\n",
+      peak_gbps);
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const VerifyShape& v : shapes) {
     const int64_t width = static_cast<int64_t>(heads) * kHeadDim, qr = v.tiles * v.rows, slot = v.keys + n_cand;
     const int64_t kr = v.tiles * slot, n_keys = v.tiles * v.keys;
@@ -219,10 +222,6 @@ void run_verify_mode(const std::vector<VerifyShape>& shapes, int n_cand, int hea
     CUDA_CHECK(cudaMemcpyAsync(table_d.p, table.data(), table.size() * 4, cudaMemcpyHostToDevice, stream));
     CUDA_CHECK(cudaMemcpyAsync(rows_d.p, key_rows.data(), key_rows.size() * 4, cudaMemcpyHostToDevice, stream));
     CUDA_CHECK(cudaMemsetAsync(flags_d.p, 0, sizeof(int), stream));
-    const int64_t capacity = attention_work_capacity(qr, v.tiles, kVerifyBlockM);
-    DeviceBuffer work(static_cast<size_t>(capacity) * sizeof(AttentionWorkItem));
-    attention_plan_verify(table_d.as<int32_t>(), v.tiles, qr, n_keys, kVerifyBlockM, work.as<AttentionWorkItem>(),
-                          count_d.as<int32_t>(), capacity, flags_d.as<int>(), stream);
     VerifyKeys vk;
     vk.table = table_d.as<int32_t>();
     vk.key_rows = rows_d.as<int32_t>();
@@ -236,50 +235,112 @@ void run_verify_mode(const std::vector<VerifyShape>& shapes, int n_cand, int hea
       attention_verify_bf16(r, vk.table, v.tiles, flags_d.as<int>(), stream);
     }
     const std::vector<float> ref = to_float(ref_out, static_cast<size_t>(qr * width));
-    const double bytes = 2.0 * width * (2.0 * static_cast<double>(n_keys) + 4.0 * static_cast<double>(qr));
-    for (long long stages : bench::parse_list(stage_list)) {
-      for (const std::string& order : bench::split(order_list)) {
-        if (order != "item" && order != "head") throw std::runtime_error("--verify-orders: 'item' or 'head'");
-        const VerifyLaunch launch{static_cast<int>(stages), order == "head"};
-        auto run = [&](int s) {
-          attention_verify_flash(in.args(s), vk, work.as<AttentionWorkItem>(), count_d.as<int32_t>(), capacity, stream,
-                                 launch);
-        };
-        run(0);
-        CUDA_CHECK(cudaStreamSynchronize(stream));
-        const std::vector<float> got = to_float(*in.o[0], ref.size());
-        double md = 0, mr = 0;
-        for (size_t i = 0; i < got.size(); ++i) {
-          double d = std::fabs(static_cast<double>(got[i]) - ref[i]);
-          if (std::isnan(d)) d = INFINITY;
-          md = std::max(md, d);
-          mr = std::max(mr, std::fabs(static_cast<double>(ref[i])));
+    // fp64 oracle of tile 0 (its R rows, every head) from the bf16 inputs of set 0, under
+    // verify_may_attend; tile_err(o) = max |o − oracle| / max |oracle| over those rows.
+    std::vector<double> oracle(static_cast<size_t>(v.rows * width));
+    {
+      const std::vector<float> q0 = to_float(*in.q[0], static_cast<size_t>(v.rows * width));
+      const std::vector<float> k0 = to_float(*in.k[0], static_cast<size_t>(slot * width));
+      const std::vector<float> v0 = to_float(*in.v[0], static_cast<size_t>(slot * width));
+      const std::vector<float> kt = to_float(k_tile, static_cast<size_t>(v.rows * width));
+      const std::vector<float> vt = to_float(v_tile, static_cast<size_t>(v.rows * width));
+      const double sc = 1.0 / std::sqrt(static_cast<double>(kHeadDim));
+      for (int64_t r = 0; r < v.rows; ++r)
+        for (int h = 0; h < heads; ++h) {
+          std::vector<std::pair<const float*, const float*>> kvs;
+          for (int64_t g = 0; g < v.keys; ++g)
+            kvs.emplace_back(&k0[static_cast<size_t>(key_rows[static_cast<size_t>(g)] * width + h * kHeadDim)],
+                             &v0[static_cast<size_t>(key_rows[static_cast<size_t>(g)] * width + h * kHeadDim)]);
+          for (int64_t col = 0; col < v.rows; ++col)
+            if (verify_may_attend(v.rows - 2 * n_cand, n_cand, r, col))
+              kvs.emplace_back(&kt[static_cast<size_t>(col * width + h * kHeadDim)],
+                               &vt[static_cast<size_t>(col * width + h * kHeadDim)]);
+          std::vector<double> sv;
+          double mx = -INFINITY;
+          for (const auto& kvp : kvs) {
+            double d = 0;
+            for (int i = 0; i < kHeadDim; ++i)
+              d += static_cast<double>(q0[static_cast<size_t>(r * width + h * kHeadDim + i)]) * kvp.first[i];
+            sv.push_back(d * sc);
+            mx = std::max(mx, d * sc);
+          }
+          double z = 0;
+          for (const double x : sv) z += std::exp(x - mx);
+          for (int i = 0; i < kHeadDim; ++i) {
+            double acc = 0;
+            for (size_t j = 0; j < kvs.size(); ++j) acc += std::exp(sv[j] - mx) / z * kvs[j].second[i];
+            oracle[static_cast<size_t>(r * width + h * kHeadDim + i)] = acc;
+          }
         }
-        const double rel_err = mr > 0 ? md / mr : md;
-        const bench::Timing t = bench::time_launches([&](int i) { run(i % in.size()); }, stream, warmup, iters);
-        check_flags(flags_d);
-        const double gbps = bytes / (t.median_us * 1e-6) / 1e9;
-        std::printf("| %lld | %s | %lld | %lld | %lld | %d | %.1f | %.1f | %.1f | %.0f | %.1f | %.2e |\n", stages,
-                    order.c_str(), v.tiles, v.rows, v.keys, heads, t.median_us, t.min_us, t.max_us, gbps,
-                    100.0 * gbps / peak_gbps, rel_err);
-        std::fflush(stdout);
-        if (!(rel_err <= 2e-2))  // bf16 outputs of the same softmax: a few bf16 ulp apart at most
-          throw std::runtime_error("verify mode: stages " + std::to_string(stages) + ", order " + order +
-                                   " differs from the scalar kernel (rel err " + std::to_string(rel_err) + ")");
-        out["results"].push_back({{"stages", stages},
-                                  {"order", order},
-                                  {"tiles", v.tiles},
-                                  {"rows", v.rows},
-                                  {"keys", v.keys},
-                                  {"n_cand", n_cand},
-                                  {"heads", heads},
-                                  {"median_us", t.median_us},
-                                  {"min_us", t.min_us},
-                                  {"max_us", t.max_us},
-                                  {"gbps", gbps},
-                                  {"rel_err_vs_scalar", rel_err},
-                                  {"ctas", capacity * heads},
-                                  {"input_sets", in.size()}});
+    }
+    auto tile_err = [&](const std::vector<float>& o) {
+      double md = 0, mr = 0;
+      for (size_t i = 0; i < oracle.size(); ++i) {
+        double d = std::fabs(o[i] - oracle[i]);
+        if (std::isnan(d)) d = INFINITY;
+        md = std::max(md, d);
+        mr = std::max(mr, std::fabs(oracle[i]));
+      }
+      return mr > 0 ? md / mr : md;
+    };
+    const double scalar_err = tile_err(ref);
+    std::printf("| (scalar kernel, tile 0 vs fp64: %.2e) |\n", scalar_err);
+    const double bytes = 2.0 * width * (2.0 * static_cast<double>(n_keys) + 4.0 * static_cast<double>(qr));
+    for (const long long block_m : bench::parse_list(block_list)) {
+      for (const long long stages : bench::parse_list(stage_list)) {
+        for (const std::string& order : bench::split(order_list)) {
+          if (order != "item" && order != "head") throw std::runtime_error("--verify-orders: 'item' or 'head'");
+          const VerifyLaunch launch{static_cast<int>(stages), order == "head", static_cast<int>(block_m)};
+          const int64_t capacity = attention_work_capacity(qr, v.tiles, launch.block_m);
+          DeviceBuffer work(static_cast<size_t>(capacity) * sizeof(AttentionWorkItem));
+          attention_plan_verify(table_d.as<int32_t>(), v.tiles, qr, n_keys, launch.block_m,
+                                work.as<AttentionWorkItem>(), count_d.as<int32_t>(), capacity, flags_d.as<int>(),
+                                stream);
+          auto run = [&](int s) {
+            attention_verify_flash(in.args(s), vk, work.as<AttentionWorkItem>(), count_d.as<int32_t>(), capacity,
+                                   stream, launch);
+          };
+          run(0);
+          CUDA_CHECK(cudaStreamSynchronize(stream));
+          const std::vector<float> got = to_float(*in.o[0], ref.size());
+          double md = 0, mr = 0;
+          for (size_t i = 0; i < got.size(); ++i) {
+            double d = std::fabs(static_cast<double>(got[i]) - ref[i]);
+            if (std::isnan(d)) d = INFINITY;
+            md = std::max(md, d);
+            mr = std::max(mr, std::fabs(static_cast<double>(ref[i])));
+          }
+          const double rel_err = mr > 0 ? md / mr : md, oracle_err = tile_err(got);
+          const bench::Timing t = bench::time_launches([&](int i) { run(i % in.size()); }, stream, warmup, iters);
+          check_flags(flags_d);
+          const double gbps = bytes / (t.median_us * 1e-6) / 1e9;
+          std::printf(
+              "| %lld | %lld | %s | %lld | %lld | %lld | %d | %.1f | %.1f | %.1f | %.0f | %.1f | %.2e | %.2e |\n",
+              block_m, stages, order.c_str(), v.tiles, v.rows, v.keys, heads, t.median_us, t.min_us, t.max_us, gbps,
+              100.0 * gbps / peak_gbps, rel_err, oracle_err);
+          std::fflush(stdout);
+          if (!(oracle_err <= 2e-2))  // bf16 outputs: a few bf16 ulp of the largest at most
+            throw std::runtime_error("verify mode: block_m " + std::to_string(block_m) + ", stages " +
+                                     std::to_string(stages) + ", order " + order +
+                                     ": tile 0 differs from fp64 (rel err " + std::to_string(oracle_err) + ")");
+          out["results"].push_back({{"block_m", block_m},
+                                    {"stages", stages},
+                                    {"order", order},
+                                    {"tiles", v.tiles},
+                                    {"rows", v.rows},
+                                    {"keys", v.keys},
+                                    {"n_cand", n_cand},
+                                    {"heads", heads},
+                                    {"median_us", t.median_us},
+                                    {"min_us", t.min_us},
+                                    {"max_us", t.max_us},
+                                    {"gbps", gbps},
+                                    {"rel_err_vs_scalar", rel_err},
+                                    {"tile0_rel_err_vs_fp64", oracle_err},
+                                    {"scalar_tile0_rel_err_vs_fp64", scalar_err},
+                                    {"ctas", capacity * heads},
+                                    {"input_sets", in.size()}});
+        }
       }
     }
   }
@@ -295,7 +356,7 @@ int main(int argc, char** argv) {
   std::string json_path, window_shapes;
   int64_t window_rows = 16, tracked_tile_rows = 0;
   bool check = false;
-  std::string verify_shapes, verify_stages = "3", verify_orders = "head";
+  std::string verify_shapes, verify_blocks = "64", verify_stages = "3", verify_orders = "head";
   int verify_cand = 8;
   app.add_option("--seqlens", seqlens, "comma-separated sequence lengths L");
   app.add_option("--batches", batches, "comma-separated batch sizes B");
@@ -320,6 +381,7 @@ int main(int argc, char** argv) {
                  "of packed batches");
   app.add_option("--verify-cand", verify_cand, "verify mode: candidates S per tile (R >= 2S)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--verify-block-m", verify_blocks, "verify mode: query rows per CTA to time (64, 32)");
   app.add_option("--verify-stages", verify_stages, "verify mode: K/V pipeline depths to time (2, 3)");
   app.add_option("--verify-orders", verify_orders, "verify mode: grid orders to time (item, head)");
   CLI11_PARSE(app, argc, argv);
@@ -342,8 +404,8 @@ int main(int argc, char** argv) {
     std::printf("device: %s (%d SMs), peak %.1f TFLOP/s, %.0f GB/s\n\n", dev.name.c_str(), dev.sm_count, peak_tflops,
                 peak_gbps);
     if (!verify_shapes.empty()) {
-      run_verify_mode(parse_verify_shapes(verify_shapes, verify_cand), verify_cand, heads, verify_stages, verify_orders,
-                      warmup, iters, peak_gbps, stream, out);
+      run_verify_mode(parse_verify_shapes(verify_shapes, verify_cand), verify_cand, heads, verify_blocks, verify_stages,
+                      verify_orders, warmup, iters, peak_gbps, stream, out);
       CUDA_CHECK(cudaStreamDestroy(stream));
       bench::write_json(json_path, out);
       return 0;

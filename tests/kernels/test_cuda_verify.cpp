@@ -417,8 +417,8 @@ TEST_P(CudaVerify, InTileLogitsFarAboveTheCacheStayFinite) {
 }
 
 #if FLASHDLLM_HAVE_CUDA
-// kernels::attention_verify_flash's launch configurations (VerifyLaunch: 2 or 3 K/V stages, grid by
-// work item or by head) change the schedule only: each one's output is bit-identical to the
+// kernels::attention_verify_flash's launch configurations (VerifyLaunch: 64 or 32 query rows per CTA,
+// 2 or 3 K/V stages, grid by work item or by head) change the schedule only: each one's output is bit-identical to the
 // backend's (the default configuration, checked against the CPU above), over tiles of one, two and
 // many 64-key tiles, tiles spanning two work items, and an empty gather list.
 TEST(CudaVerifyLaunch, EveryConfigurationGivesTheBackendsOutput) {
@@ -457,13 +457,11 @@ TEST(CudaVerifyLaunch, EveryConfigurationGivesTheBackendsOutput) {
     __nv_bfloat16* out = upload(std::vector<float>(static_cast<size_t>(c.q_rows * HD), NAN));
     int32_t *table_d = upload_i32(table), *rows_d = upload_i32(c.key_rows), *flags = upload_i32({0});
     const int64_t n_tiles = static_cast<int64_t>(c.tiles.size());
-    const int64_t capacity = kernels::attention_work_capacity(c.q_rows, n_tiles, kernels::kVerifyBlockM);
+    const int64_t max_capacity = kernels::attention_work_capacity(c.q_rows, n_tiles, 32);
     kernels::AttentionWorkItem* work = nullptr;
     int32_t* count = nullptr;
-    ASSERT_EQ(cudaMalloc(&work, static_cast<size_t>(capacity) * sizeof(kernels::AttentionWorkItem)), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&work, static_cast<size_t>(max_capacity) * sizeof(kernels::AttentionWorkItem)), cudaSuccess);
     ASSERT_EQ(cudaMalloc(&count, 4), cudaSuccess);
-    kernels::attention_plan_verify(table_d, n_tiles, c.q_rows, static_cast<int64_t>(c.key_rows.size()),
-                                   kernels::kVerifyBlockM, work, count, capacity, flags, nullptr);
     kernels::AttentionArgs a;
     a.q = q;
     a.k = k;
@@ -481,26 +479,36 @@ TEST(CudaVerifyLaunch, EveryConfigurationGivesTheBackendsOutput) {
     vk.v_tile = vt;
     vk.error_flags = flags;
     const std::vector<bool> cov = covered_rows(c);
-    for (const int stages : {2, 3})
-      for (const bool heads_fastest : {false, true}) {
-        SCOPED_TRACE("stages " + std::to_string(stages) + (heads_fastest ? ", by head" : ", by work item"));
-        kernels::attention_verify_flash(a, vk, work, count, capacity, nullptr,
-                                        kernels::VerifyLaunch{stages, heads_fastest});
-        std::vector<__nv_bfloat16> h(static_cast<size_t>(c.q_rows * HD));
-        ASSERT_EQ(cudaMemcpy(h.data(), out, h.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-        int64_t differ = 0;
-        for (size_t i = 0; i < h.size(); ++i) {
-          if (!cov[i / static_cast<size_t>(HD)]) continue;
-          const float g = __bfloat162float(h[i]);
-          differ += std::memcmp(&g, &want[i], sizeof(float)) != 0;
+    int64_t capacity = 0;
+    for (const int block_m : {64, 32}) {
+      capacity = kernels::attention_work_capacity(c.q_rows, n_tiles, block_m);
+      kernels::attention_plan_verify(table_d, n_tiles, c.q_rows, static_cast<int64_t>(c.key_rows.size()), block_m, work,
+                                     count, capacity, flags, nullptr);
+      for (const int stages : {2, 3})
+        for (const bool heads_fastest : {false, true}) {
+          SCOPED_TRACE("block_m " + std::to_string(block_m) + ", stages " + std::to_string(stages) +
+                       (heads_fastest ? ", by head" : ", by work item"));
+          kernels::attention_verify_flash(a, vk, work, count, capacity, nullptr,
+                                          kernels::VerifyLaunch{stages, heads_fastest, block_m});
+          std::vector<__nv_bfloat16> h(static_cast<size_t>(c.q_rows * HD));
+          ASSERT_EQ(cudaMemcpy(h.data(), out, h.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+          int64_t differ = 0;
+          for (size_t i = 0; i < h.size(); ++i) {
+            if (!cov[i / static_cast<size_t>(HD)]) continue;
+            const float g = __bfloat162float(h[i]);
+            differ += std::memcmp(&g, &want[i], sizeof(float)) != 0;
+          }
+          EXPECT_EQ(differ, 0) << "elements differing from the backend's output";
         }
-        EXPECT_EQ(differ, 0) << "elements differing from the backend's output";
       }
     int flag_value = -1;
     ASSERT_EQ(cudaMemcpy(&flag_value, flags, 4, cudaMemcpyDeviceToHost), cudaSuccess);
     EXPECT_EQ(flag_value, 0);
     EXPECT_THROW(kernels::attention_verify_flash(a, vk, work, count, capacity, nullptr, kernels::VerifyLaunch{4, true}),
                  Error);
+    EXPECT_THROW(
+        kernels::attention_verify_flash(a, vk, work, count, capacity, nullptr, kernels::VerifyLaunch{2, true, 48}),
+        Error);
     for (void* p : std::initializer_list<void*>{q, k, v, kt, vt, out, table_d, rows_d, flags, work, count}) cudaFree(p);
   }
 }

@@ -81,6 +81,7 @@ inline constexpr int kVerifyBlockM = 64;
 struct VerifyLaunch {
   int stages = 3;             ///< K/V buffers of 64 keys (2 or 3; 32 KiB each)
   bool heads_fastest = true;  ///< 1-D grid, head = CTA index % n_heads (else grid (work item, head))
+  int block_m = kVerifyBlockM;  ///< query rows per CTA (64 or 32); the work must be planned with it
 };
 
 /// The flash kernel instantiations (block_m query rows × block_n keys per step): the mma.sync
@@ -135,10 +136,10 @@ void attention_plan_verify(const int32_t* table, int64_t n_tiles, int64_t q_rows
 
 /// The Flash-Verify pass on the flash kernel (tensor cores, fp32 online softmax over the gathered
 /// and the in-tile keys together, a proper running maximum across both, §F.8), work from
-/// attention_plan_verify with block_m = kVerifyBlockM. args.k / args.v are the K/V stores,
+/// attention_plan_verify with block_m = launch.block_m. args.k / args.v are the K/V stores,
 /// args.kv_rows their rows, args.importance must be null. Same preconditions as attention_flash,
-/// plus 16-byte aligned k_tile / v_tile, launch.stages 2 or 3 (Error(kInvalidArgument)). Throws
-/// Error(kDevice) on launch failure.
+/// plus 16-byte aligned k_tile / v_tile, launch.stages 2 or 3 and launch.block_m 64 or 32
+/// (Error(kInvalidArgument)). Throws Error(kDevice) on launch failure.
 void attention_verify_flash(const AttentionArgs& args, const VerifyKeys& keys, const AttentionWorkItem* work,
                             const int32_t* work_count, int64_t capacity, cudaStream_t stream,
                             const VerifyLaunch& launch = {});

@@ -411,14 +411,20 @@ void attention_verify_flash(const AttentionArgs& a, const VerifyKeys& vk, const 
   if (a.importance != nullptr) cuda::throw_invalid_argument("attention_verify: no importance in the verify pass");
   if (launch.stages != 2 && launch.stages != 3)
     cuda::throw_invalid_argument("attention_verify: stages " + std::to_string(launch.stages) + " (2 or 3)");
+  if (launch.block_m != 64 && launch.block_m != 32)
+    cuda::throw_invalid_argument("attention_verify: block_m " + std::to_string(launch.block_m) + " (64 or 32)");
   if (capacity <= 0) return;
-  constexpr int kM = kVerifyBlockM;
-  if (launch.stages == 3)
-    launch.heads_fastest ? launch_flash<kM, 64, true, 3, true>(a, work, work_count, capacity, vk, stream)
-                         : launch_flash<kM, 64, true, 3, false>(a, work, work_count, capacity, vk, stream);
-  else
-    launch.heads_fastest ? launch_flash<kM, 64, true, 2, true>(a, work, work_count, capacity, vk, stream)
-                         : launch_flash<kM, 64, true, 2, false>(a, work, work_count, capacity, vk, stream);
+  const int code = (launch.block_m == 32 ? 4 : 0) + (launch.stages == 3 ? 2 : 0) + (launch.heads_fastest ? 1 : 0);
+  switch (code) {
+    case 0: launch_flash<64, 64, true, 2, false>(a, work, work_count, capacity, vk, stream); return;
+    case 1: launch_flash<64, 64, true, 2, true>(a, work, work_count, capacity, vk, stream); return;
+    case 2: launch_flash<64, 64, true, 3, false>(a, work, work_count, capacity, vk, stream); return;
+    case 3: launch_flash<64, 64, true, 3, true>(a, work, work_count, capacity, vk, stream); return;
+    case 4: launch_flash<32, 64, true, 2, false>(a, work, work_count, capacity, vk, stream); return;
+    case 5: launch_flash<32, 64, true, 2, true>(a, work, work_count, capacity, vk, stream); return;
+    case 6: launch_flash<32, 64, true, 3, false>(a, work, work_count, capacity, vk, stream); return;
+    default: launch_flash<32, 64, true, 3, true>(a, work, work_count, capacity, vk, stream); return;
+  }
 }
 
 }  // namespace flashdllm::kernels
