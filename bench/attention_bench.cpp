@@ -18,7 +18,7 @@
 // 4·S·H·Q·K·D. bench/window_attention.py puts cuDNN SDPA (S, Q, K) beside it.
 //
 // --verify-shapes T:R:K,... times the Flash-Verify pass's attention (attention_verify_flash) per
-// launch configuration (--verify-stages, --verify-orders), see run_verify_mode.
+// CTA shape (--verify-ctas, kernels::VerifyCta), see run_verify_mode.
 //
 // Output: a markdown table on stdout, all numbers as JSON (--json).
 #include <CLI/CLI.hpp>
@@ -185,19 +185,20 @@ std::vector<VerifyShape> parse_verify_shapes(const std::string& s, int n_cand) {
 /// Verify mode (--verify-shapes): the Flash-Verify pass's attention as the engine runs it. T tiles of
 /// R query rows [kept | S drafts | S masks]; tile t gathers K keys from its slot's K + S store rows
 /// (every row but S spread evenly: the candidates' positions, whose keys are the tile's own fresh
-/// rows). Each (stages, grid order) launch of attention_verify_flash is timed and compared with the
-/// scalar verify kernel (attention_verify_bf16) on input set 0. GB/s counts the bytes the pass must
-/// move: gathered K/V, the tiles' own K/V, Q and the output.
-void run_verify_mode(const std::vector<VerifyShape>& shapes, int n_cand, int heads, const std::string& block_list,
-                     const std::string& stage_list, const std::string& order_list, int warmup, int iters,
-                     double peak_gbps, cudaStream_t stream, nlohmann::json& out) {
+/// rows). Each CTA shape (VerifyCta) of attention_verify_flash is timed; on input set 0 its tile 0
+/// is checked against an fp64 softmax of the same bf16 values (a throw beyond 2e-2 of the largest
+/// output) and every row compared with the scalar verify kernel (attention_verify_bf16). GB/s counts
+/// the bytes the pass must move: gathered K/V, the tiles' own K/V, Q and the output.
+void run_verify_mode(const std::vector<VerifyShape>& shapes, int n_cand, int heads, const std::string& cta_list,
+                     int warmup, int iters, double peak_gbps, cudaStream_t stream, nlohmann::json& out) {
   out["mode"] = "verify";
   out["n_cand"] = n_cand;
   std::printf(
-      "| block_m | stages | order | T | R | K | H | median us | min us | max us | GB/s | %% of %.0f | vs scalar | tile "
+      "| CTA (key split x min CTAs/SM) | rows per CTA | T | R | K | H | median us | min us | max us | GB/s | %% of "
+      "%.0f | vs scalar | tile "
       "0 vs fp64 |\n",
       peak_gbps);
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const VerifyShape& v : shapes) {
     const int64_t width = static_cast<int64_t>(heads) * kHeadDim, qr = v.tiles * v.rows, slot = v.keys + n_cand;
     const int64_t kr = v.tiles * slot, n_keys = v.tiles * v.keys;
@@ -233,6 +234,7 @@ void run_verify_mode(const std::vector<VerifyShape>& shapes, int n_cand, int hea
       VerifyAttentionArgs r{a.q, a.k, a.v,    vk.key_rows, vk.k_tile, vk.v_tile, ref_out.as<__nv_bfloat16>(),
                             qr,  kr,  n_keys, heads,       kHeadDim,  a.scale};
       attention_verify_bf16(r, vk.table, v.tiles, flags_d.as<int>(), stream);
+      CUDA_CHECK(cudaStreamSynchronize(stream));  // to_float copies on the legacy stream
     }
     const std::vector<float> ref = to_float(ref_out, static_cast<size_t>(qr * width));
     // fp64 oracle of tile 0 (its R rows, every head) from the bf16 inputs of set 0, under
@@ -286,62 +288,58 @@ void run_verify_mode(const std::vector<VerifyShape>& shapes, int n_cand, int hea
     const double scalar_err = tile_err(ref);
     std::printf("| (scalar kernel, tile 0 vs fp64: %.2e) |\n", scalar_err);
     const double bytes = 2.0 * width * (2.0 * static_cast<double>(n_keys) + 4.0 * static_cast<double>(qr));
-    for (const long long block_m : bench::parse_list(block_list)) {
-      for (const long long stages : bench::parse_list(stage_list)) {
-        for (const std::string& order : bench::split(order_list)) {
-          if (order != "item" && order != "head") throw std::runtime_error("--verify-orders: 'item' or 'head'");
-          const VerifyLaunch launch{static_cast<int>(stages), order == "head", static_cast<int>(block_m)};
-          const int64_t capacity = attention_work_capacity(qr, v.tiles, launch.block_m);
-          DeviceBuffer work(static_cast<size_t>(capacity) * sizeof(AttentionWorkItem));
-          attention_plan_verify(table_d.as<int32_t>(), v.tiles, qr, n_keys, launch.block_m,
-                                work.as<AttentionWorkItem>(), count_d.as<int32_t>(), capacity, flags_d.as<int>(),
-                                stream);
-          auto run = [&](int s) {
-            attention_verify_flash(in.args(s), vk, work.as<AttentionWorkItem>(), count_d.as<int32_t>(), capacity,
-                                   stream, launch);
-          };
-          run(0);
-          CUDA_CHECK(cudaStreamSynchronize(stream));
-          const std::vector<float> got = to_float(*in.o[0], ref.size());
-          double md = 0, mr = 0;
-          for (size_t i = 0; i < got.size(); ++i) {
-            double d = std::fabs(static_cast<double>(got[i]) - ref[i]);
-            if (std::isnan(d)) d = INFINITY;
-            md = std::max(md, d);
-            mr = std::max(mr, std::fabs(static_cast<double>(ref[i])));
-          }
-          const double rel_err = mr > 0 ? md / mr : md, oracle_err = tile_err(got);
-          const bench::Timing t = bench::time_launches([&](int i) { run(i % in.size()); }, stream, warmup, iters);
-          check_flags(flags_d);
-          const double gbps = bytes / (t.median_us * 1e-6) / 1e9;
-          std::printf(
-              "| %lld | %lld | %s | %lld | %lld | %lld | %d | %.1f | %.1f | %.1f | %.0f | %.1f | %.2e | %.2e |\n",
-              block_m, stages, order.c_str(), v.tiles, v.rows, v.keys, heads, t.median_us, t.min_us, t.max_us, gbps,
-              100.0 * gbps / peak_gbps, rel_err, oracle_err);
-          std::fflush(stdout);
-          if (!(oracle_err <= 2e-2))  // bf16 outputs: a few bf16 ulp of the largest at most
-            throw std::runtime_error("verify mode: block_m " + std::to_string(block_m) + ", stages " +
-                                     std::to_string(stages) + ", order " + order +
-                                     ": tile 0 differs from fp64 (rel err " + std::to_string(oracle_err) + ")");
-          out["results"].push_back({{"block_m", block_m},
-                                    {"stages", stages},
-                                    {"order", order},
-                                    {"tiles", v.tiles},
-                                    {"rows", v.rows},
-                                    {"keys", v.keys},
-                                    {"n_cand", n_cand},
-                                    {"heads", heads},
-                                    {"median_us", t.median_us},
-                                    {"min_us", t.min_us},
-                                    {"max_us", t.max_us},
-                                    {"gbps", gbps},
-                                    {"rel_err_vs_scalar", rel_err},
-                                    {"tile0_rel_err_vs_fp64", oracle_err},
-                                    {"scalar_tile0_rel_err_vs_fp64", scalar_err},
-                                    {"ctas", capacity * heads},
-                                    {"input_sets", in.size()}});
-        }
+    for (const std::string& shape : bench::split(cta_list)) {
+      VerifyCta cta;
+      char tail = 0;
+      if (std::sscanf(shape.c_str(), "%dx%d%c", &cta.key_split, &cta.min_ctas_per_sm, &tail) != 2)
+        throw std::runtime_error("--verify-ctas: '" + shape + "' is not KEYSPLITxMINCTAS");
+      const int block_m = verify_block_m(cta);
+      const int64_t capacity = attention_work_capacity(qr, v.tiles, block_m);
+      DeviceBuffer work(static_cast<size_t>(capacity) * sizeof(AttentionWorkItem));
+      attention_plan_verify(table_d.as<int32_t>(), v.tiles, qr, n_keys, block_m, work.as<AttentionWorkItem>(),
+                            count_d.as<int32_t>(), capacity, flags_d.as<int>(), stream);
+      auto run = [&](int s) {
+        attention_verify_flash(in.args(s), vk, work.as<AttentionWorkItem>(), count_d.as<int32_t>(), capacity, stream,
+                               cta);
+      };
+      run(0);
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      const std::vector<float> got = to_float(*in.o[0], ref.size());
+      double md = 0, mr = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        double d = std::fabs(static_cast<double>(got[i]) - ref[i]);
+        if (std::isnan(d)) d = INFINITY;
+        md = std::max(md, d);
+        mr = std::max(mr, std::fabs(static_cast<double>(ref[i])));
       }
+      const double rel_err = mr > 0 ? md / mr : md, oracle_err = tile_err(got);
+      const bench::Timing t = bench::time_launches([&](int i) { run(i % in.size()); }, stream, warmup, iters);
+      check_flags(flags_d);
+      const double gbps = bytes / (t.median_us * 1e-6) / 1e9;
+      std::printf("| %s | %d | %lld | %lld | %lld | %d | %.1f | %.1f | %.1f | %.0f | %.1f | %.2e | %.2e |\n",
+                  shape.c_str(), block_m, v.tiles, v.rows, v.keys, heads, t.median_us, t.min_us, t.max_us, gbps,
+                  100.0 * gbps / peak_gbps, rel_err, oracle_err);
+      std::fflush(stdout);
+      if (!(oracle_err <= 2e-2))  // bf16 outputs: a few bf16 ulp of the largest at most
+        throw std::runtime_error("verify mode: CTA " + shape + ": tile 0 differs from fp64 (rel err " +
+                                 std::to_string(oracle_err) + ")");
+      out["results"].push_back({{"key_split", cta.key_split},
+                                {"min_ctas_per_sm", cta.min_ctas_per_sm},
+                                {"block_m", block_m},
+                                {"tiles", v.tiles},
+                                {"rows", v.rows},
+                                {"keys", v.keys},
+                                {"n_cand", n_cand},
+                                {"heads", heads},
+                                {"median_us", t.median_us},
+                                {"min_us", t.min_us},
+                                {"max_us", t.max_us},
+                                {"gbps", gbps},
+                                {"rel_err_vs_scalar", rel_err},
+                                {"tile0_rel_err_vs_fp64", oracle_err},
+                                {"scalar_tile0_rel_err_vs_fp64", scalar_err},
+                                {"ctas", capacity * heads},
+                                {"input_sets", in.size()}});
     }
   }
 }
@@ -356,7 +354,7 @@ int main(int argc, char** argv) {
   std::string json_path, window_shapes;
   int64_t window_rows = 16, tracked_tile_rows = 0;
   bool check = false;
-  std::string verify_shapes, verify_blocks = "64", verify_stages = "3", verify_orders = "head";
+  std::string verify_shapes, verify_ctas = "1x1,2x2,2x3";
   int verify_cand = 8;
   app.add_option("--seqlens", seqlens, "comma-separated sequence lengths L");
   app.add_option("--batches", batches, "comma-separated batch sizes B");
@@ -381,9 +379,8 @@ int main(int argc, char** argv) {
                  "of packed batches");
   app.add_option("--verify-cand", verify_cand, "verify mode: candidates S per tile (R >= 2S)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--verify-block-m", verify_blocks, "verify mode: query rows per CTA to time (64, 32)");
-  app.add_option("--verify-stages", verify_stages, "verify mode: K/V pipeline depths to time (2, 3)");
-  app.add_option("--verify-orders", verify_orders, "verify mode: grid orders to time (item, head)");
+  app.add_option("--verify-ctas", verify_ctas,
+                 "verify mode: CTA shapes to time, KEYSPLITxMINCTAS (kernels::VerifyCta; built: 1x1, 2x2, 2x3)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -404,8 +401,8 @@ int main(int argc, char** argv) {
     std::printf("device: %s (%d SMs), peak %.1f TFLOP/s, %.0f GB/s\n\n", dev.name.c_str(), dev.sm_count, peak_tflops,
                 peak_gbps);
     if (!verify_shapes.empty()) {
-      run_verify_mode(parse_verify_shapes(verify_shapes, verify_cand), verify_cand, heads, verify_blocks, verify_stages,
-                      verify_orders, warmup, iters, peak_gbps, stream, out);
+      run_verify_mode(parse_verify_shapes(verify_shapes, verify_cand), verify_cand, heads, verify_ctas, warmup, iters,
+                      peak_gbps, stream, out);
       CUDA_CHECK(cudaStreamDestroy(stream));
       bench::write_json(json_path, out);
       return 0;

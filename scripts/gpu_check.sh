@@ -59,7 +59,7 @@ if [[ "${1:-}" == --sanitize ]]; then
     [[ $t == test_cuda_attention ]] && filter='CudaAttention.Small*'
     [[ $t == test_cuda_forward ]] && filter='CudaForward.Golden*'
     [[ $t == test_cuda_importance ]] && filter='*/Small'
-    [[ $t == test_cuda_verify ]] && filter='*/Small:CudaVerifyLaunch.*'  # every launch configuration
+    [[ $t == test_cuda_verify ]] && filter='*/Small:CudaVerifyLaunch.*'  # both CTA shapes
     [[ $t == test_cuda_gemm ]] && filter='CudaGemm.*'  # small shapes only
     # racecheck does not follow the TMA / mbarrier synchronisation of cuDNN's Hopper attention kernel
     # (it reports hazards inside cudnn_generated_*_sdpa_sm90_* that memcheck and every result check
@@ -114,8 +114,7 @@ finish() {
     echo "## Flash attention kernels (ptxas, sm_90)"
     grep -A3 -E "Compiling entry function.*(flash|wgmma)_attention_kernel" "$LOG" | grep -E "Compiling|Used|spill" |
       sed -E -e 's/.*flash_attention_kernelILi([0-9]+)ELi([0-9]+)ELb0E.*/m\1n\2:/' \
-        -e 's/.*flash_attention_kernelILi([0-9]+)ELi([0-9]+)ELb1ELi([0-9])ELb0E.*/m\1n\2 verify, \3 stages, by work item:/' \
-        -e 's/.*flash_attention_kernelILi([0-9]+)ELi([0-9]+)ELb1ELi([0-9])ELb1E.*/m\1n\2 verify, \3 stages, by head:/' \
+        -e 's/.*flash_attention_kernelILi([0-9]+)ELi([0-9]+)ELb1ELi([0-9])ELi([0-9])E.*/m\1n\2 verify, key split \3, \4 CTAs per SM:/' \
         -e 's/.*wgmma_attention_kernelILi([0-9]+)ELi([0-9]+)E.*/wgmma n\1, \2 stages (sm_90a):/' |
       paste - - - | sed 's/^/    /' || true
     if grep -q "^## Attention" "$LOG"; then

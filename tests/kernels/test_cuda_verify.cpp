@@ -417,11 +417,11 @@ TEST_P(CudaVerify, InTileLogitsFarAboveTheCacheStayFinite) {
 }
 
 #if FLASHDLLM_HAVE_CUDA
-// kernels::attention_verify_flash's launch configurations (VerifyLaunch: 64 or 32 query rows per CTA,
-// 2 or 3 K/V stages, grid by work item or by head) change the schedule only: each one's output is bit-identical to the
-// backend's (the default configuration, checked against the CPU above), over tiles of one, two and
-// many 64-key tiles, tiles spanning two work items, and an empty gather list.
-TEST(CudaVerifyLaunch, EveryConfigurationGivesTheBackendsOutput) {
+// kernels::attention_verify_flash's CTA shapes (VerifyCta: key_split 1, 64 rows per CTA; 2, 32 rows
+// and two key groups merged at the end, at 2 or 3 CTAs per SM) against the CPU oracle, over tiles of one,
+// two and many 64-key tiles, tiles spanning several work items, fewer than 32 keys in all (key
+// group 1 sees none of a row's keys) and an empty gather list; an unknown key_split is refused.
+TEST(CudaVerifyLaunch, BothCtaShapesMatchCpu) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device (built without CUDA or no GPU)";
   std::vector<VCase> cases;
   cases.push_back(slots_case("96-row tiles, S 40", {150, 200}, {40, 33}, 256, 48, 2, 128));
@@ -429,12 +429,14 @@ TEST(CudaVerifyLaunch, EveryConfigurationGivesTheBackendsOutput) {
   VCase e = slots_case("empty gather list", {12, 40}, {3, 0}, 64, 4, 2, 128);
   e.tiles[0].k_end = e.tiles[0].k_start;
   cases.push_back(e);
-  const std::unique_ptr<Backend> backend = make_cuda_backend(0);
+  VCase few = slots_case("20 rows, 12 keys", {16}, {8}, 32, 10, 2, 128, {4});
+  cases.push_back(few);
+  const std::unique_ptr<Backend> cpu = make_cpu_backend(0);
   for (const VCase& c : cases) {
     SCOPED_TRACE(c.name);
     const Inputs in = inputs(c);
     const float scale = 1.0f / std::sqrt(128.0f);
-    const std::vector<float> want = run(*backend, c, in, scale);
+    const std::vector<float> want = run(*cpu, c, in, scale);
     const int64_t HD = static_cast<int64_t>(c.heads) * c.head_dim;
     auto upload = [](const std::vector<float>& f) {
       std::vector<__nv_bfloat16> h(f.size());
@@ -480,35 +482,32 @@ TEST(CudaVerifyLaunch, EveryConfigurationGivesTheBackendsOutput) {
     vk.error_flags = flags;
     const std::vector<bool> cov = covered_rows(c);
     int64_t capacity = 0;
-    for (const int block_m : {64, 32}) {
+    for (const kernels::VerifyCta cta :
+         {kernels::VerifyCta{1, 1}, kernels::VerifyCta{2, 2}, kernels::VerifyCta{2, 3}}) {
+      SCOPED_TRACE("key_split " + std::to_string(cta.key_split) + ", " + std::to_string(cta.min_ctas_per_sm) +
+                   " CTAs per SM");
+      const int block_m = kernels::verify_block_m(cta);
       capacity = kernels::attention_work_capacity(c.q_rows, n_tiles, block_m);
       kernels::attention_plan_verify(table_d, n_tiles, c.q_rows, static_cast<int64_t>(c.key_rows.size()), block_m, work,
                                      count, capacity, flags, nullptr);
-      for (const int stages : {2, 3})
-        for (const bool heads_fastest : {false, true}) {
-          SCOPED_TRACE("block_m " + std::to_string(block_m) + ", stages " + std::to_string(stages) +
-                       (heads_fastest ? ", by head" : ", by work item"));
-          kernels::attention_verify_flash(a, vk, work, count, capacity, nullptr,
-                                          kernels::VerifyLaunch{stages, heads_fastest, block_m});
-          std::vector<__nv_bfloat16> h(static_cast<size_t>(c.q_rows * HD));
-          ASSERT_EQ(cudaMemcpy(h.data(), out, h.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-          int64_t differ = 0;
-          for (size_t i = 0; i < h.size(); ++i) {
-            if (!cov[i / static_cast<size_t>(HD)]) continue;
-            const float g = __bfloat162float(h[i]);
-            differ += std::memcmp(&g, &want[i], sizeof(float)) != 0;
-          }
-          EXPECT_EQ(differ, 0) << "elements differing from the backend's output";
+      kernels::attention_verify_flash(a, vk, work, count, capacity, nullptr, cta);
+      std::vector<__nv_bfloat16> h(static_cast<size_t>(c.q_rows * HD));
+      ASSERT_EQ(cudaMemcpy(h.data(), out, h.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+      std::vector<float> g, r;
+      for (size_t i = 0; i < h.size(); ++i)
+        if (cov[i / static_cast<size_t>(HD)]) {
+          g.push_back(__bfloat162float(h[i]));
+          r.push_back(want[i]);
         }
-      }
+      EXPECT_TRUE(close(c.name, g, r, HD, test::kBf16OpRelTol));
+    }
     int flag_value = -1;
     ASSERT_EQ(cudaMemcpy(&flag_value, flags, 4, cudaMemcpyDeviceToHost), cudaSuccess);
     EXPECT_EQ(flag_value, 0);
-    EXPECT_THROW(kernels::attention_verify_flash(a, vk, work, count, capacity, nullptr, kernels::VerifyLaunch{4, true}),
+    EXPECT_THROW(kernels::attention_verify_flash(a, vk, work, count, capacity, nullptr, kernels::VerifyCta{3, 1}),
                  Error);
-    EXPECT_THROW(
-        kernels::attention_verify_flash(a, vk, work, count, capacity, nullptr, kernels::VerifyLaunch{2, true, 48}),
-        Error);
+    EXPECT_THROW(kernels::attention_verify_flash(a, vk, work, count, capacity, nullptr, kernels::VerifyCta{1, 3}),
+                 Error);
     for (void* p : std::initializer_list<void*>{q, k, v, kt, vt, out, table_d, rows_d, flags, work, count}) cudaFree(p);
   }
 }

@@ -738,7 +738,7 @@ class CudaBackend final : public Backend {
     reset_plan();
     if (attention_.mode == AttentionMode::kReference || table.numel() == 0 || q_rows == 0) return;
     CUDA_CHECK(cudaSetDevice(device_));
-    const PlanKey key{table, 5, q_rows, n_keys, kernels::kVerifyBlockM};
+    const PlanKey key{table, 5, q_rows, n_keys, kernels::verify_block_m(kernels::VerifyCta{})};
     make_plan(key);
     plan_ = key;
     after_op("plan_attention_verify");
@@ -866,7 +866,7 @@ class CudaBackend final : public Backend {
       after_op(kOp);
       return;
     }
-    // Tensor cores: the flash kernel's verify mode over work items of kVerifyBlockM rows per tile.
+    // Tensor cores: the flash kernel's verify mode over work items of verify_block_m rows per tile.
     kernels::AttentionArgs fa;
     fa.q = a.q;
     fa.k = a.k_store;
@@ -883,7 +883,8 @@ class CudaBackend final : public Backend {
     vk.k_tile = a.k_tile;
     vk.v_tile = a.v_tile;
     vk.error_flags = flags();
-    const int64_t capacity = planned_work(PlanKey{table, 5, Tq, a.n_keys, kernels::kVerifyBlockM}).main;
+    const int64_t capacity =
+        planned_work(PlanKey{table, 5, Tq, a.n_keys, kernels::verify_block_m(kernels::VerifyCta{})}).main;
     kernels::attention_verify_flash(fa, vk, work_.get(), work_count(), capacity, stream_);
     after_op(kOp);
   }

@@ -72,17 +72,17 @@ struct VerifyKeys {
   int* error_flags = nullptr;             ///< kErrAttentionTile for a gathered row outside [0, kv_rows)
 };
 
-/// Query rows per CTA of the verify mode (tiles are 2·block_length rows and a few kept rows).
-inline constexpr int kVerifyBlockM = 64;
-
-/// How the verify mode is launched (the defaults are the engine's; bench/attention_bench
-/// --verify-shapes times the others). The verify pass reads every gathered K/V row once per tile
-/// and does little math per byte, so it is bound by how many bytes are in flight.
-struct VerifyLaunch {
-  int stages = 3;             ///< K/V buffers of 64 keys (2 or 3; 32 KiB each)
-  bool heads_fastest = true;  ///< 1-D grid, head = CTA index % n_heads (else grid (work item, head))
-  int block_m = kVerifyBlockM;  ///< query rows per CTA (64 or 32); the work must be planned with it
+/// The verify mode's CTA shape (attention_verify_flash). key_split 1: 64 query rows per CTA, four
+/// warps of 16 rows; 2: 32 rows, two warp groups over the two halves of every key tile. A verify
+/// tile has 20-32 rows (2·block_length, or k1 + 2·S with --verify-kept commits). min_ctas_per_sm:
+/// the register budget (__launch_bounds__) that lets that many CTAs share an SM. Built: 1/1, 2/2,
+/// 2/3; the default is the engine's.
+struct VerifyCta {
+  int key_split = 2;
+  int min_ctas_per_sm = 3;
 };
+/// Query rows per CTA (the work items' block_m): 64 for key_split 1, 32 for 2.
+int verify_block_m(const VerifyCta& cta) noexcept;
 
 /// The flash kernel instantiations (block_m query rows × block_n keys per step): the mma.sync
 /// kernel (attention_flash.cu, sm_80+; block_m/16 warps) and, kWgmmaM128N64 / kWgmmaM128N128, the
@@ -136,13 +136,13 @@ void attention_plan_verify(const int32_t* table, int64_t n_tiles, int64_t q_rows
 
 /// The Flash-Verify pass on the flash kernel (tensor cores, fp32 online softmax over the gathered
 /// and the in-tile keys together, a proper running maximum across both, §F.8), work from
-/// attention_plan_verify with block_m = launch.block_m. args.k / args.v are the K/V stores,
+/// attention_plan_verify with block_m = verify_block_m(cta). args.k / args.v are the K/V stores,
 /// args.kv_rows their rows, args.importance must be null. Same preconditions as attention_flash,
-/// plus 16-byte aligned k_tile / v_tile, launch.stages 2 or 3 and launch.block_m 64 or 32
-/// (Error(kInvalidArgument)). Throws Error(kDevice) on launch failure.
+/// plus 16-byte aligned k_tile / v_tile and a built CTA shape (Error(kInvalidArgument)). Throws
+/// Error(kDevice) on launch failure.
 void attention_verify_flash(const AttentionArgs& args, const VerifyKeys& keys, const AttentionWorkItem* work,
                             const int32_t* work_count, int64_t capacity, cudaStream_t stream,
-                            const VerifyLaunch& launch = {});
+                            const VerifyCta& cta = {});
 
 /// Reference attention straight from the table (one block per (tile, head), one warp per query
 /// row, expf-based online softmax in fp32). head_dim must be a multiple of 32 and <= 256.

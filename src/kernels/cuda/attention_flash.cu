@@ -5,9 +5,8 @@
 //   S = Q·Kᵀ      mma.sync m16n8k16 (A = Q fragments kept in registers, B = K via ldmatrix)
 //   online softmax on S in fp32 (row max over the 4 lanes of a quad, exp2 with log2(e)·scale folded)
 //   O += P·V      P re-packed from the S accumulators to bf16 A fragments (same layout), V via ldmatrix.trans
-// Shared memory: kStages buffers of {K tile, V tile} (cp.async pipelining: tiles j+1 .. j+kStages−1
-// are loaded while tile j is computed; 2 stages, 3 in the verify mode, whose gathered loads need
-// more bytes in flight); the Q tile is staged in the last buffer before the loop starts. Each
+// Shared memory: two buffers of {K tile, V tile} (cp.async double buffering: tile j+1 is loaded
+// while tile j is computed); the Q tile is staged in buffer 1 before the loop starts. Each
 // [rows][128] bf16 tile stores row r's 16-byte chunk c at chunk position c ^ (r & 7), so the 8
 // row addresses of every ldmatrix phase hit 8 distinct bank groups (no conflicts).
 //
@@ -44,7 +43,7 @@ constexpr int kRowBytes = kHeadDim * 2;       // bytes of one tile row in shared
 
 using detail::cp_async_16;
 using detail::cp_async_commit;
-using detail::cp_async_wait;
+using detail::cp_async_wait_all;
 using detail::smem_addr;
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
@@ -78,48 +77,54 @@ __device__ __forceinline__ int swizzle(int row, int chunk) { return row * kHeadD
 
 // ----------------------------------------------------------------------------- kernel
 
-template <int kBlockM, int kBlockN, int kStages>
+template <int kBlockM, int kBlockN, int kKeySplit = 1>
 struct FlashTraits {
-  static constexpr int kWarps = kBlockM / 16;
+  static constexpr int kRowWarps = kBlockM / 16;  // warps per key group, 16 query rows each
+  static constexpr int kWarps = kRowWarps * kKeySplit;
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kTileElems = kBlockN * kHeadDim;                                // one K or V tile
-  static constexpr int kSmemBytes = kStages * 2 * kTileElems * sizeof(__nv_bfloat16);  // kStages × {K, V}
+  static constexpr int kTileElems = kBlockN * kHeadDim;                          // one K or V tile
+  static constexpr int kSmemBytes = 2 * 2 * kTileElems * sizeof(__nv_bfloat16);  // 2 buffers × {K, V}
   static_assert(kBlockM % 16 == 0 && kBlockN % 64 == 0, "tile shape (the importance reduces 8 n8 blocks at a time)");
-  static_assert(kBlockM * kHeadDim <= 2 * kTileElems, "the Q tile must fit in the last K/V buffer");
-  static_assert(kStages == 2 || kStages == 3, "K/V pipeline depth");
+  static_assert(kBlockM * kHeadDim <= 2 * kTileElems, "the Q tile must fit in K/V buffer 1");
+  static_assert(kKeySplit == 1 || kKeySplit == 2, "key groups");
+  // The key-split merge stages O, the row maxima and sums of group 1 in the K/V buffers.
+  static_assert((kKeySplit - 1) * kRowWarps * 32 * (kHeadDim / 2 + 4) * 4 <= kSmemBytes, "merge staging");
 };
 
 // kVerify: the Flash-Verify pass (attention_verify_flash). A work item is a chunk of one verify tile
 // (w.tile indexes the VerifyTile table); its keys are the tile's gathered store rows
 // key_rows[k_begin, k_end) followed by the tile's own fresh K/V rows (k_tile/v_tile rows
 // [q_start, q_end)) under verify_may_attend (core/verify_mask.h); one online softmax over both.
-// kStages: K/V buffers (tiles j+1 .. j+kStages−1 are in flight while tile j is computed).
-// kHeadsFastest: CTA u runs (work item u / n_heads, head u % n_heads) on a 1-D grid, so the CTAs
-// resident together read whole K/V rows (every head's slice of the same keys) instead of one
-// head's 256-byte slice of many rows; otherwise the grid is (work item, head).
-template <int kBlockM, int kBlockN, bool kVerify, int kStages, bool kHeadsFastest>
-__global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN, kStages>::kThreads)
+//
+// kKeySplit 2 (the verify mode's default, VerifyCta): two warp groups share the CTA's rows,
+// group g taking keys [32g, 32g + 32) of every 64-key tile with its own online softmax; group 1
+// hands its O, maxima and sums to group 0 through shared memory at the end (FlashDecoding's merge,
+// inside the CTA). A verify tile has 20-32 rows, so this halves each warp's dependent chain per
+// key tile where a 64-row CTA would leave half its warps without rows.
+template <int kBlockM, int kBlockN, bool kVerify, int kKeySplit = 1, int kMinCtas = 1>
+__global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN, kKeySplit>::kThreads, kMinCtas)
     flash_attention_kernel(const AttentionArgs a, const AttentionWorkItem* __restrict__ work,
                            const int32_t* __restrict__ work_count, const VerifyKeys vk) {
-  using T = FlashTraits<kBlockM, kBlockN, kStages>;
+  using T = FlashTraits<kBlockM, kBlockN, kKeySplit>;
+  static_assert(kKeySplit == 1 || kVerify, "the key split has no importance (verify mode only)");
   constexpr int kThreads = T::kThreads;
-  constexpr int kNB = kBlockN / 8;  // n8 blocks of S per key tile
+  constexpr int kNB = kBlockN / 8 / kKeySplit;  // n8 blocks of S per key tile and warp
+  constexpr int kKeysW = kBlockN / kKeySplit;   // keys per tile and warp
 
-  const int item = kHeadsFastest ? static_cast<int>(blockIdx.x) / a.n_heads : static_cast<int>(blockIdx.x);
-  const int head = kHeadsFastest ? static_cast<int>(blockIdx.x) % a.n_heads : static_cast<int>(blockIdx.y);
-  if (item >= *work_count) return;  // uniform over the CTA
-  const AttentionWorkItem w = work[item];
+  if (static_cast<int>(blockIdx.x) >= *work_count) return;  // uniform over the CTA
+  const AttentionWorkItem w = work[blockIdx.x];
+  const int head = blockIdx.y;
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_raw);
-  // The Q tile aliases the last buffer until the loop starts.
-  __nv_bfloat16* const sQ = smem + (kStages - 1) * 2 * T::kTileElems;
+  __nv_bfloat16* const sQ = smem + 2 * T::kTileElems;  // aliases buffer 1 until the loop starts
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int row_warp = warp % T::kRowWarps, group = warp / T::kRowWarps;  // rows / key group
   const int q_len = w.q_end - w.q_begin;
   // Importance: this warp's scored rows [score_lo, score_hi) of its 16 (empty: not scored).
   int score_lo = 0, score_hi = 0;
-  detail::warp_score_rows(a, w, warp * 16, tid == 0 && head == 0, &score_lo, &score_hi);
+  detail::warp_score_rows(a, w, row_warp * 16, tid == 0 && head == 0, &score_lo, &score_hi);
   const bool scored = score_lo < score_hi;  // uniform over the warp
   const int64_t ld = static_cast<int64_t>(a.n_heads) * kHeadDim;
   const __nv_bfloat16* const qg = a.q + static_cast<int64_t>(head) * kHeadDim;
@@ -182,23 +187,18 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN, kStages>::kThrea
     }
   };
 
-  const int n_kv = (n_keys + kBlockN - 1) / kBlockN;
-  // Prologue: the Q tile (rows ≥ q_len zero-filled) into the last buffer, K/V tiles 0 .. kStages−2
-  // into buffers 0 .. kStages−2, one commit group each (Q joins group 0); wait for group 0.
+  // Prologue: Q tile (rows ≥ q_len zero-filled) into buffer 1, K/V tile 0 into buffer 0.
   detail::load_q_rows_async<kBlockM, kThreads>(tid, qg, ld, w.q_begin, q_len,
                                                [&](int r, int ch) { return sQ + swizzle(r, ch); });
-#pragma unroll
-  for (int st = 0; st < kStages - 1; ++st) {
-    prefetch_rows(st);
-    if (st < n_kv) load_kv(st, st);
-    cp_async_commit();
-  }
-  prefetch_rows(kStages - 1);
-  cp_async_wait<kStages - 2>();
+  prefetch_rows(0);
+  load_kv(0, 0);
+  cp_async_commit();
+  prefetch_rows(1);
+  cp_async_wait_all();
   __syncthreads();
 
   // Warps whose 16 rows are all past the work item's end only help with loads.
-  const bool active = warp * 16 < q_len;
+  const bool active = row_warp * 16 < q_len;
   uint32_t qf[kHeadDim / 16][4];
   // ldmatrix addressing. Every fragment row index below is (lane & 7) plus a multiple of 8, so
   // its swizzle term is lane & 7 and the physical chunk of logical chunk 2i + c (c ∈ {0, 1}) is
@@ -208,11 +208,11 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN, kStages>::kThrea
   const int row_qv = (lane & 7) + ((lane >> 3) & 1) * 8;
   const int row_k = (lane & 7) + (lane >> 4) * 8;
   if (active) {
-    const uint32_t q_base = smem_addr(sQ) + (warp * 16 + row_qv) * kRowBytes;
+    const uint32_t q_base = smem_addr(sQ) + (row_warp * 16 + row_qv) * kRowBytes;
 #pragma unroll
     for (int ks = 0; ks < kHeadDim / 16; ++ks) ldmatrix_x4(qf[ks], q_base + (((2 * ks) ^ sw_qv) << 4));
   }
-  __syncthreads();  // the last buffer (holding Q) is overwritten by the first load of the loop
+  __syncthreads();  // buffer 1 (holding Q) is overwritten by the first prefetch
 
   float o[kHeadDim / 8][4];
 #pragma unroll
@@ -222,29 +222,28 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN, kStages>::kThrea
   float row_sum[2] = {0.f, 0.f};  // this thread's partial sums (reduced over the quad at the end)
   const float scale_log2 = a.scale * 1.4426950408889634f;
 
-  int buf = 0;  // j % kStages
+  const int n_kv = (n_keys + kBlockN - 1) / kBlockN;
   for (int j = 0; j < n_kv; ++j) {
-    // Tile j + kStages − 1 into the buffer tile j − 1 used (every thread passed the barrier after
-    // reading it). One commit group per iteration, empty past the end, so that the wait below
-    // always means "tile j + 1 has landed".
-    const int ahead = j + kStages - 1;
-    if (ahead < n_kv) load_kv(ahead, buf == 0 ? kStages - 1 : buf - 1);
-    cp_async_commit();
-    prefetch_rows(ahead + 1);  // keys past the end load nothing
+    const int buf = j & 1;
+    if (j + 1 < n_kv) {
+      load_kv(j + 1, buf ^ 1);
+      cp_async_commit();
+      prefetch_rows(j + 2);  // keys past the end load nothing
+    }
     if (active) {
       const __nv_bfloat16* const sK = smem + buf * 2 * T::kTileElems;
       const __nv_bfloat16* const sV = sK + T::kTileElems;
 
-      // S = Q · Kᵀ for this warp's 16 rows × kBlockN keys.
+      // S = Q · Kᵀ for this warp's 16 rows × its kKeysW keys of the tile.
       float s[kNB][4];
 #pragma unroll
       for (int i = 0; i < kNB; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
-      const uint32_t k_base = smem_addr(sK) + row_k * kRowBytes;
+      const uint32_t k_base = smem_addr(sK) + (group * kKeysW + row_k) * kRowBytes;
 #pragma unroll
       for (int ks = 0; ks < kHeadDim / 16; ++ks) {
         const uint32_t k_addr = k_base + (((2 * ks) ^ sw_k) << 4);
 #pragma unroll
-        for (int nb = 0; nb < kBlockN / 16; ++nb) {
+        for (int nb = 0; nb < kKeysW / 16; ++nb) {
           uint32_t b[4];
           ldmatrix_x4(b, k_addr + nb * 16 * kRowBytes);
           mma_bf16(s[2 * nb], qf[ks], b[0], b[1]);
@@ -254,19 +253,21 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN, kStages>::kThrea
 
       // Importance: column sums of the unscaled q·k over this warp's scored rows, before masking.
       auto s_at = [&](int nb, int e) -> float& { return s[nb][e]; };
-      if (scored)
-        detail::accumulate_importance<kNB>(s_at, lane, score_lo, score_hi, w.k_begin + j * kBlockN, w.k_end,
-                                           a.importance, a.importance_weight);
+      if constexpr (kKeySplit == 1) {
+        if (scored)
+          detail::accumulate_importance<kNB>(s_at, lane, score_lo, score_hi, w.k_begin + j * kBlockN, w.k_end,
+                                             a.importance, a.importance_weight);
+      }
 
       // Verify: the in-tile mask on the tile's own columns (and keys past the end).
       if constexpr (kVerify) {
         if ((j + 1) * kBlockN > n_gather) {
-          const int row0 = w.q_begin - tile_q0 + warp * 16 + (lane >> 2);
+          const int row0 = w.q_begin - tile_q0 + row_warp * 16 + (lane >> 2);
 #pragma unroll
           for (int nb = 0; nb < kNB; ++nb) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-              const int key = j * kBlockN + nb * 8 + 2 * (lane & 3) + (e & 1);
+              const int key = j * kBlockN + group * kKeysW + nb * 8 + 2 * (lane & 3) + (e & 1);
               const int col = key - n_gather;
               if (key >= n_keys || (col >= 0 && !verify_may_attend(n_kept, n_cand, row0 + 8 * (e >> 1), col)))
                 s[nb][e] = detail::kNegInf;
@@ -284,9 +285,9 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN, kStages>::kThrea
       detail::online_softmax<kNB, kHeadDim / 8, kVerify>(s_at, o_at, row_max, row_sum, scale_log2, alpha);
 
       // O += P · V; P's A fragment for keys [16kk, 16kk+16) is S blocks 2kk and 2kk+1.
-      const uint32_t v_base = smem_addr(sV) + row_qv * kRowBytes;
+      const uint32_t v_base = smem_addr(sV) + (group * kKeysW + row_qv) * kRowBytes;
 #pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      for (int kk = 0; kk < kKeysW / 16; ++kk) {
         uint32_t pa[4];
         pa[0] = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
         pa[1] = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
@@ -302,26 +303,56 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN, kStages>::kThrea
         }
       }
     }
-    cp_async_wait<kStages - 2>();  // tile j+1 has landed ...
-    __syncthreads();               // ... for every thread, and nobody still reads buffer `buf`
-    buf = buf + 1 == kStages ? 0 : buf + 1;
+    cp_async_wait_all();  // tile j+1 has landed ...
+    __syncthreads();      // ... for every thread, and nobody still reads buffer `buf`
   }
 
+  if constexpr (kKeySplit == 2) {
+    // Group 1 stages its O, maxima and partial sums (lane-major: [row_warp][value][lane], no bank
+    // conflicts) in the free K/V buffers; group 0's thread with the same lane holds the same rows
+    // and columns and merges: m = max(m0, m1), O = O0·2^(m0−m) + O1·2^(m1−m), likewise the sums.
+    // A side that saw no key of a row (max −inf) contributes 0; every row sees its own column.
+    constexpr int kVals = kHeadDim / 2 + 4;
+    float* const red = reinterpret_cast<float*>(smem_raw) + row_warp * kVals * 32 + lane;
+    if (active && group == 1) {
+#pragma unroll
+      for (int i = 0; i < kHeadDim / 8; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) red[(4 * i + e) * 32] = o[i][e];
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) {
+        red[(kHeadDim / 2 + rr) * 32] = row_max[rr];
+        red[(kHeadDim / 2 + 2 + rr) * 32] = row_sum[rr];
+      }
+    }
+    __syncthreads();
+    if (!active || group == 1) return;
+    float a0[2], a1[2];
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const float m1 = red[(kHeadDim / 2 + rr) * 32], m = fmaxf(row_max[rr], m1);
+      a0[rr] = row_max[rr] == detail::kNegInf ? 0.f : detail::fast_exp2(row_max[rr] - m);
+      a1[rr] = m1 == detail::kNegInf ? 0.f : detail::fast_exp2(m1 - m);
+      row_sum[rr] = row_sum[rr] * a0[rr] + red[(kHeadDim / 2 + 2 + rr) * 32] * a1[rr];
+    }
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[i][e] = o[i][e] * a0[e >> 1] + red[(4 * i + e) * 32] * a1[e >> 1];
+  }
   if (!active) return;
   detail::store_rows<kHeadDim / 8>(
-      o_at, row_sum, lane, q_len - warp * 16,
-      a.out + static_cast<int64_t>(w.q_begin + warp * 16) * ld + static_cast<int64_t>(head) * kHeadDim, ld);
+      o_at, row_sum, lane, q_len - row_warp * 16,
+      a.out + static_cast<int64_t>(w.q_begin + row_warp * 16) * ld + static_cast<int64_t>(head) * kHeadDim, ld);
 }
 
-template <int kBlockM, int kBlockN, bool kVerify, int kStages = 2, bool kHeadsFastest = false>
+template <int kBlockM, int kBlockN, bool kVerify, int kKeySplit = 1, int kMinCtas = 1>
 void launch_flash(const AttentionArgs& a, const AttentionWorkItem* work, const int32_t* work_count, int64_t capacity,
                   const VerifyKeys& vk, cudaStream_t stream) {
-  using T = FlashTraits<kBlockM, kBlockN, kStages>;
-  constexpr auto kernel = flash_attention_kernel<kBlockM, kBlockN, kVerify, kStages, kHeadsFastest>;
+  using T = FlashTraits<kBlockM, kBlockN, kKeySplit>;
+  constexpr auto kernel = flash_attention_kernel<kBlockM, kBlockN, kVerify, kKeySplit, kMinCtas>;
   detail::ensure_smem_opt_in<kernel>(T::kSmemBytes);
-  // check_flash_args bounds capacity × n_heads by 2^31 − 1 (the 1-D grid's x limit).
-  const dim3 grid = kHeadsFastest ? dim3(static_cast<unsigned>(capacity * a.n_heads))
-                                  : dim3(static_cast<unsigned>(capacity), static_cast<unsigned>(a.n_heads));
+  const dim3 grid(static_cast<unsigned>(capacity), static_cast<unsigned>(a.n_heads));
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(a, work, work_count, vk);
   CUDA_CHECK_LAUNCH();
 }
@@ -402,29 +433,26 @@ void attention_flash(const AttentionArgs& a, FlashVariant variant, const Attenti
   cuda::throw_invalid_argument("attention: unknown flash variant");
 }
 
+int verify_block_m(const VerifyCta& cta) noexcept { return cta.key_split == 2 ? 32 : 64; }
+
 void attention_verify_flash(const AttentionArgs& a, const VerifyKeys& vk, const AttentionWorkItem* work,
-                            const int32_t* work_count, int64_t capacity, cudaStream_t stream,
-                            const VerifyLaunch& launch) {
+                            const int32_t* work_count, int64_t capacity, cudaStream_t stream, const VerifyCta& cta) {
   check_flash_args("attention_verify", a, capacity);
   if (!detail::is_aligned(vk.k_tile, 16) || !detail::is_aligned(vk.v_tile, 16))
     cuda::throw_invalid_argument("attention_verify: k_tile and v_tile must be 16-byte aligned");
   if (a.importance != nullptr) cuda::throw_invalid_argument("attention_verify: no importance in the verify pass");
-  if (launch.stages != 2 && launch.stages != 3)
-    cuda::throw_invalid_argument("attention_verify: stages " + std::to_string(launch.stages) + " (2 or 3)");
-  if (launch.block_m != 64 && launch.block_m != 32)
-    cuda::throw_invalid_argument("attention_verify: block_m " + std::to_string(launch.block_m) + " (64 or 32)");
+  const int code = 10 * cta.key_split + cta.min_ctas_per_sm;
+  if (code != 11 && code != 22 && code != 23)
+    cuda::throw_invalid_argument("attention_verify: CTA shape key_split " + std::to_string(cta.key_split) +
+                                 ", min_ctas_per_sm " + std::to_string(cta.min_ctas_per_sm) +
+                                 " (built: 1/1, 2/2, 2/3)");
   if (capacity <= 0) return;
-  const int code = (launch.block_m == 32 ? 4 : 0) + (launch.stages == 3 ? 2 : 0) + (launch.heads_fastest ? 1 : 0);
-  switch (code) {
-    case 0: launch_flash<64, 64, true, 2, false>(a, work, work_count, capacity, vk, stream); return;
-    case 1: launch_flash<64, 64, true, 2, true>(a, work, work_count, capacity, vk, stream); return;
-    case 2: launch_flash<64, 64, true, 3, false>(a, work, work_count, capacity, vk, stream); return;
-    case 3: launch_flash<64, 64, true, 3, true>(a, work, work_count, capacity, vk, stream); return;
-    case 4: launch_flash<32, 64, true, 2, false>(a, work, work_count, capacity, vk, stream); return;
-    case 5: launch_flash<32, 64, true, 2, true>(a, work, work_count, capacity, vk, stream); return;
-    case 6: launch_flash<32, 64, true, 3, false>(a, work, work_count, capacity, vk, stream); return;
-    default: launch_flash<32, 64, true, 3, true>(a, work, work_count, capacity, vk, stream); return;
-  }
+  if (code == 23)
+    launch_flash<32, 64, true, 2, 3>(a, work, work_count, capacity, vk, stream);
+  else if (code == 22)
+    launch_flash<32, 64, true, 2, 2>(a, work, work_count, capacity, vk, stream);
+  else
+    launch_flash<64, 64, true, 1, 1>(a, work, work_count, capacity, vk, stream);
 }
 
 }  // namespace flashdllm::kernels
