@@ -510,6 +510,14 @@ TEST(CudaVerifyLaunch, BothCtaShapesMatchCpu) {
                  Error);
     for (void* p : std::initializer_list<void*>{q, k, v, kt, vt, out, table_d, rows_d, flags, work, count}) cudaFree(p);
   }
+  // The engine's choice: 3 CTAs per SM where that saves more than a quarter of the 2-per-SM waves.
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  EXPECT_EQ(kernels::verify_cta_for(6 * sms).min_ctas_per_sm, 3);   // 3 waves of 2 vs 2 of 3
+  EXPECT_EQ(kernels::verify_cta_for(2 * sms).min_ctas_per_sm, 2);   // 1 wave either way
+  EXPECT_EQ(kernels::verify_cta_for(4 * sms).min_ctas_per_sm, 2);   // 2 waves either way
+  EXPECT_EQ(kernels::verify_cta_for(12 * sms).min_ctas_per_sm, 3);  // 6 vs 4
+  EXPECT_EQ(kernels::verify_cta_for(12 * sms).key_split, 2);
 }
 #endif
 

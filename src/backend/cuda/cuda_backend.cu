@@ -885,7 +885,10 @@ class CudaBackend final : public Backend {
     vk.error_flags = flags();
     const int64_t capacity =
         planned_work(PlanKey{table, 5, Tq, a.n_keys, kernels::verify_block_m(kernels::VerifyCta{})}).main;
-    kernels::attention_verify_flash(fa, vk, work_.get(), work_count(), capacity, stream_);
+    // About one work item per tile (tiles of <= 32 rows), more where tiles are longer.
+    const int64_t items = std::max<int64_t>(table.rows(), (Tq + 31) / 32);
+    kernels::attention_verify_flash(fa, vk, work_.get(), work_count(), capacity, stream_,
+                                    kernels::verify_cta_for(items * n_heads));
     after_op(kOp);
   }
 

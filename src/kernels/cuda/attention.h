@@ -76,13 +76,19 @@ struct VerifyKeys {
 /// warps of 16 rows; 2: 32 rows, two warp groups over the two halves of every key tile. A verify
 /// tile has 20-32 rows (2·block_length, or k1 + 2·S with --verify-kept commits). min_ctas_per_sm:
 /// the register budget (__launch_bounds__) that lets that many CTAs share an SM. Built: 1/1, 2/2,
-/// 2/3; the default is the engine's.
+/// 2/3; the engine picks 2/2 or 2/3 per call (verify_cta_for).
 struct VerifyCta {
   int key_split = 2;
   int min_ctas_per_sm = 3;
 };
 /// Query rows per CTA (the work items' block_m): 64 for key_split 1, 32 for 2.
 int verify_block_m(const VerifyCta& cta) noexcept;
+/// The engine's shape for a verify call of about `n_ctas` CTAs (work items × heads) on the current
+/// device: key split 2 at 3 CTAs per SM, unless 2 per SM needs fewer waves by more than a 3-CTA
+/// wave's extra time (1.25×: on the H200 a wave of 3 CTAs per SM took 1.2-1.3× a wave of 2,
+/// bench/results/2026-12-03-h200-verify-cta). Both plan with block_m 32. Throws Error(kDevice)
+/// when the device cannot be queried.
+VerifyCta verify_cta_for(int64_t n_ctas);
 
 /// The flash kernel instantiations (block_m query rows × block_n keys per step): the mma.sync
 /// kernel (attention_flash.cu, sm_80+; block_m/16 warps) and, kWgmmaM128N64 / kWgmmaM128N128, the

@@ -18,6 +18,7 @@
 // Invariants: every key tile holds at least one key < k_end (tiles are ceil-divided), so row
 // maxima are finite after the first tile; keys ≥ k_end are zero-filled in shared memory and
 // their scores set to −inf; query rows ≥ q_end are zero-filled, computed, and not stored.
+#include <algorithm>
 #include <string>
 
 #include "core/verify_mask.h"
@@ -434,6 +435,12 @@ void attention_flash(const AttentionArgs& a, FlashVariant variant, const Attenti
 }
 
 int verify_block_m(const VerifyCta& cta) noexcept { return cta.key_split == 2 ? 32 : 64; }
+
+VerifyCta verify_cta_for(int64_t n_ctas) {
+  const int64_t sms = std::max(1, detail::cached_device_attribute<cudaDevAttrMultiProcessorCount>());
+  const int64_t waves2 = (n_ctas + 2 * sms - 1) / (2 * sms), waves3 = (n_ctas + 3 * sms - 1) / (3 * sms);
+  return 5 * waves3 < 4 * waves2 ? VerifyCta{2, 3} : VerifyCta{2, 2};
+}
 
 void attention_verify_flash(const AttentionArgs& a, const VerifyKeys& vk, const AttentionWorkItem* work,
                             const int32_t* work_count, int64_t capacity, cudaStream_t stream, const VerifyCta& cta) {
