@@ -78,6 +78,19 @@ std::vector<float> to_float(const DeviceBuffer& b, size_t n) {
   return f;
 }
 
+/// max |got[i] − ref[i]| / max |ref[i]| over i < ref.size() (a NaN in got counts as infinite).
+template <class R>
+double max_rel_err(const std::vector<float>& got, const std::vector<R>& ref) {
+  double md = 0, mr = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    double d = std::fabs(static_cast<double>(got[i]) - static_cast<double>(ref[i]));
+    if (std::isnan(d)) d = INFINITY;
+    md = std::max(md, d);
+    mr = std::max(mr, std::fabs(static_cast<double>(ref[i])));
+  }
+  return mr > 0 ? md / mr : md;
+}
+
 constexpr int kHeadDim = 128;
 
 /// `n` rotating input sets: q and out [q_rows, heads·128], k and v [kv_rows, heads·128] bf16, q, k, v
@@ -238,7 +251,7 @@ void run_verify_mode(const std::vector<VerifyShape>& shapes, int n_cand, int hea
     }
     const std::vector<float> ref = to_float(ref_out, static_cast<size_t>(qr * width));
     // fp64 oracle of tile 0 (its R rows, every head) from the bf16 inputs of set 0, under
-    // verify_may_attend; tile_err(o) = max |o − oracle| / max |oracle| over those rows.
+    // verify_may_attend (the first R·H·128 outputs).
     std::vector<double> oracle(static_cast<size_t>(v.rows * width));
     {
       const std::vector<float> q0 = to_float(*in.q[0], static_cast<size_t>(v.rows * width));
@@ -275,17 +288,7 @@ void run_verify_mode(const std::vector<VerifyShape>& shapes, int n_cand, int hea
           }
         }
     }
-    auto tile_err = [&](const std::vector<float>& o) {
-      double md = 0, mr = 0;
-      for (size_t i = 0; i < oracle.size(); ++i) {
-        double d = std::fabs(o[i] - oracle[i]);
-        if (std::isnan(d)) d = INFINITY;
-        md = std::max(md, d);
-        mr = std::max(mr, std::fabs(oracle[i]));
-      }
-      return mr > 0 ? md / mr : md;
-    };
-    const double scalar_err = tile_err(ref);
+    const double scalar_err = max_rel_err(ref, oracle);
     std::printf("| (scalar kernel, tile 0 vs fp64: %.2e) |\n", scalar_err);
     const double bytes = 2.0 * width * (2.0 * static_cast<double>(n_keys) + 4.0 * static_cast<double>(qr));
     for (const std::string& shape : bench::split(cta_list)) {
@@ -305,14 +308,7 @@ void run_verify_mode(const std::vector<VerifyShape>& shapes, int n_cand, int hea
       run(0);
       CUDA_CHECK(cudaStreamSynchronize(stream));
       const std::vector<float> got = to_float(*in.o[0], ref.size());
-      double md = 0, mr = 0;
-      for (size_t i = 0; i < got.size(); ++i) {
-        double d = std::fabs(static_cast<double>(got[i]) - ref[i]);
-        if (std::isnan(d)) d = INFINITY;
-        md = std::max(md, d);
-        mr = std::max(mr, std::fabs(static_cast<double>(ref[i])));
-      }
-      const double rel_err = mr > 0 ? md / mr : md, oracle_err = tile_err(got);
+      const double rel_err = max_rel_err(got, ref), oracle_err = max_rel_err(got, oracle);
       const bench::Timing t = bench::time_launches([&](int i) { run(i % in.size()); }, stream, warmup, iters);
       check_flags(flags_d);
       const double gbps = bytes / (t.median_us * 1e-6) / 1e9;
@@ -579,15 +575,7 @@ int main(int argc, char** argv) {
           if (do_check) {
             launch(0);
             CUDA_CHECK(cudaStreamSynchronize(stream));
-            const std::vector<float> got = to_float(*in.o[0], ref.size());
-            double md = 0, mr = 0;
-            for (size_t i = 0; i < got.size(); ++i) {
-              double d = std::fabs(static_cast<double>(got[i]) - ref[i]);
-              if (std::isnan(d)) d = INFINITY;
-              md = std::max(md, d);
-              mr = std::max(mr, std::fabs(static_cast<double>(ref[i])));
-            }
-            rel_err = mr > 0 ? md / mr : md;
+            rel_err = max_rel_err(to_float(*in.o[0], ref.size()), ref);
           }
           const double tflops = flops / (t.median_us * 1e-6) / 1e12;
           std::printf("| %s | %lld | %lld | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %s |\n",

@@ -12,6 +12,8 @@
 //    128 (the flash kernel's verify mode: also empty gathers, T = 0, and 96-row tiles spanning two
 //    work items and two key tiles of in-tile columns) and 64 / 32 (the scalar kernel); query rows
 //    outside every tile stay untouched; invalid tiles and gather rows are reported. Skips without a GPU (kernels/cuda_twin.h; FLASHDLLM_TEST_TWIN=cpu runs the harness).
+//  * CudaVerifyLaunch (CUDA builds with a GPU): every CTA shape of kernels::attention_verify_flash
+//    against the CPU oracle, the two register budgets of one shape bit for bit, verify_cta_for.
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -418,9 +420,10 @@ TEST_P(CudaVerify, InTileLogitsFarAboveTheCacheStayFinite) {
 
 #if FLASHDLLM_HAVE_CUDA
 // kernels::attention_verify_flash's CTA shapes (VerifyCta: key_split 1, 64 rows per CTA; 2, 32 rows
-// and two key groups merged at the end, at 2 or 3 CTAs per SM) against the CPU oracle, over tiles of one,
-// two and many 64-key tiles, tiles spanning several work items, fewer than 32 keys in all (key
-// group 1 sees none of a row's keys) and an empty gather list; an unknown key_split is refused.
+// and two key groups merged at the end, at 2 or 3 CTAs per SM, which must agree bit for bit)
+// against the CPU oracle, over tiles of one, two and many 64-key tiles, tiles spanning several work
+// items, fewer than 32 keys in all (key group 1 sees none of a row's keys) and an empty gather
+// list; an unknown shape is refused; verify_cta_for's wave rule.
 TEST(CudaVerifyLaunch, BothCtaShapesMatchCpu) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device (built without CUDA or no GPU)";
   std::vector<VCase> cases;
@@ -482,6 +485,7 @@ TEST(CudaVerifyLaunch, BothCtaShapesMatchCpu) {
     vk.error_flags = flags;
     const std::vector<bool> cov = covered_rows(c);
     int64_t capacity = 0;
+    std::vector<__nv_bfloat16> split2;  // the first key-split-2 output
     for (const kernels::VerifyCta cta :
          {kernels::VerifyCta{1, 1}, kernels::VerifyCta{2, 2}, kernels::VerifyCta{2, 3}}) {
       SCOPED_TRACE("key_split " + std::to_string(cta.key_split) + ", " + std::to_string(cta.min_ctas_per_sm) +
@@ -500,6 +504,14 @@ TEST(CudaVerifyLaunch, BothCtaShapesMatchCpu) {
           r.push_back(want[i]);
         }
       EXPECT_TRUE(close(c.name, g, r, HD, test::kBf16OpRelTol));
+      // The engine picks 2 or 3 CTAs per SM by the batch's size: one sequence's result must not
+      // depend on it (batch invariance), so both compile the same arithmetic.
+      if (cta.key_split != 2) continue;
+      if (split2.empty()) {
+        split2 = h;
+      } else {
+        EXPECT_EQ(0, std::memcmp(split2.data(), h.data(), h.size() * 2)) << "2 vs 3 CTAs per SM differ";
+      }
     }
     int flag_value = -1;
     ASSERT_EQ(cudaMemcpy(&flag_value, flags, 4, cudaMemcpyDeviceToHost), cudaSuccess);

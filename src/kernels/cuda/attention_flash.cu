@@ -1,7 +1,8 @@
 // Flash attention forward, head_dim 128, bf16 tensor cores (see attention.h for the contract).
 //
 // Per CTA: one work item (≤ kBlockM query rows of one tile) × one head; kBlockM/16 warps, each
-// owning 16 query rows. Per warp and key tile of kBlockN keys:
+// owning 16 query rows (the verify mode's key split: twice that, see the kernel). Per warp and key
+// tile of kBlockN keys:
 //   S = Q·Kᵀ      mma.sync m16n8k16 (A = Q fragments kept in registers, B = K via ldmatrix)
 //   online softmax on S in fp32 (row max over the 4 lanes of a quad, exp2 with log2(e)·scale folded)
 //   O += P·V      P re-packed from the S accumulators to bf16 A fragments (same layout), V via ldmatrix.trans
