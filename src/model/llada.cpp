@@ -473,6 +473,9 @@ std::vector<int64_t> recording_key(int64_t kind, const LladaModel& model, const 
 /// The layer loop shared by llada_forward and llada_verify_forward: embedding of the uploaded ids,
 /// per layer attn_norm -> attention stage -> attn_out (+residual) -> ff_norm -> SwiGLU MLP
 /// (+residual), then ln_f and the LM head over the R uploaded logit rows only (the largest GEMM).
+/// After the last layer's attention stage (which still writes every row's K/V) only the R logit
+/// rows continue: they are gathered first and attn_out, the MLP and ln_f run on R rows instead of
+/// T (none when R = 0, an admission prefill) - the same per-row arithmetic on fewer rows.
 /// Only asynchronous device ops (no upload, no synchronisation): Backend::run_recorded can record it.
 void run_layers(Backend& be, const LladaModel& model, ForwardWorkspace& ws, int64_t T, Tensor ids, int64_t R,
                 const AttentionStage& attention) {
@@ -485,23 +488,36 @@ void run_layers(Backend& be, const LladaModel& model, ForwardWorkspace& ws, int6
   const bool residual = model.tp.rank == 0;
   Tensor x = ws.x.slice_rows(0, T), xn = ws.xn.slice_rows(0, T), q = ws.q.slice_rows(0, T);
   Tensor attn = ws.attn.slice_rows(0, T), gate_up = ws.gate_up.slice_rows(0, T), act = ws.act.slice_rows(0, T);
+  Tensor sel = ws.sel.slice_rows(0, R), logit_rows = ws.logit_rows.slice_rows(0, R);
+  // h += attn_out(a); h += ff_out(SwiGLU(gate_up(ff_norm(h)))) over n rows.
+  auto finish_layer = [&](const LladaLayerWeights& lw, int64_t n, Tensor a, Tensor h, Tensor hn) {
+    be.matmul(a, lw.attn_out, h, /*accumulate=*/residual);
+    if (comm != nullptr) comm->all_reduce_sum(h);
+    be.rmsnorm(h, lw.ff_norm, c.rms_norm_eps, hn);
+    be.matmul(hn, lw.w_gate_up, gate_up.slice_rows(0, n), false);
+    be.swiglu(gate_up.slice_rows(0, n), act.slice_rows(0, n));
+    be.matmul(act.slice_rows(0, n), lw.ff_out, h, /*accumulate=*/residual);
+    if (comm != nullptr) comm->all_reduce_sum(h);
+  };
+  const bool trim = R < T;  // the last layer continues on the logit rows only
   be.embedding(w.wte, ids, x);
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LladaLayerWeights& lw = w.layers[static_cast<size_t>(l)];
     be.rmsnorm(x, lw.attn_norm, c.rms_norm_eps, xn);
     attention(l, lw, xn, q, attn);
-    be.matmul(attn, lw.attn_out, x, /*accumulate=*/residual);
-    if (comm != nullptr) comm->all_reduce_sum(x);
-    be.rmsnorm(x, lw.ff_norm, c.rms_norm_eps, xn);
-    be.matmul(xn, lw.w_gate_up, gate_up, false);
-    be.swiglu(gate_up, act);
-    be.matmul(act, lw.ff_out, x, /*accumulate=*/residual);
-    if (comm != nullptr) comm->all_reduce_sum(x);
+    if (l + 1 < c.n_layers || !trim) {
+      finish_layer(lw, T, attn, x, xn);
+    } else if (R > 0) {
+      // q and xn are free once the attention stage has run (q has attn's width, xn h's).
+      Tensor attn_sel = q.slice_rows(0, R);
+      be.gather_rows(x, logit_rows, sel);
+      be.gather_rows(attn, logit_rows, attn_sel);
+      finish_layer(lw, R, attn_sel, sel, xn.slice_rows(0, R));
+    }
   }
   Tensor logits = ws.logits.slice_rows(0, R);
   if (R == 0) return;
-  Tensor sel = ws.sel.slice_rows(0, R);
-  be.gather_rows(x, ws.logit_rows.slice_rows(0, R), sel);
+  if (!trim) be.gather_rows(x, logit_rows, sel);
   be.rmsnorm(sel, w.ln_f, c.rms_norm_eps, sel);
   if (comm == nullptr) {
     be.matmul(sel, w.lm_head, logits, false);

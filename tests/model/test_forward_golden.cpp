@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <span>
+#include <vector>
 
 #include "backend/backend.h"
 #include "common/golden_fixture.h"
@@ -77,6 +79,51 @@ TEST(GoldenForwardBatch, DifferentLengthsInOneForwardEqualSingleRuns) {
     EXPECT_LE(rel_max_err(part, single), kFp32OpRelTol) << "sequence of length " << s.size();
     off += s.size();
   }
+}
+
+// Only the logit rows go through the last layer's attn_out and MLP (run_layers): a forward asking
+// for some rows, out of order and one twice, gives those rows of the all-rows forward; one asking
+// for none (an admission prefill) writes the same K/V store (the last layer's included).
+TEST(GoldenForwardBatch, SomeLogitRowsEqualTheirRowsOfAllRows) {
+  Fixture& f = fixture();
+  std::vector<std::vector<int32_t>> seqs;
+  for (const std::string& k : golden_forward_keys()) seqs.push_back(f.ids(k));
+  const ForwardBatch all = full_recompute_batch(seqs);
+  const int64_t T = all.n_tokens(), V = f.model.config.embedding_size;
+  auto run = [&](const ForwardBatch& fb, std::vector<float>* kv_out) {
+    KvStore kv = make_kv_store(*f.backend, f.model.config, T, true, f.model.tp);
+    ForwardWorkspace ws =
+        make_forward_workspace(*f.backend, f.model.config, T, T, static_cast<int64_t>(fb.tiles.size()), 0, f.model.tp);
+    Tensor logits = llada_forward(*f.backend, f.model, fb, kv, ws);
+    std::vector<float> out(static_cast<size_t>(logits.numel()));
+    if (!out.empty()) f.backend->copy_to_host(out.data(), logits);
+    if (kv_out != nullptr) {
+      const Tensor last_k = kv.k.back();
+      kv_out->resize(static_cast<size_t>(last_k.numel()));
+      f.backend->copy_to_host(kv_out->data(), last_k);
+    }
+    return out;
+  };
+  std::vector<float> kv_all, kv_none;
+  const std::vector<float> every = run(all, &kv_all);
+  ForwardBatch some = all;
+  some.logit_rows.clear();
+  some.row_keys.clear();
+  for (int64_t r = T - 1; r >= 0; r -= 5) some.logit_rows.push_back(static_cast<int32_t>(r));
+  some.logit_rows.push_back(some.logit_rows.front());
+  some.row_keys.assign(some.logit_rows.size(), 0);
+  const std::vector<float> got = run(some, nullptr);
+  ASSERT_EQ(got.size(), some.logit_rows.size() * static_cast<size_t>(V));
+  for (size_t i = 0; i < some.logit_rows.size(); ++i) {
+    std::span<const float> want(every.data() + static_cast<size_t>(some.logit_rows[i]) * V, static_cast<size_t>(V));
+    std::span<const float> row(got.data() + i * V, static_cast<size_t>(V));
+    EXPECT_LE(rel_max_err(row, want), kFp32OpRelTol) << "logit row " << some.logit_rows[i];
+  }
+  ForwardBatch none = all;
+  none.logit_rows.clear();
+  none.row_keys.clear();
+  EXPECT_TRUE(run(none, &kv_none).empty());
+  EXPECT_EQ(kv_none, kv_all) << "the last layer's K store";
 }
 
 TEST(GoldenForwardErrors, RejectsTokenOutsideVocabulary) {
