@@ -105,17 +105,25 @@ ForwardBatch full_recompute_batch(const std::vector<std::vector<int32_t>>& seque
   return fb;
 }
 
-std::vector<float> full_logits(Backend& backend, const LladaModel& model,
-                               const std::vector<std::vector<int32_t>>& sequences) {
-  const ForwardBatch fb = full_recompute_batch(sequences);
-  const int64_t off = fb.n_tokens();
-  KvStore kv = make_kv_store(backend, model.config, off, true, model.tp);
-  ForwardWorkspace ws =
-      make_forward_workspace(backend, model.config, off, off, static_cast<int64_t>(fb.tiles.size()), 0, model.tp);
+std::vector<float> forward_logits(Backend& backend, const LladaModel& model, const ForwardBatch& fb,
+                                  std::vector<float>* last_k) {
+  const int64_t T = fb.n_tokens();
+  KvStore kv = make_kv_store(backend, model.config, T, true, model.tp);
+  ForwardWorkspace ws = make_forward_workspace(backend, model.config, T, std::max<int64_t>(T, 1),
+                                               static_cast<int64_t>(fb.tiles.size()), 0, model.tp);
   Tensor logits = llada_forward(backend, model, fb, kv, ws);
   std::vector<float> out(static_cast<size_t>(logits.numel()));
-  backend.copy_to_host(out.data(), logits);
+  if (!out.empty()) backend.copy_to_host(out.data(), logits);
+  if (last_k != nullptr) {
+    last_k->resize(static_cast<size_t>(kv.k.back().numel()));
+    backend.copy_to_host(last_k->data(), kv.k.back());
+  }
   return out;
+}
+
+std::vector<float> full_logits(Backend& backend, const LladaModel& model,
+                               const std::vector<std::vector<int32_t>>& sequences) {
+  return forward_logits(backend, model, full_recompute_batch(sequences));
 }
 
 std::vector<GenerateRequest> random_id_requests(const LladaConfig& c, size_t n, uint32_t seed, int64_t first_length,

@@ -66,6 +66,11 @@ nlohmann::json load_json(const std::filesystem::path& path);
 /// rank calls it at once (TpGroup::run) and gets the gathered logits.
 std::vector<float> full_logits(Backend& backend, const LladaModel& model,
                                const std::vector<std::vector<int32_t>>& sequences);
+/// llada_forward over `fb` on a fresh K/V store (fb.n_tokens() rows) and workspace: the logits
+/// [R, embedding_size] of fb.logit_rows on the host (R <= n_tokens); last_k, when given, receives
+/// this rank's last-layer K store afterwards.
+std::vector<float> forward_logits(Backend& backend, const LladaModel& model, const ForwardBatch& fb,
+                                  std::vector<float>* last_k = nullptr);
 /// The batch full_logits runs: every position a query row, its own store row and a logits row,
 /// one tile per sequence.
 ForwardBatch full_recompute_batch(const std::vector<std::vector<int32_t>>& sequences);

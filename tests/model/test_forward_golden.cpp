@@ -90,29 +90,15 @@ TEST(GoldenForwardBatch, SomeLogitRowsEqualTheirRowsOfAllRows) {
   for (const std::string& k : golden_forward_keys()) seqs.push_back(f.ids(k));
   const ForwardBatch all = full_recompute_batch(seqs);
   const int64_t T = all.n_tokens(), V = f.model.config.embedding_size;
-  auto run = [&](const ForwardBatch& fb, std::vector<float>* kv_out) {
-    KvStore kv = make_kv_store(*f.backend, f.model.config, T, true, f.model.tp);
-    ForwardWorkspace ws =
-        make_forward_workspace(*f.backend, f.model.config, T, T, static_cast<int64_t>(fb.tiles.size()), 0, f.model.tp);
-    Tensor logits = llada_forward(*f.backend, f.model, fb, kv, ws);
-    std::vector<float> out(static_cast<size_t>(logits.numel()));
-    if (!out.empty()) f.backend->copy_to_host(out.data(), logits);
-    if (kv_out != nullptr) {
-      const Tensor last_k = kv.k.back();
-      kv_out->resize(static_cast<size_t>(last_k.numel()));
-      f.backend->copy_to_host(kv_out->data(), last_k);
-    }
-    return out;
-  };
   std::vector<float> kv_all, kv_none;
-  const std::vector<float> every = run(all, &kv_all);
+  const std::vector<float> every = forward_logits(*f.backend, f.model, all, &kv_all);
   ForwardBatch some = all;
   some.logit_rows.clear();
   some.row_keys.clear();
   for (int64_t r = T - 1; r >= 0; r -= 5) some.logit_rows.push_back(static_cast<int32_t>(r));
   some.logit_rows.push_back(some.logit_rows.front());
   some.row_keys.assign(some.logit_rows.size(), 0);
-  const std::vector<float> got = run(some, nullptr);
+  const std::vector<float> got = forward_logits(*f.backend, f.model, some);
   ASSERT_EQ(got.size(), some.logit_rows.size() * static_cast<size_t>(V));
   for (size_t i = 0; i < some.logit_rows.size(); ++i) {
     std::span<const float> want(every.data() + static_cast<size_t>(some.logit_rows[i]) * V, static_cast<size_t>(V));
@@ -122,7 +108,7 @@ TEST(GoldenForwardBatch, SomeLogitRowsEqualTheirRowsOfAllRows) {
   ForwardBatch none = all;
   none.logit_rows.clear();
   none.row_keys.clear();
-  EXPECT_TRUE(run(none, &kv_none).empty());
+  EXPECT_TRUE(forward_logits(*f.backend, f.model, none, &kv_none).empty());
   EXPECT_EQ(kv_none, kv_all) << "the last layer's K store";
 }
 

@@ -738,7 +738,7 @@ class CudaBackend final : public Backend {
     reset_plan();
     if (attention_.mode == AttentionMode::kReference || table.numel() == 0 || q_rows == 0) return;
     CUDA_CHECK(cudaSetDevice(device_));
-    const PlanKey key{table, 5, q_rows, n_keys, kernels::verify_block_m(kernels::VerifyCta{})};
+    const PlanKey key = verify_key(table, q_rows, n_keys);
     make_plan(key);
     plan_ = key;
     after_op("plan_attention_verify");
@@ -883,8 +883,7 @@ class CudaBackend final : public Backend {
     vk.k_tile = a.k_tile;
     vk.v_tile = a.v_tile;
     vk.error_flags = flags();
-    const int64_t capacity =
-        planned_work(PlanKey{table, 5, Tq, a.n_keys, kernels::verify_block_m(kernels::VerifyCta{})}).main;
+    const int64_t capacity = planned_work(verify_key(table, Tq, a.n_keys)).main;
     // About one work item per tile (tiles of <= 32 rows), more where tiles are longer.
     const int64_t items = std::max<int64_t>(table.rows(), (Tq + 31) / 32);
     kernels::attention_verify_flash(fa, vk, work_.get(), work_count(), capacity, stream_,
@@ -1092,6 +1091,12 @@ class CudaBackend final : public Backend {
     PlanKey key{table, 4, q_rows, kv_rows, kernels::flash_block_m(fc.main)};
     key.split_rows = fc.split_rows;
     return key;
+  }
+
+  // The plan key of a verify attention call over `table` (5-int VerifyTile rows): work items of the
+  // verify mode's CTA rows (every VerifyCta the engine picks plans alike).
+  static PlanKey verify_key(Tensor table, int64_t q_rows, int64_t n_keys) {
+    return PlanKey{table, 5, q_rows, n_keys, kernels::verify_block_m(kernels::VerifyCta{})};
   }
 
   // The capacities of a plan's work lists (bounds from the key alone, so that a recorded loop's
