@@ -31,7 +31,7 @@ from collections import defaultdict
 
 CATEGORIES = [  # (category, substrings of the demangled kernel name), first match wins
     ("plan", ["plan_kernel"]),
-    ("attention (verify)", [re.compile(r"flash_attention_kernel<\d+, \d+, true"), "attention_verify"]),
+    ("attention (verify)", [re.compile(r"flash_attention_kernel<\d+, \d+, (true|1),"), "attention_verify"]),
     ("attention (window)", ["wgmma_attention_kernel", "flash_attention_kernel", "sdpa", "cudnn"]),
     ("rope_store", ["rope_store"]),
     ("rmsnorm", ["rmsnorm"]),
