@@ -1,6 +1,7 @@
 #include "kernels/cuda/select.h"
 
 #include <string>
+#include <type_traits>
 
 #include "core/philox.h"
 #include "kernels/cuda/cuda_check.h"
@@ -18,27 +19,36 @@ __global__ void cfg_combine_kernel(const float* cond, const float* uncond, float
 }
 
 constexpr int kSelectThreads = 512;
+// 16-byte loads each thread has in flight per step of for_each_logit: one row is read by one block,
+// so the block's bytes in flight (512 x 8 x 16 = 64 KiB) set its bandwidth. One scalar load per step
+// (the kernel before, bench/results/2026-12-04-h200-select/) kept every row at ~200 us whatever the
+// row count: the passes were load-latency chains, not bandwidth.
+constexpr int kLoadsInFlight = 8;
 
+// A candidate: its key (float for argmax, where the float -> double widening of the logit changes
+// no order; double for the Gumbel-noised key) and vocabulary index.
+template <class Key>
 struct Best {
-  double key;
+  Key key;
   int32_t index;
 };
-
 constexpr int32_t kNoCandidate = 0x7fffffff;
 
 // Larger key wins; equal keys -> smaller index (first occurrence, as torch.argmax and the CPU
 // backend). Any candidate beats "no candidate" (index kNoCandidate), even a −inf key.
-__device__ __forceinline__ Best better(Best a, Best b) {
+template <class Key>
+__device__ __forceinline__ Best<Key> better(Best<Key> a, Best<Key> b) {
   if (b.index == kNoCandidate) return a;
   if (a.index == kNoCandidate) return b;
   if (b.key > a.key || (b.key == a.key && b.index < a.index)) return b;
   return a;
 }
 
-__device__ __forceinline__ Best warp_best(Best b) {
+template <class Key>
+__device__ __forceinline__ Best<Key> warp_best(Best<Key> b) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
-    Best other;
+    Best<Key> other;
     other.key = __shfl_xor_sync(0xffffffffu, b.key, o);
     other.index = __shfl_xor_sync(0xffffffffu, b.index, o);
     b = better(b, other);
@@ -46,37 +56,67 @@ __device__ __forceinline__ Best warp_best(Best b) {
   return b;
 }
 
+// Calls f(v, l[v]) for every v in [0, V), spread over the block: the 16-byte-aligned body with
+// kLoadsInFlight float4 loads issued before any is used, the unaligned head (< 4 logits: rows of an
+// odd vocabulary size start anywhere on a 4-byte boundary) and the tail element by element. The
+// order in which a thread sees its logits is not the index order: f must not depend on it.
+template <class F>
+__device__ __forceinline__ void for_each_logit(const float* __restrict__ l, int32_t V, F&& f) {
+  const auto misaligned = static_cast<int32_t>((reinterpret_cast<uintptr_t>(l) >> 2) & 3);
+  const int32_t head = min(V, (4 - misaligned) & 3);
+  for (int32_t v = threadIdx.x; v < head; v += kSelectThreads) f(v, l[v]);
+  const float4* __restrict__ body = reinterpret_cast<const float4*>(l + head);
+  const int32_t n4 = (V - head) >> 2;
+  for (int32_t i = threadIdx.x; i < n4; i += kSelectThreads * kLoadsInFlight) {
+    float4 x[kLoadsInFlight];
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u)
+      if (i + u * kSelectThreads < n4) x[u] = __ldg(body + i + u * kSelectThreads);
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int32_t j = i + u * kSelectThreads;
+      if (j < n4) {
+        const int32_t v = head + 4 * j;
+        f(v, x[u].x);
+        f(v + 1, x[u].y);
+        f(v + 2, x[u].z);
+        f(v + 3, x[u].w);
+      }
+    }
+  }
+  for (int32_t v = head + 4 * n4 + threadIdx.x; v < V; v += kSelectThreads) f(v, l[v]);
+}
+
 template <bool kGumbel, bool kF64>
 __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectArgs a) {
-  __shared__ double s_key[32];
+  using Key = std::conditional_t<kGumbel, double, float>;
+  using Sum = std::conditional_t<kF64, double, float>;
+  __shared__ Key s_key[32];
   __shared__ int32_t s_idx[32];
   __shared__ int32_t s_best;  // separate slot: warp 0 reads s_idx while lane 0 publishes the result
   __shared__ float s_max[32];
-  __shared__ double s_sum_d[32];
-  __shared__ float s_sum_f[32];
-
+  __shared__ Sum s_sum[32];
   const int64_t r = blockIdx.x;
   const float* l = a.logits + r * a.vocab;
   const int32_t vocab = static_cast<int32_t>(a.vocab);
   const float kNegInf = -__int_as_float(0x7f800000);
+  const Key kNoKey = static_cast<Key>(kNegInf);
   const uint32_t row_key = static_cast<uint32_t>(a.row_keys[r]);
-
   // Pass 1: argmax of the (noised) key and the max of the confidence logits.
-  Best best{-__longlong_as_double(0x7ff0000000000000LL), kNoCandidate};
+  Best<Key> best{kNoKey, kNoCandidate};
   float cmax = kNegInf;
-  for (int32_t v = threadIdx.x; v < vocab; v += kSelectThreads) {
-    if (v == a.suppress_token) continue;  // excluded from the argmax and the confidence
-    const float lv = l[v];
-    if (v != a.exclude_token) {  // never a candidate, but part of the softmax
-      double key = lv;
+  for_each_logit(l, vocab, [&](int32_t v, float lv) {
+    if (v == a.suppress_token) return;  // excluded from the argmax and the confidence
+    if (v != a.exclude_token) {         // never a candidate, but part of the softmax
+      Key key = lv;
       if constexpr (kGumbel) {
         const double u = philox_uniform(a.seed, a.step, row_key, static_cast<uint32_t>(v));
         key = static_cast<double>(lv) - a.temperature * log(-log(u));
       }
-      best = better(best, Best{key, v});
+      best = better(best, Best<Key>{key, v});
     }
     if (v != a.conf_suppress_a && v != a.conf_suppress_b) cmax = fmaxf(cmax, lv);
-  }
+  });
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   best = warp_best(best);
   if (lane == 0) {
@@ -86,8 +126,7 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectArgs a) {
   __syncthreads();
   if (warp == 0) {
     constexpr int kWarps = kSelectThreads / 32;
-    Best b = lane < kWarps ? Best{s_key[lane], s_idx[lane]}
-                           : Best{-__longlong_as_double(0x7ff0000000000000LL), kNoCandidate};
+    Best<Key> b = lane < kWarps ? Best<Key>{s_key[lane], s_idx[lane]} : Best<Key>{kNoKey, kNoCandidate};
     b = warp_best(b);
     if (lane == 0) s_best = b.index;
   }
@@ -95,33 +134,24 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectArgs a) {
   // No candidate at all (the whole vocabulary is suppressed / excluded): x0 = −1, confidence 0.
   const int32_t x0 = s_best == kNoCandidate ? -1 : s_best;
   cmax = detail::block_max<kSelectThreads>(cmax, s_max);
-
-  // Pass 2: softmax denominator of the confidence logits.
-  const bool x0_masked =
-      x0 < 0 || x0 == a.suppress_token || x0 == a.conf_suppress_a || x0 == a.conf_suppress_b;
-  if constexpr (kF64) {
-    double sum = 0.0;
-    const double m = cmax;
-    for (int32_t v = threadIdx.x; v < vocab; v += kSelectThreads) {
-      if (v == a.suppress_token || v == a.conf_suppress_a || v == a.conf_suppress_b) continue;
-      sum += exp(static_cast<double>(l[v]) - m);
-    }
-    sum = detail::block_sum<kSelectThreads>(sum, s_sum_d);
-    if (threadIdx.x == 0) {
-      a.x0[r] = x0;
+  // Pass 2: softmax denominator of the confidence logits, each term exp(c_v − m) in Sum's precision.
+  const bool x0_masked = x0 < 0 || x0 == a.suppress_token || x0 == a.conf_suppress_a || x0 == a.conf_suppress_b;
+  const Sum m = cmax;
+  Sum sum = 0;
+  for_each_logit(l, vocab, [&](int32_t v, float lv) {
+    if (v == a.suppress_token || v == a.conf_suppress_a || v == a.conf_suppress_b) return;
+    if constexpr (kF64)
+      sum += exp(static_cast<double>(lv) - m);
+    else
+      sum += expf(lv - m);
+  });
+  sum = detail::block_sum<kSelectThreads>(sum, s_sum);
+  if (threadIdx.x == 0) {
+    a.x0[r] = x0;
+    if constexpr (kF64)
       a.conf[r] = x0_masked ? 0.0 : exp(static_cast<double>(l[x0]) - m) / sum;
-    }
-  } else {
-    float sum = 0.f;
-    for (int32_t v = threadIdx.x; v < vocab; v += kSelectThreads) {
-      if (v == a.suppress_token || v == a.conf_suppress_a || v == a.conf_suppress_b) continue;
-      sum += expf(l[v] - cmax);
-    }
-    sum = detail::block_sum<kSelectThreads>(sum, s_sum_f);
-    if (threadIdx.x == 0) {
-      a.x0[r] = x0;
-      a.conf[r] = x0_masked ? 0.0 : static_cast<double>(expf(l[x0] - cmax) / sum);
-    }
+    else
+      a.conf[r] = x0_masked ? 0.0 : static_cast<double>(expf(l[x0] - m) / sum);
   }
 }
 
