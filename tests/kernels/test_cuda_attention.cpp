@@ -282,6 +282,22 @@ TEST_F(CudaAttention, SmallPlanOnceIsReusedAndDroppedWhenTheTableChanges) {
   attend(td.t, ref_b, "the planned table after another table's call");
   be.plan_attention(td.t, Tq, N, heads);
   attend(td.t, ref_b, "planned again");
+  // With the host copy of the table, as a forward plans: on sm_90 a table without tiles of <= 64
+  // rows (here one 90-row tile) plans and launches no small-tile list, one with them (tb) does.
+  auto host_tiles = [](const std::vector<int32_t>& t, size_t n) {
+    std::vector<AttentionTile> out(n);
+    for (size_t i = 0; i < n; ++i) out[i] = AttentionTile{t[4 * i], t[4 * i + 1], t[4 * i + 2], t[4 * i + 3]};
+    return out;
+  };
+  const std::vector<AttentionTile> host_c = host_tiles(tc, 1), host_b = host_tiles(tb, 3);
+  be.plan_attention(tcd.t, Tq, N, heads, HostAttentionPlan{host_c.data(), 1, nullptr, 0, 128, scale});
+  attend(tcd.t, ref_c, "planned from the host copy, no small tile, layer 1");
+  attend(tcd.t, ref_c, "planned from the host copy, no small tile, layer 2");
+  be.plan_attention(td.t, Tq, N, heads, HostAttentionPlan{host_b.data(), 3, nullptr, 0, 128, scale});
+  attend(td.t, ref_b, "planned from the host copy, small tiles");
+  be.plan_attention(tcd.t, Tq, N, heads, HostAttentionPlan{host_c.data(), 1, nullptr, 0, 128, scale});
+  put_i32(be, tcd.t, std::vector<int32_t>(tb.begin(), tb.begin() + 4));  // a 30-row tile: the plan is dropped
+  attend(tcd.t, oracle(tb, 1), "a small tile written over a table planned without one");
   // Arguments.
   Dev f32 = make(be, DType::kF32, 3, 4);
   EXPECT_TRUE(twin::throws_error(

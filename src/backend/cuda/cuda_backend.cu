@@ -501,6 +501,7 @@ class CudaBackend final : public Backend {
     // A cuDNN route's graph is built for its shape bucket: sequences of the same caller key with
     // another bucket are another recording.
     std::vector<int64_t> key = caller_key;
+    if (plan_) key.push_back(plan_->small_tiles ? -3 : -2);  // whether the loop launches the small-tile kernel
     if (plan_ && route_)
       key.insert(key.end(), {-1, route_->shape.batch, route_->shape.max_q, route_->shape.max_kv, route_->min_rows,
                              route_->n_scored});  // n_scored: the importance launch of run_cudnn
@@ -726,6 +727,12 @@ class CudaBackend final : public Backend {
     PlanKey key = attention_key(table, q_rows, kv_rows);
     std::optional<CudnnRoute> route = route_to_cudnn(host, q_rows, kv_rows, n_heads);
     if (route) key.skip_min_rows = route->min_rows;
+    if (key.split_rows > 0 && host.n_tiles > 0) {  // the host copy says whether the small-tile list has work
+      const int32_t below = key.skip_min_rows > 0 ? std::min(key.skip_min_rows, key.split_rows) : key.split_rows;
+      key.small_tiles = std::any_of(host.tiles, host.tiles + host.n_tiles, [&](const AttentionTile& t) {
+        return t.q_end - t.q_start > 0 && t.q_end - t.q_start < below;
+      });
+    }
     make_plan(key);
     plan_ = key;
     route_ = route;
@@ -1077,12 +1084,17 @@ class CudaBackend final : public Backend {
     int block_m = 0;
     int32_t skip_min_rows = 0;
     int32_t split_rows = 0;  // > 0: tiles of fewer rows in a second list of kSmallTileVariant (block_m 64)
+    // With split_rows: false when plan_attention's host copy of the table showed no such tile (a
+    // Flash-Cache main pass of 128-row windows), so the small list and its launch are left out.
+    bool small_tiles = true;
     int64_t n_tiles() const noexcept { return table.numel() / tile_ints; }
     bool same_table(const PlanKey& o) const noexcept {
       return table.data == o.table.data && table.numel() == o.table.numel() && tile_ints == o.tile_ints &&
              q_rows == o.q_rows && kv_rows == o.kv_rows && block_m == o.block_m && split_rows == o.split_rows;
     }
-    bool operator==(const PlanKey& o) const noexcept { return same_table(o) && skip_min_rows == o.skip_min_rows; }
+    bool operator==(const PlanKey& o) const noexcept {
+      return same_table(o) && skip_min_rows == o.skip_min_rows && small_tiles == o.small_tiles;
+    }
   };
 
   // The plan key of an attention call over `table` (4-int AttentionTile rows).
@@ -1101,7 +1113,8 @@ class CudaBackend final : public Backend {
 
   // The capacities of a plan's work lists (bounds from the key alone, so that a recorded loop's
   // launches keep their grids): the main list at work_[0, main) with its count at work_count()[0];
-  // with split_rows, the small tiles' list at work_[main, main + small), count at work_count()[1].
+  // with split_rows, the small tiles' list at work_[main, main + small), count at work_count()[1]
+  // (none when the key says no tile is small: small_tiles, which the recorded loop's key carries).
   // Split bounds: a small tile (< split_rows rows) is at most ceil((split_rows - 1) / 64) items of
   // 64 rows and at least one row; a main tile has r >= split_rows > 64 rows, and ceil(r / block_m)
   // <= r / 64 for those (block_m <= 128), so the main list needs at most q_rows / 64 items (the
@@ -1113,7 +1126,8 @@ class CudaBackend final : public Backend {
     WorkLists w{kernels::attention_work_capacity(key.q_rows, key.n_tiles(), key.block_m), 0};
     if (key.split_rows > 0) {
       const int small_m = kernels::flash_block_m(kSmallTileVariant);
-      w.small = std::min<int64_t>(key.q_rows, key.n_tiles() * ((key.split_rows - 1 + small_m - 1) / small_m));
+      if (key.small_tiles)
+        w.small = std::min<int64_t>(key.q_rows, key.n_tiles() * ((key.split_rows - 1 + small_m - 1) / small_m));
       if (key.split_rows > small_m && key.block_m <= 2 * small_m) w.main = std::min(w.main, key.q_rows / small_m);
     }
     return w;
@@ -1128,7 +1142,7 @@ class CudaBackend final : public Backend {
     if (key.tile_ints == 4) {
       kernels::attention_plan(key.table.ptr<int32_t>(), n_tiles, key.q_rows, key.kv_rows, key.block_m, work_.get(),
                               work_count(), lists.main, flags(), stream_, key.skip_min_rows, key.split_rows);
-      if (key.split_rows > 0) {
+      if (lists.small > 0) {
         const int32_t below = key.skip_min_rows > 0 ? std::min(key.skip_min_rows, key.split_rows) : key.split_rows;
         kernels::attention_plan(key.table.ptr<int32_t>(), n_tiles, key.q_rows, key.kv_rows,
                                 kernels::flash_block_m(kSmallTileVariant), work_.get() + lists.main, work_count() + 1,
