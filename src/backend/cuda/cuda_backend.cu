@@ -1167,14 +1167,16 @@ class CudaBackend final : public Backend {
   }
 
   // Grows the attention work list; only reallocates when a larger table than ever before arrives.
+  // The counts exist from the first plan on, also when its lists have no capacity (every tile routed
+  // to cuDNN, no small tile): the plan kernel writes them either way.
   void ensure_attention_work(int64_t capacity) {
+    if (!work_count_) work_count_ = device_alloc(2 * sizeof(int32_t), "attention work counts");
     if (capacity <= work_capacity_) return;
     const int64_t cap = std::max<int64_t>(capacity, 2 * work_capacity_);
     CUDA_CHECK(cudaStreamSynchronize(stream_));  // the old list may still be read by queued kernels
     drop_graphs();                               // and graphs launch kernels that read it
     work_ = std::unique_ptr<kernels::AttentionWorkItem, CudaFree>(static_cast<kernels::AttentionWorkItem*>(
         device_alloc(static_cast<size_t>(cap) * sizeof(kernels::AttentionWorkItem), "attention work list").release()));
-    if (!work_count_) work_count_ = device_alloc(2 * sizeof(int32_t), "attention work counts");
     work_capacity_ = cap;
   }
 
