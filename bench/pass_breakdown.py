@@ -79,6 +79,14 @@ def split_passes(kernels):
     return passes
 
 
+def short_name(name):
+    """The kernel's name with its template arguments, without namespaces and parameters."""
+    base = name.split("(")[0]
+    base = (base[5:] if base.startswith("void ") else base).replace("<unnamed>::", "")
+    lt = base.find("<") if "<" in base else len(base)
+    return base[base.rfind("::", 0, lt) + 2:] if "::" in base[:lt] else base
+
+
 def layer_tails(ks):
     """Per layer, the microseconds from after its attention kernel to the next layer's first kernel (the
     last layer's without ln_f and the LM head)."""
@@ -110,12 +118,20 @@ def summarise(passes):
                 acc[c] += us
             for c in {c for _, _, c in p[1]}:
                 cats[c].append(acc[c])
+        after = defaultdict(list)  # the kernels between this pass and the next plan, by short name
+        for p in ps:
+            acc = defaultdict(float)
+            for n, us, _ in p[2]:
+                acc[short_name(n)] += us
+            for n, us in acc.items():
+                after[n].append(us)
         tails = [layer_tails(p[1]) for p in ps]
         n_layers = min(len(t) for t in tails)
         out[kind] = {
             "passes": len(ps), "kernels_per_pass": statistics.median(len(p[1]) for p in ps),
             "pass_ms": statistics.median(sums) / 1e3, "pass_ms_all": [s / 1e3 for s in sums],
             "after_pass_ms": statistics.median(between) / 1e3,
+            "after_pass_us": {n: statistics.median(v) for n, v in sorted(after.items())},
             "category_ms": {c: statistics.median(v) / 1e3 for c, v in sorted(cats.items())},
             "layer_tail_us": {"full_median": statistics.median(t[l] for t in tails for l in range(n_layers - 1)),
                               "last": statistics.median(t[n_layers - 1] for t in tails)},
@@ -174,6 +190,9 @@ def main():
           " | ".join(f"{s[k]['layer_tail_us']['last']:.1f}" for k in kinds) + " |")
     print("| kernels after the pass (selection) ms | " + " | ".join(f"{s[k]['after_pass_ms']:.2f}" for k in kinds)
           + " |")
+    for k in kinds:
+        for n, us in s[k]["after_pass_us"].items():
+            print(f"- after a {k} pass: {n} {us:.1f} us")
     if "main" in s and "verify" in s:
         print(f"\nverify / main (kernel sums): {s['verify']['pass_ms'] / s['main']['pass_ms']:.3f}")
     if a.json:
