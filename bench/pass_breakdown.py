@@ -12,8 +12,8 @@ flash kernel in verify mode. Only passes whose next plan kernel was also profile
 Kernels after a pass's LM head (token selection, host round trips) are reported apart.
 
 Per pass kind it prints the median of the kernel-duration sums (GPU busy time: no launch gaps, which
-CUDA graphs keep small), per kernel category, and per layer the time after the attention kernel
-(attn_out, the MLP and the norms), so the last layer (only the logit rows after c680254) can be read
+CUDA graphs keep small), per kernel category, and per layer the time after the attention stage
+(attn_out, ff_norm and the MLP), so the last layer (only the logit rows after c680254) can be read
 against a full one in the same run.
 
   python3 bench/pass_breakdown.py --bin build-gpu/flashdllm --slots 32 --gen-args="--verify --verify-kept commits" \\
@@ -88,16 +88,21 @@ def short_name(name):
 
 
 def layer_tails(ks):
-    """Per layer, the microseconds from after its attention kernel to the next layer's first kernel (the
-    last layer's without ln_f and the LM head)."""
-    tails, cur = [], None
+    """Per layer, the microseconds of its kernels after the attention stage: attn_out, ff_norm, the MLP
+    (up to the next layer's attn_norm; the last layer's up to ln_f). Consecutive attention kernels (a
+    main pass may launch more than one) are one stage."""
+    tails, cur, norms, prev = [], None, 0, ""
     for _, us, c in ks:
         if c.startswith("attention"):
-            if cur is not None:
-                tails.append(cur)
-            cur = 0.0
-        elif cur is not None and c not in ("lm_head", "ln_f"):
-            cur += us
+            if not prev.startswith("attention"):
+                if cur is not None:
+                    tails.append(cur)
+                cur, norms = 0.0, 0
+        elif cur is not None and norms < 2 and c not in ("lm_head", "ln_f"):
+            norms += c == "rmsnorm"
+            if norms < 2:  # the second norm after the attention is the next layer's attn_norm
+                cur += us
+        prev = c
     if cur is not None:
         tails.append(cur)
     return tails
