@@ -20,9 +20,9 @@ __global__ void cfg_combine_kernel(const float* cond, const float* uncond, float
 
 constexpr int kSelectThreads = 512;
 // 16-byte loads each thread has in flight per step of for_each_logit: one row is read by one block,
-// so the block's bytes in flight (512 x 8 x 16 = 64 KiB) set its bandwidth. One scalar load per step
-// (the kernel before, bench/results/2026-12-04-h200-select/) kept every row at ~200 us whatever the
-// row count: the passes were load-latency chains, not bandwidth.
+// so the block's bytes in flight (512 x 8 x 16 = 64 KiB) bound its bandwidth. With one scalar load per
+// step the kernel took ~240-300 us whatever the row count; with these, 129 us for 256 rows and 247 us
+// for 512 on the H200, where it is bound by instruction issue (bench/results/2026-12-04-h200-select-small-list/).
 constexpr int kLoadsInFlight = 8;
 
 // A candidate: its key (float for argmax, where the float -> double widening of the logit changes
