@@ -10,7 +10,8 @@
 namespace flashdllm::kernels {
 
 /// x, out: device bf16 [rows, cols] (out may alias x); w: device bf16 [cols]; eps > 0.
-/// Sum of squares in fp32 (block reduction), one block per row. rows == 0 is a no-op.
+/// Sum of squares in fp32 (block reduction), one block per row; rows of cols % 8 == 0 up to 8192
+/// columns with 16-byte-aligned x, w and out are read once in 16-byte loads. rows == 0 is a no-op.
 /// Throws Error(kDevice) on launch failure.
 void rmsnorm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* w, int64_t rows, int64_t cols, float eps,
                   __nv_bfloat16* out, cudaStream_t stream);
