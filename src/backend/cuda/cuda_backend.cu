@@ -728,7 +728,7 @@ class CudaBackend final : public Backend {
     std::optional<CudnnRoute> route = route_to_cudnn(host, q_rows, kv_rows, n_heads);
     if (route) key.skip_min_rows = route->min_rows;
     if (key.split_rows > 0 && host.n_tiles > 0) {  // the host copy says whether the small-tile list has work
-      const int32_t below = key.skip_min_rows > 0 ? std::min(key.skip_min_rows, key.split_rows) : key.split_rows;
+      const int32_t below = key.small_below();
       key.small_tiles = std::any_of(host.tiles, host.tiles + host.n_tiles, [&](const AttentionTile& t) {
         return t.q_end - t.q_start > 0 && t.q_end - t.q_start < below;
       });
@@ -1088,6 +1088,11 @@ class CudaBackend final : public Backend {
     // Flash-Cache main pass of 128-row windows), so the small list and its launch are left out.
     bool small_tiles = true;
     int64_t n_tiles() const noexcept { return table.numel() / tile_ints; }
+    // With split_rows: the tiles of fewer rows than this run in the small-tile list (the others in
+    // the main list or, from skip_min_rows rows on, in cuDNN).
+    int32_t small_below() const noexcept {
+      return skip_min_rows > 0 ? std::min(skip_min_rows, split_rows) : split_rows;
+    }
     bool same_table(const PlanKey& o) const noexcept {
       return table.data == o.table.data && table.numel() == o.table.numel() && tile_ints == o.tile_ints &&
              q_rows == o.q_rows && kv_rows == o.kv_rows && block_m == o.block_m && split_rows == o.split_rows;
@@ -1143,10 +1148,9 @@ class CudaBackend final : public Backend {
       kernels::attention_plan(key.table.ptr<int32_t>(), n_tiles, key.q_rows, key.kv_rows, key.block_m, work_.get(),
                               work_count(), lists.main, flags(), stream_, key.skip_min_rows, key.split_rows);
       if (lists.small > 0) {
-        const int32_t below = key.skip_min_rows > 0 ? std::min(key.skip_min_rows, key.split_rows) : key.split_rows;
         kernels::attention_plan(key.table.ptr<int32_t>(), n_tiles, key.q_rows, key.kv_rows,
                                 kernels::flash_block_m(kSmallTileVariant), work_.get() + lists.main, work_count() + 1,
-                                lists.small, flags(), stream_, below);
+                                lists.small, flags(), stream_, key.small_below());
       }
     } else {
       kernels::attention_plan_verify(key.table.ptr<int32_t>(), n_tiles, key.q_rows, key.kv_rows, key.block_m,

@@ -33,10 +33,11 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const __nv_bfloat16* 
 // The same arithmetic for rows of cols % 8 == 0 (16-byte-aligned x, w, out) of at most
 // kThreads * 8 * kChunks columns: each thread loads its 8-column chunks (tid + c * kThreads) once, all
 // before the reduction, keeps them in registers for the output, and stores 16 bytes at a time. The
-// scalar kernel's two passes of 2-byte loads were a chain of dependent load rounds per thread: 7 us
-// per call at 128 and 640 rows and ~27 us at 4096 (ncu, bench/results/2026-12-04-h200-select-small-list/),
-// about 2.5x the 4096-row call's bytes at the copy bandwidth. Only the order of the fp32 sum of
-// squares differs from the scalar kernel. Each thread writes only the chunks it read: out may alias x.
+// scalar kernel reads a row twice in 2-byte loads, one dependent round per 256 columns: on the H200 at
+// LLaDA-8B's 4096 columns it took ~7 us per call at 128 and 640 rows and ~26 us at 4096, this one
+// 3.4, 4.5 and 16.6 us (the row read once and written once at about the copy bandwidth; ncu,
+// bench/results/2026-12-04-h200-select-small-list/). Only the order of the fp32 sum of squares differs
+// from the scalar kernel. Each thread writes only the chunks it read: out may alias x.
 template <int kChunks>
 __global__ void __launch_bounds__(kThreads)
     rmsnorm_vec8_kernel(const __nv_bfloat16* x, const __nv_bfloat16* __restrict__ w, int64_t cols, float eps,
