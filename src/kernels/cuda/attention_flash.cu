@@ -142,50 +142,70 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN, kKeySplit>::kThr
     n_keys = n_gather + (tr[1] - tr[0]);
   }
 
-  // Verify: this thread's gathered store rows (raw key_rows values) of the next K/V tile to load,
-  // read one tile ahead so that the index loads overlap the current tile's MMAs instead of
-  // stalling each cp.async behind a dependent global load.
+  // K/V tile loads: kThreads is a multiple of the 16 chunks of a row, so each thread copies one fixed
+  // 16-byte chunk (ld_ch) of rows r0, r0 + kRowsPerIter, ...; those rows share row & 7 = r0 & 7, so
+  // their swizzled shared-memory offsets are one per-thread constant plus a compile-time stride.
   constexpr int kLoadIters = kBlockN * kChunksPerRow / kThreads;
-  static_assert(kBlockN * kChunksPerRow % kThreads == 0, "K/V tile chunks per thread");
+  constexpr int kRowsPerIter = kThreads / kChunksPerRow;
+  static_assert(kThreads % kChunksPerRow == 0 && kRowsPerIter % 8 == 0, "K/V tile chunks per thread");
+  const int ld_ch = tid % kChunksPerRow, r0 = tid / kChunksPerRow;
+  const uint32_t kv_smem0 = smem_addr(smem + swizzle(r0, ld_ch));
+  const uint32_t ld_bytes = static_cast<uint32_t>(a.n_heads) * kRowBytes;  // row pitch
+  const __nv_bfloat16* const kg_ch = kg + ld_ch * 8;
+  const __nv_bfloat16* const vg_ch = vg + ld_ch * 8;
+
+  // Verify: this thread's gathered store rows of the next K/V tile to load (-1 past the gathered
+  // keys), read one tile ahead so that the index loads overlap the current tile's MMAs instead of
+  // stalling each cp.async behind a dependent global load. Rows outside the store are checked where
+  // they are used (one unsigned compare) and reported once, after the key loop.
   int32_t gathered[kVerify ? kLoadIters : 1];
+  const uint32_t kv_rows32 = static_cast<uint32_t>(a.kv_rows < INT32_MAX ? a.kv_rows : INT32_MAX);
+  bool bad_row = false;
   auto prefetch_rows = [&](int jt) {
     if constexpr (kVerify) {
 #pragma unroll
       for (int it = 0; it < kLoadIters; ++it) {
-        const int key = jt * kBlockN + (tid + it * kThreads) / kChunksPerRow;
-        gathered[it] = key < n_gather ? vk.key_rows[w.k_begin + key] : 0;
+        const int key = jt * kBlockN + r0 + it * kRowsPerIter;
+        gathered[it] = key < n_gather ? vk.key_rows[w.k_begin + key] : -1;
       }
     }
   };
 
-  // K/V tile jt -> buffer b (keys past the end zero-filled). Verify: prefetch_rows(jt) came first.
+  // K/V tile jt -> buffer b (keys past the end and invalid gathered rows zero-filled). Verify:
+  // prefetch_rows(jt) came first.
+  auto copy_kv_row = [&](int it, int b, const __nv_bfloat16* kb, const __nv_bfloat16* vb, int row, bool valid) {
+    const uint32_t dst = kv_smem0 + (b * 2 * T::kTileElems + it * kRowsPerIter * kHeadDim) * 2;
+    // row >= 0 where valid: one 32 x 32 -> 64-bit multiply-add per address
+    const uint64_t off = static_cast<uint64_t>(static_cast<uint32_t>(valid ? row : 0)) * ld_bytes;
+    cp_async_16(dst, reinterpret_cast<const char*>(kb) + off, valid);
+    cp_async_16(dst + T::kTileElems * 2, reinterpret_cast<const char*>(vb) + off, valid);
+  };
+  auto copy_gathered = [&](int it, int b) {
+    const bool in_store = static_cast<uint32_t>(gathered[it]) < kv_rows32;
+    bad_row |= !in_store;
+    copy_kv_row(it, b, kg_ch, vg_ch, gathered[it], in_store);
+  };
   auto load_kv = [&](int jt, int b) {
-    __nv_bfloat16* const sK = smem + b * 2 * T::kTileElems;
-    __nv_bfloat16* const sV = sK + T::kTileElems;
+    if constexpr (kVerify) {
+      if ((jt + 1) * kBlockN <= n_gather) {  // every key of the tile is gathered (uniform over the CTA)
+#pragma unroll
+        for (int it = 0; it < kLoadIters; ++it) copy_gathered(it, b);
+        return;
+      }
+    }
 #pragma unroll
     for (int it = 0; it < kLoadIters; ++it) {
-      const int c = tid + it * kThreads;
-      const int r = c / kChunksPerRow, ch = c % kChunksPerRow;
-      const int key = jt * kBlockN + r;
-      bool valid = key < n_keys;
-      const __nv_bfloat16 *kb = kg, *vb = vg;
-      int64_t row = w.k_begin + key;
+      const int key = jt * kBlockN + r0 + it * kRowsPerIter;
       if constexpr (kVerify) {
-        if (valid && key < n_gather) {
-          row = gathered[it];
-          if (row < 0 || row >= a.kv_rows) {  // reported; the op throws at the next synchronising call
-            valid = false;
-            if (ch == 0 && vk.error_flags) atomicOr(vk.error_flags, kErrAttentionTile);
-          }
-        } else if (valid) {
-          row = tile_q0 + (key - n_gather);
-          kb = vk.k_tile + static_cast<int64_t>(head) * kHeadDim;
-          vb = vk.v_tile + static_cast<int64_t>(head) * kHeadDim;
-        }
+        if (key < n_gather)
+          copy_gathered(it, b);
+        else  // the tile's own fresh rows
+          copy_kv_row(it, b, vk.k_tile + static_cast<int64_t>(head) * kHeadDim + ld_ch * 8,
+                      vk.v_tile + static_cast<int64_t>(head) * kHeadDim + ld_ch * 8, tile_q0 + (key - n_gather),
+                      key < n_keys);
+      } else {
+        copy_kv_row(it, b, kg_ch, vg_ch, w.k_begin + key, key < n_keys);
       }
-      const int64_t off = valid ? row * ld + ch * 8 : 0;
-      cp_async_16(smem_addr(sK + swizzle(r, ch)), kb + off, valid);
-      cp_async_16(smem_addr(sV + swizzle(r, ch)), vb + off, valid);
     }
   };
 
@@ -308,6 +328,8 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN, kKeySplit>::kThr
     cp_async_wait_all();  // tile j+1 has landed ...
     __syncthreads();      // ... for every thread, and nobody still reads buffer `buf`
   }
+  // A gathered row outside the store was read as zeros; the op throws at the next synchronising call.
+  if (kVerify && bad_row && vk.error_flags) atomicOr(vk.error_flags, kErrAttentionTile);
 
   if constexpr (kKeySplit == 2) {
     // Group 1 stages its O, maxima and partial sums (lane-major: [row_warp][value][lane], no bank
