@@ -181,9 +181,11 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN, kKeySplit>::kThr
     cp_async_16(dst + T::kTileElems * 2, reinterpret_cast<const char*>(vb) + off, valid);
   };
   auto copy_gathered = [&](int it, int b) {
-    const bool in_store = static_cast<uint32_t>(gathered[it]) < kv_rows32;
-    bad_row |= !in_store;
-    copy_kv_row(it, b, kg_ch, vg_ch, gathered[it], in_store);
+    if constexpr (kVerify) {
+      const bool in_store = static_cast<uint32_t>(gathered[it]) < kv_rows32;
+      bad_row |= !in_store;
+      copy_kv_row(it, b, kg_ch, vg_ch, gathered[it], in_store);
+    }
   };
   auto load_kv = [&](int jt, int b) {
     if constexpr (kVerify) {
