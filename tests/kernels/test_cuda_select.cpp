@@ -81,10 +81,12 @@ TEST_P(CudaSelect, SelectTokensMatchesCpu) {
     int64_t R, V;
     float logit_scale;
   };
-  const std::vector<Case> cases = small() ? std::vector<Case>{{3, 1000, 3.0f}, {2, 5, 1.0f}}
-                                          : std::vector<Case>{{1, 126464, 3.0f}, {33, 126464, 6.0f}, {7, 126465, 2.0f},
-                                                              {16, 1024, 3.0f},   {5, 511, 1.0f},    {9, 513, 30.0f},
-                                                              {4, 1, 1.0f}};
+  // A row is cut into chunks of 16384 logits, one block each (select.h): 40001 is three chunks with
+  // rows starting off a 16-byte boundary; 65537 rows take two launches (the grid's y limit).
+  const std::vector<Case> cases =
+      small() ? std::vector<Case>{{3, 1000, 3.0f}, {2, 5, 1.0f}, {3, 40001, 3.0f}}
+              : std::vector<Case>{{1, 126464, 3.0f}, {33, 126464, 6.0f}, {7, 126465, 2.0f}, {16, 1024, 3.0f},
+                                  {5, 511, 1.0f},    {9, 513, 30.0f},    {4, 1, 1.0f},      {65537, 3, 1.0f}};
   std::vector<SelectParams> params;
   for (double tau : {0.0, 0.5, 1.0}) {
     for (bool f64 : {true, false}) {

@@ -1009,6 +1009,9 @@ class CudaBackend final : public Backend {
     a.conf_suppress_b = p.conf_suppress_b;
     a.confidence_f64 = p.confidence_f64;
     CUDA_CHECK(cudaSetDevice(device_));
+    ensure_select_scratch(R, kernels::select_chunks(V));
+    a.partials = static_cast<kernels::SelectPartial*>(select_partials_.get());
+    a.arrivals = static_cast<uint32_t*>(select_arrivals_.get());
     kernels::select_tokens_f32(a, stream_);
     after_op(kOp);
   }
@@ -1184,6 +1187,25 @@ class CudaBackend final : public Backend {
     work_capacity_ = cap;
   }
 
+  // select_tokens' scratch (kernels::SelectArgs): a partial per (row, chunk) and an arrival counter
+  // per row, zeroed here once and left zeroed by every selection. Selections run outside recorded
+  // loops, so growing it drops no graph; queued selections may still use the old arrays.
+  void ensure_select_scratch(int64_t rows, int64_t chunks) {
+    if (rows <= select_rows_ && rows * chunks <= select_partials_n_) return;
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (rows > select_rows_) {
+      select_rows_ = std::max(rows, 2 * select_rows_);
+      select_arrivals_ = device_alloc(static_cast<size_t>(select_rows_) * sizeof(uint32_t), "selection arrivals");
+      CUDA_CHECK(
+          cudaMemsetAsync(select_arrivals_.get(), 0, static_cast<size_t>(select_rows_) * sizeof(uint32_t), stream_));
+    }
+    if (rows * chunks > select_partials_n_) {
+      select_partials_n_ = std::max(rows * chunks, 2 * select_partials_n_);
+      select_partials_ =
+          device_alloc(static_cast<size_t>(select_partials_n_) * sizeof(kernels::SelectPartial), "selection partials");
+    }
+  }
+
   // ------------------------------------------------------------------------- cuDNN route
 
   // The tiles of the standing plan that run in cuDNN: those of >= min_rows query rows, packed as
@@ -1355,6 +1377,8 @@ class CudaBackend final : public Backend {
   int64_t routed_calls_ = 0;
   std::vector<int32_t> cudnn_host_;
   DevicePtr cudnn_buf_, cudnn_ws_;
+  DevicePtr select_partials_, select_arrivals_;  // ensure_select_scratch
+  int64_t select_partials_n_ = 0, select_rows_ = 0;
   size_t cudnn_buf_bytes_ = 0, cudnn_ws_bytes_ = 0;
   AttentionChoice attention_;
   FlashChoice default_flash_;  // default_flash_choice()

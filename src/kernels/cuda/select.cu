@@ -1,5 +1,6 @@
 #include "kernels/cuda/select.h"
 
+#include <algorithm>
 #include <string>
 #include <type_traits>
 
@@ -19,10 +20,10 @@ __global__ void cfg_combine_kernel(const float* cond, const float* uncond, float
 }
 
 constexpr int kSelectThreads = 512;
-// 16-byte loads each thread has in flight per step of for_each_logit: one row is read by one block,
-// so the block's bytes in flight (512 x 8 x 16 = 64 KiB) bound its bandwidth. With one scalar load per
-// step the kernel took ~240-300 us whatever the row count; with these, 129 us for 256 rows and 247 us
-// for 512 on the H200, where it is bound by instruction issue (bench/results/2026-12-04-h200-select-small-list/).
+// 16-byte loads each thread has in flight per step of for_each_logit (512 x 8 x 16 = 64 KiB per block):
+// with one scalar load per step the kernel took ~240-300 us whatever the row count; with these, 129 us
+// for 256 rows and 247 us for 512 on the H200, where it is bound by instruction issue
+// (bench/results/2026-12-04-h200-select-small-list/).
 constexpr int kLoadsInFlight = 8;
 
 // A candidate: its key (float for argmax, where the float -> double widening of the logit changes
@@ -87,6 +88,13 @@ __device__ __forceinline__ void for_each_logit(const float* __restrict__ l, int3
   for (int32_t v = head + 4 * n4 + threadIdx.x; v < V; v += kSelectThreads) f(v, l[v]);
 }
 
+// A row is cut into chunks of kSelectChunk logits (select_chunks), one block each: a chunk is one
+// step of for_each_logit, so a row's blocks read it at the bandwidth of many SMs (one block per row
+// took ~80 us for the 16 rows of a one-slot iteration, 16 blocks on 132 SMs). Each block writes its
+// chunk's best candidate, confidence maximum and softmax sum (relative to that maximum) to
+// SelectArgs::partials; the row's last block to arrive combines them in chunk order.
+constexpr int32_t kSelectChunk = kSelectThreads * kLoadsInFlight * 4;
+
 template <bool kGumbel, bool kF64>
 __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectArgs a) {
   using Key = std::conditional_t<kGumbel, double, float>;
@@ -96,16 +104,20 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectArgs a) {
   __shared__ int32_t s_best;  // separate slot: warp 0 reads s_idx while lane 0 publishes the result
   __shared__ float s_max[32];
   __shared__ Sum s_sum[32];
-  const int64_t r = blockIdx.x;
+  __shared__ bool s_last;
+  const int64_t r = blockIdx.y;
+  const auto chunks = static_cast<int32_t>(gridDim.x);
+  const int32_t v0 = static_cast<int32_t>(blockIdx.x) * kSelectChunk;
+  const int32_t n = min(static_cast<int32_t>(a.vocab) - v0, kSelectChunk);
   const float* l = a.logits + r * a.vocab;
-  const int32_t vocab = static_cast<int32_t>(a.vocab);
   const float kNegInf = -__int_as_float(0x7f800000);
   const Key kNoKey = static_cast<Key>(kNegInf);
   const uint32_t row_key = static_cast<uint32_t>(a.row_keys[r]);
-  // Pass 1: argmax of the (noised) key and the max of the confidence logits.
+  // Pass 1 over the chunk: argmax of the (noised) key and the max of the confidence logits.
   Best<Key> best{kNoKey, kNoCandidate};
   float cmax = kNegInf;
-  for_each_logit(l, vocab, [&](int32_t v, float lv) {
+  for_each_logit(l + v0, n, [&](int32_t i, float lv) {
+    const int32_t v = v0 + i;
     if (v == a.suppress_token) return;  // excluded from the argmax and the confidence
     if (v != a.exclude_token) {         // never a candidate, but part of the softmax
       Key key = lv;
@@ -128,37 +140,85 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectArgs a) {
     constexpr int kWarps = kSelectThreads / 32;
     Best<Key> b = lane < kWarps ? Best<Key>{s_key[lane], s_idx[lane]} : Best<Key>{kNoKey, kNoCandidate};
     b = warp_best(b);
-    if (lane == 0) s_best = b.index;
+    if (lane == 0) {
+      s_best = b.index;
+      s_key[0] = b.key;  // read by thread 0 after the block_max barriers below
+    }
+  }
+  cmax = detail::block_max<kSelectThreads>(cmax, s_max);
+  // Pass 2: the chunk's softmax terms exp(c_v − cmax) in Sum's precision (none when every confidence
+  // logit of the chunk is suppressed or −inf).
+  Sum sum = 0;
+  if (cmax != kNegInf) {
+    const Sum m = cmax;
+    for_each_logit(l + v0, n, [&](int32_t i, float lv) {
+      const int32_t v = v0 + i;
+      if (v == a.suppress_token || v == a.conf_suppress_a || v == a.conf_suppress_b) return;
+      if constexpr (kF64)
+        sum += exp(static_cast<double>(lv) - m);
+      else
+        sum += expf(lv - m);
+    });
+  }
+  sum = detail::block_sum<kSelectThreads>(sum, s_sum);
+  SelectPartial* const part = a.partials + r * chunks;
+  if (threadIdx.x == 0) {
+    part[blockIdx.x] = SelectPartial{static_cast<double>(s_key[0]), static_cast<double>(sum), cmax, s_best};
+    __threadfence();  // the partial is visible before the arrival is counted
+    s_last = atomicAdd(&a.arrivals[r], 1u) == static_cast<uint32_t>(chunks - 1);
   }
   __syncthreads();
-  // No candidate at all (the whole vocabulary is suppressed / excluded): x0 = −1, confidence 0.
-  const int32_t x0 = s_best == kNoCandidate ? -1 : s_best;
-  cmax = detail::block_max<kSelectThreads>(cmax, s_max);
-  // Pass 2: softmax denominator of the confidence logits, each term exp(c_v − m) in Sum's precision.
-  const bool x0_masked = x0 < 0 || x0 == a.suppress_token || x0 == a.conf_suppress_a || x0 == a.conf_suppress_b;
-  const Sum m = cmax;
-  Sum sum = 0;
-  for_each_logit(l, vocab, [&](int32_t v, float lv) {
-    if (v == a.suppress_token || v == a.conf_suppress_a || v == a.conf_suppress_b) return;
-    if constexpr (kF64)
-      sum += exp(static_cast<double>(lv) - m);
-    else
-      sum += expf(lv - m);
-  });
-  sum = detail::block_sum<kSelectThreads>(sum, s_sum);
-  if (threadIdx.x == 0) {
-    a.x0[r] = x0;
-    if constexpr (kF64)
-      a.conf[r] = x0_masked ? 0.0 : exp(static_cast<double>(l[x0]) - m) / sum;
-    else
-      a.conf[r] = x0_masked ? 0.0 : static_cast<double>(expf(l[x0] - m) / sum);
+  if (!s_last || threadIdx.x != 0) return;
+  // The row's last block: combine the chunks in chunk order (independent of the arrival order).
+  __threadfence();
+  const volatile SelectPartial* const vp = part;
+  Best<Key> b{kNoKey, kNoCandidate};
+  float m_f = kNegInf;
+  for (int32_t c = 0; c < chunks; ++c) {
+    b = better(b, Best<Key>{static_cast<Key>(vp[c].key), vp[c].index});
+    m_f = fmaxf(m_f, vp[c].cmax);
   }
+  // Σ_v exp(c_v − m) = Σ_chunks sum_c · exp(cmax_c − m); a chunk without confidence logits adds 0
+  // (and every term is NaN when no logit of the row is finite, as exp(c_v − m) would be).
+  const Sum m = m_f;
+  Sum total = 0;
+  for (int32_t c = 0; c < chunks; ++c) {
+    const float cm = vp[c].cmax;
+    if (cm == kNegInf && m_f != kNegInf) continue;
+    if constexpr (kF64)
+      total += vp[c].sum * exp(static_cast<double>(cm) - m);
+    else
+      total += static_cast<float>(vp[c].sum) * expf(cm - m);
+  }
+  a.arrivals[r] = 0;  // ready for the next launch (kernels on the stream run in order)
+  // No candidate at all (the whole vocabulary is suppressed / excluded): x0 = −1, confidence 0.
+  const int32_t x0 = b.index == kNoCandidate ? -1 : b.index;
+  const bool x0_masked = x0 < 0 || x0 == a.suppress_token || x0 == a.conf_suppress_a || x0 == a.conf_suppress_b;
+  a.x0[r] = x0;
+  if constexpr (kF64)
+    a.conf[r] = x0_masked ? 0.0 : exp(static_cast<double>(l[x0]) - m) / total;
+  else
+    a.conf[r] = x0_masked ? 0.0 : static_cast<double>(expf(l[x0] - m) / total);
 }
 
+// Rows go in launches of at most 65535 (the grid's y limit), each with its rows' slices of every array.
 template <bool kGumbel, bool kF64>
 void launch_select(const SelectArgs& a, cudaStream_t stream) {
-  select_kernel<kGumbel, kF64><<<static_cast<unsigned>(a.rows), kSelectThreads, 0, stream>>>(a);
-  CUDA_CHECK_LAUNCH();
+  const int64_t chunks = select_chunks(a.vocab);
+  constexpr int64_t kMaxRows = 65535;
+  for (int64_t r0 = 0; r0 < a.rows; r0 += kMaxRows) {
+    SelectArgs b = a;
+    b.rows = std::min(kMaxRows, a.rows - r0);
+    b.logits += r0 * a.vocab;
+    b.row_keys += r0;
+    b.x0 += r0;
+    b.conf += r0;
+    b.partials += r0 * chunks;
+    b.arrivals += r0;
+    const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(b.rows));
+    select_kernel<kGumbel, kF64><<<grid, kSelectThreads, 0, stream>>>(b);
+    CUDA_CHECK_LAUNCH();
+  }
 }
 
 }  // namespace
@@ -180,6 +240,8 @@ void select_tokens_f32(const SelectArgs& a, cudaStream_t stream) {
   if (a.vocab <= 0 || a.vocab > 0x7fffffff)
     cuda::throw_invalid_argument("select_tokens: vocab size " + std::to_string(a.vocab) + " outside [1, 2^31)");
   if (a.rows > 0x7fffffff) cuda::throw_invalid_argument("select_tokens: more than 2^31-1 rows");
+  if (a.partials == nullptr || a.arrivals == nullptr)
+    cuda::throw_invalid_argument("select_tokens: no partials / arrivals scratch (select_scratch_bytes)");
   const bool gumbel = a.temperature > 0.0;
   if (gumbel) {
     if (a.confidence_f64) launch_select<true, true>(a, stream); else launch_select<true, false>(a, stream);
@@ -187,5 +249,7 @@ void select_tokens_f32(const SelectArgs& a, cudaStream_t stream) {
     if (a.confidence_f64) launch_select<false, true>(a, stream); else launch_select<false, false>(a, stream);
   }
 }
+
+int64_t select_chunks(int64_t vocab) noexcept { return vocab <= 0 ? 0 : (vocab + kSelectChunk - 1) / kSelectChunk; }
 
 }  // namespace flashdllm::kernels

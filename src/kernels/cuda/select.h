@@ -14,6 +14,15 @@ namespace flashdllm::kernels {
 /// or uncond. n == 0 is a no-op. Throws Error(kDevice) on launch failure.
 void cfg_combine_f32(const float* cond, const float* uncond, float scale, int64_t n, float* out, cudaStream_t stream);
 
+/// One chunk's share of a row (select_tokens_f32's scratch): its best key and index, the maximum of
+/// its confidence logits and Σ exp(c_v − that maximum) over it.
+struct SelectPartial {
+  double key;
+  double sum;
+  float cmax;
+  int32_t index;
+};
+
 /// Parameters of select_tokens_f32 (see Backend's SelectParams for the meaning of each field).
 struct SelectArgs {
   const float* logits = nullptr;     ///< device F32 [rows, vocab]
@@ -29,7 +38,15 @@ struct SelectArgs {
   int32_t conf_suppress_a = -1;  ///< probability zeroed for the confidence only; −1 = none
   int32_t conf_suppress_b = -1;
   bool confidence_f64 = true;  ///< softmax in float64 (true) or float32 (false)
+  /// Device scratch: [rows · select_chunks(vocab)] partials and [rows] arrival counters, which must
+  /// be zero before the first call and are left zero by every call (the CUDA backend keeps both).
+  SelectPartial* partials = nullptr;
+  uint32_t* arrivals = nullptr;
 };
+
+/// The blocks select_tokens_f32 cuts a row of `vocab` logits into (8 at LLaDA's 126464); 0 for
+/// vocab <= 0.
+int64_t select_chunks(int64_t vocab) noexcept;
 
 /// Per row r, with l_v = logits[r, v] (−inf at suppress_token):
 ///   key_v = l_v                                   if temperature == 0
@@ -39,8 +56,11 @@ struct SelectArgs {
 ///             when no token is left);
 ///   conf[r] = exp(c_{x0} − m) / Σ_v exp(c_v − m), c = l with conf_suppress_a/b also −inf,
 ///             m = max_v c_v, computed in float64 or float32 (confidence_f64); 0 when c_{x0} = −inf.
-/// One 512-thread block per row, two passes over the row. rows == 0 is a no-op.
-/// Throws Error(kInvalidArgument) for vocab outside [1, 2^31) and Error(kDevice) on launch failure.
+/// select_chunks(vocab) 512-thread blocks per row, each reading its chunk twice; the row's last block
+/// combines the chunks in chunk order, so results do not depend on the block schedule: Σ_v exp(c_v − m)
+/// is Σ over chunks of (Σ_chunk exp(c_v − m_chunk)) · exp(m_chunk − m). rows == 0 is a no-op.
+/// Throws Error(kInvalidArgument) for vocab outside [1, 2^31) or missing scratch, and Error(kDevice) on
+/// launch failure.
 void select_tokens_f32(const SelectArgs& args, cudaStream_t stream);
 
 }  // namespace flashdllm::kernels
