@@ -241,7 +241,7 @@ void select_tokens_f32(const SelectArgs& a, cudaStream_t stream) {
     cuda::throw_invalid_argument("select_tokens: vocab size " + std::to_string(a.vocab) + " outside [1, 2^31)");
   if (a.rows > 0x7fffffff) cuda::throw_invalid_argument("select_tokens: more than 2^31-1 rows");
   if (a.partials == nullptr || a.arrivals == nullptr)
-    cuda::throw_invalid_argument("select_tokens: no partials / arrivals scratch (select_scratch_bytes)");
+    cuda::throw_invalid_argument("select_tokens: no partials / arrivals scratch (SelectArgs)");
   const bool gumbel = a.temperature > 0.0;
   if (gumbel) {
     if (a.confidence_f64) launch_select<true, true>(a, stream); else launch_select<true, false>(a, stream);
