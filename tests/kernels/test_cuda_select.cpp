@@ -197,6 +197,38 @@ TEST_P(CudaSelect, SelectTokensMatchesCpu) {
                 static_cast<long long>(near_ties), static_cast<long long>(rows_checked));
 }
 
+// A NaN logit makes the confidence NaN on both backends (the denoiser's check_selection rejects
+// non-finite confidences): row 0 has a whole 16384-logit chunk of NaN beside finite chunks (a chunk
+// without a finite logit, whose partial must still carry the NaN), row 1 one NaN among finite logits.
+TEST_P(CudaSelect, NanLogitMakesTheConfidenceNan) {
+  if (!small()) GTEST_SKIP() << "small only";
+  const int64_t R = 2, V = 40001;
+  std::vector<float> logits = randn_bf16(static_cast<size_t>(R * V), 5, 3.0f);
+  std::fill(logits.begin(), logits.begin() + 16384, std::numeric_limits<float>::quiet_NaN());
+  logits[static_cast<size_t>(V + 20000)] = std::numeric_limits<float>::quiet_NaN();
+  Dev lc = make(*cpu_, DType::kF32, R, V), kc = make(*cpu_, DType::kI32, R), xc = make(*cpu_, DType::kI32, R),
+      fc = make(*cpu_, DType::kF64, R);
+  Dev lt = make(*twin_, DType::kF32, R, V), kt = make(*twin_, DType::kI32, R), xt = make(*twin_, DType::kI32, R),
+      ft = make(*twin_, DType::kF64, R);
+  put(*cpu_, lc.t, logits);
+  put(*twin_, lt.t, logits);
+  put_i32(*cpu_, kc.t, {1, 2});
+  put_i32(*twin_, kt.t, {1, 2});
+  for (bool f64 : {true, false}) {
+    SelectParams p;
+    p.confidence_f64 = f64;
+    cpu_->select_tokens(lc.t, kc.t, p, xc.t, fc.t);
+    twin_->select_tokens(lt.t, kt.t, p, xt.t, ft.t);
+    std::vector<double> f_cpu(static_cast<size_t>(R)), f_twin(f_cpu.size());
+    cpu_->copy_to_host(f_cpu.data(), fc.t);
+    twin_->copy_to_host(f_twin.data(), ft.t);
+    for (size_t r = 0; r < f_cpu.size(); ++r) {
+      EXPECT_TRUE(std::isnan(f_cpu[r])) << "row " << r << (f64 ? " f64" : " f32") << ": CPU confidence " << f_cpu[r];
+      EXPECT_TRUE(std::isnan(f_twin[r])) << "row " << r << (f64 ? " f64" : " f32") << ": confidence " << f_twin[r];
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Small, CudaSelect, ::testing::Values(Size::kSmall), size_name);
 INSTANTIATE_TEST_SUITE_P(Sweep, CudaSelect, ::testing::Values(Size::kSweep), size_name);
 

@@ -1193,16 +1193,21 @@ class CudaBackend final : public Backend {
   void ensure_select_scratch(int64_t rows, int64_t chunks) {
     if (rows <= select_rows_ && rows * chunks <= select_partials_n_) return;
     CUDA_CHECK(cudaStreamSynchronize(stream_));
+    // Each capacity is recorded only once its array exists (an allocation may throw).
     if (rows > select_rows_) {
-      select_rows_ = std::max(rows, 2 * select_rows_);
-      select_arrivals_ = device_alloc(static_cast<size_t>(select_rows_) * sizeof(uint32_t), "selection arrivals");
-      CUDA_CHECK(
-          cudaMemsetAsync(select_arrivals_.get(), 0, static_cast<size_t>(select_rows_) * sizeof(uint32_t), stream_));
+      const int64_t n = std::max(rows, 2 * select_rows_);
+      select_arrivals_.reset();
+      select_rows_ = 0;
+      select_arrivals_ = device_alloc(static_cast<size_t>(n) * sizeof(uint32_t), "selection arrivals");
+      CUDA_CHECK(cudaMemsetAsync(select_arrivals_.get(), 0, static_cast<size_t>(n) * sizeof(uint32_t), stream_));
+      select_rows_ = n;
     }
     if (rows * chunks > select_partials_n_) {
-      select_partials_n_ = std::max(rows * chunks, 2 * select_partials_n_);
-      select_partials_ =
-          device_alloc(static_cast<size_t>(select_partials_n_) * sizeof(kernels::SelectPartial), "selection partials");
+      const int64_t n = std::max(rows * chunks, 2 * select_partials_n_);
+      select_partials_.reset();
+      select_partials_n_ = 0;
+      select_partials_ = device_alloc(static_cast<size_t>(n) * sizeof(kernels::SelectPartial), "selection partials");
+      select_partials_n_ = n;
     }
   }
 

@@ -147,7 +147,8 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN, kKeySplit>::kThr
   // their swizzled shared-memory offsets are one per-thread constant plus a compile-time stride.
   constexpr int kLoadIters = kBlockN * kChunksPerRow / kThreads;
   constexpr int kRowsPerIter = kThreads / kChunksPerRow;
-  static_assert(kThreads % kChunksPerRow == 0 && kRowsPerIter % 8 == 0, "K/V tile chunks per thread");
+  static_assert(kBlockN * kChunksPerRow % kThreads == 0, "K/V tile chunks per thread");
+  static_assert(kThreads % kChunksPerRow == 0 && kRowsPerIter % 8 == 0, "K/V tile rows per thread");
   const int ld_ch = tid % kChunksPerRow, r0 = tid / kChunksPerRow;
   const uint32_t kv_smem0 = smem_addr(smem + swizzle(r0, ld_ch));
   const uint32_t ld_bytes = static_cast<uint32_t>(a.n_heads) * kRowBytes;  // row pitch
@@ -157,7 +158,7 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN, kKeySplit>::kThr
   // Verify: this thread's gathered store rows of the next K/V tile to load (-1 past the gathered
   // keys), read one tile ahead so that the index loads overlap the current tile's MMAs instead of
   // stalling each cp.async behind a dependent global load. Rows outside the store are checked where
-  // they are used (one unsigned compare) and reported once, after the key loop.
+  // they are used (one unsigned compare) and reported after the key loop.
   int32_t gathered[kVerify ? kLoadIters : 1];
   const uint32_t kv_rows32 = static_cast<uint32_t>(a.kv_rows < INT32_MAX ? a.kv_rows : INT32_MAX);
   bool bad_row = false;

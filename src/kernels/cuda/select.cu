@@ -116,6 +116,7 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectArgs a) {
   // Pass 1 over the chunk: argmax of the (noised) key and the max of the confidence logits.
   Best<Key> best{kNoKey, kNoCandidate};
   float cmax = kNegInf;
+  bool nan_seen = false;  // a NaN confidence logit (fmaxf skips it; its softmax term is NaN)
   for_each_logit(l + v0, n, [&](int32_t i, float lv) {
     const int32_t v = v0 + i;
     if (v == a.suppress_token) return;  // excluded from the argmax and the confidence
@@ -127,7 +128,10 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectArgs a) {
       }
       best = better(best, Best<Key>{key, v});
     }
-    if (v != a.conf_suppress_a && v != a.conf_suppress_b) cmax = fmaxf(cmax, lv);
+    if (v != a.conf_suppress_a && v != a.conf_suppress_b) {
+      cmax = fmaxf(cmax, lv);
+      nan_seen |= lv != lv;
+    }
   });
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   best = warp_best(best);
@@ -146,10 +150,12 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectArgs a) {
     }
   }
   cmax = detail::block_max<kSelectThreads>(cmax, s_max);
-  // Pass 2: the chunk's softmax terms exp(c_v − cmax) in Sum's precision (none when every confidence
-  // logit of the chunk is suppressed or −inf).
+  // Pass 2: the chunk's softmax terms exp(c_v − cmax) in Sum's precision. Without a finite confidence
+  // logit the chunk's terms relative to a finite row maximum are 0 (−inf logits) or NaN (a NaN logit).
   Sum sum = 0;
-  if (cmax != kNegInf) {
+  if (cmax == kNegInf) {
+    if (__syncthreads_or(nan_seen)) sum = static_cast<Sum>(NAN);
+  } else {
     const Sum m = cmax;
     for_each_logit(l + v0, n, [&](int32_t i, float lv) {
       const int32_t v = v0 + i;
@@ -159,8 +165,8 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectArgs a) {
       else
         sum += expf(lv - m);
     });
+    sum = detail::block_sum<kSelectThreads>(sum, s_sum);
   }
-  sum = detail::block_sum<kSelectThreads>(sum, s_sum);
   SelectPartial* const part = a.partials + r * chunks;
   if (threadIdx.x == 0) {
     part[blockIdx.x] = SelectPartial{static_cast<double>(s_key[0]), static_cast<double>(sum), cmax, s_best};
@@ -178,13 +184,17 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectArgs a) {
     b = better(b, Best<Key>{static_cast<Key>(vp[c].key), vp[c].index});
     m_f = fmaxf(m_f, vp[c].cmax);
   }
-  // Σ_v exp(c_v − m) = Σ_chunks sum_c · exp(cmax_c − m); a chunk without confidence logits adds 0
-  // (and every term is NaN when no logit of the row is finite, as exp(c_v − m) would be).
+  // Σ_v exp(c_v − m) = Σ_chunks sum_c · exp(cmax_c − m); a chunk without a finite confidence logit adds
+  // its sum as it is (0, or NaN), and when no logit of the row is finite every term is NaN, as
+  // exp(c_v − m) would be.
   const Sum m = m_f;
   Sum total = 0;
   for (int32_t c = 0; c < chunks; ++c) {
     const float cm = vp[c].cmax;
-    if (cm == kNegInf && m_f != kNegInf) continue;
+    if (cm == kNegInf && m_f != kNegInf) {
+      total += static_cast<Sum>(vp[c].sum);
+      continue;
+    }
     if constexpr (kF64)
       total += vp[c].sum * exp(static_cast<double>(cm) - m);
     else

@@ -38,8 +38,8 @@ struct SelectArgs {
   int32_t conf_suppress_a = -1;  ///< probability zeroed for the confidence only; −1 = none
   int32_t conf_suppress_b = -1;
   bool confidence_f64 = true;  ///< softmax in float64 (true) or float32 (false)
-  /// Device scratch: [rows · select_chunks(vocab)] partials and [rows] arrival counters, which must
-  /// be zero before the first call and are left zero by every call (the CUDA backend keeps both).
+  /// Device scratch: [rows · select_chunks(vocab)] partials and [rows] arrival counters; the counters
+  /// must be zero before a call and every completed call leaves them zero (the CUDA backend keeps both).
   SelectPartial* partials = nullptr;
   uint32_t* arrivals = nullptr;
 };
