@@ -12,11 +12,12 @@ The floor of one iteration, from measurements taken by this script in the same r
     rows; the LM head over R = S x block_length rows, F32 out) at
     max(2·T·N·K / P, (bytes of W, x and out) / B), with P = the best bf16 GEMM rate measured
     (torch.matmul, cuBLAS, 8192^3) and B = the device copy bandwidth measured (read + write of 2 GiB);
-  * attention at cuDNN SDPA's time (no importance) for S x (H, rows_per_slot, seqlen_k, 128), every layer:
-    the GPU time of back-to-back calls replayed from a CUDA graph (as the engine replays its layer loop),
-    so that PyTorch's per-call dispatch on the host, which exceeds the kernel at one slot, is not
-    counted; `--sdpa-timing eager` times the calls as issued from Python (the floors of results
-    before 2026-12-04 08:30 UTC), and a shape whose capture fails falls back to that (reported).
+  * attention at cuDNN SDPA's time (no importance) for S x (H, rows_per_slot, seqlen_k, 128), every layer,
+    timed as 20 calls issued from Python (`--sdpa-timing eager`, the default and every floor in
+    bench/results so far). At one slot PyTorch's per-call dispatch on the host exceeds the kernel, so
+    that term measures the host; `--sdpa-timing graph` times the GPU alone, replaying the 20 calls from
+    a CUDA graph as the engine replays its layer loop (a shape whose capture fails falls back to eager
+    and says so). The graph timing has not yet run on a GPU: measure it before making it the default.
 Elementwise ops (norms, SwiGLU, RoPE, selection) count as free: a fused implementation hides them.
 
   python3 bench/iteration_floor.py --a-bin build-gpu/flashdllm --b-env FLASHDLLM_CUDA_GRAPHS=0 \\
@@ -57,7 +58,7 @@ def seqlen_k(prompt, gen, key_tile=128):
     return (prompt + gen) // key_tile * key_tile + key_tile
 
 
-def measure_device(shapes, heads, head_dim, warmup, iters, sdpa_timing="graph"):
+def measure_device(shapes, heads, head_dim, warmup, iters, sdpa_timing="eager"):
     """Peak bf16 GEMM TFLOP/s, copy GB/s, cuDNN SDPA ms per (S, Q, K) (the way each was timed per
     shape: "graph" or "eager", see the module docstring), all in this process."""
     import torch
@@ -174,7 +175,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--iters", type=int, default=10)
-    ap.add_argument("--sdpa-timing", choices=("graph", "eager"), default="graph",
+    ap.add_argument("--sdpa-timing", choices=("graph", "eager"), default="eager",
                     help="cuDNN SDPA's floor time: replayed from a CUDA graph (GPU time) or issued eagerly from Python")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
