@@ -14,10 +14,12 @@ The floor of one iteration, from measurements taken by this script in the same r
     (torch.matmul, cuBLAS, 8192^3) and B = the device copy bandwidth measured (read + write of 2 GiB);
   * attention at cuDNN SDPA's time (no importance) for S x (H, rows_per_slot, seqlen_k, 128), every layer,
     timed as 20 calls issued from Python (`--sdpa-timing eager`, the default and every floor in
-    bench/results so far). At one slot PyTorch's per-call dispatch on the host exceeds the kernel, so
-    that term measures the host; `--sdpa-timing graph` times the GPU alone, replaying the 20 calls from
-    a CUDA graph as the engine replays its layer loop (a shape whose capture fails falls back to eager
-    and says so). The graph timing has not yet run on a GPU: measure it before making it the default.
+    bench/results so far). At one slot that term moved between 18 and 31 us per call from one device
+    call to the next (our own kernel takes ~13 us there in ncu), which suggests PyTorch's per-call host
+    dispatch rather than the kernel; `--sdpa-timing graph` times the GPU alone, replaying the 20 calls
+    from a CUDA graph as the engine replays its layer loop (a shape whose capture fails falls back to
+    eager and says so). The graph timing has not yet run on a GPU: measure it before making it the
+    default.
 Elementwise ops (norms, SwiGLU, RoPE, selection) count as free: a fused implementation hides them.
 
   python3 bench/iteration_floor.py --a-bin build-gpu/flashdllm --b-env FLASHDLLM_CUDA_GRAPHS=0 \\
