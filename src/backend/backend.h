@@ -217,16 +217,6 @@ class Backend {
   /// out dtype: activation dtype or F32 (for logits).
   virtual void matmul(Tensor x, Tensor w, Tensor out, bool accumulate) = 0;
 
-  /// A hint that a matmul with weight w [N, K] over `rows` rows of x comes soon: a backend with a
-  /// large last-level cache may start streaming w into it now, so that the GEMM, when it runs,
-  /// finds part of w there (CUDA: the first bytes of every row of w, prefetched into L2 on a side
-  /// stream while the ops in between run; see kernels/cuda/l2_prefetch.h). Changes no tensor and
-  /// orders nothing: results are identical with or without it. Default: nothing.
-  virtual void prefetch_matmul_weight(Tensor w, int64_t rows) {
-    (void)w;
-    (void)rows;
-  }
-
   /// Fused-or-not attention input stage (reference §A.3 and Flash-dLLM §D.5 step 2):
   ///   [q | k | v] = xn · wqkvᵀ                       xn [T, D]; wqkv [3·H·Dh, D]
   ///   q_out[t]         = rope(q_t, positions[t])     q_out [T, H·Dh]

@@ -96,8 +96,6 @@ class ProfilingBackend final : public Backend {
                                        out.dtype != inner_->activation_dtype() ? " ->f32" : "");
     timed(op, [&] { inner_->matmul(x, w, out, accumulate); });
   }
-  // A hint whose work runs beside the timed ops (the inner backend's side stream): not an op of its own.
-  void prefetch_matmul_weight(Tensor w, int64_t rows) override { inner_->prefetch_matmul_weight(w, rows); }
   void plan_attention(Tensor table, int64_t q_rows, int64_t kv_rows, int n_heads,
                       const HostAttentionPlan& host = {}) override {
     timed("plan_attention", [&] { inner_->plan_attention(table, q_rows, kv_rows, n_heads, host); });

@@ -476,7 +476,6 @@ std::vector<int64_t> recording_key(int64_t kind, const LladaModel& model, const 
 /// After the last layer's attention stage (which still writes every row's K/V) only the R logit
 /// rows continue: they are gathered first and attn_out, the MLP and ln_f run on R rows instead of
 /// T (none when R = 0, an admission prefill) - the same per-row arithmetic on fewer rows.
-/// Before each GEMM's predecessor ops the loop hints the GEMM's weight (Backend::prefetch_matmul_weight).
 /// Only asynchronous device ops (no upload, no synchronisation): Backend::run_recorded can record it.
 void run_layers(Backend& be, const LladaModel& model, ForwardWorkspace& ws, int64_t T, Tensor ids, int64_t R,
                 const AttentionStage& attention) {
@@ -490,15 +489,12 @@ void run_layers(Backend& be, const LladaModel& model, ForwardWorkspace& ws, int6
   Tensor x = ws.x.slice_rows(0, T), xn = ws.xn.slice_rows(0, T), q = ws.q.slice_rows(0, T);
   Tensor attn = ws.attn.slice_rows(0, T), gate_up = ws.gate_up.slice_rows(0, T), act = ws.act.slice_rows(0, T);
   Tensor sel = ws.sel.slice_rows(0, R), logit_rows = ws.logit_rows.slice_rows(0, R);
-  // h += attn_out(a); h += ff_out(SwiGLU(gate_up(ff_norm(h)))) over n rows. Each GEMM's weight is
-  // prefetched (a backend hint) once the GEMM before it has been issued, beside the ops in between.
+  // h += attn_out(a); h += ff_out(SwiGLU(gate_up(ff_norm(h)))) over n rows.
   auto finish_layer = [&](const LladaLayerWeights& lw, int64_t n, Tensor a, Tensor h, Tensor hn) {
     be.matmul(a, lw.attn_out, h, /*accumulate=*/residual);
-    be.prefetch_matmul_weight(lw.w_gate_up, n);
     if (comm != nullptr) comm->all_reduce_sum(h);
     be.rmsnorm(h, lw.ff_norm, c.rms_norm_eps, hn);
     be.matmul(hn, lw.w_gate_up, gate_up.slice_rows(0, n), false);
-    be.prefetch_matmul_weight(lw.ff_out, n);
     be.swiglu(gate_up.slice_rows(0, n), act.slice_rows(0, n));
     be.matmul(act.slice_rows(0, n), lw.ff_out, h, /*accumulate=*/residual);
     if (comm != nullptr) comm->all_reduce_sum(h);
@@ -507,7 +503,6 @@ void run_layers(Backend& be, const LladaModel& model, ForwardWorkspace& ws, int6
   be.embedding(w.wte, ids, x);
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LladaLayerWeights& lw = w.layers[static_cast<size_t>(l)];
-    be.prefetch_matmul_weight(lw.wqkv, T);
     be.rmsnorm(x, lw.attn_norm, c.rms_norm_eps, xn);
     attention(l, lw, xn, q, attn);
     if (l + 1 < c.n_layers || !trim) {
@@ -522,7 +517,6 @@ void run_layers(Backend& be, const LladaModel& model, ForwardWorkspace& ws, int6
   }
   Tensor logits = ws.logits.slice_rows(0, R);
   if (R == 0) return;
-  be.prefetch_matmul_weight(w.lm_head, R);
   if (!trim) be.gather_rows(x, logit_rows, sel);
   be.rmsnorm(sel, w.ln_f, c.rms_norm_eps, sel);
   if (comm == nullptr) {
@@ -627,7 +621,6 @@ Tensor llada_forward(Backend& be, const LladaModel& model, const ForwardBatch& b
     run_layers(be, model, ws, T, ids, R, [&](int64_t l, const LladaLayerWeights& lw, Tensor xn, Tensor q, Tensor attn) {
       Tensor k = kv.k[static_cast<size_t>(l)], v = kv.v[static_cast<size_t>(l)];
       be.qkv_rope_store(xn, lw.wqkv, pos, rows, model.rope.table, n_heads, q, k, v, ws.scratch);
-      be.prefetch_matmul_weight(lw.attn_out, T);
       const bool score = imp.on() && l >= imp.first_layer;
       if (score && !imp.probability_mass) {  // raw q·k: fused into the attention pass
         be.attention_with_importance(q, k, v, tiles, n_heads, scale, attn, scored, imp.weight, imp.scores);
@@ -677,7 +670,6 @@ Tensor llada_verify_forward(Backend& be, const LladaModel& model, const VerifyBa
   run_layer_loop(be, model, recording_key(1, model, ws, kv, {T, R, n_tiles, G}), [&] {
     run_layers(be, model, ws, T, ids, R, [&](int64_t l, const LladaLayerWeights& lw, Tensor xn, Tensor q, Tensor attn) {
       be.qkv_rope_store(xn, lw.wqkv, pos, rows, model.rope.table, n_heads, q, k_tile, v_tile, ws.scratch);
-      be.prefetch_matmul_weight(lw.attn_out, T);
       be.attention_verify(q, kv.k[static_cast<size_t>(l)], kv.v[static_cast<size_t>(l)], keys, k_tile, v_tile, tiles,
                           n_heads, scale, attn);
     });

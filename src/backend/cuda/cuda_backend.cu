@@ -20,9 +20,6 @@
 //                                built-in table of this GPU, cuBLASLt version and bucket rule; off: none
 //   FLASHDLLM_GEMM_TUNE=K        time the heuristic's first K algorithms per shape at run time (K > 1
 //                                replaces row buckets and picks)
-//   FLASHDLLM_L2_PREFETCH_MB=M   prefetch_matmul_weight's budget: the first M MiB of each weight (the
-//                                first bytes of every row) are prefetched into L2 before GEMMs of at most
-//                                kPrefetchMaxRows rows (sm_90 builds with the prefetch kernel); 0: off
 //   FLASHDLLM_ATTENTION=<mode>   auto (default: on sm_90 builds with the Hopper kernel, wgmma for tiles of
 //                                > 64 rows and m64n64 for the others; elsewhere m64n64) | reference |
 //                                m64n64 | m128n64 | m128n128 | wgmma | wgmma128 (sm_90 only)
@@ -70,7 +67,6 @@
 #include "kernels/cuda/gather.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/kernel_errors.h"
-#include "kernels/cuda/l2_prefetch.h"
 #include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/qkv_rope_fused.h"
 #include "kernels/cuda/rope_store.h"
@@ -235,19 +231,6 @@ int parse_gemm_tune_env() {
   return static_cast<int>(k);
 }
 
-// FLASHDLLM_L2_PREFETCH_MB = M: the bytes prefetch_matmul_weight prefetches per weight (M MiB; 0 =
-// off); unset: kDefaultPrefetchMiB.
-constexpr int64_t kDefaultPrefetchMiB = 32;
-int64_t parse_prefetch_env() {
-  const char* v = std::getenv("FLASHDLLM_L2_PREFETCH_MB");
-  if (v == nullptr || *v == '\0') return kDefaultPrefetchMiB << 20;
-  char* end = nullptr;
-  const long m = std::strtol(v, &end, 10);
-  FDLLM_CHECK_ARG(*end == '\0' && m >= 0 && m <= 4096, "FLASHDLLM_L2_PREFETCH_MB='{}' is not an integer in [0, 4096]",
-                  v);
-  return static_cast<int64_t>(m) << 20;
-}
-
 // FLASHDLLM_GEMM_BUCKETS = quarter (default), pow2 or exact: the row counts that share a cuBLASLt
 // algorithm (kernels::GemmBuckets, kernels/cuda/gemm.h).
 kernels::GemmBuckets parse_gemm_buckets_env() {
@@ -290,12 +273,6 @@ struct GraphExecDestroy {
 };
 using DevicePtr = std::unique_ptr<void, CudaFree>;
 using GraphExecPtr = std::unique_ptr<CUgraphExec_st, GraphExecDestroy>;
-struct EventDestroy {
-  void operator()(cudaEvent_t e) const noexcept {
-    if (e) cudaEventDestroy(e);
-  }
-};
-using EventPtr = std::unique_ptr<CUevent_st, EventDestroy>;
 using StreamPtr = std::unique_ptr<CUstream_st, StreamDestroy>;
 using PinnedPtr = std::unique_ptr<void, CudaFreeHost>;
 
@@ -377,19 +354,6 @@ class CudaBackend final : public Backend {
                 "and sm_90 among the CUDA archs; scripts/setup.sh fetches CUTLASS); device sm_{}{}",
                 prop.major, prop.minor);
     debug_sync_ = env_flag("FLASHDLLM_CUDA_SYNC");
-    prefetch_bytes_ = parse_prefetch_env();  // checked on every device; used where the kernel runs
-    if (!kernels::l2_prefetch_available()) prefetch_bytes_ = 0;
-    if (prefetch_bytes_ > 0) {
-      cudaStream_t side = nullptr;
-      CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
-      side_owner_.reset(side);
-      side_ = side;
-      cudaEvent_t fork = nullptr, join = nullptr;
-      CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
-      fork_event_.reset(fork);
-      CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
-      join_event_.reset(join);
-    }
     const char* graphs = std::getenv("FLASHDLLM_CUDA_GRAPHS");
     graphs_ = !debug_sync_ && (graphs == nullptr || std::strcmp(graphs, "0") != 0);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -637,28 +601,6 @@ class CudaBackend final : public Backend {
     gemm_->matmul(bf16(x), bf16(w), out.data,
                   out.dtype == DType::kF32 ? kernels::GemmOut::kF32 : kernels::GemmOut::kBF16, T, N, K, accumulate,
                   stream_);
-    after_op(kOp);
-  }
-
-  // GEMMs of at most this many rows stream their weights (bench/results/2026-12-03-h200-gemm-picks:
-  // 128-640 rows run at 2.4-3.6 TB/s of weights, 4096 rows at the compute peak): only they prefetch.
-  static constexpr int64_t kPrefetchMaxRows = 512;
-
-  void prefetch_matmul_weight(Tensor w, int64_t rows) override {
-    static constexpr const char* kOp = "prefetch_matmul_weight";
-    expect(w, DType::kBF16, kOp, "w");
-    if (prefetch_bytes_ == 0 || rows <= 0 || rows > kPrefetchMaxRows || w.numel() == 0) return;
-    const int64_t N = w.rows(), row_bytes = w.row_size() * 2;
-    // A hint: weights whose rows are not 16-byte aligned (no bulk prefetch) are left alone.
-    if (row_bytes % 16 != 0 || reinterpret_cast<uintptr_t>(w.data) % 16 != 0) return;
-    const int64_t per_row = std::min(row_bytes, prefetch_bytes_ / N);
-    if (per_row < 16) return;
-    CUDA_CHECK(cudaSetDevice(device_));
-    // Fork the side stream at this point of stream_: the prefetch runs beside the ops that follow.
-    CUDA_CHECK(cudaEventRecord(fork_event_.get(), stream_));
-    CUDA_CHECK(cudaStreamWaitEvent(side_, fork_event_.get(), 0));
-    kernels::l2_prefetch_rows(w.data, N, row_bytes, per_row, side_);
-    side_forked_ = true;
     after_op(kOp);
   }
 
@@ -1107,19 +1049,12 @@ class CudaBackend final : public Backend {
   // capture failed: an op threw (a validation error, or a call that is illegal while capturing,
   // such as a synchronisation) or the capture was invalidated; the stream is left capturing nothing.
   GraphExecPtr capture(const std::function<void()>& ops) {
-    side_forked_ = false;  // eager prefetches before the capture are not part of it
     CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     bool threw = false;
     try {
       ops();
     } catch (...) {
       threw = true;
-    }
-    if (side_forked_) {  // a capture ends only once every stream it forked has joined its origin
-      side_forked_ = false;
-      if (cudaEventRecord(join_event_.get(), side_) != cudaSuccess ||
-          cudaStreamWaitEvent(stream_, join_event_.get(), 0) != cudaSuccess)
-        threw = true;  // the capture is invalid (EndCapture reports it too); nothing ran
     }
     cudaGraph_t graph = nullptr;
     const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
@@ -1466,16 +1401,9 @@ class CudaBackend final : public Backend {
   std::list<std::vector<int64_t>> seen_keys_;        // keys run once, newest first (at most kMaxGraphs)
   std::map<std::vector<int64_t>, int> failed_keys_;  // failed captures per key
   RecordingStats rec_stats_;
-  // prefetch_matmul_weight: bytes per weight (0 = off), the events that fork the side stream from
-  // stream_ and join it back (capture()), and whether the capture in progress forked it.
-  int64_t prefetch_bytes_ = 0;
-  EventPtr fork_event_, join_event_;
-  bool side_forked_ = false;
   // Declared last, destroyed first: StreamDestroy waits for queued work before anything above is freed.
   StreamPtr stream_owner_;
   cudaStream_t stream_ = nullptr;
-  StreamPtr side_owner_;  // the prefetch side stream (reads weights only; destroyed before stream_)
-  cudaStream_t side_ = nullptr;
 };
 
 }  // namespace
