@@ -13,13 +13,12 @@ The floor of one iteration, from measurements taken by this script in the same r
     max(2·T·N·K / P, (bytes of W, x and out) / B), with P = the best bf16 GEMM rate measured
     (torch.matmul, cuBLAS, 8192^3) and B = the device copy bandwidth measured (read + write of 2 GiB);
   * attention at cuDNN SDPA's time (no importance) for S x (H, rows_per_slot, seqlen_k, 128), every layer,
-    timed as 20 calls issued from Python (`--sdpa-timing eager`, the default and every floor in
-    bench/results so far). At one slot that term moved between 18 and 31 us per call from one device
-    call to the next (our own kernel takes ~13 us there in ncu), which suggests PyTorch's per-call host
-    dispatch rather than the kernel; `--sdpa-timing graph` times the GPU alone, replaying the 20 calls
-    from a CUDA graph as the engine replays its layer loop (a shape whose capture fails falls back to
-    eager and says so). The graph timing has not yet run on a GPU: measure it before making it the
-    default.
+    timed by replaying 20 calls captured in a CUDA graph (`--sdpa-timing graph`, the default since
+    2026-12-04), the way the engine replays its layer loop: GPU time only. Issued eagerly from Python
+    (`--sdpa-timing eager`, every floor in bench/results before 2026-12-04) the one-slot term measured
+    17.4-42.1 us per call on one machine within a minute against 14.0-15.3 us replayed, i.e. host
+    dispatch (bench/results/2026-12-04-h200-split-k-prefetch/); at 16 and 32 slots the two differ by
+    2-6%. A shape whose capture fails falls back to eager and says so.
 Elementwise ops (norms, SwiGLU, RoPE, selection) count as free: a fused implementation hides them.
 
   python3 bench/iteration_floor.py --a-bin build-gpu/flashdllm --b-env FLASHDLLM_CUDA_GRAPHS=0 \\
@@ -60,7 +59,7 @@ def seqlen_k(prompt, gen, key_tile=128):
     return (prompt + gen) // key_tile * key_tile + key_tile
 
 
-def measure_device(shapes, heads, head_dim, warmup, iters, sdpa_timing="eager"):
+def measure_device(shapes, heads, head_dim, warmup, iters, sdpa_timing="graph"):
     """Peak bf16 GEMM TFLOP/s, copy GB/s, cuDNN SDPA ms per (S, Q, K) (the way each was timed per
     shape: "graph" or "eager", see the module docstring), all in this process."""
     import torch
@@ -177,7 +176,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--iters", type=int, default=10)
-    ap.add_argument("--sdpa-timing", choices=("graph", "eager"), default="eager",
+    ap.add_argument("--sdpa-timing", choices=("graph", "eager"), default="graph",
                     help="cuDNN SDPA's floor time: replayed from a CUDA graph (GPU time) or issued eagerly from Python")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
