@@ -16,12 +16,8 @@
 // every T that is a bucket's own row count, each of the heuristic's first --pick-candidates
 // algorithms (GemmLt::set_picks) is timed; the fastest becomes the pick when it beats the first by
 // more than --pick-margin in its measurement and again in a second, alternating one (noise guard).
-// Only picks other than the first are written. --split-k 2,4,... (with --write-picks) also times each
-// candidate with its K split into that many parts, summed by each of --reductions (GemmPick::split_k,
-// reduction; a split the candidate does not support is skipped), and checks every configuration's
-// output against the first's on zeroed outputs (max |diff| / max |first|, "max_rel_diff").
-// Every GemmLt here runs without built-in picks: the "median us" column is the heuristic's first
-// algorithm.
+// Only picks other than the first are written. Every GemmLt here runs without built-in picks: the
+// "median us" column is the heuristic's first algorithm.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -62,7 +58,6 @@ int main(int argc, char** argv) {
   std::string json_path, buckets_sel, picks_path;
   int pick_candidates = 8;
   double pick_margin = 0.03;
-  std::string split_sel, reductions_sel = "compute";
   app.add_option("--tokens", tokens, "comma-separated T (rows of x)");
   app.add_option("--shapes", shapes_sel, "subset of qkv,attn_out,gate_up,down,lm_head");
   app.add_option("--warmup", warmup, "warm-up launches");
@@ -78,27 +73,7 @@ int main(int argc, char** argv) {
   app.add_option("--pick-margin", pick_margin,
                  "fraction of the first candidate's time a pick must save, in both measurements (0.03 = 3%)")
       ->check(CLI::Range(0.0, 1.0));
-  app.add_option("--split-k", split_sel,
-                 "with --write-picks: also time each candidate split into these K parts (2..64)");
-  app.add_option("--reductions", reductions_sel, "split-K reductions to time: subset of compute,inplace,output");
   CLI11_PARSE(app, argc, argv);
-  std::vector<int> splits;
-  for (long long v : bench::parse_list(split_sel)) {
-    if (v < 2 || v > kMaxGemmSplitK) {
-      std::fprintf(stderr, "gemm_bench: --split-k: %lld is not in [2, %d]\n", v, kMaxGemmSplitK);
-      return 2;
-    }
-    splits.push_back(static_cast<int>(v));
-  }
-  std::vector<GemmReduction> reductions;
-  for (const std::string& r : bench::split(reductions_sel)) {
-    if (const auto red = gemm_reduction_from_name(r))
-      reductions.push_back(*red);
-    else {
-      std::fprintf(stderr, "gemm_bench: --reductions: '%s' is not compute, inplace or output\n", r.c_str());
-      return 2;
-    }
-  }
   std::vector<std::pair<std::string, GemmBuckets>> other_buckets;
   for (const std::string& b : bench::split(buckets_sel)) {
     if (const auto rule = gemm_buckets_from_name(b))
@@ -128,12 +103,7 @@ int main(int argc, char** argv) {
     std::vector<long long> ts;  // --tokens without repeats, in order
     for (long long T : bench::parse_list(tokens))
       if (std::find(ts.begin(), ts.end(), T) == ts.end()) ts.push_back(T);
-    struct Picker {  // one configuration (candidate, split) for every measured (shape, bucket T)
-      int candidate = 0, split_k = 0;
-      GemmReduction reduction = GemmReduction::kCompute;
-      std::unique_ptr<GemmLt> gemm;
-    };
-    std::vector<Picker> pickers;
+    std::vector<std::unique_ptr<GemmLt>> pickers;
     if (!picks_path.empty()) {
       std::vector<long long> bucket_ts;  // the T that are their own bucket: the ones measured
       for (long long T : ts)
@@ -143,17 +113,12 @@ int main(int argc, char** argv) {
           std::printf("--write-picks: T = %lld is not a %s bucket's row count (the next is %lld): not measured\n", T,
                       std::string(gemm_buckets_name(engine_buckets)).c_str(),
                       static_cast<long long>(gemm_bucket_rows(T, engine_buckets)));
-      const auto add = [&](int k, int split, GemmReduction red) {
+      for (int k = 0; k < pick_candidates; ++k) {
         std::vector<GemmPick> all_k;
         for (const Shape& s : all)
-          for (long long T : bucket_ts) all_k.push_back({T, s.N, s.K, s.out, s.accumulate, k, split, red});
-        pickers.push_back({k, split, red, std::make_unique<GemmLt>(kGemmWorkspaceBytes, 0, engine_buckets)});
-        pickers.back().gemm->set_picks(all_k);
-      };
-      for (int k = 0; k < pick_candidates; ++k) {
-        add(k, 0, GemmReduction::kCompute);
-        for (int split : splits)
-          for (GemmReduction red : reductions) add(k, split, red);
+          for (long long T : bucket_ts) all_k.push_back({T, s.N, s.K, s.out, s.accumulate, k});
+        pickers.push_back(std::make_unique<GemmLt>(kGemmWorkspaceBytes, 0, engine_buckets));
+        pickers.back()->set_picks(all_k);
       }
     }
     nlohmann::json table;
@@ -165,8 +130,7 @@ int main(int argc, char** argv) {
     table["measured"] = {{"commit", bench::commit_id()},
                          {"by", "bench/gemm_bench --write-picks"},
                          {"pick_candidates", pick_candidates},
-                         {"pick_margin", pick_margin},
-                         {"split_k", splits}};
+                         {"pick_margin", pick_margin}};
     table["picks"] = nlohmann::json::array();
     nlohmann::json out;
     out["bench"] = "gemm";
@@ -242,61 +206,21 @@ int main(int argc, char** argv) {
           r["bucket_rows"][other_buckets[i].first] = gemm_bucket_rows(T, other_buckets[i].second);
         }
         if (!pickers.empty() && gemm_bucket_rows(T, engine_buckets) == T) {
-          const auto call = [&](int k) {
-            pickers[k].gemm->matmul(static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(w), o,
-                                    s.out, T, s.N, s.K, s.accumulate, stream);
-          };
           const auto timed = [&](int k) {
-            return bench::time_launches([&](int) { call(k); }, stream, warmup, iters, 2.0).median_us;
+            return bench::time_launches(
+                       [&](int) {
+                         pickers[k]->matmul(static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(w),
+                                            o, s.out, T, s.N, s.K, s.accumulate, stream);
+                       },
+                       stream, warmup, iters, 2.0)
+                .median_us;
           };
-          // The output of configuration k on a zeroed output (the residual of accumulating shapes is 0).
-          const size_t out_bytes = static_cast<size_t>(T * s.N) * out_esize;
-          const auto output = [&](int k) {
-            CUDA_CHECK(cudaMemsetAsync(o, 0, out_bytes, stream));
-            call(k);
-            std::vector<float> v(static_cast<size_t>(T * s.N));
-            if (s.out == GemmOut::kF32) {
-              CUDA_CHECK(cudaMemcpyAsync(v.data(), o, out_bytes, cudaMemcpyDeviceToHost, stream));
-              CUDA_CHECK(cudaStreamSynchronize(stream));
-            } else {
-              std::vector<__nv_bfloat16> b(v.size());
-              CUDA_CHECK(cudaMemcpyAsync(b.data(), o, out_bytes, cudaMemcpyDeviceToHost, stream));
-              CUDA_CHECK(cudaStreamSynchronize(stream));
-              for (size_t i = 0; i < v.size(); ++i) v[i] = __bfloat162float(b[i]);
-            }
-            return v;
-          };
-          const std::vector<float> first = output(0);
-          float first_max = 0.0f;
-          for (float f : first) first_max = std::max(first_max, std::abs(f));
           std::vector<double> us(pickers.size(), 0.0);
-          nlohmann::json configs = nlohmann::json::array();
           int best = 0;
           for (int k = 0; k < static_cast<int>(pickers.size()); ++k) {
-            const Picker& pk = pickers[k];
             us[k] = timed(k);
-            const GemmLt::Choice c = pk.gemm->last_choice();
-            // A candidate the heuristic does not list falls back to the first, a split the candidate does
-            // not support to the unsplit candidate: neither is this configuration.
-            const bool applied = c.index == pk.candidate && (pk.split_k == 0 || c.split_k == pk.split_k);
-            double diff = 0.0;
-            if (applied && k > 0) {
-              const std::vector<float> got = output(k);
-              for (size_t i = 0; i < got.size(); ++i)
-                diff = std::max(diff, static_cast<double>(std::abs(got[i] - first[i])));
-              diff = first_max > 0.0f ? diff / first_max : diff;
-            }
-            configs.push_back({{"candidate", pk.candidate},
-                               {"split_k", pk.split_k},
-                               {"reduction", gemm_reduction_name(pk.reduction)},
-                               {"applied", applied},
-                               {"us", us[k]},
-                               {"max_rel_diff", diff},
-                               {"algo_id", c.algo_id},
-                               {"tile", c.tile},
-                               {"cluster", c.cluster},
-                               {"algo_split_k", c.split_k}});
-            if (!applied || !std::isfinite(diff) || diff > 0.02) us[k] = 0.0;
+            // A candidate the heuristic does not list falls back to the first: not a candidate.
+            if (k > 0 && pickers[k]->last_choice().index != k) us[k] = 0.0;
             if (us[k] > 0.0 && us[k] < us[best]) best = k;
           }
           bool picked = best > 0 && us[best] < (1.0 - pick_margin) * us[0];
@@ -306,31 +230,19 @@ int main(int argc, char** argv) {
             again_best = timed(best);
             picked = again_best < (1.0 - pick_margin) * again0;
           }
-          const Picker& b = pickers[best];
-          std::printf(" | %d%s%s | %.1f | %.3f | %s", b.candidate, b.split_k ? " split " : "",
-                      b.split_k
-                          ? (std::to_string(b.split_k) + " " + std::string(gemm_reduction_name(b.reduction))).c_str()
-                          : "",
-                      us[best], us[0] / us[best], picked ? "yes" : "no");
+          std::printf(" | %d | %.1f | %.3f | %s", best, us[best], us[0] / us[best], picked ? "yes" : "no");
           r["candidates_us"] = us;
-          r["configs"] = configs;
-          r["best_candidate"] = b.candidate;
-          r["best_split_k"] = b.split_k;
+          r["best_candidate"] = best;
           if (picked) {
             const double speedup = (us[0] + again0) / (us[best] + again_best);
-            nlohmann::json pick = {{"shape", s.name},
-                                   {"rows", T},
-                                   {"N", s.N},
-                                   {"K", s.K},
-                                   {"out", s.out == GemmOut::kF32 ? "F32" : "BF16"},
-                                   {"accumulate", s.accumulate},
-                                   {"candidate", b.candidate},
-                                   {"speedup", std::round(speedup * 1000.0) / 1000.0}};
-            if (b.split_k > 0) {
-              pick["split_k"] = b.split_k;
-              pick["reduction"] = gemm_reduction_name(b.reduction);
-            }
-            table["picks"].push_back(pick);
+            table["picks"].push_back({{"shape", s.name},
+                                      {"rows", T},
+                                      {"N", s.N},
+                                      {"K", s.K},
+                                      {"out", s.out == GemmOut::kF32 ? "F32" : "BF16"},
+                                      {"accumulate", s.accumulate},
+                                      {"candidate", best},
+                                      {"speedup", std::round(speedup * 1000.0) / 1000.0}});
           }
         }
         std::printf(" |\n");

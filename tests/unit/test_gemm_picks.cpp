@@ -30,8 +30,7 @@ nlohmann::json valid_table() {
     "buckets": "quarter",
     "picks": [
       {"rows": 640, "N": 12288, "K": 4096, "out": "BF16", "accumulate": false, "candidate": 3, "speedup": 1.06},
-      {"rows": 4096, "N": 4096, "K": 12288, "out": "BF16", "accumulate": true, "candidate": 1, "split_k": 4,
-       "reduction": "inplace"},
+      {"rows": 4096, "N": 4096, "K": 12288, "out": "BF16", "accumulate": true, "candidate": 1},
       {"rows": 512, "N": 126464, "K": 4096, "out": "F32", "accumulate": false, "candidate": 15}
     ]})");
 }
@@ -66,10 +65,6 @@ TEST(GemmBuckets, BucketRowsPerMode) {
     EXPECT_EQ(kernels::gemm_buckets_from_name(kernels::gemm_buckets_name(b)), b);
   EXPECT_FALSE(kernels::gemm_buckets_from_name("octave").has_value());
   EXPECT_FALSE(kernels::gemm_buckets_from_name("").has_value());
-  for (kernels::GemmReduction r :
-       {kernels::GemmReduction::kCompute, kernels::GemmReduction::kInPlace, kernels::GemmReduction::kOutput})
-    EXPECT_EQ(kernels::gemm_reduction_from_name(kernels::gemm_reduction_name(r)), r);
-  EXPECT_FALSE(kernels::gemm_reduction_from_name("fp32").has_value());
   static_assert(kernels::gemm_bucket_rows(int64_t{1} << 62, GemmBuckets::kQuarterOctave) == int64_t{1} << 62);
   EXPECT_EQ(gemm_bucket_rows(INT64_MAX, GemmBuckets::kPowerOfTwo), int64_t{1} << 62);  // no overflow
 }
@@ -84,11 +79,7 @@ TEST(GemmPickTable, ParsesEveryField) {
   EXPECT_EQ(t.picks[0].out, GemmOut::kBF16);
   EXPECT_FALSE(t.picks[0].accumulate);
   EXPECT_EQ(t.picks[0].candidate, 3);
-  EXPECT_EQ(t.picks[0].split_k, 0);  // the defaults of the optional split-K fields
-  EXPECT_EQ(t.picks[0].reduction, kernels::GemmReduction::kCompute);
   EXPECT_TRUE(t.picks[1].accumulate);
-  EXPECT_EQ(t.picks[1].split_k, 4);
-  EXPECT_EQ(t.picks[1].reduction, kernels::GemmReduction::kInPlace);
   EXPECT_EQ(t.picks[2].out, GemmOut::kF32);
   EXPECT_EQ(t.picks[2].candidate, 15);
 }
@@ -116,13 +107,6 @@ TEST(GemmPickTable, NamesTheBadFieldAndEntry) {
        "picks[0]: 'candidate' must be an integer in [0, 16)"},
       {[](nlohmann::json& j) { j["picks"][0]["candidate"] = -1; }, "'candidate' must be an integer in [0, 16)"},
       {[](nlohmann::json& j) { j["picks"][0]["candidate"] = int64_t{1} << 32; }, "'candidate' must be an integer"},
-      {[](nlohmann::json& j) { j["picks"][0]["split_k"] = 1; },
-       "picks[0]: 'split_k' must be 0 or an integer in [2, 64], got 1"},
-      {[](nlohmann::json& j) { j["picks"][0]["split_k"] = 65; }, "'split_k' must be 0 or an integer in [2, 64]"},
-      {[](nlohmann::json& j) { j["picks"][0]["split_k"] = "4"; }, "'split_k' must be 0 or an integer"},
-      {[](nlohmann::json& j) { j["picks"][1]["reduction"] = "fp32"; },
-       "picks[1]: 'reduction' must be compute, inplace or output, got \"fp32\""},
-      {[](nlohmann::json& j) { j["picks"][1]["reduction"] = 2; }, "'reduction' must be compute, inplace or output"},
       // 600 rows are not a quarter octave (640 is the next); under pow2, 640 is not a bucket either.
       {[](nlohmann::json& j) { j["picks"][0]["rows"] = 600; },
        "picks[0]: 'rows' 600 is not a row count of the quarter"},

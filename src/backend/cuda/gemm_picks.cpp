@@ -103,19 +103,6 @@ GemmPickTable parse_gemm_pick_table(const nlohmann::json& j, const std::string& 
                     "{}: 'candidate' must be an integer in [0, {}), got {}", where, kernels::kMaxGemmCandidates,
                     c.dump());
     p.candidate = static_cast<int>(c.get<int64_t>());
-    if (const auto sk = e.find("split_k"); sk != e.end()) {
-      FDLLM_CHECK_ARG(
-          sk->is_number_integer() &&
-              (sk->get<int64_t>() == 0 || (sk->get<int64_t>() >= 2 && sk->get<int64_t>() <= kernels::kMaxGemmSplitK)),
-          "{}: 'split_k' must be 0 or an integer in [2, {}], got {}", where, kernels::kMaxGemmSplitK, sk->dump());
-      p.split_k = static_cast<int>(sk->get<int64_t>());
-    }
-    if (const auto red = e.find("reduction"); red != e.end()) {
-      const auto scheme = red->is_string() ? kernels::gemm_reduction_from_name(red->get<std::string>()) : std::nullopt;
-      FDLLM_CHECK_ARG(scheme.has_value(), "{}: 'reduction' must be compute, inplace or output, got {}", where,
-                      red->dump());
-      p.reduction = *scheme;
-    }
     FDLLM_CHECK_ARG(kernels::gemm_bucket_rows(p.rows, t.target.buckets) == p.rows,
                     "{}: 'rows' {} is not a row count of the {} buckets (the next is {})", where, p.rows,
                     kernels::gemm_buckets_name(t.target.buckets), kernels::gemm_bucket_rows(p.rows, t.target.buckets));

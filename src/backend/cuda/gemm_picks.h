@@ -13,11 +13,8 @@
 //                       depends on it)
 //   "buckets":          "quarter" | "pow2" | "exact" (kernels::GemmBuckets the rows are buckets of)
 //   "picks":            array of {"rows", "N", "K": positive integers, "out": "BF16" | "F32",
-//                       "accumulate": bool, "candidate": integer in [0, 16)}, and optionally
-//                       "split_k": 0 or an integer in [2, 64] (default 0: the candidate's own K) and
-//                       "reduction": "compute" | "inplace" | "output" (default "compute"; see
-//                       kernels::GemmReduction); other fields (e.g. the measured "speedup") are kept
-//                       for readers and ignored here
+//                       "accumulate": bool, "candidate": integer in [0, 16)}; other fields (e.g. the
+//                       measured "speedup") are kept for readers and ignored here
 // Tables measured on this project's GPUs are built into the binary (gemm_picks/*.json); the backend
 // applies the one whose target equals the running one (resolve_gemm_picks).
 #pragma once

@@ -56,58 +56,6 @@ struct Plan {
   }
 };
 
-// The split-K configuration a pick asks for, set on `algo` where the algorithm supports it
-// (CUBLASLT_ALGO_CAP_SPLITK_SUPPORT and the reduction scheme in its mask). False (algo unchanged
-// or partly set: the caller discards it) otherwise.
-bool set_split_k(cublasLtMatmulAlgo_t& algo, int split_k, GemmReduction reduction) {
-  int32_t support = 0;
-  uint32_t mask = 0;
-  size_t written = 0;
-  if (cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &support, sizeof(support), &written) !=
-          CUBLAS_STATUS_SUCCESS ||
-      support == 0 ||
-      cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &mask, sizeof(mask),
-                                        &written) != CUBLAS_STATUS_SUCCESS)
-    return false;
-  const uint32_t scheme = reduction == GemmReduction::kInPlace  ? CUBLASLT_REDUCTION_SCHEME_INPLACE
-                          : reduction == GemmReduction::kOutput ? CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE
-                                                                : CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-  if ((mask & scheme) == 0) return false;
-  const int32_t parts = split_k;
-  return cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &parts, sizeof(parts)) ==
-             CUBLAS_STATUS_SUCCESS &&
-         cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme)) ==
-             CUBLAS_STATUS_SUCCESS;
-}
-
-// What `algo` is (GemmLt::Choice's configuration fields), -1 where cuBLASLt does not say.
-void describe(const cublasLtMatmulAlgo_t& algo, GemmLt::Choice& c) {
-  size_t written = 0;
-  int32_t id = -1, split = 1;
-  uint32_t tile = 0, scheme = 0;
-  uint16_t cluster = 0;
-  c.algo_id = cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), &written) ==
-                      CUBLAS_STATUS_SUCCESS
-                  ? id
-                  : -1;
-  c.tile = cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile), &written) ==
-                   CUBLAS_STATUS_SUCCESS
-               ? static_cast<int>(tile)
-               : -1;
-  c.cluster = cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster,
-                                                   sizeof(cluster), &written) == CUBLAS_STATUS_SUCCESS
-                  ? static_cast<int>(cluster)
-                  : -1;
-  c.split_k = cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split, sizeof(split),
-                                                   &written) == CUBLAS_STATUS_SUCCESS
-                  ? split
-                  : -1;
-  c.reduction = cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
-                                                     sizeof(scheme), &written) == CUBLAS_STATUS_SUCCESS
-                    ? static_cast<int>(scheme)
-                    : -1;
-}
-
 int alignment_of(const void* p) {
   const auto u = reinterpret_cast<uintptr_t>(p);
   int al = 16;
@@ -124,10 +72,9 @@ struct GemmLt::Impl {
   int tune_candidates = 0;
   GemmBuckets buckets = GemmBuckets::kQuarterOctave;
   std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans;
-  // Fixed picks: (bucket rows, N, K, output type, accumulate) -> the heuristic candidate to use,
-  // with its split-K configuration.
+  // Fixed picks: (bucket rows, N, K, output type, accumulate) -> the heuristic candidate to use.
   using PickKey = std::tuple<int64_t, int64_t, int64_t, int, bool>;
-  std::map<PickKey, GemmPick> picks;
+  std::map<PickKey, int> picks;
   // The algorithm per row bucket (key.T = gemm_bucket_rows(T, buckets)) and its candidate index:
   // the heuristic's first, or the pick's candidate.
   struct BucketAlgo {
@@ -192,29 +139,18 @@ struct GemmLt::Impl {
       // Picks are measured on 16-byte-aligned operands (bench/gemm_bench); others keep the first.
       const bool aligned = bk.align_x == 16 && bk.align_w == 16 && bk.align_out == 16;
       const auto pick = aligned ? picks.find({bk.T, bk.N, bk.K, bk.out_type, bk.accumulate}) : picks.end();
-      const int want = pick == picks.end() ? 0 : pick->second.candidate;
+      const int want = pick == picks.end() ? 0 : pick->second;
       cublasLtMatmulHeuristicResult_t r[kMaxGemmCandidates]{};
       const int found = heuristic(p.op, p.a, b, c, bk, want + 1, r);
       if (found < 1) return std::nullopt;
       const int index = want < found ? want : 0;  // a candidate the heuristic does not list: its first
-      cublasLtMatmulAlgo_t algo = r[index].algo;
-      if (pick != picks.end() && index == want && pick->second.split_k >= 2) {
-        // The split where the algorithm supports it and cuBLASLt takes it at the bucket's rows
-        // within our workspace; otherwise the candidate as listed.
-        cublasLtMatmulAlgo_t split = algo;
-        cublasLtMatmulHeuristicResult_t check{};
-        if (set_split_k(split, pick->second.split_k, pick->second.reduction) &&
-            cublasLtMatmulAlgoCheck(handle, p.op, p.a, b, c, c, &split, &check) == CUBLAS_STATUS_SUCCESS &&
-            check.workspaceSize <= workspace_bytes)
-          algo = split;
-      }
-      it = bucket_algos.emplace(bk, BucketAlgo{algo, index}).first;
+      it = bucket_algos.emplace(bk, BucketAlgo{r[index].algo, index}).first;
     }
     cublasLtMatmulHeuristicResult_t check{};
-    if (cublasLtMatmulAlgoCheck(handle, p.op, p.a, p.b, p.c, p.c, &it->second.algo, &check) == CUBLAS_STATUS_SUCCESS &&
-        check.workspaceSize <= workspace_bytes)
-      return it->second;
-    return std::nullopt;
+    if (cublasLtMatmulAlgoCheck(handle, p.op, p.a, p.b, p.c, p.c, &it->second.algo, &check) != CUBLAS_STATUS_SUCCESS ||
+        check.workspaceSize > workspace_bytes)
+      return std::nullopt;
+    return it->second;
   }
 
   /// The fastest of `results` for this call (median of 3 after a warm-up, events on `stream`).
@@ -277,8 +213,7 @@ struct GemmLt::Impl {
     if (tune_candidates <= 1) {  // the row bucket's algorithm, where cuBLASLt takes it for these rows
       if (const auto algo = bucket_algorithm(key, *p, out_dt)) {
         p->algo = algo->algo;
-        p->choice.index = algo->index;
-        describe(p->algo, p->choice);
+        p->choice = {algo->index, 0};
         return *plans.emplace(key, std::move(p)).first->second;
       }
     }
@@ -292,9 +227,7 @@ struct GemmLt::Impl {
                          ? fastest(*p, results, found, x, w, out, out_bytes, key.accumulate, stream)
                          : 0;
     p->algo = results[pick].algo;
-    p->choice.index = pick;
-    p->choice.candidates = tune_candidates > 1 ? found : 0;
-    describe(p->algo, p->choice);
+    p->choice = {pick, tune_candidates > 1 ? found : 0};
     auto [ins, ok] = plans.emplace(key, std::move(p));
     (void)ok;
     return *ins->second;
@@ -332,7 +265,7 @@ GemmLt::Choice GemmLt::last_choice() const noexcept { return impl_->last; }
 int64_t GemmLt::library_version() noexcept { return static_cast<int64_t>(cublasLtGetVersion()); }
 
 void GemmLt::set_picks(const std::vector<GemmPick>& picks) {
-  std::map<Impl::PickKey, GemmPick> table;
+  std::map<Impl::PickKey, int> table;
   for (const GemmPick& p : picks) {
     FDLLM_CHECK_ARG(p.rows > 0 && p.N > 0 && p.K > 0, "matmul picks: sizes must be positive, got rows {} N {} K {}",
                     p.rows, p.N, p.K);
@@ -341,10 +274,8 @@ void GemmLt::set_picks(const std::vector<GemmPick>& picks) {
     FDLLM_CHECK_ARG(p.candidate >= 0 && p.candidate < kMaxGemmCandidates,
                     "matmul picks: candidate {} is outside [0, {}) (rows {}, N {}, K {})", p.candidate,
                     kMaxGemmCandidates, p.rows, p.N, p.K);
-    FDLLM_CHECK_ARG(p.split_k == 0 || (p.split_k >= 2 && p.split_k <= kMaxGemmSplitK),
-                    "matmul picks: split_k {} is neither 0 nor in [2, {}] (rows {}, N {}, K {})", p.split_k,
-                    kMaxGemmSplitK, p.rows, p.N, p.K);
-    const bool added = table.emplace(Impl::PickKey{p.rows, p.N, p.K, static_cast<int>(p.out), p.accumulate}, p).second;
+    const bool added =
+        table.emplace(Impl::PickKey{p.rows, p.N, p.K, static_cast<int>(p.out), p.accumulate}, p.candidate).second;
     FDLLM_CHECK_ARG(added, "matmul picks: two picks for rows {} N {} K {} ({} output, accumulate {})", p.rows, p.N, p.K,
                     p.out == GemmOut::kF32 ? "F32" : "BF16", p.accumulate);
   }

@@ -25,11 +25,9 @@
 // octave (bench/results/2026-12-03-h200-gemm-quarter-buckets/).
 //
 // Picks (set_picks): for a listed (bucket rows, N, K, output, beta) the bucket's algorithm is the
-// heuristic's candidate-th instead of its first, optionally with its K split into parts summed in a
-// fixed order (GemmPick::split_k, reduction: more CTAs for weight-streaming GEMMs with few rows):
-// measured once per GPU and cuBLASLt version by bench/gemm_bench --write-picks (the fastest of the
-// first candidates, and with --split-k of their splits, where it beats the first by a margin), so
-// the choice stays a function of the shape, unlike tune_candidates' timing at run time.
+// heuristic's candidate-th instead of its first: measured once per GPU and cuBLASLt version by
+// bench/gemm_bench --write-picks (the fastest of the first candidates where it beats the first by a
+// margin), so the choice stays a function of the shape, unlike tune_candidates' timing at run time.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -65,12 +63,10 @@ class GemmLt {
 
   /// Replaces the fixed picks (see the file comment) and forgets every cached plan and bucket
   /// algorithm, so the next calls choose again. A pick whose candidate the heuristic does not list
-  /// for its shape falls back to the first; a split the candidate does not support (split-K
-  /// capability, reduction scheme, workspace) leaves it unsplit; picks apply to 16-byte-aligned
-  /// operands only, and not at all with tune_candidates > 1. Throws Error(kInvalidArgument) for a
-  /// pick with non-positive sizes, rows that are not a row count of this GemmLt's buckets, a
-  /// candidate outside [0, kMaxGemmCandidates), split_k neither 0 nor in [2, kMaxGemmSplitK], or two
-  /// picks for one shape.
+  /// for its shape falls back to the first; picks apply to 16-byte-aligned operands only, and not at
+  /// all with tune_candidates > 1. Throws Error(kInvalidArgument) for a pick with
+  /// non-positive sizes, rows that are not a row count of this GemmLt's buckets, a candidate outside
+  /// [0, kMaxGemmCandidates), or two picks for one shape.
   void set_picks(const std::vector<GemmPick>& picks);
 
   /// cublasLtGetVersion() of the loaded cuBLASLt (pick tables are measured per version).
@@ -81,13 +77,10 @@ class GemmLt {
   /// cuBLASLt heuristic queries made so far (one per row bucket and shape; tests and logs).
   size_t heuristic_queries() const noexcept;
   /// What the plan of the last matmul call chose: its index in the heuristic's list (0 = the
-  /// heuristic's first; a pick's candidate when one served it), the candidates that were timed
-  /// (0 without tuning), and the algorithm's cuBLASLt configuration (CUBLASLT_ALGO_CONFIG_ID,
-  /// TILE_ID, CLUSTER_SHAPE_ID, SPLITK_NUM, REDUCTION_SCHEME; -1 where cuBLASLt does not say):
-  /// split_k >= 2 when a pick's split served it.
+  /// heuristic's first; a pick's candidate when one served it) and the candidates that were timed
+  /// (0 without tuning).
   struct Choice {
     int index = 0, candidates = 0;
-    int algo_id = -1, tile = -1, cluster = -1, split_k = -1, reduction = -1;
   };
   Choice last_choice() const noexcept;
 

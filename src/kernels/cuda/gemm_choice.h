@@ -51,50 +51,17 @@ constexpr std::optional<GemmBuckets> gemm_buckets_from_name(std::string_view nam
 /// depends on it).
 inline constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
 
-/// How the K parts of a split-K GEMM are summed (cuBLASLt's CUBLASLT_REDUCTION_SCHEME_*; every
-/// scheme adds the parts in a fixed order, so results are deterministic):
-///   kCompute: in fp32 in the cuBLASLt workspace, rounded to the output type once (COMPUTE_TYPE);
-///   kInPlace: in the output buffer, in the output type (INPLACE: bf16 roundings per part for a
-///             bf16 output);
-///   kOutput:  in the workspace, in the output type (OUTPUT_TYPE).
-enum class GemmReduction { kCompute, kInPlace, kOutput };
-
-/// "compute" / "inplace" / "output": the names pick tables and gemm_bench use.
-constexpr std::string_view gemm_reduction_name(GemmReduction r) noexcept {
-  switch (r) {
-    case GemmReduction::kInPlace: return "inplace";
-    case GemmReduction::kOutput: return "output";
-    case GemmReduction::kCompute: break;
-  }
-  return "compute";
-}
-
-/// The scheme named `name` (gemm_reduction_name's inverse), or nullopt for any other name.
-constexpr std::optional<GemmReduction> gemm_reduction_from_name(std::string_view name) noexcept {
-  for (GemmReduction r : {GemmReduction::kCompute, GemmReduction::kInPlace, GemmReduction::kOutput})
-    if (name == gemm_reduction_name(r)) return r;
-  return std::nullopt;
-}
-
-/// The most K parts a pick may split a GEMM into.
-inline constexpr int kMaxGemmSplitK = 64;
-
 /// A fixed algorithm for one GEMM shape at one row bucket: the `candidate`-th algorithm cuBLASLt's
 /// heuristic lists for out[rows, N] = x[rows, K] · w[N, K]ᵀ (0 = its first, what GemmLt uses
-/// without a pick), optionally with its K dimension split into `split_k` parts (>= 2; 0 keeps the
-/// candidate's own configuration) summed by `reduction`: a weight-streaming GEMM with few rows
-/// otherwise leaves most SMs idle (issue 13, item 4). `rows` is a bucket's row count
-/// (gemm_bucket_rows(rows) == rows); the pick then serves every row count of that bucket. Picks are
-/// measured per GPU and cuBLASLt version (bench/gemm_bench --write-picks, --split-k) on
-/// 16-byte-aligned operands and apply to those only; they are a function of the shape alone, so
-/// reruns stay bitwise identical.
+/// without a pick). `rows` is a bucket's row count (gemm_bucket_rows(rows) == rows); the pick then
+/// serves every row count of that bucket. Picks are measured per GPU and cuBLASLt version
+/// (bench/gemm_bench --write-picks) on 16-byte-aligned operands and apply to those only; they are a
+/// function of the shape alone, so reruns stay bitwise identical.
 struct GemmPick {
   int64_t rows = 0, N = 0, K = 0;
   GemmOut out = GemmOut::kBF16;
   bool accumulate = false;
   int candidate = 0;  ///< in [0, kMaxGemmCandidates)
-  int split_k = 0;    ///< 0, or in [2, kMaxGemmSplitK]
-  GemmReduction reduction = GemmReduction::kCompute;  ///< used when split_k >= 2
 };
 
 /// The most heuristic candidates GemmLt asks for (tuning and picks).
