@@ -16,9 +16,9 @@ The floor of one iteration, from measurements taken by this script in the same r
     timed by replaying 20 calls captured in a CUDA graph (`--sdpa-timing graph`, the default since
     2026-12-04), the way the engine replays its layer loop: GPU time only. Issued eagerly from Python
     (`--sdpa-timing eager`, every floor in bench/results before 2026-12-04) the one-slot term measured
-    17.4-42.1 us per call on one machine within a minute against 14.0-15.3 us replayed, i.e. host
-    dispatch (bench/results/2026-12-04-h200-split-k-prefetch/); at 16 and 32 slots the two differ by
-    2-6%. A shape whose capture fails falls back to eager and says so.
+    17.4 and 42.1 us per call in one process against 14.5 and 15.3 us replayed (14.0-14.5 us in three
+    later calls), i.e. host dispatch (bench/results/2026-12-04-h200-split-k-prefetch/); at 16 and 32
+    slots the two differ by 2-6%. A shape whose capture fails falls back to eager and says so.
 Elementwise ops (norms, SwiGLU, RoPE, selection) count as free: a fused implementation hides them.
 
   python3 bench/iteration_floor.py --a-bin build-gpu/flashdllm --b-env FLASHDLLM_CUDA_GRAPHS=0 \\
