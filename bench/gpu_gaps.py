@@ -104,6 +104,9 @@ def main():
     ap.add_argument("--min-gap-us", type=float, default=5.0)
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--nsys", default="nsys", help="the nsys binary")
+    ap.add_argument("--importer", default=None, help="QdstrmImporter, for an nsys that leaves a .qdstrm (Nsight "
+                    "Compute's bundled target nsys) instead of a report")
     a = ap.parse_args()
     if not 0.0 <= a.frac_from < a.frac_to <= 1.0:
         raise SystemExit("gpu_gaps: need 0 <= --from < --to <= 1")
@@ -115,12 +118,16 @@ def main():
     cmd += a.gen_args.split() + [p for p in prompts if p]
     with tempfile.TemporaryDirectory() as tmp:
         rep = os.path.join(tmp, "gaps")
-        prof = ["nsys", "profile", "--trace=cuda", "--sample=none", "--cpuctx-switch=none", "--force-overwrite=true",
-                "-o", rep] + cmd
+        prof = [a.nsys, "profile", "--trace=cuda", "--sample=none", "--force-overwrite=true", "-o", rep] + cmd
         p = subprocess.run(prof, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if p.returncode != 0:
             raise SystemExit(f"gpu_gaps: nsys profile failed ({p.returncode}):\n{p.stderr[-2000:]}")
-        p = subprocess.run(["nsys", "export", "--type=sqlite", "--force-overwrite=true", "-o", rep + ".sqlite",
+        if not os.path.exists(rep + ".nsys-rep") and a.importer and os.path.exists(rep + ".qdstrm"):
+            p = subprocess.run([a.importer, "-i", rep + ".qdstrm"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+            if p.returncode != 0:
+                raise SystemExit(f"gpu_gaps: {a.importer} failed ({p.returncode}):\n{p.stderr[-2000:]}")
+        p = subprocess.run([a.nsys, "export", "--type=sqlite", "--force-overwrite=true", "-o", rep + ".sqlite",
                             rep + ".nsys-rep"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if p.returncode != 0:
             raise SystemExit(f"gpu_gaps: nsys export failed ({p.returncode}):\n{p.stderr[-2000:]}")
