@@ -1,0 +1,36 @@
+#!/bin/bash
+# l2load: the L2 prefetch experiment's variants at one slot, each against prefetch off in the same floor call.
+# Usage: bash .carry/run48.sh <tree> <commit>
+set -u
+cd "$(dirname "$0")/.."
+git checkout -- data/gsm8k_train.jsonl 2>/dev/null
+tree=$(git add -A >/dev/null 2>&1; git write-tree 2>/dev/null); git reset -q 2>/dev/null
+if [[ "$tree" == "$1" ]]; then export FLASHDLLM_COMMIT=$2; echo "tree matches commit $2"; else echo "tree $tree != $1: dirty"; fi
+mkdir -p .deps
+[[ -f .deps/cudnn-frontend/include/cudnn_frontend.h ]] || tar -xJf .carry/cudnn-frontend.tar.xz -C .deps
+[[ -f .deps/cutlass/include/cute/tensor.hpp ]] || tar -xJf .carry/cutlass.tar.xz -C .deps
+t0=$(date +%s)
+(FLASHDLLM_GPU_CHECK_BUDGET=300 bash scripts/gpu_check.sh --build-only > /tmp/build.log 2>&1) || { tail -30 /tmp/build.log; exit 1; }
+echo "built $(( $(date +%s) - t0 )) s"
+export LD_LIBRARY_PATH=/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu/openblas-openmp:/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+B=build-gpu
+timeout 100 $B/tests/test_cuda_prefetch --gtest_color=no > /tmp/p.txt 2>&1; echo "test_cuda_prefetch rc=$?"; grep -E "^\[  (PASSED|FAILED)" /tmp/p.txt
+for m in hint load loadlast; do
+  FLASHDLLM_L2_PREFETCH_MODE=$m FLASHDLLM_L2_PREFETCH_JOIN=1 timeout 150 $B/tests/test_cuda_forward --gtest_color=no \
+    --gtest_filter='*refetch*' > /tmp/f.txt 2>&1; echo "test_cuda_forward prefetch tests ($m, join) rc=$?"; grep -E "^\[  (PASSED|FAILED)|Failure" /tmp/f.txt | head -4
+done
+echo "at $(( $(date +%s) - t0 )) s"
+run() {  # name, B env...
+  local name=$1; shift
+  local benv=(); for e in "$@"; do benv+=(--b-env "$e"); done
+  timeout 120 python3 bench/iteration_floor.py --a-bin $B/flashdllm --a-env FLASHDLLM_L2_PREFETCH_MB=0 "${benv[@]}" \
+    --slots 1 --per-iter 4 --repeats 2 --json $OUT/floor_$name.json > $OUT/floor_$name.md 2>&1
+  echo "$name ($*): rc=$? at $(( $(date +%s) - t0 )) s"; grep -E "^\| 1 " $OUT/floor_$name.md
+}
+run attn_hint FLASHDLLM_L2_PREFETCH_MB=40 FLASHDLLM_L2_PREFETCH_MAX_WEIGHT_MB=40 FLASHDLLM_L2_PREFETCH_MODE=hint FLASHDLLM_L2_PREFETCH_JOIN=1
+run attn_load FLASHDLLM_L2_PREFETCH_MB=40 FLASHDLLM_L2_PREFETCH_MAX_WEIGHT_MB=40 FLASHDLLM_L2_PREFETCH_MODE=load FLASHDLLM_L2_PREFETCH_JOIN=1
+run attn_loadlast FLASHDLLM_L2_PREFETCH_MB=40 FLASHDLLM_L2_PREFETCH_MAX_WEIGHT_MB=40 FLASHDLLM_L2_PREFETCH_MODE=loadlast FLASHDLLM_L2_PREFETCH_JOIN=1
+run attn_load_nojoin FLASHDLLM_L2_PREFETCH_MB=40 FLASHDLLM_L2_PREFETCH_MAX_WEIGHT_MB=40 FLASHDLLM_L2_PREFETCH_MODE=load
+run attn_load_132 FLASHDLLM_L2_PREFETCH_MB=40 FLASHDLLM_L2_PREFETCH_MAX_WEIGHT_MB=40 FLASHDLLM_L2_PREFETCH_MODE=load FLASHDLLM_L2_PREFETCH_JOIN=1 FLASHDLLM_L2_PREFETCH_BLOCKS=132
+run all16_load FLASHDLLM_L2_PREFETCH_MB=16 FLASHDLLM_L2_PREFETCH_MODE=load FLASHDLLM_L2_PREFETCH_JOIN=1
+echo "elapsed $(( $(date +%s) - t0 )) s"
