@@ -4,14 +4,20 @@
 
 Runs `flashdllm generate` at the LLaDA-8B shape (dummy weights, P-token prompts, gen G, forced schedule F,
 S slots, extra generate arguments such as `--verify --verify-kept commits`) under `nsys profile --trace
-cuda` (CUDA API and GPU activity only; no CPU sampling), exports the report to SQLite and reads every
-GPU activity (kernels, memcpys, memsets) with its start and end. The steady window is the middle of the
+cuda --cuda-graph-trace=node` (CUDA API and GPU activity, every kernel of a replayed CUDA graph its own
+activity; no CPU sampling), exports the report to SQLite and reads every GPU activity (kernels, memcpys,
+memsets) with its start and end. The steady window is the middle of the
 timeline: from --from to --to of the span between the first and the last kernel (defaults 0.5 and 0.95:
 past the weight initialisation, the admission prefills and the first iterations). In that window it
 reports the time the GPU was busy (the union of the activities) and idle, and groups the idle gaps of at
 least --min-gap-us by the activities on either side of them (the kernel's base name, or "memcpy HtoD" /
 "memcpy DtoH" / "memset"): count, total and median gap. A gap after the token selection and before the
 next pass's uploads is host work between passes; a gap inside a replayed layer loop is launch latency.
+Tracing graph nodes one by one slows graph launches: on the H200 at one slot it showed a 0.7 ms gap
+between the plan kernel and a replay's first kernel, which untraced iterations (5.5 ms, about their
+kernel sum) cannot have. Read gaps at the start of or inside a replay as upper bounds.
+Where nsys only writes a .qdstrm (Nsight Compute's bundled target nsys), --importer names the
+QdstrmImporter that turns it into a report (bench/results/2026-12-04-h200-gpu-gaps/ ran it so).
 
   python3 bench/gpu_gaps.py --bin build-gpu/flashdllm --slots 32 --gen-args="--verify --verify-kept commits" \\
       --json out/gpu_gaps.json > out/gpu_gaps.md
