@@ -111,7 +111,8 @@ class RequestStream {
   virtual ~RequestStream() = default;
   virtual uint64_t id() const noexcept = 0;
   /// The next event, waiting at most `timeout`; nullopt when none came in time or when the final
-  /// event was already returned (then finished() is true).
+  /// event was already returned (then finished() is true). A timeout of zero (or less) does not wait
+  /// at all: an event already queued, else nullopt.
   virtual std::optional<RequestEvent> next(std::chrono::milliseconds timeout) = 0;
   /// Asks the engine to stop the request: a queued one is dropped, a running one frees its slot at
   /// the next iteration; a final event with FinishReason::kCancelled follows. Idempotent.

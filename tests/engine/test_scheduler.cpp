@@ -287,6 +287,10 @@ TEST(Scheduler, EventsAddUpToTheResultAndSlotsRefill) {
     r.stream_text = true;
     r.finish_early = true;
     s.push_back(sched.submit(std::move(r)));
+    // Nothing is queued before the first iteration: a zero timeout returns at once, empty-handed.
+    EXPECT_FALSE(s.back()->next(std::chrono::milliseconds(0)).has_value());
+    EXPECT_FALSE(s.back()->next(std::chrono::milliseconds(-5)).has_value());
+    EXPECT_FALSE(s.back()->finished());
   }
   int64_t steps = 0;
   while (sched.step()) {
