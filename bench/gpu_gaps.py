@@ -124,7 +124,8 @@ def main():
     cmd += a.gen_args.split() + [p for p in prompts if p]
     with tempfile.TemporaryDirectory() as tmp:
         rep = os.path.join(tmp, "gaps")
-        prof = [a.nsys, "profile", "--trace=cuda", "--cuda-graph-trace=node", "--sample=none", "--force-overwrite=true", "-o", rep] + cmd
+        prof = [a.nsys, "profile", "--trace=cuda", "--cuda-graph-trace=node", "--sample=none", "--force-overwrite=true",
+                "-o", rep] + cmd
         p = subprocess.run(prof, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if p.returncode != 0:
             raise SystemExit(f"gpu_gaps: nsys profile failed ({p.returncode}):\n{p.stderr[-2000:]}")
@@ -141,8 +142,8 @@ def main():
     span, busy, gaps, groups, n = analyse(acts, a.frac_from, a.frac_to, a.min_gap_us * 1e3)
     idle = span - busy
     print(f"LLaDA-8B shape (dummy weights), {a.slots} slots, {a.prompt}-token prompts, gen {a.gen}, forced "
-          f"{a.per_iter}/iteration, `{a.gen_args}`; nsys --trace cuda, graph nodes traced; window {a.frac_from:.2f}-{a.frac_to:.2f} of "
-          f"the kernel span: {n} GPU activities\n")
+          f"{a.per_iter}/iteration, `{a.gen_args}`; nsys --trace cuda, graph nodes traced; window "
+          f"{a.frac_from:.2f}-{a.frac_to:.2f} of the kernel span: {n} GPU activities\n")
     print(f"span {span / 1e6:.2f} ms, GPU busy {busy / 1e6:.2f} ms ({100 * busy / span:.1f}%), idle {idle / 1e6:.2f} ms "
           f"in {len(gaps)} gaps ({sum(1 for g in gaps if g[0] >= a.min_gap_us * 1e3)} of >= {a.min_gap_us:g} us)\n")
     print(f"| before the gap | after the gap | gaps | total ms | median us | share of idle |")
