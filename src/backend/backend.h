@@ -315,6 +315,12 @@ class Backend {
   /// out[r, :] = x[rows[r], :].  x [T, D]; rows I32 [R]; out [R, D].
   virtual void gather_rows(Tensor x, Tensor rows, Tensor out) = 0;
 
+  /// out[r] = x[r, cols[r]]: one element per row.  x F32 [R, V]; cols I32 [R]; out F32 [R].
+  /// A column outside [0, V) gives NaN (no error): e.g. the argmax select_tokens leaves on a row
+  /// without a finite logit. Flash-Verify's p(draft) reads ℓ_draft and ℓ_argmax this way, on the
+  /// device, so that they come back in the selection's one copy (denoise/flash_cache.cpp).
+  virtual void gather_columns(Tensor x, Tensor cols, Tensor out) = 0;
+
   // ---------------------------------------------------------------- denoiser ops
   /// Classifier-free guidance (reference §B): out = uncond + (scale + 1)·(cond − uncond). F32 [R, V].
   /// out may alias cond.

@@ -136,6 +136,9 @@ class ProfilingBackend final : public Backend {
   void gather_rows(Tensor x, Tensor rows, Tensor out) override {
     timed("gather_rows", [&] { inner_->gather_rows(x, rows, out); });
   }
+  void gather_columns(Tensor x, Tensor cols, Tensor out) override {
+    timed("gather_columns", [&] { inner_->gather_columns(x, cols, out); });
+  }
   void cfg_combine(Tensor cond, Tensor uncond, float scale, Tensor out) override {
     timed("cfg_combine", [&] { inner_->cfg_combine(cond, uncond, scale, out); });
   }

@@ -367,7 +367,7 @@ struct PoolShape {
   // Verify pass: a tile of at most 2·bm rows per slot (k1 + 2·S <= 2·bm for verify_kept commits), at
   // most the cap's mask rows, keys < seqlen_k <= Ls.
   int64_t v_tokens = 0, v_logit_rows = 0, v_tiles = 0, v_keys = 0;
-  size_t v_x0 = 0, v_conf = 0, v_idx = 0, v_val = 0;  // [x0 | conf | gather indices | gathered values]
+  size_t v_x0 = 0, v_conf = 0, v_val = 0, v_drafts = 0;  // [x0 | conf | ℓ_draft, ℓ_argmax | drafts]
 };
 
 PoolShape pool_shape(const FlashCacheOptions& o, int64_t n, int64_t T) {
@@ -401,8 +401,8 @@ PoolShape pool_shape(const FlashCacheOptions& o, int64_t n, int64_t T) {
   const auto VR = static_cast<size_t>(p.v_logit_rows);
   p.v_x0 = pad256(VR * 4);
   p.v_conf = pad256(VR * 8);
-  p.v_idx = pad256(2 * VR * 4);
-  p.v_val = 2 * VR * 4;
+  p.v_val = pad256(2 * VR * 4);
+  p.v_drafts = VR * 4;
   return p;
 }
 
@@ -425,7 +425,7 @@ FlashPoolBytes flash_pool_bytes(const LladaConfig& cfg, DType act, const FlashCa
   b.kv = kv_store_bytes(act, cfg, n_slots * p.Ls, /*shared_across_layers=*/false, tp);
   b.workspace = pool_workspace_bytes(p, o, cfg, act, tp);
   b.selection = p.sel_bytes;
-  if (o.verify) b.verify = p.v_x0 + p.v_conf + p.v_idx + p.v_val;
+  if (o.verify) b.verify = p.v_x0 + p.v_conf + p.v_val + p.v_drafts;
   return b;
 }
 
@@ -501,14 +501,15 @@ void FlashCacheDenoiser::allocate_pool(const SlotPool& pool) {
   if (!opt_.verify) return;
   vws_ = make_forward_workspace(backend_, c, p.v_tokens, p.v_logit_rows, p.v_tiles, p.v_keys, model_.tp, &ws_buf_);
   const int64_t VR = vws_.max_logit_rows;
-  vsel_buf_ = backend_.alloc(p.v_x0 + p.v_conf + p.v_idx + p.v_val, "flash-verify selection outputs");
+  vsel_buf_ = backend_.alloc(p.v_x0 + p.v_conf + p.v_val + p.v_drafts, "flash-verify selection outputs");
   char* base = static_cast<char*>(vsel_buf_.data());
   vx0_ = Tensor(base, DType::kI32, backend_.device(), {VR});
   vconf_ = Tensor(base + p.v_x0, DType::kF64, backend_.device(), {VR});
   vconf_offset_ = p.v_x0;
-  vsel_host_.assign(p.v_x0 + p.v_conf, std::byte{0});
-  vidx_ = Tensor(base + p.v_x0 + p.v_conf, DType::kI32, backend_.device(), {2 * VR});
-  vval_ = Tensor(base + p.v_x0 + p.v_conf + p.v_idx, DType::kF32, backend_.device(), {2 * VR, 1});
+  vval_offset_ = p.v_x0 + p.v_conf;
+  vval_ = Tensor(base + vval_offset_, DType::kF32, backend_.device(), {2 * VR});
+  vdrafts_ = Tensor(base + vval_offset_ + p.v_val, DType::kI32, backend_.device(), {VR});
+  vsel_host_.assign(vval_offset_ + p.v_val, std::byte{0});
   stats_.pool_bytes += vsel_buf_.bytes();
 }
 
@@ -772,35 +773,32 @@ std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer
     stats_.verify_forwards += 1;
     stats_.verify_query_rows += VT;
     // Mask-view argmax / max probability (select_tokens), then p(draft) = p_max · exp(ℓ_draft − ℓ_argmax)
-    // from the two gathered logits (the same float64 softmax, without copying whole logit rows).
+    // from the two logits gathered on the device (the same float64 softmax, without copying whole
+    // logit rows): x0 | conf | ℓ_draft | ℓ_argmax come back in one copy, one host synchronisation.
     std::vector<int32_t> vx0(static_cast<size_t>(VR));
     std::vector<double> vconf(static_cast<size_t>(VR));
     std::vector<float> vval(static_cast<size_t>(2 * VR));
     std::vector<int32_t> drafts;
     std::vector<size_t> vbad;  // mask-view rows with non-finite confidences: their slots fail alone
     for (const FlashVerifyTile& v : tiles) drafts.insert(drafts.end(), v.drafts.begin(), v.drafts.end());
+    FDLLM_ASSERT_MSG(static_cast<int64_t>(drafts.size()) == VR, "flash-verify: {} drafts for {} mask rows",
+                     drafts.size(), VR);
     if (VR > 0) {
       SelectParams sp;
       sp.confidence_f64 = true;
       Tensor x0_dev = vx0_.slice_rows(0, VR), conf_dev = vconf_.slice_rows(0, VR);
+      Tensor drafts_dev = vdrafts_.slice_rows(0, VR);
+      backend_.copy_from_host(drafts_dev, drafts.data());
       backend_.select_tokens(vlogits, vws_.row_keys.slice_rows(0, VR), sp, x0_dev, conf_dev);
-      copy_prefix(vsel_buf_, vconf_offset_ + static_cast<size_t>(VR) * 8, vsel_host_);  // x0 | conf at once
+      // ℓ_argmax of a row without a finite logit is NaN (its argmax may be out of range): such a row
+      // has a non-finite confidence and fails its slot below without reading it.
+      backend_.gather_columns(vlogits, drafts_dev, vval_.slice_rows(0, VR));
+      backend_.gather_columns(vlogits, x0_dev, vval_.slice_rows(VR, 2 * VR));
+      copy_prefix(vsel_buf_, vval_offset_ + static_cast<size_t>(2 * VR) * 4, vsel_host_);
       std::memcpy(vx0.data(), vsel_host_.data(), static_cast<size_t>(VR) * sizeof(int32_t));
       std::memcpy(vconf.data(), vsel_host_.data() + vconf_offset_, static_cast<size_t>(VR) * sizeof(double));
+      std::memcpy(vval.data(), vsel_host_.data() + vval_offset_, static_cast<size_t>(2 * VR) * sizeof(float));
       vbad = check_selection({}, vconf, c.mask_token_id, "flash-verify");
-      const int64_t V = vlogits.row_size();
-      FDLLM_CHECK_ARG(VR * V < (int64_t{1} << 31), "flash-verify: {} mask rows × vocabulary {} exceed 2^31 logits",
-                      VR, V);
-      std::vector<int32_t> idx(static_cast<size_t>(2 * VR));
-      for (int64_t r = 0; r < VR; ++r) {
-        idx[static_cast<size_t>(r)] = static_cast<int32_t>(r * V + drafts[static_cast<size_t>(r)]);
-        const int32_t top = vx0[static_cast<size_t>(r)];  // any value on a non-finite row: kept in range
-        idx[static_cast<size_t>(VR + r)] = static_cast<int32_t>(r * V + (top >= 0 && top < V ? top : 0));
-      }
-      Tensor idx_dev = vidx_.slice_rows(0, 2 * VR), val_dev = vval_.slice_rows(0, 2 * VR);
-      backend_.copy_from_host(idx_dev, idx.data());
-      backend_.gather_rows(vlogits.reshape({VR * V, 1}), idx_dev, val_dev);
-      backend_.copy_to_host(vval.data(), val_dev);
     }
     size_t m0 = 0;
     for (const FlashVerifyTile& v : tiles) {

@@ -416,12 +416,14 @@ class FlashCacheDenoiser : public Denoiser {
   void fetch_selection(int64_t R, bool with_scores, std::vector<int32_t>& x0, std::vector<double>& conf);
   /// The first `bytes` (a multiple of 4) of the device buffer `buf` into `host`, one copy_to_host.
   void copy_prefix(const Buffer& buf, size_t bytes, std::vector<std::byte>& host);
-  // Verify pass: its workspace (in ws_buf_), selection outputs and the logit gather of p(draft).
+  // Verify pass: its workspace (in ws_buf_), selection outputs and the logit gather of p(draft), in
+  // one buffer [x0 | conf | ℓ_draft, ℓ_argmax | drafts] (256-byte aligned parts): the first three come
+  // back in one copy.
   ForwardWorkspace vws_;
   Buffer vsel_buf_;
-  Tensor vx0_, vconf_, vidx_, vval_;
-  size_t vconf_offset_ = 0;           // vconf_ in vsel_buf_, right after vx0_: x0 | conf come back in one copy
-  std::vector<std::byte> vsel_host_;  // host image of vsel_buf_'s x0 | conf
+  Tensor vx0_, vconf_, vval_, vdrafts_;
+  size_t vconf_offset_ = 0, vval_offset_ = 0;  // vconf_ / vval_ in vsel_buf_
+  std::vector<std::byte> vsel_host_;           // host image of vsel_buf_'s x0 | conf | values
 };
 
 }  // namespace flashdllm

@@ -1,11 +1,12 @@
 // CUDA backend vs CPU backend (the oracle), op by op: memory, upload_weight, embedding, rmsnorm,
-// matmul, qkv_rope_store, swiglu, gather_rows, and the validation / device-side error paths.
+// matmul, qkv_rope_store, swiglu, gather_rows, gather_columns, and the validation / device-side error paths.
 // Attention is in test_cuda_attention.cpp, cfg_combine / select_tokens in test_cuda_select.cpp.
 //
 // Every test runs twice: Small/... (tiny shapes; the set compute-sanitizer runs) and Sweep/...
 // (odd sizes, sizes off the tile multiples, LLaDA-8B widths). See kernels/cuda_twin.h for the
 // harness (poisoning, bf16-rounded inputs, skip without a GPU).
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -519,6 +520,55 @@ TEST_P(CudaOps, GatherRowsOutOfRangeIsReported) {
   put_i32(*twin_, i.t, {3, -1});
   EXPECT_TRUE(twin::throws_error(
       *twin_, [&] { twin_->gather_rows(x.t, i.t, o.t); }, ErrorCode::kInvalidArgument, "gather_rows"));
+}
+
+// ----------------------------------------------------------------------------- gather_columns
+
+// One logit per row (Flash-Verify's ℓ_draft / ℓ_argmax): the same bits as the CPU backend, and NaN
+// for a column outside the row (the poisoned output must be overwritten in every row).
+TEST_P(CudaOps, GatherColumnsExact) {
+  const std::vector<std::pair<int64_t, int64_t>> shapes =
+      small() ? std::vector<std::pair<int64_t, int64_t>>{{3, 5}, {1, 1}}
+              : std::vector<std::pair<int64_t, int64_t>>{{640, 126464}, {257, 33}, {129, 1}};
+  for (const auto& [R, V] : shapes) {
+    SCOPED_TRACE("gather_columns R=" + std::to_string(R) + " V=" + std::to_string(V));
+    const std::vector<float> x = randn_bf16(static_cast<size_t>(R * V), 7 + R);
+    std::vector<int32_t> cols(static_cast<size_t>(R));
+    std::mt19937 rng(static_cast<uint32_t>(V));
+    for (auto& c : cols) c = static_cast<int32_t>(rng() % static_cast<uint32_t>(V));
+    cols[0] = static_cast<int32_t>(V - 1);
+    if (R > 1) cols[1] = -1;  // outside: NaN
+    if (R > 2) cols[2] = static_cast<int32_t>(V);
+    Dev xc = make(*cpu_, DType::kF32, R, V), cc = make(*cpu_, DType::kI32, R), oc = make(*cpu_, DType::kF32, R);
+    Dev xt = make(*twin_, DType::kF32, R, V), ct = make(*twin_, DType::kI32, R), ot = make(*twin_, DType::kF32, R);
+    put(*cpu_, xc.t, x);
+    put(*twin_, xt.t, x);
+    put_i32(*cpu_, cc.t, cols);
+    put_i32(*twin_, ct.t, cols);
+    twin::poison(*twin_, ot.t);
+    cpu_->gather_columns(xc.t, cc.t, oc.t);
+    twin_->gather_columns(xt.t, ct.t, ot.t);
+    const std::vector<float> got = get(*twin_, ot.t), want = get(*cpu_, oc.t);
+    for (int64_t r = 0; r < R; ++r) {
+      const auto i = static_cast<size_t>(r);
+      const int32_t c = cols[i];
+      if (c < 0 || c >= V) {
+        EXPECT_TRUE(std::isnan(got[i]) && std::isnan(want[i])) << "row " << r << " column " << c;
+      } else {
+        EXPECT_EQ(got[i], x[i * static_cast<size_t>(V) + static_cast<size_t>(c)]) << "row " << r;
+        EXPECT_EQ(want[i], got[i]) << "row " << r;
+      }
+    }
+  }
+}
+
+TEST_P(CudaOps, GatherColumnsChecksOperands) {
+  Dev x = make(*twin_, DType::kF32, 4, 8), c = make(*twin_, DType::kI32, 3), o = make(*twin_, DType::kF32, 4);
+  Dev cb = make(*twin_, DType::kI32, 4), ob = make(*twin_, twin_act(), 4);
+  EXPECT_TRUE(twin::throws_error(
+      *twin_, [&] { twin_->gather_columns(x.t, c.t, o.t); }, ErrorCode::kInvalidArgument, "gather_columns"));
+  EXPECT_TRUE(twin::throws_error(
+      *twin_, [&] { twin_->gather_columns(x.t, cb.t, ob.t); }, ErrorCode::kInvalidArgument, "'out'"));
 }
 
 // The CUDA backend applies FLASHDLLM_GEMM_PICKS (backend/cuda/gemm_picks.h): a named table for

@@ -459,6 +459,21 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void gather_columns(Tensor x, Tensor cols, Tensor out) override {
+    check_dtype(x, DType::kF32, "gather_columns", "x");
+    check_dtype(cols, DType::kI32, "gather_columns", "cols");
+    check_dtype(out, DType::kF32, "gather_columns", "out");
+    const int64_t R = x.rows(), V = x.row_size();
+    FDLLM_CHECK_ARG(cols.numel() == R && out.numel() == R,
+                    "gather_columns: x {} needs cols and out of {} rows, got {} and {}", x.describe(), R,
+                    cols.describe(), out.describe());
+    const float* in = x.ptr<float>();
+    const int32_t* c = cols.ptr<int32_t>();
+    float* o = out.ptr<float>();
+    for (int64_t r = 0; r < R; ++r)
+      o[r] = c[r] >= 0 && c[r] < V ? in[r * V + c[r]] : std::numeric_limits<float>::quiet_NaN();
+  }
+
   void cfg_combine(Tensor cond, Tensor uncond, float scale, Tensor out) override {
     check_dtype(cond, DType::kF32, "cfg_combine", "cond");
     check_dtype(uncond, DType::kF32, "cfg_combine", "uncond");

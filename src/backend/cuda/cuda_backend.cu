@@ -14,6 +14,8 @@
 // Environment:
 //   FLASHDLLM_CUDA_SYNC=1        synchronise and check after every op (debugging)
 //   FLASHDLLM_CUDA_GRAPHS=0      run_recorded runs the ops one by one (no CUDA graphs)
+//   FLASHDLLM_PDL=0              launch our kernels without programmatic dependent launch
+//                                (kernels/cuda/launch.cuh; default on, sm_90+; process-wide)
 //   FLASHDLLM_GEMM_BUCKETS=<rule> quarter (default) | pow2 | exact: row counts sharing a cuBLASLt
 //                                algorithm (kernels/cuda/gemm.h)
 //   FLASHDLLM_GEMM_PICKS=<file>  cuBLASLt algorithm picks (backend/cuda/gemm_picks.h); default: the
@@ -66,6 +68,7 @@
 #include "kernels/cuda/fill.h"
 #include "kernels/cuda/gather.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/launch.h"
 #include "kernels/cuda/kernel_errors.h"
 #include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/qkv_rope_fused.h"
@@ -354,6 +357,8 @@ class CudaBackend final : public Backend {
                 "and sm_90 among the CUDA archs; scripts/setup.sh fetches CUTLASS); device sm_{}{}",
                 prop.major, prop.minor);
     debug_sync_ = env_flag("FLASHDLLM_CUDA_SYNC");
+    const char* pdl = std::getenv("FLASHDLLM_PDL");
+    kernels::set_dependent_launch(pdl == nullptr || std::strcmp(pdl, "0") != 0);
     const char* graphs = std::getenv("FLASHDLLM_CUDA_GRAPHS");
     graphs_ = !debug_sync_ && (graphs == nullptr || std::strcmp(graphs, "0") != 0);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -959,6 +964,21 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaSetDevice(device_));
     kernels::gather_rows(x.data, x.rows(), D * static_cast<int64_t>(dtype_size(x.dtype)), rows.ptr<int32_t>(), R,
                          out.data, flags(), kernels::kErrGatherRow, stream_);
+    after_op(kOp);
+  }
+
+  void gather_columns(Tensor x, Tensor cols, Tensor out) override {
+    static constexpr const char* kOp = "gather_columns";
+    expect(x, DType::kF32, kOp, "x");
+    expect(cols, DType::kI32, kOp, "cols");
+    expect(out, DType::kF32, kOp, "out");
+    const int64_t R = x.rows();
+    FDLLM_CHECK_ARG(cols.numel() == R && out.numel() == R, "{}: x {} needs cols and out of {} rows, got {} and {}", kOp,
+                    x.describe(), R, cols.describe(), out.describe());
+    expect_disjoint(out, x, kOp, "out", "x");
+    expect_disjoint(out, cols, kOp, "out", "cols");
+    CUDA_CHECK(cudaSetDevice(device_));
+    kernels::gather_columns_f32(x.ptr<float>(), R, x.row_size(), cols.ptr<int32_t>(), out.ptr<float>(), stream_);
     after_op(kOp);
   }
 

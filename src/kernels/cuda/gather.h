@@ -1,4 +1,5 @@
-// Row gather: the embedding lookup and the gather_rows op (Backend::embedding / gather_rows).
+// Row gather: the embedding lookup and the gather_rows op (Backend::embedding / gather_rows); one
+// element per row: gather_columns.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,5 +16,11 @@ namespace flashdllm::kernels {
 /// failure.
 void gather_rows(const void* src, int64_t src_rows, int64_t row_bytes, const int32_t* index, int64_t n_out, void* dst,
                  int* error_flags, int error_bit, cudaStream_t stream);
+
+/// out[r] = x[r·n_cols + cols[r]] for r < rows (Backend::gather_columns); a column outside [0, n_cols)
+/// gives NaN.   x device F32 [rows, n_cols];   cols device I32 [rows];   out device F32 [rows].
+/// rows == 0 is a no-op. Throws Error(kDevice) on launch failure.
+void gather_columns_f32(const float* x, int64_t rows, int64_t n_cols, const int32_t* cols, float* out,
+                        cudaStream_t stream);
 
 }  // namespace flashdllm::kernels
