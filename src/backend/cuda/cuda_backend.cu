@@ -14,8 +14,6 @@
 // Environment:
 //   FLASHDLLM_CUDA_SYNC=1        synchronise and check after every op (debugging)
 //   FLASHDLLM_CUDA_GRAPHS=0      run_recorded runs the ops one by one (no CUDA graphs)
-//   FLASHDLLM_PDL=0              launch our kernels without programmatic dependent launch
-//                                (kernels/cuda/launch.cuh; default on, sm_90+; process-wide)
 //   FLASHDLLM_GEMM_BUCKETS=<rule> quarter (default) | pow2 | exact: row counts sharing a cuBLASLt
 //                                algorithm (kernels/cuda/gemm.h)
 //   FLASHDLLM_GEMM_PICKS=<file>  cuBLASLt algorithm picks (backend/cuda/gemm_picks.h); default: the
@@ -68,7 +66,6 @@
 #include "kernels/cuda/fill.h"
 #include "kernels/cuda/gather.h"
 #include "kernels/cuda/gemm.h"
-#include "kernels/cuda/launch.h"
 #include "kernels/cuda/kernel_errors.h"
 #include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/qkv_rope_fused.h"
@@ -357,8 +354,6 @@ class CudaBackend final : public Backend {
                 "and sm_90 among the CUDA archs; scripts/setup.sh fetches CUTLASS); device sm_{}{}",
                 prop.major, prop.minor);
     debug_sync_ = env_flag("FLASHDLLM_CUDA_SYNC");
-    const char* pdl = std::getenv("FLASHDLLM_PDL");
-    kernels::set_dependent_launch(pdl == nullptr || std::strcmp(pdl, "0") != 0);
     const char* graphs = std::getenv("FLASHDLLM_CUDA_GRAPHS");
     graphs_ = !debug_sync_ && (graphs == nullptr || std::strcmp(graphs, "0") != 0);
     CUDA_CHECK(cudaStreamSynchronize(stream_));

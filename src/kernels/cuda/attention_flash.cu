@@ -28,7 +28,6 @@
 #include "kernels/cuda/attention_wgmma.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_utils.cuh"
-#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/kernel_errors.h"
 
 #ifndef FLASHDLLM_HAVE_WGMMA
@@ -108,7 +107,6 @@ template <int kBlockM, int kBlockN, bool kVerify, int kKeySplit = 1, int kMinCta
 __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN, kKeySplit>::kThreads, kMinCtas)
     flash_attention_kernel(const AttentionArgs a, const AttentionWorkItem* __restrict__ work,
                            const int32_t* __restrict__ work_count, const VerifyKeys vk) {
-  detail::wait_prior_grids();  // launched with PDL (launch.cuh): before any memory access
   using T = FlashTraits<kBlockM, kBlockN, kKeySplit>;
   static_assert(kKeySplit == 1 || kVerify, "the key split has no importance (verify mode only)");
   constexpr int kThreads = T::kThreads;
@@ -382,7 +380,7 @@ void launch_flash(const AttentionArgs& a, const AttentionWorkItem* work, const i
   constexpr auto kernel = flash_attention_kernel<kBlockM, kBlockN, kVerify, kKeySplit, kMinCtas>;
   detail::ensure_smem_opt_in<kernel>(T::kSmemBytes);
   const dim3 grid(static_cast<unsigned>(capacity), static_cast<unsigned>(a.n_heads));
-  launch_dependent(kernel, grid, T::kThreads, T::kSmemBytes, stream, a, work, work_count, vk);
+  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(a, work, work_count, vk);
   CUDA_CHECK_LAUNCH();
 }
 

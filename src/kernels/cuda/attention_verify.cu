@@ -5,7 +5,6 @@
 #include "kernels/cuda/attention_verify.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_utils.cuh"
-#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/kernel_errors.h"
 
 namespace flashdllm::kernels {
@@ -43,7 +42,6 @@ __device__ __forceinline__ void reduce_scatter_stage(float (&x)[kChunk], int lan
 // broadcast by shuffles. The per-lane partial denominators are summed once at the end.
 __global__ void __launch_bounds__(kThreads)
     attention_verify_kernel(const VerifyAttentionArgs a, const int32_t* __restrict__ table, int* error_flags) {
-  detail::wait_prior_grids();  // launched with PDL (launch.cuh): before any memory access
   __shared__ __nv_bfloat16 k_sh[kChunk * 32 * kMaxDimsPerLane];
   __shared__ __nv_bfloat16 v_sh[kChunk * 32 * kMaxDimsPerLane];
   __shared__ bool key_ok[kChunk];
@@ -186,7 +184,7 @@ void attention_verify_bf16(const VerifyAttentionArgs& a, const int32_t* table, i
   if (n_tiles <= 0) return;
   if (n_tiles > 0x7fffffff) cuda::throw_invalid_argument("attention_verify: more than 2^31-1 tiles");
   const dim3 grid(static_cast<unsigned>(n_tiles), static_cast<unsigned>(a.n_heads));
-  launch_dependent(attention_verify_kernel, grid, kThreads, 0, stream, a, table, error_flags);
+  attention_verify_kernel<<<grid, kThreads, 0, stream>>>(a, table, error_flags);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -52,7 +52,6 @@
 #include "kernels/cuda/attention_wgmma.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_utils.cuh"
-#include "kernels/cuda/launch.cuh"
 
 namespace flashdllm::kernels {
 namespace {
@@ -127,7 +126,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_attention_kernel(const AttentionArgs a, const AttentionWorkItem* __restrict__ work,
                            const int32_t* __restrict__ work_count, const __grid_constant__ CUtensorMap tm_q,
                            const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v) {
-  detail::wait_prior_grids();  // launched with PDL (launch.cuh): before any memory access
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = WgmmaTraits<kBlockN, kStages>;
   using Bar = cutlass::arch::ClusterBarrier;
@@ -390,7 +388,7 @@ void launch_wgmma(const AttentionArgs& a, const AttentionWorkItem* work, const i
   const int64_t units = capacity * a.n_heads;
   const auto grid = static_cast<unsigned>(
       std::min<int64_t>(units, detail::cached_device_attribute<cudaDevAttrMultiProcessorCount>()));
-  launch_dependent(kernel, grid, kThreads, kSmem, stream, a, work, work_count, tm_q, tm_k, tm_v);
+  kernel<<<grid, kThreads, kSmem, stream>>>(a, work, work_count, tm_q, tm_k, tm_v);
   CUDA_CHECK_LAUNCH();
 }
 

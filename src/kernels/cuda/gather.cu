@@ -1,8 +1,6 @@
 #include "kernels/cuda/gather.h"
 
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/device_utils.cuh"
-#include "kernels/cuda/launch.cuh"
 
 namespace flashdllm::kernels {
 namespace {
@@ -12,7 +10,6 @@ template <class Word>
 __global__ void gather_rows_kernel(const Word* __restrict__ src, int64_t src_rows, int64_t row_words,
                                    const int32_t* __restrict__ index, Word* __restrict__ dst, int* error_flags,
                                    int error_bit) {
-  detail::wait_prior_grids();  // launched with PDL (launch.cuh): before any memory access
   const int64_t r = blockIdx.x;
   const int32_t s = index[r];
   Word* out = dst + r * row_words;
@@ -30,7 +27,6 @@ __global__ void gather_rows_kernel(const Word* __restrict__ src, int64_t src_row
 // One thread per row.
 __global__ void gather_columns_kernel(const float* __restrict__ x, int64_t rows, int64_t n_cols,
                                       const int32_t* __restrict__ cols, float* __restrict__ out) {
-  detail::wait_prior_grids();  // launched with PDL (launch.cuh): before any memory access
   const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (r >= rows) return;
   const int32_t c = cols[r];
@@ -45,8 +41,7 @@ void gather_columns_f32(const float* x, int64_t rows, int64_t n_cols, const int3
   constexpr int kThreads = 128;
   const int64_t blocks = (rows + kThreads - 1) / kThreads;
   if (blocks > 0x7fffffff) cuda::throw_invalid_argument("gather_columns: too many rows");
-  launch_dependent(gather_columns_kernel, static_cast<unsigned>(blocks), kThreads, 0, stream, x, rows, n_cols, cols,
-                   out);
+  gather_columns_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, rows, n_cols, cols, out);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -60,13 +55,13 @@ void gather_rows(const void* src, int64_t src_rows, int64_t row_bytes, const int
   if (vec16) {
     const int64_t words = row_bytes / 16;
     const int threads = words >= 256 ? 256 : static_cast<int>((words + 31) / 32 * 32);
-    launch_dependent(gather_rows_kernel<uint4>, grid, threads, 0, stream, static_cast<const uint4*>(src), src_rows,
-                     words, index, static_cast<uint4*>(dst), error_flags, error_bit);
+    gather_rows_kernel<uint4><<<grid, threads, 0, stream>>>(static_cast<const uint4*>(src), src_rows, words, index,
+                                                             static_cast<uint4*>(dst), error_flags, error_bit);
   } else {
     const int threads = row_bytes >= 256 ? 256 : static_cast<int>((row_bytes + 31) / 32 * 32);
-    launch_dependent(gather_rows_kernel<unsigned char>, grid, threads, 0, stream,
-                     static_cast<const unsigned char*>(src), src_rows, row_bytes, index,
-                     static_cast<unsigned char*>(dst), error_flags, error_bit);
+    gather_rows_kernel<unsigned char><<<grid, threads, 0, stream>>>(static_cast<const unsigned char*>(src), src_rows,
+                                                                    row_bytes, index, static_cast<unsigned char*>(dst),
+                                                                    error_flags, error_bit);
   }
   CUDA_CHECK_LAUNCH();
 }

@@ -2,7 +2,6 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_utils.cuh"
-#include "kernels/cuda/launch.cuh"
 
 namespace flashdllm::kernels {
 namespace {
@@ -14,7 +13,6 @@ constexpr int kThreads = 256;
 // x and out carry no __restrict__ for that reason.
 __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const __nv_bfloat16* x, const __nv_bfloat16* __restrict__ w,
                                                            int64_t cols, float eps, __nv_bfloat16* out) {
-  detail::wait_prior_grids();  // launched with PDL (launch.cuh): before any memory access
   __shared__ float scratch[32];
   const __nv_bfloat16* xr = x + static_cast<int64_t>(blockIdx.x) * cols;
   __nv_bfloat16* outr = out + static_cast<int64_t>(blockIdx.x) * cols;
@@ -44,7 +42,6 @@ template <int kChunks>
 __global__ void __launch_bounds__(kThreads)
     rmsnorm_vec8_kernel(const __nv_bfloat16* x, const __nv_bfloat16* __restrict__ w, int64_t cols, float eps,
                         __nv_bfloat16* out) {
-  detail::wait_prior_grids();  // launched with PDL (launch.cuh): before any memory access
   __shared__ float scratch[32];
   const int n8 = static_cast<int>(cols / 8);
   const uint4* xr = reinterpret_cast<const uint4*>(x + static_cast<int64_t>(blockIdx.x) * cols);
@@ -97,13 +94,13 @@ void rmsnorm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* w, int64_t rows, 
   const bool vec8 =
       cols % 8 == 0 && detail::is_aligned(x, 16) && detail::is_aligned(w, 16) && detail::is_aligned(out, 16);
   if (vec8 && cols <= kThreads * 8)
-    launch_dependent(rmsnorm_vec8_kernel<1>, grid, kThreads, 0, stream, x, w, cols, eps, out);
+    rmsnorm_vec8_kernel<1><<<grid, kThreads, 0, stream>>>(x, w, cols, eps, out);
   else if (vec8 && cols <= kThreads * 8 * 2)
-    launch_dependent(rmsnorm_vec8_kernel<2>, grid, kThreads, 0, stream, x, w, cols, eps, out);
+    rmsnorm_vec8_kernel<2><<<grid, kThreads, 0, stream>>>(x, w, cols, eps, out);
   else if (vec8 && cols <= kThreads * 8 * 4)
-    launch_dependent(rmsnorm_vec8_kernel<4>, grid, kThreads, 0, stream, x, w, cols, eps, out);
+    rmsnorm_vec8_kernel<4><<<grid, kThreads, 0, stream>>>(x, w, cols, eps, out);
   else
-    launch_dependent(rmsnorm_kernel, grid, kThreads, 0, stream, x, w, cols, eps, out);
+    rmsnorm_kernel<<<grid, kThreads, 0, stream>>>(x, w, cols, eps, out);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -2,7 +2,6 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_utils.cuh"
-#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/kernel_errors.h"
 
 namespace flashdllm::kernels {
@@ -33,7 +32,6 @@ __device__ __forceinline__ void rotate8(const __nv_bfloat16* x1, const __nv_bflo
 // accesses; needs Dh/2 % 8 == 0 and 16-byte aligned rows), then over the H·Dh values of v.
 template <bool kVec>
 __global__ void __launch_bounds__(kThreads) rope_store_kernel(RopeStoreArgs a) {
-  detail::wait_prior_grids();  // launched with PDL (launch.cuh): before any memory access
   const int64_t t = blockIdx.x;
   const int half = a.head_dim / 2;
   const int64_t width = static_cast<int64_t>(a.n_heads) * a.head_dim;  // H·Dh
@@ -99,9 +97,9 @@ void rope_store_bf16(const RopeStoreArgs& args, cudaStream_t stream) {
                    detail::is_aligned(args.v_store, 16) && detail::is_aligned(args.cos, 16) &&
                    detail::is_aligned(args.sin, 16);
   if (vec)
-    launch_dependent(rope_store_kernel<true>, static_cast<unsigned>(args.tokens), kThreads, 0, stream, args);
+    rope_store_kernel<true><<<static_cast<unsigned>(args.tokens), kThreads, 0, stream>>>(args);
   else
-    launch_dependent(rope_store_kernel<false>, static_cast<unsigned>(args.tokens), kThreads, 0, stream, args);
+    rope_store_kernel<false><<<static_cast<unsigned>(args.tokens), kThreads, 0, stream>>>(args);
   CUDA_CHECK_LAUNCH();
 }
 

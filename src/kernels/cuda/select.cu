@@ -7,13 +7,11 @@
 #include "core/philox.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_utils.cuh"
-#include "kernels/cuda/launch.cuh"
 
 namespace flashdllm::kernels {
 namespace {
 
 __global__ void cfg_combine_kernel(const float* cond, const float* uncond, float scale1, int64_t n, float* out) {
-  detail::wait_prior_grids();  // launched with PDL (launch.cuh): before any memory access
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const float u = uncond[i];
@@ -99,7 +97,6 @@ constexpr int32_t kSelectChunk = kSelectThreads * kLoadsInFlight * 4;
 
 template <bool kGumbel, bool kF64>
 __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectArgs a) {
-  detail::wait_prior_grids();  // launched with PDL (launch.cuh): before any memory access
   using Key = std::conditional_t<kGumbel, double, float>;
   using Sum = std::conditional_t<kF64, double, float>;
   __shared__ Key s_key[32];
@@ -229,7 +226,7 @@ void launch_select(const SelectArgs& a, cudaStream_t stream) {
     b.partials += r0 * chunks;
     b.arrivals += r0;
     const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(b.rows));
-    launch_dependent(select_kernel<kGumbel, kF64>, grid, kSelectThreads, 0, stream, b);
+    select_kernel<kGumbel, kF64><<<grid, kSelectThreads, 0, stream>>>(b);
     CUDA_CHECK_LAUNCH();
   }
 }
@@ -244,7 +241,7 @@ void cfg_combine_f32(const float* cond, const float* uncond, float scale, int64_
   // PyTorch evaluates `(cfg_scale + 1)` as a Python float and multiplies an fp32 tensor by it,
   // i.e. with the scalar rounded to fp32.
   const float scale1 = static_cast<float>(static_cast<double>(scale) + 1.0);
-  launch_dependent(cfg_combine_kernel, grid, kThreads, 0, stream, cond, uncond, scale1, n, out);
+  cfg_combine_kernel<<<grid, kThreads, 0, stream>>>(cond, uncond, scale1, n, out);
   CUDA_CHECK_LAUNCH();
 }
 

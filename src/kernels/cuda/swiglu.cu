@@ -4,7 +4,6 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_utils.cuh"
-#include "kernels/cuda/launch.cuh"
 
 namespace flashdllm::kernels {
 namespace {
@@ -19,7 +18,6 @@ __device__ __forceinline__ __nv_bfloat16 swiglu_one(__nv_bfloat16 gate, __nv_bfl
 // grid.y strides over rows, grid.x * blockDim.x over the F columns (no integer division).
 __global__ void swiglu_kernel(const __nv_bfloat16* __restrict__ gate_up, int64_t rows, int64_t f,
                               __nv_bfloat16* __restrict__ out) {
-  detail::wait_prior_grids();  // launched with PDL (launch.cuh): before any memory access
   for (int64_t t = blockIdx.y; t < rows; t += gridDim.y) {
     const __nv_bfloat16* gate = gate_up + t * 2 * f;
     const __nv_bfloat16* up = gate + f;
@@ -35,7 +33,6 @@ __global__ void swiglu_kernel(const __nv_bfloat16* __restrict__ gate_up, int64_t
 // aligned rows): the scalar kernel's 2-byte accesses ran at about a third of the HBM bandwidth.
 __global__ void swiglu_vec8_kernel(const __nv_bfloat16* __restrict__ gate_up, int64_t rows, int64_t f,
                                    __nv_bfloat16* __restrict__ out) {
-  detail::wait_prior_grids();  // launched with PDL (launch.cuh): before any memory access
   const int64_t f8 = f / 8;
   for (int64_t t = blockIdx.y; t < rows; t += gridDim.y) {
     const uint4* gate = reinterpret_cast<const uint4*>(gate_up + t * 2 * f);
@@ -67,9 +64,9 @@ void swiglu_bf16(const __nv_bfloat16* gate_up, int64_t rows, int64_t f, __nv_bfl
   const dim3 grid(static_cast<unsigned>(col_blocks < 1024 ? col_blocks : 1024),
                   static_cast<unsigned>(rows < 65535 ? rows : 65535));
   if (vec8)
-    launch_dependent(swiglu_vec8_kernel, grid, kThreads, 0, stream, gate_up, rows, f, out);
+    swiglu_vec8_kernel<<<grid, kThreads, 0, stream>>>(gate_up, rows, f, out);
   else
-    launch_dependent(swiglu_kernel, grid, kThreads, 0, stream, gate_up, rows, f, out);
+    swiglu_kernel<<<grid, kThreads, 0, stream>>>(gate_up, rows, f, out);
   CUDA_CHECK_LAUNCH();
 }
 
