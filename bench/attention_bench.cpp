@@ -61,10 +61,10 @@ struct DeviceBuffer {
 
 FlashVariant parse_variant(const std::string& s) {
   for (FlashVariant v : {FlashVariant::kM64N64, FlashVariant::kM128N64, FlashVariant::kM128N128,
-                         FlashVariant::kWgmmaM128N64, FlashVariant::kWgmmaM128N128})
+                         FlashVariant::kWgmmaM128N64, FlashVariant::kWgmmaM128N128, FlashVariant::kWgmmaM64N128})
     if (s == flash_variant_name(v)) return v;
   throw std::runtime_error("unknown variant '" + s +
-                           "' (m64n64, m128n64, m128n128, wgmma, wgmma128; prefill mode also cudnn)");
+                           "' (m64n64, m128n64, m128n128, wgmma, wgmma128, wgmma64; prefill mode also cudnn)");
 }
 
 std::vector<float> to_float(const DeviceBuffer& b, size_t n) {

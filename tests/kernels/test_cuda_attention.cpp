@@ -1,5 +1,5 @@
 // CUDA attention vs the CPU backend (and vs the CUDA reference kernel, the second oracle):
-// every flash variant (m64n64, m128n64, m128n128, and wgmma / wgmma128 on sm_90), the automatic choice
+// every flash variant (m64n64, m128n64, m128n128, and wgmma / wgmma128 / wgmma64 on sm_90), the automatic choice
 // (on sm_90: tiles of > 64 rows on wgmma, the others on m64n64, two work lists) and the reference
 // kernel, over block tables with odd lengths, lengths off the 64/128 tiles, several tiles of very
 // different lengths in one launch, Flash-dLLM-style small query tiles over long key ranges, key
@@ -167,7 +167,7 @@ class CudaAttention : public twin::TwinTest {
     std::vector<std::pair<std::string, std::unique_ptr<Backend>>> impls;
     if (is_cuda_) {
       for (const char* m : {"m64n64", "m128n64", "m128n128"}) impls.emplace_back(m, cuda_with_attention(m));
-      for (const char* m : {"wgmma", "wgmma128"})
+      for (const char* m : {"wgmma", "wgmma128", "wgmma64"})
         if (auto wgmma = cuda_wgmma_or_null(m)) impls.emplace_back(m, std::move(wgmma));
       impls.emplace_back("reference", cuda_with_attention("reference"));  // last: the second oracle
     }
@@ -213,6 +213,45 @@ class CudaAttention : public twin::TwinTest {
 
 TEST_F(CudaAttention, Small) { run_cases(small_cases()); }
 TEST_F(CudaAttention, Sweep) { run_cases(sweep_cases()); }
+
+// wgmma64 (one consumer warpgroup, 64-row work items) gives the bits of wgmma128 (two consumers,
+// 128-row items), so that the backend may take it for small calls without a request's output
+// depending on the batch (small_call_variant): Flash-Cache-like slots of 128 query rows (with a
+// NaN store row past each slot's keys) and tiles of 65-200 rows, 1 and 32 heads.
+TEST_F(CudaAttention, SmallWgmma64GivesTheBitsOfWgmma128) {
+  auto w128 = cuda_wgmma_or_null("wgmma128");
+  auto w64 = cuda_wgmma_or_null("wgmma64");
+  if (!w128 || !w64) GTEST_SKIP() << "no Hopper attention kernel here";
+  AttnCase slots = dllm_step("2 slots of 128 rows", {700, 389}, {128, 128}, 768, 32, 0);
+  slots.tiles = {{0, 128, 0, 700}, {128, 256, 768, 768 + 389}};
+  slots.nan_outside = true;
+  const std::vector<AttnCase> cases = {slots, packed("tiles 65/129/200", {65, 129, 200}, 1)};
+  for (const AttnCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const int64_t HD = static_cast<int64_t>(c.heads) * c.head_dim;
+    const uint64_t seed = std::hash<std::string>()(c.name);
+    std::vector<float> q = randn_bf16(static_cast<size_t>(c.q_rows * HD), seed, 2.0f);
+    std::vector<float> k = randn_bf16(static_cast<size_t>(c.kv_rows * HD), seed + 1);
+    std::vector<float> v = randn_bf16(static_cast<size_t>(c.kv_rows * HD), seed + 2);
+    if (c.nan_outside) {
+      std::vector<std::pair<int32_t, int32_t>> k_ranges;
+      for (const AttentionTile& t : c.tiles) k_ranges.emplace_back(t.k_start, t.k_end);
+      nan_rows_outside(k, HD, k_ranges);
+      nan_rows_outside(v, HD, k_ranges);
+    }
+    const std::vector<float> a = run(*w128, c, q, k, v, true), b = run(*w64, c, q, k, v, true);
+    const std::vector<float> d = run(*twin_, c, q, k, v, true);  // the default: wgmma64 for these small calls
+    ASSERT_EQ(a.size(), b.size());
+    int64_t differ = 0, differ_default = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      const bool nan_a = std::isnan(a[i]);
+      differ += nan_a != std::isnan(b[i]) || (!nan_a && a[i] != b[i]);
+      differ_default += nan_a != std::isnan(d[i]) || (!nan_a && a[i] != d[i]);
+    }
+    EXPECT_EQ(differ, 0) << "elements where wgmma64 differs from wgmma128";
+    EXPECT_EQ(differ_default, 0) << "elements where the default differs from wgmma128";
+  }
+}
 
 TEST_F(CudaAttention, SmallHeadDim64RunsOnReferenceOnly) {
   AttnCase c = packed("head_dim 64", {40}, 2);

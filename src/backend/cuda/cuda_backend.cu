@@ -131,7 +131,8 @@ AttentionChoice parse_attention_env() {
     return c;
   }
   for (auto var : {kernels::FlashVariant::kM64N64, kernels::FlashVariant::kM128N64, kernels::FlashVariant::kM128N128,
-                   kernels::FlashVariant::kWgmmaM128N64, kernels::FlashVariant::kWgmmaM128N128}) {
+                   kernels::FlashVariant::kWgmmaM128N64, kernels::FlashVariant::kWgmmaM128N128,
+                   kernels::FlashVariant::kWgmmaM64N128}) {
     if (std::strcmp(v, kernels::flash_variant_name(var)) == 0) {
       c.mode = AttentionMode::kFlashForced;
       c.forced = var;
@@ -139,7 +140,9 @@ AttentionChoice parse_attention_env() {
     }
   }
   FDLLM_FAIL(ErrorCode::kInvalidArgument,
-             "FLASHDLLM_ATTENTION='{}' is not one of auto, reference, m64n64, m128n64, m128n128, wgmma, wgmma128", v);
+             "FLASHDLLM_ATTENTION='{}' is not one of auto, reference, m64n64, m128n64, m128n128, wgmma, wgmma128, "
+             "wgmma64",
+             v);
 }
 
 // The flash kernels of an attention call: `main` for its tiles, and with split_rows > 0 the mma.sync
@@ -157,10 +160,23 @@ constexpr kernels::FlashVariant kSmallTileVariant = kernels::FlashVariant::kM64N
 // m64n64 for every tile. Measured on the H200 (bench/results/2026-12-03-h200-wgmma-tma/,
 // docs/decisions.md). Among the mma.sync variants m64n64 beats m128n64 at every shape tried
 // (bench/results/2026-12-02-h200-slot-tiles/). A tile's kernel depends on its own row count only,
-// never on the rest of the batch (batch invariance).
+// never on the rest of the batch (batch invariance), with one exception that keeps the bits:
+// small_call_variant.
 FlashChoice default_flash_choice(int cc_major, int cc_minor) {
   if (!kernels::flash_variant_runs_on(kernels::FlashVariant::kWgmmaM128N128, cc_major, cc_minor)) return {};
   return {kernels::FlashVariant::kWgmmaM128N128, 65};
+}
+
+// A call whose 128-row units leave most SMs idle (one or two Flash-Cache slots: 32 or 64 CTAs on the
+// H200's 132 SMs) runs wgmma128's tiles on wgmma64 instead: one consumer warpgroup per CTA, 64-row
+// work items, so twice the CTAs each with half the rows. Every row goes through the same wgmma
+// instructions over the same key tiles in the same order as in wgmma128 (the two consumers of a
+// wgmma128 CTA are independent 64-row halves), so the output bits do not change with the batch; only
+// the importance's float atomics add in another order (as they may anyway). Taken when the 64-row
+// units of all query rows fit in one wave: 2·ceil(q_rows / 128)·n_heads <= SMs.
+kernels::FlashVariant small_call_variant(kernels::FlashVariant main, int64_t q_rows, int n_heads, int sms) {
+  if (main != kernels::FlashVariant::kWgmmaM128N128) return main;
+  return 2 * ((q_rows + 127) / 128) * n_heads <= sms ? kernels::FlashVariant::kWgmmaM64N128 : main;
 }
 
 // Which attention tiles run in cuDNN's fused attention (kernels/cuda/attention_cudnn.h):
@@ -334,13 +350,15 @@ class CudaBackend final : public Backend {
                                            kernels::kGemmWorkspaceBytes, buckets}));
     attention_ = parse_attention_env();
     default_flash_ = default_flash_choice(prop.major, prop.minor);
+    sm_count_ = prop.multiProcessorCount;
     FDLLM_CHECK(
         attention_.mode != AttentionMode::kFlashForced ||
             kernels::flash_variant_runs_on(attention_.forced, prop.major, prop.minor),
         ErrorCode::kUnsupported, "FLASHDLLM_ATTENTION={}: this kernel {} (device sm_{}{})",
         kernels::flash_variant_name(attention_.forced),
         attention_.forced == kernels::FlashVariant::kWgmmaM128N64 ||
-                attention_.forced == kernels::FlashVariant::kWgmmaM128N128
+                attention_.forced == kernels::FlashVariant::kWgmmaM128N128 ||
+                attention_.forced == kernels::FlashVariant::kWgmmaM64N128
             ? (kernels::flash_wgmma_built() ? "needs an sm_90 device"
                                             : "is not in this build (it needs CUTLASS and sm_90 among the CUDA archs; "
                                               "scripts/setup.sh fetches CUTLASS)")
@@ -724,7 +742,7 @@ class CudaBackend final : public Backend {
     const int64_t n_tiles = table.numel() / 4;
     if (attention_.mode == AttentionMode::kReference || n_tiles == 0 || q_rows == 0) return;  // nothing reuses a plan
     CUDA_CHECK(cudaSetDevice(device_));
-    PlanKey key = attention_key(table, q_rows, kv_rows);
+    PlanKey key = attention_key(table, q_rows, kv_rows, n_heads);
     std::optional<CudnnRoute> route = route_to_cudnn(host, q_rows, kv_rows, n_heads);
     if (route) key.skip_min_rows = route->min_rows;
     if (key.split_rows > 0 && host.n_tiles > 0) {  // the host copy says whether the small-tile list has work
@@ -805,8 +823,7 @@ class CudaBackend final : public Backend {
                 "attention: head_dim {} has no flash kernel (supported: 128); FLASHDLLM_ATTENTION=reference runs the "
                 "slow reference kernel for head_dim multiples of 32 up to 256",
                 a.head_dim);
-    const FlashChoice fc = flash_choice();
-    const PlanKey key = attention_key(table, Tq, N);
+    const PlanKey key = attention_key(table, Tq, N, n_heads);
     // The standing plan serves this call when it was made for this table; its routed tiles run in
     // cuDNN when the call matches the route (heads, head_dim, scale, score tiles), else the call
     // plans again with every tile on our kernel.
@@ -820,7 +837,7 @@ class CudaBackend final : public Backend {
     } else {
       lists = make_plan(key);
     }
-    kernels::attention_flash(a, fc.main, work_.get(), work_count(), lists.main, stream_);
+    kernels::attention_flash(a, key.main, work_.get(), work_count(), lists.main, stream_);
     if (lists.small > 0)
       kernels::attention_flash(a, kSmallTileVariant, work_.get() + lists.main, work_count() + 1, lists.small, stream_);
     if (cudnn_call) run_cudnn(a);
@@ -1100,6 +1117,7 @@ class CudaBackend final : public Backend {
     Tensor table;
     int64_t tile_ints = 0, q_rows = 0, kv_rows = 0;
     int block_m = 0;
+    kernels::FlashVariant main = kernels::FlashVariant::kM64N64;  // the main list's kernel (attention tables)
     int32_t skip_min_rows = 0;
     int32_t split_rows = 0;  // > 0: tiles of fewer rows in a second list of kSmallTileVariant (block_m 64)
     // With split_rows: false when plan_attention's host copy of the table showed no such tile (a
@@ -1113,7 +1131,8 @@ class CudaBackend final : public Backend {
     }
     bool same_table(const PlanKey& o) const noexcept {
       return table.data == o.table.data && table.numel() == o.table.numel() && tile_ints == o.tile_ints &&
-             q_rows == o.q_rows && kv_rows == o.kv_rows && block_m == o.block_m && split_rows == o.split_rows;
+             q_rows == o.q_rows && kv_rows == o.kv_rows && block_m == o.block_m && main == o.main &&
+             split_rows == o.split_rows;
     }
     bool operator==(const PlanKey& o) const noexcept {
       return same_table(o) && skip_min_rows == o.skip_min_rows && small_tiles == o.small_tiles;
@@ -1121,9 +1140,12 @@ class CudaBackend final : public Backend {
   };
 
   // The plan key of an attention call over `table` (4-int AttentionTile rows).
-  PlanKey attention_key(Tensor table, int64_t q_rows, int64_t kv_rows) const {
+  PlanKey attention_key(Tensor table, int64_t q_rows, int64_t kv_rows, int n_heads) const {
     const FlashChoice fc = flash_choice();
-    PlanKey key{table, 4, q_rows, kv_rows, kernels::flash_block_m(fc.main)};
+    const kernels::FlashVariant main = attention_.mode == AttentionMode::kFlashForced
+                                           ? fc.main
+                                           : small_call_variant(fc.main, q_rows, n_heads, sm_count_);
+    PlanKey key{table, 4, q_rows, kv_rows, kernels::flash_block_m(main), main};
     key.split_rows = fc.split_rows;
     return key;
   }
@@ -1140,8 +1162,9 @@ class CudaBackend final : public Backend {
   // (none when the key says no tile is small: small_tiles, which the recorded loop's key carries).
   // Split bounds: a small tile (< split_rows rows) is at most ceil((split_rows - 1) / 64) items of
   // 64 rows and at least one row; a main tile has r >= split_rows > 64 rows, and ceil(r / block_m)
-  // <= r / 64 for those (block_m <= 128), so the main list needs at most q_rows / 64 items (the
-  // tiles' query ranges are disjoint): its grid stays small when every tile is small.
+  // <= r / 64 for those when block_m is 128, so the main list needs at most q_rows / 64 items (the
+  // tiles' query ranges are disjoint): its grid stays small when every tile is small. (With block_m
+  // 64, wgmma64, a 65-row tile is two items: the general bound holds.)
   struct WorkLists {
     int64_t main = 0, small = 0;
   };
@@ -1151,7 +1174,7 @@ class CudaBackend final : public Backend {
       const int small_m = kernels::flash_block_m(kSmallTileVariant);
       if (key.small_tiles)
         w.small = std::min<int64_t>(key.q_rows, key.n_tiles() * ((key.split_rows - 1 + small_m - 1) / small_m));
-      if (key.split_rows > small_m && key.block_m <= 2 * small_m) w.main = std::min(w.main, key.q_rows / small_m);
+      if (key.split_rows > small_m && key.block_m == 2 * small_m) w.main = std::min(w.main, key.q_rows / small_m);
     }
     return w;
   }
@@ -1402,6 +1425,7 @@ class CudaBackend final : public Backend {
   size_t cudnn_buf_bytes_ = 0, cudnn_ws_bytes_ = 0;
   AttentionChoice attention_;
   FlashChoice default_flash_;  // default_flash_choice()
+  int sm_count_ = 0;           // the device's SMs (small_call_variant)
   QkvChoice qkv_;
   bool debug_sync_ = false;
   // run_recorded's graphs: by key, with their place in the use order (most recent first).

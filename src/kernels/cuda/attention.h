@@ -93,10 +93,13 @@ VerifyCta verify_cta_for(int64_t n_ctas);
 /// The flash kernel instantiations (block_m query rows × block_n keys per step): the mma.sync
 /// kernel (attention_flash.cu, sm_80+; block_m/16 warps) and, kWgmmaM128N64 / kWgmmaM128N128, the
 /// Hopper kernel (attention_wgmma.cu: persistent, a producer and two consumer warpgroups, wgmma;
-/// 64- / 128-key tiles; sm_90 devices, builds with CUTLASS and sm_90a code).
-enum class FlashVariant { kM64N64, kM128N64, kM128N128, kWgmmaM128N64, kWgmmaM128N128 };
+/// 64- / 128-key tiles; sm_90 devices, builds with CUTLASS and sm_90a code). kWgmmaM64N128 is the
+/// Hopper kernel with one consumer warpgroup (64-row work items, 128-key tiles): twice the CTAs of
+/// wgmma128 for the same rows, each row's arithmetic the same instructions in the same order as in
+/// wgmma128 (identical output bits), for calls too small to fill the SMs with 128-row units.
+enum class FlashVariant { kM64N64, kM128N64, kM128N128, kWgmmaM128N64, kWgmmaM128N128, kWgmmaM64N128 };
 
-/// "m64n64", "m128n64", "m128n128", "wgmma", "wgmma128".
+/// "m64n64", "m128n64", "m128n128", "wgmma", "wgmma128", "wgmma64".
 const char* flash_variant_name(FlashVariant v) noexcept;
 /// Query rows per CTA of a variant (64 or 128).
 int flash_block_m(FlashVariant v) noexcept;

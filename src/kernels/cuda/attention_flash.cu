@@ -400,16 +400,19 @@ const char* flash_variant_name(FlashVariant v) noexcept {
     case FlashVariant::kM128N128: return "m128n128";
     case FlashVariant::kWgmmaM128N64: return "wgmma";
     case FlashVariant::kWgmmaM128N128: return "wgmma128";
+    case FlashVariant::kWgmmaM64N128: return "wgmma64";
   }
   return "?";
 }
 
-int flash_block_m(FlashVariant v) noexcept { return v == FlashVariant::kM64N64 ? 64 : 128; }
+int flash_block_m(FlashVariant v) noexcept {
+  return v == FlashVariant::kM64N64 || v == FlashVariant::kWgmmaM64N128 ? 64 : 128;
+}
 
 bool flash_wgmma_built() noexcept { return FLASHDLLM_HAVE_WGMMA != 0; }
 
 bool flash_variant_runs_on(FlashVariant v, int cc_major, int cc_minor) noexcept {
-  if (v == FlashVariant::kWgmmaM128N64 || v == FlashVariant::kWgmmaM128N128)
+  if (v == FlashVariant::kWgmmaM128N64 || v == FlashVariant::kWgmmaM128N128 || v == FlashVariant::kWgmmaM64N128)
     return flash_wgmma_built() && cc_major == 9 && cc_minor == 0;
   return cc_major >= 8;
 }
@@ -442,14 +445,16 @@ void attention_flash(const AttentionArgs& a, FlashVariant variant, const Attenti
   const VerifyKeys none;
   switch (variant) {
     case FlashVariant::kWgmmaM128N64:
-    case FlashVariant::kWgmmaM128N128: {
+    case FlashVariant::kWgmmaM128N128:
+    case FlashVariant::kWgmmaM64N128: {
       const int cc = device_compute_capability();
       if (!flash_variant_runs_on(variant, cc / 10, cc % 10))
         cuda::throw_unsupported(std::string("attention: the wgmma kernel needs an sm_90 device and a build with it (") +
                                 (flash_wgmma_built() ? "built" : "not built") + ", device sm_" + std::to_string(cc) +
                                 ")");
 #if FLASHDLLM_HAVE_WGMMA
-      attention_wgmma(a, variant == FlashVariant::kWgmmaM128N128 ? 128 : 64, work, work_count, capacity, stream);
+      attention_wgmma(a, variant == FlashVariant::kWgmmaM128N64 ? 64 : 128,
+                      variant == FlashVariant::kWgmmaM64N128 ? 1 : 2, work, work_count, capacity, stream);
 #endif
       return;
     }

@@ -60,22 +60,25 @@ using namespace cute;
 using Elem = cute::bfloat16_t;
 
 constexpr int kHeadDim = 128;
-constexpr int kBlockM = 128;  // query rows per unit (two consumer warpgroups of 64)
 constexpr int kWarpgroup = 128;
-constexpr int kThreads = 3 * kWarpgroup;  // producer + two consumer warpgroups
+// A unit's query rows are 64 per consumer warpgroup: two consumers (128-row units, wgmma /
+// wgmma128) or one (64-row units, wgmma64). The CTA is the producer warpgroup + the consumers.
+template <int kConsumers>
+constexpr int kThreadsOf = (1 + kConsumers) * kWarpgroup;
 // setmaxnreg budgets: one producer thread reads the work items and issues the bulk copies in 40
 // registers; the consumers get the rest (S, O and P fragments: 32 / 64 + 64 + 16 / 32
 // registers at 64 / 128 keys).
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 // The pool setmaxnreg redistributes is what the CTA got at launch (__launch_bounds__(kThreads, 1):
 // 64 K / kThreads per thread, in steps of 8); asking for more would block setmaxnreg.inc for ever.
-static_assert((kProducerRegs + 2 * kConsumerRegs) * kWarpgroup <= kThreads * ((64 * 1024 / kThreads) & ~7),
+static_assert((kProducerRegs + 2 * kConsumerRegs) * kWarpgroup <= kThreadsOf<2> * ((64 * 1024 / kThreadsOf<2>)&~7),
+              "setmaxnreg budgets exceed the CTA's launch registers");
+static_assert((kProducerRegs + kConsumerRegs) * kWarpgroup <= kThreadsOf<1> * ((64 * 1024 / kThreadsOf<1>)&~7),
               "setmaxnreg budgets exceed the CTA's launch registers");
 constexpr int kND = kHeadDim / 8;  // n8 blocks of O
 constexpr int kChunksPerRow = kHeadDim / 8;
 constexpr int kQElems = 64 * kHeadDim;  // one warpgroup's Q rows
-constexpr uint32_t kQTxBytes = kBlockM * kHeadDim * 2;  // a unit's Q: both warpgroups' rows, bf16
-// Named barrier of the two consumer warpgroups (CUTLASS numbers user barriers past its reserved ones).
+// Named barrier of the consumer warpgroups (CUTLASS numbers user barriers past its reserved ones).
 constexpr uint32_t kConsumerBarrier = 0;
 
 // A [kRows][128] bf16 tile (a warpgroup's 64 Q rows, or a K or V tile of kBlockN keys), K-major
@@ -95,14 +98,16 @@ __device__ __forceinline__ int tile_offset(int row, int chunk) {
 }
 
 /// kBlockN keys per tile, kStages K/V stages (a consumer holds tile j's K and tile j-1's V; the
-/// producer fills the rest ahead).
-template <int kBlockN, int kStages>
+/// producer fills the rest ahead), kConsumers warpgroups of 64 query rows.
+template <int kBlockN, int kStages, int kConsumers>
 struct WgmmaTraits {
   static_assert(kBlockN == 64 || kBlockN == 128, "S tile: m64n64 or m64n128");
   static_assert(kStages >= 2, "a stage for K_j, one for V_{j-1}");
   static constexpr int kNB = kBlockN / 8;  // n8 blocks of S per key tile
   static constexpr int kKVElems = kBlockN * kHeadDim;
   static constexpr uint32_t kKVTxBytes = 2 * kKVElems * 2;  // a stage: K and V tiles, bf16
+  static constexpr int kThreads = kThreadsOf<kConsumers>;
+  static constexpr uint32_t kQTxBytes = kConsumers * kQElems * 2;  // a unit's Q: every consumer's rows, bf16
   using KVLayout = TileLayout<kBlockN>;
   // V^T: the (head dim, key) view of a K-major V tile, MN-major for the P·V product.
   using VtLayout =
@@ -111,9 +116,9 @@ struct WgmmaTraits {
                                   SM90_64x128x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>>;
   using MmaO = SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::MN>;
   static_assert(cosize_v<KVLayout> == kKVElems && cosize_v<TileLayout<64>> == kQElems, "dense tiles");
-  // Q of both consumers, then kStages × {K, V}, then the mbarriers full[kStages], empty[kStages],
+  // Q of every consumer, then kStages × {K, V}, then the mbarriers full[kStages], empty[kStages],
   // q_full, q_empty.
-  static constexpr int kTileBytes = (2 * kQElems + 2 * kStages * kKVElems) * 2;
+  static constexpr int kTileBytes = (kConsumers * kQElems + 2 * kStages * kKVElems) * 2;
   // Then the unit's description, written by the producer before it arrives on q_full: q_begin,
   // q_end, k_begin, k_end and the scored rows [s0, s1) (detail::score_rows).
   static constexpr int kInfoInts = 6;
@@ -121,19 +126,19 @@ struct WgmmaTraits {
   static_assert(kSmemBytes <= 227 * 1024, "sm_90 shared memory per CTA");
 };
 
-template <int kBlockN, int kStages>
-__global__ void __launch_bounds__(kThreads, 1)
+template <int kBlockN, int kStages, int kConsumers>
+__global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
     wgmma_attention_kernel(const AttentionArgs a, const AttentionWorkItem* __restrict__ work,
                            const int32_t* __restrict__ work_count, const __grid_constant__ CUtensorMap tm_q,
                            const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using T = WgmmaTraits<kBlockN, kStages>;
+  using T = WgmmaTraits<kBlockN, kStages, kConsumers>;
   using Bar = cutlass::arch::ClusterBarrier;
   using TxBar = cutlass::arch::ClusterTransactionBarrier;
   constexpr int kNB = T::kNB;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   Elem* const smem = reinterpret_cast<Elem*>(smem_raw);
-  Elem* const kv_base = smem + 2 * kQElems;
+  Elem* const kv_base = smem + kConsumers * kQElems;
   uint64_t* const full = reinterpret_cast<uint64_t*>(smem_raw + T::kTileBytes);
   uint64_t* const empty = full + kStages;
   uint64_t* const q_full = empty + kStages;
@@ -146,10 +151,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       Bar::init(full + s, 1);                // the producer's arrival; the copies' bytes complete it
-      Bar::init(empty + s, 2 * kWarpgroup);  // every consumer thread
+      Bar::init(empty + s, kConsumers * kWarpgroup);  // every consumer thread
     }
     Bar::init(q_full, 1);
-    Bar::init(q_empty, 2 * kWarpgroup);
+    Bar::init(q_empty, kConsumers * kWarpgroup);
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
@@ -199,8 +204,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       info[4] = s0;
       info[5] = s1;
       if (n_kv > 0) {
-        TxBar::arrive_and_expect_tx(q_full, kQTxBytes);  // releases the info stores too
-        for (int c = 0; c < 2; ++c)
+        TxBar::arrive_and_expect_tx(q_full, T::kQTxBytes);  // releases the info stores too
+        for (int c = 0; c < kConsumers; ++c)
           for (int h = 0; h < 2; ++h)
             SM90_TMA_LOAD_2D::copy(&tm_q, q_full, kEvictFirst, smem + c * kQElems + h * 64 * kHalf, col + h * kHalf,
                                    w.q_begin + 64 * c);
@@ -215,7 +220,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // ---- consumers ----
   cutlass::arch::warpgroup_reg_alloc<kConsumerRegs>();
-  const int c = tid / kWarpgroup - 1;  // consumer 0 or 1: rows 64c .. 64c + 63 of every unit
+  const int c = tid / kWarpgroup - 1;  // consumer c < kConsumers: rows 64c .. 64c + 63 of every unit
   const int wg_tid = tid % kWarpgroup, lane = tid & 31, warp = wg_tid / 32;
   auto mma_s = make_tiled_mma(typename T::MmaS{});
   auto mma_o = make_tiled_mma(typename T::MmaO{});
@@ -315,12 +320,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       // or never-written memory): its P columns are 0, but 0 · NaN would poison O, so V's rows
       // there become zeros (K's columns are masked to -inf) before the last P·V reads them.
       Elem* const vt = v_smem(prev_stage);
-      for (int i = tid - kWarpgroup; i < (kBlockN - valid) * kChunksPerRow; i += 2 * kWarpgroup) {
+      for (int i = tid - kWarpgroup; i < (kBlockN - valid) * kChunksPerRow; i += kConsumers * kWarpgroup) {
         const int r = valid + i / kChunksPerRow;
         *reinterpret_cast<uint4*>(vt + tile_offset<kBlockN>(r, i % kChunksPerRow)) = make_uint4(0, 0, 0, 0);
       }
       cutlass::arch::fence_view_async_shared();  // generic-proxy stores -> wgmma's (and the next copy's) view
-      cutlass::arch::NamedBarrier::sync(2 * kWarpgroup, kConsumerBarrier);
+      cutlass::arch::NamedBarrier::sync(kConsumers * kWarpgroup, kConsumerBarrier);
     }
     issue_pv(prev_stage);
     if (scored)
@@ -371,11 +376,12 @@ CUtensorMap tensor_map(const char* what, const __nv_bfloat16* base, int64_t rows
   return map;
 }
 
-template <int kBlockN>
+template <int kBlockN, int kConsumers>
 void launch_wgmma(const AttentionArgs& a, const AttentionWorkItem* work, const int32_t* work_count, int64_t capacity,
                   cudaStream_t stream) {
-  constexpr auto kernel = wgmma_attention_kernel<kBlockN, kStagesOf<kBlockN>>;
-  constexpr int kSmem = WgmmaTraits<kBlockN, kStagesOf<kBlockN>>::kSmemBytes;
+  using T = WgmmaTraits<kBlockN, kStagesOf<kBlockN>, kConsumers>;
+  constexpr auto kernel = wgmma_attention_kernel<kBlockN, kStagesOf<kBlockN>, kConsumers>;
+  constexpr int kSmem = T::kSmemBytes;
   // No rows: the plan admits no tile (attention_tile_valid), and a map needs at least one row.
   if (a.q_rows <= 0 || a.kv_rows <= 0) return;
   detail::ensure_smem_opt_in<kernel>(kSmem);
@@ -388,18 +394,20 @@ void launch_wgmma(const AttentionArgs& a, const AttentionWorkItem* work, const i
   const int64_t units = capacity * a.n_heads;
   const auto grid = static_cast<unsigned>(
       std::min<int64_t>(units, detail::cached_device_attribute<cudaDevAttrMultiProcessorCount>()));
-  kernel<<<grid, kThreads, kSmem, stream>>>(a, work, work_count, tm_q, tm_k, tm_v);
+  kernel<<<grid, T::kThreads, kSmem, stream>>>(a, work, work_count, tm_q, tm_k, tm_v);
   CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-void attention_wgmma(const AttentionArgs& a, int block_n, const AttentionWorkItem* work, const int32_t* work_count,
-                     int64_t capacity, cudaStream_t stream) {
-  if (block_n == 128)
-    launch_wgmma<128>(a, work, work_count, capacity, stream);
+void attention_wgmma(const AttentionArgs& a, int block_n, int consumers, const AttentionWorkItem* work,
+                     const int32_t* work_count, int64_t capacity, cudaStream_t stream) {
+  if (consumers == 1)
+    launch_wgmma<128, 1>(a, work, work_count, capacity, stream);  // wgmma64: 128-key tiles only
+  else if (block_n == 128)
+    launch_wgmma<128, 2>(a, work, work_count, capacity, stream);
   else
-    launch_wgmma<64>(a, work, work_count, capacity, stream);
+    launch_wgmma<64, 2>(a, work, work_count, capacity, stream);
 }
 
 }  // namespace flashdllm::kernels
