@@ -191,8 +191,8 @@ class TwinTest : public ::testing::Test {
     }
   }
 
-  /// The CUDA backend with a Hopper attention variant forced (FLASHDLLM_ATTENTION=wgmma or
-  /// wgmma128), or null where it cannot run.
+  /// The CUDA backend with a Hopper attention variant forced (FLASHDLLM_ATTENTION=wgmma, wgmma128 or
+  /// wgmma64), or null where it cannot run.
   std::unique_ptr<Backend> cuda_wgmma_or_null(const char* variant = "wgmma") {
     return cuda_with_env_or_null("FLASHDLLM_ATTENTION", variant);
   }

@@ -20,9 +20,10 @@
 //                                built-in table of this GPU, cuBLASLt version and bucket rule; off: none
 //   FLASHDLLM_GEMM_TUNE=K        time the heuristic's first K algorithms per shape at run time (K > 1
 //                                replaces row buckets and picks)
-//   FLASHDLLM_ATTENTION=<mode>   auto (default: on sm_90 builds with the Hopper kernel, wgmma for tiles of
-//                                > 64 rows and m64n64 for the others; elsewhere m64n64) | reference |
-//                                m64n64 | m128n64 | m128n128 | wgmma | wgmma128 (sm_90 only)
+//   FLASHDLLM_ATTENTION=<mode>   auto (default: on sm_90 builds with the Hopper kernel, wgmma128 for tiles
+//                                of > 64 rows (wgmma64 in calls of few rows: small_call_variant) and
+//                                m64n64 for the others; elsewhere m64n64) | reference | m64n64 | m128n64 |
+//                                m128n128 | wgmma | wgmma128 | wgmma64 (sm_90 only)
 //                                (reference also sends the verify pass to its scalar kernel; the others
 //                                run it on the flash kernel's verify mode, m64n64, for head_dim 128)
 

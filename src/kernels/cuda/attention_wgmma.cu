@@ -10,7 +10,9 @@
 // other two the consumers (kConsumerRegs), each owning 64 of a unit's query rows and sharing every
 // K/V tile (the mma.sync kernel's 64-row CTAs read each tile twice per 128-row slot). The producer
 // runs ahead across units, so the next unit's tiles load while the consumers finish the current
-// one. Per consumer and key tile j of kBlockN keys (64 or 128):
+// one. With one consumer (kConsumers = 1, FlashVariant::kWgmmaM64N128) a unit is a 64-row work item:
+// each row's arithmetic is that of the two-consumer kernel, in twice the CTAs (for calls too small to
+// fill the SMs). Per consumer and key tile j of kBlockN keys (64 or 128):
 //   S_j = Q·K_jᵀ        wgmma m64nBk16 (B = kBlockN), both operands from shared memory (SS), fp32
 //   O += P_{j-1}·V_{j-1} wgmma m64n128k16, P from registers (RS: S's accumulator layout is the
 //                        A-operand layout, element for element), V read transposed (MN-major)
