@@ -768,6 +768,13 @@ std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer
                          static_cast<int64_t>(vb.key_rows.size()) <= vws_.max_verify_keys,
                      "flash-verify: a verify pass of {} rows / {} keys exceeds the pool's workspace", VT,
                      vb.key_rows.size());
+    // The drafts (one per mask-view row) go up with the pass's plan, before its layers are queued.
+    std::vector<int32_t> drafts;
+    for (const FlashVerifyTile& v : tiles) drafts.insert(drafts.end(), v.drafts.begin(), v.drafts.end());
+    FDLLM_ASSERT_MSG(static_cast<int64_t>(drafts.size()) == VR, "flash-verify: {} drafts for {} mask rows",
+                     drafts.size(), VR);
+    const Tensor drafts_dev = vdrafts_.slice_rows(0, VR);
+    backend_.copy_from_host(drafts_dev, drafts.data());
     Tensor vlogits = llada_verify_forward(backend_, model_, vb, kv_, vws_);
     ++passes_;
     stats_.verify_forwards += 1;
@@ -778,17 +785,11 @@ std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer
     std::vector<int32_t> vx0(static_cast<size_t>(VR));
     std::vector<double> vconf(static_cast<size_t>(VR));
     std::vector<float> vval(static_cast<size_t>(2 * VR));
-    std::vector<int32_t> drafts;
     std::vector<size_t> vbad;  // mask-view rows with non-finite confidences: their slots fail alone
-    for (const FlashVerifyTile& v : tiles) drafts.insert(drafts.end(), v.drafts.begin(), v.drafts.end());
-    FDLLM_ASSERT_MSG(static_cast<int64_t>(drafts.size()) == VR, "flash-verify: {} drafts for {} mask rows",
-                     drafts.size(), VR);
     if (VR > 0) {
       SelectParams sp;
       sp.confidence_f64 = true;
       Tensor x0_dev = vx0_.slice_rows(0, VR), conf_dev = vconf_.slice_rows(0, VR);
-      Tensor drafts_dev = vdrafts_.slice_rows(0, VR);
-      backend_.copy_from_host(drafts_dev, drafts.data());
       backend_.select_tokens(vlogits, vws_.row_keys.slice_rows(0, VR), sp, x0_dev, conf_dev);
       // ℓ_argmax of a row without a finite logit is NaN (its argmax may be out of range): such a row
       // has a non-finite confidence and fails its slot below without reading it.
