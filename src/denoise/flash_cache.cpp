@@ -774,7 +774,7 @@ std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer
     FDLLM_ASSERT_MSG(static_cast<int64_t>(drafts.size()) == VR, "flash-verify: {} drafts for {} mask rows",
                      drafts.size(), VR);
     const Tensor drafts_dev = vdrafts_.slice_rows(0, VR);
-    backend_.copy_from_host(drafts_dev, drafts.data());
+    if (VR > 0) backend_.copy_from_host(drafts_dev, drafts.data());  // none: tiles without candidates
     Tensor vlogits = llada_verify_forward(backend_, model_, vb, kv_, vws_);
     ++passes_;
     stats_.verify_forwards += 1;

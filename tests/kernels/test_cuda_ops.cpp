@@ -564,11 +564,16 @@ TEST_P(CudaOps, GatherColumnsExact) {
 
 TEST_P(CudaOps, GatherColumnsChecksOperands) {
   Dev x = make(*twin_, DType::kF32, 4, 8), c = make(*twin_, DType::kI32, 3), o = make(*twin_, DType::kF32, 4);
-  Dev cb = make(*twin_, DType::kI32, 4), ob = make(*twin_, twin_act(), 4);
+  Dev cb = make(*twin_, DType::kI32, 4), ob = make(*twin_, DType::kI32, 4);  // out must be F32
   EXPECT_TRUE(twin::throws_error(
       *twin_, [&] { twin_->gather_columns(x.t, c.t, o.t); }, ErrorCode::kInvalidArgument, "gather_columns"));
   EXPECT_TRUE(twin::throws_error(
       *twin_, [&] { twin_->gather_columns(x.t, cb.t, ob.t); }, ErrorCode::kInvalidArgument, "'out'"));
+  if (!is_cuda_) return;
+  // The CUDA kernel reads x while it writes out: an out inside x is refused.
+  const Tensor inside_x(x.t.data, DType::kF32, twin_->device(), {4});
+  EXPECT_TRUE(twin::throws_error(
+      *twin_, [&] { twin_->gather_columns(x.t, cb.t, inside_x); }, ErrorCode::kInvalidArgument, "overlap"));
 }
 
 // The CUDA backend applies FLASHDLLM_GEMM_PICKS (backend/cuda/gemm_picks.h): a named table for

@@ -7,11 +7,11 @@
 //    fp32 accumulation, online softmax in fp32 with exp2 (log2(e) folded into the scale),
 //    cp.async double-buffered K/V tiles in XOR-swizzled shared memory read with ldmatrix; no
 //    score matrix is materialised. Dao, "FlashAttention-2" (2023), Algorithm 1 (forward).
-//  * wgmma (attention_wgmma.cu, sm_90 only, FlashVariant::kWgmmaM128N64 / kWgmmaM128N128): the same
-//    algorithm on Hopper warpgroup MMA through CuTe: persistent and warp-specialised (a producer
-//    warpgroup streams K/V tiles through an mbarrier pipeline to two consumer warpgroups sharing
-//    each tile), the previous tile's P·V overlapped with the current softmax; the fused importance
-//    as above.
+//  * wgmma (attention_wgmma.cu, sm_90 only, FlashVariant::kWgmmaM128N64 / kWgmmaM128N128 /
+//    kWgmmaM64N128): the same algorithm on Hopper warpgroup MMA through CuTe: persistent and
+//    warp-specialised (a producer warpgroup streams K/V tiles through an mbarrier pipeline to two
+//    consumer warpgroups sharing each tile, or one in kWgmmaM64N128), the previous tile's P·V
+//    overlapped with the current softmax; the fused importance as above.
 //  * reference (attention_reference.cu): one warp per query row, scalar fp32, no tensor cores;
 //    obviously correct, slow; the second oracle in tests and a debugging fallback.
 //

@@ -1,6 +1,6 @@
 // Flash attention forward on Hopper warpgroup MMA (wgmma), head_dim 128 (see attention.h,
-// FlashVariant::kWgmmaM128N64 / kWgmmaM128N128, for the contract; the same one as the mma.sync
-// kernel's).
+// FlashVariant::kWgmmaM128N64 / kWgmmaM128N128 / kWgmmaM64N128, for the contract; the same one as the
+// mma.sync kernel's).
 //
 // A unit of work is one work item (<= 128 query rows of one tile, e.g. one Flash-Cache slot's
 // window tile) × one head. The kernel is persistent and warp-specialised (Shah et al.,
@@ -21,11 +21,11 @@
 //   sums are taken (before masking) and its online softmax runs (FlashAttention-2, Algorithm 1;
 //   exp2 with log2(e)·scale folded) while P·V is still in flight, and O is rescaled once it lands
 //   (FA3 §3.2's intra-warpgroup overlap).
-// Shared memory: Q (2 × 64 rows) and kStages {K, V} stages (6 of 64 keys or 3 of 128) in the
+// Shared memory: Q (kConsumers × 64 rows) and kStages {K, V} stages (6 of 64 keys or 3 of 128) in the
 // 128-byte-swizzled GMMA layout (CuTe's GMMA::Layout_K_SW128_Atom, which is what a TMA box of 64
 // columns with CU_TENSOR_MAP_SWIZZLE_128B writes), and mbarriers (CUTLASS's ClusterBarrier): per
 // stage a full barrier (the producer's arrival with the stage's byte count; the copies complete it)
-// and an empty one (256 consumer arrivals once the last MMA reading the stage has completed); Q
+// and an empty one (128 arrivals per consumer once the last MMA reading the stage has completed); Q
 // has the same pair, released after a unit's last S = QKᵀ, and carries the unit's description
 // (work item, scored rows), which the producer thread reads ahead of the consumers. A tile is a whole box of rows: rows
 // past a work item's keys are whatever follows in the store (the next slot's rows, or never-written
