@@ -25,13 +25,13 @@ QdstrmImporter that turns it into a report (bench/results/2026-12-04-h200-gpu-ga
 import argparse
 import json
 import os
-import re
 import sqlite3
 import statistics
 import subprocess
-import sys
 import tempfile
 from collections import defaultdict
+
+import synthetic_prompt_args
 
 COPY_KINDS = {1: "memcpy HtoD", 2: "memcpy DtoH", 8: "memcpy DtoD", 10: "memcpy PtoP"}
 
@@ -96,15 +96,8 @@ def analyse(acts, frac_from, frac_to, min_gap_ns):
 
 
 def main():
-    here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bin", default=os.path.join(here, "..", "build-gpu", "flashdllm"))
-    ap.add_argument("--model", default=os.path.join(here, "..", "data", "llada-8b-instruct"))
-    ap.add_argument("--slots", type=int, default=32)
-    ap.add_argument("--prompt", type=int, default=250)
-    ap.add_argument("--gen", type=int, default=128)
-    ap.add_argument("--per-iter", type=int, default=4)
-    ap.add_argument("--gen-args", default="", help="extra generate arguments")
+    synthetic_prompt_args.add_workload_args(ap)
     ap.add_argument("--from", dest="frac_from", type=float, default=0.5)
     ap.add_argument("--to", dest="frac_to", type=float, default=0.95)
     ap.add_argument("--min-gap-us", type=float, default=5.0)
@@ -117,11 +110,8 @@ def main():
     if not 0.0 <= a.frac_from < a.frac_to <= 1.0:
         raise SystemExit("gpu_gaps: need 0 <= --from < --to <= 1")
 
-    prompts = subprocess.run([sys.executable, os.path.join(here, "synthetic_prompt_args.py"), str(a.prompt),
-                              str(a.slots)], check=True, stdout=subprocess.PIPE, text=True).stdout.split("\n")
-    cmd = [a.bin, "generate", "-m", a.model, "--load-format", "dummy", "--device", "cuda", "--gen-length", str(a.gen),
-           "--json", "--no-live", "--cache", "flash", "--forced-schedule", str(a.per_iter), "--slots", str(a.slots)]
-    cmd += a.gen_args.split() + [p for p in prompts if p]
+    cmd = synthetic_prompt_args.generate_command(a.bin, a.model, a.slots, a.prompt, a.gen, a.per_iter,
+                                                 a.gen_args.split())
     with tempfile.TemporaryDirectory() as tmp:
         rep = os.path.join(tmp, "gaps")
         prof = [a.nsys, "profile", "--trace=cuda", "--cuda-graph-trace=node", "--sample=none", "--force-overwrite=true",
@@ -146,7 +136,7 @@ def main():
           f"{a.frac_from:.2f}-{a.frac_to:.2f} of the kernel span: {n} GPU activities\n")
     print(f"span {span / 1e6:.2f} ms, GPU busy {busy / 1e6:.2f} ms ({100 * busy / span:.1f}%), idle {idle / 1e6:.2f} ms "
           f"in {len(gaps)} gaps ({sum(1 for g in gaps if g[0] >= a.min_gap_us * 1e3)} of >= {a.min_gap_us:g} us)\n")
-    print(f"| before the gap | after the gap | gaps | total ms | median us | share of idle |")
+    print("| before the gap | after the gap | gaps | total ms | median us | share of idle |")
     print("|---|---|---:|---:|---:|---:|")
     rows = sorted(groups.items(), key=lambda kv: -sum(kv[1]))
     for (before, after), gs in rows[:a.top]:

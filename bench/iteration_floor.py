@@ -34,6 +34,8 @@ import statistics
 import subprocess
 import sys
 
+import synthetic_prompt_args
+
 
 def gemm_shapes(cfg, T, R):
     """(name, T, N, K, out_bytes_per_element, per_layer) of one iteration's GEMMs."""
@@ -127,13 +129,8 @@ def measure_device(shapes, heads, head_dim, warmup, iters, sdpa_timing="graph"):
     return peak, gbps, sdpa, how
 
 
-def run_ours(binary, env_kv, extra, model, slots, prompt, gen, per_iter, here):
-    prompts = subprocess.run([sys.executable, os.path.join(here, "synthetic_prompt_args.py"), str(prompt), str(slots)],
-                             check=True, stdout=subprocess.PIPE, text=True).stdout.split("\n")
-    prompts = [p for p in prompts if p]
-    cmd = [binary, "generate", "-m", model, "--load-format", "dummy", "--device", "cuda", "--gen-length", str(gen),
-           "--json", "--no-live", "--cache", "flash", "--forced-schedule", str(per_iter), "--slots", str(slots)]
-    cmd += extra + prompts
+def run_ours(binary, env_kv, extra, model, slots, prompt, gen, per_iter):
+    cmd = synthetic_prompt_args.generate_command(binary, model, slots, prompt, gen, per_iter, extra)
     env = dict(os.environ)
     env.update(env_kv)
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -203,7 +200,7 @@ def main():
         runs = {side: [] for side in sides}
         for _ in range(a.repeats):
             for side, (binary, env_kv, extra) in sides.items():
-                runs[side].append(run_ours(binary, env_kv, extra, a.model, S, a.prompt, a.gen, a.per_iter, here))
+                runs[side].append(run_ours(binary, env_kv, extra, a.model, S, a.prompt, a.gen, a.per_iter))
         row = {"slots": S, "rows": T, "logit_rows": R, "seqlen_k": K, "floor_ms": floor, "gemm_floor_ms": gemm_ms,
                "gemm_floor_parts_ms": parts, "attention_floor_ms": attn_ms, "runs": runs}
         for side in sides:

@@ -22,12 +22,12 @@ against a full one in the same run.
 import argparse
 import csv
 import json
-import os
 import re
 import statistics
 import subprocess
-import sys
 from collections import defaultdict
+
+import synthetic_prompt_args
 
 CATEGORIES = [  # (category, substrings of the demangled kernel name), first match wins
     ("plan", ["plan_kernel"]),
@@ -145,15 +145,8 @@ def summarise(passes):
 
 
 def main():
-    here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bin", default=os.path.join(here, "..", "build-gpu", "flashdllm"))
-    ap.add_argument("--model", default=os.path.join(here, "..", "data", "llada-8b-instruct"))
-    ap.add_argument("--slots", type=int, default=32)
-    ap.add_argument("--prompt", type=int, default=250)
-    ap.add_argument("--gen", type=int, default=128)
-    ap.add_argument("--per-iter", type=int, default=4)
-    ap.add_argument("--gen-args", default="--verify --verify-kept commits", help="extra generate arguments")
+    synthetic_prompt_args.add_workload_args(ap, gen_args_default="--verify --verify-kept commits")
     ap.add_argument("--skip", type=int, default=2500, help="kernels not profiled first (init, prefill, warm-up)")
     ap.add_argument("--count", type=int, default=2000, help="kernels profiled")
     ap.add_argument("--csv", default=None, help="read this ncu CSV instead of running (re-summarise)")
@@ -163,13 +156,11 @@ def main():
     path = a.csv
     if path is None:
         path = (a.json or "pass_breakdown") + ".ncu.csv"
-        prompts = subprocess.run([sys.executable, os.path.join(here, "synthetic_prompt_args.py"), str(a.prompt),
-                                  str(a.slots)], check=True, stdout=subprocess.PIPE, text=True).stdout.split()
         cmd = ["ncu", "--csv", "--log-file", path, "--print-kernel-base", "demangled", "--metrics",
                "gpu__time_duration.sum", "--cache-control", "none", "--clock-control", "none", "--launch-skip",
-               str(a.skip), "--launch-count", str(a.count), a.bin, "generate", "-m", a.model, "--load-format", "dummy",
-               "--device", "cuda", "--gen-length", str(a.gen), "--json", "--no-live", "--cache", "flash",
-               "--forced-schedule", str(a.per_iter), "--slots", str(a.slots)] + a.gen_args.split() + prompts
+               str(a.skip), "--launch-count", str(a.count)]
+        cmd += synthetic_prompt_args.generate_command(a.bin, a.model, a.slots, a.prompt, a.gen, a.per_iter,
+                                                      a.gen_args.split())
         p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if p.returncode != 0:
             raise SystemExit(f"ncu generate failed ({p.returncode}):\n{p.stderr[-2000:]}")
