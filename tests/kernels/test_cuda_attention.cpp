@@ -50,6 +50,31 @@ void nan_rows_outside(std::vector<float>& x, int64_t hd, const std::vector<std::
       std::fill(x.begin() + r * hd, x.begin() + (r + 1) * hd, std::numeric_limits<float>::quiet_NaN());
 }
 
+/// A case's q, k, v ([rows, heads·head_dim], bf16-exact, seeded by the case's name; q scaled by 2
+/// sharpens the softmax: some rows nearly one-hot, some flat), with NaN in the rows no tile covers
+/// when c.nan_outside.
+struct Inputs {
+  std::vector<float> q, k, v;
+};
+Inputs inputs(const AttnCase& c) {
+  const int64_t HD = static_cast<int64_t>(c.heads) * c.head_dim;
+  const uint64_t seed = std::hash<std::string>()(c.name);
+  Inputs in{randn_bf16(static_cast<size_t>(c.q_rows * HD), seed, 2.0f),
+            randn_bf16(static_cast<size_t>(c.kv_rows * HD), seed + 1),
+            randn_bf16(static_cast<size_t>(c.kv_rows * HD), seed + 2)};
+  if (c.nan_outside) {
+    std::vector<std::pair<int32_t, int32_t>> q_ranges, k_ranges;
+    for (const AttentionTile& t : c.tiles) {
+      q_ranges.emplace_back(t.q_start, t.q_end);
+      k_ranges.emplace_back(t.k_start, t.k_end);
+    }
+    nan_rows_outside(in.q, HD, q_ranges);
+    nan_rows_outside(in.k, HD, k_ranges);
+    nan_rows_outside(in.v, HD, k_ranges);
+  }
+  return in;
+}
+
 /// Packed sequences (full recompute): tile b covers rows [off_b, off_b + len_b) as queries and keys.
 AttnCase packed(const std::string& name, const std::vector<int32_t>& lens, int heads, bool vs_cpu = true) {
   AttnCase c;
@@ -174,22 +199,7 @@ class CudaAttention : public twin::TwinTest {
     for (const AttnCase& c : cases) {
       SCOPED_TRACE(c.name + ": q_rows " + std::to_string(c.q_rows) + ", kv_rows " + std::to_string(c.kv_rows) +
                    ", heads " + std::to_string(c.heads) + ", tiles " + std::to_string(c.tiles.size()));
-      const int64_t HD = static_cast<int64_t>(c.heads) * c.head_dim;
-      const uint64_t seed = std::hash<std::string>()(c.name);
-      // q scaled by 2 sharpens the softmax (some rows nearly one-hot, some flat).
-      std::vector<float> q = randn_bf16(static_cast<size_t>(c.q_rows * HD), seed, 2.0f);
-      std::vector<float> k = randn_bf16(static_cast<size_t>(c.kv_rows * HD), seed + 1);
-      std::vector<float> v = randn_bf16(static_cast<size_t>(c.kv_rows * HD), seed + 2);
-      if (c.nan_outside) {
-        std::vector<std::pair<int32_t, int32_t>> q_ranges, k_ranges;
-        for (const AttentionTile& t : c.tiles) {
-          q_ranges.emplace_back(t.q_start, t.q_end);
-          k_ranges.emplace_back(t.k_start, t.k_end);
-        }
-        nan_rows_outside(q, HD, q_ranges);
-        nan_rows_outside(k, HD, k_ranges);
-        nan_rows_outside(v, HD, k_ranges);
-      }
+      const auto [q, k, v] = inputs(c);
       std::vector<float> ref;
       std::string ref_name;
       if (c.vs_cpu) {
@@ -219,6 +229,7 @@ TEST_F(CudaAttention, Sweep) { run_cases(sweep_cases()); }
 // depending on the batch (small_call_variant): Flash-Cache-like slots of 128 query rows (with a
 // NaN store row past each slot's keys) and tiles of 65-200 rows, 1 and 32 heads.
 TEST_F(CudaAttention, SmallWgmma64GivesTheBitsOfWgmma128) {
+  if (!is_cuda_) GTEST_SKIP() << "CUDA kernels only (the twin is the CPU backend here)";
   auto w128 = cuda_wgmma_or_null("wgmma128");
   auto w64 = cuda_wgmma_or_null("wgmma64");
   if (!w128 || !w64) GTEST_SKIP() << "no Hopper attention kernel here";
@@ -228,17 +239,7 @@ TEST_F(CudaAttention, SmallWgmma64GivesTheBitsOfWgmma128) {
   const std::vector<AttnCase> cases = {slots, packed("tiles 65/129/200", {65, 129, 200}, 1)};
   for (const AttnCase& c : cases) {
     SCOPED_TRACE(c.name);
-    const int64_t HD = static_cast<int64_t>(c.heads) * c.head_dim;
-    const uint64_t seed = std::hash<std::string>()(c.name);
-    std::vector<float> q = randn_bf16(static_cast<size_t>(c.q_rows * HD), seed, 2.0f);
-    std::vector<float> k = randn_bf16(static_cast<size_t>(c.kv_rows * HD), seed + 1);
-    std::vector<float> v = randn_bf16(static_cast<size_t>(c.kv_rows * HD), seed + 2);
-    if (c.nan_outside) {
-      std::vector<std::pair<int32_t, int32_t>> k_ranges;
-      for (const AttentionTile& t : c.tiles) k_ranges.emplace_back(t.k_start, t.k_end);
-      nan_rows_outside(k, HD, k_ranges);
-      nan_rows_outside(v, HD, k_ranges);
-    }
+    const auto [q, k, v] = inputs(c);
     const std::vector<float> a = run(*w128, c, q, k, v, true), b = run(*w64, c, q, k, v, true);
     const std::vector<float> d = run(*twin_, c, q, k, v, true);  // the default: wgmma64 for these small calls
     ASSERT_EQ(a.size(), b.size());
