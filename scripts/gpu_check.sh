@@ -115,7 +115,7 @@ finish() {
     grep -A3 -E "Compiling entry function.*(flash|wgmma)_attention_kernel" "$LOG" | grep -E "Compiling|Used|spill" |
       sed -E -e 's/.*flash_attention_kernelILi([0-9]+)ELi([0-9]+)ELb0E.*/m\1n\2:/' \
         -e 's/.*flash_attention_kernelILi([0-9]+)ELi([0-9]+)ELb1ELi([0-9])ELi([0-9])E.*/m\1n\2 verify, key split \3, \4 CTAs per SM:/' \
-        -e 's/.*wgmma_attention_kernelILi([0-9]+)ELi([0-9]+)E.*/wgmma n\1, \2 stages (sm_90a):/' |
+        -e 's/.*wgmma_attention_kernelILi([0-9]+)ELi([0-9]+)ELi([0-9]+)ELi([0-9]+)E.*/wgmma n\1, \2 K + \3 V stages, \4 consumers (sm_90a):/' |
       paste - - - | sed 's/^/    /' || true
     if grep -q "^## Attention" "$LOG"; then
       echo

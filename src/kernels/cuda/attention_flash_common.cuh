@@ -89,14 +89,22 @@ __device__ __forceinline__ void warp_score_rows(const AttentionArgs& a, const At
 
 /// Raw importance of one key tile: importance[key] += weight · Σ_{scored rows} s(row, key) for the
 /// warp's kNB·8 keys starting at store row key0 (keys >= k_end skipped), from the unscaled,
-/// unmasked scores, in two steps a kernel may separate (the wgmma kernel runs the second while its
-/// next tile's MMAs are in flight): importance_row_sums, then importance_commit.
+/// unmasked scores, in two steps: importance_row_sums, then importance_commit (the wgmma kernel
+/// takes step 1 only and hands the partial sums to a warp of its own for the reduction and atomics).
 ///
 /// Step 1: the rows a thread holds (lane/4 and lane/4 + 8) summed where scored: v[nb][e] is column
 /// nb·8 + 2·(lane%4) + e's part. Selects, not products, so a NaN score of an unscored row (a stale
 /// row past a tile's end) stays out.
 template <int kNB, class S>
 __device__ __forceinline__ void importance_row_sums(S&& s, int lane, int lo, int hi, float (&v)[kNB][2]) {
+  if (lo <= 0 && hi >= 16) {  // every row of the warp scored (uniform): the same sums, no selects
+#pragma unroll
+    for (int nb = 0; nb < kNB; ++nb) {
+      v[nb][0] = s(nb, 0) + s(nb, 2);
+      v[nb][1] = s(nb, 1) + s(nb, 3);
+    }
+    return;
+  }
   const int r0 = lane >> 2;
   const bool in0 = r0 >= lo && r0 < hi, in1 = r0 + 8 >= lo && r0 + 8 < hi;
 #pragma unroll

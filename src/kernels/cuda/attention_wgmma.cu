@@ -16,22 +16,31 @@
 //   S_j = Q·K_jᵀ        wgmma m64nBk16 (B = kBlockN), both operands from shared memory (SS), fp32
 //   O += P_{j-1}·V_{j-1} wgmma m64n128k16, P from registers (RS: S's accumulator layout is the
 //                        A-operand layout, element for element), V read transposed (MN-major)
-//   both issued together; while they run, the importance of tile j-1's scored rows is committed
-//   (shuffles and atomics, attention_flash_common.cuh); once S_j lands, its scored rows' column
-//   sums are taken (before masking) and its online softmax runs (FlashAttention-2, Algorithm 1;
-//   exp2 with log2(e)·scale folded) while P·V is still in flight, and O is rescaled once it lands
-//   (FA3 §3.2's intra-warpgroup overlap).
-// Shared memory: Q (kConsumers × 64 rows) and kStages {K, V} stages (6 of 64 keys or 3 of 128) in the
-// 128-byte-swizzled GMMA layout (CuTe's GMMA::Layout_K_SW128_Atom, which is what a TMA box of 64
-// columns with CU_TENSOR_MAP_SWIZZLE_128B writes), and mbarriers (CUTLASS's ClusterBarrier): per
-// stage a full barrier (the producer's arrival with the stage's byte count; the copies complete it)
-// and an empty one (128 arrivals per consumer once the last MMA reading the stage has completed); Q
-// has the same pair, released after a unit's last S = QKᵀ, and carries the unit's description
-// (work item, scored rows), which the producer thread reads ahead of the consumers. A tile is a whole box of rows: rows
-// past a work item's keys are whatever follows in the store (the next slot's rows, or never-written
-// memory; past the store's end TMA gives zeros). K's columns there are masked to -inf, and the
-// consumers overwrite V's rows there with zeros before the last P·V (0 · NaN would poison O);
-// query rows past a tile's q_len are computed and never stored.
+//   both issued together; once S_j lands, the scored rows' column sums are taken (before masking)
+//   and handed to the importance warp (below), and its online softmax runs (FlashAttention-2,
+//   Algorithm 1; exp2 with log2(e)·scale folded) while P·V is still in flight, and O is rescaled
+//   once it lands (FA3 §3.2's intra-warpgroup overlap).
+// Shared memory: Q (kConsumers × 64 rows), a ring of kKStages K tiles and one of kVStages V tiles
+// (FA3's pipeline_k / pipeline_v: S_j waits for K_j alone and frees it once S_j has landed, P·V_j
+// frees V_j, and the producer loads K a tile ahead of V) in the 128-byte-swizzled GMMA layout
+// (CuTe's GMMA::Layout_K_SW128_Atom, which is what a TMA box of 64 columns with
+// CU_TENSOR_MAP_SWIZZLE_128B writes), one importance buffer per consumer warp, and mbarriers
+// (CUTLASS's ClusterBarrier): per ring stage a full barrier (the producer's arrival with the tile's
+// byte count; the copies complete it) and an empty one (128 arrivals per consumer once the MMA
+// reading it has completed); Q has the same pair, released after a unit's last S = QKᵀ, and
+// carries the unit's description (work item, scored rows), which the producer thread reads ahead
+// of the consumers.
+// Importance (scored rows only): a consumer warp holding scored rows sums them per column in
+// registers (detail::importance_row_sums), writes the 2·kNB partial sums of each lane to its
+// buffer and arrives on the buffer's full barrier; warp 1 of the producer warpgroup (otherwise
+// idle) walks the same units, adds each column's 8 partials (lanes of equal lane % 4, in lane
+// order) and issues one atomic per key. The reduction across lanes (shuffles) and the atomics thus
+// leave the consumer's critical path: every wgmma is issued by the whole warpgroup, so one scored
+// warp's extra instructions delayed its three partners (bench/results/2026-12-04-h200-kv-rings).
+// A tile is a whole box of rows: rows past a work item's keys are whatever follows in the store (the
+// next slot's rows, or never-written memory; past the store's end TMA gives zeros). K's columns
+// there are masked to -inf, and the consumers overwrite V's rows there with zeros before the last
+// P·V (0 · NaN would poison O); query rows past a tile's q_len are computed and never stored.
 // Measured on the H200 (bench/results/2026-12-02-h200-wgmma-ws/): FA3's ping-pong between the
 // consumers (named barriers ordering their GEMMs) was slower here and is not used.
 //
@@ -99,15 +108,15 @@ __device__ __forceinline__ int tile_offset(int row, int chunk) {
   return (chunk >> 3) * (kRows * 64) + (row >> 3) * 512 + (row & 7) * 64 + (((chunk & 7) ^ (row & 7)) << 3);
 }
 
-/// kBlockN keys per tile, kStages K/V stages (a consumer holds tile j's K and tile j-1's V; the
-/// producer fills the rest ahead), kConsumers warpgroups of 64 query rows.
-template <int kBlockN, int kStages, int kConsumers>
+/// kBlockN keys per tile, kKStages K and kVStages V stages (a consumer holds tile j's K and tile
+/// j-1's V; the producer fills the rest ahead), kConsumers warpgroups of 64 query rows.
+template <int kBlockN, int kKStages, int kVStages, int kConsumers>
 struct WgmmaTraits {
   static_assert(kBlockN == 64 || kBlockN == 128, "S tile: m64n64 or m64n128");
-  static_assert(kStages >= 2, "a stage for K_j, one for V_{j-1}");
+  static_assert(kKStages >= 2 && kVStages >= 2, "K_j and the next tile's K; V_{j-1} and V_j");
   static constexpr int kNB = kBlockN / 8;  // n8 blocks of S per key tile
   static constexpr int kKVElems = kBlockN * kHeadDim;
-  static constexpr uint32_t kKVTxBytes = 2 * kKVElems * 2;  // a stage: K and V tiles, bf16
+  static constexpr uint32_t kKVTxBytes = kKVElems * 2;  // a K or a V tile, bf16
   static constexpr int kThreads = kThreadsOf<kConsumers>;
   static constexpr uint32_t kQTxBytes = kConsumers * kQElems * 2;  // a unit's Q: every consumer's rows, bf16
   using KVLayout = TileLayout<kBlockN>;
@@ -118,45 +127,69 @@ struct WgmmaTraits {
                                   SM90_64x128x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>>;
   using MmaO = SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::MN>;
   static_assert(cosize_v<KVLayout> == kKVElems && cosize_v<TileLayout<64>> == kQElems, "dense tiles");
-  // Q of every consumer, then kStages × {K, V}, then the mbarriers full[kStages], empty[kStages],
-  // q_full, q_empty.
-  static constexpr int kTileBytes = (kConsumers * kQElems + 2 * kStages * kKVElems) * 2;
+  // A consumer warp's importance buffer: per lane its 2·kNB column partial sums (fp32) as kNB / 2
+  // 16-byte chunks, chunk i of lane l at position i ^ (l % (kNB / 2)) (no bank conflicts between the
+  // eight lanes of a 16-byte store phase).
+  static constexpr int kImpChunks = kNB / 2;
+  static constexpr int kImpFloats = 32 * 2 * kNB;  // per warp
+  static constexpr int kConsumerWarps = 4 * kConsumers;
+  // Q of every consumer, the K ring, the V ring, the importance buffers; then the mbarriers
+  // full_k, empty_k [kKStages], full_v, empty_v [kVStages], q_full, q_empty, imp_full, imp_empty
+  // [kConsumerWarps].
+  static constexpr int kTileBytes = (kConsumers * kQElems + (kKStages + kVStages) * kKVElems) * 2;
+  static constexpr int kImpBytes = kConsumerWarps * kImpFloats * 4;
+  static constexpr int kBarriers = 2 * kKStages + 2 * kVStages + 2 + 2 * kConsumerWarps;
   // Then the unit's description, written by the producer before it arrives on q_full: q_begin,
   // q_end, k_begin, k_end and the scored rows [s0, s1) (detail::score_rows).
   static constexpr int kInfoInts = 6;
-  static constexpr int kSmemBytes = kTileBytes + (2 * kStages + 2) * 8 + kInfoInts * 4;
+  static constexpr int kSmemBytes = kTileBytes + kImpBytes + kBarriers * 8 + kInfoInts * 4;
   static_assert(kSmemBytes <= 227 * 1024, "sm_90 shared memory per CTA");
 };
 
-template <int kBlockN, int kStages, int kConsumers>
+template <int kBlockN, int kKStages, int kVStages, int kConsumers>
 __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
     wgmma_attention_kernel(const AttentionArgs a, const AttentionWorkItem* __restrict__ work,
                            const int32_t* __restrict__ work_count, const __grid_constant__ CUtensorMap tm_q,
                            const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using T = WgmmaTraits<kBlockN, kStages, kConsumers>;
+  using T = WgmmaTraits<kBlockN, kKStages, kVStages, kConsumers>;
   using Bar = cutlass::arch::ClusterBarrier;
   using TxBar = cutlass::arch::ClusterTransactionBarrier;
   constexpr int kNB = T::kNB;
+  constexpr int kWarps = T::kConsumerWarps;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   Elem* const smem = reinterpret_cast<Elem*>(smem_raw);
-  Elem* const kv_base = smem + kConsumers * kQElems;
-  uint64_t* const full = reinterpret_cast<uint64_t*>(smem_raw + T::kTileBytes);
-  uint64_t* const empty = full + kStages;
-  uint64_t* const q_full = empty + kStages;
+  Elem* const k_base = smem + kConsumers * kQElems;
+  Elem* const v_base = k_base + kKStages * T::kKVElems;
+  float* const imp_buf = reinterpret_cast<float*>(smem_raw + T::kTileBytes);
+  uint64_t* const full_k = reinterpret_cast<uint64_t*>(smem_raw + T::kTileBytes + T::kImpBytes);
+  uint64_t* const empty_k = full_k + kKStages;
+  uint64_t* const full_v = empty_k + kKStages;
+  uint64_t* const empty_v = full_v + kVStages;
+  uint64_t* const q_full = empty_v + kVStages;
   uint64_t* const q_empty = q_full + 1;
-  int32_t* const info = reinterpret_cast<int32_t*>(q_empty + 1);
-  auto k_smem = [&](int stage) { return kv_base + (2 * stage) * T::kKVElems; };
-  auto v_smem = [&](int stage) { return kv_base + (2 * stage + 1) * T::kKVElems; };
+  uint64_t* const imp_full = q_empty + 1;
+  uint64_t* const imp_empty = imp_full + kWarps;
+  int32_t* const info = reinterpret_cast<int32_t*>(imp_empty + kWarps);
+  auto k_smem = [&](int stage) { return k_base + stage * T::kKVElems; };
+  auto v_smem = [&](int stage) { return v_base + stage * T::kKVElems; };
 
   const int tid = threadIdx.x;
   if (tid == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      Bar::init(full + s, 1);                // the producer's arrival; the copies' bytes complete it
-      Bar::init(empty + s, kConsumers * kWarpgroup);  // every consumer thread
+    for (int s = 0; s < kKStages; ++s) {
+      Bar::init(full_k + s, 1);                         // the producer's arrival; the copies' bytes complete it
+      Bar::init(empty_k + s, kConsumers * kWarpgroup);  // every consumer thread
+    }
+    for (int s = 0; s < kVStages; ++s) {
+      Bar::init(full_v + s, 1);
+      Bar::init(empty_v + s, kConsumers * kWarpgroup);
     }
     Bar::init(q_full, 1);
     Bar::init(q_empty, kConsumers * kWarpgroup);
+    for (int w = 0; w < kWarps; ++w) {
+      Bar::init(imp_full + w, 32);   // the scored warp's lanes, after their stores
+      Bar::init(imp_empty + w, 32);  // the importance warp's lanes, after their loads
+    }
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
@@ -164,8 +197,61 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
   const int n_units = *work_count * a.n_heads;
   const int64_t ld = static_cast<int64_t>(a.n_heads) * kHeadDim;
 
-  if (tid < kWarpgroup) {  // ---- producer: one thread issues every copy ----
+  if (tid < kWarpgroup) {  // ---- producer warpgroup: warp 0 copies, warp 1 commits the importance ----
     cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
+    if (tid >= 32 && tid < 64 && a.importance != nullptr) {
+      // The importance warp: the consumers' units in their order; for each scored tile and warp,
+      // the column sums of its buffer, then one atomic per key (keys >= k_end skipped). Lane l adds
+      // chunk l / 4 of the lanes 4r + l % 4 (r = 0..7), i.e. columns 16(l/4) + 2(l%4) + {0, 1} and
+      // 8 + 16(l/4) + 2(l%4) + {0, 1} (importance_row_sums' v[nb][e] is column 8nb + 2(lane%4) + e).
+      const int lane = tid & 31, chunk = lane >> 2, quad = lane & 3;
+      uint32_t phases = 0;  // bit w: the parity of warp w's next buffer
+      for (int u = blockIdx.x; u < n_units; u += gridDim.x) {
+        const AttentionWorkItem w = work[u / a.n_heads];
+        const int n_kv = (w.k_end - w.k_begin + kBlockN - 1) / kBlockN;
+        int s0 = 0, s1 = 0;
+        detail::score_rows(a, w, false, &s0, &s1);
+        uint32_t scored = 0;
+        for (int cw = 0; cw < kWarps; ++cw) {
+          int lo = 0, hi = 0;
+          detail::clip_score_rows(s0, s1, w.q_begin, w.q_end, 16 * cw, &lo, &hi);
+          if (lo < hi) scored |= 1u << cw;
+        }
+        if (scored == 0) continue;
+        for (int j = 0; j < n_kv; ++j) {
+          for (int cw = 0; cw < kWarps; ++cw) {
+            if (!(scored >> cw & 1)) continue;
+            Bar::wait(imp_full + cw, (phases >> cw) & 1);
+            float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (chunk < T::kImpChunks) {
+              const float* const b = imp_buf + cw * T::kImpFloats;
+#pragma unroll 2  // in the producer warpgroup's kProducerRegs: two loads in flight, not eight
+              for (int r = 0; r < 8; ++r) {
+                const int src = 4 * r + quad;
+                const float4 p =
+                    *reinterpret_cast<const float4*>(b + src * 2 * kNB + 4 * (chunk ^ (src % T::kImpChunks)));
+                sum.x += p.x;
+                sum.y += p.y;
+                sum.z += p.z;
+                sum.w += p.w;
+              }
+            }
+            Bar::arrive(imp_empty + cw);
+            phases ^= 1u << cw;
+            if (chunk < T::kImpChunks) {
+              const int key = w.k_begin + j * kBlockN + 16 * chunk + 2 * quad;
+              const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
+#pragma unroll
+              for (int i = 0; i < 4; ++i) {
+                const int k = key + (i >> 1) * 8 + (i & 1);
+                if (k < w.k_end) atomicAdd(a.importance + k, a.importance_weight * vals[i]);
+              }
+            }
+          }
+        }
+      }
+      return;
+    }
     if (tid != 0) return;
     cute::prefetch_tma_descriptor(&tm_q);
     cute::prefetch_tma_descriptor(&tm_k);
@@ -173,7 +259,7 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
     // Every row is read by one unit only: let it leave L2 first.
     constexpr auto kEvictFirst = static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_FIRST);
     constexpr int kHalf = kHeadDim / 2;  // a box is one 64-column (128-byte) half of the head dim
-    int tiles = 0, units = 0;            // tiles / units loaded so far: stage index and barrier phases
+    int k_tiles = 0, v_tiles = 0, units = 0;  // K / V tiles and units loaded: stage index and phases
     for (int u = blockIdx.x; u < n_units; u += gridDim.x) {
       // The unit's description is read here, ahead of the consumers, so that the dependent global
       // loads (work item, then its score and table rows) overlap the producer's waits rather than
@@ -184,20 +270,21 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
       int s0 = 0, s1 = 0;
       detail::score_rows(a, w, head == 0, &s0, &s1);
       const int col = head * kHeadDim;
-      auto load_tile = [&](int t) {
-        const int stage = tiles % kStages;
-        Bar::wait(empty + stage, ((tiles / kStages) & 1) ^ 1);
-        TxBar::arrive_and_expect_tx(full + stage, T::kKVTxBytes);
-        const int row = w.k_begin + t * kBlockN;
-        for (int h = 0; h < 2; ++h) {
-          SM90_TMA_LOAD_2D::copy(&tm_k, full + stage, kEvictFirst, k_smem(stage) + h * kBlockN * kHalf, col + h * kHalf,
-                                 row);
-          SM90_TMA_LOAD_2D::copy(&tm_v, full + stage, kEvictFirst, v_smem(stage) + h * kBlockN * kHalf, col + h * kHalf,
-                                 row);
-        }
-        ++tiles;
+      // Tile t of K (is_v false) or V into the next stage of its ring once the consumers freed it.
+      auto load = [&](bool is_v, int t) {
+        int& count = is_v ? v_tiles : k_tiles;
+        const int n_stages = is_v ? kVStages : kKStages;
+        const int stage = count % n_stages;
+        Bar::wait((is_v ? empty_v : empty_k) + stage, ((count / n_stages) & 1) ^ 1);
+        uint64_t* const bar = (is_v ? full_v : full_k) + stage;
+        TxBar::arrive_and_expect_tx(bar, T::kKVTxBytes);
+        Elem* const dst = is_v ? v_smem(stage) : k_smem(stage);
+        for (int h = 0; h < 2; ++h)
+          SM90_TMA_LOAD_2D::copy(is_v ? &tm_v : &tm_k, bar, kEvictFirst, dst + h * kBlockN * kHalf, col + h * kHalf,
+                                 w.k_begin + t * kBlockN);
+        ++count;
       };
-      if (n_kv > 0) load_tile(0);  // before Q: the previous unit's consumers may still hold Q and info
+      if (n_kv > 0) load(false, 0);  // before Q: the previous unit's consumers may still hold Q and info
       Bar::wait(q_empty, (units & 1) ^ 1);
       info[0] = w.q_begin;
       info[1] = w.q_end;
@@ -215,7 +302,13 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
         Bar::arrive(q_full);  // no keys: the consumers read the info and skip the unit
       }
       ++units;
-      for (int t = 1; t < n_kv; ++t) load_tile(t);
+      // K runs a tile ahead of V, the order the consumers read them in: S_t needs K_t while
+      // P_{t-1}·V_{t-1} is the MMA issued beside it.
+      for (int t = 1; t < n_kv; ++t) {
+        load(false, t);
+        load(true, t - 1);
+      }
+      if (n_kv > 0) load(true, n_kv - 1);
     }
     return;  // the copies in flight complete on their barriers, which the consumers wait for
   }
@@ -224,6 +317,7 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
   cutlass::arch::warpgroup_reg_alloc<kConsumerRegs>();
   const int c = tid / kWarpgroup - 1;  // consumer c < kConsumers: rows 64c .. 64c + 63 of every unit
   const int wg_tid = tid % kWarpgroup, lane = tid & 31, warp = wg_tid / 32;
+  const int cw = 4 * c + warp;  // the warp's importance buffer
   auto mma_s = make_tiled_mma(typename T::MmaS{});
   auto mma_o = make_tiled_mma(typename T::MmaO{});
   auto thr_s = mma_s.get_slice(wg_tid);
@@ -241,7 +335,7 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
   auto o_at = [&](int nd, int e) -> float& { return tOrO(4 * nd + e); };
   const float scale_log2 = a.scale * 1.4426950408889634f;
 
-  // O += P · V of the tile in `stage` (asynchronous: the caller waits).
+  // O += P · V of the tile in V stage `stage` (asynchronous: the caller waits).
   auto issue_pv = [&](int stage) {
     Tensor tOrVt = thr_o.partition_fragment_B(make_tensor(make_smem_ptr(v_smem(stage)), typename T::VtLayout{}));
     warpgroup_fence_operand(tOrP);  // P's registers: written before, read by the asynchronous MMA
@@ -252,7 +346,7 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
     warpgroup_commit_batch();
   };
 
-  int tiles = 0, units = 0;
+  int tiles = 0, units = 0, imp_tiles = 0;  // imp_tiles: this warp's importance buffers written
   for (int u = blockIdx.x; u < n_units; u += gridDim.x) {
     const int head = u % a.n_heads;
     Bar::wait(q_full, units & 1);  // the unit's Q and its description (info) are in
@@ -273,15 +367,12 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
     clear(tOrO);
     float row_max[2] = {detail::kNegInf, detail::kNegInf};  // log2 domain, scaled
     float row_sum[2] = {0.f, 0.f};
-    // The scored rows' column sums of the last tile, committed (shuffles, atomics) while the next
-    // tile's MMAs run rather than between S and the softmax.
-    float imp[kNB][2];
-    int prev_stage = 0;
+    int prev_v = 0;  // the V stage of tile j - 1
     for (int j = 0; j < n_kv; ++j) {
-      const int stage = (tiles + j) % kStages;
+      const int k_stage = (tiles + j) % kKStages, v_stage = (tiles + j) % kVStages;
       const int kv0 = w.k_begin + j * kBlockN;
-      Bar::wait(full + stage, ((tiles + j) / kStages) & 1);  // the bulk copies (async proxy) landed
-      Tensor tSrK = thr_s.partition_fragment_B(make_tensor(make_smem_ptr(k_smem(stage)), typename T::KVLayout{}));
+      Bar::wait(full_k + k_stage, ((tiles + j) / kKStages) & 1);  // the bulk copies (async proxy) landed
+      Tensor tSrK = thr_s.partition_fragment_B(make_tensor(make_smem_ptr(k_smem(k_stage)), typename T::KVLayout{}));
       warpgroup_fence_operand(tSrS);
       warpgroup_arrive();
       mma_s.accumulate_ = GMMA::ScaleOut::Zero;
@@ -292,17 +383,28 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
       }
       warpgroup_commit_batch();
       if (j > 0) {
-        issue_pv(prev_stage);
-        if (scored)
-          detail::importance_commit<kNB>(imp, lane, kv0 - kBlockN, w.k_end, a.importance, a.importance_weight);
+        Bar::wait(full_v + prev_v, ((tiles + j - 1) / kVStages) & 1);
+        issue_pv(prev_v);
         warpgroup_wait<1>();  // S_j done (groups complete in order); P·V may still run
       } else {
         warpgroup_wait<0>();
       }
       warpgroup_fence_operand(tSrS);
+      Bar::arrive(empty_k + k_stage);           // K_j read
       if (j == n_kv - 1) Bar::arrive(q_empty);  // the unit's last read of Q is done
 
-      if (scored) detail::importance_row_sums<kNB>(s_at, lane, score_lo, score_hi, imp);
+      if (scored) {  // the column sums of the warp's scored rows, to the importance warp
+        float v[kNB][2];
+        detail::importance_row_sums<kNB>(s_at, lane, score_lo, score_hi, v);
+        Bar::wait(imp_empty + cw, (imp_tiles & 1) ^ 1);
+        float* const b = imp_buf + cw * T::kImpFloats + lane * 2 * kNB;
+        CUTE_UNROLL
+        for (int i = 0; i < T::kImpChunks; ++i)
+          *reinterpret_cast<float4*>(b + 4 * (i ^ (lane % T::kImpChunks))) =
+              make_float4(v[2 * i][0], v[2 * i][1], v[2 * i + 1][0], v[2 * i + 1][1]);
+        Bar::arrive(imp_full + cw);
+        ++imp_tiles;
+      }
       if (kv0 + kBlockN > w.k_end) detail::mask_columns_from<kNB>(s_at, lane, w.k_end - kv0);
       float alpha[2];
       detail::online_softmax<kNB, kND, false, false>(s_at, o_at, row_max, row_sum, scale_log2, alpha);
@@ -310,18 +412,19 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
       warpgroup_wait<0>();  // P_{j-1} · V_{j-1} landed in O: rescale it, then P_j may replace P_{j-1}
       warpgroup_fence_operand(tOrO);
       warpgroup_fence_operand(tOrP);  // no P_j write may move above the wait
-      if (j > 0) Bar::arrive(empty + prev_stage);  // K_{j-1} and V_{j-1} read
+      if (j > 0) Bar::arrive(empty_v + prev_v);  // V_{j-1} read
       detail::rescale_row<kND>(o_at, 0, alpha[0]);
       detail::rescale_row<kND>(o_at, 1, alpha[1]);
       CUTE_UNROLL
       for (int i = 0; i < size(tOrP); ++i) tOrP(i) = static_cast<Elem>(tSrS(i));
-      prev_stage = stage;
+      prev_v = v_stage;
     }
+    Bar::wait(full_v + prev_v, ((tiles + n_kv - 1) / kVStages) & 1);
     if (const int valid = n_keys - (n_kv - 1) * kBlockN; valid < kBlockN) {
       // The last tile's rows past k_end hold whatever follows in the store (another slot's keys,
       // or never-written memory): its P columns are 0, but 0 · NaN would poison O, so V's rows
       // there become zeros (K's columns are masked to -inf) before the last P·V reads them.
-      Elem* const vt = v_smem(prev_stage);
+      Elem* const vt = v_smem(prev_v);
       for (int i = tid - kWarpgroup; i < (kBlockN - valid) * kChunksPerRow; i += kConsumers * kWarpgroup) {
         const int r = valid + i / kChunksPerRow;
         *reinterpret_cast<uint4*>(vt + tile_offset<kBlockN>(r, i % kChunksPerRow)) = make_uint4(0, 0, 0, 0);
@@ -329,13 +432,10 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
       cutlass::arch::fence_view_async_shared();  // generic-proxy stores -> wgmma's (and the next copy's) view
       cutlass::arch::NamedBarrier::sync(kConsumers * kWarpgroup, kConsumerBarrier);
     }
-    issue_pv(prev_stage);
-    if (scored)
-      detail::importance_commit<kNB>(imp, lane, w.k_begin + (n_kv - 1) * kBlockN, w.k_end, a.importance,
-                                     a.importance_weight);
+    issue_pv(prev_v);
     warpgroup_wait<0>();
     warpgroup_fence_operand(tOrO);
-    Bar::arrive(empty + prev_stage);
+    Bar::arrive(empty_v + prev_v);
     tiles += n_kv;
     ++units;
     detail::store_rows<kND>(
@@ -345,10 +445,15 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
 #endif
 }
 
-// The instantiations: 64-key tiles in six stages, 128-key tiles in three (224 KiB of tiles either
-// way, one CTA per SM).
+// The instantiations: 64-key tiles in six K and four V stages, 128-key tiles in three K and two V
+// stages (with two consumers: 192 / 224 KiB of tiles and importance buffers, one CTA per SM); one
+// consumer (Q and the buffers half as large) keeps as many V stages as K stages.
 template <int kBlockN>
-constexpr int kStagesOf = kBlockN == 64 ? 6 : 3;
+constexpr int kKStagesOf = kBlockN == 64 ? 6 : 3;
+template <int kBlockN, int kConsumers>
+constexpr int kVStagesOf = kConsumers == 1 ? kKStagesOf<kBlockN>
+                           : kBlockN == 64 ? 4
+                                           : 2;
 
 /// A 2-D TMA map of a [rows, cols] bf16 matrix (row stride cols): boxes of box_rows rows × 64
 /// columns (128 bytes) written in GMMA's 128-byte swizzle; reads past `rows` give zeros. Host-side
@@ -381,8 +486,9 @@ CUtensorMap tensor_map(const char* what, const __nv_bfloat16* base, int64_t rows
 template <int kBlockN, int kConsumers>
 void launch_wgmma(const AttentionArgs& a, const AttentionWorkItem* work, const int32_t* work_count, int64_t capacity,
                   cudaStream_t stream) {
-  using T = WgmmaTraits<kBlockN, kStagesOf<kBlockN>, kConsumers>;
-  constexpr auto kernel = wgmma_attention_kernel<kBlockN, kStagesOf<kBlockN>, kConsumers>;
+  constexpr int kKStages = kKStagesOf<kBlockN>, kVStages = kVStagesOf<kBlockN, kConsumers>;
+  using T = WgmmaTraits<kBlockN, kKStages, kVStages, kConsumers>;
+  constexpr auto kernel = wgmma_attention_kernel<kBlockN, kKStages, kVStages, kConsumers>;
   constexpr int kSmem = T::kSmemBytes;
   // No rows: the plan admits no tile (attention_tile_valid), and a map needs at least one row.
   if (a.q_rows <= 0 || a.kv_rows <= 0) return;
