@@ -31,8 +31,9 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const __nv_bfloat16* 
 }
 
 // The same arithmetic for rows of cols % 8 == 0 (16-byte-aligned x, w, out) of at most
-// kThreads * 8 * kChunks columns: each thread loads its 8-column chunks (tid + c * kThreads) once, all
-// before the reduction, keeps them in registers for the output, and stores 16 bytes at a time. The
+// kThreads * 8 * kChunks columns: each thread loads its 8-column chunks (tid + c * kThreads) of x and
+// of w once, all before the reduction (a row's only dependent round trip is then the reduction),
+// keeps them in registers for the output, and stores 16 bytes at a time. The
 // scalar kernel reads a row twice in 2-byte loads, one dependent round per 256 columns: on the H200 at
 // LLaDA-8B's 4096 columns it took ~7 us per call at 128 and 640 rows and ~26 us at 4096, this one
 // 3.4, 4.5 and 16.6 us (the row read once and written once at about the copy bandwidth; ncu,
@@ -47,10 +48,13 @@ __global__ void __launch_bounds__(kThreads)
   const uint4* xr = reinterpret_cast<const uint4*>(x + static_cast<int64_t>(blockIdx.x) * cols);
   uint4* outr = reinterpret_cast<uint4*>(out + static_cast<int64_t>(blockIdx.x) * cols);
   const uint4* __restrict__ w8 = reinterpret_cast<const uint4*>(w);
-  uint4 v[kChunks];
+  uint4 v[kChunks], wv[kChunks];  // the weights too before the reduction: no load after it
 #pragma unroll
   for (int c = 0; c < kChunks; ++c)
-    if (threadIdx.x + c * kThreads < n8) v[c] = xr[threadIdx.x + c * kThreads];
+    if (threadIdx.x + c * kThreads < n8) {
+      v[c] = xr[threadIdx.x + c * kThreads];
+      wv[c] = w8[threadIdx.x + c * kThreads];
+    }
   float ss = 0.f;
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
@@ -70,9 +74,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int c = 0; c < kChunks; ++c) {
     const int i = threadIdx.x + c * kThreads;
     if (i >= n8) continue;
-    const uint4 wc = w8[i];
     const auto* h = reinterpret_cast<const __nv_bfloat162*>(&v[c]);
-    const auto* hw = reinterpret_cast<const __nv_bfloat162*>(&wc);
+    const auto* hw = reinterpret_cast<const __nv_bfloat162*>(&wv[c]);
     uint4 o;
     auto* ho = reinterpret_cast<__nv_bfloat162*>(&o);
 #pragma unroll
