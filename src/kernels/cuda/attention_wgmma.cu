@@ -445,13 +445,17 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
 #endif
 }
 
-// The instantiations: 64-key tiles in six K and four V stages, 128-key tiles in three K and two V
-// stages (with two consumers: 192 / 224 KiB of tiles and importance buffers, one CTA per SM); one
-// consumer (Q and the buffers half as large) keeps as many V stages as K stages.
-template <int kBlockN>
-constexpr int kKStagesOf = kBlockN == 64 ? 6 : 3;
+// The instantiations (one CTA per SM): 64-key tiles in six K and four V stages; 128-key tiles with
+// two consumers in two K and two V stages, with one consumer in three of each. Two consumers'
+// 128-key kernel was measured with three K stages too: at 16 / 32 slots x 128 rows x 768 keys with
+// importance 73.9 / 141.6 us against 73.0 / 135.6 with two (median of three alternating rounds;
+// a second Q buffer in the room freed gave 72.4 / 136.4; bench/results/2026-12-04-h200-kv-rings).
 template <int kBlockN, int kConsumers>
-constexpr int kVStagesOf = kConsumers == 1 ? kKStagesOf<kBlockN>
+constexpr int kKStagesOf = kBlockN == 64     ? 6
+                           : kConsumers == 1 ? 3
+                                             : 2;
+template <int kBlockN, int kConsumers>
+constexpr int kVStagesOf = kConsumers == 1 ? kKStagesOf<kBlockN, kConsumers>
                            : kBlockN == 64 ? 4
                                            : 2;
 
@@ -486,7 +490,7 @@ CUtensorMap tensor_map(const char* what, const __nv_bfloat16* base, int64_t rows
 template <int kBlockN, int kConsumers>
 void launch_wgmma(const AttentionArgs& a, const AttentionWorkItem* work, const int32_t* work_count, int64_t capacity,
                   cudaStream_t stream) {
-  constexpr int kKStages = kKStagesOf<kBlockN>, kVStages = kVStagesOf<kBlockN, kConsumers>;
+  constexpr int kKStages = kKStagesOf<kBlockN, kConsumers>, kVStages = kVStagesOf<kBlockN, kConsumers>;
   using T = WgmmaTraits<kBlockN, kKStages, kVStages, kConsumers>;
   constexpr auto kernel = wgmma_attention_kernel<kBlockN, kKStages, kVStages, kConsumers>;
   constexpr int kSmem = T::kSmemBytes;
