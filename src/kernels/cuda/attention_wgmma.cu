@@ -128,8 +128,8 @@ struct WgmmaTraits {
   using MmaO = SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::MN>;
   static_assert(cosize_v<KVLayout> == kKVElems && cosize_v<TileLayout<64>> == kQElems, "dense tiles");
   // A consumer warp's importance buffer: per lane its 2·kNB column partial sums (fp32) as kNB / 2
-  // 16-byte chunks, chunk i of lane l at position i ^ (l % (kNB / 2)) (no bank conflicts between the
-  // eight lanes of a 16-byte store phase).
+  // 16-byte chunks, chunk i of lane l at position i ^ (l % (kNB / 2)) (128-key tiles: the eight
+  // lanes of a 16-byte store phase hit eight different bank groups; 64-key tiles: two lanes each).
   static constexpr int kImpChunks = kNB / 2;
   static constexpr int kImpFloats = 32 * 2 * kNB;  // per warp
   static constexpr int kConsumerWarps = 4 * kConsumers;
