@@ -6,7 +6,8 @@
 // window tile) × one head. The kernel is persistent and warp-specialised (Shah et al.,
 // "FlashAttention-3" (2024), §3.1): one CTA per SM walks the units blockIdx.x, blockIdx.x +
 // gridDim.x, ...; of its three warpgroups the first is the producer (one thread issues TMA bulk
-// tensor copies of Q and of K/V tiles into shared memory; setmaxnreg down to kProducerRegs), the
+// tensor copies of Q and of K/V tiles into shared memory, warp 1 reduces the importance; setmaxnreg
+// down to kProducerRegs), the
 // other two the consumers (kConsumerRegs), each owning 64 of a unit's query rows and sharing every
 // K/V tile (the mma.sync kernel's 64-row CTAs read each tile twice per 128-row slot). The producer
 // runs ahead across units, so the next unit's tiles load while the consumers finish the current
@@ -34,8 +35,9 @@
 // registers (detail::importance_row_sums), writes the 2·kNB partial sums of each lane to its
 // buffer and arrives on the buffer's full barrier; warp 1 of the producer warpgroup (otherwise
 // idle) walks the same units, adds each column's 8 partials (lanes of equal lane % 4, in lane
-// order) and issues one atomic per key. The reduction across lanes (shuffles) and the atomics thus
-// leave the consumer's critical path: every wgmma is issued by the whole warpgroup, so one scored
+// order) and issues one atomic per key. The reduction across lanes (it was 28 shuffles per tile)
+// and the atomics thus leave the consumer's critical path, which keeps a wait for its buffer (one
+// per warp, freed a tile earlier): every wgmma is issued by the whole warpgroup, so one scored
 // warp's extra instructions delayed its three partners (bench/results/2026-12-04-h200-kv-rings).
 // A tile is a whole box of rows: rows past a work item's keys are whatever follows in the store (the
 // next slot's rows, or never-written memory; past the store's end TMA gives zeros). K's columns
@@ -76,9 +78,9 @@ constexpr int kWarpgroup = 128;
 // wgmma128) or one (64-row units, wgmma64). The CTA is the producer warpgroup + the consumers.
 template <int kConsumers>
 constexpr int kThreadsOf = (1 + kConsumers) * kWarpgroup;
-// setmaxnreg budgets: one producer thread reads the work items and issues the bulk copies in 40
-// registers; the consumers get the rest (S, O and P fragments: 32 / 64 + 64 + 16 / 32
-// registers at 64 / 128 keys).
+// setmaxnreg budgets: the producer warpgroup (one thread reads the work items and issues the bulk
+// copies, warp 1 reduces the importance) in 40 registers; the consumers get the rest (S, O and P
+// fragments: 32 / 64 + 64 + 16 / 32 registers at 64 / 128 keys).
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 // The pool setmaxnreg redistributes is what the CTA got at launch (__launch_bounds__(kThreads, 1):
 // 64 K / kThreads per thread, in steps of 8); asking for more would block setmaxnreg.inc for ever.
@@ -129,7 +131,8 @@ struct WgmmaTraits {
   static_assert(cosize_v<KVLayout> == kKVElems && cosize_v<TileLayout<64>> == kQElems, "dense tiles");
   // A consumer warp's importance buffer: per lane its 2·kNB column partial sums (fp32) as kNB / 2
   // 16-byte chunks, chunk i of lane l at position i ^ (l % (kNB / 2)) (128-key tiles: the eight
-  // lanes of a 16-byte store phase hit eight different bank groups; 64-key tiles: two lanes each).
+  // lanes of a 16-byte store phase hit eight different bank groups, the importance warp's loads two
+  // lanes each; 64-key tiles the other way round).
   static constexpr int kImpChunks = kNB / 2;
   static constexpr int kImpFloats = 32 * 2 * kNB;  // per warp
   static constexpr int kConsumerWarps = 4 * kConsumers;
@@ -222,10 +225,16 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
           for (int cw = 0; cw < kWarps; ++cw) {
             if (!(scored >> cw & 1)) continue;
             Bar::wait(imp_full + cw, (phases >> cw) & 1);
+            detail::compiler_fence();  // no load of the buffer above the wait
             float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
             if (chunk < T::kImpChunks) {
               const float* const b = imp_buf + cw * T::kImpFloats;
-#pragma unroll 2  // in the producer warpgroup's kProducerRegs: two loads in flight, not eight
+              // Unrolled by two, the only way ptxas keeps this in the producer warpgroup's
+              // kProducerRegs without a spill (1, 8, or two loads issued together spill); the loads
+              // then go one at a time. Enough while one or two warps per unit are scored (a
+              // Flash-Cache window's 16 rows); wgmma64 at 16+ slots, where more can be, does not run
+              // there.
+#pragma unroll 2
               for (int r = 0; r < 8; ++r) {
                 const int src = 4 * r + quad;
                 const float4 p =
@@ -236,6 +245,7 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
                 sum.w += p.w;
               }
             }
+            detail::compiler_fence();  // nor below the arrival
             Bar::arrive(imp_empty + cw);
             phases ^= 1u << cw;
             if (chunk < T::kImpChunks) {
@@ -286,12 +296,14 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
       };
       if (n_kv > 0) load(false, 0);  // before Q: the previous unit's consumers may still hold Q and info
       Bar::wait(q_empty, (units & 1) ^ 1);
+      detail::compiler_fence();  // the info stores stay between the wait and the arrival
       info[0] = w.q_begin;
       info[1] = w.q_end;
       info[2] = w.k_begin;
       info[3] = w.k_end;
       info[4] = s0;
       info[5] = s1;
+      detail::compiler_fence();
       if (n_kv > 0) {
         TxBar::arrive_and_expect_tx(q_full, T::kQTxBytes);  // releases the info stores too
         for (int c = 0; c < kConsumers; ++c)
@@ -350,6 +362,7 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
   for (int u = blockIdx.x; u < n_units; u += gridDim.x) {
     const int head = u % a.n_heads;
     Bar::wait(q_full, units & 1);  // the unit's Q and its description (info) are in
+    detail::compiler_fence();      // no info load above the wait
     const AttentionWorkItem w{info[0], info[1], info[2], info[3], 0};
     const int n_keys = w.k_end - w.k_begin;
     const int n_kv = (n_keys + kBlockN - 1) / kBlockN;
@@ -397,11 +410,13 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
         float v[kNB][2];
         detail::importance_row_sums<kNB>(s_at, lane, score_lo, score_hi, v);
         Bar::wait(imp_empty + cw, (imp_tiles & 1) ^ 1);
+        detail::compiler_fence();  // no store to the buffer above the wait
         float* const b = imp_buf + cw * T::kImpFloats + lane * 2 * kNB;
         CUTE_UNROLL
         for (int i = 0; i < T::kImpChunks; ++i)
           *reinterpret_cast<float4*>(b + 4 * (i ^ (lane % T::kImpChunks))) =
               make_float4(v[2 * i][0], v[2 * i][1], v[2 * i + 1][0], v[2 * i + 1][1]);
+        detail::compiler_fence();  // nor below the arrival
         Bar::arrive(imp_full + cw);
         ++imp_tiles;
       }

@@ -29,6 +29,11 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { cp_async_wait<0>(); }
 
+/// Keeps the compiler from moving memory accesses across this point (no instruction is emitted).
+/// CUTLASS's mbarrier wait and arrive are asm volatile without a "memory" clobber, so ordinary
+/// shared-memory accesses handed over through them need it on their side of each barrier call.
+__device__ __forceinline__ void compiler_fence() { asm volatile("" ::: "memory"); }
+
 /// bf16 NaN used to poison outputs whose inputs were invalid.
 __device__ __forceinline__ __nv_bfloat16 bf16_nan() { return __ushort_as_bfloat16(static_cast<unsigned short>(0x7fc0)); }
 
