@@ -55,7 +55,6 @@
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
 #include <cute/tensor.hpp>
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 #include <type_traits>
 #include <cutlass/arch/barrier.h>
@@ -154,8 +153,7 @@ template <int kBlockN, int kKStages, int kVStages, int kConsumers>
 __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
     wgmma_attention_kernel(const AttentionArgs a, const AttentionWorkItem* __restrict__ work,
                            const int32_t* __restrict__ work_count, const __grid_constant__ CUtensorMap tm_q,
-                           const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
-                           const int prefetch_tiles) {
+                           const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = WgmmaTraits<kBlockN, kKStages, kVStages, kConsumers>;
   using Bar = cutlass::arch::ClusterBarrier;
@@ -272,36 +270,6 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
     constexpr auto kEvictFirst = static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_FIRST);
     constexpr int kHalf = kHeadDim / 2;  // a box is one 64-column (128-byte) half of the head dim
     int k_tiles = 0, v_tiles = 0, units = 0;  // K / V tiles and units loaded: stage index and phases
-    // L2 prefetch cursor: this CTA's K/V tiles in load order, kept prefetch_tiles tiles ahead of the
-    // K loads (a unit's Q once the cursor enters it). The shared rings hold few tiles; the bulk
-    // prefetches keep more of them in flight from DRAM, so that the loads into the ring hit L2.
-    int pf_u = blockIdx.x, pf_t = 0, pf_n = -1, pf_k0 = 0, pf_col = 0;  // pf_n < 0: unit pf_u not read yet
-    auto prefetch_next = [&] {
-      while (pf_u < n_units) {
-        if (pf_n < 0) {
-          const AttentionWorkItem pw = work[pf_u / a.n_heads];
-          pf_n = (pw.k_end - pw.k_begin + kBlockN - 1) / kBlockN;
-          pf_k0 = pw.k_begin;
-          pf_col = (pf_u % a.n_heads) * kHeadDim;
-          pf_t = 0;
-          if (pf_n > 0)
-            for (int c = 0; c < kConsumers; ++c)
-              for (int h = 0; h < 2; ++h)
-                SM90_TMA_LOAD_2D::PREFETCH::copy(&tm_q, pf_col + h * kHalf, pw.q_begin + 64 * c);
-        }
-        if (pf_t < pf_n) {
-          for (int h = 0; h < 2; ++h) {
-            SM90_TMA_LOAD_2D::PREFETCH::copy(&tm_k, pf_col + h * kHalf, pf_k0 + pf_t * kBlockN);
-            SM90_TMA_LOAD_2D::PREFETCH::copy(&tm_v, pf_col + h * kHalf, pf_k0 + pf_t * kBlockN);
-          }
-          ++pf_t;
-          return;
-        }
-        pf_u += gridDim.x;
-        pf_n = -1;
-      }
-    };
-    for (int i = 0; i < prefetch_tiles; ++i) prefetch_next();
     for (int u = blockIdx.x; u < n_units; u += gridDim.x) {
       // The unit's description is read here, ahead of the consumers, so that the dependent global
       // loads (work item, then its score and table rows) overlap the producer's waits rather than
@@ -317,7 +285,6 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
         int& count = is_v ? v_tiles : k_tiles;
         const int n_stages = is_v ? kVStages : kKStages;
         const int stage = count % n_stages;
-        if (!is_v && prefetch_tiles > 0) prefetch_next();
         Bar::wait((is_v ? empty_v : empty_k) + stage, ((count / n_stages) & 1) ^ 1);
         uint64_t* const bar = (is_v ? full_v : full_k) + stage;
         TxBar::arrive_and_expect_tx(bar, T::kKVTxBytes);
@@ -535,15 +502,6 @@ CUtensorMap tensor_map(const char* what, const __nv_bfloat16* base, int64_t rows
   return map;
 }
 
-/// Experiment: FLASHDLLM_WGMMA_PREFETCH=D, the L2 prefetch distance in K/V tiles (0 = off).
-int prefetch_tiles() {
-  static const int d = [] {
-    const char* v = std::getenv("FLASHDLLM_WGMMA_PREFETCH");
-    return v != nullptr ? std::max(0, std::atoi(v)) : 0;
-  }();
-  return d;
-}
-
 template <int kBlockN, int kConsumers>
 void launch_wgmma(const AttentionArgs& a, const AttentionWorkItem* work, const int32_t* work_count, int64_t capacity,
                   cudaStream_t stream) {
@@ -563,7 +521,7 @@ void launch_wgmma(const AttentionArgs& a, const AttentionWorkItem* work, const i
   const int64_t units = capacity * a.n_heads;
   const auto grid = static_cast<unsigned>(
       std::min<int64_t>(units, detail::cached_device_attribute<cudaDevAttrMultiProcessorCount>()));
-  kernel<<<grid, T::kThreads, kSmem, stream>>>(a, work, work_count, tm_q, tm_k, tm_v, prefetch_tiles());
+  kernel<<<grid, T::kThreads, kSmem, stream>>>(a, work, work_count, tm_q, tm_k, tm_v);
   CUDA_CHECK_LAUNCH();
 }
 
