@@ -63,6 +63,42 @@ TEST_P(CudaOps, MemoryRoundTripAndFillZero) {
   }
 }
 
+// Host copies on the CUDA backend go through pinned staging buffers (up to 4 MiB each; their upload
+// buffer is reused only after a synchronisation, 16 MiB at most) or pageable memory
+// (FLASHDLLM_PINNED_STAGING=0, larger copies, or a staging buffer still in flight). Many uploads
+// between two synchronisations, of sizes around the limit, must each land intact, also when the
+// host source is overwritten right after its copy_from_host returns.
+TEST_P(CudaOps, UploadsBetweenSynchronisationsLandIntact) {
+  const std::vector<int64_t> sizes =
+      small() ? std::vector<int64_t>{1, 37, 4096, 70000}
+              : std::vector<int64_t>{(4 << 20) / 4, (4 << 20) / 4 + 1, 1 << 20, 3 << 20, 123457, 1, 262144};
+  const int rounds = small() ? 3 : 4;  // Sweep: well past the 16 MiB of staging between two syncs
+  auto run = [&](Backend& be, const char* mode) {
+    std::vector<Dev> devs;
+    std::vector<std::vector<int32_t>> want;
+    std::vector<int32_t> src;
+    for (int r = 0; r < rounds; ++r) {
+      for (int64_t n : sizes) {
+        devs.push_back(make(be, DType::kI32, n));
+        want.emplace_back(static_cast<size_t>(n));
+        std::iota(want.back().begin(), want.back().end(), static_cast<int32_t>(1000 * devs.size()));
+        src = want.back();
+        be.copy_from_host(devs.back().t, src.data());
+        std::fill(src.begin(), src.end(), -1);  // the copy must not read the source later
+      }
+    }
+    for (size_t i = 0; i < devs.size(); ++i) {
+      std::vector<int32_t> back(want[i].size(), 0);
+      be.copy_to_host(back.data(), devs[i].t);
+      ASSERT_EQ(back, want[i]) << mode << ": upload " << i << " of " << want[i].size() << " I32";
+    }
+  };
+  run(*twin_, "default");
+  if (!is_cuda_) return;
+  auto pageable = cuda_with_env("FLASHDLLM_PINNED_STAGING", "0");
+  run(*pageable, "FLASHDLLM_PINNED_STAGING=0");
+}
+
 // ------------------------------------------------------------------------------ upload_weight
 
 // Expected device contents of a weight uploaded from `src_dtype` bits: the value rounded to the

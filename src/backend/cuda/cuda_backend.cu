@@ -14,6 +14,8 @@
 // Environment:
 //   FLASHDLLM_CUDA_SYNC=1        synchronise and check after every op (debugging)
 //   FLASHDLLM_CUDA_GRAPHS=0      run_recorded runs the ops one by one (no CUDA graphs)
+//   FLASHDLLM_PINNED_STAGING=0   host copies of up to 4 MiB go pageable instead of through pinned
+//                                staging buffers (CudaBackend::stage_upload / stage_download)
 //   FLASHDLLM_GEMM_BUCKETS=<rule> quarter (default) | pow2 | exact: row counts sharing a cuBLASLt
 //                                algorithm (kernels/cuda/gemm.h)
 //   FLASHDLLM_GEMM_PICKS=<file>  cuBLASLt algorithm picks (backend/cuda/gemm_picks.h); default: the
@@ -373,6 +375,8 @@ class CudaBackend final : public Backend {
                 "and sm_90 among the CUDA archs; scripts/setup.sh fetches CUTLASS); device sm_{}{}",
                 prop.major, prop.minor);
     debug_sync_ = env_flag("FLASHDLLM_CUDA_SYNC");
+    const char* staging = std::getenv("FLASHDLLM_PINNED_STAGING");
+    pinned_staging_ = staging == nullptr || std::strcmp(staging, "0") != 0;
     const char* graphs = std::getenv("FLASHDLLM_CUDA_GRAPHS");
     graphs_ = !debug_sync_ && (graphs == nullptr || std::strcmp(graphs, "0") != 0);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -416,18 +420,30 @@ class CudaBackend final : public Backend {
     FDLLM_CHECK_ARG(src != nullptr && dst.data != nullptr, "copy_from_host: null pointer");
     CUDA_CHECK(cudaSetDevice(device_));
     drop_plan_if_written(dst);
-    CUDA_CHECK(cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice, stream_));
+    const size_t n = dst.nbytes();
+    if (void* staged = stage_upload(n)) {  // pinned: an asynchronous DMA, no driver staging
+      std::memcpy(staged, src, n);
+      CUDA_CHECK(cudaMemcpyAsync(dst.data, staged, n, cudaMemcpyHostToDevice, stream_));
+    } else {
+      CUDA_CHECK(cudaMemcpyAsync(dst.data, src, n, cudaMemcpyHostToDevice, stream_));
+    }
     after_op("copy_from_host");
   }
 
   void copy_to_host(void* dst, Tensor src) override {
     FDLLM_CHECK_ARG(src.device == DeviceKind::kCUDA, "copy_to_host: source {} is not device memory", src.describe());
     CUDA_CHECK(cudaSetDevice(device_));
-    if (src.nbytes() > 0) {
+    const size_t n = src.nbytes();
+    void* staged = nullptr;
+    if (n > 0) {
       FDLLM_CHECK_ARG(dst != nullptr && src.data != nullptr, "copy_to_host: null pointer");
-      CUDA_CHECK(cudaMemcpyAsync(dst, src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_));
+      // Pinned: the copy and the error flags' copy queue together, then one synchronisation (a
+      // pageable destination makes the first copy wait for the stream on its own).
+      staged = stage_download(n);
+      CUDA_CHECK(cudaMemcpyAsync(staged != nullptr ? staged : dst, src.data, n, cudaMemcpyDeviceToHost, stream_));
     }
     sync_and_check("copy_to_host");
+    if (staged != nullptr) std::memcpy(dst, staged, n);
   }
 
   void fill_zero(Tensor t) override {
@@ -1059,6 +1075,7 @@ class CudaBackend final : public Backend {
   void sync_and_check(const char* where) {
     CUDA_CHECK(cudaMemcpyAsync(host_flags_.get(), flags_.get(), sizeof(int), cudaMemcpyDeviceToHost, stream_));
     const cudaError_t err = cudaStreamSynchronize(stream_);
+    staged_upload_.used = 0;  // every queued upload has been read
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
       FDLLM_FAIL(ErrorCode::kDevice, "CUDA backend: device error surfaced at {}: {}: {}", where,
@@ -1078,17 +1095,67 @@ class CudaBackend final : public Backend {
     if (debug_sync_) sync_and_check(op);
   }
 
+  // Pinned host staging of small copies (FLASHDLLM_PINNED_STAGING=0: none). An upload is copied into
+  // staged_upload_ at `used` and DMA'd from there; its bytes are reused only after a stream
+  // synchronisation (sync_and_check) has seen the copy complete. A download lands in
+  // staged_download_ and is copied out after the synchronisation. Copies over kStagingMax (weights)
+  // and copies while a graph is being captured (the graph would keep the staging address) stay
+  // pageable, as does everything when pinned memory cannot be had. Returns nullptr for those.
+  static constexpr size_t kStagingMax = size_t{4} << 20, kStagingCap = 4 * kStagingMax;
+  struct HostStaging {
+    PinnedPtr buf;
+    size_t capacity = 0, used = 0, wanted = 0;
+    bool failed = false;  // cudaMallocHost refused: pageable from then on
+  };
+  // Grows `s` to at least `bytes` (<= kStagingCap; 1 MiB, then doubling). Only while nothing is in
+  // flight from it: the old buffer is freed.
+  static bool grow_staging(HostStaging& s, size_t bytes) {
+    if (s.capacity >= bytes) return true;
+    if (s.failed || bytes > kStagingCap) return false;
+    size_t cap = std::max<size_t>(s.capacity, size_t{1} << 20);
+    while (cap < bytes) cap *= 2;
+    void* p = nullptr;
+    if (cudaMallocHost(&p, cap) != cudaSuccess) {
+      (void)cudaGetLastError();
+      s.failed = true;
+      return false;
+    }
+    s.buf.reset(p);
+    s.capacity = cap;
+    return true;
+  }
+  void* stage_upload(size_t bytes) {
+    if (!pinned_staging_ || bytes == 0 || bytes > kStagingMax || capturing_) return nullptr;
+    HostStaging& s = staged_upload_;
+    // Between two synchronisations the uploads outgrew the buffer: grow it now that it is free.
+    if (s.used == 0 && s.wanted > s.capacity) grow_staging(s, std::min(s.wanted, kStagingCap));
+    const size_t at = s.used == 0 ? 0 : (s.used + 255) / 256 * 256;
+    if (at + bytes > s.capacity) {
+      s.wanted = std::max(s.wanted, at + bytes);
+      if (s.used > 0 || !grow_staging(s, bytes)) return nullptr;
+    }
+    s.used = at + bytes;
+    return static_cast<char*>(s.buf.get()) + at;
+  }
+  void* stage_download(size_t bytes) {
+    if (!pinned_staging_ || bytes > kStagingMax || capturing_) return nullptr;
+    // Nothing is in flight from it: every download synchronises before it returns.
+    return grow_staging(staged_download_, bytes) ? staged_download_.buf.get() : nullptr;
+  }
+
   // Captures `ops` from the stream into an instantiated graph (nothing runs). nullptr when the
   // capture failed: an op threw (a validation error, or a call that is illegal while capturing,
   // such as a synchronisation) or the capture was invalidated; the stream is left capturing nothing.
   GraphExecPtr capture(const std::function<void()>& ops) {
     CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     bool threw = false;
+    capturing_ = true;
     try {
       ops();
     } catch (...) {
       threw = true;
     }
+    capturing_ = false;
     cudaGraph_t graph = nullptr;
     const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
     cudaGraphExec_t exec = nullptr;
@@ -1404,6 +1471,8 @@ class CudaBackend final : public Backend {
   std::string name_;
   DevicePtr flags_;
   PinnedPtr host_flags_;
+  HostStaging staged_upload_, staged_download_;  // stage_upload / stage_download
+  bool pinned_staging_ = true, capturing_ = false;
   DevicePtr staging_;
   std::unique_ptr<kernels::GemmLt> gemm_;
   std::unique_ptr<kernels::AttentionWorkItem, CudaFree> work_;
