@@ -61,6 +61,40 @@ def seqlen_k(prompt, gen, key_tile=128):
     return (prompt + gen) // key_tile * key_tile + key_tile
 
 
+def timed(fn, reps, warmup, iters):
+    """Median ms per call of `reps` back-to-back calls of fn, over `iters` CUDA-event measurements."""
+    import torch
+    for _ in range(warmup):
+        fn()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    out = []
+    for _ in range(iters):
+        start.record()
+        for _ in range(reps):
+            fn()
+        stop.record()
+        stop.synchronize()
+        out.append(start.elapsed_time(stop) / reps)
+    return statistics.median(out)
+
+
+def timed_graph(fn, reps, warmup, iters):
+    """ms per call of `reps` calls of fn(i) (i = 0 .. reps - 1) captured in one CUDA graph and replayed
+    (GPU time only)."""
+    import torch
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the capture stream, as torch.cuda.graph requires
+        for i in range(warmup):
+            fn(i)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(reps):
+            fn(i)
+    return timed(graph.replay, 1, warmup, iters) / reps
+
+
 def measure_device(shapes, heads, head_dim, warmup, iters, sdpa_timing="graph"):
     """Peak bf16 GEMM TFLOP/s, copy GB/s, cuDNN SDPA ms per (S, Q, K) (the way each was timed per
     shape: "graph" or "eager", see the module docstring), all in this process."""
@@ -68,43 +102,15 @@ def measure_device(shapes, heads, head_dim, warmup, iters, sdpa_timing="graph"):
     import torch.nn.functional as Fn
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    def timed(fn, reps):
-        for _ in range(warmup):
-            fn()
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        out = []
-        for _ in range(iters):
-            start.record()
-            for _ in range(reps):
-                fn()
-            stop.record()
-            stop.synchronize()
-            out.append(start.elapsed_time(stop) / reps)
-        return statistics.median(out)
-
-    def timed_graph(fn, reps):
-        """ms per call of `reps` calls captured in one CUDA graph and replayed (GPU time only)."""
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm-up off the capture stream, as torch.cuda.graph requires
-            for _ in range(warmup):
-                fn()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(reps):
-                fn()
-        return timed(graph.replay, 1) / reps
-
     n = 8192
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    gemm_ms = timed(lambda: torch.matmul(a, b), 10)
+    gemm_ms = timed(lambda: torch.matmul(a, b), 10, warmup, iters)
     peak = 2.0 * n ** 3 / (gemm_ms * 1e-3) / 1e12
     del a, b
     src = torch.empty(1 << 30, device="cuda", dtype=torch.int16)  # 2 GiB
     dst = torch.empty_like(src)
-    copy_ms = timed(lambda: dst.copy_(src), 5)
+    copy_ms = timed(lambda: dst.copy_(src), 5, warmup, iters)
     gbps = 2.0 * src.numel() * 2 / (copy_ms * 1e-3) / 1e9
     del src, dst
     torch.cuda.empty_cache()
@@ -118,12 +124,12 @@ def measure_device(shapes, heads, head_dim, warmup, iters, sdpa_timing="graph"):
             how[(S, Q, K)] = "eager"
             if sdpa_timing == "graph":
                 try:
-                    sdpa[(S, Q, K)] = timed_graph(call, 20)
+                    sdpa[(S, Q, K)] = timed_graph(lambda i: call(), 20, warmup, iters)
                     how[(S, Q, K)] = "graph"
                 except RuntimeError as e:
                     print(f"cuDNN SDPA {S}:{Q}:{K}: CUDA graph capture failed ({e}); timing eager calls", file=sys.stderr)
             if how[(S, Q, K)] == "eager":
-                sdpa[(S, Q, K)] = timed(call, 20)
+                sdpa[(S, Q, K)] = timed(call, 20, warmup, iters)
         del q, k, v
     torch.cuda.empty_cache()
     return peak, gbps, sdpa, how
