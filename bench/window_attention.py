@@ -11,8 +11,8 @@ of the window rows (layers >= 2). SDPA computes no importance. Prints one table 
 
   python3 bench/window_attention.py --bench build-gpu/bench/attention_bench --shapes 1:128:768,32:128:768
 
-Target (issue 13): ours with importance <= 1.1x cuDNN SDPA's time at these shapes, on the same K/V
-layout (docs/decisions.md).
+Target (issue 13): ours with importance <= 1.1x cuDNN SDPA's time at these shapes (graph-timed, the
+two layouts measured the same on the H200: bench/results/2026-12-04-h200-pinned-staging).
 """
 import argparse
 import json

@@ -55,6 +55,7 @@
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
 #include <cute/tensor.hpp>
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <type_traits>
 #include <cutlass/arch/barrier.h>
@@ -153,7 +154,8 @@ template <int kBlockN, int kKStages, int kVStages, int kConsumers>
 __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
     wgmma_attention_kernel(const AttentionArgs a, const AttentionWorkItem* __restrict__ work,
                            const int32_t* __restrict__ work_count, const __grid_constant__ CUtensorMap tm_q,
-                           const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v) {
+                           const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
+                           const int exp_flags) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = WgmmaTraits<kBlockN, kKStages, kVStages, kConsumers>;
   using Bar = cutlass::arch::ClusterBarrier;
@@ -198,6 +200,10 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
   __syncthreads();
 
   const int n_units = *work_count * a.n_heads;
+  // Experiment flags: 1 = item-fastest unit order, 2 = no O store, 4 = EVICT_NORMAL loads.
+  const int n_items = *work_count;
+  auto item_of = [&](int u) { return (exp_flags & 1) ? u % n_items : u / a.n_heads; };
+  auto head_of = [&](int u) { return (exp_flags & 1) ? u / n_items : u % a.n_heads; };
   const int64_t ld = static_cast<int64_t>(a.n_heads) * kHeadDim;
 
   if (tid < kWarpgroup) {  // ---- producer warpgroup: warp 0 copies, warp 1 commits the importance ----
@@ -210,7 +216,7 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
       const int lane = tid & 31, chunk = lane >> 2, quad = lane & 3;
       uint32_t phases = 0;  // bit w: the parity of warp w's next buffer
       for (int u = blockIdx.x; u < n_units; u += gridDim.x) {
-        const AttentionWorkItem w = work[u / a.n_heads];
+        const AttentionWorkItem w = work[item_of(u)];
         const int n_kv = (w.k_end - w.k_begin + kBlockN - 1) / kBlockN;
         int s0 = 0, s1 = 0;
         detail::score_rows(a, w, false, &s0, &s1);
@@ -267,15 +273,16 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
     cute::prefetch_tma_descriptor(&tm_k);
     cute::prefetch_tma_descriptor(&tm_v);
     // Every row is read by one unit only: let it leave L2 first.
-    constexpr auto kEvictFirst = static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_FIRST);
+    const auto kEvictFirst = static_cast<uint64_t>((exp_flags & 4) ? cute::TMA::CacheHintSm90::EVICT_NORMAL
+                                                                    : cute::TMA::CacheHintSm90::EVICT_FIRST);
     constexpr int kHalf = kHeadDim / 2;  // a box is one 64-column (128-byte) half of the head dim
     int k_tiles = 0, v_tiles = 0, units = 0;  // K / V tiles and units loaded: stage index and phases
     for (int u = blockIdx.x; u < n_units; u += gridDim.x) {
       // The unit's description is read here, ahead of the consumers, so that the dependent global
       // loads (work item, then its score and table rows) overlap the producer's waits rather than
       // the consumers' unit start.
-      const AttentionWorkItem w = work[u / a.n_heads];
-      const int head = u % a.n_heads;
+      const AttentionWorkItem w = work[item_of(u)];
+      const int head = head_of(u);
       const int n_kv = (w.k_end - w.k_begin + kBlockN - 1) / kBlockN;  // <= 0: the plan gives none
       int s0 = 0, s1 = 0;
       detail::score_rows(a, w, head == 0, &s0, &s1);
@@ -360,7 +367,7 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
 
   int tiles = 0, units = 0, imp_tiles = 0;  // imp_tiles: this warp's importance buffers written
   for (int u = blockIdx.x; u < n_units; u += gridDim.x) {
-    const int head = u % a.n_heads;
+    const int head = head_of(u);
     Bar::wait(q_full, units & 1);  // the unit's Q and its description (info) are in
     detail::compiler_fence();      // no info load above the wait
     const AttentionWorkItem w{info[0], info[1], info[2], info[3], 0};
@@ -453,7 +460,7 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
     Bar::arrive(empty_v + prev_v);
     tiles += n_kv;
     ++units;
-    detail::store_rows<kND>(
+    if (!(exp_flags & 2)) detail::store_rows<kND>(
         o_at, row_sum, lane, q_len - warp_row0,
         a.out + static_cast<int64_t>(w.q_begin + warp_row0) * ld + static_cast<int64_t>(head) * kHeadDim, ld);
   }
@@ -521,7 +528,11 @@ void launch_wgmma(const AttentionArgs& a, const AttentionWorkItem* work, const i
   const int64_t units = capacity * a.n_heads;
   const auto grid = static_cast<unsigned>(
       std::min<int64_t>(units, detail::cached_device_attribute<cudaDevAttrMultiProcessorCount>()));
-  kernel<<<grid, T::kThreads, kSmem, stream>>>(a, work, work_count, tm_q, tm_k, tm_v);
+  static const int exp_flags = [] {
+    const char* v = std::getenv("FLASHDLLM_WGMMA_EXP");
+    return v != nullptr ? std::atoi(v) : 0;
+  }();
+  kernel<<<grid, T::kThreads, kSmem, stream>>>(a, work, work_count, tm_q, tm_k, tm_v, exp_flags);
   CUDA_CHECK_LAUNCH();
 }
 
