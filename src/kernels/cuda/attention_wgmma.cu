@@ -39,6 +39,8 @@
 // and the atomics thus leave the consumer's critical path, which keeps a wait for its buffer (one
 // per warp, freed a tile earlier): every wgmma is issued by the whole warpgroup, so one scored
 // warp's extra instructions delayed its three partners (bench/results/2026-12-04-h200-kv-rings).
+// O leaves through the same per-warp buffer at a unit's end (store_rows_staged): staged in bf16,
+// then 16-byte stores of whole row segments.
 // A tile is a whole box of rows: rows past a work item's keys are whatever follows in the store (the
 // next slot's rows, or never-written memory; past the store's end TMA gives zeros). K's columns
 // there are masked to -inf, and the consumers overwrite V's rows there with zeros before the last
@@ -55,7 +57,6 @@
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
 #include <cute/tensor.hpp>
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 #include <type_traits>
 #include <cutlass/arch/barrier.h>
@@ -111,6 +112,52 @@ __device__ __forceinline__ int tile_offset(int row, int chunk) {
   return (chunk >> 3) * (kRows * 64) + (row >> 3) * 512 + (row & 7) * 64 + (((chunk & 7) ^ (row & 7)) << 3);
 }
 
+/// Writes a consumer warp's 16 rows of O (its accumulator, `o`(nd, e) as in store_rows, divided by
+/// the row sums) to global rows [0, n_rows) at dst_row0 (row stride ld elements, 16-byte aligned)
+/// through `stage`, kStageCols · 32 bytes of shared memory the warp owns: kStageCols columns at a
+/// time, bf16, each row's 16-byte chunks XOR-swizzled with row % 8 (the fragment writes and the
+/// 16-byte reads are free of bank conflicts), then 16-byte stores, whole row segments per
+/// instruction. Written straight from the fragments (detail::store_rows), each store instruction
+/// covers 8 rows x 16 bytes; on the H200 that epilogue took 16% of the window attention's time
+/// (bench/results/2026-12-04-h200-o-store).
+template <int kStageCols, typename O>
+__device__ __forceinline__ void store_rows_staged(O&& o, const float (&row_sum)[2], int lane, int n_rows,
+                                                  __nv_bfloat16* dst_row0, int64_t ld, uint32_t* stage) {
+  constexpr int kChunks = kStageCols / 8;  // 16-byte chunks of a staged row
+  static_assert(kChunks % 8 == 0 && kHeadDim % kStageCols == 0, "swizzle within 8-chunk groups");
+  constexpr int kRowWords = kStageCols / 2;
+  float inv[2];
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    float l = row_sum[rr];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    inv[rr] = l > 0.f ? 1.f / l : 0.f;
+  }
+#pragma unroll
+  for (int pass = 0; pass < kHeadDim / kStageCols; ++pass) {
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const int row = (lane >> 2) + 8 * rr;
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+        const int nd = pass * kChunks + c;
+        const __nv_bfloat162 v = __floats2bfloat162_rn(o(nd, 2 * rr) * inv[rr], o(nd, 2 * rr + 1) * inv[rr]);
+        stage[row * kRowWords + ((c ^ (row & 7)) << 2) + (lane & 3)] = *reinterpret_cast<const uint32_t*>(&v);
+      }
+    }
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < 16 * kChunks / 32; ++i) {
+      const int idx = 32 * i + lane, row = idx / kChunks, c = idx % kChunks;
+      const uint4 v = *reinterpret_cast<const uint4*>(stage + row * kRowWords + ((c ^ (row & 7)) << 2));
+      if (row < n_rows)
+        *reinterpret_cast<uint4*>(dst_row0 + static_cast<int64_t>(row) * ld + pass * kStageCols + c * 8) = v;
+    }
+    __syncwarp();  // the stage's reads are done before it is written again
+  }
+}
+
 /// kBlockN keys per tile, kKStages K and kVStages V stages (a consumer holds tile j's K and tile
 /// j-1's V; the producer fills the rest ahead), kConsumers warpgroups of 64 query rows.
 template <int kBlockN, int kKStages, int kVStages, int kConsumers>
@@ -154,8 +201,7 @@ template <int kBlockN, int kKStages, int kVStages, int kConsumers>
 __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
     wgmma_attention_kernel(const AttentionArgs a, const AttentionWorkItem* __restrict__ work,
                            const int32_t* __restrict__ work_count, const __grid_constant__ CUtensorMap tm_q,
-                           const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
-                           const int exp_flags) {
+                           const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = WgmmaTraits<kBlockN, kKStages, kVStages, kConsumers>;
   using Bar = cutlass::arch::ClusterBarrier;
@@ -200,10 +246,6 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
   __syncthreads();
 
   const int n_units = *work_count * a.n_heads;
-  // Experiment flags: 1 = item-fastest unit order, 2 = no O store, 4 = EVICT_NORMAL loads.
-  const int n_items = *work_count;
-  auto item_of = [&](int u) { return (exp_flags & 1) ? u % n_items : u / a.n_heads; };
-  auto head_of = [&](int u) { return (exp_flags & 1) ? u / n_items : u % a.n_heads; };
   const int64_t ld = static_cast<int64_t>(a.n_heads) * kHeadDim;
 
   if (tid < kWarpgroup) {  // ---- producer warpgroup: warp 0 copies, warp 1 commits the importance ----
@@ -216,7 +258,7 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
       const int lane = tid & 31, chunk = lane >> 2, quad = lane & 3;
       uint32_t phases = 0;  // bit w: the parity of warp w's next buffer
       for (int u = blockIdx.x; u < n_units; u += gridDim.x) {
-        const AttentionWorkItem w = work[item_of(u)];
+        const AttentionWorkItem w = work[u / a.n_heads];
         const int n_kv = (w.k_end - w.k_begin + kBlockN - 1) / kBlockN;
         int s0 = 0, s1 = 0;
         detail::score_rows(a, w, false, &s0, &s1);
@@ -273,16 +315,15 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
     cute::prefetch_tma_descriptor(&tm_k);
     cute::prefetch_tma_descriptor(&tm_v);
     // Every row is read by one unit only: let it leave L2 first.
-    const auto kEvictFirst = static_cast<uint64_t>((exp_flags & 4) ? cute::TMA::CacheHintSm90::EVICT_NORMAL
-                                                                    : cute::TMA::CacheHintSm90::EVICT_FIRST);
+    constexpr auto kEvictFirst = static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_FIRST);
     constexpr int kHalf = kHeadDim / 2;  // a box is one 64-column (128-byte) half of the head dim
     int k_tiles = 0, v_tiles = 0, units = 0;  // K / V tiles and units loaded: stage index and phases
     for (int u = blockIdx.x; u < n_units; u += gridDim.x) {
       // The unit's description is read here, ahead of the consumers, so that the dependent global
       // loads (work item, then its score and table rows) overlap the producer's waits rather than
       // the consumers' unit start.
-      const AttentionWorkItem w = work[item_of(u)];
-      const int head = head_of(u);
+      const AttentionWorkItem w = work[u / a.n_heads];
+      const int head = u % a.n_heads;
       const int n_kv = (w.k_end - w.k_begin + kBlockN - 1) / kBlockN;  // <= 0: the plan gives none
       int s0 = 0, s1 = 0;
       detail::score_rows(a, w, head == 0, &s0, &s1);
@@ -367,7 +408,7 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
 
   int tiles = 0, units = 0, imp_tiles = 0;  // imp_tiles: this warp's importance buffers written
   for (int u = blockIdx.x; u < n_units; u += gridDim.x) {
-    const int head = head_of(u);
+    const int head = u % a.n_heads;
     Bar::wait(q_full, units & 1);  // the unit's Q and its description (info) are in
     detail::compiler_fence();      // no info load above the wait
     const AttentionWorkItem w{info[0], info[1], info[2], info[3], 0};
@@ -460,9 +501,18 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
     Bar::arrive(empty_v + prev_v);
     tiles += n_kv;
     ++units;
-    if (!(exp_flags & 2)) detail::store_rows<kND>(
-        o_at, row_sum, lane, q_len - warp_row0,
-        a.out + static_cast<int64_t>(w.q_begin + warp_row0) * ld + static_cast<int64_t>(head) * kHeadDim, ld);
+    if (q_len > warp_row0) {
+      // O goes out through the warp's importance buffer, free once the importance warp has read the
+      // last partial sums handed to it (the wait the next importance write makes; it passes at once
+      // for a warp without scored rows). The next write's wait then passes too: the buffer is the
+      // warp's own again after store_rows_staged's last __syncwarp.
+      Bar::wait(imp_empty + cw, (imp_tiles & 1) ^ 1);
+      detail::compiler_fence();  // no store to the buffer above the wait
+      store_rows_staged<T::kImpFloats * 4 / 32>(
+          o_at, row_sum, lane, q_len - warp_row0,
+          a.out + static_cast<int64_t>(w.q_begin + warp_row0) * ld + static_cast<int64_t>(head) * kHeadDim, ld,
+          reinterpret_cast<uint32_t*>(imp_buf + cw * T::kImpFloats));
+    }
   }
 #endif
 }
@@ -528,11 +578,7 @@ void launch_wgmma(const AttentionArgs& a, const AttentionWorkItem* work, const i
   const int64_t units = capacity * a.n_heads;
   const auto grid = static_cast<unsigned>(
       std::min<int64_t>(units, detail::cached_device_attribute<cudaDevAttrMultiProcessorCount>()));
-  static const int exp_flags = [] {
-    const char* v = std::getenv("FLASHDLLM_WGMMA_EXP");
-    return v != nullptr ? std::atoi(v) : 0;
-  }();
-  kernel<<<grid, T::kThreads, kSmem, stream>>>(a, work, work_count, tm_q, tm_k, tm_v, exp_flags);
+  kernel<<<grid, T::kThreads, kSmem, stream>>>(a, work, work_count, tm_q, tm_k, tm_v);
   CUDA_CHECK_LAUNCH();
 }
 
