@@ -39,9 +39,8 @@
 // and the atomics thus leave the consumer's critical path, which keeps a wait for its buffer (one
 // per warp, freed a tile earlier): every wgmma is issued by the whole warpgroup, so one scored
 // warp's extra instructions delayed its three partners (bench/results/2026-12-04-h200-kv-rings).
-// O leaves through shared memory at a unit's end (store_rows_staged: staged in bf16, then 16-byte
-// stores of whole row segments), in a buffer per consumer warp where it fits, else in the warp's
-// importance buffer.
+// O leaves through the same per-warp buffer at a unit's end (store_rows_staged): staged in bf16,
+// then 16-byte stores of whole row segments.
 // A tile is a whole box of rows: rows past a work item's keys are whatever follows in the store (the
 // next slot's rows, or never-written memory; past the store's end TMA gives zeros). K's columns
 // there are masked to -inf, and the consumers overwrite V's rows there with zeros before the last
@@ -185,7 +184,7 @@ struct WgmmaTraits {
   static constexpr int kImpChunks = kNB / 2;
   static constexpr int kImpFloats = 32 * 2 * kNB;  // per warp
   static constexpr int kConsumerWarps = 4 * kConsumers;
-  // Q of every consumer, the K ring, the V ring, the importance buffers, O's staging; then the mbarriers
+  // Q of every consumer, the K ring, the V ring, the importance buffers; then the mbarriers
   // full_k, empty_k [kKStages], full_v, empty_v [kVStages], q_full, q_empty, imp_full, imp_empty
   // [kConsumerWarps].
   static constexpr int kTileBytes = (kConsumers * kQElems + (kKStages + kVStages) * kKVElems) * 2;
@@ -194,15 +193,7 @@ struct WgmmaTraits {
   // Then the unit's description, written by the producer before it arrives on q_full: q_begin,
   // q_end, k_begin, k_end and the scored rows [s0, s1) (detail::score_rows).
   static constexpr int kInfoInts = 6;
-  // O's staging at a unit's end (store_rows_staged): 16 rows x 128 columns of bf16 per consumer
-  // warp, between the importance buffers and the barriers, where that fits in shared memory (the
-  // two-consumer 128-key kernel); the other kernels stage O in the warp's importance buffer, which
-  // first waits for the importance warp to have read it.
-  static constexpr int kOStageWarpBytes = 16 * kHeadDim * 2;
-  static constexpr bool kOwnOStage =
-      kTileBytes + kImpBytes + kConsumerWarps * kOStageWarpBytes + kBarriers * 8 + kInfoInts * 4 <= 227 * 1024;
-  static constexpr int kOStageBytes = kOwnOStage ? kConsumerWarps * kOStageWarpBytes : 0;
-  static constexpr int kSmemBytes = kTileBytes + kImpBytes + kOStageBytes + kBarriers * 8 + kInfoInts * 4;
+  static constexpr int kSmemBytes = kTileBytes + kImpBytes + kBarriers * 8 + kInfoInts * 4;
   static_assert(kSmemBytes <= 227 * 1024, "sm_90 shared memory per CTA");
 };
 
@@ -222,8 +213,7 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
   Elem* const k_base = smem + kConsumers * kQElems;
   Elem* const v_base = k_base + kKStages * T::kKVElems;
   float* const imp_buf = reinterpret_cast<float*>(smem_raw + T::kTileBytes);
-  unsigned char* const o_stage = smem_raw + T::kTileBytes + T::kImpBytes;  // kOStageBytes (may be 0)
-  uint64_t* const full_k = reinterpret_cast<uint64_t*>(o_stage + T::kOStageBytes);
+  uint64_t* const full_k = reinterpret_cast<uint64_t*>(smem_raw + T::kTileBytes + T::kImpBytes);
   uint64_t* const empty_k = full_k + kKStages;
   uint64_t* const full_v = empty_k + kKStages;
   uint64_t* const empty_v = full_v + kVStages;
@@ -512,21 +502,16 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
     tiles += n_kv;
     ++units;
     if (q_len > warp_row0) {
-      __nv_bfloat16* const dst =
-          a.out + static_cast<int64_t>(w.q_begin + warp_row0) * ld + static_cast<int64_t>(head) * kHeadDim;
-      if constexpr (T::kOwnOStage) {
-        store_rows_staged<kHeadDim>(o_at, row_sum, lane, q_len - warp_row0, dst, ld,
-                                    reinterpret_cast<uint32_t*>(o_stage + cw * T::kOStageWarpBytes));
-      } else {
-        // Through the warp's importance buffer, free once the importance warp has read the last
-        // partial sums handed to it (the wait the next importance write makes; it passes at once
-        // for a warp without scored rows). The next write's wait then passes too: the buffer is the
-        // warp's own again after store_rows_staged's last __syncwarp.
-        Bar::wait(imp_empty + cw, (imp_tiles & 1) ^ 1);
-        detail::compiler_fence();  // no store to the buffer above the wait
-        store_rows_staged<T::kImpFloats * 4 / 32>(o_at, row_sum, lane, q_len - warp_row0, dst, ld,
-                                                  reinterpret_cast<uint32_t*>(imp_buf + cw * T::kImpFloats));
-      }
+      // O goes out through the warp's importance buffer, free once the importance warp has read the
+      // last partial sums handed to it (the wait the next importance write makes; it passes at once
+      // for a warp without scored rows). The next write's wait then passes too: the buffer is the
+      // warp's own again after store_rows_staged's last __syncwarp.
+      Bar::wait(imp_empty + cw, (imp_tiles & 1) ^ 1);
+      detail::compiler_fence();  // no store to the buffer above the wait
+      store_rows_staged<T::kImpFloats * 4 / 32>(
+          o_at, row_sum, lane, q_len - warp_row0,
+          a.out + static_cast<int64_t>(w.q_begin + warp_row0) * ld + static_cast<int64_t>(head) * kHeadDim, ld,
+          reinterpret_cast<uint32_t*>(imp_buf + cw * T::kImpFloats));
     }
   }
 #endif
