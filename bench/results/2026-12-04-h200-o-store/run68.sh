@@ -1,0 +1,35 @@
+#!/bin/bash
+# Session 24, call 5: O staging buffer of its own (904f9b0): twins, sanitizers, window attention vs cuDNN, iterations.
+# Usage: bash .carry/run68.sh <tree> <label>
+set -u
+cd "$(dirname "$0")/.."
+git checkout -- data/gsm8k_train.jsonl 2>/dev/null && echo "restored data/gsm8k_train.jsonl from git"
+tree=$(git add -A >/dev/null 2>&1; git write-tree 2>/dev/null)
+if [[ "$tree" == "$1" ]]; then export FLASHDLLM_COMMIT=$2; echo "tree matches $2"; else echo "tree $tree != $1: dirty"; fi
+git reset -q 2>/dev/null
+mkdir -p .deps
+[[ -f .deps/cudnn-frontend/include/cudnn_frontend.h ]] || tar -xJf .carry/cudnn-frontend.tar.xz -C .deps
+[[ -f .deps/cutlass/include/cute/tensor.hpp ]] || tar -xJf .carry/cutlass.tar.xz -C .deps
+t0=$(date +%s)
+(OUT=/tmp/chk FLASHDLLM_GPU_CHECK_BUDGET=200 bash scripts/gpu_check.sh --build-only > /tmp/build.log 2>&1) || { tail -30 /tmp/build.log; exit 1; }
+echo "built $(( $(date +%s) - t0 )) s"
+grep -A3 -E "Compiling entry function.*wgmma_attention_kernel" /tmp/chk/gpu_check.log | grep -E "Used|spill" | tee $OUT/ptxas.txt
+export LD_LIBRARY_PATH=/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu/openblas-openmp:/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+B=build-gpu
+for t in test_cuda_attention test_cuda_importance test_cuda_forward; do
+  timeout 60 $B/tests/$t --gtest_color=no > /tmp/$t.txt 2>&1; echo "$t rc=$?" | tee -a $OUT/tests.txt
+  grep -E "^\[  (PASSED|FAILED) |Failure" /tmp/$t.txt | head -4 | tee -a $OUT/tests.txt
+done
+FLASHDLLM_CUDA_SYNC=1 FLASHDLLM_CUDNN_ATTENTION=off timeout 90 compute-sanitizer --tool racecheck --error-exitcode 86 \
+  $B/tests/test_cuda_attention --gtest_color=no --gtest_filter='*Small*' > /tmp/san2.txt 2>&1
+echo "racecheck attention Small rc=$?" | tee -a $OUT/tests.txt; grep -E "PASSED|SUMMARY" /tmp/san2.txt | tee -a $OUT/tests.txt
+echo "tests $(( $(date +%s) - t0 )) s"
+timeout 100 python3 bench/window_attention.py --bench $B/bench/attention_bench --shapes 16:128:768,32:128:768 \
+  --variants wgmma128 --json $OUT/window_attention.json > $OUT/window_attention.md 2>&1
+echo "window_attention rc=$?"; sed -n '/^## Flash-Cache/,$p' $OUT/window_attention.md | head -10
+rm -f $OUT/window_attention.ours_tiles*.json
+echo "window $(( $(date +%s) - t0 )) s"
+timeout 80 python3 bench/iteration_floor.py --a-bin $B/flashdllm --b-bin $B/flashdllm --b-args="--verify --verify-kept commits" \
+  --slots 1,32 --per-iter 4 --repeats 1 --json $OUT/floor.json > $OUT/floor.md 2>&1
+echo "floor rc=$?"; tail -6 $OUT/floor.md
+echo "elapsed $(( $(date +%s) - t0 )) s"
