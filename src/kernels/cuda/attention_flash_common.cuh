@@ -216,6 +216,14 @@ __device__ __forceinline__ void online_softmax(S&& s, O&& o, float (&row_max)[2]
   }
 }
 
+/// 1 / (the thread's partial row sums reduced over its quad) for its two rows; 0 for a zero sum.
+__device__ __forceinline__ float inverse_row_sum(const float (&row_sum)[2], int rr) {
+  float l = row_sum[rr];
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  return l > 0.f ? 1.f / l : 0.f;
+}
+
 /// Writes the thread's two rows of O / row sum (sums reduced over the quad; a zero sum writes 0)
 /// as bf16 to dst_row0 + r·ld for warp rows r = lane/4 and lane/4 + 8 that are < n_rows.
 template <int kND, class O>
@@ -223,10 +231,7 @@ __device__ __forceinline__ void store_rows(O&& o, const float (&row_sum)[2], int
                                            __nv_bfloat16* dst_row0, int64_t ld) {
 #pragma unroll
   for (int rr = 0; rr < 2; ++rr) {
-    float l = row_sum[rr];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const float inv = inverse_row_sum(row_sum, rr);
     const int row = (lane >> 2) + 8 * rr;
     if (row < n_rows) {
       __nv_bfloat16* const dst = dst_row0 + static_cast<int64_t>(row) * ld;

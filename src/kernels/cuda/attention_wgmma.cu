@@ -126,14 +126,7 @@ __device__ __forceinline__ void store_rows_staged(O&& o, const float (&row_sum)[
   constexpr int kChunks = kStageCols / 8;  // 16-byte chunks of a staged row
   static_assert(kChunks % 8 == 0 && kHeadDim % kStageCols == 0, "swizzle within 8-chunk groups");
   constexpr int kRowWords = kStageCols / 2;
-  float inv[2];
-#pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    float l = row_sum[rr];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    inv[rr] = l > 0.f ? 1.f / l : 0.f;
-  }
+  const float inv[2] = {detail::inverse_row_sum(row_sum, 0), detail::inverse_row_sum(row_sum, 1)};
 #pragma unroll
   for (int pass = 0; pass < kHeadDim / kStageCols; ++pass) {
 #pragma unroll
