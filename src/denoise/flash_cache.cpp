@@ -187,13 +187,27 @@ ForwardBatch flash_plan(const std::vector<FlashSlot>& slots, int64_t store_strid
                   "flash_plan: {} slots × store stride {} must be positive and below 2^31 store rows", slots.size(),
                   store_stride);
   ForwardBatch fb;
+  size_t rows = 0, windows = 0;
+  for (size_t j = first; j < last; ++j) {
+    rows += static_cast<size_t>(flash_query_rows(slots[j]));
+    windows += slots[j].active() ? slots[j].window.size() : 0;
+  }
+  fb.token_ids.reserve(rows);
+  fb.positions.reserve(rows);
+  fb.kv_rows.reserve(rows);
+  fb.logit_rows.reserve(windows);
+  fb.row_keys.reserve(windows);
   auto add_rows = [&](const FlashSlot& s, int64_t j, const std::vector<int32_t>& pos) {
+    if (pos.empty()) return;
+    const auto [lo, hi] = std::minmax_element(pos.begin(), pos.end());
+    FDLLM_CHECK_ARG(*lo >= 0 && *hi < store_stride && *hi < static_cast<int64_t>(s.x.size()),
+                    "flash_plan: slot {} queries position {} outside its {} store rows", j, *lo < 0 ? *lo : *hi,
+                    std::min<int64_t>(store_stride, static_cast<int64_t>(s.x.size())));
+    const auto base = static_cast<int32_t>(j * store_stride);
     for (int32_t t : pos) {
-      FDLLM_CHECK_ARG(t >= 0 && t < store_stride, "flash_plan: slot {} queries position {} outside its {} store rows", j,
-                      t, store_stride);
       fb.token_ids.push_back(s.x[static_cast<size_t>(t)]);
       fb.positions.push_back(t);
-      fb.kv_rows.push_back(static_cast<int32_t>(j * store_stride + t));
+      fb.kv_rows.push_back(base + t);
     }
   };
   // Per active slot, query rows [window | tracked set]; its first tile holds the window (and, with

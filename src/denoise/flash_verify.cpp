@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "core/check.h"
 
@@ -54,13 +55,24 @@ FlashVerifyTile flash_verify_plan_slot(const FlashSlot& s, int64_t slot_index, c
     const int64_t e = std::min<int64_t>(s.seqlen_k, static_cast<int64_t>(s.full_pos.size()));
     if (b < e) v.keys.insert(v.keys.end(), s.full_pos.begin() + b, s.full_pos.begin() + e);
   } else {
-    // The main pass's context: every position < seqlen_k, minus the positions recomputed in the tile.
-    std::vector<uint8_t> in_tile(static_cast<size_t>(s.seqlen_k), 0);
+    // The main pass's context: every position < seqlen_k, minus the positions recomputed in the tile
+    // (at most k1 + S of them: the runs between them are written whole).
+    std::vector<int32_t> out;
+    out.reserve(v.kept.size() + v.candidates.size());
     for (const auto* list : {&v.kept, &v.candidates})
       for (int32_t t : *list)
-        if (t < s.seqlen_k) in_tile[static_cast<size_t>(t)] = 1;
-    for (int32_t t = 0; t < static_cast<int32_t>(s.seqlen_k); ++t)
-      if (!in_tile[static_cast<size_t>(t)]) v.keys.push_back(t);
+        if (t >= 0 && t < s.seqlen_k) out.push_back(t);
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    v.keys.resize(static_cast<size_t>(s.seqlen_k) - out.size());
+    auto k = v.keys.begin();
+    int32_t t = 0;
+    for (const int32_t e : out) {
+      std::iota(k, k + (e - t), t);
+      k += e - t;
+      t = e + 1;
+    }
+    std::iota(k, v.keys.end(), t);
   }
   return v;
 }
@@ -72,6 +84,18 @@ VerifyBatch flash_verify_batch(const std::vector<FlashSlot>& slots, const std::v
                   "flash_verify_batch: {} slots × store stride {} must be positive and below 2^31 store rows",
                   slots.size(), store_stride);
   VerifyBatch vb;
+  size_t rows = 0, keys = 0, cands = 0;
+  for (const FlashVerifyTile& v : tiles) {
+    rows += static_cast<size_t>(v.rows());
+    keys += v.keys.size();
+    cands += v.candidates.size();
+  }
+  vb.token_ids.reserve(rows);
+  vb.positions.reserve(rows);
+  vb.key_rows.reserve(keys);
+  vb.tiles.reserve(tiles.size());
+  vb.logit_rows.reserve(cands);
+  vb.row_keys.reserve(cands);
   for (const FlashVerifyTile& v : tiles) {
     FDLLM_CHECK_ARG(v.slot >= 0 && v.slot < static_cast<int64_t>(slots.size()) && slots[static_cast<size_t>(v.slot)].active(),
                     "flash_verify_batch: tile for slot {} which is not an active slot of {}", v.slot, slots.size());
@@ -95,11 +119,17 @@ VerifyBatch flash_verify_batch(const std::vector<FlashSlot>& slots, const std::v
       vb.positions.push_back(t);
     }
     const auto base = static_cast<int32_t>(v.slot * store_stride);
-    for (int32_t t : v.keys) {
-      FDLLM_CHECK_ARG(t >= 0 && t < store_stride, "flash_verify_batch: slot {}: key position {} outside the {} store rows",
-                      v.slot, t, store_stride);
-      vb.key_rows.push_back(base + t);
+    if (!v.keys.empty()) {
+      const auto [lo, hi] = std::minmax_element(v.keys.begin(), v.keys.end());
+      const int32_t bad = *lo < 0 ? *lo : *hi;
+      FDLLM_CHECK_ARG(*lo >= 0 && *hi < store_stride,
+                      "flash_verify_batch: slot {}: key position {} outside the {} store rows", v.slot, bad,
+                      store_stride);
     }
+    const size_t at = vb.key_rows.size();
+    vb.key_rows.resize(at + v.keys.size());
+    std::transform(v.keys.begin(), v.keys.end(), vb.key_rows.begin() + static_cast<std::ptrdiff_t>(at),
+                   [base](int32_t t) { return base + t; });
     const auto S = static_cast<int32_t>(v.candidates.size());
     vb.tiles.push_back({q0, static_cast<int32_t>(vb.token_ids.size()), k0, static_cast<int32_t>(vb.key_rows.size()), S});
     for (int32_t i = 0; i < S; ++i) {

@@ -258,6 +258,36 @@ size_t kv_store_bytes(DType act, const LladaConfig& cfg, int64_t rows, bool shar
   return 2 * one * static_cast<size_t>(shared_across_layers ? 1 : cfg.n_layers);
 }
 
+namespace {
+
+/// The index of the first element of v outside [lo, hi), or v.size() when there is none: a min/max
+/// pass the compiler vectorises (plans of thousands of rows are checked every forward), then a
+/// search only when that pass finds a bad element.
+size_t first_outside(const std::vector<int32_t>& v, int64_t lo, int64_t hi) {
+  int32_t mn = INT32_MAX, mx = INT32_MIN;
+  for (const int32_t x : v) {
+    mn = std::min(mn, x);
+    mx = std::max(mx, x);
+  }
+  if (v.empty() || (mn >= lo && mx < hi)) return v.size();
+  return static_cast<size_t>(std::find_if(v.begin(), v.end(), [&](int32_t x) { return x < lo || x >= hi; }) -
+                             v.begin());
+}
+
+/// The query rows' token ids in [0, vocab_rows) and positions in [0, max_positions) (sizes checked
+/// by the caller); `what` names the pass in the error.
+void check_query_rows(const char* what, const std::vector<int32_t>& token_ids, const std::vector<int32_t>& positions,
+                      int64_t vocab_rows, int64_t max_positions) {
+  if (const size_t t = first_outside(token_ids, 0, vocab_rows); t < token_ids.size())
+    FDLLM_FAIL(ErrorCode::kInvalidArgument, "{}: token id {} (query row {}) is outside the embedding table [0, {})",
+               what, token_ids[t], t, vocab_rows);
+  if (const size_t t = first_outside(positions, 0, max_positions); t < positions.size())
+    FDLLM_FAIL(ErrorCode::kInvalidArgument, "{}: position {} (query row {}) is beyond the supported context [0, {})",
+               what, positions[t], t, max_positions);
+}
+
+}  // namespace
+
 void ForwardBatch::validate(int64_t store_rows, int64_t vocab_rows, int64_t max_positions) const {
   const size_t T = token_ids.size();
   FDLLM_CHECK_ARG(T > 0, "forward: empty batch");
@@ -265,16 +295,9 @@ void ForwardBatch::validate(int64_t store_rows, int64_t vocab_rows, int64_t max_
                   "forward: {} tokens but {} positions and {} K/V rows", T, positions.size(), kv_rows.size());
   FDLLM_CHECK_ARG(row_keys.size() == logit_rows.size(), "forward: {} logit rows but {} noise keys", logit_rows.size(),
                   row_keys.size());
-  for (size_t t = 0; t < T; ++t) {
-    FDLLM_CHECK_ARG(token_ids[t] >= 0 && token_ids[t] < vocab_rows,
-                    "forward: token id {} (query row {}) is outside the embedding table [0, {})", token_ids[t], t,
-                    vocab_rows);
-    FDLLM_CHECK_ARG(positions[t] >= 0 && positions[t] < max_positions,
-                    "forward: position {} (query row {}) is beyond the supported context [0, {})", positions[t], t,
-                    max_positions);
-    FDLLM_CHECK_ARG(kv_rows[t] >= 0 && kv_rows[t] < store_rows, "forward: K/V row {} outside the store [0, {})",
-                    kv_rows[t], store_rows);
-  }
+  check_query_rows("forward", token_ids, positions, vocab_rows, max_positions);
+  if (const size_t t = first_outside(kv_rows, 0, store_rows); t < T)
+    FDLLM_FAIL(ErrorCode::kInvalidArgument, "forward: K/V row {} outside the store [0, {})", kv_rows[t], store_rows);
   for (const AttentionTile& a : tiles)
     FDLLM_CHECK_ARG(0 <= a.q_start && a.q_start < a.q_end && a.q_end <= static_cast<int32_t>(T) && 0 <= a.k_start &&
                         a.k_start < a.k_end && a.k_end <= store_rows,
@@ -308,17 +331,10 @@ void VerifyBatch::validate(int64_t store_rows, int64_t vocab_rows, int64_t max_p
   FDLLM_CHECK_ARG(positions.size() == T, "verify forward: {} tokens but {} positions", T, positions.size());
   FDLLM_CHECK_ARG(row_keys.size() == logit_rows.size(), "verify forward: {} logit rows but {} noise keys",
                   logit_rows.size(), row_keys.size());
-  for (size_t t = 0; t < T; ++t) {
-    FDLLM_CHECK_ARG(token_ids[t] >= 0 && token_ids[t] < vocab_rows,
-                    "verify forward: token id {} (query row {}) is outside the embedding table [0, {})", token_ids[t],
-                    t, vocab_rows);
-    FDLLM_CHECK_ARG(positions[t] >= 0 && positions[t] < max_positions,
-                    "verify forward: position {} (query row {}) is beyond the supported context [0, {})",
-                    positions[t], t, max_positions);
-  }
-  for (size_t g = 0; g < key_rows.size(); ++g)
-    FDLLM_CHECK_ARG(key_rows[g] >= 0 && key_rows[g] < store_rows,
-                    "verify forward: key_rows[{}] = {} is outside the K/V store [0, {})", g, key_rows[g], store_rows);
+  check_query_rows("verify forward", token_ids, positions, vocab_rows, max_positions);
+  if (const size_t g = first_outside(key_rows, 0, store_rows); g < key_rows.size())
+    FDLLM_FAIL(ErrorCode::kInvalidArgument, "verify forward: key_rows[{}] = {} is outside the K/V store [0, {})", g,
+               key_rows[g], store_rows);
   FDLLM_CHECK_ARG(!tiles.empty(), "verify forward: no tiles");
   const auto G = static_cast<int64_t>(key_rows.size());
   std::vector<std::pair<int32_t, int32_t>> ranges;

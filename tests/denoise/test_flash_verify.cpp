@@ -34,6 +34,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <random>
@@ -468,6 +469,10 @@ TEST(VerifyPlan, CandidatesKeptRowsAndKeys) {
   tile.insert(v.candidates.begin(), v.candidates.end());
   ASSERT_EQ(v.keys.size(), static_cast<size_t>(s.seqlen_k) - tile.size());
   for (int32_t t : v.keys) EXPECT_FALSE(tile.count(t)) << t;
+  // In ascending order, each once, the last one seqlen_k - 1 (no tile row there): the whole complement.
+  EXPECT_TRUE(std::adjacent_find(v.keys.begin(), v.keys.end(), std::greater_equal<>()) == v.keys.end());
+  EXPECT_EQ(v.keys.front(), 0);
+  EXPECT_EQ(v.keys.back(), s.seqlen_k - 1);
   EXPECT_EQ(v.rows(), 32);
   // Cap and max_candidates.
   FlashCacheOptions o3 = o;
