@@ -673,6 +673,18 @@ TEST(FlashPlan, BlockTableForPrefillAndIncrementalSlots) {
   EXPECT_EQ(all.size(), s.window.size() + s.tracked.size());
   EXPECT_EQ(static_cast<int64_t>(all.size()), s.seqlen_k);
   EXPECT_THROW(flash_plan(std::vector<FlashSlot>(2), L, o, 2), Error);
+  // A queried position outside the slot's store rows is named.
+  for (const int32_t t : {static_cast<int32_t>(L), -1}) {
+    std::vector<FlashSlot> off = slots;
+    off[0].tracked.push_back(t);
+    try {
+      flash_plan(off, L, o, 2);
+      ADD_FAILURE() << "position " << t << " was planned";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fmt::format("queries position {} outside", t)), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 // Random pools (prefill and incremental slots, inactive ones, every tiling, track_num < 0): the

@@ -352,6 +352,16 @@ TEST(VerifyForward, RejectsInconsistentBatches) {
   vb.key_rows[2] = 64;
   expect_error(vb, "key_rows[2]");
   vb = base();
+  vb.key_rows[3] = -1;  // the first bad entry is named, whichever bound it breaks
+  vb.key_rows[1] = 70;
+  expect_error(vb, "key_rows[1] = 70");
+  vb = base();
+  vb.token_ids[2] = -5;
+  expect_error(vb, "token id -5 (query row 2)");
+  vb = base();
+  vb.positions[1] = static_cast<int32_t>(g.model.rope.table.cos.rows());
+  expect_error(vb, fmt::format("position {} (query row 1)", vb.positions[1]));
+  vb = base();
   vb.tiles = {{0, 2, 0, 1, 0}, {1, 4, 1, 4, 1}};
   expect_error(vb, "overlap");
   vb = base();
@@ -592,6 +602,16 @@ TEST(VerifyPlan, BatchLayout) {
   FlashVerifyTile bad = b;
   bad.slot = 1;  // inactive
   EXPECT_THROW(flash_verify_batch(slots, {bad}, 128), Error);
+  for (const int32_t key : {128, -1}) {
+    FlashVerifyTile far = b;
+    far.keys = {5, key, 6};
+    try {
+      flash_verify_batch(slots, {a, far}, 128);
+      ADD_FAILURE() << "key " << key << " outside the slot's 128 store rows was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fmt::format("key position {} outside", key)), std::string::npos) << e.what();
+    }
+  }
   EXPECT_THROW(flash_verify_batch(slots, {}, 128), Error);
 }
 
