@@ -253,7 +253,9 @@ int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
                  static_cast<long long>(cand));
   const double sec = results.front().seconds;
   if (ca.profile_ops) print_op_profile(engine->op_profile(), sec);
-  std::fprintf(stderr, "[flashdllm] %zu request(s), %lld tokens, NFE %lld, %.2f s, %.1f tokens/s (%s, %s; load %.2f s)\n",
+  std::fprintf(stderr,
+               "[flashdllm] %zu request(s), %lld tokens (with the ending EOS), NFE %lld, %.2f s, %.1f tokens/s (%s, "
+               "%s; load %.2f s)\n",
                results.size(), static_cast<long long>(toks), static_cast<long long>(nfe), sec,
                sec > 0 ? static_cast<double>(toks) / sec : 0.0, flashdllm::cache_mode_name(ga.go.decode.cache),
                engine->backend_name().c_str(), engine->load_seconds());
@@ -416,7 +418,12 @@ int run_eval(const CommonArgs& ca, EvalArgs& ea) {
   run.chat = chat;
   ev::ProgressBar bar("eval " + ea.task, static_cast<int64_t>(samples.size()));
   bar.update(0);  // a line at the start; then redrawn / a plain line every 10 s (on every iteration's tick)
-  run.progress = [&](int64_t done, int64_t, double) { bar.update(done); };
+  run.progress = [&](const ev::EvalTick& t) {
+    // A static batch (none/prefix/dual) finishes its requests together: show how far its canvases are.
+    bar.update(t.done, t.done < t.total
+                           ? fmt::format("call {}/{}: {:.0f}% decoded", t.call + 1, t.calls, 100 * t.decoded)
+                           : std::string());
+  };
   auto results = ev::generate_samples(*engine, samples, go, run);
   bar.finish();
   const std::string backend = engine->backend_name();
@@ -500,6 +507,10 @@ void add_eval_subcommand(CLI::App& app, CommonArgs& ca, EvalArgs& ea, CLI::App*&
   evl->add_option("--code-jobs", ea.code_jobs, "humaneval/mbpp: programs run in parallel (0 = all cores)")
       ->capture_default_str();
   add_decode_options(evl, ea.dec);
+  // eval's slot count follows --batch unless --slots is given (the decode options' default is generate's).
+  evl->get_option("--slots")
+      ->description("flash: concurrent slots (continuous batching; default: --batch; 0 = as many as fit)")
+      ->default_str("");
 }
 
 // ---- bench: sweeps of decoding settings and batch sizes (docs/bench.md) -------------------------

@@ -266,7 +266,9 @@ void add_decode_options(CLI::App* app, DecodeArgs& a) {
   app->add_option("--importance", a.importance, "flash: a_i from raw q·k (qk, released code) or attention mass (prob, paper)")
       ->capture_default_str();
   app->add_flag("--verify", d.verify, "flash: Flash-Verify (a verify pass per iteration checks further drafts)");
-  app->add_option("--gamma", d.gamma, "flash verify: acceptance threshold (a --preset sets its task's value)")
+  app->add_option("--gamma", d.gamma,
+                  a.serving ? "flash verify: acceptance threshold"
+                            : "flash verify: acceptance threshold (a --preset sets its task's value)")
       ->capture_default_str();
   app->add_option("--verify-rule", a.verify_rule,
                   "flash verify: product (released code: running product of p(draft) >= gamma) | paper (argmax == draft "

@@ -850,7 +850,8 @@ std::string bench_markdown(const nlohmann::ordered_json& meta, const std::vector
         break;
       }
     m += fmt::format("## Table 1 style: {}\n\n", workload_text(*any));
-    m += "| method | setting | n | accuracy % (95% CI) | tokens/s | tokens/s (released) | speed-up | NFE | tokens/iter | "
+    m += "| method | setting | n | accuracy % (95% CI) | tokens/s | tokens/s (released) | speed-up (released) | NFE | "
+         "tokens/iter | "
          "passes/request | drafts accepted / checked | peak memory |\n";
     m += "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|---:|\n";
     for (const std::string& method : bench_method_names())
@@ -899,7 +900,8 @@ std::string bench_markdown(const nlohmann::ordered_json& meta, const std::vector
   }
 
   m += "## All points\n\n";
-  m += "| id | group | workload | method | swept | batch | accuracy % | tokens/s | tokens/s (released) | speed-up | NFE | "
+  m += "| id | group | workload | method | swept | batch | accuracy % | tokens/s | tokens/s (released) | speed-up "
+       "(released) | NFE | "
        "tokens/iter | passes/request | drafts accepted / checked | peak memory |\n";
   m += "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n";
   for (const PointResult& r : results)

@@ -79,8 +79,17 @@ struct EvalSummary {
   std::string method;                       ///< label of the decoding setting (table column)
 };
 
-/// Called with (done, total, seconds so far) as requests finish.
-using EvalProgress = std::function<void(int64_t, int64_t, double)>;
+/// Where an eval's generation stands: called on every engine iteration (where the denoiser reports
+/// steps) and after every generate call.
+struct EvalTick {
+  int64_t done = 0;      ///< requests finished
+  int64_t total = 0;     ///< requests in all
+  double seconds = 0.0;  ///< since generation started
+  int64_t call = 0;      ///< the generate call running (0-based)
+  int64_t calls = 0;     ///< generate calls in all
+  double decoded = 0.0;  ///< the running call's canvas positions decoded, in [0, 1] (finished requests count whole)
+};
+using EvalProgress = std::function<void(const EvalTick&)>;
 
 /// How generate_samples splits the work into engine calls.
 struct RunOptions {

@@ -16,6 +16,7 @@
 #include <ctime>
 #include <deque>
 #include <functional>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -220,6 +221,12 @@ struct Server::Impl {
   std::atomic<bool> draining{false};
   std::atomic<int64_t> active{0};  // handlers and stream providers in flight
   std::atomic<uint64_t> next_id{1};
+  // Response ids: a random 48-bit part drawn once per server, then the counter, so that ids stay
+  // unique across restarts (clients and logs key on them) and still show the request order.
+  const uint64_t id_tag = [] {
+    std::random_device rd;
+    return ((static_cast<uint64_t>(rd()) << 32) ^ rd()) & 0xffffffffffffULL;
+  }();
   int64_t started_at = unix_time();
   HttpCounters counters;
   std::mutex stop_mu;
@@ -369,7 +376,7 @@ struct Server::Impl {
     if (auto* e = std::get_if<ApiError>(&parsed)) return reply_error(res, *e);
     auto call = std::make_shared<Call>();
     call->req = std::move(std::get<ApiRequest>(parsed));
-    call->id = fmt::format("{}-{:016x}", chat ? "chatcmpl" : "cmpl", next_id++);
+    call->id = fmt::format("{}-{:012x}{:012x}", chat ? "chatcmpl" : "cmpl", id_tag, next_id++);
     call->created = unix_time();
     if (auto e = submit(*call)) return reply_error(res, *e);
     if (call->req.stream) return stream(res, call);
