@@ -11,6 +11,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -91,8 +93,13 @@ int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
   if (ga.chat && ga.raw) throw Error(ErrorCode::kInvalidArgument, "--chat and --raw exclude each other");
   ga.go = ga.dec.options();
   if (!ga.prompt_file.empty()) {
-    std::ifstream in(ga.prompt_file, std::ios::binary);
-    if (!in) throw Error(ErrorCode::kIo, fmt::format("cannot read --prompt-file '{}'", ga.prompt_file));
+    std::error_code ec;
+    if (std::filesystem::is_directory(ga.prompt_file, ec))
+      throw Error(ErrorCode::kIo, fmt::format("cannot read --prompt-file '{}': it is a directory", ga.prompt_file));
+    std::ifstream in(ga.prompt_file, std::ios::binary);  // a stream: /dev/stdin and FIFOs work too
+    if (!in)
+      throw Error(ErrorCode::kIo,
+                  fmt::format("cannot read --prompt-file '{}': {}", ga.prompt_file, std::strerror(errno)));
     int64_t line_no = 0;
     for (std::string line; std::getline(in, line);) {
       ++line_no;
@@ -112,7 +119,7 @@ int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
   if (ga.chat && !engine->has_chat_template())
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("--chat: '{}' has no chat template (tokenizer_config.json); drop --chat", ca.model_dir));
-  const bool chat = ga.raw ? false : (ga.chat ? true : engine->has_chat_template());
+  const bool chat = ga.raw ? false : (ga.chat ? true : engine->chat_by_default());
   std::vector<flashdllm::GenerateRequest> reqs;
   for (const std::string& p : ga.prompts) {
     flashdllm::GenerateRequest r;
@@ -409,7 +416,7 @@ int run_eval(const CommonArgs& ca, EvalArgs& ea) {
   if (ea.chat || ea.raw)
     chat = ea.chat;
   else if (ea.task == "arith")
-    chat = engine->has_chat_template();
+    chat = engine->chat_by_default();
   else
     chat = ev::chat_by_model_path(ca.model_dir);
 

@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <climits>
+#include <cstdint>
 #include <sstream>
 
 #include "backend/backend.h"
@@ -27,7 +29,9 @@ void add_common(CLI::App* app, CommonArgs& a) {
       ->check(int_in_range(0, max_threads));
   app->add_option("--load-format", a.load_format, "auto (safetensors) | dummy (random weights, config.json only)")
       ->capture_default_str();
-  app->add_option("--dummy-seed", a.dummy_seed, "seed of --load-format dummy weights")->capture_default_str();
+  app->add_option("--dummy-seed", a.dummy_seed, "seed of --load-format dummy weights")
+      ->check(kUint64)
+      ->capture_default_str();
   app->add_option("--tensor-parallel", a.tensor_parallel,
                   "split the model over N ranks (heads, MLP columns, vocabulary; Megatron layout): cpu: N rank "
                   "threads; cuda[:K]: GPUs K..K+N-1 with NCCL. N must divide n_heads, mlp_hidden_size and "
@@ -84,6 +88,18 @@ static std::string check_int(const std::string& v, long long lo, long long hi, b
 const CLI::Validator kNonNegativeInt(
     [](std::string& v) -> std::string { return check_int(v, 0, LLONG_MAX, /*show_hi=*/false); }, "NONNEGATIVE");
 
+const CLI::Validator kUint64(
+    [](std::string& v) -> std::string {
+      // CLI11 reads "-1" as 2^64 - 1 and saturates what is past 2^64: a seed must be said exactly.
+      uint64_t x = 0;
+      const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+      if (v.empty() || end != v.data() + v.size() || (ec != std::errc() && ec != std::errc::result_out_of_range))
+        return "'" + v + "' is not an unsigned integer";
+      if (ec == std::errc::result_out_of_range) return fmt::format("must be in [0, {}], got {}", UINT64_MAX, v);
+      return {};
+    },
+    "UINT64");
+
 CLI::Validator int_in_range(long long lo, long long hi) {
   return CLI::Validator([lo, hi](std::string& v) { return check_int(v, lo, hi, /*show_hi=*/true); },
                         fmt::format("INT in [{}, {}]", lo, hi));
@@ -91,6 +107,9 @@ CLI::Validator int_in_range(long long lo, long long hi) {
 
 std::vector<int32_t> parse_ids(const std::string& s) {
   std::vector<int32_t> ids;
+  // getline leaves out a trailing empty entry: "1,2," is as malformed as "1,,2".
+  if (const size_t last = s.find_last_not_of(" \t"); last != std::string::npos && s[last] == ',')
+    throw Error(ErrorCode::kInvalidArgument, fmt::format("--prompt-ids: empty entry in '{}'", s));
   std::stringstream ss(s);
   std::string item;
   while (std::getline(ss, item, ',')) {
@@ -224,8 +243,7 @@ void add_decode_options(CLI::App* app, DecodeArgs& a) {
     app->add_option("--threshold", a.threshold,
                     "confidence-threshold decoding: commit every masked position with confidence >= this (flash: "
                     "default 0.9; none/prefix/dual: default off = quota decoding)");
-  if (!a.serving)
-    app->add_option("--seed", sp.seed, "noise seed")->capture_default_str();
+  if (!a.serving) app->add_option("--seed", sp.seed, "noise seed")->check(kUint64)->capture_default_str();
   app->add_flag("--logits-eos-inf", d.logits_eos_inf, "none: never generate EOS");
   app->add_flag("--confidence-eos-eot-inf", d.confidence_eos_eot_inf,
                 "none: EOS and EOT get confidence 0, so they are committed last in their block (at any temperature; "

@@ -39,6 +39,8 @@ PeakMemory peak_memory(const Engine& engine);
 
 /// CLI11 check for integer options that must be >= 0, with a plain message.
 extern const CLI::Validator kNonNegativeInt;
+/// CLI11 check for a uint64 option (seeds): a decimal integer in [0, 2^64 - 1], said exactly.
+extern const CLI::Validator kUint64;
 /// CLI11 check for an integer in [lo, hi] with a plain message ("'abc' is not an integer", "must be
 /// in [1, 64], got 65"); CLI::Range calls every non-number out of range.
 CLI::Validator int_in_range(long long lo, long long hi);

@@ -68,6 +68,18 @@ int run_serve(const CommonArgs& ca, ServeArgs& sa) {
   so.max_model_len = sa.max_model_len;
   so.max_queue = sa.max_queue;
   engine->start(so);
+  // A default max_tokens that leaves no room for a prompt refuses every request without max_tokens:
+  // an error when asked for, a warning when it is the default.
+  if (const int64_t len = engine->serve_options().max_model_len; sa.default_max_tokens >= len) {
+    if (sa.dec.given("--default-max-tokens"))
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("--default-max-tokens {} leaves no room for a prompt in max_model_len {}: lower it",
+                              sa.default_max_tokens, len));
+    std::fprintf(stderr,
+                 "[flashdllm] warning: max_model_len %lld leaves no room for a prompt beside the default max_tokens "
+                 "%lld: requests must give max_tokens (or pass --default-max-tokens)\n",
+                 static_cast<long long>(len), static_cast<long long>(sa.default_max_tokens));
+  }
   server::ServerOptions o;
   o.host = sa.host;
   o.port = sa.port;

@@ -229,6 +229,12 @@ class Engine {
   const std::filesystem::path& model_dir() const noexcept;
   bool has_tokenizer() const noexcept;
   bool has_chat_template() const noexcept;
+  /// Whether text prompts take the chat template when neither chat nor raw is asked for: true when
+  /// the checkpoint has one, false when it has none (no tokenizer_config.json, or no chat_template
+  /// field: a base model). A tokenizer_config.json that asks for a template this build cannot use,
+  /// or is not valid JSON, throws Error(kInvalidCheckpoint) naming the file: skipping it silently
+  /// would send a chat model raw prompts, which it answers with an immediate end of text.
+  bool chat_by_default() const;
   int32_t mask_token_id() const noexcept;
   /// -1 when unknown.
   int32_t eot_token_id() const noexcept;

@@ -65,6 +65,7 @@ struct Engine::Impl {
   std::optional<Tokenizer> tokenizer;
   std::optional<ChatTemplate> chat;
   std::string chat_error;  // why there is no chat template, for the error message
+  bool chat_unusable = false;  // tokenizer_config.json asks for a template we cannot use
   // Data parallelism: options.data_parallel replicas of the model (one without); never resized.
   std::vector<std::unique_ptr<ModelReplica>> replicas;
   int32_t eot_id = -1;
@@ -142,15 +143,12 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
     validate_llada_tokenizer(*impl->tokenizer, cfg, dir / "tokenizer.json");
     if (auto id = impl->tokenizer->token_to_id("<|eot_id|>")) impl->eot_id = *id;
   }
-  if (fs::exists(dir / "tokenizer_config.json")) {
-    try {
-      impl->chat.emplace(ChatTemplate::from_tokenizer_config(dir / "tokenizer_config.json"));
-    } catch (const Error& e) {
-      impl->chat_error = e.what();  // reported only if the chat template is asked for
-    }
-  } else {
-    impl->chat_error = fmt::format("'{}' has no tokenizer_config.json with a chat template", dir.string());
-  }
+  // A missing or unusable template only matters when the chat template is asked for (or taken by
+  // default: chat_by_default).
+  ChatTemplateLookup chat = find_chat_template(dir);
+  impl->chat = std::move(chat.chat);
+  impl->chat_error = std::move(chat.error);
+  impl->chat_unusable = chat.unusable;
 
   const int world = options.tensor_parallel;
   const int dp = options.data_parallel;
@@ -210,7 +208,8 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
 
 std::vector<int32_t> Engine::encode_prompt(const std::string& text, bool chat) const {
   FDLLM_CHECK_ARG(impl_->tokenizer.has_value(),
-                  "'{}' has no tokenizer.json: pass token ids (--prompt-ids) instead of text",
+                  "'{}' has no tokenizer.json: give the prompt as token ids instead of text (generate: --prompt-ids; "
+                  "the server's /v1/completions: a list of integers)",
                   impl_->options.model_dir.string());
   if (!chat) return impl_->tokenizer->encode(text, /*add_special_tokens=*/false);
   FDLLM_CHECK_ARG(impl_->chat.has_value(), "cannot apply the chat template: {} (use --raw)", impl_->chat_error);
@@ -551,6 +550,12 @@ EngineMetrics Engine::metrics() const {
 const LladaConfig& Engine::config() const noexcept { return impl_->model().config; }
 bool Engine::has_tokenizer() const noexcept { return impl_->tokenizer.has_value(); }
 bool Engine::has_chat_template() const noexcept { return impl_->chat.has_value(); }
+bool Engine::chat_by_default() const {
+  FDLLM_CHECK(!impl_->chat_unusable, ErrorCode::kInvalidCheckpoint,
+              "cannot apply the checkpoint's chat template: {} (pass --raw to send prompts without it)",
+              impl_->chat_error);
+  return impl_->chat.has_value();
+}
 int32_t Engine::mask_token_id() const noexcept { return impl_->model().config.mask_token_id; }
 int32_t Engine::eot_token_id() const noexcept { return impl_->eot_id; }
 double Engine::load_seconds() const noexcept { return impl_->load_seconds; }
@@ -576,7 +581,8 @@ std::string Engine::info() const {
                           .checkpoint_bytes = impl_->checkpoint_bytes,
                           .eot_id = impl_->eot_id,
                           .has_tokenizer = impl_->tokenizer.has_value(),
-                          .has_chat_template = impl_->chat.has_value()};
+                          .has_chat_template = impl_->chat.has_value(),
+                          .chat_template_problem = impl_->chat_unusable ? impl_->chat_error : std::string()};
   return describe_llada_model(f, impl_->backend(), static_cast<int>(impl_->replicas.front()->peers.size()) + 1,
                               backend_name());
 }

@@ -141,7 +141,7 @@ void check_decode(const DecodeSettings& d, const LladaConfig* cfg) {
                     "tokens_per_step must be >= 0 (0 = the threshold rule), got {}", d.tokens_per_step);
     for (size_t i = 0; i < d.forced_schedule.size(); ++i)
       FDLLM_CHECK_ARG(d.forced_schedule[i] >= 1 && d.forced_schedule[i] <= kMaxCount,
-                      "forced_schedule[{}] = {} must be >= 1", i, d.forced_schedule[i]);
+                      "forced_schedule[{}] = {} must be in [1, {}]", i, d.forced_schedule[i], kMaxCount);
     FDLLM_CHECK_ARG(!(d.tokens_per_step > 0 && !d.forced_schedule.empty()),
                     "tokens_per_step and forced_schedule exclude each other (both fix the commits per iteration)");
     FDLLM_CHECK_ARG(d.max_forward_rows >= 0, "max_forward_rows must be >= 0 (0 = no bound), got {}",

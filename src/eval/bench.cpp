@@ -510,7 +510,7 @@ std::vector<PointResult> run_bench(const EngineFactory& load, const std::vector<
     if (backend_name) *backend_name = backend;
     const bool on_cpu = backend.rfind("cpu", 0) == 0;
     const std::vector<EvalSample>& samples = samples_of(p);
-    const bool chat = options.chat.value_or(p.workload.task == "arith" ? engine->has_chat_template()
+    const bool chat = options.chat.value_or(p.workload.task == "arith" ? engine->chat_by_default()
                                                                         : chat_by_model_path(options.model_dir));
     const bool flash = p.options.decode.cache == CacheMode::kFlash;
     const size_t per_call = flash ? samples.size() : static_cast<size_t>(p.batch);

@@ -11,6 +11,7 @@
 
 #include "core/check.h"
 #include "eval/py_random.h"
+#include "io/file.h"
 #include "eval/scoring.h"
 
 namespace flashdllm::eval {
@@ -19,16 +20,18 @@ namespace {
 
 namespace fs = std::filesystem;
 
-/// One JSON object per non-blank line; `.gz` files are decompressed with `gzip -dc`.
+/// One JSON object per non-blank line; `.gz` files are decompressed with `gzip -dc`. `what` says in
+/// messages what the file is for.
 struct JsonLine {
   nlohmann::json j;
   int64_t line = 0;
 };
 
-std::vector<JsonLine> read_jsonl(const fs::path& path) {
+std::vector<JsonLine> read_jsonl(const fs::path& path, const std::string& what = "task file (--data)") {
   std::string text;
   if (path.extension() == ".gz") {
-    FDLLM_CHECK(fs::exists(path), ErrorCode::kIo, "cannot read task file '{}'", path.string());
+    FDLLM_CHECK(fs::is_regular_file(path), ErrorCode::kIo, "cannot read the {} '{}': {}", what, path.string(),
+                fs::exists(path) ? "not a regular file" : "no such file");
     std::string quoted = "'";
     for (char c : path.string()) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
     quoted += "'";
@@ -40,11 +43,11 @@ std::vector<JsonLine> read_jsonl(const fs::path& path) {
     const int st = pclose(p);
     FDLLM_CHECK(st == 0, ErrorCode::kIo, "'{}' is not a readable gzip file", path.string());
   } else {
-    std::ifstream in(path, std::ios::binary);
-    FDLLM_CHECK(in.good(), ErrorCode::kIo, "cannot read task file '{}'", path.string());
-    std::stringstream ss;
-    ss << in.rdbuf();
-    text = ss.str();
+    try {
+      text = read_regular_file(path);  // says why (no such file, a directory, ...)
+    } catch (const Error& e) {
+      FDLLM_FAIL(ErrorCode::kIo, "cannot read the {}: {}", what, e.what());
+    }
   }
   std::vector<JsonLine> out;
   std::stringstream ss(text);
@@ -122,7 +125,8 @@ std::vector<EvalSample> load_gsm8k(const fs::path& data, const LoadOptions& o) {
   const fs::path train_path = o.fewshot_data.empty() ? data.parent_path() / "gsm8k_train.jsonl" : o.fewshot_data;
   FDLLM_CHECK_ARG(o.fewshot_processes >= 1, "fewshot_processes must be >= 1, got {}", o.fewshot_processes);
   std::vector<std::pair<std::string, std::string>> train;
-  for (const JsonLine& r : read_jsonl(train_path))
+  for (const JsonLine& r :
+       read_jsonl(train_path, "gsm8k few-shot exemplars (--fewshot-data; by default gsm8k_train.jsonl beside --data)"))
     train.emplace_back(str_field(r, train_path, "question"), str_field(r, train_path, "answer"));
   FDLLM_CHECK_ARG(train.size() >= 5, "'{}': the few-shot split needs at least 5 records, has {}", train_path.string(),
                   train.size());
@@ -350,8 +354,13 @@ std::optional<std::string> extract_hash_answer(std::string_view text) {
 }
 
 std::vector<EvalSample> load_arith(const std::filesystem::path& jsonl, int64_t limit) {
-  std::ifstream in(jsonl);
-  FDLLM_CHECK(in.good(), ErrorCode::kIo, "cannot read task file '{}'", jsonl.string());
+  std::string text;
+  try {
+    text = read_regular_file(jsonl);  // says why (no such file, a directory, ...)
+  } catch (const Error& e) {
+    FDLLM_FAIL(ErrorCode::kIo, "cannot read the task file (--data): {}", e.what());
+  }
+  std::istringstream in(text);
   std::vector<EvalSample> out;
   std::string line;
   int64_t lineno = 0;

@@ -134,7 +134,7 @@ std::string_view python_strip(std::string_view s) {
 }  // namespace
 
 ChatTemplate ChatTemplate::from_tokenizer_config(const std::filesystem::path& path) {
-  const json cfg = read_json_file(path);
+  const json cfg = read_json_file(path, /*reject_duplicate_keys=*/true);
   FDLLM_CHECK_CKPT(cfg.is_object(), "{}: expected a JSON object", path.string());
   FDLLM_CHECK_CKPT(cfg.contains("chat_template"),
                    "{}: field 'chat_template' is missing; pass the prompt with --raw to skip chat templating",
@@ -161,6 +161,30 @@ ChatTemplate ChatTemplate::from_tokenizer_config(const std::filesystem::path& pa
     }
   }
   return llada(std::move(bos));
+}
+
+ChatTemplateLookup find_chat_template(const std::filesystem::path& model_dir) {
+  ChatTemplateLookup r;
+  const std::filesystem::path path = model_dir / "tokenizer_config.json";
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    r.error = fmt::format("'{}' has no tokenizer_config.json with a chat template", model_dir.string());
+    return r;
+  }
+  try {
+    r.chat.emplace(ChatTemplate::from_tokenizer_config(path));
+    return r;
+  } catch (const Error& e) {
+    r.error = e.what();
+  }
+  try {  // none declared (a base model), or one this build cannot use?
+    const json cfg = read_json_file(path);
+    const auto it = cfg.is_object() ? cfg.find("chat_template") : cfg.end();
+    r.unusable = !cfg.is_object() || (it != cfg.end() && !it->is_null());
+  } catch (const Error&) {
+    r.unusable = true;
+  }
+  return r;
 }
 
 ChatTemplate ChatTemplate::llada(std::string bos_token) {

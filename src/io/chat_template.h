@@ -8,6 +8,7 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,5 +37,18 @@ class ChatTemplate {
  private:
   std::string bos_token_;
 };
+
+/// What a checkpoint directory holds as its chat template: the template, or why there is none.
+struct ChatTemplateLookup {
+  std::optional<ChatTemplate> chat;
+  std::string error;  ///< why `chat` is empty (names the directory or file)
+  /// The directory's tokenizer_config.json asks for a template this build cannot use, or cannot be
+  /// read as a JSON object — unlike having none (no such file, or no / a null `chat_template`
+  /// field: a base model, whose prompts go as they are).
+  bool unusable = false;
+};
+/// Looks for `model_dir`/tokenizer_config.json (ChatTemplate::from_tokenizer_config). Never throws
+/// for the file's content; the reason goes to `error`.
+ChatTemplateLookup find_chat_template(const std::filesystem::path& model_dir);
 
 }  // namespace flashdllm

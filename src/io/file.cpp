@@ -67,7 +67,7 @@ std::string read_regular_file(const std::filesystem::path& path) {
   return out;
 }
 
-nlohmann::json parse_json_text(std::string_view text, const std::string& what, bool reject_duplicate_keys) {
+nlohmann::json try_parse_json(std::string_view text, bool reject_duplicate_keys, std::string* error) {
   using nlohmann::json;
   std::vector<std::set<std::string>> stack;  // keys seen in each open object
   std::string duplicate;
@@ -91,10 +91,55 @@ nlohmann::json parse_json_text(std::string_view text, const std::string& what, b
   try {
     j = reject_duplicate_keys ? json::parse(text.begin(), text.end(), cb) : json::parse(text.begin(), text.end());
   } catch (const json::exception& e) {
-    FDLLM_FAIL(ErrorCode::kInvalidCheckpoint, "{}: invalid JSON: {}", what, e.what());
+    *error = e.what();
+    return json(json::value_t::discarded);
   }
-  FDLLM_CHECK_CKPT(duplicate.empty(), "{}: duplicate key '{}' in JSON", what, duplicate);
+  if (!duplicate.empty()) {
+    *error = "duplicate key '" + duplicate + "'";
+    return json(json::value_t::discarded);
+  }
   return j;
+}
+
+nlohmann::json parse_json_text(std::string_view text, const std::string& what, bool reject_duplicate_keys) {
+  std::string error;
+  nlohmann::json j = try_parse_json(text, reject_duplicate_keys, &error);
+  if (j.is_discarded()) {
+    const bool duplicate = error.rfind("duplicate key", 0) == 0;
+    FDLLM_FAIL(ErrorCode::kInvalidCheckpoint, "{}: {}{}", what,
+               duplicate ? "" : "invalid JSON: ", duplicate ? error + " in JSON" : error);
+  }
+  return j;
+}
+
+int json_nesting_depth(std::string_view text, int limit) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (const char ch : text) {
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (ch == '\\')
+        escaped = true;
+      else if (ch == '"')
+        in_string = false;
+      continue;
+    }
+    switch (ch) {
+      case '"': in_string = true; break;
+      case '[':
+      case '{':
+        if (++depth > deepest) deepest = depth;
+        if (deepest > limit) return limit + 1;
+        break;
+      case ']':
+      case '}':
+        if (depth > 0) --depth;
+        break;
+      default: break;
+    }
+  }
+  return deepest;
 }
 
 nlohmann::json read_json_file(const std::filesystem::path& path, bool reject_duplicate_keys) {

@@ -120,7 +120,7 @@ void validate_llada_tokenizer(const Tokenizer& tok, const LladaConfig& cfg,
 
 int validate_llada_index(const std::filesystem::path& index_json, const LladaConfig& cfg) {
   const std::string src = index_json.string();
-  const nlohmann::json j = read_json_file(index_json);
+  const nlohmann::json j = read_json_file(index_json, /*reject_duplicate_keys=*/true);
   FDLLM_CHECK_CKPT(j.is_object(), "{}: index must be a JSON object", src);
   auto wm = j.find("weight_map");
   FDLLM_CHECK_CKPT(wm != j.end() && wm->is_object(), "{}: missing or non-object 'weight_map'", src);

@@ -247,7 +247,7 @@ LladaConfig parse_llada_config(const nlohmann::json& j, const std::string& sourc
 }
 
 LladaConfig load_llada_config(const std::filesystem::path& path) {
-  return parse_llada_config(read_json_file(path), path.string());
+  return parse_llada_config(read_json_file(path, /*reject_duplicate_keys=*/true), path.string());
 }
 
 }  // namespace flashdllm

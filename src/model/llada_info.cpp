@@ -44,14 +44,11 @@ LladaModelFacts inspect_llada_checkpoint(const fs::path& dir, bool dummy_weights
     f.has_tokenizer = true;
     if (auto id = tok.token_to_id("<|eot_id|>")) f.eot_id = *id;
   }
-  if (fs::exists(dir / "tokenizer_config.json", ec)) {
-    try {
-      ChatTemplate::from_tokenizer_config(dir / "tokenizer_config.json");
-      f.has_chat_template = true;
-    } catch (const Error&) {
-      // As Engine::load: a missing or foreign template only matters when the chat template is asked for.
-    }
-  }
+  // As Engine::load: a missing or foreign template only matters when the chat template is asked for;
+  // one the checkpoint asks for but this build cannot use is named.
+  const ChatTemplateLookup chat = find_chat_template(dir);
+  f.has_chat_template = chat.chat.has_value();
+  if (chat.unusable) f.chat_template_problem = chat.error;
   return f;
 }
 
@@ -94,7 +91,10 @@ std::string describe_llada_model(const LladaModelFacts& f, const Backend& backen
   s += fmt::format("KV cache / token  {} bytes (e.g. {:.3f} GiB for 32 slots x 1536 positions, all layers)\n",
                    kv_per_token, static_cast<double>(kv_per_token) * 32 * 1536 / gib);
   s += fmt::format("tokenizer         {}\n", f.has_tokenizer ? "tokenizer.json" : "none (token ids only)");
-  s += fmt::format("chat template     {}\n", f.has_chat_template ? "LLaDA" : "none");
+  s +=
+      fmt::format("chat template     {}\n", f.has_chat_template               ? "LLaDA"
+                                            : f.chat_template_problem.empty() ? "none"
+                                                                              : "unusable: " + f.chat_template_problem);
   return s;
 }
 

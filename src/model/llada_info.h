@@ -25,6 +25,7 @@ struct LladaModelFacts {
   int32_t eot_id = -1;            // <|eot_id|> of the tokenizer, -1 without one
   bool has_tokenizer = false;
   bool has_chat_template = false;
+  std::string chat_template_problem;  // tokenizer_config.json asks for a template we cannot use: why
 };
 
 /// Throws Error(kIo) "model directory '<dir>' does not exist" or "... is not a directory".

@@ -7,10 +7,14 @@
 
 #include <fmt/format.h>
 
+#include "io/file.h"
+
 namespace flashdllm::server {
 namespace {
 
 using nlohmann::json;
+// Nesting levels a request body may have (json_nesting_depth): far above what the API needs.
+constexpr int kMaxNesting = 32;
 
 ApiError bad(std::string param, std::string message, std::string code = {}) {
   ApiError e;
@@ -198,8 +202,18 @@ std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool cha
   // not one JSON text, whatever the bytes after it.
   if (const size_t nul = body.find('\0'); nul != std::string_view::npos)
     return bad("", fmt::format("the request body is not valid JSON (a NUL byte at offset {})", nul));
-  const json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return bad("", "the request body is not valid JSON (UTF-8 text)");
+  // Bounded nesting before any tree is built (a body of 8 MB of "[[[[..." cost ~250 MB to parse);
+  // a request has at most 6 levels (body, messages, message, content parts, part, image_url).
+  if (json_nesting_depth(body, kMaxNesting) > kMaxNesting)
+    return bad("", fmt::format("the request body nests arrays and objects deeper than {} levels", kMaxNesting));
+  // A key given twice is refused rather than read as its last value (a proxy or log reading the
+  // first would see another request).
+  std::string parse_error;
+  const json j = try_parse_json(body, /*reject_duplicate_keys=*/true, &parse_error);
+  if (j.is_discarded())
+    return bad("", parse_error.rfind("duplicate key", 0) == 0
+                       ? fmt::format("the request body holds a {}", parse_error)
+                       : std::string("the request body is not valid JSON (UTF-8 text)"));
   if (!j.is_object()) return bad("", fmt::format("the request body must be a JSON object, got {}", kind_of(j)));
   const auto& allowed = fields(chat);
   for (const auto& [k, v] : j.items())

@@ -29,6 +29,7 @@
 #include "server/metrics.h"
 #include "server/openai.h"
 #include "server/page.h"
+#include "server/worker_pool.h"
 
 namespace flashdllm::server {
 namespace {
@@ -37,57 +38,17 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 constexpr auto kPoll = std::chrono::milliseconds(50);
 
-/// Connection workers created on demand up to a bound (cpp-httplib's TaskQueue): a connection
-/// holds a worker while it is open, so the bound follows the slots and the queue rather than
-/// cpp-httplib's fixed pool of 8.
-class WorkerPool final : public httplib::TaskQueue {
+/// cpp-httplib's TaskQueue over our WorkerPool (server/worker_pool.h): a connection holds a worker
+/// while it is open, so the bound follows the slots and the queue rather than cpp-httplib's fixed
+/// pool of 8.
+class HttpWorkers final : public httplib::TaskQueue {
  public:
-  explicit WorkerPool(size_t max_threads) : max_(std::max<size_t>(max_threads, 1)) {}
-  ~WorkerPool() override { shutdown(); }
-
-  void enqueue(std::function<void()> fn) override {
-    std::unique_lock<std::mutex> lk(mu_);
-    jobs_.push_back(std::move(fn));
-    if (idle_ == 0 && threads_.size() < max_)
-      threads_.emplace_back([this] { work(); });
-    else
-      cv_.notify_one();
-  }
-  void shutdown() override {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (stop_) return;
-      stop_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : threads_)
-      if (t.joinable()) t.join();
-  }
+  explicit HttpWorkers(size_t max_threads) : pool_(max_threads) {}
+  void enqueue(std::function<void()> fn) override { pool_.enqueue(std::move(fn)); }
+  void shutdown() override { pool_.shutdown(); }
 
  private:
-  void work() {
-    for (;;) {
-      std::function<void()> fn;
-      {
-        std::unique_lock<std::mutex> lk(mu_);
-        ++idle_;
-        cv_.wait(lk, [&] { return stop_ || !jobs_.empty(); });
-        --idle_;
-        if (jobs_.empty()) return;  // stopping
-        fn = std::move(jobs_.front());
-        jobs_.pop_front();
-      }
-      fn();
-    }
-  }
-
-  const size_t max_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> jobs_;
-  std::vector<std::thread> threads_;
-  size_t idle_ = 0;
-  bool stop_ = false;
+  WorkerPool pool_;
 };
 
 /// Calls f(fd) for every socket descriptor of this process (cpp-httplib 0.11 exposes none of its
@@ -273,7 +234,11 @@ struct Server::Impl {
       std::string field;
       for (const auto& [key, api] : keys)
         if (m.rfind(key, 0) == 0) field = api;
-      return api_error_of(e, field);
+      ApiError a = api_error_of(e, field);
+      // max_tokens within max_model_len whose canvas, rounded up to the block, is not: the context.
+      if (field == "max_tokens" && m.find("max_sequence_length") != std::string::npos)
+        a.code = "context_length_exceeded";
+      return a;
     }
     try {
       if (call.req.chat) {
@@ -319,9 +284,9 @@ struct Server::Impl {
         return e;
       }
     }
-    for (auto& ids : prompts) {
+    for (size_t i = 0; i < prompts.size(); ++i) {
       GenerateRequest g;
-      g.prompt_ids = std::move(ids);
+      g.prompt_ids = std::move(prompts[i]);
       g.chat = false;
       Pending p;
       p.prompt_tokens = static_cast<int64_t>(g.prompt_ids.size());
@@ -329,7 +294,12 @@ struct Server::Impl {
         p.stream = engine.submit(g, sp);
       } catch (const Error& e) {
         call.cancel_all();
-        return api_error_of(e, e.code() == ErrorCode::kInvalidArgument ? std::string(param) : std::string());
+        ApiError a = api_error_of(e, e.code() == ErrorCode::kInvalidArgument ? std::string(param) : std::string());
+        if (prompts.size() > 1 && a.status == 400) {  // which prompt of the list
+          a.param = fmt::format("{}[{}]", param, i);
+          a.message = fmt::format("{}: {}", a.param, a.message);
+        }
+        return a;
       }
       call.pending.push_back(std::move(p));
     }
@@ -516,11 +486,23 @@ struct Server::Impl {
         r.set_content(error_body(e).dump(), "application/json");
         return httplib::Server::HandlerResponse::Handled;
       };
+      // Range is ignored (RFC 9110 lets a server): cpp-httplib would answer with a slice of whatever
+      // the handler wrote (a generated answer, an event stream, even the error objects below) under
+      // 206. Its parsed ranges live in the request it owns and passes as const; clearing them is the
+      // one way to turn that off in cpp-httplib 0.11.
+      const_cast<httplib::Request&>(q).ranges.clear();
       const bool te = q.has_header("Transfer-Encoding"), cl = q.has_header("Content-Length");
       if (te && cl)
         return refuse(400, "the request has both Transfer-Encoding and Content-Length (RFC 9112, 6.3): send one", "");
+      // Two lengths (cpp-httplib reads the first): a proxy reading the other would frame another
+      // request than ours.
+      if (const size_t n = q.get_header_value_count("Content-Length"); n > 1)
+        return refuse(400, fmt::format("the request has {} Content-Length headers (RFC 9112, 6.3): send one", n), "");
       if (te)
-        return refuse(411, "chunked request bodies are not accepted: send the body with a Content-Length header",
+        return refuse(411,
+                      fmt::format("Transfer-Encoding '{}' is not accepted (nor chunked bodies): send the body as it "
+                                  "is, with a Content-Length header",
+                                  q.get_header_value("Transfer-Encoding")),
                       "length_required");
       if (!cl && q.method == "POST")  // cpp-httplib would read such a body until the client closes, unbounded
         return refuse(411, "a POST needs a Content-Length header", "length_required");
@@ -581,7 +563,7 @@ Server::Server(Engine& engine, ServerOptions options) : impl_(std::make_unique<I
   const ServeOptions& so = engine.serve_options();
   const int64_t threads =
       m.opt.max_threads > 0 ? m.opt.max_threads : std::max<int64_t>(256, engine.total_slots() + so.max_queue + 32);
-  m.http.new_task_queue = [threads] { return new WorkerPool(static_cast<size_t>(threads)); };
+  m.http.new_task_queue = [threads] { return new HttpWorkers(static_cast<size_t>(threads)); };
   m.http.set_payload_max_length(m.opt.max_body_bytes);
   m.http.set_read_timeout(m.opt.read_timeout_s, 0);
   m.http.set_write_timeout(m.opt.write_timeout_s, 0);

@@ -19,6 +19,8 @@
 #include <functional>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "common/expect_error.h"
 #include "common/test_paths.h"
 #include "io/chat_template.h"
@@ -127,6 +129,77 @@ TEST(CheckpointFiles, RegularFilesStillRead) {
   EXPECT_NO_THROW(Checkpoint::open(dir));
   test::expect_error([&] { read_regular_file(dir / "absent.json"); }, ErrorCode::kIo,
                      {(dir / "absent.json").string(), "cannot open"});
+}
+
+TEST(CheckpointFiles, DuplicateKeysInConfigAndChatTemplateAreRefused) {
+  // nlohmann keeps the last of two equal keys: "d_model": 256, "d_model": 512 then failed on the
+  // embedding's shape, far from the cause.
+  const fs::path dir = golden_copy();
+  std::string text = read_regular_file(dir / "config.json");
+  text.insert(text.find('{') + 1, "\"d_model\": 7, ");
+  std::ofstream(dir / "config.json", std::ios::trunc) << text;
+  test::expect_error([&] { load_llada_config(dir / "config.json"); }, ErrorCode::kInvalidCheckpoint,
+                     {(dir / "config.json").string(), "duplicate key 'd_model'"});
+  std::ofstream(dir / "tokenizer_config.json") << R"({"chat_template": "a", "chat_template": "b"})";
+  test::expect_error([&] { ChatTemplate::from_tokenizer_config(dir / "tokenizer_config.json"); },
+                     ErrorCode::kInvalidCheckpoint, {"tokenizer_config.json", "duplicate key 'chat_template'"});
+}
+
+TEST(CheckpointFiles, FindChatTemplateTellsNoneFromUnusable) {
+  const fs::path dir = test::temp_dir() / "chat_lookup";
+  fs::create_directories(dir);
+  ChatTemplateLookup r = find_chat_template(dir);  // no tokenizer_config.json: a base model
+  EXPECT_FALSE(r.chat.has_value());
+  EXPECT_FALSE(r.unusable);
+  EXPECT_NE(r.error.find("has no tokenizer_config.json"), std::string::npos) << r.error;
+  const auto with = [&](const std::string& text) {
+    std::ofstream(dir / "tokenizer_config.json", std::ios::trunc) << text;
+    return find_chat_template(dir);
+  };
+  for (const char* none : {R"({"bos_token": "<s>"})", R"({"chat_template": null})"}) {
+    r = with(none);
+    EXPECT_FALSE(r.chat.has_value()) << none;
+    EXPECT_FALSE(r.unusable) << none;
+  }
+  for (const char* bad : {"garbage", "[1, 2]", R"({"chat_template": "{{ messages }}"})", R"({"chat_template": 5})"}) {
+    r = with(bad);
+    EXPECT_FALSE(r.chat.has_value()) << bad;
+    EXPECT_TRUE(r.unusable) << bad;
+    EXPECT_NE(r.error.find("tokenizer_config.json"), std::string::npos) << bad << ": " << r.error;
+  }
+  fs::copy_file(test::default_model_dir() / "tokenizer_config.json", dir / "tokenizer_config.json",
+                fs::copy_options::overwrite_existing);
+  r = find_chat_template(dir);
+  EXPECT_TRUE(r.chat.has_value()) << r.error;
+  EXPECT_FALSE(r.unusable);
+}
+
+TEST(JsonText, NestingDepthCountsBracketsOutsideStrings) {
+  EXPECT_EQ(json_nesting_depth("", 8), 0);
+  EXPECT_EQ(json_nesting_depth("5", 8), 0);
+  EXPECT_EQ(json_nesting_depth(R"({"a": [1, {"b": []}]})", 8), 4);
+  EXPECT_EQ(json_nesting_depth(R"({"a": "[[[[{{{{", "b": "\\"})", 8), 1);  // brackets in strings, escaped backslash
+  EXPECT_EQ(json_nesting_depth(R"({"a": "\"[[[["})", 8), 1);               // an escaped quote stays in the string
+  EXPECT_EQ(json_nesting_depth("[[[]]][[]]", 8), 3);
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  EXPECT_EQ(json_nesting_depth(deep, 32), 33);  // stops past the limit
+  EXPECT_EQ(json_nesting_depth(deep, 100000), 100000);
+}
+
+TEST(JsonText, TryParseReportsInsteadOfThrowing) {
+  std::string error;
+  nlohmann::json j = try_parse_json(R"({"a": 1, "b": {"a": 2}})", /*reject_duplicate_keys=*/true, &error);
+  ASSERT_FALSE(j.is_discarded()) << error;  // the same key in two objects is no duplicate
+  EXPECT_EQ(j["b"]["a"], 2);
+  j = try_parse_json(R"({"a": 1, "b": {"c": 2, "c": 3}})", true, &error);
+  EXPECT_TRUE(j.is_discarded());
+  EXPECT_EQ(error, "duplicate key 'c'");
+  j = try_parse_json(R"({"c": 2, "c": 3})", /*reject_duplicate_keys=*/false, &error);
+  ASSERT_FALSE(j.is_discarded());
+  EXPECT_EQ(j["c"], 3);
+  j = try_parse_json("{not json", true, &error);
+  EXPECT_TRUE(j.is_discarded());
+  EXPECT_NE(error.find("parse error"), std::string::npos) << error;
 }
 
 }  // namespace

@@ -148,6 +148,12 @@ def error_of(server, body, path="/v1/chat/completions", raw=False):
 
 @pytest.mark.parametrize("body,status,param,needle", [
     ("{not json", 400, None, "not valid JSON"),
+    # Found by a break-it session: 8 MB of nested arrays held ~250 MB each while parsed, and a key
+    # given twice was read as its last value.
+    ('{"model": "%s", "messages": [{"role": "user", "content": "hi"}], "zz": %s%s}' % (MODEL_ID, "[" * 40, "]" * 40),
+     400, None, "deeper than 32 levels"),
+    ('{"model": "gpt-9", "model": "%s", "messages": [{"role": "user", "content": "hi"}]}' % MODEL_ID,
+     400, None, "duplicate key 'model'"),
     (b'{"model": "llada-arith-12m", "messages": [{"role": "user", "content": "\xff\xfe"}]}', 400, None, "not valid JSON"),
     ([1, 2], 400, None, "must be a JSON object"),
     ({"messages": [{"role": "user", "content": "hi"}]}, 400, "model", "'model' is required"),
@@ -187,6 +193,7 @@ def test_bad_chat_requests_get_openai_errors(server, body, status, param, needle
     ({"model": MODEL_ID, "prompt": [[1, 2], [-3]]}, "prompt", "prompt[1]"),
     ({"model": MODEL_ID, "prompt": [2304]}, "prompt", "mask token"),
     ({"model": MODEL_ID, "prompt": [999999]}, "prompt", "outside the vocabulary"),
+    ({"model": MODEL_ID, "prompt": [[5, 6], [7, 999999]]}, "prompt[1]", "prompt[1]: prompt token 999999"),
     ({"model": MODEL_ID, "prompt": ""}, "prompt", "empty"),
     ({"model": MODEL_ID, "prompt": "hi", "echo": True}, "echo", "not supported"),
     ({"model": MODEL_ID, "prompt": "hi", "logprobs": 1}, "logprobs", "not supported"),
@@ -227,6 +234,10 @@ def raw_http(server, data: bytes, timeout: float = 10.0) -> bytes:
     (b"Content-Length: -5\r\n", b"", 400, "not a byte count"),
     (b"Content-Length: 999999999\r\n", b"", 413, "999999999 bytes"),
     (b"Connection: close\r\n", b"{}", 411, "needs a Content-Length"),
+    # Found by a second break-it session: the first of two lengths was read, and a Range header got a
+    # 206 with a slice of the generated answer (and of error objects: '{"erro').
+    (b"Content-Length: 2\r\nContent-Length: 5\r\n", b"{}", 400, "2 Content-Length headers"),
+    (b"Content-Length: 2\r\nRange: bytes=0-5\r\n", b"{}", 400, "'model' is required"),
 ])
 def test_http_framing_is_checked_from_the_headers(server, head, body, status, needle):
     t0 = time.time()
@@ -234,6 +245,7 @@ def test_http_framing_is_checked_from_the_headers(server, head, body, status, ne
     assert time.time() - t0 < 5, "answered from the headers, without waiting for a body"
     assert out.startswith(b"HTTP/1.1 %d" % status), out[:200]
     assert needle.encode() in out, out
+    assert b"Content-Range" not in out, out
 
 
 def test_a_nul_byte_and_huge_integers_are_invalid(server):
@@ -382,6 +394,15 @@ def test_request_bodies_over_the_limit_get_413():
 
 def test_a_full_queue_gives_429_with_retry_after_and_block_rounding_is_checked():
     # The LLaDA sampler (blocks of 32): slow enough to fill one slot and a queue of one.
+    # At the model's own max_sequence_length (4096) the method's check sees the rounding first: the
+    # same error code (found by a break-it session: it came without one).
+    s = Server("--cache", "none", "--slots", "1", "--max-queue", "1", "--max-model-len", "4096")
+    try:
+        code, err = error_of(s, {"model": MODEL_ID, "prompt": [5, 6], "max_tokens": 4070}, "/v1/completions")
+        assert code == 400 and err["code"] == "context_length_exceeded" and err["param"] == "max_tokens", err
+        assert "rounded up to the block length" in err["message"], err
+    finally:
+        assert s.stop() == 0, "".join(s.log)
     s = Server("--cache", "none", "--slots", "1", "--max-queue", "1", "--max-model-len", "256")
     try:
         # 40 prompt tokens + max_tokens 200 = 240 fits, but the canvas rounds up to 224: 264 > 256.
@@ -467,6 +488,13 @@ def test_a_port_in_use_is_a_clear_error(server):
                         "--max-model-len", "128", "--slots", "1"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 1
     assert f"cannot listen on 127.0.0.1:{server.port}" in p.stderr
+
+
+def test_a_default_max_tokens_without_room_for_a_prompt_is_refused_at_start():
+    p = subprocess.run([str(BUILD / "flashdllm"), "serve", "-m", str(MODEL), "--port", "0", "--max-model-len", "128",
+                        "--slots", "1", "--default-max-tokens", "128"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert "--default-max-tokens 128 leaves no room for a prompt in max_model_len 128" in p.stderr
 
 
 def test_automatic_slots_fill_the_free_memory_and_serve():
