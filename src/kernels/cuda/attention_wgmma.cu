@@ -238,7 +238,16 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
   }
   __syncthreads();
 
-  const int n_units = *work_count * a.n_heads;
+  // Unit u is work item u % n_items, head u / n_items: the CTAs running at one time take one head of
+  // many items (slots) rather than every head of a few, so their importance atomics (summed over
+  // heads, per key of the item's slot) do not pile onto the same addresses. With the default
+  // EVICT_NORMAL loads below, window attention with importance 71.9 / 71.2 -> 68.1 / 69.1 us at
+  // 16 slots and 136.8 / 136.9 -> 128.2 / 134.9 at 32 (two rounds; without importance unchanged
+  // within 2%; bench/results/2026-12-05-h200-unit-order/).
+  const int n_items = *work_count;
+  const int n_units = n_items * a.n_heads;
+  auto item_of = [&](int u) { return u % n_items; };
+  auto head_of = [&](int u) { return u / n_items; };
   const int64_t ld = static_cast<int64_t>(a.n_heads) * kHeadDim;
 
   if (tid < kWarpgroup) {  // ---- producer warpgroup: warp 0 copies, warp 1 commits the importance ----
@@ -251,7 +260,7 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
       const int lane = tid & 31, chunk = lane >> 2, quad = lane & 3;
       uint32_t phases = 0;  // bit w: the parity of warp w's next buffer
       for (int u = blockIdx.x; u < n_units; u += gridDim.x) {
-        const AttentionWorkItem w = work[u / a.n_heads];
+        const AttentionWorkItem w = work[item_of(u)];
         const int n_kv = (w.k_end - w.k_begin + kBlockN - 1) / kBlockN;
         int s0 = 0, s1 = 0;
         detail::score_rows(a, w, false, &s0, &s1);
@@ -307,16 +316,17 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
     cute::prefetch_tma_descriptor(&tm_q);
     cute::prefetch_tma_descriptor(&tm_k);
     cute::prefetch_tma_descriptor(&tm_v);
-    // Every row is read by one unit only: let it leave L2 first.
-    constexpr auto kEvictFirst = static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_FIRST);
+    // EVICT_NORMAL: with EVICT_FIRST (every row is read by one unit only) the same rounds measured
+    // 0-4% slower with the importance (bench/results/2026-12-05-h200-unit-order/).
+    constexpr auto kEvict = static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_NORMAL);
     constexpr int kHalf = kHeadDim / 2;  // a box is one 64-column (128-byte) half of the head dim
     int k_tiles = 0, v_tiles = 0, units = 0;  // K / V tiles and units loaded: stage index and phases
     for (int u = blockIdx.x; u < n_units; u += gridDim.x) {
       // The unit's description is read here, ahead of the consumers, so that the dependent global
       // loads (work item, then its score and table rows) overlap the producer's waits rather than
       // the consumers' unit start.
-      const AttentionWorkItem w = work[u / a.n_heads];
-      const int head = u % a.n_heads;
+      const AttentionWorkItem w = work[item_of(u)];
+      const int head = head_of(u);
       const int n_kv = (w.k_end - w.k_begin + kBlockN - 1) / kBlockN;  // <= 0: the plan gives none
       int s0 = 0, s1 = 0;
       detail::score_rows(a, w, head == 0, &s0, &s1);
@@ -331,7 +341,7 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
         TxBar::arrive_and_expect_tx(bar, T::kKVTxBytes);
         Elem* const dst = is_v ? v_smem(stage) : k_smem(stage);
         for (int h = 0; h < 2; ++h)
-          SM90_TMA_LOAD_2D::copy(is_v ? &tm_v : &tm_k, bar, kEvictFirst, dst + h * kBlockN * kHalf, col + h * kHalf,
+          SM90_TMA_LOAD_2D::copy(is_v ? &tm_v : &tm_k, bar, kEvict, dst + h * kBlockN * kHalf, col + h * kHalf,
                                  w.k_begin + t * kBlockN);
         ++count;
       };
@@ -349,7 +359,7 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
         TxBar::arrive_and_expect_tx(q_full, T::kQTxBytes);  // releases the info stores too
         for (int c = 0; c < kConsumers; ++c)
           for (int h = 0; h < 2; ++h)
-            SM90_TMA_LOAD_2D::copy(&tm_q, q_full, kEvictFirst, smem + c * kQElems + h * 64 * kHalf, col + h * kHalf,
+            SM90_TMA_LOAD_2D::copy(&tm_q, q_full, kEvict, smem + c * kQElems + h * 64 * kHalf, col + h * kHalf,
                                    w.q_begin + 64 * c);
       } else {
         Bar::arrive(q_full);  // no keys: the consumers read the info and skip the unit
@@ -401,7 +411,7 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
 
   int tiles = 0, units = 0, imp_tiles = 0;  // imp_tiles: this warp's importance buffers written
   for (int u = blockIdx.x; u < n_units; u += gridDim.x) {
-    const int head = u % a.n_heads;
+    const int head = head_of(u);
     Bar::wait(q_full, units & 1);  // the unit's Q and its description (info) are in
     detail::compiler_fence();      // no info load above the wait
     const AttentionWorkItem w{info[0], info[1], info[2], info[3], 0};
