@@ -27,6 +27,16 @@ struct JsonLine {
   int64_t line = 0;
 };
 
+/// The text of the task file `path`, or Error(kIo) saying what the file is for and why it cannot be
+/// read (no such file, a directory, ...).
+std::string read_task_text(const fs::path& path, const std::string& what) {
+  try {
+    return read_regular_file(path);
+  } catch (const Error& e) {
+    FDLLM_FAIL(ErrorCode::kIo, "cannot read the {}: {}", what, e.what());
+  }
+}
+
 std::vector<JsonLine> read_jsonl(const fs::path& path, const std::string& what = "task file (--data)") {
   std::string text;
   if (path.extension() == ".gz") {
@@ -43,11 +53,7 @@ std::vector<JsonLine> read_jsonl(const fs::path& path, const std::string& what =
     const int st = pclose(p);
     FDLLM_CHECK(st == 0, ErrorCode::kIo, "'{}' is not a readable gzip file", path.string());
   } else {
-    try {
-      text = read_regular_file(path);  // says why (no such file, a directory, ...)
-    } catch (const Error& e) {
-      FDLLM_FAIL(ErrorCode::kIo, "cannot read the {}: {}", what, e.what());
-    }
+    text = read_task_text(path, what);
   }
   std::vector<JsonLine> out;
   std::stringstream ss(text);
@@ -354,13 +360,7 @@ std::optional<std::string> extract_hash_answer(std::string_view text) {
 }
 
 std::vector<EvalSample> load_arith(const std::filesystem::path& jsonl, int64_t limit) {
-  std::string text;
-  try {
-    text = read_regular_file(jsonl);  // says why (no such file, a directory, ...)
-  } catch (const Error& e) {
-    FDLLM_FAIL(ErrorCode::kIo, "cannot read the task file (--data): {}", e.what());
-  }
-  std::istringstream in(text);
+  std::istringstream in(read_task_text(jsonl, "task file (--data)"));
   std::vector<EvalSample> out;
   std::string line;
   int64_t lineno = 0;

@@ -67,7 +67,8 @@ std::string read_regular_file(const std::filesystem::path& path) {
   return out;
 }
 
-nlohmann::json try_parse_json(std::string_view text, bool reject_duplicate_keys, std::string* error) {
+nlohmann::json try_parse_json(std::string_view text, bool reject_duplicate_keys, std::string* error,
+                              std::string* duplicate_key) {
   using nlohmann::json;
   std::vector<std::set<std::string>> stack;  // keys seen in each open object
   std::string duplicate;
@@ -95,20 +96,17 @@ nlohmann::json try_parse_json(std::string_view text, bool reject_duplicate_keys,
     return json(json::value_t::discarded);
   }
   if (!duplicate.empty()) {
-    *error = "duplicate key '" + duplicate + "'";
+    *duplicate_key = duplicate;
     return json(json::value_t::discarded);
   }
   return j;
 }
 
 nlohmann::json parse_json_text(std::string_view text, const std::string& what, bool reject_duplicate_keys) {
-  std::string error;
-  nlohmann::json j = try_parse_json(text, reject_duplicate_keys, &error);
-  if (j.is_discarded()) {
-    const bool duplicate = error.rfind("duplicate key", 0) == 0;
-    FDLLM_FAIL(ErrorCode::kInvalidCheckpoint, "{}: {}{}", what,
-               duplicate ? "" : "invalid JSON: ", duplicate ? error + " in JSON" : error);
-  }
+  std::string error, duplicate;
+  nlohmann::json j = try_parse_json(text, reject_duplicate_keys, &error, &duplicate);
+  FDLLM_CHECK_CKPT(duplicate.empty(), "{}: duplicate key '{}' in JSON", what, duplicate);
+  FDLLM_CHECK_CKPT(!j.is_discarded(), "{}: invalid JSON: {}", what, error);
   return j;
 }
 

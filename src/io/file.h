@@ -32,9 +32,11 @@ nlohmann::json read_json_file(const std::filesystem::path& path, bool reject_dup
 /// Parses `text` as JSON (as read_json_file); `what` names its source in messages.
 nlohmann::json parse_json_text(std::string_view text, const std::string& what, bool reject_duplicate_keys = false);
 
-/// parse_json_text without throwing: the value, or a discarded one (is_discarded()) with *error set
-/// to the reason (the parser's message, or "duplicate key '<k>'").
-nlohmann::json try_parse_json(std::string_view text, bool reject_duplicate_keys, std::string* error);
+/// parse_json_text without throwing: the value, or a discarded one (is_discarded()) with either
+/// *error set to the parser's message or (with reject_duplicate_keys) *duplicate_key to the key
+/// found twice.
+nlohmann::json try_parse_json(std::string_view text, bool reject_duplicate_keys, std::string* error,
+                              std::string* duplicate_key);
 
 /// The deepest nesting of arrays and objects in `text` read as JSON text (brackets inside strings,
 /// escapes included, do not count), stopping once it exceeds `limit` (the result is then limit + 1).

@@ -208,12 +208,10 @@ std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool cha
     return bad("", fmt::format("the request body nests arrays and objects deeper than {} levels", kMaxNesting));
   // A key given twice is refused rather than read as its last value (a proxy or log reading the
   // first would see another request).
-  std::string parse_error;
-  const json j = try_parse_json(body, /*reject_duplicate_keys=*/true, &parse_error);
-  if (j.is_discarded())
-    return bad("", parse_error.rfind("duplicate key", 0) == 0
-                       ? fmt::format("the request body holds a {}", parse_error)
-                       : std::string("the request body is not valid JSON (UTF-8 text)"));
+  std::string parse_error, duplicate;
+  const json j = try_parse_json(body, /*reject_duplicate_keys=*/true, &parse_error, &duplicate);
+  if (!duplicate.empty()) return bad("", fmt::format("the request body holds a duplicate key '{}'", duplicate));
+  if (j.is_discarded()) return bad("", "the request body is not valid JSON (UTF-8 text)");
   if (!j.is_object()) return bad("", fmt::format("the request body must be a JSON object, got {}", kind_of(j)));
   const auto& allowed = fields(chat);
   for (const auto& [k, v] : j.items())
