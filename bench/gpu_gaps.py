@@ -16,6 +16,13 @@ next pass's uploads is host work between passes; a gap inside a replayed layer l
 Tracing graph nodes one by one slows graph launches: on the H200 at one slot it showed a 0.7 ms gap
 between the plan kernel and a replay's first kernel, which untraced iterations (5.5 ms, about their
 kernel sum) cannot have. Read gaps at the start of or inside a replay as upper bounds.
+It also cuts the window into passes: a pass is every activity after one result download (consecutive
+"memcpy DtoH") up to and including the next one, so it holds the host work before the pass (uploads,
+plan), the pass's kernels and its token selection. A pass with a gather_columns kernel (the verify
+pass's draft logits) is a verify pass, any other a main pass. Per kind: the median wall time (from the
+previous download's end to this one's end), the GPU busy time inside it, the lead-in (from the previous
+download's end to the pass's first kernel: host work, uploads and launches) and the idle time between
+its first kernel and its end (launch gaps inside the pass).
 Where nsys only writes a .qdstrm (Nsight Compute's bundled target nsys), --importer names the
 QdstrmImporter that turns it into a report (bench/results/2026-12-04-h200-gpu-gaps/ ran it so).
 
@@ -63,6 +70,10 @@ def activities(db):
     if "CUPTI_ACTIVITY_KIND_MEMCPY" in tables:
         for start, end, kind in con.execute("SELECT start, end, copyKind FROM CUPTI_ACTIVITY_KIND_MEMCPY"):
             acts.append((start, end, COPY_KINDS.get(kind, f"memcpy kind {kind}")))
+    for t in ("CUPTI_ACTIVITY_KIND_GRAPH_TRACE", "CUPTI_ACTIVITY_KIND_DEVICE_GRAPH_TRACE"):
+        if t in tables:  # --graph-trace graph: a replayed graph is one activity
+            for start, end in con.execute(f"SELECT start, end FROM {t}"):
+                acts.append((start, end, "graph"))
     if "CUPTI_ACTIVITY_KIND_MEMSET" in tables:
         for start, end in con.execute("SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMSET"):
             acts.append((start, end, "memset"))
@@ -95,6 +106,52 @@ def analyse(acts, frac_from, frac_to, min_gap_ns):
     return span, busy, gaps, groups, len(window)
 
 
+def passes(acts, frac_from, frac_to):
+    """Per pass kind ("main" / "verify"): lists of (wall, busy, lead_in, inner_idle) in ns of every complete
+    pass in the window (see the module docstring)."""
+    kernels = [a for a in acts if not a[2].startswith(("memcpy", "memset"))]
+    t0, t1 = kernels[0][0], max(a[1] for a in kernels)
+    lo, hi = t0 + frac_from * (t1 - t0), t0 + frac_to * (t1 - t0)
+    window = [a for a in acts if a[0] >= lo and a[1] <= hi]
+    out = defaultdict(list)
+    seg, prev_end = [], None
+    for i, act in enumerate(window):
+        seg.append(act)
+        closes = act[2] == "memcpy DtoH" and (i + 1 == len(window) or window[i + 1][2] != "memcpy DtoH")
+        if not closes:
+            continue
+        ks = [a for a in seg if not a[2].startswith(("memcpy", "memset"))]
+        if prev_end is not None and ks:
+            end = seg[-1][1]
+            busy, cur_s, cur_e = 0, seg[0][0], seg[0][1]
+            for s0, e0, _ in seg[1:]:
+                if s0 > cur_e:
+                    busy += cur_e - cur_s
+                    cur_s, cur_e = s0, e0
+                else:
+                    cur_e = max(cur_e, e0)
+            busy += cur_e - cur_s
+            first_kernel = ks[0][0]
+            lead = first_kernel - prev_end
+            kind = "verify" if any(a[2] == "gather_columns_kernel" for a in ks) else "main"
+            inner = (end - first_kernel) - sum(max(0, min(e0, end) - max(s0, first_kernel)) for s0, e0 in
+                                                _union([(a[0], a[1]) for a in seg if a[1] > first_kernel]))
+            out[kind].append((end - prev_end, busy, lead, inner))
+        prev_end = seg[-1][1]
+        seg = []
+    return out
+
+
+def _union(intervals):
+    merged = []
+    for s0, e0 in sorted(intervals):
+        if merged and s0 <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], e0)
+        else:
+            merged.append([s0, e0])
+    return merged
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     synthetic_prompt_args.add_workload_args(ap)
@@ -103,6 +160,9 @@ def main():
     ap.add_argument("--min-gap-us", type=float, default=5.0)
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--graph-trace", choices=["node", "graph"], default="node",
+                    help="nsys --cuda-graph-trace: node (every kernel of a replay; slows graph launches) or graph (a "
+                    "replay is one activity: launch costs as untraced, no gaps inside it)")
     ap.add_argument("--nsys", default="nsys", help="the nsys binary")
     ap.add_argument("--importer", default=None, help="QdstrmImporter, for an nsys that leaves a .qdstrm (Nsight "
                     "Compute's bundled target nsys) instead of a report")
@@ -114,7 +174,7 @@ def main():
                                                  a.gen_args.split())
     with tempfile.TemporaryDirectory() as tmp:
         rep = os.path.join(tmp, "gaps")
-        prof = [a.nsys, "profile", "--trace=cuda", "--cuda-graph-trace=node", "--sample=none", "--force-overwrite=true",
+        prof = [a.nsys, "profile", "--trace=cuda", f"--cuda-graph-trace={a.graph_trace}", "--sample=none", "--force-overwrite=true",
                 "-o", rep] + cmd
         p = subprocess.run(prof, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if p.returncode != 0:
@@ -129,10 +189,15 @@ def main():
         if p.returncode != 0:
             raise SystemExit(f"gpu_gaps: nsys export failed ({p.returncode}):\n{p.stderr[-2000:]}")
         acts = activities(rep + ".sqlite")
+        if a.graph_trace == "graph" and not any(x[2] == "graph" for x in acts):
+            con = sqlite3.connect(rep + ".sqlite")
+            names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'") if "GRAPH" in r[0]]
+            con.close()
+            print(f"gpu_gaps: no graph activities read; the report's graph tables: {names}")
     span, busy, gaps, groups, n = analyse(acts, a.frac_from, a.frac_to, a.min_gap_us * 1e3)
     idle = span - busy
     print(f"LLaDA-8B shape (dummy weights), {a.slots} slots, {a.prompt}-token prompts, gen {a.gen}, forced "
-          f"{a.per_iter}/iteration, `{a.gen_args}`; nsys --trace cuda, graph nodes traced; window "
+          f"{a.per_iter}/iteration, `{a.gen_args}`; nsys --trace cuda, --cuda-graph-trace={a.graph_trace}; window "
           f"{a.frac_from:.2f}-{a.frac_to:.2f} of the kernel span: {n} GPU activities\n")
     print(f"span {span / 1e6:.2f} ms, GPU busy {busy / 1e6:.2f} ms ({100 * busy / span:.1f}%), idle {idle / 1e6:.2f} ms "
           f"in {len(gaps)} gaps ({sum(1 for g in gaps if g[0] >= a.min_gap_us * 1e3)} of >= {a.min_gap_us:g} us)\n")
@@ -142,10 +207,22 @@ def main():
     for (before, after), gs in rows[:a.top]:
         print(f"| {before} | {after} | {len(gs)} | {sum(gs) / 1e6:.3f} | {statistics.median(gs) / 1e3:.1f} | "
               f"{100 * sum(gs) / idle:.1f}% |")
+    per_pass = passes(acts, a.frac_from, a.frac_to)
+    print("\nPasses (previous result download -> this pass's result download; medians, ms):\n")
+    print("| pass | count | wall | GPU busy | lead-in (host, uploads, launch) | idle inside |")
+    print("|---|---:|---:|---:|---:|---:|")
+    summary = {}
+    for kind in sorted(per_pass):
+        v = per_pass[kind]
+        med = [statistics.median(x[i] for x in v) / 1e6 for i in range(4)]
+        summary[kind] = {"count": len(v), "wall_ms": med[0], "busy_ms": med[1], "lead_in_ms": med[2],
+                         "inner_idle_ms": med[3]}
+        print(f"| {kind} | {len(v)} | {med[0]:.3f} | {med[1]:.3f} | {med[2]:.3f} | {med[3]:.3f} |")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"slots": a.slots, "prompt": a.prompt, "gen": a.gen, "per_iter": a.per_iter, "gen_args": a.gen_args,
+            json.dump({"graph_trace": a.graph_trace, "slots": a.slots, "prompt": a.prompt, "gen": a.gen, "per_iter": a.per_iter, "gen_args": a.gen_args,
                        "window": [a.frac_from, a.frac_to], "span_ns": span, "busy_ns": busy, "activities": n,
+                       "passes": summary,
                        "gaps": [{"before": b, "after": af, "count": len(gs), "total_ns": sum(gs),
                                  "median_ns": statistics.median(gs)} for (b, af), gs in rows]}, f, indent=1)
 
