@@ -24,7 +24,13 @@ Elementwise ops (norms, SwiGLU, RoPE, selection) count as free: a fused implemen
   python3 bench/iteration_floor.py --a-bin build-gpu/flashdllm --b-env FLASHDLLM_CUDA_GRAPHS=0 \\
       --slots 1,16,32 --json out/iteration_floor.json
 
-Targets (issue 13): 32 and 16 slots <= 1.2x the floor, 1 slot <= 1.3x.
+With --verify-rows-per-slot V (side B a flash + verify run), the verify pass's own floor is
+computed the same way: the GEMMs over S x V rows (kept + drafts + masks; the LM head over S x
+--verify-logit-rows-per-slot mask rows) plus cuDNN SDPA at (S, V, seqlen_k) every layer; the table then
+shows the verify pass (B - A), its floor, the two ratios and B - A against A.
+
+Targets (issue 13): 32 and 16 slots <= 1.2x the floor, 1 slot <= 1.3x; the verify pass <= 0.2x a main
+pass (B - A <= 0.2 A) at 32 slots.
 """
 import argparse
 import json
@@ -176,6 +182,10 @@ def main():
     ap.add_argument("--per-iter", type=int, default=8)
     ap.add_argument("--rows-per-slot", type=int, default=128, help="query rows per slot: β_t + β_m (64 + 64)")
     ap.add_argument("--block-length", type=int, default=16, help="logit rows per slot (the masked window)")
+    ap.add_argument("--verify-rows-per-slot", type=int, default=0,
+                    help="B's verify pass query rows per slot (0: no verify floor); --verify-kept commits at "
+                    "forced 4 with 8 candidates: 4 + 2 x 8 = 20")
+    ap.add_argument("--verify-logit-rows-per-slot", type=int, default=8, help="B's verify pass mask rows per slot")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--iters", type=int, default=10)
@@ -189,8 +199,10 @@ def main():
     heads, head_dim = cfg["n_heads"], cfg["d_model"] // cfg["n_heads"]
     slots = [int(s) for s in a.slots.split(",")]
     K = seqlen_k(a.prompt, a.gen)
-    peak, gbps, sdpa, how = measure_device([(S, a.rows_per_slot, K) for S in slots], heads, head_dim, a.warmup,
-                                           a.iters, a.sdpa_timing)
+    shapes = [(S, a.rows_per_slot, K) for S in slots]
+    if a.verify_rows_per_slot > 0:
+        shapes += [(S, a.verify_rows_per_slot, K) for S in slots]
+    peak, gbps, sdpa, how = measure_device(shapes, heads, head_dim, a.warmup, a.iters, a.sdpa_timing)
     print(f"measured: bf16 GEMM {peak:.1f} TFLOP/s (8192^3), copy {gbps:.0f} GB/s (read + write), cuDNN SDPA "
           + ", ".join(f"{S}:{Q}:{Kk} {v * 1e3:.1f} us ({how[(S, Q, Kk)]})" for (S, Q, Kk), v in sdpa.items()))
 
@@ -211,6 +223,12 @@ def main():
                "gemm_floor_parts_ms": parts, "attention_floor_ms": attn_ms, "runs": runs}
         for side in sides:
             row[f"{side}_median_ms"] = statistics.median(r["decode_median_ms"] for r in runs[side])
+        if a.verify_rows_per_slot > 0:
+            V = a.verify_rows_per_slot
+            v_gemm, v_parts = gemm_floor_ms(cfg, S * V, S * a.verify_logit_rows_per_slot, peak, gbps)
+            v_attn = cfg["n_layers"] * sdpa[(S, V, K)]
+            row.update({"verify_rows": S * V, "verify_floor_ms": v_gemm + v_attn, "verify_gemm_floor_ms": v_gemm,
+                        "verify_gemm_floor_parts_ms": v_parts, "verify_attention_floor_ms": v_attn})
         rows.append(row)
 
     target = {1: 1.3}
@@ -229,6 +247,18 @@ def main():
             vals = ", ".join(f"{x['decode_median_ms']:.2f}" for x in r["runs"][side])
             line += f" {r[side + '_median_ms']:.2f} ({vals}) | {r[side + '_median_ms'] / r['floor_ms']:.3f} |"
         print(line + f" {target.get(r['slots'], 1.2)} |")
+    if a.verify_rows_per_slot > 0 and "B" in sides:
+        print(f"\nVerify pass (B - A), {a.verify_rows_per_slot} query rows and {a.verify_logit_rows_per_slot} "
+              "logit rows per slot; its floor as above:\n")
+        print("| slots | verify floor ms (GEMM + attention) | B - A ms | (B - A) / verify floor | (B - A) / A | "
+              "verify floor / A floor |")
+        print("|---:|---:|---:|---:|---:|---:|")
+        for r in rows:
+            d = r["B_median_ms"] - r["A_median_ms"]
+            r["verify_pass_ms"] = d
+            print(f"| {r['slots']} | {r['verify_floor_ms']:.2f} ({r['verify_gemm_floor_ms']:.2f} + "
+                  f"{r['verify_attention_floor_ms']:.2f}) | {d:.2f} | {d / r['verify_floor_ms']:.3f} | "
+                  f"{d / r['A_median_ms']:.3f} | {r['verify_floor_ms'] / r['floor_ms']:.3f} |")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"peak_tflops": peak, "copy_gbps": gbps, "config": {k: cfg[k] for k in (
