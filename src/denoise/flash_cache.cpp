@@ -358,8 +358,29 @@ void flash_rerank(FlashSlot& s, std::span<const float> scores, const FlashCacheO
   FDLLM_CHECK_ARG(scores.size() == s.full_pos.size(), "flash_rerank: {} scores for a slot of {} positions",
                   scores.size(), s.full_pos.size());
   const auto n_old = static_cast<size_t>(s.num_decoded - s.last_committed);
-  std::stable_sort(s.full_pos.begin(), s.full_pos.begin() + static_cast<std::ptrdiff_t>(n_old),
-                   [&](int32_t a, int32_t b) { return scores[static_cast<size_t>(a)] < scores[static_cast<size_t>(b)]; });
+  const auto old_end = s.full_pos.begin() + static_cast<std::ptrdiff_t>(n_old);
+  const auto score = [&](int32_t t) { return scores[static_cast<size_t>(t)]; };
+  if (std::any_of(s.full_pos.begin(), old_end, [&](int32_t t) { return std::isnan(score(t)); })) {
+    // NaN is unordered: keep the comparison sort's behaviour for it.
+    std::stable_sort(s.full_pos.begin(), old_end, [&](int32_t a, int32_t b) { return score(a) < score(b); });
+  } else {
+    // The same order as a stable sort by score (ties keep their order), from one sort of 64-bit keys:
+    // the score's bits mapped to an unsigned integer of the same order (-0 as +0, which `<` calls
+    // equal), then the entry's current index. A comparison sort through the positions took ~20 us per
+    // slot of 700 positions on the H200 machine's host, once per slot and iteration.
+    std::vector<uint64_t> keys(n_old);
+    for (size_t i = 0; i < n_old; ++i) {
+      const float v = score(s.full_pos[i]);
+      uint32_t bits = 0;
+      std::memcpy(&bits, &v, sizeof(bits));
+      if (v == 0.0f) bits = 0;
+      bits = (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
+      keys[i] = (static_cast<uint64_t>(bits) << 32) | i;
+    }
+    std::sort(keys.begin(), keys.end());
+    const std::vector<int32_t> before(s.full_pos.begin(), old_end);
+    for (size_t i = 0; i < n_old; ++i) s.full_pos[i] = before[static_cast<size_t>(keys[i] & 0xffffffffu)];
+  }
   flash_prepare_queries(s, o);
 }
 

@@ -691,6 +691,38 @@ TEST(FlashPlan, BlockTableForPrefillAndIncrementalSlots) {
 // block table covers every query row exactly once with its slot's keys, each slot's rows are its
 // window then its tracked set, score tile i is slot i's window inside tile i, and the logit rows
 // are the score tiles' rows in order.
+// flash_rerank sorts by a key transform instead of comparing floats: it must give exactly the order
+// of a stable sort by score, for ties, negative scores (raw q·k importance), -0 / +0, infinities and
+// denormals, and fall back to the comparison sort when a score is NaN.
+TEST(FlashRerank, OrderIsAStableSortByScore) {
+  FlashCacheOptions o;
+  o.gen_length = 64;
+  o.track_num = 1;
+  o.mask_num = 1;
+  const int64_t P = 300, L = flash_max_length(P, 64, 16);
+  const float inf = std::numeric_limits<float>::infinity(), tiny = std::numeric_limits<float>::denorm_min();
+  const std::vector<float> pool = {0.f, -0.f, 1.f, -1.f, 0.5f, -0.5f, inf, -inf, tiny, -tiny, 3e38f, -3e38f};
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 40; ++trial) {
+    std::vector<int32_t> prompt(static_cast<size_t>(P), 5);
+    FlashSlot s = flash_init_slot(0, prompt, L, o, 1000, 1001);
+    std::shuffle(s.full_pos.begin(), s.full_pos.begin() + P, rng);  // an arbitrary current order
+    s.last_committed = 0;
+    std::vector<float> score(static_cast<size_t>(L));
+    for (float& v : score) {
+      // Half the trials draw from a few values (many ties), half from random floats.
+      v = trial % 2 == 0 ? pool[rng() % pool.size()] : std::uniform_real_distribution<float>(-4.f, 4.f)(rng);
+    }
+    if (trial == 39) score[static_cast<size_t>(s.full_pos[17])] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<int32_t> want(s.full_pos.begin(), s.full_pos.begin() + P);
+    std::stable_sort(want.begin(), want.end(), [&](int32_t a, int32_t b) {
+      return score[static_cast<size_t>(a)] < score[static_cast<size_t>(b)];
+    });
+    flash_rerank(s, score, o);
+    EXPECT_EQ(std::vector<int32_t>(s.full_pos.begin(), s.full_pos.begin() + P), want) << "trial " << trial;
+  }
+}
+
 TEST(FlashPlan, RandomPoolsGiveConsistentTables) {
   std::mt19937 rng(1234);
   const int32_t mask = 1000, eos = 1001;
