@@ -355,9 +355,16 @@ bool flash_has_work(const FlashSlot& s) {
 }
 
 void flash_rerank(FlashSlot& s, std::span<const float> scores, const FlashCacheOptions& o) {
+  flash_rank_decoded(s, scores, s.num_decoded - s.last_committed);
+  flash_prepare_queries(s, o);
+}
+
+void flash_rank_decoded(FlashSlot& s, std::span<const float> scores, int64_t n_decoded_old) {
   FDLLM_CHECK_ARG(scores.size() == s.full_pos.size(), "flash_rerank: {} scores for a slot of {} positions",
                   scores.size(), s.full_pos.size());
-  const auto n_old = static_cast<size_t>(s.num_decoded - s.last_committed);
+  FDLLM_CHECK_ARG(n_decoded_old >= 0 && n_decoded_old <= static_cast<int64_t>(s.full_pos.size()),
+                  "flash_rerank: {} positions to rank in a slot of {}", n_decoded_old, s.full_pos.size());
+  const auto n_old = static_cast<size_t>(n_decoded_old);
   const auto old_end = s.full_pos.begin() + static_cast<std::ptrdiff_t>(n_old);
   const auto score = [&](int32_t t) { return scores[static_cast<size_t>(t)]; };
   if (std::any_of(s.full_pos.begin(), old_end, [&](int32_t t) { return std::isnan(score(t)); })) {
@@ -381,7 +388,6 @@ void flash_rerank(FlashSlot& s, std::span<const float> scores, const FlashCacheO
     const std::vector<int32_t> before(s.full_pos.begin(), old_end);
     for (size_t i = 0; i < n_old; ++i) s.full_pos[i] = before[static_cast<size_t>(keys[i] & 0xffffffffu)];
   }
-  flash_prepare_queries(s, o);
 }
 
 // ---------------------------------------------------------------------------------- the pool
@@ -755,6 +761,7 @@ std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer
     std::string error;               // non-finite logits: the slot fails alone (SlotStep::error)
   };
   std::vector<Phase> phases(slots_.size());
+  std::vector<int64_t> ranked(slots_.size(), -1);  // full_pos[0 : ranked[j]] re-ranked during the verify pass
   std::vector<FlashVerifyTile> tiles;
   size_t r0 = 0;
   for (size_t j = 0; j < slots_.size(); ++j) {
@@ -830,6 +837,20 @@ std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer
       // has a non-finite confidence and fails its slot below without reading it.
       backend_.gather_columns(vlogits, drafts_dev, vval_.slice_rows(0, VR));
       backend_.gather_columns(vlogits, x0_dev, vval_.slice_rows(VR, 2 * VR));
+      // While the device runs the verify pass: the re-rank of every continuing slot's older decoded
+      // positions, which the pass cannot change. Their range is the one the final re-rank below
+      // sorts: full_pos[0 : nd − last_committed] after phase 2 is full_pos[0 : nd − k1] after phase 1
+      // when every commit is pinned (default), full_pos[0 : nd] when only the verified ones are
+      // (reference_quirks; every slot has a tile there), and phase 2 writes only past it. With an
+      // observer the order of operations stays as written (tests read full_pos in phase 2).
+      if (!observer)
+        for (size_t j = 0; j < slots_.size(); ++j) {
+          const Phase& st = phases[j];
+          if (!st.active || !st.work || !st.error.empty()) continue;
+          FlashSlot& s = slots_[j];
+          ranked[j] = s.num_decoded - (opt_.reference_quirks ? 0 : st.k1);
+          flash_rank_decoded(s, slot_scores(j), ranked[j]);
+        }
       copy_prefix(vsel_buf_, vval_offset_ + static_cast<size_t>(2 * VR) * 4, vsel_host_);
       std::memcpy(vx0.data(), vsel_host_.data(), static_cast<size_t>(VR) * sizeof(int32_t));
       std::memcpy(vconf.data(), vsel_host_.data() + vconf_offset_, static_cast<size_t>(VR) * sizeof(double));
@@ -908,10 +929,15 @@ std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer
     }
     ev.error = st.error;
     ev.finished = !st.work || !st.error.empty();
-    if (!ev.finished)
-      flash_rerank(s, slot_scores(j), opt_);
-    else
+    if (!ev.finished) {
+      const int64_t n_old = s.num_decoded - s.last_committed;
+      FDLLM_ASSERT_MSG(ranked[j] < 0 || ranked[j] == n_old,
+                       "flash-verify: slot {} ranked {} older positions early, not {}", j, ranked[j], n_old);
+      if (ranked[j] < 0) flash_rank_decoded(s, slot_scores(j), n_old);
+      flash_prepare_queries(s, opt_);
+    } else {
       finish_slot(j);
+    }
     out.push_back(std::move(ev));
   }
   return out;

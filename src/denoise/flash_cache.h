@@ -260,8 +260,13 @@ bool flash_has_work(const FlashSlot& slot);
 
 /// After a commit that left work: re-ranks full_pos[0 : nd − last_committed] by importance
 /// ascending (stable), `scores` = the slot's [max_length] a_t values indexed by slot-relative
-/// position, then prepares the next queries.
+/// position, then prepares the next queries (flash_rank_decoded, flash_prepare_queries).
 void flash_rerank(FlashSlot& slot, std::span<const float> scores, const FlashCacheOptions& o);
+
+/// The re-rank alone: full_pos[0 : n_old] sorted by scores[position] ascending, ties in their
+/// current order (a stable sort; reference §D.7, "re-rank older decoded positions"). Throws Error(kInvalidArgument)
+/// when scores does not hold one value per slot position or n_old is outside [0, |full_pos|].
+void flash_rank_decoded(FlashSlot& slot, std::span<const float> scores, int64_t n_old);
 
 // ------------------------------------------------------------------------------ run
 

@@ -1248,6 +1248,38 @@ TEST(VerifyRun, CountersPerRequestAndInAggregate) {
   EXPECT_EQ(r0.stats.verify_forwards, 0);
 }
 
+// Without an observer the denoiser re-ranks the older decoded positions while the verify pass runs
+// (before its results are read); with one, after phase 2 as written. Both must give the same run, in
+// both pinning modes and with both kept-row rules, with drafts accepted (γ 0.5) and slots refilled.
+TEST(VerifyRun, EarlyRerankDuringTheVerifyPassChangesNothing) {
+  Golden& g = golden();
+  for (bool quirks : {false, true})
+    for (VerifyKept kept : {VerifyKept::kReleased, VerifyKept::kCommits}) {
+      if (quirks && kept == VerifyKept::kCommits) continue;
+      SCOPED_TRACE(fmt::format("reference_quirks {} verify_kept {}", quirks, static_cast<int>(kept)));
+      FlashCacheOptions o = small_options(true);
+      o.gamma = 0.5;
+      o.reference_quirks = quirks;
+      o.verify_kept = kept;
+      o.n_slots = 3;
+      FlashCacheDenoiser early(*g.backend, g.model, o), late(*g.backend, g.model, o);
+      const FlashCacheResult a = early.generate(small_prompts());
+      int64_t phase2 = 0;
+      const FlashCacheResult b = late.generate(small_prompts(), [&](FlashStep& step) { phase2 += step.phase == 2; });
+      EXPECT_GT(phase2, 0);
+      EXPECT_GT(a.stats.accepted, 0) << "γ = 0.5 must accept some drafts on this model";
+      ASSERT_EQ(a.requests.size(), b.requests.size());
+      for (size_t r = 0; r < a.requests.size(); ++r) {
+        SCOPED_TRACE(fmt::format("request {}", r));
+        EXPECT_EQ(a.requests[r].iterations, b.requests[r].iterations);
+        EXPECT_EQ(a.requests[r].verified, b.requests[r].verified);
+        EXPECT_EQ(a.requests[r].canvas, b.requests[r].canvas);
+        EXPECT_EQ(a.requests[r].output_ids, b.requests[r].output_ids);
+      }
+      EXPECT_EQ(a.stats.verify_forwards, b.stats.verify_forwards);
+    }
+}
+
 // With every acceptance overridden to none the verify pass has no effect at all: the trajectory,
 // outputs and a_t-driven query sets equal the verify-off run (default mode pins all new tokens,
 // like Flash-Cache; the verify pass does not write the cache).
