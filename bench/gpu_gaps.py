@@ -122,21 +122,12 @@ def passes(acts, frac_from, frac_to):
             continue
         ks = [a for a in seg if not a[2].startswith(("memcpy", "memset"))]
         if prev_end is not None and ks:
-            end = seg[-1][1]
-            busy, cur_s, cur_e = 0, seg[0][0], seg[0][1]
-            for s0, e0, _ in seg[1:]:
-                if s0 > cur_e:
-                    busy += cur_e - cur_s
-                    cur_s, cur_e = s0, e0
-                else:
-                    cur_e = max(cur_e, e0)
-            busy += cur_e - cur_s
-            first_kernel = ks[0][0]
-            lead = first_kernel - prev_end
+            end, first_kernel = seg[-1][1], ks[0][0]
+            merged = _union([(a[0], a[1]) for a in seg])
+            busy = sum(e0 - s0 for s0, e0 in merged)
+            busy_after_first = sum(max(0, min(e0, end) - max(s0, first_kernel)) for s0, e0 in merged)
             kind = "verify" if any(a[2] == "gather_columns_kernel" for a in ks) else "main"
-            inner = (end - first_kernel) - sum(max(0, min(e0, end) - max(s0, first_kernel)) for s0, e0 in
-                                                _union([(a[0], a[1]) for a in seg if a[1] > first_kernel]))
-            out[kind].append((end - prev_end, busy, lead, inner))
+            out[kind].append((end - prev_end, busy, first_kernel - prev_end, (end - first_kernel) - busy_after_first))
         prev_end = seg[-1][1]
         seg = []
     return out
@@ -174,8 +165,8 @@ def main():
                                                  a.gen_args.split())
     with tempfile.TemporaryDirectory() as tmp:
         rep = os.path.join(tmp, "gaps")
-        prof = [a.nsys, "profile", "--trace=cuda", f"--cuda-graph-trace={a.graph_trace}", "--sample=none", "--force-overwrite=true",
-                "-o", rep] + cmd
+        prof = [a.nsys, "profile", "--trace=cuda", f"--cuda-graph-trace={a.graph_trace}", "--sample=none",
+                "--force-overwrite=true", "-o", rep] + cmd
         p = subprocess.run(prof, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if p.returncode != 0:
             raise SystemExit(f"gpu_gaps: nsys profile failed ({p.returncode}):\n{p.stderr[-2000:]}")
@@ -220,7 +211,8 @@ def main():
         print(f"| {kind} | {len(v)} | {med[0]:.3f} | {med[1]:.3f} | {med[2]:.3f} | {med[3]:.3f} |")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"graph_trace": a.graph_trace, "slots": a.slots, "prompt": a.prompt, "gen": a.gen, "per_iter": a.per_iter, "gen_args": a.gen_args,
+            json.dump({"graph_trace": a.graph_trace, "slots": a.slots, "prompt": a.prompt, "gen": a.gen,
+                       "per_iter": a.per_iter, "gen_args": a.gen_args,
                        "window": [a.frac_from, a.frac_to], "span_ns": span, "busy_ns": busy, "activities": n,
                        "passes": summary,
                        "gaps": [{"before": b, "after": af, "count": len(gs), "total_ns": sum(gs),
