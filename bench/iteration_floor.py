@@ -63,6 +63,15 @@ def gemm_floor_ms(cfg, T, R, peak_tflops, gbps):
     return total, parts
 
 
+def verify_floor_ms(cfg, slots, rows_per_slot, logit_rows_per_slot, peak_tflops, gbps, sdpa_ms):
+    """The verify pass's floor: its GEMMs over slots x rows_per_slot query rows (the LM head over
+    slots x logit_rows_per_slot mask rows) plus sdpa_ms (cuDNN SDPA at the verify shape) every layer.
+    Returns (total, GEMM part, attention part, the GEMM parts by name), ms."""
+    gemm, parts = gemm_floor_ms(cfg, slots * rows_per_slot, slots * logit_rows_per_slot, peak_tflops, gbps)
+    attn = cfg["n_layers"] * sdpa_ms
+    return gemm + attn, gemm, attn, parts
+
+
 def seqlen_k(prompt, gen, key_tile=128):
     return (prompt + gen) // key_tile * key_tile + key_tile
 
@@ -225,9 +234,9 @@ def main():
             row[f"{side}_median_ms"] = statistics.median(r["decode_median_ms"] for r in runs[side])
         if a.verify_rows_per_slot > 0:
             V = a.verify_rows_per_slot
-            v_gemm, v_parts = gemm_floor_ms(cfg, S * V, S * a.verify_logit_rows_per_slot, peak, gbps)
-            v_attn = cfg["n_layers"] * sdpa[(S, V, K)]
-            row.update({"verify_rows": S * V, "verify_floor_ms": v_gemm + v_attn, "verify_gemm_floor_ms": v_gemm,
+            v_floor, v_gemm, v_attn, v_parts = verify_floor_ms(cfg, S, V, a.verify_logit_rows_per_slot, peak, gbps,
+                                                               sdpa[(S, V, K)])
+            row.update({"verify_rows": S * V, "verify_floor_ms": v_floor, "verify_gemm_floor_ms": v_gemm,
                         "verify_gemm_floor_parts_ms": v_parts, "verify_attention_floor_ms": v_attn})
         rows.append(row)
 

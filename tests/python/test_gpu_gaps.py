@@ -1,5 +1,6 @@
 """bench/gpu_gaps.py: kernel base names and the idle-gap arithmetic of a timeline (union of overlapping
-GPU activities, gaps grouped by their neighbours, the steady window), on a hand-made timeline."""
+GPU activities, gaps grouped by their neighbours, the steady window, passes cut at result downloads),
+on hand-made timelines."""
 import os
 import sqlite3
 import sys
@@ -48,3 +49,43 @@ def test_activities_reads_an_nsys_export(tmp_path):
     con.commit()
     con.close()
     assert gpu_gaps.activities(str(db)) == [(10, 20, "k1"), (30, 35, "memcpy HtoD"), (50, 60, "k2")]
+
+
+def test_passes_split_at_result_downloads():
+    # Per iteration: main pass (memset, upload, plan, layers, select, two downloads), then a verify pass
+    # (upload, plan, layers, select, gather_columns, two downloads). Gaps: 50 before the memset (the
+    # host between iterations), 30 before the verify upload, 5 after each upload, 10 and 1 inside.
+    acts, t = [], 0
+
+    def add(d, label, gap=0):
+        nonlocal t
+        t += gap
+        acts.append((t, t + d, label))
+        t += d
+
+    for _ in range(4):
+        add(1, "memset", 50), add(2, "memcpy HtoD", 10), add(3, "plan_kernel", 5), add(900, "graph", 10)
+        add(5, "select_kernel", 1), add(2, "memcpy DtoH", 1), add(1, "memcpy DtoH", 1)
+        add(2, "memcpy HtoD", 30), add(3, "plan_kernel", 5), add(190, "graph", 10), add(5, "select_kernel", 1)
+        add(1, "gather_columns_kernel", 1), add(2, "memcpy DtoH", 1), add(1, "memcpy DtoH", 1)
+    got = gpu_gaps.passes(acts, 0.0, 1.0)
+    # The window ends with the last kernel, so the last downloads fall outside it and the last verify
+    # pass is not complete; the first main pass has no download before it: 3 of each.
+    assert len(got["verify"]) == 3 and len(got["main"]) == 3
+    # (wall, busy, lead-in, idle inside), ns.
+    assert set(got["verify"]) == {(30 + 2 + 5 + 3 + 10 + 190 + 1 + 5 + 1 + 1 + 1 + 2 + 1 + 1,
+                                   2 + 3 + 190 + 5 + 1 + 2 + 1, 30 + 2 + 5, 10 + 1 + 1 + 1 + 1)}
+    assert set(got["main"]) == {(50 + 1 + 10 + 2 + 5 + 3 + 10 + 900 + 1 + 5 + 1 + 2 + 1 + 1,
+                                 1 + 2 + 3 + 900 + 5 + 2 + 1, 50 + 1 + 10 + 2 + 5, 10 + 1 + 1 + 1)}
+
+
+def test_activities_reads_graph_level_traces(tmp_path):
+    db = tmp_path / "g.sqlite"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_GRAPH_TRACE (start INTEGER, end INTEGER)")
+    con.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (start INTEGER, end INTEGER)")
+    con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_GRAPH_TRACE VALUES (20, 90)")
+    con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (5, 6)")
+    con.commit()
+    con.close()
+    assert gpu_gaps.activities(str(db)) == [(5, 6, "memset"), (20, 90, "graph")]

@@ -1,6 +1,6 @@
 """bench/iteration_floor.py: the floor arithmetic of issue 13 on the real LLaDA-8B config, checked
 against independent sums (the issue's ~57 TFLOP of GEMMs per 32-slot iteration; the weights read once
-at 1 slot), and the key range of the released code's seqlen_k."""
+at 1 slot; the verify pass's floor), and the key range of the released code's seqlen_k."""
 import json
 import os
 import sys
@@ -43,3 +43,18 @@ def test_the_1_slot_iteration_is_the_weight_read():
                                                   (1, 127, 256)])  # a whole tile more at a multiple
 def test_seqlen_k_rounds_past_prompt_plus_canvas(prompt, gen, keys):
     assert iteration_floor.seqlen_k(prompt, gen) == keys
+
+
+def test_the_verify_floor_is_its_rows_share_of_the_gemms_plus_its_attention():
+    # 32 slots x (4 kept + 8 drafts + 8 masks) rows, the LM head over the 8 mask rows per slot.
+    flops = 2 * 640 * layer_params() * CFG["n_layers"] + 2 * 256 * CFG["embedding_size"] * CFG["d_model"]
+    total, gemm, attn, parts = iteration_floor.verify_floor_ms(CFG, 32, 20, 8, peak_tflops=700.0, gbps=4000.0,
+                                                               sdpa_ms=0.1)
+    assert attn == pytest.approx(CFG["n_layers"] * 0.1)
+    assert total == pytest.approx(gemm + attn)
+    assert sum(parts.values()) == pytest.approx(gemm)
+    # Every verify GEMM but the LM head is compute-bound at 640 rows; the LM head at 256 rows reads
+    # 1 GB of weights in 0.26 ms against 0.38 ms of compute: compute-bound too.
+    assert gemm == pytest.approx(flops / 700e12 * 1e3, rel=1e-9)
+    main, _ = iteration_floor.gemm_floor_ms(CFG, 32 * 128, 32 * 16, peak_tflops=700.0, gbps=4000.0)
+    assert 0.15 < gemm / main < 0.16  # 20 of 128 rows per slot, plus half the LM head's rows
