@@ -210,10 +210,19 @@ int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
     // Iteration wall times in ms: the steady state (no admission) and the admissions (prefill rows,
     // the first one with the device's warm-up); ms per iteration in benchmarks is decode.median.
     const flashdllm::EngineMetrics m = engine->metrics();
+    // With the host time by phase (IterationTimes::host_phases), as mean ms per iteration of the kind.
     auto times = [](const flashdllm::EngineMetrics::IterationTimes& t) {
-      return nlohmann::json{{"count", t.count},      {"mean_ms", 1e3 * t.mean}, {"median_ms", 1e3 * t.median},
-                            {"p10_ms", 1e3 * t.p10}, {"p90_ms", 1e3 * t.p90},   {"min_ms", 1e3 * t.min},
-                            {"max_ms", 1e3 * t.max}};
+      nlohmann::json phases = nlohmann::json::object();
+      for (const auto& p : t.host_phases)
+        phases[p.name] = t.count > 0 ? 1e3 * p.seconds / static_cast<double>(t.count) : 0.0;
+      return nlohmann::json{{"count", t.count},
+                            {"mean_ms", 1e3 * t.mean},
+                            {"median_ms", 1e3 * t.median},
+                            {"p10_ms", 1e3 * t.p10},
+                            {"p90_ms", 1e3 * t.p90},
+                            {"min_ms", 1e3 * t.min},
+                            {"max_ms", 1e3 * t.max},
+                            {"host_phase_ms", std::move(phases)}};
     };
     j["iterations"] = {{"decode", times(m.decode_iterations)}, {"admission", times(m.admission_iterations)}};
     if (ca.profile_ops) {

@@ -152,11 +152,23 @@ struct EngineMetrics {
   std::vector<double> tokens_per_iteration_bounds;
   std::vector<int64_t> tokens_per_iteration_counts;
   double tokens_per_iteration_sum = 0.0;
+  /// Host wall time of one phase of the iterations (seconds, summed over iterations and replicas).
+  struct HostPhase {
+    std::string name;
+    double seconds = 0.0;
+  };
   /// Wall-time summary of a kind of iteration (seconds), over the newest kIterationWindow of them.
   struct IterationTimes {
     int64_t count = 0;  ///< iterations of this kind run in all (the statistics below cover the newest ones)
     double sum = 0.0;   ///< their wall time in all, seconds
     double mean = 0.0, median = 0.0, p10 = 0.0, p90 = 0.0, min = 0.0, max = 0.0;
+    /// Where the host time of all `count` iterations went, in step order: "scheduler" (admission,
+    /// cancellation, events and answers around each step; outside `sum`), then the denoiser's own
+    /// phases where it times them (inside `sum`; Flash-Cache: the main pass's forward call and the
+    /// wait for its results, decisions, the verify pass's batch, call and wait, acceptance,
+    /// continue; src/denoise/flash_cache.h FlashPhase). A "... wait" phase is device time the host
+    /// did not hide.
+    std::vector<HostPhase> host_phases;
   };
   static constexpr int64_t kIterationWindow = 8192;
   /// Iterations that admitted no request: the steady state, every slot denoising (its window and

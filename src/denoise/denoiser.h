@@ -65,6 +65,14 @@ struct SlotOutput {
   std::string call_kinds;           ///< Fast-dLLM: one letter per model call (F / S / B)
 };
 
+/// Host wall time of one phase of a denoiser's steps (steady clock, summed over every step since the
+/// pool was made). A phase that waits for device results ("... wait") holds the device time the host
+/// could not hide; the others are host work (on the CPU backend the forward calls also compute).
+struct StepPhase {
+  const char* name = "";  ///< static string, e.g. "main forward call"
+  double seconds = 0.0;
+};
+
 /// The size of a slot pool.
 struct SlotPool {
   int64_t n_slots = 1;           ///< concurrent requests
@@ -99,6 +107,9 @@ class Denoiser {
   virtual SlotOutput output(int64_t slot) const = 0;
   /// Model forward calls made so far (Flash-Verify passes and slot-group splits included).
   virtual int64_t model_passes() const noexcept = 0;
+  /// Where the steps' host time went, phase by phase, in step order (empty: not timed by this mode).
+  /// Read by the scheduler between steps (the stepping thread).
+  virtual std::vector<StepPhase> step_phases() const { return {}; }
 };
 
 /// Checks a prompt for any denoiser: non-empty, ids in [0, embedding_size), no mask id. Throws

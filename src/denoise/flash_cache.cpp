@@ -2,6 +2,7 @@
 #include "denoise/flash_cache.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -23,7 +24,38 @@ void append_slice(const std::vector<int32_t>& v, int64_t a, int64_t b, std::vect
   if (a < b) out.insert(out.end(), v.begin() + a, v.begin() + b);
 }
 
+/// Laps of a step's host phases: lap(p) adds the time since the previous lap (or construction) to
+/// phase p's seconds.
+class PhaseClock {
+ public:
+  explicit PhaseClock(std::array<double, kFlashPhases>& seconds) : seconds_(seconds) {}
+  void lap(FlashPhase p) {
+    const auto now = std::chrono::steady_clock::now();
+    seconds_[static_cast<size_t>(p)] += std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+  }
+
+ private:
+  std::array<double, kFlashPhases>& seconds_;
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
+
 }  // namespace
+
+const char* flash_phase_name(FlashPhase p) noexcept {
+  switch (p) {
+    case FlashPhase::kMainCall: return "main forward call";
+    case FlashPhase::kMainWait: return "main result wait";
+    case FlashPhase::kDecide: return "decide and commit";
+    case FlashPhase::kVerifyBatch: return "verify batch";
+    case FlashPhase::kVerifyCall: return "verify forward call";
+    case FlashPhase::kEarlyRerank: return "early re-rank";
+    case FlashPhase::kVerifyWait: return "verify result wait";
+    case FlashPhase::kAccept: return "acceptance";
+    case FlashPhase::kContinue: return "continue";
+  }
+  return "?";
+}
 
 void validate_flash_cache_options(const FlashCacheOptions& o, const LladaConfig& cfg) {
   FDLLM_CHECK_ARG(o.gen_length > 0, "flash-cache: gen_length must be positive, got {}", o.gen_length);
@@ -702,6 +734,7 @@ std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer
   const int64_t n = n_slots(), L = L_, Ls = Ls_;
   std::vector<SlotStep> out;
   if (std::none_of(slots_.begin(), slots_.end(), [](const FlashSlot& s) { return s.active(); })) return out;
+  PhaseClock clock(stats_.phase_seconds);
 
   // The main pass: one forward call per slot group (several only when the rows exceed
   // max_forward_rows, i.e. admission prefills); window predictions come back in slot order, one
@@ -741,7 +774,9 @@ std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer
       backend_.select_tokens(logits.slice_rows(g.begin, g.end), ws_.row_keys.slice_rows(g.begin, g.end), g.params,
                              x0_.slice_rows(g.begin, g.end), conf_.slice_rows(g.begin, g.end));
     // One copy per group; the last one also brings the importance scores (complete by then).
+    clock.lap(FlashPhase::kMainCall);
     fetch_selection(R, /*with_scores=*/g_i + 1 == groups.size(), x0, conf);
+    clock.lap(FlashPhase::kMainWait);
     T += Tg;
   }
   const std::vector<size_t> bad = check_selection(x0, conf, c.mask_token_id, "flash-cache");
@@ -802,6 +837,8 @@ std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer
     if (opt_.reference_quirks || (!tile.candidates.empty() && st.work)) tiles.push_back(std::move(tile));
   }
 
+  clock.lap(FlashPhase::kDecide);
+
   // Phase 2 (verify): one verify pass over every tile, acceptance, commit.
   if (!tiles.empty()) {
     VerifyBatch vb = flash_verify_batch(slots_, tiles, Ls);
@@ -818,6 +855,7 @@ std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer
                      drafts.size(), VR);
     const Tensor drafts_dev = vdrafts_.slice_rows(0, VR);
     if (VR > 0) backend_.copy_from_host(drafts_dev, drafts.data());  // none: tiles without candidates
+    clock.lap(FlashPhase::kVerifyBatch);
     Tensor vlogits = llada_verify_forward(backend_, model_, vb, kv_, vws_);
     ++passes_;
     stats_.verify_forwards += 1;
@@ -838,13 +876,14 @@ std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer
       // has a non-finite confidence and fails its slot below without reading it.
       backend_.gather_columns(vlogits, drafts_dev, vval_.slice_rows(0, VR));
       backend_.gather_columns(vlogits, x0_dev, vval_.slice_rows(VR, 2 * VR));
+      clock.lap(FlashPhase::kVerifyCall);
       // While the device runs the verify pass: the re-rank of every continuing slot's older decoded
       // positions, which the pass cannot change. Their range is the one the final re-rank below
       // sorts: full_pos[0 : nd − last_committed] after phase 2 is full_pos[0 : nd − k1] after phase 1
       // when every commit is pinned (default), full_pos[0 : nd] when only the verified ones are
       // (reference_quirks; every slot has a tile there), and phase 2 writes only past it. With an
       // observer the order of operations stays as written (tests read full_pos in phase 2).
-      if (!observer)
+      if (!observer) {
         for (size_t j = 0; j < slots_.size(); ++j) {
           const Phase& st = phases[j];
           if (!st.active || !st.work || !st.error.empty()) continue;
@@ -852,12 +891,15 @@ std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer
           ranked[j] = s.num_decoded - (opt_.reference_quirks ? 0 : st.k1);
           flash_rank_decoded(s, slot_scores(j), ranked[j]);
         }
+        clock.lap(FlashPhase::kEarlyRerank);
+      }
       copy_prefix(vsel_buf_, vval_offset_ + static_cast<size_t>(2 * VR) * 4, vsel_host_);
       std::memcpy(vx0.data(), vsel_host_.data(), static_cast<size_t>(VR) * sizeof(int32_t));
       std::memcpy(vconf.data(), vsel_host_.data() + vconf_offset_, static_cast<size_t>(VR) * sizeof(double));
       std::memcpy(vval.data(), vsel_host_.data() + vval_offset_, static_cast<size_t>(2 * VR) * sizeof(float));
       vbad = check_selection({}, vconf, c.mask_token_id, "flash-verify");
     }
+    clock.lap(FlashPhase::kVerifyWait);
     size_t m0 = 0;
     for (const FlashVerifyTile& v : tiles) {
       const auto j = static_cast<size_t>(v.slot);
@@ -906,6 +948,7 @@ std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer
       st.verified = accepted;
       st.committed.insert(st.committed.end(), accepted.begin(), accepted.end());
     }
+    clock.lap(FlashPhase::kAccept);
   }
 
   // Continue (re-rank, next queries) or finish.
@@ -941,6 +984,14 @@ std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer
     }
     out.push_back(std::move(ev));
   }
+  clock.lap(FlashPhase::kContinue);
+  return out;
+}
+
+std::vector<StepPhase> FlashCacheDenoiser::step_phases() const {
+  std::vector<StepPhase> out;
+  for (size_t i = 0; i < kFlashPhases; ++i)
+    out.push_back({flash_phase_name(static_cast<FlashPhase>(i)), stats_.phase_seconds[i]});
   return out;
 }
 

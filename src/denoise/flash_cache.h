@@ -48,6 +48,7 @@
 //  slice at 0 exactly like upstream, so prompts shorter than β_t are handled.)
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -312,6 +313,28 @@ struct FlashRequestResult {
   double tokens_per_iteration() const noexcept { return nfe > 0 ? static_cast<double>(num_tokens) / nfe : 0.0; }
 };
 
+/// The host phases of FlashCacheDenoiser::step, in step order (FlashRunStats::phase_seconds).
+/// Default mode without an observer, one iteration is: the main pass's plan and forward call (host
+/// work; the CUDA backend only queues, the CPU backend also computes), the wait for its selection
+/// and importance (device time), phase 1 (decisions, commits, verify tile plans), the verify
+/// pass's batch and forward call, the early re-rank (runs while the verify pass runs on the
+/// device), the wait for the verify selection, acceptance and phase-2 commits, then continue
+/// (events, the re-rank when not done early, next queries, finishing slots).
+enum class FlashPhase : int {
+  kMainCall = 0,
+  kMainWait,
+  kDecide,
+  kVerifyBatch,
+  kVerifyCall,
+  kEarlyRerank,
+  kVerifyWait,
+  kAccept,
+  kContinue,
+};
+inline constexpr size_t kFlashPhases = 9;
+/// The phase's name as step_phases() reports it ("main forward call", ...).
+const char* flash_phase_name(FlashPhase p) noexcept;
+
 /// Counters of a run.
 struct FlashRunStats {
   int64_t forwards = 0;       ///< main passes
@@ -333,6 +356,8 @@ struct FlashRunStats {
   /// Backend free memory (bytes) at the end of generate, while the K/V cache and every workspace are
   /// still allocated: the run's footprint for peak-memory accounting (the cache is freed on return).
   size_t free_bytes_at_end = 0;
+  /// Host wall seconds (steady clock) of each FlashPhase, summed over every step.
+  std::array<double, kFlashPhases> phase_seconds{};
 };
 
 struct FlashCacheResult {
@@ -379,6 +404,8 @@ class FlashCacheDenoiser : public Denoiser {
   std::span<const int32_t> canvas(int64_t slot) const override;
   SlotOutput output(int64_t slot) const override;
   int64_t model_passes() const noexcept override { return passes_; }
+  /// stats().phase_seconds by name, every FlashPhase in order.
+  std::vector<StepPhase> step_phases() const override;
   /// The finished request of `slot` in this denoiser's own terms (valid after its finishing step,
   /// until release). Throws Error(kInvalidArgument) for a slot without a finished request.
   const FlashRequestResult& result(int64_t slot) const;

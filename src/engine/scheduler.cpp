@@ -269,6 +269,8 @@ EngineMetrics Scheduler::metrics() const {
   for (const Replica& rep : reps_) m.replica_slots_busy.push_back(rep.busy);
   m.decode_iterations = summarize(decode_seconds_, metrics_.decode_iterations);
   m.admission_iterations = summarize(admission_seconds_, metrics_.admission_iterations);
+  m.decode_iterations.host_phases = metrics_.decode_iterations.host_phases;
+  m.admission_iterations.host_phases = metrics_.admission_iterations.host_phases;
   if (!recent_.empty()) {
     const auto now = Clock::now();
     int64_t tokens = 0;
@@ -406,6 +408,7 @@ std::shared_ptr<Scheduler::Request> Scheduler::release_slot(Replica& rep, size_t
 
 bool Scheduler::step(size_t replica) {
   FDLLM_ASSERT_MSG(replica < reps_.size(), "replica {} of {}", replica, reps_.size());
+  const auto entered = Clock::now();
   Replica& rep = reps_[replica];
   Denoiser& den = *rep.den;
   auto& running = rep.running;
@@ -525,6 +528,7 @@ bool Scheduler::step(size_t replica) {
       finish(*req, reason, std::move(ev));
     }
   }
+  std::vector<StepPhase> phases = den.step_phases();
   std::lock_guard<std::mutex> lk(mu_);
   const double dt = std::chrono::duration<double>(t1 - t0).count();
   ++metrics_.iterations;
@@ -537,6 +541,18 @@ bool Scheduler::step(size_t replica) {
   EngineMetrics::IterationTimes& all = admitted.empty() ? metrics_.decode_iterations : metrics_.admission_iterations;
   ++all.count;
   all.sum += dt;
+  // This step's host phases: the scheduler's own time, then what the denoiser's totals grew by
+  // (summed by name over replicas, in the order first seen).
+  auto add_phase = [&all](const char* name, double seconds) {
+    auto it = std::find_if(all.host_phases.begin(), all.host_phases.end(),
+                           [&](const EngineMetrics::HostPhase& h) { return h.name == name; });
+    if (it == all.host_phases.end()) it = all.host_phases.insert(all.host_phases.end(), {name, 0.0});
+    it->seconds += seconds;
+  };
+  add_phase("scheduler", std::chrono::duration<double>(Clock::now() - entered).count() - dt);
+  for (size_t i = 0; i < phases.size(); ++i)
+    add_phase(phases[i].name, phases[i].seconds - (i < rep.phases.size() ? rep.phases[i].seconds : 0.0));
+  rep.phases = std::move(phases);
   newest.push_back(dt);
   if (static_cast<int64_t>(newest.size()) > EngineMetrics::kIterationWindow) newest.pop_front();
   observe(kTokenBounds, metrics_.tokens_per_iteration_counts, metrics_.tokens_per_iteration_sum,

@@ -128,6 +128,7 @@ class Scheduler {
     std::vector<std::shared_ptr<Request>> running;  // per slot; the replica's stepping thread only
     std::deque<std::shared_ptr<Request>> assigned;  // under mu_: given a slot, admitted at the next step
     int64_t busy = 0;                               // under mu_: running requests
+    std::vector<StepPhase> phases;                  // den->step_phases() after the last step (totals)
   };
   /// Gives queued requests to replicas with free slots (see the file comment). Holds mu_.
   void distribute_locked();

@@ -88,6 +88,8 @@ class TensorParallelDenoiser final : public Denoiser {
   std::span<const int32_t> canvas(int64_t slot) const override { return ranks_[0]->canvas(slot); }
   SlotOutput output(int64_t slot) const override { return ranks_[0]->output(slot); }
   int64_t model_passes() const noexcept override { return ranks_[0]->model_passes(); }
+  /// Rank 0's phases (the ranks step in lockstep).
+  std::vector<StepPhase> step_phases() const override { return ranks_[0]->step_phases(); }
 
   int world() const noexcept { return static_cast<int>(ranks_.size()); }
 

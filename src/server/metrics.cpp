@@ -100,6 +100,15 @@ std::string prometheus_text(const EngineMetrics& m, const HttpCounters& http) {
           "Wall time of an iteration that admitted a request (its prefill rows)", m.admission_iterations);
   histogram(out, "flashdllm_tokens_per_iteration", "Canvas positions committed by one iteration (all slots).",
             m.tokens_per_iteration_bounds, m.tokens_per_iteration_counts, m.tokens_per_iteration_sum);
+  out +=
+      "# HELP flashdllm_host_phase_seconds_total Host wall time of the iterations' phases (waits for the device "
+      "included) by iteration kind, summed over replicas.\n"
+      "# TYPE flashdllm_host_phase_seconds_total counter\n";
+  for (const auto& [kind, t] :
+       {std::pair{"decode", &m.decode_iterations}, std::pair{"admission", &m.admission_iterations}})
+    for (const EngineMetrics::HostPhase& p : t->host_phases)
+      out +=
+          fmt::format("flashdllm_host_phase_seconds_total{{kind=\"{}\",phase=\"{}\"}} {}\n", kind, p.name, p.seconds);
   return out;
 }
 

@@ -29,8 +29,9 @@ class HttpCounters {
 /// flashdllm_slots, flashdllm_max_model_len, flashdllm_iterations_total,
 /// flashdllm_forward_passes_total, flashdllm_committed_tokens_total,
 /// flashdllm_generated_tokens_total, flashdllm_busy_seconds_total, flashdllm_tokens_per_second
-/// (committed, last 10 s), and the histograms flashdllm_iteration_seconds and
-/// flashdllm_tokens_per_iteration.
+/// (committed, last 10 s), the histograms flashdllm_iteration_seconds and
+/// flashdllm_tokens_per_iteration, and flashdllm_host_phase_seconds_total{kind,phase}
+/// (EngineMetrics::IterationTimes::host_phases of the decode and admission iterations).
 std::string prometheus_text(const EngineMetrics& m, const HttpCounters& http);
 
 }  // namespace flashdllm::server

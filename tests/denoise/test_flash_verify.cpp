@@ -1277,6 +1277,17 @@ TEST(VerifyRun, EarlyRerankDuringTheVerifyPassChangesNothing) {
         EXPECT_EQ(a.requests[r].output_ids, b.requests[r].output_ids);
       }
       EXPECT_EQ(a.stats.verify_forwards, b.stats.verify_forwards);
+      // Host phases: the early re-rank ran only without the observer; every verify phase ran in both.
+      const auto secs = [](const FlashCacheResult& r, FlashPhase p) {
+        return r.stats.phase_seconds[static_cast<size_t>(p)];
+      };
+      EXPECT_GT(secs(a, FlashPhase::kEarlyRerank), 0.0);
+      EXPECT_EQ(secs(b, FlashPhase::kEarlyRerank), 0.0);
+      for (const FlashCacheResult* r : {&a, &b})
+        for (FlashPhase p :
+             {FlashPhase::kMainCall, FlashPhase::kMainWait, FlashPhase::kDecide, FlashPhase::kVerifyBatch,
+              FlashPhase::kVerifyCall, FlashPhase::kVerifyWait, FlashPhase::kAccept, FlashPhase::kContinue})
+          EXPECT_GT(secs(*r, p), 0.0) << flash_phase_name(p);
     }
 }
 

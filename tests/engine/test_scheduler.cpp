@@ -13,6 +13,7 @@
 #include "backend/backend.h"
 #include "common/model_fixture.h"
 #include "common/test_paths.h"
+#include "denoise/flash_cache.h"
 #include "engine/scheduler.h"
 #include "engine/slot_pool.h"
 #include "flashdllm/engine.h"
@@ -319,6 +320,29 @@ TEST(Scheduler, EventsAddUpToTheResultAndSlotsRefill) {
   EXPECT_NEAR(mt.admission_iterations.sum + mt.decode_iterations.sum, mt.iteration_seconds_sum, 1e-9);
   for (const EngineMetrics::IterationTimes& t : {mt.admission_iterations, mt.decode_iterations})
     EXPECT_NEAR(t.mean * static_cast<double>(t.count), t.sum, 1e-9);
+  // Host phases of each kind: the scheduler's own, then Flash-Cache's in FlashPhase order (no verify
+  // pass: its phases never ran), those inside the kind's timed iterations.
+  for (const EngineMetrics::IterationTimes& t : {mt.admission_iterations, mt.decode_iterations}) {
+    ASSERT_EQ(t.host_phases.size(), 1 + kFlashPhases);
+    EXPECT_EQ(t.host_phases[0].name, "scheduler");
+    EXPECT_GT(t.host_phases[0].seconds, 0.0);
+    double inside = 0.0;
+    for (size_t i = 0; i < kFlashPhases; ++i) {
+      const auto ph = static_cast<FlashPhase>(i);
+      const EngineMetrics::HostPhase& h = t.host_phases[i + 1];
+      EXPECT_EQ(h.name, flash_phase_name(ph));
+      const bool verify_only = ph == FlashPhase::kVerifyBatch || ph == FlashPhase::kVerifyCall ||
+                               ph == FlashPhase::kEarlyRerank || ph == FlashPhase::kVerifyWait ||
+                               ph == FlashPhase::kAccept;
+      if (verify_only)
+        EXPECT_EQ(h.seconds, 0.0) << h.name;
+      else
+        EXPECT_GT(h.seconds, 0.0) << h.name;
+      inside += h.seconds;
+    }
+    EXPECT_LE(inside, t.sum + 1e-9);
+    EXPECT_GT(inside, 0.5 * t.sum) << "the phases cover the step";
+  }
   EXPECT_EQ(mt.requests_finished_stop + mt.requests_finished_length, 5);
   EXPECT_EQ(mt.slots_busy, 0);
   EXPECT_EQ(mt.queue_depth, 0);

@@ -39,6 +39,19 @@ def test_the_1_slot_iteration_is_the_weight_read():
     assert weights / 4000e9 * 1e3 == pytest.approx(3.75, abs=0.01)  # 15.0 GB of GEMM weights at 4 TB/s
 
 
+def test_pass_times_add_up_each_pass_phases_from_generate_json():
+    # generate --json's iterations.decode.host_phase_ms, as the flash + verify denoiser reports them.
+    host = {"scheduler": 0.3, "main forward call": 1.5, "main result wait": 90.0, "decide and commit": 0.2,
+            "verify batch": 0.1, "verify forward call": 0.4, "early re-rank": 0.7, "verify result wait": 17.0,
+            "acceptance": 0.05, "continue": 0.1}
+    main, verify = iteration_floor.pass_times(host)
+    assert main == pytest.approx(91.5)
+    assert verify == pytest.approx(18.2)
+    # Flash-Cache alone: no verify phase ran; an old binary (no host phases): nothing.
+    assert iteration_floor.pass_times({"main forward call": 1.0, "main result wait": 2.0}) == (3.0, 0.0)
+    assert iteration_floor.pass_times({}) == (None, None)
+
+
 @pytest.mark.parametrize("prompt,gen,keys", [(250, 512, 768), (256, 512, 896), (900, 512, 1536), (1, 126, 128),
                                                   (1, 127, 256)])  # a whole tile more at a multiple
 def test_seqlen_k_rounds_past_prompt_plus_canvas(prompt, gen, keys):

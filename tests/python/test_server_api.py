@@ -308,6 +308,14 @@ def test_metrics_count_requests_and_iterations(server, oa):
     assert m[dec + "_count"] + m[adm + "_count"] == m["flashdllm_iterations_total"]
     assert m[adm + "_count"] >= before.get(adm + "_count", 0) + 1
     assert m[dec + "_sum"] + m[adm + "_sum"] == pytest.approx(m["flashdllm_iteration_seconds_sum"], rel=1e-6)
+    # Host time by phase and iteration kind (the serve default is Flash-Cache): the scheduler's and
+    # the denoiser's grow with the work; the denoiser's phases lie inside the iterations.
+    ph = lambda x, p, k="admission": x.get("flashdllm_host_phase_seconds_total{kind=%s,phase=%s}" % (k, p), 0)
+    assert ph(m, "scheduler") > ph(before, "scheduler")
+    assert ph(m, "main forward call") > ph(before, "main forward call")
+    assert all(ph(m, p) + ph(m, p, "decode") > 0 for p in ("main result wait", "decide and commit", "continue"))
+    inside = sum(v for k, v in m.items() if k.startswith("flashdllm_host_phase_seconds_total") and "scheduler" not in k)
+    assert inside <= m["flashdllm_busy_seconds_total"] * (1 + 1e-6) + 1e-9
     for name in (dec, adm):
         if m[name + "_count"] == 0:
             continue
