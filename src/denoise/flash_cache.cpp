@@ -40,6 +40,38 @@ class PhaseClock {
   std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
 };
 
+/// Sorts `values` by `keys` (same length), stably (equal keys keep their order): an LSD radix sort,
+/// 8 bits per pass, skipping the passes in which every key has the same digit. Branch-free and
+/// linear: at 32 slots x ~600 decoded positions a comparison sort of 64-bit (key, index) pairs took
+/// 0.7-1.1 ms per iteration on the H200 machine's host (bench/results/2026-12-05-h200-host-phases/).
+void stable_radix_sort(std::vector<uint32_t>& keys, std::span<int32_t> values) {
+  const size_t n = keys.size();
+  FDLLM_ASSERT_MSG(values.size() == n, "stable_radix_sort: {} keys, {} values", n, values.size());
+  std::array<std::array<uint32_t, 256>, 4> count{};
+  for (const uint32_t k : keys)
+    for (int d = 0; d < 4; ++d) ++count[static_cast<size_t>(d)][(k >> (8 * d)) & 0xffu];
+  std::vector<uint32_t> k2(n);
+  std::vector<int32_t> v2(n);
+  uint32_t* kin = keys.data();
+  int32_t* vin = values.data();
+  uint32_t* kout = k2.data();
+  int32_t* vout = v2.data();
+  for (int d = 0; d < 4; ++d) {
+    std::array<uint32_t, 256>& c = count[static_cast<size_t>(d)];
+    if (n == 0 || c[(kin[0] >> (8 * d)) & 0xffu] == n) continue;  // one digit value: the order stays
+    uint32_t at = 0;
+    for (uint32_t& x : c) at += std::exchange(x, at);  // bucket starts
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t o = c[(kin[i] >> (8 * d)) & 0xffu]++;
+      kout[o] = kin[i];
+      vout[o] = vin[i];
+    }
+    std::swap(kin, kout);
+    std::swap(vin, vout);
+  }
+  if (vin != values.data()) std::copy_n(vin, n, values.data());
+}
+
 }  // namespace
 
 const char* flash_phase_name(FlashPhase p) noexcept {
@@ -403,23 +435,18 @@ void flash_rank_decoded(FlashSlot& s, std::span<const float> scores, int64_t n_d
     // NaN is unordered: keep the comparison sort's behaviour for it.
     std::stable_sort(s.full_pos.begin(), old_end, [&](int32_t a, int32_t b) { return score(a) < score(b); });
   } else {
-    // The same order as a stable sort by score (ties keep their order), from one sort of 64-bit keys:
-    // the score's bits mapped to an unsigned integer of the same order (-0 as +0, which `<` calls
-    // equal), then the entry's current index. Stand-alone on the H200 machine's host, 600 shuffled
-    // positions: 37 us per slot through the float comparator, 4.5 us this way
-    // (bench/results/2026-12-05-h200-host-phases/).
-    std::vector<uint64_t> keys(n_old);
+    // The same order as a stable sort by score (ties keep their order): each score's bits mapped to
+    // an unsigned integer of the same order (-0 as +0, which `<` calls equal), then a stable LSD
+    // radix sort of the positions by them (stable_radix_sort).
+    std::vector<uint32_t> keys(n_old);
     for (size_t i = 0; i < n_old; ++i) {
       const float v = score(s.full_pos[i]);
       uint32_t bits = 0;
       std::memcpy(&bits, &v, sizeof(bits));
       if (v == 0.0f) bits = 0;
-      bits = (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
-      keys[i] = (static_cast<uint64_t>(bits) << 32) | i;
+      keys[i] = (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
     }
-    std::sort(keys.begin(), keys.end());
-    const std::vector<int32_t> before(s.full_pos.begin(), old_end);
-    for (size_t i = 0; i < n_old; ++i) s.full_pos[i] = before[static_cast<size_t>(keys[i] & 0xffffffffu)];
+    stable_radix_sort(keys, std::span<int32_t>(s.full_pos.data(), n_old));
   }
 }
 

@@ -699,11 +699,13 @@ TEST(FlashRerank, OrderIsAStableSortByScore) {
   o.gen_length = 64;
   o.track_num = 1;
   o.mask_num = 1;
-  const int64_t P = 300, L = flash_max_length(P, 64, 16);
   const float inf = std::numeric_limits<float>::infinity(), tiny = std::numeric_limits<float>::denorm_min();
   const std::vector<float> pool = {0.f, -0.f, 1.f, -1.f, 0.5f, -0.5f, inf, -inf, tiny, -tiny, 3e38f, -3e38f};
   std::mt19937 rng(7);
   for (int trial = 0; trial < 40; ++trial) {
+    // Mostly 300 positions; a few trials with 1, 2 and 2000 (the radix sort's edge sizes).
+    const int64_t P = trial % 10 == 1 ? 1 : trial % 10 == 3 ? 2 : trial % 10 == 5 ? 2000 : 300;
+    const int64_t L = flash_max_length(P, 64, 16);
     std::vector<int32_t> prompt(static_cast<size_t>(P), 5);
     FlashSlot s = flash_init_slot(0, prompt, L, o, 1000, 1001);
     std::shuffle(s.full_pos.begin(), s.full_pos.begin() + P, rng);  // an arbitrary current order
