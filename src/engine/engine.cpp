@@ -244,7 +244,10 @@ int64_t step_rows(int64_t P, int64_t G, const DecodeSettings& d) {
 
 TextCodec Engine::Impl::codec(const DecodeSettings& d) const {
   TextCodec c;
-  if (tokenizer) c.decode = [this](std::span<const int32_t> ids) { return decode_ids(ids); };
+  if (tokenizer) {
+    c.decode = [this](std::span<const int32_t> ids) { return decode_ids(ids); };
+    c.text_stream = [this] { return TextStream(*tokenizer, /*skip_special_tokens=*/true, /*drop_unknown_ids=*/true); };
+  }
   c.end_ids.push_back(model().config.eos_token_id);
   const int32_t eot = d.eot_token_id.value_or(eot_id);
   if (eot >= 0 && eot != model().config.eos_token_id) c.end_ids.push_back(eot);
@@ -257,11 +260,9 @@ std::string Engine::Impl::decode_ids(std::span<const int32_t> ids) const {
   if (!tokenizer) return "";
   // The LM head scores more rows than the tokenizer knows (LLaDA-8B: 126464 vs 126349); such ids
   // have no text and are dropped, like special tokens.
-  std::vector<int32_t> known;
-  known.reserve(ids.size());
-  for (int32_t id : ids)
-    if (id >= 0 && id < tokenizer->vocab_size() && !tokenizer->id_to_token(id).empty()) known.push_back(id);
-  return tokenizer->decode(known, /*skip_special_tokens=*/true);
+  TextStream text(*tokenizer, /*skip_special_tokens=*/true, /*drop_unknown_ids=*/true);
+  text.append(ids);
+  return text.text();
 }
 
 std::string Engine::decode(std::span<const int32_t> ids) const { return impl_->decode_ids(ids); }

@@ -139,6 +139,8 @@ struct Scheduler::Request {
   int64_t scanned = 0;          // canvas[0, scanned) holds no mask and no end id (update_answer resumes there)
   int64_t stop_tokens = -1;     // a stop string ended the answer: tokens before it; -1 = none
   std::string text;             // the stable answer's text (stop strings cut)
+  std::optional<TextStream> decoder;  // codec.text_stream: the answer's ids decoded so far
+  int64_t decoded = 0;                // ids appended to `decoder`
   size_t sent = 0;              // bytes of `text` delivered as deltas
 };
 
@@ -337,7 +339,15 @@ bool Scheduler::update_answer(Request& r, std::span<const int32_t> canvas, bool 
     const bool grew = n > r.answer_tokens;
     r.answer_tokens = std::max(r.answer_tokens, n);
     if ((grew || r.decided) && (r.spec.stream_text || !r.spec.stop.empty()) && codec_.decode) {
-      r.text = codec_.decode(canvas.subspan(0, static_cast<size_t>(r.answer_tokens)));
+      if (codec_.text_stream) {  // only the new ids (the answer only grows until it is decided)
+        if (!r.decoder) r.decoder.emplace(codec_.text_stream());
+        r.decoder->append(
+            canvas.subspan(static_cast<size_t>(r.decoded), static_cast<size_t>(r.answer_tokens - r.decoded)));
+        r.decoded = r.answer_tokens;
+        r.text = r.decoder->text();
+      } else {
+        r.text = codec_.decode(canvas.subspan(0, static_cast<size_t>(r.answer_tokens)));
+      }
       // Stop strings: the answer ends before the earliest occurrence of any.
       size_t cut = std::string::npos;
       for (const std::string& s : r.spec.stop) cut = std::min(cut, r.text.find(s));

@@ -47,6 +47,7 @@
 
 #include "denoise/denoiser.h"
 #include "flashdllm/engine.h"
+#include "io/tokenizer.h"  // TextStream
 
 namespace flashdllm {
 
@@ -54,6 +55,10 @@ namespace flashdllm {
 struct TextCodec {
   /// ids -> text, special tokens skipped; empty function: the checkpoint has no tokenizer (no text).
   std::function<std::string(std::span<const int32_t>)> decode;
+  /// A fresh incremental decoder with decode's result (TextStream::text() == decode(ids appended
+  /// so far)): a streamed or stop-checked answer is decoded once, not again after every iteration.
+  /// Empty function: decode is called on the whole answer instead.
+  std::function<TextStream()> text_stream;
   std::vector<int32_t> end_ids;  ///< EOS (and EOT): the answer ends before the first of them
   int32_t mask_id = -1;
   /// The released Flash-dLLM output slice may hold undecoded positions (reference_quirks); every

@@ -1329,36 +1329,59 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
   return ids;
 }
 
-std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
+bool Tokenizer::append_token_bytes(int32_t id, bool skip_special_tokens, std::string& bytes) const {
   const Impl& m = *impl_;
+  const std::string* tok = m.id_to_token(id);
+  if (tok == nullptr) return false;
+  if (skip_special_tokens && m.special_set.count(*tok)) return true;
+  // ByteLevel decoder: map each character back to its byte; a token with any character outside
+  // the byte alphabet (e.g. an added token) contributes its UTF-8 bytes unchanged.
   const auto& alphabet = byte_alphabet();
-  std::string bytes;
-  bytes.reserve(ids.size() * 4);
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const std::string* tok = m.id_to_token(ids[i]);
-    FDLLM_CHECK_ARG(tok != nullptr, "decode: ids[{}] = {} is not in the vocabulary of {} (vocab_size {})", i, ids[i],
-                    m.file, m.max_id + 1);
-    if (skip_special_tokens && m.special_set.count(*tok)) continue;
-    // ByteLevel decoder: map each character back to its byte; a token with any character outside
-    // the byte alphabet (e.g. an added token) contributes its UTF-8 bytes unchanged.
-    const size_t mark = bytes.size();
-    bool all_mapped = true;
-    for (size_t k = 0; k < tok->size();) {
-      const Utf8Step st = utf8_step(*tok, k);
-      const int b = st.valid ? alphabet.byte_of(st.cp) : -1;
-      if (b < 0) {
-        all_mapped = false;
-        break;
-      }
-      bytes.push_back(static_cast<char>(b));
-      k += st.len;
-    }
-    if (!all_mapped) {
+  const size_t mark = bytes.size();
+  for (size_t k = 0; k < tok->size();) {
+    const Utf8Step st = utf8_step(*tok, k);
+    const int b = st.valid ? alphabet.byte_of(st.cp) : -1;
+    if (b < 0) {
       bytes.resize(mark);
       bytes += *tok;
+      return true;
     }
+    bytes.push_back(static_cast<char>(b));
+    k += st.len;
   }
+  return true;
+}
+
+std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
+  std::string bytes;
+  bytes.reserve(ids.size() * 4);
+  for (size_t i = 0; i < ids.size(); ++i)
+    FDLLM_CHECK_ARG(append_token_bytes(ids[i], skip_special_tokens, bytes),
+                    "decode: ids[{}] = {} is not in the vocabulary of {} (vocab_size {})", i, ids[i], impl_->file,
+                    impl_->max_id + 1);
   return utf8_lossy(bytes);
+}
+
+TextStream::TextStream(const Tokenizer& tokenizer, bool skip_special_tokens, bool drop_unknown_ids)
+    : tok_(&tokenizer), skip_special_(skip_special_tokens), drop_unknown_(drop_unknown_ids) {}
+
+void TextStream::append(std::span<const int32_t> ids) {
+  std::string bytes = tail_;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (tok_->append_token_bytes(ids[i], skip_special_, bytes) || drop_unknown_) continue;
+    FDLLM_FAIL(ErrorCode::kInvalidArgument, "decode: ids[{}] = {} is not in the vocabulary of {} (vocab_size {})", i,
+               ids[i], tok_->impl_->file, tok_->impl_->max_id + 1);
+  }
+  // Settle everything up to the last ASCII byte: its text is final.
+  size_t cut = bytes.size();
+  while (cut > 0 && static_cast<unsigned char>(bytes[cut - 1]) >= 0x80) --cut;
+  text_.resize(settled_text_);
+  if (cut > 0) {
+    text_ += utf8_lossy(std::string_view(bytes).substr(0, cut));
+    settled_text_ = text_.size();
+  }
+  tail_ = bytes.substr(cut);
+  text_ += utf8_lossy(tail_);
 }
 
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const { return impl_->token_to_id(token); }

@@ -82,9 +82,37 @@ class Tokenizer {
   bool is_special(int32_t id) const noexcept;
 
  private:
+  friend class TextStream;
+  /// Appends the ByteLevel bytes of `id` to `bytes` (nothing for a skipped special token). Returns
+  /// false, appending nothing, for an id that maps to no token.
+  bool append_token_bytes(int32_t id, bool skip_special_tokens, std::string& bytes) const;
   struct Impl;
   explicit Tokenizer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
+};
+
+/// Tokenizer::decode of a growing id sequence (a streamed answer), incrementally: after every
+/// append, text() equals decode(every id appended so far, skip_special_tokens), in time linear in
+/// the new ids' bytes plus the bytes since the last ASCII byte. (UTF-8 decoding restarts after any
+/// ASCII byte, which no multi-byte sequence or invalid subpart can contain, so the text up to it
+/// never changes; a later token's bytes may still complete a character begun after it.)
+class TextStream {
+ public:
+  /// `tokenizer` must outlive the stream. drop_unknown_ids: an id that maps to no token is skipped
+  /// (as the engine does for LM-head rows the tokenizer lacks) instead of rejected.
+  TextStream(const Tokenizer& tokenizer, bool skip_special_tokens, bool drop_unknown_ids = false);
+  /// Appends ids. Throws Error(kInvalidArgument) for an id that maps to no token unless
+  /// drop_unknown_ids (the stream is then unchanged).
+  void append(std::span<const int32_t> ids);
+  /// The decoded text of every id appended so far.
+  const std::string& text() const noexcept { return text_; }
+
+ private:
+  const Tokenizer* tok_;
+  bool skip_special_, drop_unknown_;
+  std::string tail_;         // bytes after the last ASCII byte (their text may still change)
+  std::string text_;         // text of the settled bytes, then of tail_
+  size_t settled_text_ = 0;  // text_[0, settled_text_) is the settled bytes' text
 };
 
 }  // namespace flashdllm

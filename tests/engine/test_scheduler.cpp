@@ -48,6 +48,7 @@ struct SmallModel {
         if (id < tok->vocab_size() && !tok->id_to_token(id).empty()) known.push_back(id);
       return tok->decode(known, /*skip_special_tokens=*/true);
     };
+    c.text_stream = [this] { return TextStream(*tok, /*skip_special_tokens=*/true, /*drop_unknown_ids=*/true); };
     c.end_ids = {model.config.eos_token_id};
     if (eot >= 0) c.end_ids.push_back(eot);
     c.mask_id = model.config.mask_token_id;

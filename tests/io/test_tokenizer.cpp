@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <functional>
 #include <fstream>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -200,6 +201,42 @@ TEST(Tokenizer, DecodeReplacesPartialCharacters) {
   EXPECT_EQ(t.decode(Ids{byte_token(0xC0), byte_token(0xAF)}), "\uFFFD\uFFFD");
   EXPECT_EQ(t.decode(euro), "\u20ac");
   EXPECT_EQ(t.decode(smile), "\U0001F600");
+}
+
+// TextStream: after every append its text is decode() of all ids so far, whatever the split points:
+// random ids over single bytes (partial and invalid UTF-8 across appends), ASCII, multi-byte tokens
+// and special tokens, appended in random runs (zero-length ones included).
+TEST(Tokenizer, TextStreamEqualsDecodeOfEveryPrefix) {
+  const Tokenizer& t = realids();
+  Ids pool;
+  for (int b = 0; b < 256; ++b) {
+    const Ids ids = t.encode(std::string(1, static_cast<char>(b)));
+    if (ids.size() == 1) pool.push_back(ids[0]);
+  }
+  for (const char* s : {"\u20ac", "\U0001F600", "中文", " the", "\n\n", "é"})
+    for (int32_t id : t.encode(s)) pool.push_back(id);
+  for (const char* s : {"<|eot_id|>", "<|startoftext|>"}) pool.push_back(*t.token_to_id(s));
+  std::mt19937 rng(5);
+  for (bool skip : {false, true})
+    for (int trial = 0; trial < 200; ++trial) {
+      TextStream stream(t, skip);
+      Ids all;
+      while (all.size() < 60) {
+        Ids run(rng() % 5);
+        for (int32_t& id : run) id = pool[rng() % pool.size()];
+        stream.append(run);
+        all.insert(all.end(), run.begin(), run.end());
+        ASSERT_EQ(stream.text(), t.decode(all, skip)) << "trial " << trial << ", " << all.size() << " ids";
+      }
+    }
+  // Unknown ids: rejected (the stream unchanged), or dropped on request as the engine does.
+  TextStream strict(t, true);
+  strict.append(Ids{72});
+  EXPECT_THROW(strict.append(Ids{73, 126349}), Error);
+  EXPECT_EQ(strict.text(), t.decode(Ids{72}));
+  TextStream lenient(t, true, /*drop_unknown_ids=*/true);
+  lenient.append(Ids{72, 126349, 73, -1});
+  EXPECT_EQ(lenient.text(), t.decode(Ids{72, 73}));
 }
 
 TEST(Tokenizer, BpeMergesByRankThenLeftmost) {
