@@ -27,7 +27,11 @@ Elementwise ops (norms, SwiGLU, RoPE, selection) count as free: a fused implemen
 With --verify-rows-per-slot V (side B a flash + verify run), the verify pass's own floor is
 computed the same way: the GEMMs over S x V rows (kept + drafts + masks; the LM head over S x
 --verify-logit-rows-per-slot mask rows) plus cuDNN SDPA at (S, V, seqlen_k) every layer; the table then
-shows the verify pass (B - A), its floor, the two ratios and B - A against A.
+shows the verify pass (B - A), its floor, the two ratios and B - A against A, and each pass of B as
+its host timers saw it (`iterations.decode.host_phase_ms`, binaries from 2e685ef on): the main pass from
+its plan to its results on the host, the verify pass from its batch to its results, and their ratio.
+B - A also counts what verification moves around the passes (the re-rank runs during the verify pass in
+B, after the main pass in A); the per-pass ratio does not.
 
 Targets (issue 13): 32 and 16 slots <= 1.2x the floor, 1 slot <= 1.3x; the verify pass <= 0.2x a main
 pass (B - A <= 0.2 A) at 32 slots.
