@@ -42,8 +42,9 @@ class PhaseClock {
 
 /// Sorts `values` by `keys` (same length), stably (equal keys keep their order): an LSD radix sort,
 /// 8 bits per pass, skipping the passes in which every key has the same digit. Branch-free and
-/// linear: at 32 slots x ~600 decoded positions a comparison sort of 64-bit (key, index) pairs took
-/// 0.7-1.1 ms per iteration on the H200 machine's host (bench/results/2026-12-05-h200-host-phases/).
+/// linear: at 32 slots x ~600 decoded positions the comparison sorts it replaces took 0.7-1.1 ms per
+/// iteration on the H200 machines' hosts (bench/results/2026-12-05-h200-host-phases/; this host:
+/// bench/results/2026-12-05-cpu-host-phases/).
 void stable_radix_sort(std::vector<uint32_t>& keys, std::span<int32_t> values) {
   const size_t n = keys.size();
   FDLLM_ASSERT_MSG(values.size() == n, "stable_radix_sort: {} keys, {} values", n, values.size());
