@@ -1353,13 +1353,9 @@ bool Tokenizer::append_token_bytes(int32_t id, bool skip_special_tokens, std::st
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
-  std::string bytes;
-  bytes.reserve(ids.size() * 4);
-  for (size_t i = 0; i < ids.size(); ++i)
-    FDLLM_CHECK_ARG(append_token_bytes(ids[i], skip_special_tokens, bytes),
-                    "decode: ids[{}] = {} is not in the vocabulary of {} (vocab_size {})", i, ids[i], impl_->file,
-                    impl_->max_id + 1);
-  return utf8_lossy(bytes);
+  TextStream text(*this, skip_special_tokens);
+  text.append(ids);
+  return text.text();
 }
 
 TextStream::TextStream(const Tokenizer& tokenizer, bool skip_special_tokens, bool drop_unknown_ids)
