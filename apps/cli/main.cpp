@@ -225,6 +225,10 @@ int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
                             {"host_phase_ms", std::move(phases)}};
     };
     j["iterations"] = {{"decode", times(m.decode_iterations)}, {"admission", times(m.admission_iterations)}};
+    // The forwards' layer loops: op by op, recorded into a CUDA graph, or replayed (Engine::GraphStats).
+    const auto gs = engine->graph_stats();
+    j["layer_loops"] = {
+        {"direct", gs.direct}, {"captures", gs.captures}, {"replays", gs.replays}, {"failed", gs.failed}};
     if (ca.profile_ops) {
       nlohmann::json ops = nlohmann::json::array();
       for (const auto& e : engine->op_profile()) ops.push_back({{"op", e.op}, {"calls", e.calls}, {"seconds", e.seconds}});

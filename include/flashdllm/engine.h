@@ -260,6 +260,15 @@ class Engine {
   double load_seconds() const noexcept;
   /// Per-op time of all generate calls so far, by descending total; empty unless profile_ops.
   std::vector<OpProfileEntry> op_profile() const;
+  /// How the forwards' layer loops ran so far, summed over the replicas (CUDA graphs; all zero on
+  /// the CPU backend and under tensor parallelism, whose loops run op by op): `direct` op by op (a
+  /// row-count key's first sighting, graphs off), `captures` recorded into a graph (also ran once),
+  /// `replays` served by a recorded graph. Read it while no generate call runs (generate, or a
+  /// stopped engine): the counters are the engine thread's.
+  struct GraphStats {
+    int64_t direct = 0, captures = 0, replays = 0, failed = 0, cached = 0;
+  };
+  GraphStats graph_stats() const;
   size_t weight_bytes() const noexcept;
   std::string backend_name() const;
 

@@ -64,6 +64,7 @@ class ProfilingBackend final : public Backend {
   int device_index() const noexcept override { return inner_->device_index(); }
   size_t free_memory() const override { return inner_->free_memory(); }
   int64_t routed_attention_calls() const override { return inner_->routed_attention_calls(); }
+  RowPadding row_padding() const override { return inner_->row_padding(); }
 
   Buffer alloc(size_t bytes, const char* what) override {
     return timed("alloc", [&] { return inner_->alloc(bytes, what); });

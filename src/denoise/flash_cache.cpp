@@ -495,7 +495,7 @@ PoolShape pool_shape(const FlashCacheOptions& o, int64_t n, int64_t T) {
   const auto R = static_cast<size_t>(p.logit_rows);
   p.conf_offset = pad256(R * 4);
   p.scores_offset = p.conf_offset + pad256(R * 8);
-  p.sel_bytes = p.scores_offset + static_cast<size_t>(n * p.Ls) * sizeof(float);
+  p.sel_bytes = p.scores_offset + static_cast<size_t>(n * p.Ls + 1) * sizeof(float);
   p.v_tokens = n * 2 * bm;
   p.v_logit_rows = std::max<int64_t>(1, n * flash_verify_cap(o));
   p.v_tiles = n;
@@ -524,7 +524,7 @@ FlashPoolBytes flash_pool_bytes(const LladaConfig& cfg, DType act, const FlashCa
   FlashPoolBytes b;
   b.store_stride = p.Ls;
   b.forward_rows = p.tokens;
-  b.kv = kv_store_bytes(act, cfg, n_slots * p.Ls, /*shared_across_layers=*/false, tp);
+  b.kv = kv_store_bytes(act, cfg, n_slots * p.Ls + 1, /*shared_across_layers=*/false, tp);
   b.workspace = pool_workspace_bytes(p, o, cfg, act, tp);
   b.selection = p.sel_bytes;
   if (o.verify) b.verify = p.v_x0 + p.v_conf + p.v_val + p.v_drafts;
@@ -566,7 +566,9 @@ void FlashCacheDenoiser::allocate_pool(const SlotPool& pool) {
                backend_.name(), fit);
   }
   kv_ = KvStore{};
-  kv_ = make_kv_store(backend_, c, n * Ls, /*shared_across_layers=*/false, model_.tp);
+  // The slots' rows, then one row no tile reads: the K/V of the main pass's padding rows
+  // (ForwardBatch::pad_kv_row), so that passes of nearby row counts share a recorded graph.
+  kv_ = make_kv_store(backend_, c, n * Ls + 1, /*shared_across_layers=*/false, model_.tp);
   store_scores_.assign(static_cast<size_t>(n * Ls), 0.f);
   scores_.assign(static_cast<size_t>(n * L), 0.f);
   L_ = L;
@@ -579,7 +581,7 @@ void FlashCacheDenoiser::allocate_pool(const SlotPool& pool) {
   stats_.n_slots = n;
   stats_.max_length = L;
   stats_.store_stride = Ls;
-  stats_.kv_bytes = kv_bytes;
+  stats_.kv_bytes = kv_.bytes;
 
   // Workspaces for the largest iteration the pool can make (pool_shape), the main and the verify
   // pass's in one buffer (never in use at the same time).
@@ -597,7 +599,7 @@ void FlashCacheDenoiser::allocate_pool(const SlotPool& pool) {
   char* sel = static_cast<char*>(sel_buf_.data());
   x0_ = Tensor(sel, DType::kI32, backend_.device(), {R});
   conf_ = Tensor(sel + conf_offset_, DType::kF64, backend_.device(), {R});
-  scores_dev_ = Tensor(sel + scores_offset_, DType::kF32, backend_.device(), {n * Ls});
+  scores_dev_ = Tensor(sel + scores_offset_, DType::kF32, backend_.device(), {n * Ls + 1});  // one per store row
   backend_.fill_zero(scores_dev_);
   stats_.pool_bytes = kv_.bytes + ws_buf_.bytes() + sel_buf_.bytes();
   if (!opt_.verify) return;
@@ -777,6 +779,7 @@ std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer
     const auto [first, last] = groups[g_i];
     ForwardBatch fb = flash_plan(slots_, Ls, opt_, c.n_heads, first, last);
     fb.importance.scores = scores_dev_;
+    fb.pad_kv_row = static_cast<int32_t>(n * Ls);  // the store's row after the slots' (allocate_pool)
     const int64_t Tg = fb.n_tokens(), R = static_cast<int64_t>(fb.logit_rows.size());
     const auto n_tiles = static_cast<int64_t>(fb.tiles.size() + fb.importance.tiles.size());
     FDLLM_ASSERT_MSG(Tg <= ws_.max_tokens && R <= ws_.max_logit_rows && n_tiles <= ws_.max_tiles,

@@ -351,7 +351,7 @@ struct FlashRunStats {
   int64_t n_slots = 0;        ///< slots used (min(options.n_slots, requests))
   int64_t max_length = 0;     ///< L_max (host-side slot rows)
   int64_t store_stride = 0;   ///< K/V store rows per slot (flash_slot_length)
-  size_t kv_bytes = 0;        ///< K/V cache bytes
+  size_t kv_bytes = 0;        ///< K/V store bytes of this rank (the slots' rows and the padding row)
   size_t pool_bytes = 0;      ///< every device buffer of the pool (flash_pool_bytes().total())
   /// Backend free memory (bytes) at the end of generate, while the K/V cache and every workspace are
   /// still allocated: the run's footprint for peak-memory accounting (the cache is freed on return).

@@ -563,6 +563,18 @@ double Engine::load_seconds() const noexcept { return impl_->load_seconds; }
 size_t Engine::peak_memory_bytes() const noexcept { return impl_->peak_in_use; }
 
 std::vector<OpProfileEntry> Engine::op_profile() const { return impl_->op_profile.entries(); }
+Engine::GraphStats Engine::graph_stats() const {
+  GraphStats g;
+  for (const auto& r : impl_->replicas) {
+    const Backend::RecordingStats s = r->backend->recording_stats();
+    g.direct += s.direct;
+    g.captures += s.captures;
+    g.replays += s.replays;
+    g.failed += s.failed;
+    g.cached += s.cached;
+  }
+  return g;
+}
 size_t Engine::weight_bytes() const noexcept { return impl_->checkpoint_bytes; }
 std::string Engine::backend_name() const { return impl_->backend_name(); }
 

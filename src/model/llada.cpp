@@ -305,6 +305,17 @@ void ForwardBatch::validate(int64_t store_rows, int64_t vocab_rows, int64_t max_
                     a.q_end, a.k_start, a.k_end, T, store_rows);
   for (int32_t r : logit_rows)
     FDLLM_CHECK_ARG(r >= 0 && r < static_cast<int32_t>(T), "forward: logit row {} outside [0, {})", r, T);
+  if (pad_kv_row >= 0) {  // padding rows write it: no row of the batch may read or write it
+    const int32_t p = pad_kv_row;
+    auto reads = [p](const AttentionTile& a) { return a.k_start <= p && p < a.k_end; };
+    FDLLM_CHECK_ARG(p < store_rows && std::find(kv_rows.begin(), kv_rows.end(), p) == kv_rows.end() &&
+                        std::none_of(tiles.begin(), tiles.end(), reads) &&
+                        std::none_of(importance.tiles.begin(), importance.tiles.end(), reads),
+                    "forward: pad_kv_row {} is outside the {} store rows or a row the batch writes or reads", p,
+                    store_rows);
+  } else {
+    FDLLM_CHECK_ARG(pad_kv_row == -1, "forward: pad_kv_row {} must be a store row or -1", pad_kv_row);
+  }
   const ImportanceSpec& imp = importance;
   if (imp.on()) {
     FDLLM_CHECK_ARG(imp.tiles.size() <= tiles.size(),
@@ -421,6 +432,7 @@ ForwardWorkspace make_forward_workspace(Backend& backend, const LladaConfig& c, 
                     ws.bytes);
   else
     ws.storage = backend.alloc(ws.bytes, "forward workspace");
+  ws.padding = backend.row_padding();
   const Buffer& storage = shared != nullptr ? *shared : ws.storage;
   for (Tensor* t : {&ws.x, &ws.xn, &ws.q, &ws.attn, &ws.gate_up, &ws.act, &ws.sel, &ws.scratch, &ws.logits, &ws.ids,
                     &ws.positions, &ws.kv_rows, &ws.tiles, &ws.logit_rows, &ws.row_keys})
@@ -443,13 +455,31 @@ namespace {
 /// attention output attn [T, H·Dh] (and whatever K/V the mode keeps).
 using AttentionStage = std::function<void(int64_t layer, const LladaLayerWeights& lw, Tensor xn, Tensor q, Tensor attn)>;
 
-/// Uploads the logit rows and their noise keys (part of the plan: before the recorded layer loop).
+/// n rows padded as Backend::RowPadding describes for `multiple` (1: n), at most `cap` (and at
+/// least n): the next multiple of `multiple`, below it the next power of two from 16.
+int64_t padded_rows(int64_t n, int64_t multiple, int64_t cap) {
+  if (multiple <= 1 || n <= 0) return n;
+  int64_t p = n >= multiple ? (n + multiple - 1) / multiple * multiple : 16;
+  while (p < n) p *= 2;
+  return std::max(n, std::min(p, cap));
+}
+
+/// `v` with `pad` appended until it holds n entries (a copy only when it is shorter).
+const std::vector<int32_t>& padded(const std::vector<int32_t>& v, int64_t n, int32_t pad, std::vector<int32_t>& out) {
+  if (static_cast<int64_t>(v.size()) >= n) return v;
+  out.assign(v.begin(), v.end());
+  out.resize(static_cast<size_t>(n), pad);
+  return out;
+}
+
+/// Uploads the logit rows and their noise keys (part of the plan: before the recorded layer loop),
+/// padded to Rp rows with query row 0 (their logits are computed and never returned).
 void upload_logit_rows(Backend& be, ForwardWorkspace& ws, const std::vector<int32_t>& logit_rows,
-                       const std::vector<int32_t>& row_keys) {
-  const auto R = static_cast<int64_t>(logit_rows.size());
-  if (R == 0) return;
-  be.copy_from_host(ws.logit_rows.slice_rows(0, R), logit_rows.data());
-  be.copy_from_host(ws.row_keys.slice_rows(0, R), row_keys.data());
+                       const std::vector<int32_t>& row_keys, int64_t Rp) {
+  if (Rp == 0) return;
+  std::vector<int32_t> rows_p, keys_p;
+  be.copy_from_host(ws.logit_rows.slice_rows(0, Rp), padded(logit_rows, Rp, 0, rows_p).data());
+  be.copy_from_host(ws.row_keys.slice_rows(0, Rp), padded(row_keys, Rp, 0, keys_p).data());
 }
 
 /// The key of a forward's layer loop for Backend::run_recorded: every shape, scalar and device
@@ -598,13 +628,20 @@ Tensor llada_forward(Backend& be, const LladaModel& model, const ForwardBatch& b
                   T, R, n_tiles, n_scored, ws.max_tokens, ws.max_logit_rows, ws.max_tiles);
   batch.validate(kv.rows, c.embedding_size, model.rope.table.cos.rows());
 
+  // Padding (ForwardWorkspace::padding): Tp query rows, the ones past T of token 0 at position 0
+  // writing their K/V to batch.pad_kv_row and read by no tile; Rp logit rows (<= Tp), the ones past
+  // R of query row 0. The recording key has the padded counts.
+  const int64_t Tp = batch.pad_kv_row >= 0 ? padded_rows(T, ws.padding.rows, ws.max_tokens) : T;
+  const int64_t Rp = std::min(padded_rows(R, ws.padding.logit_rows, ws.max_logit_rows), Tp);
+
   // Plan upload (once per forward; every layer reuses it): the attention tiles, then the
   // importance's score tiles, in one copy.
-  Tensor ids = ws.ids.slice_rows(0, T), pos = ws.positions.slice_rows(0, T), rows = ws.kv_rows.slice_rows(0, T);
+  Tensor ids = ws.ids.slice_rows(0, Tp), pos = ws.positions.slice_rows(0, Tp), rows = ws.kv_rows.slice_rows(0, Tp);
   Tensor tiles = ws.tiles.slice_rows(0, n_tiles), scored = ws.tiles.slice_rows(n_tiles, n_tiles + n_scored);
-  be.copy_from_host(ids, batch.token_ids.data());
-  be.copy_from_host(pos, batch.positions.data());
-  be.copy_from_host(rows, batch.kv_rows.data());
+  std::vector<int32_t> ids_p, pos_p, rows_p;
+  be.copy_from_host(ids, padded(batch.token_ids, Tp, 0, ids_p).data());
+  be.copy_from_host(pos, padded(batch.positions, Tp, 0, pos_p).data());
+  be.copy_from_host(rows, padded(batch.kv_rows, Tp, batch.pad_kv_row, rows_p).data());
   if (n_scored == 0) {
     be.copy_from_host(tiles, batch.tiles.data());
   } else {
@@ -615,12 +652,12 @@ Tensor llada_forward(Backend& be, const LladaModel& model, const ForwardBatch& b
 
   FDLLM_CHECK_ARG(!kv.k.empty() && static_cast<int64_t>(kv.k.size()) == c.n_layers,
                   "forward: the K/V store has {} layers, the model {}", kv.k.size(), c.n_layers);
-  upload_logit_rows(be, ws, batch.logit_rows, batch.row_keys);
+  upload_logit_rows(be, ws, batch.logit_rows, batch.row_keys, Rp);
   const int n_heads = local_heads(model, kv.k[0], ws, "forward");
   const float scale = attention_scale(c);
   // Every layer's attention reuses this plan; the host copy lets the backend route tiles (prefills
   // to cuDNN on the CUDA backend) without reading the device table back.
-  be.plan_attention(tiles, T, kv.rows, n_heads,
+  be.plan_attention(tiles, Tp, kv.rows, n_heads,
                     HostAttentionPlan{batch.tiles.data(), batch.tiles.size(), imp.tiles.data(), imp.tiles.size(),
                                       static_cast<int>(c.head_dim), scale});
   // Importance sums over heads, i.e. over ranks: rank 0 keeps what scores held before this forward,
@@ -631,20 +668,22 @@ Tensor llada_forward(Backend& be, const LladaModel& model, const ForwardBatch& b
   std::memcpy(&weight_bits, &imp.weight, sizeof(weight_bits));
   const std::vector<int64_t> key =
       recording_key(0, model, ws, kv,
-                    {T, R, n_tiles, n_scored, imp.first_layer, weight_bits, imp.probability_mass ? 1 : 0,
+                    {Tp, Rp, n_tiles, n_scored, imp.first_layer, weight_bits, imp.probability_mass ? 1 : 0,
                      static_cast<int64_t>(reinterpret_cast<uintptr_t>(imp.scores.data))});
   run_layer_loop(be, model, key, [&] {
-    run_layers(be, model, ws, T, ids, R, [&](int64_t l, const LladaLayerWeights& lw, Tensor xn, Tensor q, Tensor attn) {
-      Tensor k = kv.k[static_cast<size_t>(l)], v = kv.v[static_cast<size_t>(l)];
-      be.qkv_rope_store(xn, lw.wqkv, pos, rows, model.rope.table, n_heads, q, k, v, ws.scratch);
-      const bool score = imp.on() && l >= imp.first_layer;
-      if (score && !imp.probability_mass) {  // raw q·k: fused into the attention pass
-        be.attention_with_importance(q, k, v, tiles, n_heads, scale, attn, scored, imp.weight, imp.scores);
-        return;
-      }
-      be.attention(q, k, v, tiles, n_heads, scale, attn);
-      if (score) be.attention_importance(q, k, scored, n_heads, scale, imp.probability_mass, imp.weight, imp.scores);
-    });
+    run_layers(be, model, ws, Tp, ids, Rp,
+               [&](int64_t l, const LladaLayerWeights& lw, Tensor xn, Tensor q, Tensor attn) {
+                 Tensor k = kv.k[static_cast<size_t>(l)], v = kv.v[static_cast<size_t>(l)];
+                 be.qkv_rope_store(xn, lw.wqkv, pos, rows, model.rope.table, n_heads, q, k, v, ws.scratch);
+                 const bool score = imp.on() && l >= imp.first_layer;
+                 if (score && !imp.probability_mass) {  // raw q·k: fused into the attention pass
+                   be.attention_with_importance(q, k, v, tiles, n_heads, scale, attn, scored, imp.weight, imp.scores);
+                   return;
+                 }
+                 be.attention(q, k, v, tiles, n_heads, scale, attn);
+                 if (score)
+                   be.attention_importance(q, k, scored, n_heads, scale, imp.probability_mass, imp.weight, imp.scores);
+               });
   });
   if (comm != nullptr && imp.on()) comm->all_reduce_sum(imp.scores);
   return ws.logits.slice_rows(0, R);
@@ -667,28 +706,47 @@ Tensor llada_verify_forward(Backend& be, const LladaModel& model, const VerifyBa
                   "verify forward: the K/V store has {} layers, the model {}", kv.k.size(), c.n_layers);
   batch.validate(kv.rows, c.embedding_size, model.rope.table.cos.rows());
 
+  // Padding (ForwardWorkspace::padding), so that passes of nearby sizes share a recording: Tp query
+  // rows (token 0 at position 0 past T, their K/V in their own scratch rows), Rp logit rows (query
+  // row 0 past R), tiles up to a multiple of 8 (empty ones: no work), and the key list as the whole
+  // workspace capacity (the tiles index only its first G entries; the rest are store row 0).
+  const bool pad = ws.padding.rows > 1;
+  const int64_t Tp = padded_rows(T, ws.padding.rows, ws.max_tokens);
+  const int64_t Rp = std::min(padded_rows(R, ws.padding.logit_rows, ws.max_logit_rows), Tp);
+  const int64_t n_tiles_p = pad ? std::max(n_tiles, std::min((n_tiles + 7) / 8 * 8, ws.max_tiles)) : n_tiles;
+  const int64_t Gp = pad ? ws.max_verify_keys : G;
+
   // Plan upload. The tile K/V scratch is indexed like the query rows: store row t for query row t.
-  Tensor ids = ws.ids.slice_rows(0, T), pos = ws.positions.slice_rows(0, T), rows = ws.kv_rows.slice_rows(0, T);
-  Tensor keys = ws.key_rows.slice_rows(0, G), tiles = ws.verify_tiles.slice_rows(0, n_tiles);
-  std::vector<int32_t> iota(static_cast<size_t>(T));
-  for (int64_t t = 0; t < T; ++t) iota[static_cast<size_t>(t)] = static_cast<int32_t>(t);
-  be.copy_from_host(ids, batch.token_ids.data());
-  be.copy_from_host(pos, batch.positions.data());
+  Tensor ids = ws.ids.slice_rows(0, Tp), pos = ws.positions.slice_rows(0, Tp), rows = ws.kv_rows.slice_rows(0, Tp);
+  Tensor keys = ws.key_rows.slice_rows(0, Gp), tiles = ws.verify_tiles.slice_rows(0, n_tiles_p);
+  std::vector<int32_t> iota(static_cast<size_t>(Tp)), ids_p, pos_p;
+  for (int64_t t = 0; t < Tp; ++t) iota[static_cast<size_t>(t)] = static_cast<int32_t>(t);
+  be.copy_from_host(ids, padded(batch.token_ids, Tp, 0, ids_p).data());
+  be.copy_from_host(pos, padded(batch.positions, Tp, 0, pos_p).data());
   be.copy_from_host(rows, iota.data());
-  be.copy_from_host(keys, batch.key_rows.data());
-  be.copy_from_host(tiles, batch.tiles.data());
-  upload_logit_rows(be, ws, batch.logit_rows, batch.row_keys);
-  Tensor k_tile = ws.k_tile.slice_rows(0, T), v_tile = ws.v_tile.slice_rows(0, T);
+  if (G > 0) be.copy_from_host(keys.slice_rows(0, G), batch.key_rows.data());
+  if (Gp > G) be.fill_zero(keys.slice_rows(G, Gp));  // store row 0: in range, read by no tile
+  if (n_tiles_p > n_tiles) {
+    std::vector<VerifyTile> tiles_p(batch.tiles);
+    const auto end = static_cast<int32_t>(Tp);
+    tiles_p.resize(static_cast<size_t>(n_tiles_p), VerifyTile{end, end, 0, 0, 0});
+    be.copy_from_host(tiles, tiles_p.data());
+  } else {
+    be.copy_from_host(tiles, batch.tiles.data());
+  }
+  upload_logit_rows(be, ws, batch.logit_rows, batch.row_keys, Rp);
+  Tensor k_tile = ws.k_tile.slice_rows(0, Tp), v_tile = ws.v_tile.slice_rows(0, Tp);
 
   const int n_heads = local_heads(model, kv.k[0], ws, "verify forward");
-  be.plan_attention_verify(tiles, T, G);  // every layer's verify attention reuses this plan
+  be.plan_attention_verify(tiles, Tp, Gp);  // every layer's verify attention reuses this plan
   const float scale = attention_scale(c);
-  run_layer_loop(be, model, recording_key(1, model, ws, kv, {T, R, n_tiles, G}), [&] {
-    run_layers(be, model, ws, T, ids, R, [&](int64_t l, const LladaLayerWeights& lw, Tensor xn, Tensor q, Tensor attn) {
-      be.qkv_rope_store(xn, lw.wqkv, pos, rows, model.rope.table, n_heads, q, k_tile, v_tile, ws.scratch);
-      be.attention_verify(q, kv.k[static_cast<size_t>(l)], kv.v[static_cast<size_t>(l)], keys, k_tile, v_tile, tiles,
-                          n_heads, scale, attn);
-    });
+  run_layer_loop(be, model, recording_key(1, model, ws, kv, {Tp, Rp, n_tiles_p, Gp}), [&] {
+    run_layers(be, model, ws, Tp, ids, Rp,
+               [&](int64_t l, const LladaLayerWeights& lw, Tensor xn, Tensor q, Tensor attn) {
+                 be.qkv_rope_store(xn, lw.wqkv, pos, rows, model.rope.table, n_heads, q, k_tile, v_tile, ws.scratch);
+                 be.attention_verify(q, kv.k[static_cast<size_t>(l)], kv.v[static_cast<size_t>(l)], keys, k_tile,
+                                     v_tile, tiles, n_heads, scale, attn);
+               });
   });
   return ws.logits.slice_rows(0, R);
 }

@@ -148,9 +148,14 @@ struct ForwardBatch {
   std::vector<int32_t> logit_rows;  // [R] query rows whose logits are returned, in order
   std::vector<int32_t> row_keys;    // [R] Gumbel-noise keys of those rows (stable per position)
   ImportanceSpec importance;        // optional attention-importance output (off by default)
+  /// A K/V store row that no tile reads and no query row writes, where llada_forward may write the
+  /// K/V of its padding rows (ForwardWorkspace::padding); -1 (default): the batch's query rows are
+  /// not padded. Flash-Cache keeps such a row after its slots' rows.
+  int32_t pad_kv_row = -1;
 
   int64_t n_tokens() const noexcept { return static_cast<int64_t>(token_ids.size()); }
-  /// Throws Error(kInvalidArgument) when the vectors are inconsistent.
+  /// Throws Error(kInvalidArgument) when the vectors are inconsistent (pad_kv_row included: outside
+  /// the store, written by a query row or inside a tile's or score tile's keys).
   void validate(int64_t store_rows, int64_t vocab_rows, int64_t max_positions) const;
 };
 
@@ -180,6 +185,10 @@ struct VerifyBatch {
 /// with max_verify_keys > 0 can also run llada_verify_forward (tile K/V and the key gather list).
 struct ForwardWorkspace {
   int64_t max_tokens = 0, max_logit_rows = 0, max_tiles = 0, max_verify_keys = 0;
+  /// How forwards on this workspace pad their row counts (Backend::row_padding of the backend it was
+  /// made on; {1, 1}: none). Query rows are padded only where the batch allows it (llada_forward:
+  /// ForwardBatch::pad_kv_row; llada_verify_forward: always), never beyond the capacities above.
+  Backend::RowPadding padding;
   Tensor x, xn, q, attn, gate_up, act, sel;  // activations
   Tensor scratch;                            // qkv_rope_store scratch
   Tensor logits;                             // F32 [max_logit_rows, embedding_size] (all-gathered)

@@ -1,0 +1,154 @@
+// Row padding of llada_forward / llada_verify_forward (ForwardWorkspace::padding, what the CUDA
+// backend asks for so that passes of nearby sizes share a recorded graph): the padded rows change
+// neither the returned logits nor any K/V row but ForwardBatch::pad_kv_row. On the CPU backend with
+// the padding set by hand (the CUDA backend's is Backend::row_padding).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "backend/backend.h"
+#include "common/golden_fixture.h"
+#include "common/model_fixture.h"
+#include "flashdllm/status.h"
+#include "model/llada.h"
+
+namespace flashdllm::test {
+namespace {
+
+std::vector<float> host(Backend& be, const Tensor& t) {
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  be.copy_to_host(out.data(), t);
+  return out;
+}
+
+// Max |a - b| / max(1, |b|) over the elements (sizes must match).
+double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0.0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+    worst = std::max(worst, std::abs(double{a[i]} - b[i]) / std::max(1.0, std::abs(double{b[i]})));
+  return worst;
+}
+
+// Two sequences of 40 and 17 tokens, full recompute: 57 query rows, padded to 64; five logit rows,
+// padded to 16.
+std::vector<std::vector<int32_t>> sequences(int32_t vocab) {
+  std::vector<int32_t> a, b;
+  for (int32_t i = 0; i < 40; ++i) a.push_back((7 + 31 * i) % (vocab - 8) + 1);
+  for (int32_t i = 0; i < 17; ++i) b.push_back((3 + 17 * i) % (vocab - 8) + 1);
+  return {a, b};
+}
+
+TEST(ForwardPadding, PaddedMainPassChangesOnlyThePadRow) {
+  GoldenFixture& g = golden_fixture(1);
+  Backend& be = *g.backend;
+  const LladaConfig& c = g.config();
+  ForwardBatch fb = full_recompute_batch(sequences(static_cast<int32_t>(c.embedding_size)));
+  ASSERT_EQ(fb.n_tokens(), 57);
+  fb.logit_rows = {0, 13, 39, 40, 56};
+  fb.row_keys.assign(fb.logit_rows.size(), 0);
+  const int64_t store_rows = 65;  // rows 0..56 written, 57..63 untouched, 64 the pad row
+  fb.pad_kv_row = 64;
+
+  auto run = [&](Backend::RowPadding padding, std::vector<float>& logits) {
+    KvStore kv = make_kv_store(be, c, store_rows, /*shared_across_layers=*/false);
+    for (size_t l = 0; l < kv.k.size(); ++l) {
+      be.fill_zero(kv.k[l]);
+      be.fill_zero(kv.v[l]);
+    }
+    ForwardWorkspace ws = make_forward_workspace(be, c, 64, 16, 4);
+    ws.padding = padding;
+    logits = host(be, llada_forward(be, g.model, fb, kv, ws));
+    std::vector<std::vector<float>> stores;
+    for (size_t l = 0; l < kv.k.size(); ++l) {
+      stores.push_back(host(be, kv.k[l]));
+      stores.push_back(host(be, kv.v[l]));
+    }
+    return stores;
+  };
+  std::vector<float> plain_logits, padded_logits;
+  const auto plain = run({1, 1}, plain_logits);
+  const auto padded = run({64, 16}, padded_logits);
+  ASSERT_EQ(padded_logits.size(), 5 * static_cast<size_t>(c.embedding_size)) << "the logits of the real rows only";
+  EXPECT_LE(max_rel_diff(padded_logits, plain_logits), 1e-5);
+  const auto width = static_cast<size_t>(plain[0].size() / store_rows);
+  bool pad_row_written = false;
+  for (size_t s = 0; s < plain.size(); ++s) {
+    const std::vector<float> real_a(plain[s].begin(), plain[s].begin() + 64 * width);
+    const std::vector<float> real_b(padded[s].begin(), padded[s].begin() + 64 * width);
+    EXPECT_LE(max_rel_diff(real_b, real_a), 1e-5) << "store " << s << ": the real rows";
+    for (size_t i = 0; i < 7 * width; ++i)
+      ASSERT_EQ(padded[s][57 * width + i], 0.f) << "store " << s << ": row " << 57 + i / width << " was written";
+    for (size_t i = 64 * width; i < 65 * width; ++i) {
+      EXPECT_EQ(plain[s][i], 0.f) << "without padding nothing writes the pad row";
+      pad_row_written = pad_row_written || padded[s][i] != 0.f;
+    }
+  }
+  EXPECT_TRUE(pad_row_written) << "the padding rows' K/V go to the pad row";
+}
+
+TEST(ForwardPadding, PadRowMustBeOutsideWhatTheBatchTouches) {
+  GoldenFixture& g = golden_fixture(1);
+  const LladaConfig& c = g.config();
+  ForwardBatch fb = full_recompute_batch(sequences(static_cast<int32_t>(c.embedding_size)));
+  const int64_t V = c.embedding_size, P = c.max_sequence_length;
+  fb.pad_kv_row = 64;
+  EXPECT_NO_THROW(fb.validate(65, V, P));
+  fb.pad_kv_row = 65;  // outside the store
+  EXPECT_THROW(fb.validate(65, V, P), Error);
+  fb.pad_kv_row = 56;  // a query row's store row (and inside the second tile's keys)
+  EXPECT_THROW(fb.validate(65, V, P), Error);
+  fb.pad_kv_row = -2;
+  EXPECT_THROW(fb.validate(65, V, P), Error);
+  fb.pad_kv_row = 60;  // written by no row, but read by a tile
+  fb.tiles.back().k_end = 61;
+  EXPECT_THROW(fb.validate(65, V, P), Error);
+}
+
+TEST(ForwardPadding, PaddedVerifyPassGivesTheSameLogits) {
+  GoldenFixture& g = golden_fixture(1);
+  Backend& be = *g.backend;
+  const LladaConfig& c = g.config();
+  const auto seqs = sequences(static_cast<int32_t>(c.embedding_size));
+  // The cache: both sequences' K/V at store rows [0, 40) and [40, 57).
+  KvStore kv = make_kv_store(be, c, 57, /*shared_across_layers=*/false);
+  {
+    ForwardBatch fb = full_recompute_batch(seqs);
+    fb.logit_rows = {0};
+    fb.row_keys = {0};
+    ForwardWorkspace ws = make_forward_workspace(be, c, 57, 1, 2);
+    llada_forward(be, g.model, fb, kv, ws);
+  }
+  // Per sequence a tile of 2 kept rows, one draft and its mask row; keys: the other positions.
+  VerifyBatch vb;
+  const int32_t mask = static_cast<int32_t>(c.mask_token_id);
+  int32_t base = 0;
+  for (const auto& s : seqs) {
+    const auto q0 = static_cast<int32_t>(vb.token_ids.size()), k0 = static_cast<int32_t>(vb.key_rows.size());
+    const int32_t kept0 = 3, kept1 = 5, cand = 7;
+    vb.token_ids.insert(vb.token_ids.end(), {s[kept0], s[kept1], s[cand], mask});
+    vb.positions.insert(vb.positions.end(), {kept0, kept1, cand, cand});
+    for (int32_t t = 0; t < static_cast<int32_t>(s.size()); ++t)
+      if (t != kept0 && t != kept1 && t != cand) vb.key_rows.push_back(base + t);
+    vb.tiles.push_back({q0, q0 + 4, k0, static_cast<int32_t>(vb.key_rows.size()), 1});
+    vb.logit_rows.insert(vb.logit_rows.end(), {q0 + 2, q0 + 3});
+    base += static_cast<int32_t>(s.size());
+  }
+  vb.row_keys.assign(vb.logit_rows.size(), 0);
+  const auto G = static_cast<int64_t>(vb.key_rows.size());
+
+  auto run = [&](Backend::RowPadding padding) {
+    ForwardWorkspace ws = make_forward_workspace(be, c, 64, 16, 8, G + 40);
+    ws.padding = padding;
+    return host(be, llada_verify_forward(be, g.model, vb, kv, ws));
+  };
+  const std::vector<float> plain = run({1, 1});
+  const std::vector<float> padded = run({64, 16});  // 8 -> 16 rows, 4 -> 16 logit rows, 2 -> 8 tiles
+  ASSERT_EQ(padded.size(), 4 * static_cast<size_t>(c.embedding_size));
+  EXPECT_LE(max_rel_diff(padded, plain), 1e-5);
+}
+
+}  // namespace
+}  // namespace flashdllm::test
