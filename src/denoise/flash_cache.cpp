@@ -551,11 +551,13 @@ void FlashCacheDenoiser::allocate_pool(const SlotPool& pool) {
                   "flash-cache: slot length L_max = {} (prompt + gen_length {} + block_length {}, rounded up to the "
                   "{}-key tile) exceeds the model's RoPE table of {} positions",
                   L, T, bm, kt, model_.rope.table.cos.rows());
-  FDLLM_CHECK_ARG(n * Ls < (int64_t{1} << 31), "flash-cache: {} slots × {} store rows exceed 2^31 store rows", n, Ls);
-  // Flat K/V cache: per layer [n_slots·Ls, n_heads·head_dim]; refuse what cannot fit.
-  // This rank's share: its heads (tensor parallelism splits the K/V cache by heads).
+  FDLLM_CHECK_ARG(n * Ls + 1 < (int64_t{1} << 31), "flash-cache: {} slots × {} store rows (+ 1) exceed 2^31 store rows",
+                  n, Ls);
+  // Flat K/V cache: per layer [n_slots·Ls + 1, n_heads·head_dim] (the last row: padding rows' K/V,
+  // below); refuse what cannot fit. This rank's share: its heads (tensor parallelism splits the K/V
+  // cache by heads).
   const auto world = static_cast<size_t>(model_.tp.world);
-  const size_t kv_bytes = flash_kv_cache_bytes(c, backend_.activation_dtype(), n, Ls) / world;
+  const size_t kv_bytes = kv_store_bytes(backend_.activation_dtype(), c, n * Ls + 1, false, model_.tp);
   const size_t free_bytes = backend_.free_memory();
   if (kv_bytes > free_bytes) {
     const int64_t fit = flash_max_slots(c, backend_.activation_dtype(), Ls, free_bytes * world);

@@ -424,7 +424,7 @@ class FlashCacheDenoiser : public Denoiser {
   int64_t Ls_ = 0;  // K/V store rows per slot
   int64_t pool_total_ = 0;
   KvStore kv_;
-  Tensor scores_dev_;               // F32 [n_slots·Ls] a_t by store row (zeroed after each pass), in sel_buf_
+  Tensor scores_dev_;               // F32 [n_slots·Ls + 1] a_t by store row (zeroed after each pass), in sel_buf_
   std::vector<float> store_scores_; // host copy of scores_dev_
   std::vector<float> scores_;       // per slot [L_max]: a_t by slot-relative position (past Ls always 0)
   std::vector<FlashSlot> slots_;    // running requests (request < 0: none)

@@ -464,6 +464,12 @@ int64_t padded_rows(int64_t n, int64_t multiple, int64_t cap) {
   return std::max(n, std::min(p, cap));
 }
 
+/// The padding of a forward on `ws`: ws.padding, or none under tensor parallelism, whose layer loop
+/// runs op by op (run_layer_loop) and would only pay for the padding rows.
+Backend::RowPadding forward_padding(const LladaModel& model, const ForwardWorkspace& ws) {
+  return model.tp.comm == nullptr ? ws.padding : Backend::RowPadding{};
+}
+
 /// `v` with `pad` appended until it holds n entries (a copy only when it is shorter).
 const std::vector<int32_t>& padded(const std::vector<int32_t>& v, int64_t n, int32_t pad, std::vector<int32_t>& out) {
   if (static_cast<int64_t>(v.size()) >= n) return v;
@@ -631,8 +637,9 @@ Tensor llada_forward(Backend& be, const LladaModel& model, const ForwardBatch& b
   // Padding (ForwardWorkspace::padding): Tp query rows, the ones past T of token 0 at position 0
   // writing their K/V to batch.pad_kv_row and read by no tile; Rp logit rows (<= Tp), the ones past
   // R of query row 0. The recording key has the padded counts.
-  const int64_t Tp = batch.pad_kv_row >= 0 ? padded_rows(T, ws.padding.rows, ws.max_tokens) : T;
-  const int64_t Rp = std::min(padded_rows(R, ws.padding.logit_rows, ws.max_logit_rows), Tp);
+  const Backend::RowPadding padding = forward_padding(model, ws);
+  const int64_t Tp = batch.pad_kv_row >= 0 ? padded_rows(T, padding.rows, ws.max_tokens) : T;
+  const int64_t Rp = std::min(padded_rows(R, padding.logit_rows, ws.max_logit_rows), Tp);
 
   // Plan upload (once per forward; every layer reuses it): the attention tiles, then the
   // importance's score tiles, in one copy.
@@ -710,9 +717,10 @@ Tensor llada_verify_forward(Backend& be, const LladaModel& model, const VerifyBa
   // rows (token 0 at position 0 past T, their K/V in their own scratch rows), Rp logit rows (query
   // row 0 past R), tiles up to a multiple of 8 (empty ones: no work), and the key list as the whole
   // workspace capacity (the tiles index only its first G entries; the rest are store row 0).
-  const bool pad = ws.padding.rows > 1;
-  const int64_t Tp = padded_rows(T, ws.padding.rows, ws.max_tokens);
-  const int64_t Rp = std::min(padded_rows(R, ws.padding.logit_rows, ws.max_logit_rows), Tp);
+  const Backend::RowPadding padding = forward_padding(model, ws);
+  const bool pad = padding.rows > 1;
+  const int64_t Tp = padded_rows(T, padding.rows, ws.max_tokens);
+  const int64_t Rp = std::min(padded_rows(R, padding.logit_rows, ws.max_logit_rows), Tp);
   const int64_t n_tiles_p = pad ? std::max(n_tiles, std::min((n_tiles + 7) / 8 * 8, ws.max_tiles)) : n_tiles;
   const int64_t Gp = pad ? ws.max_verify_keys : G;
 

@@ -187,7 +187,8 @@ struct ForwardWorkspace {
   int64_t max_tokens = 0, max_logit_rows = 0, max_tiles = 0, max_verify_keys = 0;
   /// How forwards on this workspace pad their row counts (Backend::row_padding of the backend it was
   /// made on; {1, 1}: none). Query rows are padded only where the batch allows it (llada_forward:
-  /// ForwardBatch::pad_kv_row; llada_verify_forward: always), never beyond the capacities above.
+  /// ForwardBatch::pad_kv_row; llada_verify_forward: always), never beyond the capacities above,
+  /// and not under tensor parallelism (its layer loop is not recorded).
   Backend::RowPadding padding;
   Tensor x, xn, q, attn, gate_up, act, sel;  // activations
   Tensor scratch;                            // qkv_rope_store scratch

@@ -15,6 +15,7 @@
 #include "backend/backend.h"
 #include "common/model_fixture.h"
 #include "common/numerics.h"
+#include "common/scoped_env.h"
 #include "common/test_paths.h"
 #include "denoise/decode_rules.h"
 #include "denoise/llada_sampler.h"
@@ -312,20 +313,15 @@ TEST_F(CudaForward, GraphsDoNotChangeAnswers) {
 }
 
 // Continuous batching changes a pass's row counts with nearly every commit (windows shrink at the
-// end, candidates vary, slots finish and are refilled): with the rows padded (Backend::row_padding)
-// most layer loops replay a recorded graph. Without the padding (exact row counts in the recording
-// key) this run replayed 3 of 83 loops; with it 52 of 83, in the CPU simulation of the keys.
+// end, candidates vary, slots finish and are refilled): with the rows padded (Backend::row_padding,
+// FLASHDLLM_ROW_PADDING=1) most layer loops replay a recorded graph, and the answers are those of
+// exact row counts. Without the padding this run replayed 3 of 83 loops, with it 52 of 83, in the
+// CPU count of its keys (bench/results/2026-12-05-row-padding/).
 TEST_F(CudaForward, LayerLoopsReplayWhileRowCountsChange) {
   const auto dir = default_model_dir();
   if (!std::filesystem::exists(dir / "model.safetensors")) GTEST_SKIP() << "no small model at " << dir;
-  const char* old = std::getenv("FLASHDLLM_ROW_PADDING");
-  const std::string saved = old != nullptr ? old : "";
-  setenv("FLASHDLLM_ROW_PADDING", "1", 1);  // read when the backend is made (off by default for now)
-  const auto engine = cuda_engine(dir);
-  if (old != nullptr)
-    setenv("FLASHDLLM_ROW_PADDING", saved.c_str(), 1);
-  else
-    unsetenv("FLASHDLLM_ROW_PADDING");
+  if (const char* g = std::getenv("FLASHDLLM_CUDA_GRAPHS"); g != nullptr && std::strcmp(g, "0") == 0)
+    GTEST_SKIP() << "CUDA graphs are off (FLASHDLLM_CUDA_GRAPHS=0)";
   std::vector<GenerateRequest> requests;  // the first 48 problems of the model's test split
   std::ifstream in(repo_data_dir() / "arith" / "test.jsonl");
   for (std::string line; requests.size() < 48 && std::getline(in, line);)
@@ -336,12 +332,33 @@ TEST_F(CudaForward, LayerLoopsReplayWhileRowCountsChange) {
   go.decode.cache = CacheMode::kFlash;
   go.decode.verify = true;
   go.decode.n_slots = 8;
-  for (const GenerateResult& r : engine->generate(requests, go)) EXPECT_TRUE(r.error.empty()) << r.error;
-  const Engine::GraphStats g = engine->graph_stats();
-  const int64_t loops = g.direct + g.captures + g.replays;
-  EXPECT_EQ(g.failed, 0);
-  EXPECT_GE(loops, 48) << "every request's passes";
-  EXPECT_GE(3 * g.replays, loops) << "direct " << g.direct << ", captures " << g.captures << ", replays " << g.replays;
+  auto run = [&](const char* padding, Engine::GraphStats& stats) {
+    const ScopedEnv env("FLASHDLLM_ROW_PADDING", padding);  // read when the backend is made
+    const auto engine = cuda_engine(dir);
+    std::vector<std::vector<int32_t>> out;
+    for (const GenerateResult& r : engine->generate(requests, go)) {
+      EXPECT_TRUE(r.error.empty()) << r.error;
+      out.push_back(r.output_ids);
+    }
+    stats = engine->graph_stats();
+    return out;
+  };
+  Engine::GraphStats padded_stats, exact_stats;
+  const auto padded = run("1", padded_stats);
+  const auto exact = run("0", exact_stats);
+  const int64_t loops = padded_stats.direct + padded_stats.captures + padded_stats.replays;
+  EXPECT_EQ(padded_stats.failed, 0);
+  EXPECT_GT(3 * padded_stats.replays, loops) << "direct " << padded_stats.direct << ", captures "
+                                             << padded_stats.captures << ", replays " << padded_stats.replays;
+  EXPECT_GT(padded_stats.replays, 2 * exact_stats.replays)
+      << "exact rows: " << exact_stats.replays << " replays of "
+      << exact_stats.direct + exact_stats.captures + exact_stats.replays;
+  // Padding changes the GEMMs' row counts (and so, where the row bucket changes, cuBLASLt's
+  // algorithm and the last bits of a logit): nearly every answer, not every one, must be the same.
+  ASSERT_EQ(padded.size(), exact.size());
+  int same = 0;
+  for (size_t i = 0; i < padded.size(); ++i) same += padded[i] == exact[i] ? 1 : 0;
+  EXPECT_GE(same, 44) << "of " << padded.size() << " answers equal with and without the padding";
 }
 
 }  // namespace

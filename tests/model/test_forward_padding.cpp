@@ -1,16 +1,24 @@
 // Row padding of llada_forward / llada_verify_forward (ForwardWorkspace::padding, what the CUDA
 // backend asks for so that passes of nearby sizes share a recorded graph): the padded rows change
 // neither the returned logits nor any K/V row but ForwardBatch::pad_kv_row. On the CPU backend with
-// the padding set by hand (the CUDA backend's is Backend::row_padding).
+// the padding set by hand or by FLASHDLLM_ROW_PADDING=1 (the CUDA backend's is Backend::row_padding).
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <numeric>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
 #include "common/golden_fixture.h"
 #include "common/model_fixture.h"
+#include "common/scoped_env.h"
+#include "common/test_paths.h"
+#include "flashdllm/engine.h"
 #include "flashdllm/status.h"
 #include "model/llada.h"
 
@@ -52,13 +60,13 @@ TEST(ForwardPadding, PaddedMainPassChangesOnlyThePadRow) {
   const int64_t store_rows = 65;  // rows 0..56 written, 57..63 untouched, 64 the pad row
   fb.pad_kv_row = 64;
 
-  auto run = [&](Backend::RowPadding padding, std::vector<float>& logits) {
+  auto run = [&](Backend::RowPadding padding, std::vector<float>& logits, int64_t max_tokens = 64) {
     KvStore kv = make_kv_store(be, c, store_rows, /*shared_across_layers=*/false);
     for (size_t l = 0; l < kv.k.size(); ++l) {
       be.fill_zero(kv.k[l]);
       be.fill_zero(kv.v[l]);
     }
-    ForwardWorkspace ws = make_forward_workspace(be, c, 64, 16, 4);
+    ForwardWorkspace ws = make_forward_workspace(be, c, max_tokens, 16, 4);
     ws.padding = padding;
     logits = host(be, llada_forward(be, g.model, fb, kv, ws));
     std::vector<std::vector<float>> stores;
@@ -87,6 +95,19 @@ TEST(ForwardPadding, PaddedMainPassChangesOnlyThePadRow) {
     }
   }
   EXPECT_TRUE(pad_row_written) << "the padding rows' K/V go to the pad row";
+
+  // No logit rows (an admission prefill), and a workspace of 60 rows: 57 rows padded to 60 only.
+  fb.logit_rows.clear();
+  fb.row_keys.clear();
+  std::vector<float> none_plain, none_padded;
+  const auto plain0 = run({1, 1}, none_plain);
+  const auto padded0 = run({64, 16}, none_padded, 60);
+  EXPECT_TRUE(none_plain.empty() && none_padded.empty());
+  for (size_t s = 0; s < plain0.size(); ++s) {
+    const std::vector<float> real_a(plain0[s].begin(), plain0[s].begin() + 64 * width);
+    const std::vector<float> real_b(padded0[s].begin(), padded0[s].begin() + 64 * width);
+    EXPECT_LE(max_rel_diff(real_b, real_a), 1e-5) << "store " << s << ": the real rows (no logit rows)";
+  }
 }
 
 TEST(ForwardPadding, PadRowMustBeOutsideWhatTheBatchTouches) {
@@ -139,15 +160,50 @@ TEST(ForwardPadding, PaddedVerifyPassGivesTheSameLogits) {
   vb.row_keys.assign(vb.logit_rows.size(), 0);
   const auto G = static_cast<int64_t>(vb.key_rows.size());
 
-  auto run = [&](Backend::RowPadding padding) {
-    ForwardWorkspace ws = make_forward_workspace(be, c, 64, 16, 8, G + 40);
+  auto run = [&](Backend::RowPadding padding, int64_t max_tokens, int64_t max_tiles) {
+    ForwardWorkspace ws = make_forward_workspace(be, c, max_tokens, 16, max_tiles, G + 40);
     ws.padding = padding;
     return host(be, llada_verify_forward(be, g.model, vb, kv, ws));
   };
-  const std::vector<float> plain = run({1, 1});
-  const std::vector<float> padded = run({64, 16});  // 8 -> 16 rows, 4 -> 16 logit rows, 2 -> 8 tiles
-  ASSERT_EQ(padded.size(), 4 * static_cast<size_t>(c.embedding_size));
-  EXPECT_LE(max_rel_diff(padded, plain), 1e-5);
+  const std::vector<float> plain = run({1, 1}, 64, 8);
+  // 8 -> 16 rows, 4 -> 16 logit rows, 2 -> 8 tiles; then capped by the workspace: 12 rows, 3 tiles.
+  for (const auto& [max_tokens, max_tiles] : {std::pair<int64_t, int64_t>{64, 8}, {12, 3}}) {
+    const std::vector<float> padded = run({64, 16}, max_tokens, max_tiles);
+    ASSERT_EQ(padded.size(), 4 * static_cast<size_t>(c.embedding_size));
+    EXPECT_LE(max_rel_diff(padded, plain), 1e-5) << max_tokens << " rows, " << max_tiles << " tiles";
+  }
+}
+
+// Whole requests: Flash-Cache + Flash-Verify on the embedded model give the same answers with the
+// backend's padding switched on (FLASHDLLM_ROW_PADDING=1: the pool's pad row, padded main and
+// verify passes, importance on) as without.
+TEST(ForwardPadding, PaddedEngineGivesTheSameAnswers) {
+  const auto dir = default_model_dir();
+  if (!std::filesystem::exists(dir / "model.safetensors")) GTEST_SKIP() << "no small model at " << dir;
+  std::vector<GenerateRequest> requests;  // the first 8 problems of the model's test split
+  std::ifstream in(repo_data_dir() / "arith" / "test.jsonl");
+  for (std::string line; requests.size() < 8 && std::getline(in, line);)
+    requests.push_back({nlohmann::json::parse(line).at("question").get<std::string>(), {}, true});
+  ASSERT_EQ(requests.size(), 8u);
+  GenerateOptions go;
+  go.sampling.gen_length = 64;
+  go.decode.cache = CacheMode::kFlash;
+  go.decode.verify = true;
+  go.decode.n_slots = 4;  // admissions while others run: windows and candidate counts vary
+  auto run = [&](const char* padding) {
+    const ScopedEnv env("FLASHDLLM_ROW_PADDING", padding);
+    EngineOptions eo;
+    eo.model_dir = dir;
+    eo.device = "cpu";
+    eo.threads = 2;
+    const auto engine = Engine::load(eo);
+    std::vector<std::vector<int32_t>> out;
+    for (const GenerateResult& r : engine->generate(requests, go)) out.push_back(r.canvas_ids);
+    return out;
+  };
+  EXPECT_EQ(run("1"), run(nullptr));
+  const ScopedEnv env("FLASHDLLM_ROW_PADDING", "1");
+  EXPECT_EQ(make_cpu_backend(1)->row_padding().rows, 64) << "the switch reaches the CPU backend";
 }
 
 }  // namespace

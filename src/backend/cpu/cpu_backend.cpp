@@ -54,6 +54,9 @@ class CpuBackend final : public Backend {
                     "threads explicitly or lower OMP_NUM_THREADS",
                     threads_, limit, limit / 4);
     openblas_set_num_threads(threads_);
+    // FLASHDLLM_ROW_PADDING=1: the CUDA backend's row padding (no graphs here: tests and comparisons).
+    if (const char* p = std::getenv("FLASHDLLM_ROW_PADDING"); p != nullptr && *p != '\0' && std::strcmp(p, "0") != 0)
+      row_padding_ = {64, 16};
     // CMake links the OpenMP build of OpenBLAS and puts its directory in the RUNPATH; but every
     // flavour has the SONAME libopenblas.so.0, so LD_LIBRARY_PATH or a copied binary can load another.
     if (openblas_get_parallel() == 1 && threads_ > 1)
@@ -80,6 +83,8 @@ class CpuBackend final : public Backend {
   void copy_to_host(void* dst, Tensor src) override { std::memcpy(dst, src.data, src.nbytes()); }
   void fill_zero(Tensor t) override { std::memset(t.data, 0, t.nbytes()); }
   void synchronize() override {}
+  RowPadding row_padding() const override { return row_padding_; }
+
   size_t free_memory() const override {
     long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     return pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
@@ -510,6 +515,7 @@ class CpuBackend final : public Backend {
 
  private:
   int threads_ = 1;
+  RowPadding row_padding_;                        // Backend::row_padding: none unless FLASHDLLM_ROW_PADDING=1
   cpu::SimdLevel simd_ = cpu::best_simd_level();  // instruction set of the blocked attention
 };
 
