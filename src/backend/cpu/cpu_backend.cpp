@@ -79,9 +79,16 @@ class CpuBackend final : public Backend {
     FDLLM_CHECK(p != nullptr, ErrorCode::kOutOfMemory, "cannot allocate {} bytes of host memory for {}", bytes, what);
     return Buffer(p, bytes, DeviceKind::kCPU, [](void* q) { std::free(q); });
   }
-  void copy_from_host(Tensor dst, const void* src) override { std::memcpy(dst.data, src, dst.nbytes()); }
-  void copy_to_host(void* dst, Tensor src) override { std::memcpy(dst, src.data, src.nbytes()); }
-  void fill_zero(Tensor t) override { std::memset(t.data, 0, t.nbytes()); }
+  // Empty tensors copy nothing (their pointers, and an empty host vector's, may be null).
+  void copy_from_host(Tensor dst, const void* src) override {
+    if (dst.nbytes() > 0) std::memcpy(dst.data, src, dst.nbytes());
+  }
+  void copy_to_host(void* dst, Tensor src) override {
+    if (src.nbytes() > 0) std::memcpy(dst, src.data, src.nbytes());
+  }
+  void fill_zero(Tensor t) override {
+    if (t.nbytes() > 0) std::memset(t.data, 0, t.nbytes());
+  }
   void synchronize() override {}
   RowPadding row_padding() const override { return row_padding_; }
 
