@@ -170,11 +170,11 @@ class Backend {
   /// two from 16), logit rows up to a multiple of `logit_rows`. Padding rows compute results that are
   /// discarded; their point is that forwards of nearby sizes share one run_recorded key (the scheduler's
   /// row counts change with every commit), so a recorded graph is replayed instead of launching op by
-  /// op. CUDA with FLASHDLLM_ROW_PADDING=1: {64, 16} (cuBLASLt's row tiles are 64 or 128 rows at
-  /// these sizes: rounding up to 64 adds no tile), with or without graphs, so that both compute the
-  /// same shapes; not yet the default (it awaits its GPU run, docs/decisions.md). The CPU backend
-  /// pads the same way with FLASHDLLM_ROW_PADDING=1 (it records nothing: for tests and comparisons).
-  /// Default: {1, 1} (no padding).
+  /// op. CUDA: {64, 16} (cuBLASLt's row tiles are 64 or 128 rows at these sizes: rounding up to 64
+  /// adds no tile), with or without graphs, so that both compute the same shapes; {1, 1} with
+  /// FLASHDLLM_ROW_PADDING=0 (docs/decisions.md). The CPU backend pads the same way only with
+  /// FLASHDLLM_ROW_PADDING=1 (it records nothing, so padding only costs there: for tests and
+  /// comparisons). Default: {1, 1} (no padding).
   struct RowPadding {
     int64_t rows = 1;
     int64_t logit_rows = 1;

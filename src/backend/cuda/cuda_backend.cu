@@ -14,9 +14,9 @@
 // Environment:
 //   FLASHDLLM_CUDA_SYNC=1        synchronise and check after every op (debugging)
 //   FLASHDLLM_CUDA_GRAPHS=0      run_recorded runs the ops one by one (no CUDA graphs)
-//   FLASHDLLM_ROW_PADDING=1      forwards pad query rows to multiples of 64 and logit rows to 16, so
-//                                that graphs replay while row counts change (Backend::row_padding;
-//                                off by default until measured on the GPU)
+//   FLASHDLLM_ROW_PADDING=0      forwards run their exact row counts instead of padding query rows to
+//                                multiples of 64 and logit rows to 16, the default that lets graphs
+//                                replay while row counts change (Backend::row_padding)
 //   FLASHDLLM_PINNED_STAGING=0   host copies of up to 4 MiB go pageable instead of through pinned
 //                                staging buffers (CudaBackend::stage_upload / stage_download)
 //   FLASHDLLM_GEMM_BUCKETS=<rule> quarter (default) | pow2 | exact: row counts sharing a cuBLASLt
@@ -382,7 +382,8 @@ class CudaBackend final : public Backend {
     pinned_staging_ = staging == nullptr || std::strcmp(staging, "0") != 0;
     const char* graphs = std::getenv("FLASHDLLM_CUDA_GRAPHS");
     graphs_ = !debug_sync_ && (graphs == nullptr || std::strcmp(graphs, "0") != 0);
-    if (env_flag("FLASHDLLM_ROW_PADDING")) row_padding_ = {64, 16};
+    const char* padding = std::getenv("FLASHDLLM_ROW_PADDING");
+    if (padding == nullptr || std::strcmp(padding, "0") != 0) row_padding_ = {64, 16};
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
@@ -1511,7 +1512,7 @@ class CudaBackend final : public Backend {
     std::list<std::vector<int64_t>>::iterator lru;
   };
   bool graphs_ = true;
-  RowPadding row_padding_;  // Backend::row_padding: none unless FLASHDLLM_ROW_PADDING=1
+  RowPadding row_padding_;  // Backend::row_padding: {64, 16} unless FLASHDLLM_ROW_PADDING=0
   std::map<std::vector<int64_t>, GraphEntry> graphs_by_key_;
   std::list<std::vector<int64_t>> graph_lru_;
   std::list<std::vector<int64_t>> seen_keys_;        // keys run once, newest first (at most kMaxGraphs)

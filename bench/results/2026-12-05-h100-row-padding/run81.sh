@@ -1,0 +1,70 @@
+#!/bin/bash
+# Session 30: row padding (FLASHDLLM_ROW_PADDING=1) on the GPU and the verify floor at 32 slots.
+# Build; the graph tests; the embedded model, 512 problems, 32 slots, padded / exact rows; the verify
+# pass against its floor (8B shape); then padded without graphs, flash only, the GPU tests while time
+# is left (LIMIT seconds in all).
+# Usage: bash run81.sh <tree> <label> (labels results with <label> only if the tree matches)
+set -u
+cd "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
+git checkout -- data/gsm8k_train.jsonl 2>/dev/null && echo "restored data/gsm8k_train.jsonl from git"
+tree=$(git add -A >/dev/null 2>&1; git write-tree 2>/dev/null)
+if [[ "$tree" == "$1" ]]; then export FLASHDLLM_COMMIT=$2; echo "tree matches $2"; else echo "tree $tree != $1: dirty"; fi
+git reset -q 2>/dev/null
+mkdir -p .deps
+[[ -f .deps/cudnn-frontend/include/cudnn_frontend.h ]] || tar -xJf .carry/cudnn-frontend.tar.xz -C .deps
+[[ -f .deps/cutlass/include/cute/tensor.hpp ]] || tar -xJf .carry/cutlass.tar.xz -C .deps
+t0=$(date +%s)
+(FLASHDLLM_GPU_CHECK_BUDGET=200 bash scripts/gpu_check.sh --build-only > /tmp/build.log 2>&1) || { tail -30 /tmp/build.log; exit 1; }
+echo "built $(( $(date +%s) - t0 )) s"
+export LD_LIBRARY_PATH=/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu/openblas-openmp:/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+B=build-gpu
+python3 -c "
+import json
+with open('data/arith/test.jsonl') as f, open('/tmp/p512.txt', 'w') as o:
+    for i, line in enumerate(f):
+        if i == 512: break
+        o.write(json.loads(line)['question'] + '\n')"
+run() {  # label, env, args
+  local label=$1 envs=$2; shift 2
+  local s=$(date +%s.%N)
+  env $envs $B/flashdllm generate --device cuda --prompt-file /tmp/p512.txt --slots 32 --no-live --json "$@" > $OUT/small_$label.json 2>/tmp/err_$label.log || { echo "$label failed"; tail -3 /tmp/err_$label.log; }
+  local e=$(date +%s.%N)
+  python3 - "$OUT/small_$label.json" "$label" "$s" "$e" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); wall = float(sys.argv[4]) - float(sys.argv[3])
+toks = sum(r["generated_tokens"] for r in d["results"]); nfe = sum(r["nfe"] for r in d["results"])
+it = d["iterations"]["decode"]
+print(f"{sys.argv[2]:>22}: wall {wall:6.2f} s, {toks / wall:8.0f} tokens/s (incl. load), decode it mean {it['mean_ms']:.3f} ms "
+      f"median {it['median_ms']:.3f}, nfe {nfe}, loops {d['layer_loops']}")
+PY
+}
+left() { echo $(( ${LIMIT:-300} - ($(date +%s) - t0) )); }
+timeout 60 $B/tests/test_cuda_forward --gtest_filter='*LayerLoopsReplay*:*GraphsDoNotChange*:*RecordedLayerLoop*' > $OUT/test_cuda_forward_graphs.txt 2>&1
+echo "test_cuda_forward (graphs) rc=$?"; grep -E "^\[  (PASSED|FAILED) |OK \]|FAILED \]" $OUT/test_cuda_forward_graphs.txt | sort -u
+run verify_pad1 "FLASHDLLM_ROW_PADDING=1" --cache flash --verify
+run verify_nopad1 "FLASHDLLM_ROW_PADDING=0" --cache flash --verify
+echo "elapsed $(( $(date +%s) - t0 )) s"
+nvidia-smi --query-gpu=name --format=csv,noheader
+timeout 240 python3 bench/iteration_floor.py --a-bin $B/flashdllm --b-args="--verify --verify-kept commits" --slots 32 \
+  --per-iter 4 --repeats 2 --verify-rows-per-slot 20 --json $OUT/floor_verify.json > $OUT/floor_verify.md 2>&1
+echo "floor verify rc=$?"; grep -E "^\| [0-9]|^measured" $OUT/floor_verify.md
+echo "elapsed $(( $(date +%s) - t0 )) s"
+if (( $(left) > 60 )); then
+  timeout 60 $B/tests/test_cuda_verify > $OUT/test_cuda_verify.txt 2>&1; echo "test_cuda_verify rc=$?"; tail -1 $OUT/test_cuda_verify.txt
+  timeout 60 $B/tests/test_cuda_forward > $OUT/test_cuda_forward.txt 2>&1; echo "test_cuda_forward rc=$?"; tail -1 $OUT/test_cuda_forward.txt
+fi
+if (( $(left) > 40 )); then run flash_pad1 "FLASHDLLM_ROW_PADDING=1" --cache flash; run flash_nopad1 "FLASHDLLM_ROW_PADDING=0" --cache flash; fi
+if (( $(left) > 40 )); then run verify_nographs "FLASHDLLM_ROW_PADDING=1 FLASHDLLM_CUDA_GRAPHS=0" --cache flash --verify; fi
+python3 - $OUT <<'PY'
+import json, os, sys
+o = sys.argv[1]
+for a, b in (("flash_pad1", "flash_nopad1"), ("verify_pad1", "verify_nopad1"), ("verify_pad1", "verify_nographs")):
+    if not (os.path.exists(f"{o}/small_{a}.json") and os.path.exists(f"{o}/small_{b}.json")): continue
+    ra = json.load(open(f"{o}/small_{a}.json"))["results"]; rb = json.load(open(f"{o}/small_{b}.json"))["results"]
+    print(a, "vs", b, "same output ids:", sum(x["output_ids"] == y["output_ids"] for x, y in zip(ra, rb)), "of", len(ra))
+PY
+if (( $(left) > 120 )); then
+  FLASHDLLM_GPU_CHECK_BUDGET=$(( $(left) - 15 )) timeout $(( $(left) - 10 )) bash scripts/gpu_check.sh --tests-only > $OUT/gpu_check.log 2>&1
+  echo "gpu_check rc=$?"; grep -E "^\| " $OUT/summary.md
+fi
+echo "elapsed $(( $(date +%s) - t0 )) s"
