@@ -16,6 +16,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -180,6 +182,14 @@ class Backend {
     int64_t logit_rows = 1;
   };
   virtual RowPadding row_padding() const { return {}; }
+  /// The padding FLASHDLLM_ROW_PADDING selects for a backend whose default is `default_on`: {64, 16}
+  /// when the variable is set to anything but "" or "0", {1, 1} when it is "0", the default when it is
+  /// unset or "". The one reader of the variable (CUDA: default on; CPU: default off).
+  static RowPadding row_padding_from_env(bool default_on) {
+    const char* v = std::getenv("FLASHDLLM_ROW_PADDING");
+    const bool on = v == nullptr || *v == '\0' ? default_on : std::strcmp(v, "0") != 0;
+    return on ? RowPadding{64, 16} : RowPadding{};
+  }
 
   /// What run_recorded did so far (tests, logs). CPU: all zero.
   struct RecordingStats {

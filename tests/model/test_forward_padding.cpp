@@ -206,5 +206,25 @@ TEST(ForwardPadding, PaddedEngineGivesTheSameAnswers) {
   EXPECT_EQ(make_cpu_backend(1)->row_padding().rows, 64) << "the switch reaches the CPU backend";
 }
 
+// FLASHDLLM_ROW_PADDING: unset or "" keeps the backend's default (CUDA on, CPU off), "0" turns the
+// padding off and any other value on, whatever the default.
+TEST(ForwardPadding, EnvironmentSwitchKeepsOrOverridesTheDefault) {
+  struct Case {
+    const char* value;
+    bool default_on;
+    int64_t rows, logit_rows;
+  };
+  for (const Case& c : {Case{nullptr, true, 64, 16}, Case{nullptr, false, 1, 1}, Case{"", true, 64, 16},
+                        Case{"", false, 1, 1}, Case{"0", true, 1, 1}, Case{"0", false, 1, 1}, Case{"1", true, 64, 16},
+                        Case{"1", false, 64, 16}, Case{"yes", false, 64, 16}}) {
+    const ScopedEnv env("FLASHDLLM_ROW_PADDING", c.value);
+    const Backend::RowPadding p = Backend::row_padding_from_env(c.default_on);
+    EXPECT_EQ(p.rows, c.rows) << (c.value ? c.value : "(unset)") << " default_on " << c.default_on;
+    EXPECT_EQ(p.logit_rows, c.logit_rows) << (c.value ? c.value : "(unset)") << " default_on " << c.default_on;
+  }
+  const ScopedEnv unset("FLASHDLLM_ROW_PADDING", nullptr);
+  EXPECT_EQ(make_cpu_backend(1)->row_padding().rows, 1) << "the CPU backend does not pad unless asked";
+}
+
 }  // namespace
 }  // namespace flashdllm::test

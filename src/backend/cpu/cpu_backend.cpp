@@ -55,8 +55,7 @@ class CpuBackend final : public Backend {
                     threads_, limit, limit / 4);
     openblas_set_num_threads(threads_);
     // FLASHDLLM_ROW_PADDING=1: the CUDA backend's row padding (no graphs here: tests and comparisons).
-    if (const char* p = std::getenv("FLASHDLLM_ROW_PADDING"); p != nullptr && *p != '\0' && std::strcmp(p, "0") != 0)
-      row_padding_ = {64, 16};
+    row_padding_ = row_padding_from_env(/*default_on=*/false);
     // CMake links the OpenMP build of OpenBLAS and puts its directory in the RUNPATH; but every
     // flavour has the SONAME libopenblas.so.0, so LD_LIBRARY_PATH or a copied binary can load another.
     if (openblas_get_parallel() == 1 && threads_ > 1)

@@ -114,9 +114,16 @@ void expect_disjoint(const Tensor& out, const Tensor& in, const char* op, const 
 
 __nv_bfloat16* bf16(const Tensor& t) { return static_cast<__nv_bfloat16*>(t.data); }
 
+/// An opt-in switch: true when `name` is set to anything but "" or "0".
 bool env_flag(const char* name) {
   const char* v = std::getenv(name);
   return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
+}
+
+/// An opt-out switch: true unless `name` is set to "0".
+bool env_unless_zero(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
 // ----------------------------------------------------------------------------- attention dispatch
@@ -378,12 +385,9 @@ class CudaBackend final : public Backend {
                 "and sm_90 among the CUDA archs; scripts/setup.sh fetches CUTLASS); device sm_{}{}",
                 prop.major, prop.minor);
     debug_sync_ = env_flag("FLASHDLLM_CUDA_SYNC");
-    const char* staging = std::getenv("FLASHDLLM_PINNED_STAGING");
-    pinned_staging_ = staging == nullptr || std::strcmp(staging, "0") != 0;
-    const char* graphs = std::getenv("FLASHDLLM_CUDA_GRAPHS");
-    graphs_ = !debug_sync_ && (graphs == nullptr || std::strcmp(graphs, "0") != 0);
-    const char* padding = std::getenv("FLASHDLLM_ROW_PADDING");
-    if (padding == nullptr || std::strcmp(padding, "0") != 0) row_padding_ = {64, 16};
+    pinned_staging_ = env_unless_zero("FLASHDLLM_PINNED_STAGING");
+    graphs_ = !debug_sync_ && env_unless_zero("FLASHDLLM_CUDA_GRAPHS");
+    row_padding_ = row_padding_from_env(/*default_on=*/true);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
