@@ -432,7 +432,9 @@ ForwardWorkspace make_forward_workspace(Backend& backend, const LladaConfig& c, 
                     ws.bytes);
   else
     ws.storage = backend.alloc(ws.bytes, "forward workspace");
-  ws.padding = backend.row_padding();
+  // No padding under tensor parallelism: its layer loop runs op by op (run_layer_loop), where the
+  // padding rows would only cost.
+  ws.padding = tp.comm == nullptr ? backend.row_padding() : Backend::RowPadding{};
   const Buffer& storage = shared != nullptr ? *shared : ws.storage;
   for (Tensor* t : {&ws.x, &ws.xn, &ws.q, &ws.attn, &ws.gate_up, &ws.act, &ws.sel, &ws.scratch, &ws.logits, &ws.ids,
                     &ws.positions, &ws.kv_rows, &ws.tiles, &ws.logit_rows, &ws.row_keys})
@@ -462,12 +464,6 @@ int64_t padded_rows(int64_t n, int64_t multiple, int64_t cap) {
   int64_t p = n >= multiple ? (n + multiple - 1) / multiple * multiple : 16;
   while (p < n) p *= 2;
   return std::max(n, std::min(p, cap));
-}
-
-/// The padding of a forward on `ws`: ws.padding, or none under tensor parallelism, whose layer loop
-/// runs op by op (run_layer_loop) and would only pay for the padding rows.
-Backend::RowPadding forward_padding(const LladaModel& model, const ForwardWorkspace& ws) {
-  return model.tp.comm == nullptr ? ws.padding : Backend::RowPadding{};
 }
 
 /// `v` with `pad` appended until it holds n entries (a copy only when it is shorter).
@@ -637,7 +633,7 @@ Tensor llada_forward(Backend& be, const LladaModel& model, const ForwardBatch& b
   // Padding (ForwardWorkspace::padding): Tp query rows, the ones past T of token 0 at position 0
   // writing their K/V to batch.pad_kv_row and read by no tile; Rp logit rows (<= Tp), the ones past
   // R of query row 0. The recording key has the padded counts.
-  const Backend::RowPadding padding = forward_padding(model, ws);
+  const Backend::RowPadding& padding = ws.padding;
   const int64_t Tp = batch.pad_kv_row >= 0 ? padded_rows(T, padding.rows, ws.max_tokens) : T;
   const int64_t Rp = std::min(padded_rows(R, padding.logit_rows, ws.max_logit_rows), Tp);
 
@@ -717,7 +713,7 @@ Tensor llada_verify_forward(Backend& be, const LladaModel& model, const VerifyBa
   // rows (token 0 at position 0 past T, their K/V in their own scratch rows), Rp logit rows (query
   // row 0 past R), tiles up to a multiple of 8 (empty ones: no work), and the key list as the whole
   // workspace capacity (the tiles index only its first G entries; the rest are store row 0).
-  const Backend::RowPadding padding = forward_padding(model, ws);
+  const Backend::RowPadding& padding = ws.padding;
   const bool pad = padding.rows > 1;
   const int64_t Tp = padded_rows(T, padding.rows, ws.max_tokens);
   const int64_t Rp = std::min(padded_rows(R, padding.logit_rows, ws.max_logit_rows), Tp);

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "backend/comm.h"
 #include "common/golden_fixture.h"
 #include "common/model_fixture.h"
 #include "common/scoped_env.h"
@@ -224,6 +225,23 @@ TEST(ForwardPadding, EnvironmentSwitchKeepsOrOverridesTheDefault) {
   }
   const ScopedEnv unset("FLASHDLLM_ROW_PADDING", nullptr);
   EXPECT_EQ(make_cpu_backend(1)->row_padding().rows, 1) << "the CPU backend does not pad unless asked";
+}
+
+// Under tensor parallelism the layer loop runs op by op (no recording), so its workspaces take no
+// padding from a backend that pads.
+TEST(ForwardPadding, TensorParallelWorkspacesAreNotPadded) {
+  const ScopedEnv env("FLASHDLLM_ROW_PADDING", "1");
+  const auto be = make_cpu_backend(1);
+  ASSERT_EQ(be->row_padding().rows, 64);
+  const LladaConfig& c = golden_fixture(1).config();
+  const ForwardWorkspace plain = make_forward_workspace(*be, c, 64, 16, 4);
+  EXPECT_EQ(plain.padding.rows, 64);
+  EXPECT_EQ(plain.padding.logit_rows, 16);
+  auto comms = make_local_communicators(1);
+  const TensorParallel tp{0, 1, comms[0].get()};
+  const ForwardWorkspace sharded = make_forward_workspace(*be, c, 64, 16, 4, 0, tp);
+  EXPECT_EQ(sharded.padding.rows, 1);
+  EXPECT_EQ(sharded.padding.logit_rows, 1);
 }
 
 }  // namespace
