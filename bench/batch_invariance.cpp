@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "env_registry.h"
 #include "flashdllm/engine.h"
 #include "model/llada_config.h"
 
@@ -71,6 +72,7 @@ int main(int argc, char** argv) {
     eo.model_dir = model;
     eo.device = device;
     eo.threads = threads;
+    eo.backend = cli::env_settings().backend;  // FLASHDLLM_* (flashdllm env)
     auto engine = Engine::load(eo);
     std::vector<std::string> questions;
     {

@@ -54,6 +54,7 @@
 
 #include "backend/backend.h"
 #include "core/check.h"
+#include "env_registry.h"
 #include "model/llada.h"
 #include "model/llada_config.h"
 
@@ -320,15 +321,16 @@ int main(int argc, char** argv) {
     LladaConfig cfg = load_llada_config(o.config);
     if (o.n_layers > 0) cfg.n_layers = o.n_layers;
     std::unique_ptr<Backend> be;
+    const BackendOptions bo = cli::env_settings().backend;  // FLASHDLLM_* (flashdllm env)
     if (o.device == "cpu") {
-      be = make_cpu_backend(o.threads);
+      be = make_cpu_backend(o.threads, bo);
     } else if (o.device == "cuda") {
-      be = make_cuda_backend(0);
+      be = make_cuda_backend(0, bo);
     } else if (o.device.rfind("cuda:", 0) == 0) {
       const std::string idx = o.device.substr(5);
       FDLLM_CHECK_ARG(!idx.empty() && idx.size() < 4 && idx.find_first_not_of("0123456789") == std::string::npos,
                       "--device '{}': expected cuda:<index>", o.device);
-      be = make_cuda_backend(std::stoi(idx));
+      be = make_cuda_backend(std::stoi(idx), bo);
     } else {
       FDLLM_FAIL(ErrorCode::kInvalidArgument, "--device '{}': use cuda, cuda:N or cpu", o.device);
     }

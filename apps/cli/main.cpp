@@ -27,6 +27,8 @@
 #include "eval/tasks.h"
 #include "flashdllm/engine.h"
 #include "core/log.h"
+#include "env_command.h"
+#include "env_registry.h"
 #include "denoise/flash_cache.h"
 #include "live_view.h"
 #include "options.h"
@@ -755,7 +757,7 @@ int run_info(const CommonArgs& ca, bool check_weights) {
   if (dummy && check_weights)
     throw Error(ErrorCode::kInvalidArgument, "--check-weights needs a checkpoint (not --load-format dummy)");
   const flashdllm::LladaModelFacts facts = flashdllm::inspect_llada_checkpoint(ca.model_dir, dummy);
-  const auto backend = flashdllm::make_backend(ca.device, ca.threads);
+  const auto backend = flashdllm::make_backend(ca.device, ca.threads, 0, 1, flashdllm::cli::env_settings().backend);
   std::cout << flashdllm::describe_llada_model(facts, *backend);
   if (!check_weights) return 0;
   const flashdllm::Checkpoint ckpt = flashdllm::Checkpoint::open(ca.model_dir);
@@ -773,6 +775,8 @@ int main(int argc, char** argv) {
   CLI::App app{"flashdllm: fast inference for LLaDA diffusion language models"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("flashdllm ") + FLASHDLLM_VERSION);
+  app.footer("Backend options come from FLASHDLLM_* environment variables: `flashdllm env` lists them.");
+  flashdllm::cli::add_env_subcommand(app);
   CommonArgs ca;
   GenerateArgs ga;
 

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "backend/backend.h"
+#include "env_registry.h"
 #include "eval/runner.h"
 
 namespace flashdllm::cli {
@@ -63,6 +64,7 @@ std::unique_ptr<flashdllm::Engine> load_engine(const CommonArgs& a) {
   eo.profile_ops = a.profile_ops;
   eo.tensor_parallel = a.tensor_parallel;
   eo.data_parallel = a.data_parallel;
+  eo.backend = env_settings().backend;
   return flashdllm::Engine::load(eo);
 }
 

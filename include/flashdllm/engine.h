@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "flashdllm/backend_options.h"
 #include "flashdllm/op_profile.h"
 #include "flashdllm/params.h"
 #include "flashdllm/request.h"
@@ -71,6 +72,10 @@ struct EngineOptions {
   /// ... Engine::generate deals a batch over the replicas (results identical to 1: every request's tokens are
   /// batch-invariant); Engine::start gives every replica decode.n_slots slots. Not with profile_ops. 1 = off.
   int data_parallel = 1;
+  /// How every rank's backend runs (kernel routes, GEMM picks, CUDA graphs, row padding, ...; see
+  /// flashdllm/backend_options.h): handed unchanged to each backend the engine makes. The defaults
+  /// let the backend's policies choose; `flashdllm` fills it from FLASHDLLM_* variables (`flashdllm env`).
+  BackendOptions backend;
 };
 
 /// Progress of a running generate call: request index, its current canvas (gen_length ids,

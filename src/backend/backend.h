@@ -16,8 +16,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -25,6 +23,7 @@
 
 #include "core/tensor.h"
 #include "core/verify_mask.h"
+#include "flashdllm/backend_options.h"
 
 namespace flashdllm {
 
@@ -45,8 +44,8 @@ constexpr bool score_tile_inside(const AttentionTile& s, const AttentionTile& a)
 /// device table: `tiles` row for row what the table holds, `score_tiles` the score tiles that the
 /// forward's attention_with_importance() calls pass (ImportanceSpec::tiles; may be empty). The
 /// CUDA backend reads it to route tiles without waiting for the device: tiles of at least
-/// 256 query rows (FLASHDLLM_CUDNN_ATTENTION=prefill, the default) or every tile
-/// (=all) run in cuDNN's fused attention, their score tiles' importance in a separate kernel.
+/// 256 query rows (BackendOptions::cudnn_attention auto or prefill, the default) or every tile
+/// (all) run in cuDNN's fused attention, their score tiles' importance in a separate kernel.
 /// head_dim and scale are those of the calls to come (a call with others runs every tile on the
 /// backend's own kernel). The arrays must stay valid for the plan_attention() call only; the
 /// calls' score tables must hold `score_tiles` (the CUDA backend keeps its own copy of the routed
@@ -160,8 +159,8 @@ class Backend {
   /// stream and launches it; later calls launch that graph (at most 64 graphs, least recently used
   /// dropped first) (one launch instead of one per op; reference: CUDA Programming Guide, "CUDA
   /// Graphs", stream capture). A capture that fails (an op that synchronises, e.g. the first call of
-  /// a GEMM shape under FLASHDLLM_GEMM_TUNE) falls back to running `ops`; after two failures the key
-  /// is never captured again. Off with FLASHDLLM_CUDA_GRAPHS=0 or FLASHDLLM_CUDA_SYNC=1.
+  /// a GEMM shape under BackendOptions::gemm_tune) falls back to running `ops`; after two failures the
+  /// key is never captured again. Off with BackendOptions::cuda_graphs false or sync kEveryOp.
   /// Errors: those of `ops` (a capture is discarded first, and `ops` rerun directly to raise them).
   virtual void run_recorded(const std::vector<int64_t>& key, const std::function<void()>& ops) {
     (void)key;
@@ -174,22 +173,14 @@ class Backend {
   /// row counts change with every commit), so a recorded graph is replayed instead of launching op by
   /// op. CUDA: {64, 16} (cuBLASLt's row tiles are 64 or 128 rows at these sizes: rounding up to 64
   /// adds no tile), with or without graphs, so that both compute the same shapes; {1, 1} with
-  /// FLASHDLLM_ROW_PADDING=0 (docs/decisions.md). The CPU backend pads the same way only with
-  /// FLASHDLLM_ROW_PADDING=1 (it records nothing, so padding only costs there: for tests and
-  /// comparisons). Default: {1, 1} (no padding).
+  /// BackendOptions::row_padding false (docs/decisions.md). The CPU backend pads the same way only
+  /// with row_padding true (it records nothing, so padding only costs there: for tests and
+  /// comparisons). The choice: row_padding_for (backend_policy.h). Default: {1, 1} (no padding).
   struct RowPadding {
     int64_t rows = 1;
     int64_t logit_rows = 1;
   };
   virtual RowPadding row_padding() const { return {}; }
-  /// The padding FLASHDLLM_ROW_PADDING selects for a backend whose default is `default_on`: {64, 16}
-  /// when the variable is set to anything but "" or "0", {1, 1} when it is "0", the default when it is
-  /// unset or "". The one reader of the variable (CUDA: default on; CPU: default off).
-  static RowPadding row_padding_from_env(bool default_on) {
-    const char* v = std::getenv("FLASHDLLM_ROW_PADDING");
-    const bool on = v == nullptr || *v == '\0' ? default_on : std::strcmp(v, "0") != 0;
-    return on ? RowPadding{64, 16} : RowPadding{};
-  }
 
   /// What run_recorded did so far (tests, logs). CPU: all zero.
   struct RecordingStats {
@@ -394,20 +385,24 @@ int max_cpu_threads() noexcept;
 void check_cpu_threads(int threads);
 
 /// Creates the CPU backend with `threads` worker threads (0 = OpenMP's default: OMP_NUM_THREADS, else
-/// all hardware threads). Throws Error(kInvalidArgument) naming `threads` when it is negative or above
-/// max_cpu_threads(), or naming OMP_NUM_THREADS when threads = 0 and that asks for more.
-std::unique_ptr<Backend> make_cpu_backend(int threads = 0);
+/// all hardware threads); of `options` it reads row_padding only. Throws Error(kInvalidArgument)
+/// naming `threads` when it is negative or above max_cpu_threads(), or naming OMP_NUM_THREADS when
+/// threads = 0 and that asks for more.
+std::unique_ptr<Backend> make_cpu_backend(int threads = 0, const BackendOptions& options = {});
 
-/// Creates the CUDA backend on device `device_index`. Throws Error(kUnsupported) when the library
-/// was built without CUDA, Error(kDevice) when no usable GPU exists.
-std::unique_ptr<Backend> make_cuda_backend(int device_index = 0);
+/// Creates the CUDA backend on device `device_index` running as `options` say (forced routes are
+/// checked against the device: Error(kUnsupported) naming the option for a kernel it cannot run).
+/// Throws Error(kUnsupported) when the library was built without CUDA, Error(kDevice) when no usable
+/// GPU exists, Error(kInvalidArgument) as validate_backend_options.
+std::unique_ptr<Backend> make_cuda_backend(int device_index = 0, const BackendOptions& options = {});
 
 /// The backend of a device string for device rank `rank` of `world` (the engine's every rank of
 /// every data-parallel replica; 1 without parallelism): "cpu" is make_cpu_backend with `threads` (0 = all hardware
 /// threads) split evenly between the ranks (at least one each); "cuda" or "cuda:N" is GPU N + rank (N = 0 for "cuda";
-/// `threads` unused). Throws Error(kInvalidArgument) naming the string for any other device string,
-/// naming the GPUs when N + world exceeds cuda_device_count(), or as the factory called.
-std::unique_ptr<Backend> make_backend(const std::string& device, int threads, int rank = 0, int world = 1);
+/// `threads` unused); both with `options`. Throws Error(kInvalidArgument) naming the string for any other device
+/// string, naming the GPUs when N + world exceeds cuda_device_count(), or as the factory called.
+std::unique_ptr<Backend> make_backend(const std::string& device, int threads, int rank = 0, int world = 1,
+                                      const BackendOptions& options = {});
 
 /// True when this build has the CUDA backend and a CUDA device is present.
 bool cuda_available() noexcept;

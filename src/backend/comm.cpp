@@ -174,16 +174,6 @@ class LocalCommunicator final : public Communicator {
   int rank_;
 };
 
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  char* end = nullptr;
-  const long x = std::strtol(v, &end, 10);
-  FDLLM_CHECK_ARG(end != v && *end == '\0' && x >= 0 && x <= (1 << 20),
-                  "environment variable {}='{}' is not a non-negative integer", name, v);
-  return static_cast<int>(x);
-}
-
 }  // namespace
 
 std::vector<std::unique_ptr<Communicator>> make_local_communicators(int world) {
@@ -194,17 +184,15 @@ std::vector<std::unique_ptr<Communicator>> make_local_communicators(int world) {
   return out;
 }
 
-TensorParallelLaunch tensor_parallel_launch_from_env() {
-  TensorParallelLaunch l;
-  l.world = env_int("FLASHDLLM_TP_WORLD", 1);
-  l.rank = env_int("FLASHDLLM_TP_RANK", 0);
-  FDLLM_CHECK_ARG(l.world >= 1, "FLASHDLLM_TP_WORLD must be >= 1, got {}", l.world);
-  FDLLM_CHECK_ARG(l.rank < l.world, "FLASHDLLM_TP_RANK {} must be in [0, FLASHDLLM_TP_WORLD = {})", l.rank, l.world);
-  if (const char* f = std::getenv("FLASHDLLM_TP_ID_FILE"); f != nullptr && *f != '\0') l.id_file = f;
+void validate_tensor_parallel_launch(const TensorParallelLaunch& l) {
+  FDLLM_CHECK_ARG(l.world >= 1 && l.world <= (1 << 20),
+                  "tensor-parallel launch: world {} (FLASHDLLM_TP_WORLD) must be >= 1", l.world);
+  FDLLM_CHECK_ARG(l.rank >= 0 && l.rank < l.world,
+                  "tensor-parallel launch: rank {} (FLASHDLLM_TP_RANK) must be in [0, world = {})", l.rank, l.world);
   FDLLM_CHECK_ARG(l.world == 1 || !l.id_file.empty(),
-                  "FLASHDLLM_TP_WORLD = {} needs FLASHDLLM_TP_ID_FILE (where rank 0 publishes the NCCL unique id)",
+                  "tensor-parallel launch: world {} needs an id file (FLASHDLLM_TP_ID_FILE: where rank 0 publishes "
+                  "the NCCL unique id)",
                   l.world);
-  return l;
 }
 
 NcclUniqueId exchange_nccl_unique_id(const TensorParallelLaunch& launch, double timeout_seconds) {

@@ -94,16 +94,17 @@ std::unique_ptr<Communicator> make_nccl_communicator(Backend& backend, const Ncc
 /// together (ncclGroupStart / ncclCommInitRank per device / ncclGroupEnd). Errors as above.
 std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(const std::vector<Backend*>& backends);
 
-/// A launcher's rank assignment for one rank per process (multi-process or multi-node).
+/// A launcher's rank assignment for one rank per process (multi-process or multi-node). The command
+/// line fills it from FLASHDLLM_TP_RANK / _WORLD / _ID_FILE (apps/cli/env_registry.h); world 1 = no
+/// launch.
 struct TensorParallelLaunch {
   int rank = 0;                    ///< FLASHDLLM_TP_RANK
   int world = 1;                   ///< FLASHDLLM_TP_WORLD
   std::filesystem::path id_file;   ///< FLASHDLLM_TP_ID_FILE: where rank 0 publishes the NCCL unique id
 };
-/// Reads FLASHDLLM_TP_RANK / FLASHDLLM_TP_WORLD / FLASHDLLM_TP_ID_FILE; nullopt-like world 1 when
-/// FLASHDLLM_TP_WORLD is unset. Throws Error(kInvalidArgument) naming the variable for a value that
-/// is not an integer, a rank outside [0, world), or a world > 1 without an id file.
-TensorParallelLaunch tensor_parallel_launch_from_env();
+/// Throws Error(kInvalidArgument) naming the field (and its variable) for world < 1, a rank outside
+/// [0, world), or a world > 1 without an id file.
+void validate_tensor_parallel_launch(const TensorParallelLaunch& launch);
 
 /// The id exchange of a launch: rank 0 makes the id (nccl_unique_id) and writes it to
 /// launch.id_file atomically (a temporary file, then rename); the other ranks wait up to `timeout`

@@ -164,11 +164,12 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
   // share of the CPU threads.
   for (int k = 0; k < dp; ++k) {
     auto rep = std::make_unique<ModelReplica>();
-    rep->backend = make_backend(options.device, options.threads, k * world, world * dp);
+    rep->backend = make_backend(options.device, options.threads, k * world, world * dp, options.backend);
     if (options.profile_ops) rep->backend = make_profiling_backend(std::move(rep->backend), impl->op_profile);
     rep->peers.reserve(static_cast<size_t>(world - 1));
     for (int r = 1; r < world; ++r)
-      rep->peers.push_back({make_backend(options.device, options.threads, k * world + r, world * dp), LladaModel{}});
+      rep->peers.push_back(
+          {make_backend(options.device, options.threads, k * world + r, world * dp, options.backend), LladaModel{}});
     if (world > 1) {
       std::vector<Backend*> bes{rep->backend.get()};
       for (auto& p : rep->peers) bes.push_back(p.backend.get());

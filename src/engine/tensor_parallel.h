@@ -8,7 +8,7 @@
 // rank 0's events after checking that every rank produced the same ones. One process drives all
 // ranks: CPU rank threads, or GPUs 0..N-1 of one host with NCCL. A launch of one rank per process
 // (several hosts) would reuse the forward and the NCCL communicator unchanged (comm.h:
-// tensor_parallel_launch_from_env, exchange_nccl_unique_id) but needs a control plane that this
+// TensorParallelLaunch, exchange_nccl_unique_id) but needs a control plane that this
 // class replaces in-process: rank 0's scheduler broadcasting each admit (slot, prompt ids,
 // SlotParams), step and release to the follower processes, which run only a denoiser (docs/design.md).
 #pragma once

@@ -155,46 +155,38 @@ class TwinTest : public ::testing::Test {
   DType cpu_act() const { return cpu_->activation_dtype(); }
   DType twin_act() const { return twin_->activation_dtype(); }
 
-  /// A CUDA backend made while the environment variable `name` = `value` (backend choices read at
-  /// construction, e.g. FLASHDLLM_ATTENTION, FLASHDLLM_QKV); the variable is restored afterwards.
-  static std::unique_ptr<Backend> cuda_with_env(const char* name, const char* value) {
-    const char* old = std::getenv(name);
-    const std::string saved = old ? old : "";
-    setenv(name, value, 1);
-    auto restore = [&] {
-      if (old) setenv(name, saved.c_str(), 1); else unsetenv(name);
-    };
-    std::unique_ptr<Backend> be;
-    try {
-      be = make_cuda_backend(0);
-    } catch (...) {
-      restore();
-      throw;
-    }
-    restore();
-    return be;
-  }
+  /// A CUDA backend made with `options` (backend choices are made at construction).
+  static std::unique_ptr<Backend> cuda_with(const BackendOptions& options) { return make_cuda_backend(0, options); }
 
-  /// A twin backend with FLASHDLLM_ATTENTION=mode (CUDA only).
-  std::unique_ptr<Backend> cuda_with_attention(const char* mode) { return cuda_with_env("FLASHDLLM_ATTENTION", mode); }
-
-  /// cuda_with_env(name, value), or null where that choice cannot run here (the backend refuses it
-  /// with kUnsupported: a device other than sm_90 or a build without CUTLASS for the Hopper kernels;
-  /// said on stderr).
-  static std::unique_ptr<Backend> cuda_with_env_or_null(const char* name, const char* value) {
+  /// cuda_with(options), or null where that choice cannot run here (the backend refuses it with
+  /// kUnsupported: a device other than sm_90 or a build without CUTLASS for the Hopper kernels; said
+  /// on stderr, naming `what`).
+  static std::unique_ptr<Backend> cuda_with_or_null(const BackendOptions& options, const std::string& what) {
     try {
-      return cuda_with_env(name, value);
+      return cuda_with(options);
     } catch (const Error& e) {
       if (e.code() != ErrorCode::kUnsupported) throw;
-      std::fprintf(stderr, "[note] %s=%s not run: %s\n", name, value, e.what());
+      std::fprintf(stderr, "[note] %s not run: %s\n", what.c_str(), e.what());
       return nullptr;
     }
   }
 
-  /// The CUDA backend with a Hopper attention variant forced (FLASHDLLM_ATTENTION=wgmma, wgmma128 or
-  /// wgmma64), or null where it cannot run.
-  std::unique_ptr<Backend> cuda_wgmma_or_null(const char* variant = "wgmma") {
-    return cuda_with_env_or_null("FLASHDLLM_ATTENTION", variant);
+  /// BackendOptions with the attention kernel named `mode` (attention_kernel_name's names).
+  static BackendOptions attention_options(const char* mode) {
+    const auto k = attention_kernel_from_name(mode);
+    if (!k) throw Error(ErrorCode::kInvalidArgument, std::string("no attention kernel '") + mode + "'");
+    BackendOptions o;
+    o.attention = *k;
+    return o;
+  }
+
+  /// A twin backend with the attention kernel `mode` forced (CUDA only).
+  static std::unique_ptr<Backend> cuda_with_attention(const char* mode) { return cuda_with(attention_options(mode)); }
+
+  /// The CUDA backend with a Hopper attention kernel forced ("wgmma", "wgmma128" or "wgmma64"), or
+  /// null where it cannot run.
+  static std::unique_ptr<Backend> cuda_wgmma_or_null(const char* variant = "wgmma") {
+    return cuda_with_or_null(attention_options(variant), std::string("attention ") + variant);
   }
 
   std::unique_ptr<Backend> cpu_, twin_;

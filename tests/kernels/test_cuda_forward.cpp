@@ -15,7 +15,6 @@
 #include "backend/backend.h"
 #include "common/model_fixture.h"
 #include "common/numerics.h"
-#include "common/scoped_env.h"
 #include "common/test_paths.h"
 #include "denoise/decode_rules.h"
 #include "denoise/llada_sampler.h"
@@ -27,11 +26,13 @@
 namespace flashdllm::test {
 namespace {
 
-// An engine over the checkpoint `dir` on the CUDA backend (the default options otherwise).
-std::unique_ptr<Engine> cuda_engine(const std::filesystem::path& dir) {
+// An engine over the checkpoint `dir` on the CUDA backend (the default options otherwise; row
+// padding as `row_padding` says, nullopt: the backend's default).
+std::unique_ptr<Engine> cuda_engine(const std::filesystem::path& dir, std::optional<bool> row_padding = {}) {
   EngineOptions eo;
   eo.model_dir = dir;
   eo.device = "cuda";
+  eo.backend.row_padding = row_padding;
   return Engine::load(eo);
 }
 
@@ -204,17 +205,11 @@ TEST_F(CudaForward, NoMaskIdAtAnyTemperatureInEveryMode) {
   }
 }
 
-// A backend made while FLASHDLLM_CUDA_GRAPHS is `value` (read once, at construction).
-std::unique_ptr<Backend> cuda_backend_with_graphs(const char* value) {
-  const char* old = std::getenv("FLASHDLLM_CUDA_GRAPHS");
-  const std::string saved = old != nullptr ? old : "";
-  setenv("FLASHDLLM_CUDA_GRAPHS", value, 1);
-  auto be = make_cuda_backend(0);
-  if (old != nullptr)
-    setenv("FLASHDLLM_CUDA_GRAPHS", saved.c_str(), 1);
-  else
-    unsetenv("FLASHDLLM_CUDA_GRAPHS");
-  return be;
+// A backend with CUDA graphs on or off (BackendOptions::cuda_graphs, read at construction).
+std::unique_ptr<Backend> cuda_backend_with_graphs(bool graphs) {
+  BackendOptions o;
+  o.cuda_graphs = graphs;
+  return make_cuda_backend(0, o);
 }
 
 // Backend::run_recorded on CUDA: the layer loop runs op by op at a key's first sighting, is captured
@@ -222,8 +217,8 @@ std::unique_ptr<Backend> cuda_backend_with_graphs(const char* value) {
 // bit for bit, although each call brings other tokens (the plan is uploaded outside the graph), and
 // a call of another shape or workspace is not served by a graph of the first.
 TEST_F(CudaForward, RecordedLayerLoopReplaysExactly) {
-  auto eager = cuda_backend_with_graphs("0");
-  auto graphs = cuda_backend_with_graphs("1");
+  auto eager = cuda_backend_with_graphs(false);
+  auto graphs = cuda_backend_with_graphs(true);
   LladaModel me = load_model(*eager, golden_dir());
   LladaModel mg = load_model(*graphs, golden_dir());
   const int32_t V = static_cast<int32_t>(me.config.embedding_size);
@@ -278,18 +273,12 @@ TEST_F(CudaForward, RecordedLayerLoopReplaysExactly) {
 TEST_F(CudaForward, GraphsDoNotChangeAnswers) {
   const auto dir = default_model_dir();
   if (!std::filesystem::exists(dir / "model.safetensors")) GTEST_SKIP() << "no small model at " << dir;
-  auto generate_all = [&](const char* graphs) {
-    const char* old = std::getenv("FLASHDLLM_CUDA_GRAPHS");
-    const std::string saved = old != nullptr ? old : "";
-    setenv("FLASHDLLM_CUDA_GRAPHS", graphs, 1);
+  auto generate_all = [&](bool graphs) {
     EngineOptions eo;
     eo.model_dir = dir;
     eo.device = "cuda";
+    eo.backend.cuda_graphs = graphs;
     const auto engine = Engine::load(eo);
-    if (old != nullptr)
-      setenv("FLASHDLLM_CUDA_GRAPHS", saved.c_str(), 1);
-    else
-      unsetenv("FLASHDLLM_CUDA_GRAPHS");
     std::vector<GenerateRequest> requests;
     for (const char* q : {"Mason has 96 stamps. He gets 4 more stamps from Mia. How many stamps does he have?",
                           "What is 7 + 8?", "Tom has 12 apples and eats 5. How many are left?"})
@@ -306,22 +295,20 @@ TEST_F(CudaForward, GraphsDoNotChangeAnswers) {
     }
     return out;
   };
-  const auto eager = generate_all("0");
-  const auto graphs = generate_all("1");
+  const auto eager = generate_all(false);
+  const auto graphs = generate_all(true);
   ASSERT_EQ(eager.size(), graphs.size());
   for (size_t i = 0; i < eager.size(); ++i) EXPECT_EQ(eager[i], graphs[i]) << "request " << i;
 }
 
 // Continuous batching changes a pass's row counts with nearly every commit (windows shrink at the
 // end, candidates vary, slots finish and are refilled): with the rows padded (Backend::row_padding,
-// FLASHDLLM_ROW_PADDING=1) most layer loops replay a recorded graph, and the answers are those of
+// BackendOptions::row_padding) most layer loops replay a recorded graph, and the answers are those of
 // exact row counts. Without the padding this run replayed 3 of 83 loops, with it 52 of 83, in the
 // CPU count of its keys (bench/results/2026-12-05-row-padding/).
 TEST_F(CudaForward, LayerLoopsReplayWhileRowCountsChange) {
   const auto dir = default_model_dir();
   if (!std::filesystem::exists(dir / "model.safetensors")) GTEST_SKIP() << "no small model at " << dir;
-  if (const char* g = std::getenv("FLASHDLLM_CUDA_GRAPHS"); g != nullptr && std::strcmp(g, "0") == 0)
-    GTEST_SKIP() << "CUDA graphs are off (FLASHDLLM_CUDA_GRAPHS=0)";
   std::vector<GenerateRequest> requests;  // the first 48 problems of the model's test split
   std::ifstream in(repo_data_dir() / "arith" / "test.jsonl");
   for (std::string line; requests.size() < 48 && std::getline(in, line);)
@@ -332,9 +319,8 @@ TEST_F(CudaForward, LayerLoopsReplayWhileRowCountsChange) {
   go.decode.cache = CacheMode::kFlash;
   go.decode.verify = true;
   go.decode.n_slots = 8;
-  auto run = [&](const char* padding, Engine::GraphStats& stats) {
-    const ScopedEnv env("FLASHDLLM_ROW_PADDING", padding);  // read when the backend is made
-    const auto engine = cuda_engine(dir);
+  auto run = [&](bool padding, Engine::GraphStats& stats) {
+    const auto engine = cuda_engine(dir, padding);
     std::vector<std::vector<int32_t>> out;
     for (const GenerateResult& r : engine->generate(requests, go)) {
       EXPECT_TRUE(r.error.empty()) << r.error;
@@ -344,8 +330,8 @@ TEST_F(CudaForward, LayerLoopsReplayWhileRowCountsChange) {
     return out;
   };
   Engine::GraphStats padded_stats, exact_stats;
-  const auto padded = run("1", padded_stats);
-  const auto exact = run("0", exact_stats);
+  const auto padded = run(true, padded_stats);
+  const auto exact = run(false, exact_stats);
   const int64_t loops = padded_stats.direct + padded_stats.captures + padded_stats.replays;
   EXPECT_EQ(padded_stats.failed, 0);
   EXPECT_GT(3 * padded_stats.replays, loops) << "direct " << padded_stats.direct << ", captures "

@@ -410,7 +410,14 @@ TEST_P(CudaImportance, FusedWithAttentionMatchesCpu) {
   }
 }
 
-/// False when `be` (made with FLASHDLLM_CUDNN_ATTENTION set) has no cuDNN route by design: a build
+/// BackendOptions with the cuDNN route named `mode` (cudnn_attention_name's names).
+BackendOptions cudnn_options(const char* mode) {
+  BackendOptions o;
+  o.cudnn_attention = *cudnn_attention_from_name(mode);
+  return o;
+}
+
+/// False when `be` (made with BackendOptions::cudnn_attention prefill or all) has no cuDNN route by design: a build
 /// without cuDNN or a GPU older than sm_90 (its first routed plan says so). Any other failure, e.g.
 /// an sm_90 GPU whose cuDNN cannot be used, is the test's.
 bool cudnn_route_available(Backend& be) {
@@ -428,7 +435,7 @@ bool cudnn_route_available(Backend& be) {
   return true;
 }
 
-// The cuDNN route (plan_attention with the host copy; FLASHDLLM_CUDNN_ATTENTION=prefill: tiles of
+// The cuDNN route (plan_attention with the host copy; cudnn_attention prefill: tiles of
 // >= 256 query rows, =all: every tile) runs those tiles in cuDNN's fused attention and their score
 // tiles in the importance kernel: output and scores match the CPU as the flash path's do, and a
 // call whose scale differs from the plan's runs every tile on our kernel; the backend's count of
@@ -446,11 +453,11 @@ TEST_P(CudaImportance, CudnnRouteMatchesCpu) {
   off.tiles[0].k_end = off.scored.tiles[0].k_end = 955;
   cases.push_back(off);
   for (const char* mode : {"prefill", "all"}) {
-    auto be = cuda_with_env("FLASHDLLM_CUDNN_ATTENTION", mode);
+    auto be = cuda_with(cudnn_options(mode));
     if (!cudnn_route_available(*be)) GTEST_SKIP() << "this build has no cuDNN route";
     for (const FusedCase& f : cases) {
       const ImpCase& c = f.scored;
-      SCOPED_TRACE(c.name + ", FLASHDLLM_CUDNN_ATTENTION=" + mode + ", heads " + std::to_string(c.heads));
+      SCOPED_TRACE(c.name + ", cudnn_attention " + mode + ", heads " + std::to_string(c.heads));
       const Inputs in = inputs(c);
       const std::vector<float> v = randn_bf16(in.k.size(), std::hash<std::string>()(c.name) + 7, 0.5f);
       const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
@@ -474,7 +481,7 @@ TEST_P(CudaImportance, CudnnRouteMatchesCpu) {
 // (whose importance launch covers 4 score tiles); outputs and scores match the CPU every time.
 TEST_P(CudaImportance, CudnnRouteRecordedLoopFollowsItsSchedule) {
   if (!is_cuda_ || GetParam() == Size::kSweep) GTEST_SKIP() << "CUDA, small only";
-  auto be = cuda_with_env("FLASHDLLM_CUDNN_ATTENTION", "prefill");
+  auto be = cuda_with(cudnn_options("prefill"));
   if (!cudnn_route_available(*be)) GTEST_SKIP() << "this build has no cuDNN route";
   const std::vector<int32_t> keys(5, 400), window(5, 16);
   const FusedCase a = slots("4 routed", keys, window, {284, 284, 284, 284, 84}, 400, 2);
@@ -519,7 +526,7 @@ TEST_P(CudaImportance, CudnnRouteRecordedLoopFollowsItsSchedule) {
 // bit-identical rows, so the batch buckets keep a sequence's numbers independent of its batch mates.
 TEST_P(CudaImportance, CudnnRouteRowsDoNotDependOnTheBucket) {
   if (!is_cuda_ || GetParam() == Size::kSweep) GTEST_SKIP() << "CUDA, small only";
-  auto be = cuda_with_env("FLASHDLLM_CUDNN_ATTENTION", "prefill");
+  auto be = cuda_with(cudnn_options("prefill"));
   if (!cudnn_route_available(*be)) GTEST_SKIP() << "this build has no cuDNN route";
   const int heads = 4, Dh = 128;
   const int64_t HD = heads * Dh, Tq = 300 + 700, N = 400 + 800;

@@ -65,7 +65,7 @@ TEST_P(CudaOps, MemoryRoundTripAndFillZero) {
 
 // Host copies on the CUDA backend go through pinned staging buffers (up to 4 MiB each; their upload
 // buffer is reused only after a synchronisation, 16 MiB at most) or pageable memory
-// (FLASHDLLM_PINNED_STAGING=0, larger copies, or a staging buffer still in flight). Many uploads
+// (BackendOptions::pinned_staging false, larger copies, or a staging buffer still in flight). Many uploads
 // between two synchronisations, of sizes around the limit, must each land intact, also when the
 // host source is overwritten right after its copy_from_host returns.
 TEST_P(CudaOps, UploadsBetweenSynchronisationsLandIntact) {
@@ -95,8 +95,10 @@ TEST_P(CudaOps, UploadsBetweenSynchronisationsLandIntact) {
   };
   run(*twin_, "default");
   if (!is_cuda_) return;
-  auto pageable = cuda_with_env("FLASHDLLM_PINNED_STAGING", "0");
-  run(*pageable, "FLASHDLLM_PINNED_STAGING=0");
+  BackendOptions pageable_options;
+  pageable_options.pinned_staging = false;
+  auto pageable = cuda_with(pageable_options);
+  run(*pageable, "pinned_staging false");
 }
 
 // ------------------------------------------------------------------------------ upload_weight
@@ -297,9 +299,15 @@ void rope_tables(int64_t positions, int64_t head_dim, double theta, std::vector<
   }
 }
 
-// FLASHDLLM_QKV values that force the fused kernel: its automatic tile, then every tile
-// configuration (kernels::kQkvTiles).
-constexpr const char* kFusedQkvModes[] = {"fused", "fused:128x128b", "fused:128x256b"};
+// QKV paths that force the fused kernel: its automatic tile, then every tile configuration
+// (kernels::kQkvTiles); named as FLASHDLLM_QKV names them (qkv_path_name).
+constexpr QkvPath kFusedQkvModes[] = {QkvPath::kFused, QkvPath::kFused128x128b, QkvPath::kFused128x256b};
+
+BackendOptions qkv_options(QkvPath path) {
+  BackendOptions o;
+  o.qkv = path;
+  return o;
+}
 
 TEST_P(CudaOps, QkvRopeStoreMatchesCpu) {
   struct Case {
@@ -371,12 +379,13 @@ TEST_P(CudaOps, QkvRopeStoreMatchesCpu) {
     twins.emplace_back("default", nullptr);
     if (is_cuda_) {
       if (c.Dh == 64 || c.Dh == 128)
-        for (const char* mode : kFusedQkvModes)
-          if (auto fused = cuda_with_env_or_null("FLASHDLLM_QKV", mode)) twins.emplace_back(mode, std::move(fused));
-      twins.emplace_back("unfused", cuda_with_env("FLASHDLLM_QKV", "unfused"));
+        for (const QkvPath mode : kFusedQkvModes)
+          if (auto fused = cuda_with_or_null(qkv_options(mode), qkv_path_name(mode)))
+            twins.emplace_back(qkv_path_name(mode), std::move(fused));
+      twins.emplace_back("unfused", cuda_with(qkv_options(QkvPath::kUnfused)));
     }
     for (auto& [mode, owned] : twins) {
-      SCOPED_TRACE("FLASHDLLM_QKV=" + mode);
+      SCOPED_TRACE("qkv path " + mode);
       Backend& tb = owned ? *owned : *twin_;
       Dev qt, kt, vt;
       run(tb, qt, kt, vt, true);
@@ -433,16 +442,15 @@ TEST_P(CudaOps, QkvRopeStoreReportsBadPositionAndRow) {
 }
 
 TEST_P(CudaOps, FusedQkvRopeStoreReportsBadInputAndUnsupportedShapes) {
-  if (!is_cuda_) GTEST_SKIP() << "FLASHDLLM_QKV selects between CUDA paths";
-  EXPECT_TRUE(twin::throws_error(
-      *twin_, [] { cuda_with_env("FLASHDLLM_QKV", "fused:256x256"); }, ErrorCode::kInvalidArgument,
-      "fused:<tile> (auto, 128x128b, 128x256b)"));
-  if (!cuda_with_env_or_null("FLASHDLLM_QKV", "fused"))
+  if (!is_cuda_) GTEST_SKIP() << "BackendOptions::qkv selects between CUDA paths";
+  // (A tile the fused kernel does not have is refused where its name is parsed: FLASHDLLM_QKV,
+  // tests/unit/test_env_registry.cpp.)
+  if (!cuda_with_or_null(qkv_options(QkvPath::kFused), "qkv fused"))
     GTEST_SKIP() << "the fused QKV kernel needs an sm_90 device and a build with CUTLASS";
-  for (const char* mode : kFusedQkvModes)
+  for (const QkvPath mode : kFusedQkvModes)
     for (const int64_t Dh : {int64_t{64}, int64_t{32}}) {
-      SCOPED_TRACE(std::string("FLASHDLLM_QKV=") + mode + ", head_dim " + std::to_string(Dh));
-      auto be = cuda_with_env("FLASHDLLM_QKV", mode);
+      SCOPED_TRACE(std::string("qkv path ") + qkv_path_name(mode) + ", head_dim " + std::to_string(Dh));
+      auto be = cuda_with(qkv_options(mode));
       const int64_t T = 3, D = 64, H = 2, N = 4, P = 8;
       Dev xd = make(*be, be->activation_dtype(), T, D), wd = make(*be, be->weight_dtype(), 3 * H * Dh, D);
       Dev pd = make(*be, DType::kI32, T), rd = make(*be, DType::kI32, T);
@@ -612,19 +620,18 @@ TEST_P(CudaOps, GatherColumnsChecksOperands) {
       *twin_, [&] { twin_->gather_columns(x.t, cb.t, inside_x); }, ErrorCode::kInvalidArgument, "overlap"));
 }
 
-// The CUDA backend applies FLASHDLLM_GEMM_PICKS (backend/cuda/gemm_picks.h): a named table for
-// another GPU is refused with the file and the field named; with "off" the backend starts.
+// The CUDA backend applies BackendOptions::gemm_picks (backend/cuda/gemm_picks.h): a named table for
+// another GPU is refused with the file and the field named; with kOff the backend starts.
 TEST(GemmPicks, CudaBackendChecksTheNamedTable) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device (built without CUDA or no GPU)";
   const std::string path = (test::temp_dir() / "picks.json").string();
   std::ofstream(path) << R"({"device": "Not This GPU", "sm_count": 1, "cublaslt_version": 1,
                              "workspace_bytes": 1, "buckets": "quarter", "picks": []})";
-  struct EnvGuard {
-    ~EnvGuard() { unsetenv("FLASHDLLM_GEMM_PICKS"); }
-  } guard;
-  setenv("FLASHDLLM_GEMM_PICKS", path.c_str(), 1);
+  BackendOptions o;
+  o.gemm_picks = GemmPicks::kFile;
+  o.gemm_picks_file = path;
   try {
-    make_cuda_backend(0);
+    make_cuda_backend(0, o);
     ADD_FAILURE() << "a pick table of another GPU was accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
@@ -632,8 +639,9 @@ TEST(GemmPicks, CudaBackendChecksTheNamedTable) {
               std::string::npos)
         << e.what();
   }
-  setenv("FLASHDLLM_GEMM_PICKS", "off", 1);
-  EXPECT_NE(make_cuda_backend(0), nullptr);
+  o.gemm_picks = GemmPicks::kOff;
+  o.gemm_picks_file.clear();
+  EXPECT_NE(make_cuda_backend(0, o), nullptr);
 }
 
 INSTANTIATE_TEST_SUITE_P(Small, CudaOps, ::testing::Values(Size::kSmall), size_name);

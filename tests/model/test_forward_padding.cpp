@@ -1,12 +1,13 @@
 // Row padding of llada_forward / llada_verify_forward (ForwardWorkspace::padding, what the CUDA
 // backend asks for so that passes of nearby sizes share a recorded graph): the padded rows change
 // neither the returned logits nor any K/V row but ForwardBatch::pad_kv_row. On the CPU backend with
-// the padding set by hand or by FLASHDLLM_ROW_PADDING=1 (the CUDA backend's is Backend::row_padding).
+// the padding set by hand or by BackendOptions::row_padding (the CUDA backend's is Backend::row_padding).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,10 +15,10 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "backend/backend_policy.h"
 #include "backend/comm.h"
 #include "common/golden_fixture.h"
 #include "common/model_fixture.h"
-#include "common/scoped_env.h"
 #include "common/test_paths.h"
 #include "flashdllm/engine.h"
 #include "flashdllm/status.h"
@@ -25,6 +26,13 @@
 
 namespace flashdllm::test {
 namespace {
+
+// Backend options with row padding on (the CUDA backend's default, off by default on the CPU).
+BackendOptions padded_options() {
+  BackendOptions o;
+  o.row_padding = true;
+  return o;
+}
 
 std::vector<float> host(Backend& be, const Tensor& t) {
   std::vector<float> out(static_cast<size_t>(t.numel()));
@@ -176,7 +184,7 @@ TEST(ForwardPadding, PaddedVerifyPassGivesTheSameLogits) {
 }
 
 // Whole requests: Flash-Cache + Flash-Verify on the embedded model give the same answers with the
-// backend's padding switched on (FLASHDLLM_ROW_PADDING=1: the pool's pad row, padded main and
+// backend's padding switched on (BackendOptions::row_padding: the pool's pad row, padded main and
 // verify passes, importance on) as without.
 TEST(ForwardPadding, PaddedEngineGivesTheSameAnswers) {
   const auto dir = default_model_dir();
@@ -191,9 +199,9 @@ TEST(ForwardPadding, PaddedEngineGivesTheSameAnswers) {
   go.decode.cache = CacheMode::kFlash;
   go.decode.verify = true;
   go.decode.n_slots = 4;  // admissions while others run: windows and candidate counts vary
-  auto run = [&](const char* padding) {
-    const ScopedEnv env("FLASHDLLM_ROW_PADDING", padding);
+  auto run = [&](std::optional<bool> padding) {
     EngineOptions eo;
+    eo.backend.row_padding = padding;
     eo.model_dir = dir;
     eo.device = "cpu";
     eo.threads = 2;
@@ -202,36 +210,38 @@ TEST(ForwardPadding, PaddedEngineGivesTheSameAnswers) {
     for (const GenerateResult& r : engine->generate(requests, go)) out.push_back(r.canvas_ids);
     return out;
   };
-  EXPECT_EQ(run("1"), run(nullptr));
-  const ScopedEnv env("FLASHDLLM_ROW_PADDING", "1");
-  EXPECT_EQ(make_cpu_backend(1)->row_padding().rows, 64) << "the switch reaches the CPU backend";
+  EXPECT_EQ(run(true), run(std::nullopt));
+  EXPECT_EQ(make_cpu_backend(1, padded_options())->row_padding().rows, 64) << "the switch reaches the CPU backend";
 }
 
-// FLASHDLLM_ROW_PADDING: unset or "" keeps the backend's default (CUDA on, CPU off), "0" turns the
-// padding off and any other value on, whatever the default.
-TEST(ForwardPadding, EnvironmentSwitchKeepsOrOverridesTheDefault) {
+// BackendOptions::row_padding: nullopt keeps the backend's default (CUDA on, CPU off), false turns the
+// padding off and true on, whatever the default (row_padding_for; the FLASHDLLM_ROW_PADDING values
+// that set it: tests/unit/test_env_registry.cpp).
+TEST(ForwardPadding, RowPaddingOptionKeepsOrOverridesTheDefault) {
   struct Case {
-    const char* value;
-    bool default_on;
+    std::optional<bool> value;
+    DeviceKind device;
     int64_t rows, logit_rows;
   };
-  for (const Case& c : {Case{nullptr, true, 64, 16}, Case{nullptr, false, 1, 1}, Case{"", true, 64, 16},
-                        Case{"", false, 1, 1}, Case{"0", true, 1, 1}, Case{"0", false, 1, 1}, Case{"1", true, 64, 16},
-                        Case{"1", false, 64, 16}, Case{"yes", false, 64, 16}}) {
-    const ScopedEnv env("FLASHDLLM_ROW_PADDING", c.value);
-    const Backend::RowPadding p = Backend::row_padding_from_env(c.default_on);
-    EXPECT_EQ(p.rows, c.rows) << (c.value ? c.value : "(unset)") << " default_on " << c.default_on;
-    EXPECT_EQ(p.logit_rows, c.logit_rows) << (c.value ? c.value : "(unset)") << " default_on " << c.default_on;
+  for (const Case& c : {Case{std::nullopt, DeviceKind::kCUDA, 64, 16}, Case{std::nullopt, DeviceKind::kCPU, 1, 1},
+                        Case{false, DeviceKind::kCUDA, 1, 1}, Case{false, DeviceKind::kCPU, 1, 1},
+                        Case{true, DeviceKind::kCUDA, 64, 16}, Case{true, DeviceKind::kCPU, 64, 16}}) {
+    const Backend::RowPadding p = row_padding_for(c.device, c.value);
+    const std::string what = (c.value ? (*c.value ? "on" : "off") : "(default)") +
+                             std::string(c.device == DeviceKind::kCUDA ? " cuda" : " cpu");
+    EXPECT_EQ(p.rows, c.rows) << what;
+    EXPECT_EQ(p.logit_rows, c.logit_rows) << what;
   }
-  const ScopedEnv unset("FLASHDLLM_ROW_PADDING", nullptr);
   EXPECT_EQ(make_cpu_backend(1)->row_padding().rows, 1) << "the CPU backend does not pad unless asked";
+  BackendOptions off;
+  off.row_padding = false;
+  EXPECT_EQ(make_cpu_backend(1, off)->row_padding().rows, 1);
 }
 
 // Under tensor parallelism the layer loop runs op by op (no recording), so its workspaces take no
 // padding from a backend that pads.
 TEST(ForwardPadding, TensorParallelWorkspacesAreNotPadded) {
-  const ScopedEnv env("FLASHDLLM_ROW_PADDING", "1");
-  const auto be = make_cpu_backend(1);
+  const auto be = make_cpu_backend(1, padded_options());
   ASSERT_EQ(be->row_padding().rows, 64);
   const LladaConfig& c = golden_fixture(1).config();
   const ForwardWorkspace plain = make_forward_workspace(*be, c, 64, 16, 4);

@@ -178,33 +178,25 @@ TEST(Lockstep, ARankFailingBeforeACollectiveAbortsItsWaitingPeers) {
   }
 }
 
-TEST(TensorParallelLaunch, ReadsTheEnvironment) {
-  unsetenv("FLASHDLLM_TP_WORLD");
-  unsetenv("FLASHDLLM_TP_RANK");
-  unsetenv("FLASHDLLM_TP_ID_FILE");
-  TensorParallelLaunch l = tensor_parallel_launch_from_env();
-  EXPECT_EQ(l.world, 1);
-  EXPECT_EQ(l.rank, 0);
-  setenv("FLASHDLLM_TP_WORLD", "4", 1);
-  setenv("FLASHDLLM_TP_RANK", "3", 1);
-  EXPECT_THROW(tensor_parallel_launch_from_env(), Error);  // world 4 without an id file
-  setenv("FLASHDLLM_TP_ID_FILE", "/tmp/fdllm-nccl-id", 1);
-  l = tensor_parallel_launch_from_env();
-  EXPECT_EQ(l.world, 4);
-  EXPECT_EQ(l.rank, 3);
-  EXPECT_EQ(l.id_file, "/tmp/fdllm-nccl-id");
-  setenv("FLASHDLLM_TP_RANK", "4", 1);
-  EXPECT_THROW(tensor_parallel_launch_from_env(), Error);
-  setenv("FLASHDLLM_TP_RANK", "x", 1);
+// A launch's checks (the FLASHDLLM_TP_* variables that fill it: tests/unit/test_env_registry.cpp).
+TEST(TensorParallelLaunch, ValidatesRankWorldAndIdFile) {
+  TensorParallelLaunch l;
+  validate_tensor_parallel_launch(l);  // world 1: no launch
+  l.world = 4;
+  l.rank = 3;
+  EXPECT_THROW(validate_tensor_parallel_launch(l), Error);  // world 4 without an id file
+  l.id_file = "/tmp/fdllm-nccl-id";
+  validate_tensor_parallel_launch(l);
+  l.rank = 4;
   try {
-    tensor_parallel_launch_from_env();
+    validate_tensor_parallel_launch(l);
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("FLASHDLLM_TP_RANK"), std::string::npos) << e.what();
   }
-  unsetenv("FLASHDLLM_TP_WORLD");
-  unsetenv("FLASHDLLM_TP_RANK");
-  unsetenv("FLASHDLLM_TP_ID_FILE");
+  l.rank = 0;
+  l.world = 0;
+  EXPECT_THROW(validate_tensor_parallel_launch(l), Error);
 }
 
 TEST(TensorParallelLaunch, NcclEntryPointsSayWhenTheBuildHasNone) {

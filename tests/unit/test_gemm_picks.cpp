@@ -133,8 +133,8 @@ TEST(GemmPickTable, ResolvesFileBuiltInAndOff) {
   const auto dir = test::temp_dir();
   const std::string path = (dir / "picks.json").string();
   std::ofstream(path) << valid_table().dump();
-  EXPECT_EQ(resolve_gemm_picks(path.c_str(), kTarget).size(), 3u);
-  EXPECT_TRUE(resolve_gemm_picks("off", kTarget).empty());
+  EXPECT_EQ(resolve_gemm_picks(GemmPicks::kFile, path, kTarget).size(), 3u);
+  EXPECT_TRUE(resolve_gemm_picks(GemmPicks::kOff, "", kTarget).empty());
   // A named file must match: each field of the target is checked, and the first difference named.
   const std::vector<std::pair<std::function<void(GemmPickTarget&)>, std::string>> differ = {
       {[](GemmPickTarget& t) { t.device = "Other GPU"; }, "'device' is 'Test GPU' but this GPU is 'Other GPU'"},
@@ -147,13 +147,13 @@ TEST(GemmPickTable, ResolvesFileBuiltInAndOff) {
   for (const auto& [edit, expect] : differ) {
     GemmPickTarget running = kTarget;
     edit(running);
-    const std::string msg = invalid_argument_message([&] { resolve_gemm_picks(path.c_str(), running); });
+    const std::string msg = invalid_argument_message([&] { resolve_gemm_picks(GemmPicks::kFile, path, running); });
     EXPECT_NE(msg.find("FLASHDLLM_GEMM_PICKS=" + path + ": " + expect), std::string::npos) << msg;
   }
   // Unreadable and malformed files name the file; a key given twice is refused.
   const std::string missing = (dir / "none.json").string();
   try {
-    resolve_gemm_picks(missing.c_str(), kTarget);
+    resolve_gemm_picks(GemmPicks::kFile, missing, kTarget);
     ADD_FAILURE() << "a missing file was accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kIo);
@@ -168,8 +168,11 @@ TEST(GemmPickTable, ResolvesFileBuiltInAndOff) {
   EXPECT_NE(invalid_argument_message([&] { read_gemm_pick_table(path); }).find("duplicate key 'candidate'"),
             std::string::npos);
   // Without a matching built-in table there are no picks.
-  EXPECT_TRUE(resolve_gemm_picks(nullptr, {"No Such GPU", 1, 1, 1, GemmBuckets::kQuarterOctave}).empty());
-  EXPECT_TRUE(resolve_gemm_picks("", {"No Such GPU", 1, 1, 1, GemmBuckets::kQuarterOctave}).empty());
+  EXPECT_TRUE(
+      resolve_gemm_picks(GemmPicks::kBuiltin, "", {"No Such GPU", 1, 1, 1, GemmBuckets::kQuarterOctave}).empty());
+  // A file source without a file is refused.
+  EXPECT_NE(invalid_argument_message([&] { resolve_gemm_picks(GemmPicks::kFile, "", kTarget); }).find("gemm_picks"),
+            std::string::npos);
 }
 
 // Every built-in table parses, has picks, and applies exactly to the target it names.
@@ -179,7 +182,7 @@ TEST(GemmPickTable, BuiltInTablesApplyToTheirTargetOnly) {
   for (const GemmPickTable& t : tables) {
     SCOPED_TRACE(t.target.device);
     EXPECT_FALSE(t.picks.empty());
-    const auto picks = resolve_gemm_picks(nullptr, t.target);
+    const auto picks = resolve_gemm_picks(GemmPicks::kBuiltin, "", t.target);
     ASSERT_EQ(picks.size(), t.picks.size());
     for (size_t i = 0; i < picks.size(); ++i) {
       EXPECT_EQ(picks[i].rows, t.picks[i].rows);
@@ -187,10 +190,10 @@ TEST(GemmPickTable, BuiltInTablesApplyToTheirTargetOnly) {
     }
     GemmPickTarget other = t.target;
     other.cublaslt_version += 1;
-    EXPECT_TRUE(resolve_gemm_picks(nullptr, other).empty());
+    EXPECT_TRUE(resolve_gemm_picks(GemmPicks::kBuiltin, "", other).empty());
     other = t.target;
     other.sm_count -= 1;
-    EXPECT_TRUE(resolve_gemm_picks(nullptr, other).empty());
+    EXPECT_TRUE(resolve_gemm_picks(GemmPicks::kBuiltin, "", other).empty());
   }
 }
 

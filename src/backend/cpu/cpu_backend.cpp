@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "backend/backend.h"
+#include "backend/backend_policy.h"
 #include "backend/cpu/cpu_attention.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/check.h"
@@ -43,7 +44,7 @@ constexpr int64_t kParallelMinWork = int64_t{1} << 16;
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int threads) {
+  CpuBackend(int threads, const BackendOptions& options) {
     // 0 = OpenMP's default (OMP_NUM_THREADS if set, else all hardware threads). Far more threads
     // than cores only slows every parallel region down (100000 overflowed libgomp's stacks).
     check_cpu_threads(threads);
@@ -54,8 +55,8 @@ class CpuBackend final : public Backend {
                     "threads explicitly or lower OMP_NUM_THREADS",
                     threads_, limit, limit / 4);
     openblas_set_num_threads(threads_);
-    // FLASHDLLM_ROW_PADDING=1: the CUDA backend's row padding (no graphs here: tests and comparisons).
-    row_padding_ = row_padding_from_env(/*default_on=*/false);
+    // row_padding true: the CUDA backend's row padding (no graphs here: tests and comparisons).
+    row_padding_ = row_padding_for(DeviceKind::kCPU, options.row_padding);
     // CMake links the OpenMP build of OpenBLAS and puts its directory in the RUNPATH; but every
     // flavour has the SONAME libopenblas.so.0, so LD_LIBRARY_PATH or a copied binary can load another.
     if (openblas_get_parallel() == 1 && threads_ > 1)
@@ -539,6 +540,9 @@ void check_cpu_threads(int threads) {
                   limit, limit / 4);
 }
 
-std::unique_ptr<Backend> make_cpu_backend(int threads) { return std::make_unique<CpuBackend>(threads); }
+std::unique_ptr<Backend> make_cpu_backend(int threads, const BackendOptions& options) {
+  validate_backend_options(options);
+  return std::make_unique<CpuBackend>(threads, options);
+}
 
 }  // namespace flashdllm

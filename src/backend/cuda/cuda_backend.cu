@@ -4,33 +4,17 @@
 //             the op and the operand;
 //   dispatch  pick the kernel (e.g. flash variant or reference attention);
 //   launch    enqueue on this backend's one stream; every launch is checked (CUDA_CHECK_LAUNCH).
-// Nothing waits for the device except copy_to_host() and synchronize() (and every op when
-// FLASHDLLM_CUDA_SYNC=1, a debug mode that pins asynchronous faults to the op that caused them).
+// Nothing waits for the device except copy_to_host() and synchronize() (and every op under
+// BackendOptions::sync kEveryOp, a debug mode that pins asynchronous faults to the op that caused them).
 //
 // Data-dependent input errors (token ids, rows, positions, attention tiles) are detected by the
 // kernels into a device flag word and reported as Error(kInvalidArgument) at the next
 // synchronising call (see kernels/cuda/kernel_errors.h).
 //
-// Environment:
-//   FLASHDLLM_CUDA_SYNC=1        synchronise and check after every op (debugging)
-//   FLASHDLLM_CUDA_GRAPHS=0      run_recorded runs the ops one by one (no CUDA graphs)
-//   FLASHDLLM_ROW_PADDING=0      forwards run their exact row counts instead of padding query rows to
-//                                multiples of 64 and logit rows to 16, the default that lets graphs
-//                                replay while row counts change (Backend::row_padding)
-//   FLASHDLLM_PINNED_STAGING=0   host copies of up to 4 MiB go pageable instead of through pinned
-//                                staging buffers (CudaBackend::stage_upload / stage_download)
-//   FLASHDLLM_GEMM_BUCKETS=<rule> quarter (default) | pow2 | exact: row counts sharing a cuBLASLt
-//                                algorithm (kernels/cuda/gemm.h)
-//   FLASHDLLM_GEMM_PICKS=<file>  cuBLASLt algorithm picks (backend/cuda/gemm_picks.h); default: the
-//                                built-in table of this GPU, cuBLASLt version and bucket rule; off: none
-//   FLASHDLLM_GEMM_TUNE=K        time the heuristic's first K algorithms per shape at run time (K > 1
-//                                replaces row buckets and picks)
-//   FLASHDLLM_ATTENTION=<mode>   auto (default: on sm_90 builds with the Hopper kernel, wgmma128 for tiles
-//                                of > 64 rows (wgmma64 in calls of few rows: small_call_variant) and
-//                                m64n64 for the others; elsewhere m64n64) | reference | m64n64 | m128n64 |
-//                                m128n128 | wgmma | wgmma128 | wgmma64 (sm_90 only)
-//                                (reference also sends the verify pass to its scalar kernel; the others
-//                                run it on the flash kernel's verify mode, m64n64, for head_dim 128)
+// Options: BackendOptions (flashdllm/backend_options.h), given at construction; what they leave at
+// their defaults is chosen by backend/backend_policy.h (attention kernel per tile, cuDNN route, QKV
+// path, row padding, graphs). The FLASHDLLM_* variables that set them from the command line are
+// listed by `flashdllm env` (apps/cli/env_registry.cpp); the library reads no environment.
 
 // nvcc 13 cannot evaluate fmt 9's C++20 consteval format-string checks (core/check.h includes
 // fmt): when compiled as C++20, this translation unit uses fmt's runtime-checked format strings
@@ -61,6 +45,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/backend_policy.h"
 #include "backend/cuda/gemm_picks.h"
 #include "core/check.h"
 #include "kernels/cuda/attention.h"
@@ -114,165 +99,44 @@ void expect_disjoint(const Tensor& out, const Tensor& in, const char* op, const 
 
 __nv_bfloat16* bf16(const Tensor& t) { return static_cast<__nv_bfloat16*>(t.data); }
 
-/// An opt-in switch: true when `name` is set to anything but "" or "0".
-bool env_flag(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
-}
+// ----------------------------------------------------------------------------- policy -> kernels
 
-/// An opt-out switch: true unless `name` is set to "0".
-bool env_unless_zero(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr || std::strcmp(v, "0") != 0;
-}
-
-// ----------------------------------------------------------------------------- attention dispatch
-
-enum class AttentionMode { kAuto, kReference, kFlashForced };
-
-struct AttentionChoice {
-  AttentionMode mode = AttentionMode::kAuto;
-  kernels::FlashVariant forced = kernels::FlashVariant::kM128N64;
-};
-
-AttentionChoice parse_attention_env() {
-  AttentionChoice c;
-  const char* v = std::getenv("FLASHDLLM_ATTENTION");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return c;
-  if (std::strcmp(v, "reference") == 0) {
-    c.mode = AttentionMode::kReference;
-    return c;
+// The kernel of a flash attention choice (backend_policy.h speaks AttentionKernel; kAuto and
+// kReference never reach here).
+constexpr kernels::FlashVariant flash_variant(AttentionKernel k) noexcept {
+  switch (k) {
+    case AttentionKernel::kM128N64: return kernels::FlashVariant::kM128N64;
+    case AttentionKernel::kM128N128: return kernels::FlashVariant::kM128N128;
+    case AttentionKernel::kWgmma: return kernels::FlashVariant::kWgmmaM128N64;
+    case AttentionKernel::kWgmma128: return kernels::FlashVariant::kWgmmaM128N128;
+    case AttentionKernel::kWgmma64: return kernels::FlashVariant::kWgmmaM64N128;
+    case AttentionKernel::kAuto:
+    case AttentionKernel::kReference:
+    case AttentionKernel::kM64N64: break;
   }
-  for (auto var : {kernels::FlashVariant::kM64N64, kernels::FlashVariant::kM128N64, kernels::FlashVariant::kM128N128,
-                   kernels::FlashVariant::kWgmmaM128N64, kernels::FlashVariant::kWgmmaM128N128,
-                   kernels::FlashVariant::kWgmmaM64N128}) {
-    if (std::strcmp(v, kernels::flash_variant_name(var)) == 0) {
-      c.mode = AttentionMode::kFlashForced;
-      c.forced = var;
-      return c;
-    }
+  return kernels::FlashVariant::kM64N64;
+}
+constexpr kernels::FlashVariant kSmallTileVariant = flash_variant(kSmallTileKernel);
+
+// The fused QKV kernel's tile of a forced path (kAuto: chosen by the token count).
+kernels::QkvTile qkv_tile(QkvPath p) noexcept {
+  switch (p) {
+    case QkvPath::kFused128x128b: return kernels::QkvTile::k128x128b;
+    case QkvPath::kFused128x256b: return kernels::QkvTile::k128x256b;
+    case QkvPath::kAuto:
+    case QkvPath::kFused:
+    case QkvPath::kUnfused: break;
   }
-  FDLLM_FAIL(ErrorCode::kInvalidArgument,
-             "FLASHDLLM_ATTENTION='{}' is not one of auto, reference, m64n64, m128n64, m128n128, wgmma, wgmma128, "
-             "wgmma64",
-             v);
+  return kernels::QkvTile::kAuto;
 }
 
-// The flash kernels of an attention call: `main` for its tiles, and with split_rows > 0 the mma.sync
-// m64n64 kernel (kSmallTileVariant) for the tiles of fewer than split_rows query rows.
-struct FlashChoice {
-  kernels::FlashVariant main = kernels::FlashVariant::kM64N64;
-  int32_t split_rows = 0;
-};
-constexpr kernels::FlashVariant kSmallTileVariant = kernels::FlashVariant::kM64N64;
-
-// The default on a device: on sm_90 in builds with the Hopper kernel, wgmma128 (a unit of 128 rows
-// per two consumer warpgroups sharing each 128-key K/V tile) for tiles of more than 64 query rows (a
-// Flash-Cache slot's 128-row window tile, prefills) and m64n64 for tiles of at most 64 (the released
-// 16-row tiling, --query-tile-rows 16, where a 128-row CTA would compute mostly padding); elsewhere
-// m64n64 for every tile. Measured on the H200 (bench/results/2026-12-03-h200-wgmma-tma/,
-// docs/decisions.md). Among the mma.sync variants m64n64 beats m128n64 at every shape tried
-// (bench/results/2026-12-02-h200-slot-tiles/). A tile's kernel depends on its own row count only,
-// never on the rest of the batch (batch invariance), with one exception that keeps the bits:
-// small_call_variant.
-FlashChoice default_flash_choice(int cc_major, int cc_minor) {
-  if (!kernels::flash_variant_runs_on(kernels::FlashVariant::kWgmmaM128N128, cc_major, cc_minor)) return {};
-  return {kernels::FlashVariant::kWgmmaM128N128, 65};
-}
-
-// A call whose 128-row units leave most SMs idle (one or two Flash-Cache slots: 32 or 64 CTAs on the
-// H200's 132 SMs) runs wgmma128's tiles on wgmma64 instead: one consumer warpgroup per CTA, 64-row
-// work items, so twice the CTAs each with half the rows. Every row goes through the same wgmma
-// instructions over the same key tiles in the same order as in wgmma128 (the two consumers of a
-// wgmma128 CTA are independent 64-row halves), so the output bits do not change with the batch; only
-// the importance's float atomics add in another order (as they may anyway). Taken when the 64-row
-// units of all query rows fit in one wave: 2·ceil(q_rows / 128)·n_heads <= SMs.
-kernels::FlashVariant small_call_variant(kernels::FlashVariant main, int64_t q_rows, int n_heads, int sms) {
-  if (main != kernels::FlashVariant::kWgmmaM128N128) return main;
-  return 2 * ((q_rows + 127) / 128) * n_heads <= sms ? kernels::FlashVariant::kWgmmaM64N128 : main;
-}
-
-// Which attention tiles run in cuDNN's fused attention (kernels/cuda/attention_cudnn.h):
-// FLASHDLLM_CUDNN_ATTENTION = prefill (default: tiles of >= kCudnnPrefillRows query rows, i.e. the
-// admission prefills; the Flash-Cache windows, 16-128 rows with the fused importance, stay on our
-// kernel) | all (every tile of a planned attention call; importance in a separate kernel) | off.
-// The choice depends only on a tile's own shape, never on what else is in the batch, so a
-// sequence's numbers do not depend on its neighbours (batch invariance).
-// Unset, the prefill route falls back to our kernel quietly where cuDNN is unavailable; set
-// explicitly (prefill or all), an unavailable cuDNN is an error at the first routed plan.
-enum class CudnnMode { kOff, kPrefill, kAll };
-constexpr int32_t kCudnnPrefillRows = 256;
+bool qkv_forced_fused(QkvPath p) noexcept { return p != QkvPath::kAuto && p != QkvPath::kUnfused; }
 
 // The smallest power of two >= n (n in [1, 2^30]); cuDNN graphs are built per power-of-two bucket.
 int32_t pow2_at_least(int32_t n) {
   int32_t p = 1;
   while (p < n) p <<= 1;
   return p;
-}
-
-struct CudnnChoice {
-  CudnnMode mode = CudnnMode::kPrefill;
-  bool required = false;
-};
-
-CudnnChoice parse_cudnn_env() {
-  const char* v = std::getenv("FLASHDLLM_CUDNN_ATTENTION");
-  if (v == nullptr || *v == '\0') return {};
-  if (std::strcmp(v, "prefill") == 0) return {CudnnMode::kPrefill, true};
-  if (std::strcmp(v, "all") == 0) return {CudnnMode::kAll, true};
-  if (std::strcmp(v, "off") == 0) return {CudnnMode::kOff, false};
-  FDLLM_FAIL(ErrorCode::kInvalidArgument, "FLASHDLLM_CUDNN_ATTENTION='{}' is not one of prefill, all, off", v);
-}
-
-// ----------------------------------------------------------------------------- qkv dispatch
-
-// Which qkv_rope_store path runs: FLASHDLLM_QKV = auto (default) | fused | fused:<tile> | unfused.
-// fused:<tile> forces one of the fused kernel's configurations (kernels::qkv_tile_name: 128x128b,
-// 128x256b; the twin tests sweep them); plain fused (= fused:auto) takes kernels::qkv_fused_auto's.
-enum class QkvMode { kAuto, kFused, kUnfused };
-struct QkvChoice {
-  QkvMode mode = QkvMode::kAuto;
-  kernels::QkvTile tile = kernels::QkvTile::kAuto;  // kFused: the forced tile, kAuto by T
-};
-
-QkvChoice parse_qkv_env() {
-  const char* v = std::getenv("FLASHDLLM_QKV");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return {};
-  if (std::strcmp(v, "unfused") == 0) return {QkvMode::kUnfused};
-  if (std::strcmp(v, "fused") == 0) return {QkvMode::kFused};
-  QkvChoice c{QkvMode::kFused};
-  if (std::strncmp(v, "fused:", 6) == 0 && kernels::qkv_tile_from_name(v + 6, &c.tile)) return c;
-  std::string tiles = kernels::qkv_tile_name(kernels::QkvTile::kAuto);
-  for (kernels::QkvTile t : kernels::kQkvTiles) tiles += std::string(", ") + kernels::qkv_tile_name(t);
-  FDLLM_FAIL(ErrorCode::kInvalidArgument, "FLASHDLLM_QKV='{}' is not one of auto, fused, fused:<tile> ({}), unfused", v,
-             tiles);
-}
-
-// FLASHDLLM_GEMM_TUNE=K: GemmLt times cuBLASLt's first K heuristic algorithms for each GEMM shape
-// when it is first seen and keeps the fastest (kernels/cuda/gemm.h); unset or 0: the heuristic's
-// first choice.
-int parse_gemm_tune_env() {
-  const char* v = std::getenv("FLASHDLLM_GEMM_TUNE");
-  if (v == nullptr || *v == '\0') return 0;
-  char* end = nullptr;
-  const long k = std::strtol(v, &end, 10);
-  FDLLM_CHECK_ARG(*end == '\0' && k >= 0 && k <= 16, "FLASHDLLM_GEMM_TUNE='{}' is not an integer in [0, 16]", v);
-  return static_cast<int>(k);
-}
-
-// FLASHDLLM_GEMM_BUCKETS = quarter (default), pow2 or exact: the row counts that share a cuBLASLt
-// algorithm (kernels::GemmBuckets, kernels/cuda/gemm.h).
-kernels::GemmBuckets parse_gemm_buckets_env() {
-  const char* v = std::getenv("FLASHDLLM_GEMM_BUCKETS");
-  if (v == nullptr || *v == '\0') return kernels::GemmBuckets::kQuarterOctave;
-  if (const auto b = kernels::gemm_buckets_from_name(v)) return *b;
-  FDLLM_FAIL(ErrorCode::kInvalidArgument, "FLASHDLLM_GEMM_BUCKETS='{}' is not one of quarter, pow2, exact", v);
-}
-
-// The auto choice per shape: the fused CUTLASS kernel where the device runs it and it measured faster
-// than the unfused path (kernels::qkv_fused_beats_unfused, from bench/qkv_bench on the H200).
-bool auto_qkv_fused(int64_t tokens) {
-  return kernels::qkv_rope_fused_available() && kernels::qkv_fused_beats_unfused(tokens);
 }
 
 // ----------------------------------------------------------------------------- backend
@@ -322,7 +186,7 @@ DevicePtr device_alloc(size_t bytes, const char* what) {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int device_index) : device_(device_index) {
+  CudaBackend(int device_index, const BackendOptions& options) : device_(device_index), options_(options) {
     int count = 0;
     const cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess) {
@@ -354,41 +218,41 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaMallocHost(&pinned, sizeof(int)));
     host_flags_.reset(pinned);
     *static_cast<int*>(host_flags_.get()) = 0;
-    const kernels::GemmBuckets buckets = parse_gemm_buckets_env();
-    const int tune = parse_gemm_tune_env();
-    gemm_ = std::make_unique<kernels::GemmLt>(kernels::kGemmWorkspaceBytes, tune, buckets);
-    if (tune <= 1)  // timing at run time replaces buckets and picks
-      gemm_->set_picks(resolve_gemm_picks(std::getenv("FLASHDLLM_GEMM_PICKS"),
+    gemm_ = std::make_unique<kernels::GemmLt>(kernels::kGemmWorkspaceBytes, options_.gemm_tune, options_.gemm_buckets);
+    if (gemm_picks_apply(options_.gemm_tune))
+      gemm_->set_picks(resolve_gemm_picks(options_.gemm_picks, options_.gemm_picks_file,
                                           {prop.name, prop.multiProcessorCount, kernels::GemmLt::library_version(),
-                                           kernels::kGemmWorkspaceBytes, buckets}));
-    attention_ = parse_attention_env();
-    default_flash_ = default_flash_choice(prop.major, prop.minor);
-    sm_count_ = prop.multiProcessorCount;
-    FDLLM_CHECK(
-        attention_.mode != AttentionMode::kFlashForced ||
-            kernels::flash_variant_runs_on(attention_.forced, prop.major, prop.minor),
-        ErrorCode::kUnsupported, "FLASHDLLM_ATTENTION={}: this kernel {} (device sm_{}{})",
-        kernels::flash_variant_name(attention_.forced),
-        attention_.forced == kernels::FlashVariant::kWgmmaM128N64 ||
-                attention_.forced == kernels::FlashVariant::kWgmmaM128N128 ||
-                attention_.forced == kernels::FlashVariant::kWgmmaM64N128
-            ? (kernels::flash_wgmma_built() ? "needs an sm_90 device"
-                                            : "is not in this build (it needs CUTLASS and sm_90 among the CUDA archs; "
-                                              "scripts/setup.sh fetches CUTLASS)")
-            : "needs compute capability 8.0 or newer",
-        prop.major, prop.minor);
-    cudnn_ = parse_cudnn_env();
-    if (attention_.mode == AttentionMode::kReference) cudnn_.mode = CudnnMode::kOff;
-    qkv_ = parse_qkv_env();
-    FDLLM_CHECK(qkv_.mode != QkvMode::kFused || kernels::qkv_rope_fused_available(), ErrorCode::kUnsupported,
-                "FLASHDLLM_QKV=fused: the fused QKV kernel needs an sm_90 device and a build with it (CUTLASS "
+                                           kernels::kGemmWorkspaceBytes, options_.gemm_buckets}));
+    traits_.cc_major = prop.major;
+    traits_.cc_minor = prop.minor;
+    traits_.sms = prop.multiProcessorCount;
+    traits_.hopper_attention =
+        kernels::flash_variant_runs_on(kernels::FlashVariant::kWgmmaM128N128, prop.major, prop.minor);
+    traits_.fused_qkv = kernels::qkv_rope_fused_available();
+    check_forced_attention(prop.major, prop.minor);
+    flash_ = flash_choice(options_.attention, traits_);
+    cudnn_ = cudnn_choice(options_.cudnn_attention, options_.attention);
+    FDLLM_CHECK(!qkv_forced_fused(options_.qkv) || traits_.fused_qkv, ErrorCode::kUnsupported,
+                "FLASHDLLM_QKV={}: the fused QKV kernel needs an sm_90 device and a build with it (CUTLASS "
                 "and sm_90 among the CUDA archs; scripts/setup.sh fetches CUTLASS); device sm_{}{}",
-                prop.major, prop.minor);
-    debug_sync_ = env_flag("FLASHDLLM_CUDA_SYNC");
-    pinned_staging_ = env_unless_zero("FLASHDLLM_PINNED_STAGING");
-    graphs_ = !debug_sync_ && env_unless_zero("FLASHDLLM_CUDA_GRAPHS");
-    row_padding_ = row_padding_from_env(/*default_on=*/true);
+                qkv_path_name(options_.qkv), prop.major, prop.minor);
+    graphs_ = cuda_graphs_enabled(options_);
+    row_padding_ = row_padding_for(DeviceKind::kCUDA, options_.row_padding);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  // A forced flash kernel must run on this device (and be in this build).
+  void check_forced_attention(int cc_major, int cc_minor) const {
+    const AttentionKernel k = options_.attention;
+    if (k == AttentionKernel::kAuto || k == AttentionKernel::kReference) return;
+    FDLLM_CHECK(kernels::flash_variant_runs_on(flash_variant(k), cc_major, cc_minor), ErrorCode::kUnsupported,
+                "FLASHDLLM_ATTENTION={}: this kernel {} (device sm_{}{})", attention_kernel_name(k),
+                is_hopper_kernel(k) ? (kernels::flash_wgmma_built()
+                                           ? "needs an sm_90 device"
+                                           : "is not in this build (it needs CUTLASS and sm_90 among the CUDA archs; "
+                                             "scripts/setup.sh fetches CUTLASS)")
+                                    : "needs compute capability 8.0 or newer",
+                cc_major, cc_minor);
   }
 
   ~CudaBackend() override {
@@ -703,13 +567,13 @@ class CudaBackend final : public Backend {
     f.store_rows = k_store.rows();
     f.error_flags = flags();
     const bool supported = kernels::qkv_rope_fused_supported(f);
-    FDLLM_CHECK(qkv_.mode != QkvMode::kFused || supported, ErrorCode::kUnsupported,
+    FDLLM_CHECK(!qkv_forced_fused(options_.qkv) || supported, ErrorCode::kUnsupported,
                 "qkv_rope_store: FLASHDLLM_QKV=fused needs head_dim 64 or 128, d_model a multiple of 8 and 16-byte "
                 "aligned operands (got head_dim {}, d_model {}); unset it to use the unfused path",
                 Dh, D);
-    if (qkv_.mode == QkvMode::kFused || (qkv_.mode == QkvMode::kAuto && supported && auto_qkv_fused(T))) {
+    if (use_fused_qkv(options_.qkv, traits_, supported, T)) {
       kernels::QkvConfig config;
-      config.tile = qkv_.tile;
+      config.tile = qkv_tile(options_.qkv);
       kernels::qkv_rope_store_fused_bf16(f, stream_, config);
       after_op(kOp);
       return;
@@ -747,8 +611,8 @@ class CudaBackend final : public Backend {
     static constexpr const char* kOp = "attention_with_importance";
     check_score_table_args(table, score_table, kOp);
     const int64_t HD = q.row_size();
-    const bool fused = score_table.numel() > 0 && attention_.mode != AttentionMode::kReference && n_heads > 0 &&
-                       HD % n_heads == 0 && kernels::flash_supports_head_dim(static_cast<int>(HD / n_heads));
+    const bool fused = score_table.numel() > 0 && !reference_attention() && n_heads > 0 && HD % n_heads == 0 &&
+                       kernels::flash_supports_head_dim(static_cast<int>(HD / n_heads));
     if (!fused) {  // the two ops (reference kernel, other head dims, or nothing to score)
       Backend::attention_with_importance(q, k_store, v_store, table, n_heads, scale, out, score_table, weight, scores);
       return;
@@ -768,7 +632,7 @@ class CudaBackend final : public Backend {
     expect(table, DType::kI32, "plan_attention", "table");
     reset_plan();
     const int64_t n_tiles = table.numel() / 4;
-    if (attention_.mode == AttentionMode::kReference || n_tiles == 0 || q_rows == 0) return;  // nothing reuses a plan
+    if (reference_attention() || n_tiles == 0 || q_rows == 0) return;  // nothing reuses a plan
     CUDA_CHECK(cudaSetDevice(device_));
     PlanKey key = attention_key(table, q_rows, kv_rows, n_heads);
     std::optional<CudnnRoute> route = route_to_cudnn(host, q_rows, kv_rows, n_heads);
@@ -789,7 +653,7 @@ class CudaBackend final : public Backend {
     check_plan_args(table, 5, q_rows, n_keys, 1, "plan_attention_verify");
     expect(table, DType::kI32, "plan_attention_verify", "table");
     reset_plan();
-    if (attention_.mode == AttentionMode::kReference || table.numel() == 0 || q_rows == 0) return;
+    if (reference_attention() || table.numel() == 0 || q_rows == 0) return;
     CUDA_CHECK(cudaSetDevice(device_));
     const PlanKey key = verify_key(table, q_rows, n_keys);
     make_plan(key);
@@ -797,10 +661,7 @@ class CudaBackend final : public Backend {
     after_op("plan_attention_verify");
   }
 
-  // The flash kernels of an attention call (FLASHDLLM_ATTENTION=m64n64|... forces one for every tile).
-  FlashChoice flash_choice() const {
-    return attention_.mode == AttentionMode::kFlashForced ? FlashChoice{attention_.forced, 0} : default_flash_;
-  }
+  bool reference_attention() const noexcept { return options_.attention == AttentionKernel::kReference; }
 
   // attention() and, with `importance` set, the fused raw-importance variant of score_table's rows
   // (flash path only).
@@ -842,7 +703,7 @@ class CudaBackend final : public Backend {
     }
     a.error_flags = flags();
     CUDA_CHECK(cudaSetDevice(device_));
-    if (attention_.mode == AttentionMode::kReference) {
+    if (reference_attention()) {
       kernels::attention_reference(a, table.ptr<int32_t>(), n_tiles, flags(), stream_);
       after_op(kOp);
       return;
@@ -913,7 +774,7 @@ class CudaBackend final : public Backend {
     a.head_dim = static_cast<int>(HD / n_heads);
     a.scale = scale;
     CUDA_CHECK(cudaSetDevice(device_));
-    if (attention_.mode == AttentionMode::kReference || !kernels::flash_supports_head_dim(a.head_dim)) {
+    if (reference_attention() || !kernels::flash_supports_head_dim(a.head_dim)) {
       kernels::attention_verify_bf16(a, table.ptr<int32_t>(), n_tiles, flags(), stream_);  // scalar kernel
       after_op(kOp);
       return;
@@ -1103,10 +964,10 @@ class CudaBackend final : public Backend {
   }
 
   void after_op(const char* op) {
-    if (debug_sync_) sync_and_check(op);
+    if (options_.sync == SyncMode::kEveryOp) sync_and_check(op);
   }
 
-  // Pinned host staging of small copies (FLASHDLLM_PINNED_STAGING=0: none). An upload is copied into
+  // Pinned host staging of small copies (BackendOptions::pinned_staging false: none). An upload is copied into
   // staged_upload_ at `used` and DMA'd from there; its bytes are reused only after a stream
   // synchronisation (sync_and_check) has seen the copy complete. A download lands in
   // staged_download_ and is copied out after the synchronisation. Copies over kStagingMax (weights)
@@ -1136,7 +997,7 @@ class CudaBackend final : public Backend {
     return true;
   }
   void* stage_upload(size_t bytes) {
-    if (!pinned_staging_ || bytes == 0 || bytes > kStagingMax || capturing_) return nullptr;
+    if (!options_.pinned_staging || bytes == 0 || bytes > kStagingMax || capturing_) return nullptr;
     HostStaging& s = staged_upload_;
     // Between two synchronisations the uploads outgrew the buffer: grow it now that it is free.
     if (s.used == 0 && s.wanted > s.capacity) grow_staging(s, std::min(s.wanted, kStagingCap));
@@ -1149,7 +1010,7 @@ class CudaBackend final : public Backend {
     return static_cast<char*>(s.buf.get()) + at;
   }
   void* stage_download(size_t bytes) {
-    if (!pinned_staging_ || bytes > kStagingMax || capturing_) return nullptr;
+    if (!options_.pinned_staging || bytes > kStagingMax || capturing_) return nullptr;
     // Nothing is in flight from it: every download synchronises before it returns.
     return grow_staging(staged_download_, bytes) ? staged_download_.buf.get() : nullptr;
   }
@@ -1220,12 +1081,11 @@ class CudaBackend final : public Backend {
 
   // The plan key of an attention call over `table` (4-int AttentionTile rows).
   PlanKey attention_key(Tensor table, int64_t q_rows, int64_t kv_rows, int n_heads) const {
-    const FlashChoice fc = flash_choice();
-    const kernels::FlashVariant main = attention_.mode == AttentionMode::kFlashForced
-                                           ? fc.main
-                                           : small_call_variant(fc.main, q_rows, n_heads, sm_count_);
+    const bool forced = options_.attention != AttentionKernel::kAuto;
+    const kernels::FlashVariant main =
+        flash_variant(forced ? flash_.main : small_call_kernel(flash_.main, q_rows, n_heads, traits_.sms));
     PlanKey key{table, 4, q_rows, kv_rows, kernels::flash_block_m(main), main};
-    key.split_rows = fc.split_rows;
+    key.split_rows = flash_.split_rows;
     return key;
   }
 
@@ -1354,12 +1214,11 @@ class CudaBackend final : public Backend {
   // plan kernel reports those).
   std::optional<CudnnRoute> route_to_cudnn(const HostAttentionPlan& host, int64_t q_rows, int64_t kv_rows,
                                            int n_heads) {
-    if (cudnn_.mode == CudnnMode::kOff || host.n_tiles == 0 || host.head_dim <= 0 || !(host.scale > 0.f))
-      return std::nullopt;
+    if (cudnn_.min_rows == 0 || host.n_tiles == 0 || host.head_dim <= 0 || !(host.scale > 0.f)) return std::nullopt;
     const int64_t HD = static_cast<int64_t>(n_heads) * host.head_dim;
     if (host.head_dim % 8 != 0 || host.head_dim > 256 || std::max(q_rows, kv_rows) * HD >= (int64_t{1} << 31))
       return std::nullopt;  // cuDNN's head dims; I32 element offsets
-    const int32_t min_rows = cudnn_.mode == CudnnMode::kAll ? 1 : kCudnnPrefillRows;
+    const int32_t min_rows = cudnn_.min_rows;
     std::vector<size_t> routed;
     int32_t max_q = 0, max_kv = 0;
     for (size_t i = 0; i < host.n_tiles; ++i) {
@@ -1435,7 +1294,7 @@ class CudaBackend final : public Backend {
     }
     FDLLM_CHECK(cudnn_sdpa_ != nullptr || !cudnn_.required, ErrorCode::kUnsupported,
                 "FLASHDLLM_CUDNN_ATTENTION={}: cuDNN attention is unavailable: {}",
-                cudnn_.mode == CudnnMode::kAll ? "all" : "prefill", cudnn_why_);
+                cudnn_attention_name(options_.cudnn_attention), cudnn_why_);
     return cudnn_sdpa_ != nullptr;
   }
 
@@ -1479,11 +1338,13 @@ class CudaBackend final : public Backend {
   }
 
   int device_ = 0;
+  BackendOptions options_;
+  DeviceTraits traits_;  // what the policies know of this device
   std::string name_;
   DevicePtr flags_;
   PinnedPtr host_flags_;
   HostStaging staged_upload_, staged_download_;  // stage_upload / stage_download
-  bool pinned_staging_ = true, capturing_ = false;
+  bool capturing_ = false;
   DevicePtr staging_;
   std::unique_ptr<kernels::GemmLt> gemm_;
   std::unique_ptr<kernels::AttentionWorkItem, CudaFree> work_;
@@ -1491,7 +1352,7 @@ class CudaBackend final : public Backend {
   int64_t work_capacity_ = 0;
   std::optional<PlanKey> plan_;  // the standing plan_attention / plan_attention_verify plan, if any
   std::optional<CudnnRoute> route_;  // its tiles that run in cuDNN (plan_attention only)
-  CudnnChoice cudnn_;
+  CudnnChoice cudnn_;                // cudnn_choice(options_)
   std::unique_ptr<kernels::CudnnSdpa> cudnn_sdpa_;  // created on the first route (null: unavailable)
   bool cudnn_tried_ = false;
   // Why there is no cuDNN path (or the last refused bucket's reason); the (batch, max_q, max_kv)
@@ -1504,11 +1365,7 @@ class CudaBackend final : public Backend {
   DevicePtr select_partials_, select_arrivals_;  // ensure_select_scratch
   int64_t select_partials_n_ = 0, select_rows_ = 0;
   size_t cudnn_buf_bytes_ = 0, cudnn_ws_bytes_ = 0;
-  AttentionChoice attention_;
-  FlashChoice default_flash_;  // default_flash_choice()
-  int sm_count_ = 0;           // the device's SMs (small_call_variant)
-  QkvChoice qkv_;
-  bool debug_sync_ = false;
+  FlashChoice flash_;  // flash_choice(options_.attention, traits_)
   // run_recorded's graphs: by key, with their place in the use order (most recent first).
   static constexpr size_t kMaxGraphs = 64;
   struct GraphEntry {
@@ -1516,7 +1373,7 @@ class CudaBackend final : public Backend {
     std::list<std::vector<int64_t>>::iterator lru;
   };
   bool graphs_ = true;
-  RowPadding row_padding_;  // Backend::row_padding: {64, 16} unless FLASHDLLM_ROW_PADDING=0
+  RowPadding row_padding_;  // Backend::row_padding: row_padding_for(options_.row_padding)
   std::map<std::vector<int64_t>, GraphEntry> graphs_by_key_;
   std::list<std::vector<int64_t>> graph_lru_;
   std::list<std::vector<int64_t>> seen_keys_;        // keys run once, newest first (at most kMaxGraphs)
@@ -1529,7 +1386,10 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(int device_index) { return std::make_unique<CudaBackend>(device_index); }
+std::unique_ptr<Backend> make_cuda_backend(int device_index, const BackendOptions& options) {
+  validate_backend_options(options);
+  return std::make_unique<CudaBackend>(device_index, options);
+}
 
 bool cuda_available() noexcept { return cuda_device_count() > 0; }
 

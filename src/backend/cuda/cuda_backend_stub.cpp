@@ -4,7 +4,7 @@
 
 namespace flashdllm {
 
-std::unique_ptr<Backend> make_cuda_backend(int /*device_index*/) {
+std::unique_ptr<Backend> make_cuda_backend(int /*device_index*/, const BackendOptions& /*options*/) {
   FDLLM_FAIL(ErrorCode::kUnsupported, "this flashdllm was built without CUDA: configure with -DFLASHDLLM_CUDA=ON");
 }
 

@@ -133,17 +133,19 @@ std::vector<GemmPickTable> builtin_gemm_pick_tables() {
   return tables;
 }
 
-std::vector<kernels::GemmPick> resolve_gemm_picks(const char* env, const GemmPickTarget& running) {
+std::vector<kernels::GemmPick> resolve_gemm_picks(GemmPicks source, const std::string& file,
+                                                  const GemmPickTarget& running) {
   const auto chosen = [&](const std::string& source, std::vector<kernels::GemmPick> picks) {
     logger().info("CUDA backend: cuBLASLt {} row buckets; algorithm picks: {} ({} shapes)",
                   kernels::gemm_buckets_name(running.buckets), source, picks.size());
     return picks;
   };
-  if (env != nullptr && std::strcmp(env, "off") == 0) return chosen("none (FLASHDLLM_GEMM_PICKS=off)", {});
-  if (env != nullptr && *env != '\0') {
-    GemmPickTable t = read_gemm_pick_table(env);
-    FDLLM_CHECK_ARG(t.target == running, "FLASHDLLM_GEMM_PICKS={}: {}", env, first_difference(t.target, running));
-    return chosen(env, std::move(t.picks));
+  if (source == GemmPicks::kOff) return chosen("none (FLASHDLLM_GEMM_PICKS=off)", {});
+  if (source == GemmPicks::kFile) {
+    FDLLM_CHECK_ARG(!file.empty(), "gemm_picks: a table file is needed (BackendOptions::gemm_picks_file)");
+    GemmPickTable t = read_gemm_pick_table(file);
+    FDLLM_CHECK_ARG(t.target == running, "FLASHDLLM_GEMM_PICKS={}: {}", file, first_difference(t.target, running));
+    return chosen(file, std::move(t.picks));
   }
   for (GemmPickTable& t : builtin_gemm_pick_tables())
     if (t.target == running) return chosen("built-in table for " + t.target.device, std::move(t.picks));

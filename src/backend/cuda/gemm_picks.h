@@ -25,6 +25,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "flashdllm/backend_options.h"
 #include "kernels/cuda/gemm_choice.h"
 
 namespace flashdllm {
@@ -61,10 +62,12 @@ GemmPickTable read_gemm_pick_table(const std::string& path);
 /// for an invalid one or for two with the same target (a build error in effect: tests parse them).
 std::vector<GemmPickTable> builtin_gemm_pick_tables();
 
-/// The picks the backend applies (their source is logged at info level). `env` is
-/// FLASHDLLM_GEMM_PICKS: unset/empty = the built-in table whose target equals `running` if there is
-/// one (else none); "off" = none; anything else = that file, whose target must equal `running`
-/// (Error(kInvalidArgument) naming the file and the first field that differs otherwise).
-std::vector<kernels::GemmPick> resolve_gemm_picks(const char* env, const GemmPickTarget& running);
+/// The picks the backend applies (their source is logged at info level), BackendOptions::gemm_picks:
+/// kBuiltin = the built-in table whose target equals `running` if there is one (else none); kOff =
+/// none; kFile = the table `file`, whose target must equal `running` (Error(kInvalidArgument) naming
+/// the file, as FLASHDLLM_GEMM_PICKS=<file>, and the first field that differs otherwise; an empty
+/// `file` is Error(kInvalidArgument) too).
+std::vector<kernels::GemmPick> resolve_gemm_picks(GemmPicks source, const std::string& file,
+                                                  const GemmPickTarget& running);
 
 }  // namespace flashdllm

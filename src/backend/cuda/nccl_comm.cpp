@@ -33,15 +33,12 @@ namespace {
     FDLLM_CHECK(_e == cudaSuccess, ErrorCode::kDevice, "{} failed: {}", #call, cudaGetErrorString(_e)); \
   } while (0)
 
-/// NVLS off, once per process, before any communicator exists.
+/// NVLS off, once per process, before any communicator exists. NCCL reads its switch from the
+/// environment only, so it is written there (never read: `flashdllm env` warns when a user's value
+/// is overridden, apps/cli/env_registry.cpp).
 void disable_nvls() {
   static std::once_flag once;
-  std::call_once(once, [] {
-    const char* v = std::getenv("NCCL_NVLS_ENABLE");
-    if (v != nullptr && std::strcmp(v, "0") != 0)
-      logger().warn("NCCL_NVLS_ENABLE={} overridden with 0: flashdllm keeps NVLink multicast off", v);
-    setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/1);
-  });
+  std::call_once(once, [] { setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/1); });
 }
 
 ncclDataType_t nccl_dtype(DType t, const char* op) {

@@ -8,6 +8,8 @@
 #include <optional>
 #include <string_view>
 
+#include "flashdllm/backend_options.h"
+
 namespace flashdllm::kernels {
 
 /// Output element type of a GEMM: bf16 or fp32.
@@ -15,8 +17,12 @@ enum class GemmOut { kBF16, kF32 };
 
 /// How row counts share an algorithm (gemm.h's file comment): kPowerOfTwo, B = the next power of two
 /// >= T; kQuarterOctave, B = the smallest of 5/8, 6/8, 7/8 and 8/8 of that power of two that is
-/// >= T; kExact, B = T (a heuristic query per row count). B is at least 16 in every mode.
-enum class GemmBuckets { kPowerOfTwo, kQuarterOctave, kExact };
+/// >= T; kExact, B = T (a heuristic query per row count). B is at least 16 in every mode. The enum
+/// and its names ("quarter" / "pow2" / "exact", gemm_buckets_name / gemm_buckets_from_name) are
+/// BackendOptions' (flashdllm/backend_options.h), the one owner.
+using GemmBuckets = ::flashdllm::GemmBuckets;
+using ::flashdllm::gemm_buckets_from_name;
+using ::flashdllm::gemm_buckets_name;
 
 /// The bucket's row count B of T rows (T >= 1) under `buckets`. Row counts beyond 2^62 (no GEMM
 /// has them) share the bucket 2^62.
@@ -28,23 +34,6 @@ constexpr int64_t gemm_bucket_rows(int64_t T, GemmBuckets buckets) noexcept {
     for (int64_t q = 5; q < 8; ++q)
       if (b / 8 * q >= T) return b / 8 * q;
   return b;
-}
-
-/// "quarter" / "pow2" / "exact": the names FLASHDLLM_GEMM_BUCKETS and pick tables use.
-constexpr std::string_view gemm_buckets_name(GemmBuckets buckets) noexcept {
-  switch (buckets) {
-    case GemmBuckets::kPowerOfTwo: return "pow2";
-    case GemmBuckets::kExact: return "exact";
-    case GemmBuckets::kQuarterOctave: break;
-  }
-  return "quarter";
-}
-
-/// The rule named `name` (gemm_buckets_name's inverse), or nullopt for any other name.
-constexpr std::optional<GemmBuckets> gemm_buckets_from_name(std::string_view name) noexcept {
-  for (GemmBuckets b : {GemmBuckets::kQuarterOctave, GemmBuckets::kPowerOfTwo, GemmBuckets::kExact})
-    if (name == gemm_buckets_name(b)) return b;
-  return std::nullopt;
 }
 
 /// The cuBLASLt workspace of the engine's GemmLt (and of the pick measurements: the heuristic's list
