@@ -20,6 +20,7 @@
 #include "backend/backend_policy.h"
 #include "backend/cpu/cpu_attention.h"
 #include "backend/cpu/cpu_ops.h"
+#include "backend/operand_checks.h"
 #include "core/check.h"
 #include "core/log.h"
 #include "core/philox.h"
@@ -27,16 +28,11 @@
 namespace flashdllm {
 namespace {
 
+// The shared operand checks (backend/operand_checks.h), for host tensors.
 void check_dtype(const Tensor& t, DType want, const char* op, const char* operand) {
-  FDLLM_CHECK_ARG(t.dtype == want, "{}: operand '{}' must be {}, got {}", op, operand, dtype_name(want),
-                  t.describe());
-  FDLLM_CHECK_ARG(t.device == DeviceKind::kCPU, "{}: operand '{}' is not in host memory", op, operand);
+  opcheck::expect(t, want, DeviceKind::kCPU, op, operand);
 }
-
-void check_2d(const Tensor& t, int64_t rows, int64_t cols, const char* op, const char* operand) {
-  FDLLM_CHECK_ARG(t.rows() == rows && t.row_size() == cols, "{}: operand '{}' must be [{}, {}], got {}", op, operand,
-                  rows, cols, t.describe());
-}
+using opcheck::expect_matrix;
 
 /// Loops with less work than this many elements run on one thread: an OpenMP fork/join costs
 /// microseconds, and on a machine whose cores are busy a spinning barrier can cost milliseconds.
@@ -139,7 +135,7 @@ class CpuBackend final : public Backend {
     check_dtype(ids, DType::kI32, "embedding", "ids");
     check_dtype(out, DType::kF32, "embedding", "out");
     const int64_t T = ids.numel(), D = table.row_size(), V = table.rows();
-    check_2d(out, T, D, "embedding", "out");
+    expect_matrix(out, T, D, "embedding", "out");
     const int32_t* id = ids.ptr<int32_t>();
     for (int64_t t = 0; t < T; ++t)
       FDLLM_CHECK_ARG(id[t] >= 0 && id[t] < V, "embedding: token id {} at row {} is outside the vocabulary [0, {})",
@@ -155,7 +151,7 @@ class CpuBackend final : public Backend {
     check_dtype(out, DType::kF32, "rmsnorm", "out");
     const int64_t T = x.rows(), D = x.row_size();
     FDLLM_CHECK_ARG(w.numel() == D, "rmsnorm: weight has {} elements, rows have {}", w.numel(), D);
-    check_2d(out, T, D, "rmsnorm", "out");
+    expect_matrix(out, T, D, "rmsnorm", "out");
 #pragma omp parallel for num_threads(threads_) if (T * D >= kParallelMinWork)
     for (int64_t t = 0; t < T; ++t)
       cpu::rmsnorm_row(x.ptr<float>() + t * D, w.ptr<float>(), D, eps, out.ptr<float>() + t * D);
@@ -168,7 +164,7 @@ class CpuBackend final : public Backend {
     const int64_t T = x.rows(), K = x.row_size(), N = w.rows();
     FDLLM_CHECK_ARG(w.row_size() == K, "matmul: x is {} but w is {} (inner dimensions differ)", x.describe(),
                     w.describe());
-    check_2d(out, T, N, "matmul", "out");
+    expect_matrix(out, T, N, "matmul", "out");
     if (T == 0) return;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T), static_cast<int>(N),
                 static_cast<int>(K), 1.0f, x.ptr<float>(), static_cast<int>(K), w.ptr<float>(), static_cast<int>(K),
@@ -187,7 +183,7 @@ class CpuBackend final : public Backend {
     check_dtype(rows, DType::kI32, "qkv_rope_store", "rows");
     FDLLM_CHECK_ARG(positions.numel() == T && rows.numel() == T, "qkv_rope_store: positions/rows must have {} entries",
                     T);
-    check_2d(q_out, T, HD, "qkv_rope_store", "q_out");
+    expect_matrix(q_out, T, HD, "qkv_rope_store", "q_out");
     FDLLM_CHECK_ARG(k_store.row_size() == HD && v_store.row_size() == HD && k_store.rows() == v_store.rows(),
                     "qkv_rope_store: K/V stores must be [N, {}], got {} and {}", HD, k_store.describe(),
                     v_store.describe());
@@ -230,9 +226,9 @@ class CpuBackend final : public Backend {
     check_dtype(table, DType::kI32, "attention", "table");
     const int64_t Tq = q.rows(), HD = q.row_size(), N = k_store.rows();
     FDLLM_CHECK_ARG(n_heads > 0 && HD % n_heads == 0, "attention: {} columns not divisible by n_heads {}", HD, n_heads);
-    check_2d(out, Tq, HD, "attention", "out");
-    check_2d(k_store, N, HD, "attention", "k_store");
-    check_2d(v_store, N, HD, "attention", "v_store");
+    expect_matrix(out, Tq, HD, "attention", "out");
+    expect_matrix(k_store, N, HD, "attention", "k_store");
+    expect_matrix(v_store, N, HD, "attention", "v_store");
     FDLLM_CHECK_ARG(table.numel() % 4 == 0, "attention: table must be [n_tiles, 4], got {}", table.describe());
     const auto* tiles = reinterpret_cast<const AttentionTile*>(table.data);
     const int64_t n_tiles = table.numel() / 4;
@@ -272,24 +268,9 @@ class CpuBackend final : public Backend {
   void attention_verify(Tensor q, Tensor k_store, Tensor v_store, Tensor key_rows, Tensor k_tile, Tensor v_tile,
                         Tensor table, int n_heads, float scale, Tensor out) override {
     static constexpr const char* kOp = "attention_verify";
-    check_dtype(q, DType::kF32, kOp, "q");
-    check_dtype(k_store, DType::kF32, kOp, "k_store");
-    check_dtype(v_store, DType::kF32, kOp, "v_store");
-    check_dtype(key_rows, DType::kI32, kOp, "key_rows");
-    check_dtype(k_tile, DType::kF32, kOp, "k_tile");
-    check_dtype(v_tile, DType::kF32, kOp, "v_tile");
-    check_dtype(table, DType::kI32, kOp, "table");
-    check_dtype(out, DType::kF32, kOp, "out");
+    opcheck::expect_verify_operands(q, k_store, v_store, key_rows, k_tile, v_tile, table, n_heads, out, DType::kF32,
+                                    DeviceKind::kCPU);
     const int64_t Tq = q.rows(), HD = q.row_size(), N = k_store.rows(), G = key_rows.numel();
-    FDLLM_CHECK_ARG(n_heads > 0 && HD % n_heads == 0, "{}: {} columns of q not divisible by n_heads {}", kOp, HD,
-                    n_heads);
-    check_2d(k_store, N, HD, kOp, "k_store");
-    check_2d(v_store, N, HD, kOp, "v_store");
-    check_2d(k_tile, Tq, HD, kOp, "k_tile");
-    check_2d(v_tile, Tq, HD, kOp, "v_tile");
-    check_2d(out, Tq, HD, kOp, "out");
-    FDLLM_CHECK_ARG(table.numel() % 5 == 0, "{}: table must be [n_tiles, 5] (VerifyTile rows), got {}", kOp,
-                    table.describe());
     const auto* tiles = reinterpret_cast<const VerifyTile*>(table.data);
     const int64_t n_tiles = table.numel() / 5;
     const int32_t* gather = key_rows.ptr<int32_t>();
@@ -377,7 +358,7 @@ class CpuBackend final : public Backend {
     const int64_t Tq = q.rows(), HD = q.row_size(), N = k_store.rows();
     FDLLM_CHECK_ARG(n_heads > 0 && HD % n_heads == 0, "{}: {} columns of q not divisible by n_heads {}", kOp, HD,
                     n_heads);
-    check_2d(k_store, N, HD, kOp, "k_store");
+    expect_matrix(k_store, N, HD, kOp, "k_store");
     FDLLM_CHECK_ARG(scores.numel() == N, "{}: operand 'scores' must have {} elements (one per store row), got {}",
                     kOp, N, scores.describe());
     FDLLM_CHECK_ARG(table.numel() % 4 == 0, "{}: table must be [n_tiles, 4], got {}", kOp, table.describe());
@@ -448,7 +429,7 @@ class CpuBackend final : public Backend {
     check_dtype(out, DType::kF32, "swiglu", "out");
     const int64_t T = gate_up.rows(), F = gate_up.row_size() / 2;
     FDLLM_CHECK_ARG(gate_up.row_size() % 2 == 0, "swiglu: gate_up width {} is odd", gate_up.row_size());
-    check_2d(out, T, F, "swiglu", "out");
+    expect_matrix(out, T, F, "swiglu", "out");
 #pragma omp parallel for num_threads(threads_) if (T * 2 * F >= kParallelMinWork)
     for (int64_t t = 0; t < T; ++t) {
       const float* g = gate_up.ptr<float>() + t * 2 * F;
@@ -461,7 +442,7 @@ class CpuBackend final : public Backend {
     check_dtype(rows, DType::kI32, "gather_rows", "rows");
     FDLLM_CHECK_ARG(x.dtype == out.dtype, "gather_rows: x is {} but out is {}", x.describe(), out.describe());
     const int64_t R = rows.numel(), D = x.row_size();
-    check_2d(out, R, D, "gather_rows", "out");
+    expect_matrix(out, R, D, "gather_rows", "out");
     const size_t row_bytes = static_cast<size_t>(D) * dtype_size(x.dtype);
     const int32_t* r = rows.ptr<int32_t>();
     for (int64_t i = 0; i < R; ++i) {

@@ -1,0 +1,113 @@
+// Linear ops: matmul (cuBLASLt GemmLt) and qkv_rope_store (fused CUTLASS kernel or GEMM + rope_store).
+#include "backend/cuda/cuda_backend.h"
+
+namespace flashdllm::cuda_impl {
+
+void CudaBackend::matmul(Tensor x, Tensor w, Tensor out, bool accumulate) {
+  static constexpr const char* kOp = "matmul";
+  expect(x, DType::kBF16, kOp, "x");
+  expect(w, DType::kBF16, kOp, "w");
+  FDLLM_CHECK_ARG(out.dtype == DType::kBF16 || out.dtype == DType::kF32,
+                  "matmul: operand 'out' must be BF16 or F32, got {}", out.describe());
+  expect(out, out.dtype, kOp, "out");
+  const int64_t T = x.rows(), K = x.row_size(), N = w.rows();
+  FDLLM_CHECK_ARG(w.row_size() == K, "matmul: x is {} but w is {} (inner dimensions differ)", x.describe(),
+                  w.describe());
+  expect_matrix(out, T, N, kOp, "out");
+  expect_disjoint(out, x, kOp, "out", "x");
+  expect_disjoint(out, w, kOp, "out", "w");
+  if (T == 0) return;
+  FDLLM_CHECK_ARG(N > 0 && K > 0, "matmul: empty weight {}", w.describe());
+  CUDA_CHECK(cudaSetDevice(device_));
+  gemm_->matmul(bf16(x), bf16(w), out.data, out.dtype == DType::kF32 ? kernels::GemmOut::kF32 : kernels::GemmOut::kBF16,
+                T, N, K, accumulate, stream_);
+  after_op(kOp);
+}
+
+void CudaBackend::qkv_rope_store(Tensor xn, Tensor wqkv, Tensor positions, Tensor rows, const RopeTable& rope,
+                                 int n_heads, Tensor q_out, Tensor k_store, Tensor v_store, Tensor scratch) {
+  static constexpr const char* kOp = "qkv_rope_store";
+  expect(xn, DType::kBF16, kOp, "xn");
+  expect(wqkv, DType::kBF16, kOp, "wqkv");
+  expect(positions, DType::kI32, kOp, "positions");
+  expect(rows, DType::kI32, kOp, "rows");
+  expect(rope.cos, DType::kF32, kOp, "rope.cos");
+  expect(rope.sin, DType::kF32, kOp, "rope.sin");
+  expect(q_out, DType::kBF16, kOp, "q_out");
+  expect(k_store, DType::kBF16, kOp, "k_store");
+  expect(v_store, DType::kBF16, kOp, "v_store");
+  expect(scratch, DType::kBF16, kOp, "scratch");
+  const int64_t T = xn.rows(), D = xn.row_size();
+  FDLLM_CHECK_ARG(n_heads > 0 && wqkv.rows() % 3 == 0 && (wqkv.rows() / 3) % n_heads == 0,
+                  "qkv_rope_store: wqkv {} is not [3·n_heads·head_dim, d_model] for n_heads {}", wqkv.describe(),
+                  n_heads);
+  FDLLM_CHECK_ARG(wqkv.row_size() == D, "qkv_rope_store: xn is {} but wqkv is {} (inner dimensions differ)",
+                  xn.describe(), wqkv.describe());
+  const int64_t HD = wqkv.rows() / 3, Dh = HD / n_heads;
+  FDLLM_CHECK_ARG(Dh % 2 == 0, "qkv_rope_store: head_dim {} must be even", Dh);
+  expect_numel(positions, T, kOp, "positions");
+  expect_numel(rows, T, kOp, "rows");
+  expect_matrix(q_out, T, HD, kOp, "q_out");
+  FDLLM_CHECK_ARG(k_store.row_size() == HD && v_store.row_size() == HD && k_store.rows() == v_store.rows(),
+                  "qkv_rope_store: K/V stores must both be [N, {}], got {} and {}", HD, k_store.describe(),
+                  v_store.describe());
+  FDLLM_CHECK_ARG(rope.cos.row_size() * 2 == Dh && rope.sin.row_size() * 2 == Dh && rope.cos.rows() == rope.sin.rows(),
+                  "qkv_rope_store: RoPE tables must be [max_positions, {}], got cos {} and sin {}", Dh / 2,
+                  rope.cos.describe(), rope.sin.describe());
+  FDLLM_CHECK_ARG(scratch.numel() >= T * 3 * HD, "qkv_rope_store: scratch {} holds fewer than {}·{} elements",
+                  scratch.describe(), T, 3 * HD);
+  if (T == 0) return;
+  CUDA_CHECK(cudaSetDevice(device_));
+  kernels::FusedQkvArgs f;
+  f.xn = bf16(xn);
+  f.wqkv = bf16(wqkv);
+  f.positions = positions.ptr<int32_t>();
+  f.rows = rows.ptr<int32_t>();
+  f.cos = rope.cos.ptr<float>();
+  f.sin = rope.sin.ptr<float>();
+  f.q_out = bf16(q_out);
+  f.k_store = bf16(k_store);
+  f.v_store = bf16(v_store);
+  f.tokens = T;
+  f.d_model = D;
+  f.n_heads = n_heads;
+  f.head_dim = static_cast<int>(Dh);
+  f.max_positions = rope.cos.rows();
+  f.store_rows = k_store.rows();
+  f.error_flags = flags();
+  const bool supported = kernels::qkv_rope_fused_supported(f);
+  FDLLM_CHECK(!qkv_forced_fused(options_.qkv) || supported, ErrorCode::kUnsupported,
+              "qkv_rope_store: FLASHDLLM_QKV=fused needs head_dim 64 or 128, d_model a multiple of 8 and 16-byte "
+              "aligned operands (got head_dim {}, d_model {}); unset it to use the unfused path",
+              Dh, D);
+  if (use_fused_qkv(options_.qkv, traits_, supported, T)) {
+    kernels::QkvConfig config;
+    config.tile = qkv_tile(options_.qkv);
+    kernels::qkv_rope_store_fused_bf16(f, stream_, config);
+    after_op(kOp);
+    return;
+  }
+  Tensor qkv(scratch.data, DType::kBF16, DeviceKind::kCUDA, {T, 3 * HD});
+  for (const Tensor* t : {&xn, &wqkv, &q_out, &k_store, &v_store})
+    FDLLM_CHECK_ARG(!overlap(qkv, *t), "qkv_rope_store: 'scratch' overlaps another operand ({})", t->describe());
+  gemm_->matmul(bf16(xn), bf16(wqkv), qkv.data, kernels::GemmOut::kBF16, T, 3 * HD, D, false, stream_);
+  kernels::RopeStoreArgs a;
+  a.qkv = bf16(qkv);
+  a.positions = positions.ptr<int32_t>();
+  a.rows = rows.ptr<int32_t>();
+  a.cos = rope.cos.ptr<float>();
+  a.sin = rope.sin.ptr<float>();
+  a.q_out = bf16(q_out);
+  a.k_store = bf16(k_store);
+  a.v_store = bf16(v_store);
+  a.tokens = T;
+  a.n_heads = n_heads;
+  a.head_dim = static_cast<int>(Dh);
+  a.max_positions = rope.cos.rows();
+  a.store_rows = k_store.rows();
+  a.error_flags = flags();
+  kernels::rope_store_bf16(a, stream_);
+  after_op(kOp);
+}
+
+}  // namespace flashdllm::cuda_impl

@@ -1,0 +1,73 @@
+// The operand checks of every backend's ops (backend.h: "every op validates shapes and dtypes and
+// throws Error(kInvalidArgument) naming the op and the operand"), written once for the CPU and the
+// CUDA backend. Header-only: the CUDA backend's .cu files include it too.
+#pragma once
+
+#include <cstdint>
+
+#include "core/check.h"
+#include "core/tensor.h"
+
+namespace flashdllm::opcheck {
+
+/// t lives on `device`, has `dtype` and data (or no elements).
+inline void expect(const Tensor& t, DType dtype, DeviceKind device, const char* op, const char* operand) {
+  FDLLM_CHECK_ARG(t.device == device, "{}: operand '{}' ({}) is not in {}", op, operand, t.describe(),
+                  device == DeviceKind::kCUDA ? "CUDA device memory" : "host memory");
+  FDLLM_CHECK_ARG(t.dtype == dtype, "{}: operand '{}' must be {}, got {}", op, operand, dtype_name(dtype),
+                  t.describe());
+  FDLLM_CHECK_ARG(t.data != nullptr || t.numel() == 0, "{}: operand '{}' ({}) has no data", op, operand, t.describe());
+}
+
+/// t is [rows, cols] (rows() x row_size()).
+inline void expect_matrix(const Tensor& t, int64_t rows, int64_t cols, const char* op, const char* operand) {
+  FDLLM_CHECK_ARG(t.rows() == rows && t.row_size() == cols, "{}: operand '{}' must be [{}, {}], got {}", op, operand,
+                  rows, cols, t.describe());
+}
+
+/// t has n elements.
+inline void expect_numel(const Tensor& t, int64_t n, const char* op, const char* operand) {
+  FDLLM_CHECK_ARG(t.numel() == n, "{}: operand '{}' must have {} elements, got {}", op, operand, n, t.describe());
+}
+
+/// Whether the bytes of a and b overlap (empty tensors overlap nothing).
+inline bool overlap(const Tensor& a, const Tensor& b) {
+  if (a.nbytes() == 0 || b.nbytes() == 0) return false;
+  const auto a0 = reinterpret_cast<uintptr_t>(a.data), b0 = reinterpret_cast<uintptr_t>(b.data);
+  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
+
+/// An output that must not share bytes with an input.
+inline void expect_disjoint(const Tensor& out, const Tensor& in, const char* op, const char* out_name,
+                            const char* in_name) {
+  FDLLM_CHECK_ARG(!overlap(out, in), "{}: operand '{}' must not overlap '{}'", op, out_name, in_name);
+}
+
+/// The operands of Backend::attention_verify on a backend of activation dtype `act` on `device`:
+/// q, k_tile, v_tile, out [Tq, H·Dh]; k_store, v_store [N, H·Dh]; key_rows I32; table I32 [n_tiles, 5]
+/// (VerifyTile rows); n_heads dividing H·Dh.
+inline void expect_verify_operands(const Tensor& q, const Tensor& k_store, const Tensor& v_store,
+                                   const Tensor& key_rows, const Tensor& k_tile, const Tensor& v_tile,
+                                   const Tensor& table, int n_heads, const Tensor& out, DType act, DeviceKind device) {
+  static constexpr const char* kOp = "attention_verify";
+  expect(q, act, device, kOp, "q");
+  expect(k_store, act, device, kOp, "k_store");
+  expect(v_store, act, device, kOp, "v_store");
+  expect(key_rows, DType::kI32, device, kOp, "key_rows");
+  expect(k_tile, act, device, kOp, "k_tile");
+  expect(v_tile, act, device, kOp, "v_tile");
+  expect(table, DType::kI32, device, kOp, "table");
+  expect(out, act, device, kOp, "out");
+  const int64_t Tq = q.rows(), HD = q.row_size(), N = k_store.rows();
+  FDLLM_CHECK_ARG(n_heads > 0 && HD % n_heads == 0, "{}: {} columns of q not divisible by n_heads {}", kOp, HD,
+                  n_heads);
+  expect_matrix(k_store, N, HD, kOp, "k_store");
+  expect_matrix(v_store, N, HD, kOp, "v_store");
+  expect_matrix(k_tile, Tq, HD, kOp, "k_tile");
+  expect_matrix(v_tile, Tq, HD, kOp, "v_tile");
+  expect_matrix(out, Tq, HD, kOp, "out");
+  FDLLM_CHECK_ARG(table.numel() % 5 == 0, "{}: table must be [n_tiles, 5] (VerifyTile rows), got {}", kOp,
+                  table.describe());
+}
+
+}  // namespace flashdllm::opcheck

@@ -1,0 +1,239 @@
+// LLaDA weights (checkpoint or seeded dummy values, tensor-parallel shards), RoPE tables and K/V
+// stores: the model's buffers, made once. See llada.h.
+#include "model/llada.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <utility>
+
+#include "backend/comm.h"
+#include "core/check.h"
+#include "core/log.h"
+#include "core/philox.h"
+#include "model/llada_carver.h"
+#include "model/llada_checkpoint.h"
+
+namespace flashdllm {
+using model_detail::align_up;
+using model_detail::Carver;
+namespace {
+
+void for_each_weight(LladaWeights& w, const std::function<void(Tensor&)>& f) {
+  f(w.wte);
+  for (auto& l : w.layers) {
+    f(l.attn_norm);
+    f(l.wqkv);
+    f(l.attn_out);
+    f(l.ff_norm);
+    f(l.w_gate_up);
+    f(l.ff_out);
+  }
+  f(w.ln_f);
+  f(w.lm_head);
+}
+
+/// The layout of rank shard `s`'s weights in one buffer (tensor data = byte offsets until bound)
+/// and its size.
+LladaWeights plan_weights(DType wt, DeviceKind dev, const LladaConfig& c, const LladaShard& s) {
+  Carver cv(dev);
+  LladaWeights w;
+  const int64_t D = c.d_model, Hl = s.heads * c.head_dim, Fl = s.mlp, E = c.embedding_size;
+  w.wte = cv.take(wt, {E, D});
+  w.layers.resize(static_cast<size_t>(c.n_layers));
+  for (auto& l : w.layers) {
+    l.attn_norm = cv.take(wt, {D});
+    l.wqkv = cv.take(wt, {3 * Hl, D});
+    l.attn_out = cv.take(wt, {D, Hl});
+    l.ff_norm = cv.take(wt, {D});
+    l.w_gate_up = cv.take(wt, {2 * Fl, D});
+    l.ff_out = cv.take(wt, {D, Fl});
+  }
+  w.ln_f = cv.take(wt, {D});
+  w.lm_head = cv.take(wt, {s.vocab, D});
+  w.bytes = cv.bytes();
+  return w;
+}
+
+LladaWeights allocate_weights(Backend& backend, const LladaConfig& c, const LladaShard& s) {
+  LladaWeights w = plan_weights(backend.weight_dtype(), backend.device(), c, s);
+  w.storage = backend.alloc(w.bytes, "model weights");
+  for_each_weight(w, [&](Tensor& t) { Carver::bind(t, w.storage); });
+  return w;
+}
+
+std::string block(int64_t i, const char* name) { return fmt::format("model.transformer.blocks.{}.{}.weight", i, name); }
+
+}  // namespace
+
+LladaShard llada_shard(const LladaConfig& cfg, const TensorParallel& tp) {
+  const int64_t N = tp.world;
+  FDLLM_CHECK_ARG(N >= 1 && tp.rank >= 0 && tp.rank < N, "tensor parallel: rank {} outside [0, world size {})", tp.rank,
+                  N);
+  FDLLM_CHECK_ARG(cfg.n_heads % N == 0,
+                  "tensor parallel size {} must divide n_heads = {} (attention heads are split across ranks)", N,
+                  cfg.n_heads);
+  FDLLM_CHECK_ARG(cfg.mlp_hidden_size % N == 0,
+                  "tensor parallel size {} must divide mlp_hidden_size = {} (the MLP columns are split across ranks)",
+                  N, cfg.mlp_hidden_size);
+  FDLLM_CHECK_ARG(cfg.embedding_size % N == 0,
+                  "tensor parallel size {} must divide embedding_size = {} (the LM head's vocabulary rows are split "
+                  "across ranks)",
+                  N, cfg.embedding_size);
+  LladaShard s;
+  s.heads = cfg.n_heads / N;
+  s.head_begin = tp.rank * s.heads;
+  s.mlp = cfg.mlp_hidden_size / N;
+  s.mlp_begin = tp.rank * s.mlp;
+  s.vocab = cfg.embedding_size / N;
+  s.vocab_begin = tp.rank * s.vocab;
+  return s;
+}
+
+size_t llada_weight_bytes(const Backend& backend, const LladaConfig& cfg, const TensorParallel& tp) {
+  return llada_weight_bytes(backend.weight_dtype(), cfg, tp);
+}
+
+size_t llada_weight_bytes(DType weight, const LladaConfig& cfg, const TensorParallel& tp) {
+  return plan_weights(weight, DeviceKind::kCPU, cfg, llada_shard(cfg, tp)).bytes;
+}
+
+LladaWeights load_llada_weights(Backend& backend, const Checkpoint& ckpt, const LladaConfig& cfg,
+                                const TensorParallel& tp) {
+  validate_llada_checkpoint(ckpt, cfg);
+  const LladaShard sh = llada_shard(cfg, tp);
+  LladaWeights w = allocate_weights(backend, cfg, sh);
+  // Rows [begin, begin + dst.rows()) of a [rows, cols] checkpoint tensor: a contiguous run of the file.
+  auto put_rows = [&](Tensor dst, const std::string& name, int64_t begin) {
+    const TensorInfo& t = ckpt.get(name);
+    const int64_t rows = t.shape.empty() ? 0 : t.shape[0], cols = rows > 0 ? t.numel() / rows : 0;
+    FDLLM_CHECK_CKPT(dst.row_size() == cols && begin + dst.rows() <= rows,
+                     "{}: tensor '{}' ({} elements) has no rows [{}, {}) of {} columns", t.file, name, t.numel(), begin,
+                     begin + dst.rows(), dst.row_size());
+    const size_t es = dtype_size(t.dtype);
+    backend.upload_weight(dst, t.dtype, static_cast<const char*>(t.data) + static_cast<size_t>(begin * cols) * es);
+  };
+  // Columns [begin, begin + dst.row_size()) of a [rows, cols] checkpoint tensor: strided, staged on the host.
+  std::vector<char> staging;
+  auto put_cols = [&](Tensor dst, const std::string& name, int64_t begin) {
+    const TensorInfo& t = ckpt.get(name);
+    FDLLM_CHECK_CKPT(t.shape.size() == 2 && t.shape[0] == dst.rows() && begin + dst.row_size() <= t.shape[1],
+                     "{}: tensor '{}' has no [{}, {}) column slice of {} rows", t.file, name, begin,
+                     begin + dst.row_size(), dst.rows());
+    if (dst.row_size() == t.shape[1]) return put_rows(dst, name, 0);
+    const size_t es = dtype_size(t.dtype), run = static_cast<size_t>(dst.row_size()) * es;
+    const size_t pitch = static_cast<size_t>(t.shape[1]) * es;
+    staging.resize(run * static_cast<size_t>(dst.rows()));
+    const char* src = static_cast<const char*>(t.data) + static_cast<size_t>(begin) * es;
+    for (int64_t r = 0; r < dst.rows(); ++r)
+      std::memcpy(staging.data() + static_cast<size_t>(r) * run, src + static_cast<size_t>(r) * pitch, run);
+    backend.upload_weight(dst, t.dtype, staging.data());
+    backend.synchronize();  // the staging buffer is reused by the next slice
+  };
+  put_rows(w.wte, "model.transformer.wte.weight", 0);
+  const int64_t Dh = cfg.head_dim, Hl = sh.heads * Dh, Fl = sh.mlp;
+  for (int64_t i = 0; i < cfg.n_layers; ++i) {
+    auto& l = w.layers[static_cast<size_t>(i)];
+    put_rows(l.attn_norm, block(i, "attn_norm"), 0);
+    put_rows(l.wqkv.slice_rows(0, Hl), block(i, "q_proj"), sh.head_begin * Dh);
+    put_rows(l.wqkv.slice_rows(Hl, 2 * Hl), block(i, "k_proj"), sh.head_begin * Dh);
+    put_rows(l.wqkv.slice_rows(2 * Hl, 3 * Hl), block(i, "v_proj"), sh.head_begin * Dh);
+    put_cols(l.attn_out, block(i, "attn_out"), sh.head_begin * Dh);
+    put_rows(l.ff_norm, block(i, "ff_norm"), 0);
+    put_rows(l.w_gate_up.slice_rows(0, Fl), block(i, "ff_proj"), sh.mlp_begin);
+    put_rows(l.w_gate_up.slice_rows(Fl, 2 * Fl), block(i, "up_proj"), sh.mlp_begin);
+    put_cols(l.ff_out, block(i, "ff_out"), sh.mlp_begin);
+  }
+  put_rows(w.ln_f, "model.transformer.ln_f.weight", 0);
+  put_rows(w.lm_head, "model.transformer.ff_out.weight", sh.vocab_begin);
+  backend.synchronize();
+  return w;
+}
+
+LladaWeights make_dummy_llada_weights(Backend& backend, const LladaConfig& cfg, uint64_t seed,
+                                      const TensorParallel& tp) {
+  const LladaShard sh = llada_shard(cfg, tp);
+  LladaWeights w = allocate_weights(backend, cfg, sh);
+  // Made on the device (Backend::fill_normal: Box-Muller on counter-based uniforms, stream = the
+  // tensor's index in for_each_weight order, values keyed by the element index in the unsharded
+  // tensor): N(0, 0.02²) matrices; norm weights exactly 1 like a fresh model. A rank fills the
+  // pieces of each unsharded tensor it holds through FillWindows.
+  uint64_t stream = 0;
+  auto matrix = [&](std::initializer_list<std::pair<Tensor, FillWindow>> pieces) {
+    for (const auto& [t, window] : pieces) backend.fill_normal(t, seed, stream, 0.0f, 0.02f, window);
+    ++stream;
+  };
+  auto norm = [&](Tensor t) { backend.fill_normal(t, seed, stream++, 1.0f, 0.0f); };
+  const int64_t D = cfg.d_model, Dh = cfg.head_dim, H = cfg.n_heads * Dh, F = cfg.mlp_hidden_size;
+  const int64_t Hl = sh.heads * Dh, h0 = sh.head_begin * Dh, Fl = sh.mlp, f0 = sh.mlp_begin;
+  matrix({{w.wte, {}}});
+  for (auto& l : w.layers) {
+    norm(l.attn_norm);
+    matrix({{l.wqkv.slice_rows(0, Hl), {h0 * D, 0}},
+            {l.wqkv.slice_rows(Hl, 2 * Hl), {(H + h0) * D, 0}},
+            {l.wqkv.slice_rows(2 * Hl, 3 * Hl), {(2 * H + h0) * D, 0}}});
+    matrix({{l.attn_out, {h0, H}}});
+    norm(l.ff_norm);
+    matrix({{l.w_gate_up.slice_rows(0, Fl), {f0 * D, 0}}, {l.w_gate_up.slice_rows(Fl, 2 * Fl), {(F + f0) * D, 0}}});
+    matrix({{l.ff_out, {f0, F}}});
+  }
+  norm(w.ln_f);
+  matrix({{w.lm_head, {sh.vocab_begin * D, 0}}});
+  backend.synchronize();
+  return w;
+}
+
+RopeTables make_rope_tables(Backend& backend, const LladaConfig& cfg, int64_t max_positions) {
+  const int64_t half = cfg.head_dim / 2;
+  std::vector<float> inv_freq(static_cast<size_t>(half));
+  const float theta = static_cast<float>(cfg.rope_theta);
+  for (int64_t i = 0; i < half; ++i) {
+    const float expo = static_cast<float>(2 * i) / static_cast<float>(cfg.head_dim);
+    inv_freq[i] = 1.0f / std::pow(theta, expo);
+  }
+  std::vector<float> c(static_cast<size_t>(max_positions * half)), s(c.size());
+  for (int64_t p = 0; p < max_positions; ++p)
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = static_cast<float>(p) * inv_freq[i];
+      c[p * half + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+      s[p * half + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+    }
+  RopeTables r;
+  const size_t bytes = c.size() * sizeof(float);
+  r.storage = backend.alloc(2 * align_up(bytes), "RoPE tables");
+  r.table.cos = Tensor(r.storage.data(), DType::kF32, backend.device(), {max_positions, half});
+  r.table.sin = Tensor(static_cast<char*>(r.storage.data()) + align_up(bytes), DType::kF32, backend.device(),
+                       {max_positions, half});
+  backend.copy_from_host(r.table.cos, c.data());
+  backend.copy_from_host(r.table.sin, s.data());
+  backend.synchronize();
+  return r;
+}
+
+KvStore make_kv_store(Backend& backend, const LladaConfig& cfg, int64_t rows, bool shared_across_layers,
+                      const TensorParallel& tp) {
+  KvStore kv;
+  kv.rows = rows;
+  const int64_t HD = llada_shard(cfg, tp).heads * cfg.head_dim;
+  const DType at = backend.activation_dtype();
+  const size_t one = align_up(static_cast<size_t>(rows * HD) * dtype_size(at));
+  kv.bytes = kv_store_bytes(at, cfg, rows, shared_across_layers, tp);
+  kv.storage = backend.alloc(kv.bytes, "K/V store");
+  for (int64_t l = 0; l < cfg.n_layers; ++l) {
+    const int64_t s = shared_across_layers ? 0 : l;
+    char* base = static_cast<char*>(kv.storage.data()) + 2 * one * static_cast<size_t>(s);
+    kv.k.emplace_back(base, at, backend.device(), std::initializer_list<int64_t>{rows, HD});
+    kv.v.emplace_back(base + one, at, backend.device(), std::initializer_list<int64_t>{rows, HD});
+  }
+  return kv;
+}
+
+size_t kv_store_bytes(DType act, const LladaConfig& cfg, int64_t rows, bool shared_across_layers,
+                      const TensorParallel& tp) {
+  const int64_t HD = llada_shard(cfg, tp).heads * cfg.head_dim;
+  const size_t one = align_up(static_cast<size_t>(rows * HD) * dtype_size(act));
+  return 2 * one * static_cast<size_t>(shared_across_layers ? 1 : cfg.n_layers);
+}
+
+}  // namespace flashdllm
