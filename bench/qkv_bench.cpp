@@ -23,13 +23,13 @@
 #include <vector>
 
 #include "bench/cuda_bench_util.h"
+#include "bench/kernels/qkv_rope_fused.h"
 #if FLASHDLLM_BENCH_CUTLASS_REF
 #include "bench/cutlass_gemm_ref.h"
 #endif
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/fill.h"
 #include "kernels/cuda/gemm.h"
-#include "kernels/cuda/qkv_rope_fused.h"
 #include "kernels/cuda/rope_store.h"
 
 using namespace flashdllm;

@@ -39,7 +39,6 @@ E parse_choice(const char* name, const std::string& v, std::optional<E> (*from_n
 
 constexpr const char* kAttentionChoices = "auto, reference, m64n64, m128n64, m128n128, wgmma, wgmma128, wgmma64";
 constexpr const char* kCudnnChoices = "auto, prefill, all, off";
-constexpr const char* kQkvChoices = "auto, fused, fused:auto, fused:128x128b, fused:128x256b, unfused";
 
 std::vector<EnvVar> make_registry() {
   std::vector<EnvVar> r;
@@ -58,12 +57,6 @@ std::vector<EnvVar> make_registry() {
                [](const std::string& v, EnvSettings& s) {
                  s.backend.cudnn_attention = parse_choice<CudnnAttention>("FLASHDLLM_CUDNN_ATTENTION", v,
                                                                           &cudnn_attention_from_name, kCudnnChoices);
-               }});
-  r.push_back({"FLASHDLLM_QKV", kQkvChoices, "auto",
-               "QKV projection + RoPE + K/V store path. auto: the unfused cuBLASLt GEMM + rope_store (the fused "
-               "kernel never measured faster); fused[:<tile>]: the fused CUTLASS kernel (sm_90)",
-               [](const std::string& v, EnvSettings& s) {
-                 s.backend.qkv = parse_choice<QkvPath>("FLASHDLLM_QKV", v, &qkv_path_from_name, kQkvChoices);
                }});
   r.push_back(
       {"FLASHDLLM_GEMM_TUNE", "int in [0, 16]", "0",

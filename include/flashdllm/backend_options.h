@@ -1,4 +1,4 @@
-// Backend options: how the compute backend runs (kernel routes, GEMM algorithm choice, CUDA graphs,
+// Backend options: how the compute backend runs (attention kernel and cuDNN route, GEMM algorithm choice, CUDA graphs,
 // row padding, synchronisation, host staging), typed, carried unchanged from EngineOptions::backend
 // to the backend that make_backend creates.
 //
@@ -38,15 +38,6 @@ enum class CudnnAttention {
   kOff,      ///< none
 };
 
-/// The path of Backend::qkv_rope_store on CUDA (FLASHDLLM_QKV).
-enum class QkvPath {
-  kAuto,           ///< the policy (use_fused_qkv)
-  kFused,          ///< the fused CUTLASS kernel (sm_90), its tile chosen by the token count
-  kFused128x128b,  ///< the fused kernel with 128 x 128 output tiles
-  kFused128x256b,  ///< the fused kernel with 128 x 256 output tiles
-  kUnfused,        ///< cuBLASLt GEMM, then RoPE + K/V store
-};
-
 /// The row counts that share one cuBLASLt algorithm (FLASHDLLM_GEMM_BUCKETS).
 enum class GemmBuckets {
   kPowerOfTwo,     ///< "pow2": the next power of two
@@ -70,7 +61,6 @@ enum class SyncMode {
 struct BackendOptions {
   AttentionKernel attention = AttentionKernel::kAuto;
   CudnnAttention cudnn_attention = CudnnAttention::kAuto;
-  QkvPath qkv = QkvPath::kAuto;
   /// Time cuBLASLt's first K heuristic algorithms per GEMM shape at run time and keep the fastest
   /// (K > 1 replaces row buckets and picks); 0 or 1: the heuristic's (or the picks') choice. [0, 16].
   int gemm_tune = 0;
@@ -97,8 +87,6 @@ const char* attention_kernel_name(AttentionKernel k) noexcept;  ///< "auto", "re
 std::optional<AttentionKernel> attention_kernel_from_name(std::string_view name) noexcept;
 const char* cudnn_attention_name(CudnnAttention c) noexcept;  ///< "auto", "prefill", "all", "off"
 std::optional<CudnnAttention> cudnn_attention_from_name(std::string_view name) noexcept;
-const char* qkv_path_name(QkvPath p) noexcept;  ///< "auto", "fused", "fused:128x128b", "fused:128x256b", "unfused"
-std::optional<QkvPath> qkv_path_from_name(std::string_view name) noexcept;
 
 /// "pow2", "quarter", "exact" (constexpr: the kernels' GEMM wrapper names its buckets with it too).
 constexpr std::string_view gemm_buckets_name(GemmBuckets buckets) noexcept {

@@ -41,17 +41,6 @@ CudnnChoice cudnn_choice(CudnnAttention cudnn, AttentionKernel attention) noexce
 
 bool fused_qkv_beats_unfused(int64_t /*tokens*/) noexcept { return false; }
 
-bool use_fused_qkv(QkvPath path, const DeviceTraits& device, bool supported, int64_t tokens) noexcept {
-  switch (path) {
-    case QkvPath::kUnfused: return false;
-    case QkvPath::kAuto: return device.fused_qkv && supported && fused_qkv_beats_unfused(tokens);
-    case QkvPath::kFused:
-    case QkvPath::kFused128x128b:
-    case QkvPath::kFused128x256b: break;
-  }
-  return true;
-}
-
 Backend::RowPadding row_padding_for(DeviceKind device, std::optional<bool> requested) noexcept {
   const bool on = requested.value_or(device == DeviceKind::kCUDA);
   return on ? Backend::RowPadding{64, 16} : Backend::RowPadding{};
@@ -94,15 +83,6 @@ constexpr std::array<std::pair<CudnnAttention, const char*>, 4> kCudnnNames{{
     {CudnnAttention::kAll, "all"},
     {CudnnAttention::kOff, "off"},
 }};
-constexpr std::array<std::pair<QkvPath, const char*>, 6> kQkvNames{{
-    {QkvPath::kAuto, "auto"},
-    {QkvPath::kFused, "fused"},
-    {QkvPath::kFused, "fused:auto"},  // an alias of fused (the name of fused is the first)
-    {QkvPath::kFused128x128b, "fused:128x128b"},
-    {QkvPath::kFused128x256b, "fused:128x256b"},
-    {QkvPath::kUnfused, "unfused"},
-}};
-
 }  // namespace
 
 const char* attention_kernel_name(AttentionKernel k) noexcept { return to_name(kAttentionNames, k); }
@@ -113,8 +93,6 @@ const char* cudnn_attention_name(CudnnAttention c) noexcept { return to_name(kCu
 std::optional<CudnnAttention> cudnn_attention_from_name(std::string_view name) noexcept {
   return from_name(kCudnnNames, name);
 }
-const char* qkv_path_name(QkvPath p) noexcept { return to_name(kQkvNames, p); }
-std::optional<QkvPath> qkv_path_from_name(std::string_view name) noexcept { return from_name(kQkvNames, name); }
 
 void validate_backend_options(const BackendOptions& o) {
   FDLLM_CHECK_ARG(o.gemm_tune >= 0 && o.gemm_tune <= 16, "backend option gemm_tune {} is not in [0, 16]", o.gemm_tune);

@@ -19,8 +19,6 @@ struct DeviceTraits {
   int sms = 0;                     ///< streaming multiprocessors
   /// The build has the Hopper (wgmma) attention kernel and the device runs it (sm_90).
   bool hopper_attention = false;
-  /// The build has the fused QKV + RoPE + store kernel and the device runs it (sm_90).
-  bool fused_qkv = false;
 };
 
 /// True for the Hopper (wgmma) attention kernels.
@@ -83,12 +81,9 @@ CudnnChoice cudnn_choice(CudnnAttention cudnn, AttentionKernel attention) noexce
 
 /// Whether the fused QKV + RoPE + store kernel measured faster than the unfused cuBLASLt GEMM +
 /// rope_store at `tokens` rows on the H200 (bench/qkv_bench; bench/results/2026-12-03-h200-qkv-*):
-/// it never did, so the automatic path is the unfused one everywhere.
+/// it never did (1.13-1.16x their time at 1024-8192 rows), so the kernel lives in bench/kernels/ and
+/// Backend::qkv_rope_store on CUDA is the unfused path. The measurement a kernel must beat to return.
 bool fused_qkv_beats_unfused(int64_t tokens) noexcept;
-
-/// Whether qkv_rope_store runs the fused kernel: forced (kFused*), or kAuto where the device runs it,
-/// the operands suit it (`supported`) and it beats the unfused path at `tokens` rows.
-bool use_fused_qkv(QkvPath path, const DeviceTraits& device, bool supported, int64_t tokens) noexcept;
 
 /// The row padding of a backend on `device` (Backend::row_padding): {64, 16} when `requested` is
 /// true, {1, 1} when false; nullopt takes the device's default, on for CUDA (graphs replay while row

@@ -1,5 +1,5 @@
 // The backend's default choices (src/backend/backend_policy.h), without a GPU: the attention kernel
-// per device and tile, the small-call exception, the cuDNN route, the QKV path, row padding, graphs.
+// per device and tile, the small-call exception, the cuDNN route, the QKV rule, row padding, graphs.
 #include <gtest/gtest.h>
 
 #include "backend/backend_policy.h"
@@ -14,7 +14,6 @@ DeviceTraits hopper() {  // an H200 in a build with the sm_90 kernels
   d.cc_minor = 0;
   d.sms = 132;
   d.hopper_attention = true;
-  d.fused_qkv = true;
   return d;
 }
 DeviceTraits ampere() {  // an A100: mma.sync kernels only
@@ -88,15 +87,9 @@ TEST(BackendPolicy, CudnnRoute) {
   EXPECT_FALSE(cudnn_choice(CudnnAttention::kAll, AttentionKernel::kReference).required);
 }
 
-TEST(BackendPolicy, QkvPathIsUnfusedUnlessForced) {
-  for (int64_t T : {1, 16, 128, 512, 4096}) {
-    EXPECT_FALSE(fused_qkv_beats_unfused(T)) << T;
-    EXPECT_FALSE(use_fused_qkv(QkvPath::kAuto, hopper(), true, T)) << T;
-    EXPECT_FALSE(use_fused_qkv(QkvPath::kUnfused, hopper(), true, T)) << T;
-    EXPECT_TRUE(use_fused_qkv(QkvPath::kFused, hopper(), true, T)) << T;
-    EXPECT_TRUE(use_fused_qkv(QkvPath::kFused128x256b, hopper(), true, T)) << T;
-  }
-  EXPECT_FALSE(use_fused_qkv(QkvPath::kAuto, ampere(), true, 128));
+// The fused QKV kernel (bench/kernels/) was never measured faster: nothing picks it.
+TEST(BackendPolicy, FusedQkvNeverBeatsUnfused) {
+  for (int64_t T : {1, 16, 128, 512, 1024, 4096, 8192}) EXPECT_FALSE(fused_qkv_beats_unfused(T)) << T;
 }
 
 TEST(BackendPolicy, RowPaddingGraphsAndPicks) {
@@ -124,13 +117,9 @@ TEST(BackendPolicy, NamesRoundTripAndOptionsValidate) {
     EXPECT_EQ(attention_kernel_from_name(attention_kernel_name(k)), k) << attention_kernel_name(k);
   for (CudnnAttention c : {CudnnAttention::kAuto, CudnnAttention::kPrefill, CudnnAttention::kAll, CudnnAttention::kOff})
     EXPECT_EQ(cudnn_attention_from_name(cudnn_attention_name(c)), c);
-  for (QkvPath p :
-       {QkvPath::kAuto, QkvPath::kFused, QkvPath::kFused128x128b, QkvPath::kFused128x256b, QkvPath::kUnfused})
-    EXPECT_EQ(qkv_path_from_name(qkv_path_name(p)), p);
   for (GemmBuckets b : {GemmBuckets::kPowerOfTwo, GemmBuckets::kQuarterOctave, GemmBuckets::kExact})
     EXPECT_EQ(gemm_buckets_from_name(gemm_buckets_name(b)), b);
   EXPECT_FALSE(attention_kernel_from_name("m256n64").has_value());
-  EXPECT_FALSE(qkv_path_from_name("fused:256x256").has_value());
   BackendOptions o;
   validate_backend_options(o);
   o.gemm_tune = 17;

@@ -41,10 +41,10 @@ TEST(EnvRegistry, EveryVariableIsListedOnceWithTypeDefaultAndHelp) {
     EXPECT_NE(std::string(v.default_value), "") << v.name;
     EXPECT_NE(std::string(v.help), "") << v.name;
   }
-  for (const char* n : {"FLASHDLLM_ATTENTION", "FLASHDLLM_CUDNN_ATTENTION", "FLASHDLLM_QKV", "FLASHDLLM_GEMM_TUNE",
-                        "FLASHDLLM_GEMM_BUCKETS", "FLASHDLLM_GEMM_PICKS", "FLASHDLLM_CUDA_GRAPHS",
-                        "FLASHDLLM_CUDA_SYNC", "FLASHDLLM_PINNED_STAGING", "FLASHDLLM_ROW_PADDING",
-                        "FLASHDLLM_TP_WORLD", "FLASHDLLM_TP_RANK", "FLASHDLLM_TP_ID_FILE", "NCCL_NVLS_ENABLE"})
+  for (const char* n :
+       {"FLASHDLLM_ATTENTION", "FLASHDLLM_CUDNN_ATTENTION", "FLASHDLLM_GEMM_TUNE", "FLASHDLLM_GEMM_BUCKETS",
+        "FLASHDLLM_GEMM_PICKS", "FLASHDLLM_CUDA_GRAPHS", "FLASHDLLM_CUDA_SYNC", "FLASHDLLM_PINNED_STAGING",
+        "FLASHDLLM_ROW_PADDING", "FLASHDLLM_TP_WORLD", "FLASHDLLM_TP_RANK", "FLASHDLLM_TP_ID_FILE", "NCCL_NVLS_ENABLE"})
     EXPECT_TRUE(names.count(n)) << n << " is not in the registry";
   const ScopedEnv env("FLASHDLLM_GEMM_TUNE", "4");
   const std::string listing = env_listing();
@@ -79,13 +79,6 @@ TEST(EnvRegistry, ChoicesReachTheOptions) {
                                 {"all", CudnnAttention::kAll},
                                 {"off", CudnnAttention::kOff}})
     EXPECT_EQ(with("FLASHDLLM_CUDNN_ATTENTION", name).backend.cudnn_attention, c) << name;
-  for (const auto& [name, q] : {std::pair<const char*, QkvPath>{"auto", QkvPath::kAuto},
-                                {"fused", QkvPath::kFused},
-                                {"fused:auto", QkvPath::kFused},
-                                {"fused:128x128b", QkvPath::kFused128x128b},
-                                {"fused:128x256b", QkvPath::kFused128x256b},
-                                {"unfused", QkvPath::kUnfused}})
-    EXPECT_EQ(with("FLASHDLLM_QKV", name).backend.qkv, q) << name;
   for (const auto& [name, b] : {std::pair<const char*, GemmBuckets>{"quarter", GemmBuckets::kQuarterOctave},
                                 {"pow2", GemmBuckets::kPowerOfTwo},
                                 {"exact", GemmBuckets::kExact}})
@@ -117,12 +110,12 @@ TEST(EnvRegistry, SwitchesOverrideTheDefaults) {
 TEST(EnvRegistry, InvalidValuesNameTheVariable) {
   const std::pair<const char*, const char*> bad[] = {
       {"FLASHDLLM_ATTENTION", "m256n64"},   {"FLASHDLLM_CUDNN_ATTENTION", "sometimes"},
-      {"FLASHDLLM_QKV", "fused:256x256"},   {"FLASHDLLM_GEMM_TUNE", "17"},
-      {"FLASHDLLM_GEMM_TUNE", "x"},         {"FLASHDLLM_GEMM_TUNE", "-1"},
-      {"FLASHDLLM_GEMM_BUCKETS", "octave"}, {"FLASHDLLM_CUDA_GRAPHS", "maybe"},
-      {"FLASHDLLM_CUDA_SYNC", "2"},         {"FLASHDLLM_PINNED_STAGING", "nope"},
-      {"FLASHDLLM_ROW_PADDING", "64"},      {"FLASHDLLM_TP_WORLD", "0"},
-      {"FLASHDLLM_TP_RANK", "x"},           {"NCCL_NVLS_ENABLE", "sure"},
+      {"FLASHDLLM_GEMM_TUNE", "17"},        {"FLASHDLLM_GEMM_TUNE", "x"},
+      {"FLASHDLLM_GEMM_TUNE", "-1"},        {"FLASHDLLM_GEMM_BUCKETS", "octave"},
+      {"FLASHDLLM_CUDA_GRAPHS", "maybe"},   {"FLASHDLLM_CUDA_SYNC", "2"},
+      {"FLASHDLLM_PINNED_STAGING", "nope"}, {"FLASHDLLM_ROW_PADDING", "64"},
+      {"FLASHDLLM_TP_WORLD", "0"},          {"FLASHDLLM_TP_RANK", "x"},
+      {"NCCL_NVLS_ENABLE", "sure"},
   };
   for (const auto& [name, value] : bad) {
     const std::string msg = refusal(name, value);
@@ -130,7 +123,7 @@ TEST(EnvRegistry, InvalidValuesNameTheVariable) {
     EXPECT_NE(msg.find(value), std::string::npos) << msg;
   }
   // The accepted values are listed.
-  EXPECT_NE(refusal("FLASHDLLM_QKV", "fused:256x256").find("fused:128x128b"), std::string::npos);
+  EXPECT_NE(refusal("FLASHDLLM_CUDNN_ATTENTION", "x").find("prefill"), std::string::npos);
   EXPECT_NE(refusal("FLASHDLLM_ATTENTION", "x").find("wgmma64"), std::string::npos);
 }
 

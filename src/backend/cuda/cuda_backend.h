@@ -75,7 +75,6 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/kernel_errors.h"
 #include "kernels/cuda/rmsnorm.h"
-#include "kernels/cuda/qkv_rope_fused.h"
 #include "kernels/cuda/rope_store.h"
 #include "kernels/cuda/select.h"
 #include "kernels/cuda/swiglu.h"
@@ -113,20 +112,6 @@ constexpr kernels::FlashVariant flash_variant(AttentionKernel k) noexcept {
   return kernels::FlashVariant::kM64N64;
 }
 constexpr kernels::FlashVariant kSmallTileVariant = flash_variant(kSmallTileKernel);
-
-// The fused QKV kernel's tile of a forced path (kAuto: chosen by the token count).
-inline kernels::QkvTile qkv_tile(QkvPath p) noexcept {
-  switch (p) {
-    case QkvPath::kFused128x128b: return kernels::QkvTile::k128x128b;
-    case QkvPath::kFused128x256b: return kernels::QkvTile::k128x256b;
-    case QkvPath::kAuto:
-    case QkvPath::kFused:
-    case QkvPath::kUnfused: break;
-  }
-  return kernels::QkvTile::kAuto;
-}
-
-inline bool qkv_forced_fused(QkvPath p) noexcept { return p != QkvPath::kAuto && p != QkvPath::kUnfused; }
 
 // The smallest power of two >= n (n in [1, 2^30]); cuDNN graphs are built per power-of-two bucket.
 inline int32_t pow2_at_least(int32_t n) {

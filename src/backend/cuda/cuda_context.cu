@@ -46,14 +46,9 @@ CudaBackend::CudaBackend(int device_index, const BackendOptions& options) : devi
   traits_.sms = prop.multiProcessorCount;
   traits_.hopper_attention =
       kernels::flash_variant_runs_on(kernels::FlashVariant::kWgmmaM128N128, prop.major, prop.minor);
-  traits_.fused_qkv = kernels::qkv_rope_fused_available();
   check_forced_attention(prop.major, prop.minor);
   flash_ = flash_choice(options_.attention, traits_);
   cudnn_ = cudnn_choice(options_.cudnn_attention, options_.attention);
-  FDLLM_CHECK(!qkv_forced_fused(options_.qkv) || traits_.fused_qkv, ErrorCode::kUnsupported,
-              "FLASHDLLM_QKV={}: the fused QKV kernel needs an sm_90 device and a build with it (CUTLASS "
-              "and sm_90 among the CUDA archs; scripts/setup.sh fetches CUTLASS); device sm_{}{}",
-              qkv_path_name(options_.qkv), prop.major, prop.minor);
   graphs_ = cuda_graphs_enabled(options_);
   row_padding_ = row_padding_for(DeviceKind::kCUDA, options_.row_padding);
   CUDA_CHECK(cudaStreamSynchronize(stream_));

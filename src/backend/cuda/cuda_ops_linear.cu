@@ -1,4 +1,5 @@
-// Linear ops: matmul (cuBLASLt GemmLt) and qkv_rope_store (fused CUTLASS kernel or GEMM + rope_store).
+// Linear ops: matmul (cuBLASLt GemmLt) and qkv_rope_store (GEMM + rope_store; the fused kernel, never
+// faster, is in bench/kernels/).
 #include "backend/cuda/cuda_backend.h"
 
 namespace flashdllm::cuda_impl {
@@ -58,35 +59,6 @@ void CudaBackend::qkv_rope_store(Tensor xn, Tensor wqkv, Tensor positions, Tenso
                   scratch.describe(), T, 3 * HD);
   if (T == 0) return;
   CUDA_CHECK(cudaSetDevice(device_));
-  kernels::FusedQkvArgs f;
-  f.xn = bf16(xn);
-  f.wqkv = bf16(wqkv);
-  f.positions = positions.ptr<int32_t>();
-  f.rows = rows.ptr<int32_t>();
-  f.cos = rope.cos.ptr<float>();
-  f.sin = rope.sin.ptr<float>();
-  f.q_out = bf16(q_out);
-  f.k_store = bf16(k_store);
-  f.v_store = bf16(v_store);
-  f.tokens = T;
-  f.d_model = D;
-  f.n_heads = n_heads;
-  f.head_dim = static_cast<int>(Dh);
-  f.max_positions = rope.cos.rows();
-  f.store_rows = k_store.rows();
-  f.error_flags = flags();
-  const bool supported = kernels::qkv_rope_fused_supported(f);
-  FDLLM_CHECK(!qkv_forced_fused(options_.qkv) || supported, ErrorCode::kUnsupported,
-              "qkv_rope_store: FLASHDLLM_QKV=fused needs head_dim 64 or 128, d_model a multiple of 8 and 16-byte "
-              "aligned operands (got head_dim {}, d_model {}); unset it to use the unfused path",
-              Dh, D);
-  if (use_fused_qkv(options_.qkv, traits_, supported, T)) {
-    kernels::QkvConfig config;
-    config.tile = qkv_tile(options_.qkv);
-    kernels::qkv_rope_store_fused_bf16(f, stream_, config);
-    after_op(kOp);
-    return;
-  }
   Tensor qkv(scratch.data, DType::kBF16, DeviceKind::kCUDA, {T, 3 * HD});
   for (const Tensor* t : {&xn, &wqkv, &q_out, &k_store, &v_store})
     FDLLM_CHECK_ARG(!overlap(qkv, *t), "qkv_rope_store: 'scratch' overlaps another operand ({})", t->describe());

@@ -4,7 +4,7 @@
 
 #include <cuda_runtime.h>
 
-#include "kernels/cuda/qkv_rope_fused.h"
+#include "bench/kernels/qkv_rope_fused.h"
 
 namespace flashdllm::kernels {
 

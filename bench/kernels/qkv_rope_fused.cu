@@ -1,13 +1,13 @@
 // Fused QKV projection + RoPE + K/V cache write: device check, operand check and tile choice; the
 // kernel is qkv_rope_sm90.cu. See qkv_rope_fused.h.
-#include "kernels/cuda/qkv_rope_fused.h"
+#include "bench/kernels/qkv_rope_fused.h"
 
 #include <cstring>
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_utils.cuh"
-#include "kernels/cuda/qkv_rope_sm90.h"
+#include "bench/kernels/qkv_rope_sm90.h"
 
 #ifndef FLASHDLLM_HAVE_QKV_SM90
 #define FLASHDLLM_HAVE_QKV_SM90 0
@@ -36,8 +36,6 @@ bool qkv_tile_from_name(const char* name, QkvTile* out) noexcept {
     }
   return false;
 }
-
-bool qkv_fused_beats_unfused(int64_t /*tokens*/) noexcept { return false; }
 
 QkvConfig qkv_fused_auto(int64_t tokens) noexcept {
   QkvConfig c;

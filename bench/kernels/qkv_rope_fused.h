@@ -1,4 +1,6 @@
 // Fused QKV projection + RoPE + K/V cache write (Flash-Cache part 1; reference-algorithms §D.5
+// [bench only: no policy picks it, see bench/kernels/README.md and backend_policy.h's
+// fused_qkv_beats_unfused]
 // step 2, Flash-dLLM's fused cache-update kernel): the Backend::qkv_rope_store of the CUDA backend
 // without the [T, 3·H·Dh] intermediate and without a second pass over it.
 //
@@ -72,11 +74,6 @@ bool qkv_tile_from_name(const char* name, QkvTile* out) noexcept;
 
 /// The configuration kAuto runs for T tokens (bench/qkv_bench on the H200).
 QkvConfig qkv_fused_auto(int64_t tokens) noexcept;
-
-/// Whether the fused kernel (qkv_fused_auto's configuration) measured faster than the unfused
-/// cuBLASLt GEMM + rope_store_bf16 at T tokens on the H200 (bench/qkv_bench): the CUDA backend's
-/// FLASHDLLM_QKV=auto takes the fused path only there.
-bool qkv_fused_beats_unfused(int64_t tokens) noexcept;
 
 /// The main loop's pipeline stages (K-blocks of 64 in flight) of `tile`'s kernel; 0 for kAuto or in
 /// builds without the fused kernel.

@@ -12,7 +12,7 @@
 // store rows (RopeStoreEpilogue): no [T, 3·H·Dh] intermediate and no second pass. A tile's BN
 // columns are whole heads (BN a multiple of Dh), so rotation pairs never straddle tiles; the
 // q | k | v section of each column pair is computed from its global column.
-#include "kernels/cuda/qkv_rope_sm90.h"
+#include "bench/kernels/qkv_rope_sm90.h"
 
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
