@@ -11,7 +11,9 @@
 #   - exports FLASHDLLM_COMMIT=<label> (results are labelled with it) only if the copy's `git
 #     write-tree` equals <tree>, else prints "dirty" (compare with `git rev-parse <commit>^{tree}`);
 #   - unpacks the carried .carry/cudnn-frontend.tar.xz and .carry/cutlass.tar.xz into .deps/ and builds
-#     with `scripts/gpu_check.sh --build-only` (exits 1 with the log's tail on failure);
+#     with `scripts/gpu_check.sh --build-only` (exits 1 with the log's tail on failure) within
+#     BUILD_BUDGET seconds (default 200), its gpu_check.sh output going to BUILD_OUT (default $OUT);
+#     PRELUDE_BUILD=0 leaves the build to the script (one that builds two trees, or extra targets);
 #   - exports LD_LIBRARY_PATH for the carried Debian packages (/tmp/fdllm-deps, scripts/gpu_env.sh)
 #     and .carry/dw (libdw/libelf for Nsight's importer), and sets B=build-gpu, t0 (start, epoch s) and
 #     left() (seconds left of LIMIT, default 300).
@@ -32,10 +34,13 @@ mkdir -p .deps
 [[ -f .deps/cutlass/include/cute/tensor.hpp ]] || tar -xJf .carry/cutlass.tar.xz -C .deps
 t0=$(date +%s)
 left() { echo $((${LIMIT:-300} - ($(date +%s) - t0))); }
-(FLASHDLLM_GPU_CHECK_BUDGET=200 bash scripts/gpu_check.sh --build-only >/tmp/build.log 2>&1) || {
-  tail -30 /tmp/build.log
-  exit 1
-}
-echo "built $(($(date +%s) - t0)) s on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
+if [[ "${PRELUDE_BUILD:-1}" != 0 ]]; then
+  (OUT=${BUILD_OUT:-${OUT:-}} FLASHDLLM_GPU_CHECK_BUDGET=${BUILD_BUDGET:-200} bash scripts/gpu_check.sh --build-only \
+    >/tmp/build.log 2>&1) || {
+    tail -30 /tmp/build.log
+    exit 1
+  }
+  echo "built $(($(date +%s) - t0)) s on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
+fi
 export LD_LIBRARY_PATH=$PWD/.carry/dw:/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu/openblas-openmp:/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 B=build-gpu

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# Sets up a fresh Debian/Ubuntu machine and builds flashdllm into ./build.
-#   scripts/setup.sh            install dependencies (apt + pip) if missing, configure, build
+# Sets up a fresh Debian/Ubuntu machine and builds the flashdllm command into ./build.
+#   scripts/setup.sh            install dependencies (apt + pip) if missing, configure, build the
+#                               `flashdllm` target (and what it links): what the README's first
+#                               command runs. The tests, tools and benches are built by
+#                               scripts/test.sh (or `cmake --build build`), incrementally.
 #   FLASHDLLM_CUDA=ON|OFF       force the CUDA backend on/off (default: on when nvcc is found)
 #   FLASHDLLM_SKIP_DEPS=1       skip package installation (dependencies already present)
 #   FLASHDLLM_DEV_TOOLS=1       also install clang, libFuzzer, clang-format, chromium (fuzzing, format
 #                               check, the live-page test; CI sets it)
 #   FLASHDLLM_WERROR=ON         compiler warnings are errors (CI)
+# ccache, when installed, is the compiler launcher (C, C++, CUDA): rebuilds of unchanged files on a
+# kept machine come from its cache. CCACHE_DISABLE=1 builds without it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -87,9 +92,15 @@ PY
   rm -rf .deps/wheels
 fi
 
-echo "[setup] configuring (CUDA backend: $CUDA)"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DFLASHDLLM_CUDA="$CUDA" -DFLASHDLLM_WERROR="${FLASHDLLM_WERROR:-OFF}" >/dev/null
+LAUNCHER=()
+if command -v ccache >/dev/null 2>&1; then
+  LAUNCHER=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  [[ "$CUDA" == ON ]] && LAUNCHER+=(-DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
+echo "[setup] configuring (CUDA backend: $CUDA${LAUNCHER[*]:+, ccache})"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DFLASHDLLM_CUDA="$CUDA" -DFLASHDLLM_WERROR="${FLASHDLLM_WERROR:-OFF}" \
+  "${LAUNCHER[@]}" >/dev/null
 JOBS=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # all cores (GNU nproc honours OMP_NUM_THREADS)
-echo "[setup] building with $JOBS jobs"
-cmake --build build -j "$JOBS"
+echo "[setup] building flashdllm with $JOBS jobs (the tests are built by scripts/test.sh)"
+cmake --build build -j "$JOBS" --target flashdllm
 echo "[setup] done: ./build/flashdllm"

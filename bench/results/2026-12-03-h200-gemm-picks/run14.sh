@@ -2,20 +2,14 @@
 # GEMM picks: measure a table (gemm_bench --write-picks), then the iteration floors without / with it
 # and the verify pass with it. Usage (repo root): bash .carry/run14.sh <tree> <commit>
 set -u
-cd "$(dirname "$0")/.."
-git checkout -- data/gsm8k_train.jsonl 2>/dev/null && echo "restored data/gsm8k_train.jsonl from git"
-tree=$(git add -A >/dev/null 2>&1; git write-tree 2>/dev/null)
-if [[ "$tree" == "$1" ]]; then export FLASHDLLM_COMMIT=$2; echo "tree matches commit $2"; else echo "tree $tree != $1: dirty"; fi
-git reset -q 2>/dev/null
-mkdir -p .deps
-[[ -f .deps/cudnn-frontend/include/cudnn_frontend.h ]] || tar -xJf .carry/cudnn-frontend.tar.xz -C .deps
-[[ -f .deps/cutlass/include/cute/tensor.hpp ]] || tar -xJf .carry/cutlass.tar.xz -C .deps
-t0=$(date +%s)
+# Ran on an NVIDIA H200 on 2026-12-03 (the folder's README.md: commit, command, results). Its inline start (tree
+# check, data restore, deps, build, environment) is now bench/device_prelude.sh; as it ran:
+# git show 6ce2943:bench/results/2026-12-03-h200-gemm-picks/run14.sh
+PRELUDE_BUILD=0  # this script builds by itself, below
+source "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)/bench/device_prelude.sh" "$@"
 FLASHDLLM_GPU_CHECK_BUDGET=150 bash scripts/gpu_check.sh --build-only > $OUT/build.log 2>&1 || { tail -30 $OUT/build.log; exit 1; }
 cmake --build build-gpu --target test_gemm_picks > /dev/null 2>&1
 echo "built $(( $(date +%s) - t0 )) s"
-export LD_LIBRARY_PATH=/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu/openblas-openmp:/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-B=build-gpu
 { timeout 60 $B/tests/test_cuda_ops --gtest_filter='GemmPicks*:GemmBuckets*:*Matmul*'; timeout 30 $B/tests/test_gemm_picks; } > $OUT/tests.txt 2>&1
 echo "tests rc=$?"; grep -E "PASSED|FAILED|SKIPPED \]" $OUT/tests.txt
 timeout ${GEMM_T:-220} $B/bench/gemm_bench --tokens ${TOKENS:-16,20,24,28,32,40,48,56,64,80,96,112,128,160,192,224,256,320,384,448,512,640,768,896,1024,1280,1536,1792,2048,2560,3072,3584,4096,5120,6144,7168,8192} \

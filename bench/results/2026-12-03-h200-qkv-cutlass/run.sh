@@ -3,18 +3,16 @@
 # qkv_bench (every tile, bare GEMM, unfused), iterations default vs FLASHDLLM_QKV=unfused.
 # Usage (repo root): bash .carry/run4.sh <expected tree hash> <commit> [quick]
 set -u
-cd "$(dirname "$0")/.."
-tree=$(git add -A >/dev/null 2>&1; git write-tree 2>/dev/null)
-if [[ "$tree" == "$1" ]]; then export FLASHDLLM_COMMIT=$2; echo "tree matches commit $2"; else echo "tree $tree != $1: dirty"; fi
-git reset -q 2>/dev/null
+# Ran on an NVIDIA H200 on 2026-12-03 (the folder's README.md: commit, command, results). Its inline start (tree
+# check, data restore, deps, build, environment) is now bench/device_prelude.sh; as it ran:
+# git show 6ce2943:bench/results/2026-12-03-h200-qkv-cutlass/run.sh
+PRELUDE_BUILD=0  # this script builds by itself, below
+source "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)/bench/device_prelude.sh" "$@"
 [[ -f .deps/cudnn-frontend/include/cudnn_frontend.h ]] || tar -xJf .carry/cudnn-frontend.tar.xz
 [[ -f .deps/cutlass/include/cute/tensor.hpp ]] || tar -xJf .carry/cutlass.tar.xz
-t0=$(date +%s)
 FLASHDLLM_GPU_CHECK_BUDGET=120 bash scripts/gpu_check.sh --build-only > $OUT/build.log 2>&1 || { tail -30 $OUT/build.log; exit 1; }
 cmake --build build-gpu -j16 --target qkv_bench >> $OUT/build.log 2>&1 || { tail -30 $OUT/build.log; exit 1; }
 echo "built $(( $(date +%s) - t0 )) s"
-export LD_LIBRARY_PATH=/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu/openblas-openmp:/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-B=build-gpu
 rc=0
 for t in test_cuda_ops test_cuda_forward; do
   timeout 120 $B/tests/$t > /tmp/$t.log 2>&1; r=$?; echo "$t rc=$r $(grep -E '^\[  (PASSED|FAILED) ' /tmp/$t.log | tr '\n' ' ')"

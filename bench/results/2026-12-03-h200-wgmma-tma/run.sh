@@ -2,21 +2,20 @@
 # Device run: GPU check (tests + sanitizers), window / prefill attention benches, iterations.
 # Usage (repo root): bash .carry/run2.sh <expected tree hash> <commit>
 set -u
-cd "$(dirname "$0")/.."  # (ran as .carry/<name>.sh from the repository root)
-tree=$(git add -A >/dev/null 2>&1; git write-tree 2>/dev/null)
-if [[ "$tree" == "$1" ]]; then export FLASHDLLM_COMMIT=$2; echo "tree matches commit $2"; else echo "tree $tree != $1: dirty"; fi
-git reset -q 2>/dev/null
+# Ran on an NVIDIA H200 on 2026-12-03 (the folder's README.md: commit, command, results). Its inline start (tree
+# check, data restore, deps, build, environment) is now bench/device_prelude.sh; as it ran:
+# git show 6ce2943:bench/results/2026-12-03-h200-wgmma-tma/run.sh
+# (ran as .carry/<name>.sh from the repository root)
+PRELUDE_BUILD=0  # this script builds by itself, below
+source "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)/bench/device_prelude.sh" "$@"
 [[ -f .deps/cudnn-frontend/include/cudnn_frontend.h ]] || tar -xJf .carry/cudnn-frontend.tar.xz
 [[ -f .deps/cutlass/include/cute/tensor.hpp ]] || tar -xJf .carry/cutlass.tar.xz
-t0=$(date +%s)
 FLASHDLLM_GPU_CHECK_BUDGET=300 bash scripts/gpu_check.sh --tests-only > /dev/null 2>&1
 rc=$?
 sed -n '/gpu_check summary/,$p' $OUT/summary.md | head -40
 grep -B2 -A12 "FAILED\|Failure" $OUT/gpu_check.log | head -40
 rm -f $OUT/batch_invariance_cudnn_all.json
 echo "check done rc=$rc $(( $(date +%s) - t0 )) s"
-export LD_LIBRARY_PATH=/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu/openblas-openmp:/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-B=build-gpu
 [[ -x $B/bench/attention_bench ]] || { echo "no bench binary"; exit 1; }
 cd bench
 timeout 120 python3 window_attention.py --bench ../$B/bench/attention_bench --shapes 1:128:768,16:128:768,32:128:768,32:128:1280 \

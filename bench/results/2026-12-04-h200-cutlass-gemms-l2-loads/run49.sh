@@ -2,15 +2,11 @@
 # l2load: ncu kernel durations at one slot, prefetch off vs attn_out loads joined (kernels serialised by ncu:
 # the attn_out GEMM then runs after its prefetch has finished).
 set -u
-cd "$(dirname "$0")/.."
-git checkout -- data/gsm8k_train.jsonl 2>/dev/null
-tree=$(git add -A >/dev/null 2>&1; git write-tree 2>/dev/null); git reset -q 2>/dev/null
-if [[ "$tree" == "$1" ]]; then export FLASHDLLM_COMMIT=$2; echo "tree matches commit $2"; else echo "tree $tree != $1: dirty"; fi
-t0=$(date +%s)
-(FLASHDLLM_GPU_CHECK_BUDGET=300 bash scripts/gpu_check.sh --build-only > /tmp/build.log 2>&1) || { tail -30 /tmp/build.log; exit 1; }
-echo "built $(( $(date +%s) - t0 )) s"
-export LD_LIBRARY_PATH=/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu/openblas-openmp:/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-B=build-gpu
+# Ran on an NVIDIA H200 on 2026-12-04 (the folder's README.md: commit, command, results). Its inline start (tree
+# check, data restore, deps, build, environment) is now bench/device_prelude.sh; as it ran:
+# git show 6ce2943:bench/results/2026-12-04-h200-cutlass-gemms-l2-loads/run49.sh
+BUILD_BUDGET=300  # seconds for the build (default 200)
+source "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)/bench/device_prelude.sh" "$@"
 FLASHDLLM_L2_PREFETCH_MB=0 timeout 150 python3 bench/pass_breakdown.py --bin $B/flashdllm --slots 1 --gen-args "" \
   --skip 3000 --count 700 --json $OUT/pb_off > $OUT/pb_off.md 2>&1; echo "off rc=$? at $(( $(date +%s) - t0 )) s"
 FLASHDLLM_L2_PREFETCH_MB=40 FLASHDLLM_L2_PREFETCH_MAX_WEIGHT_MB=40 FLASHDLLM_L2_PREFETCH_MODE=load FLASHDLLM_L2_PREFETCH_JOIN=1 \

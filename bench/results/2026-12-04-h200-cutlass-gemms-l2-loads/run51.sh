@@ -1,18 +1,11 @@
 #!/bin/bash
 # l2load (loads kept): ncu of the load kernel and the attn_out GEMM after it; then 1-slot floor variants.
 set -u
-cd "$(dirname "$0")/.."
-git checkout -- data/gsm8k_train.jsonl 2>/dev/null
-tree=$(git add -A >/dev/null 2>&1; git write-tree 2>/dev/null); git reset -q 2>/dev/null
-if [[ "$tree" == "$1" ]]; then export FLASHDLLM_COMMIT=$2; echo "tree matches commit $2"; else echo "tree $tree != $1: dirty"; fi
-mkdir -p .deps
-[[ -f .deps/cudnn-frontend/include/cudnn_frontend.h ]] || tar -xJf .carry/cudnn-frontend.tar.xz -C .deps
-[[ -f .deps/cutlass/include/cute/tensor.hpp ]] || tar -xJf .carry/cutlass.tar.xz -C .deps
-t0=$(date +%s)
-(FLASHDLLM_GPU_CHECK_BUDGET=300 bash scripts/gpu_check.sh --build-only > /tmp/build.log 2>&1) || { tail -30 /tmp/build.log; exit 1; }
-echo "built $(( $(date +%s) - t0 )) s"
-export LD_LIBRARY_PATH=/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu/openblas-openmp:/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-B=build-gpu
+# Ran on an NVIDIA H200 on 2026-12-04 (the folder's README.md: commit, command, results). Its inline start (tree
+# check, data restore, deps, build, environment) is now bench/device_prelude.sh; as it ran:
+# git show 6ce2943:bench/results/2026-12-04-h200-cutlass-gemms-l2-loads/run51.sh
+BUILD_BUDGET=300  # seconds for the build (default 200)
+source "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)/bench/device_prelude.sh" "$@"
 FLASHDLLM_L2_PREFETCH_MODE=load FLASHDLLM_L2_PREFETCH_JOIN=1 timeout 100 $B/tests/test_cuda_forward --gtest_color=no \
   --gtest_filter='*refetch*' > /tmp/f.txt 2>&1; echo "forward prefetch test (load, join) rc=$?"
 M="gpu__time_duration.sum,dram__bytes_read.sum,lts__t_sector_hit_rate.pct,lts__t_sectors_srcunit_tex_op_read.sum"

@@ -4,16 +4,13 @@
 # B = this commit, flash at 1/16/32 slots; flash vs flash + verify at 32 slots.
 # Usage: bash .carry/run60.sh <tree> <commit>
 set -u
-cd "$(dirname "$0")/.."
-git checkout -- data/gsm8k_train.jsonl 2>/dev/null && echo "restored data/gsm8k_train.jsonl from git"
-tree=$(git add -A >/dev/null 2>&1; git write-tree 2>/dev/null)
-if [[ "$tree" == "$1" ]]; then export FLASHDLLM_COMMIT=$2; echo "tree matches commit $2"; else echo "tree $tree != $1: dirty"; fi
-git reset -q 2>/dev/null
+# Ran on an NVIDIA H200 on 2026-12-04 (the folder's README.md: commit, command, results). Its inline start (tree
+# check, data restore, deps, build, environment) is now bench/device_prelude.sh; as it ran:
+# git show 6ce2943:bench/results/2026-12-04-h200-kv-rings/run60.sh
+PRELUDE_BUILD=0  # this script builds by itself, below
+source "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)/bench/device_prelude.sh" "$@"
 OLD=${OLD:-8b8b8f8}
 mkdir -p .deps /tmp/old /tmp/oldout $OUT/checks
-[[ -f .deps/cudnn-frontend/include/cudnn_frontend.h ]] || tar -xJf .carry/cudnn-frontend.tar.xz -C .deps
-[[ -f .deps/cutlass/include/cute/tensor.hpp ]] || tar -xJf .carry/cutlass.tar.xz -C .deps
-t0=$(date +%s)
 git archive $OLD | tar -x -C /tmp/old && cp -r .deps .carry /tmp/old/
 (cd /tmp/old && OUT=/tmp/oldout FLASHDLLM_COMMIT=$OLD FLASHDLLM_GPU_CHECK_BUDGET=300 bash scripts/gpu_check.sh --build-only > /tmp/oldbuild.log 2>&1; echo "old build rc=$?" >> /tmp/oldbuild.log) &
 (OUT=$OUT/checks FLASHDLLM_GPU_CHECK_BUDGET=250 bash scripts/gpu_check.sh --build-only > /tmp/build.log 2>&1) || { tail -30 /tmp/build.log; exit 1; }
@@ -21,8 +18,6 @@ echo "built $(( $(date +%s) - t0 )) s"
 wait; tail -1 /tmp/oldbuild.log
 (OUT=$OUT/checks FLASHDLLM_GPU_CHECK_BUDGET=300 timeout 330 bash scripts/gpu_check.sh --tests-only > $OUT/gpu_check_stdout.txt 2>&1); echo "gpu_check rc=$? at $(( $(date +%s) - t0 )) s"
 grep -E "^\| " $OUT/checks/summary.md | head -30
-export LD_LIBRARY_PATH=/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu/openblas-openmp:/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-B=build-gpu
 timeout 150 python3 bench/iteration_floor.py --a-bin /tmp/old/$B/flashdllm --b-bin $B/flashdllm \
   --slots 1,16,32 --per-iter 4 --repeats 2 --json $OUT/floor_ab.json > $OUT/floor_ab.md 2>&1
 echo "floor A/B rc=$? at $(( $(date +%s) - t0 )) s"; grep -E "^\||measured" $OUT/floor_ab.md

@@ -3,15 +3,12 @@
 # flash at 1 and 32 slots (2 repeats), flash + verify (kept commits) at 32 slots (1 repeat).
 # Usage: bash .carry/run26.sh <tree> <commit>
 set -u
-cd "$(dirname "$0")/.."
-git checkout -- data/gsm8k_train.jsonl 2>/dev/null && echo "restored data/gsm8k_train.jsonl from git"
-tree=$(git add -A >/dev/null 2>&1; git write-tree 2>/dev/null)
-if [[ "$tree" == "$1" ]]; then export FLASHDLLM_COMMIT=$2; echo "tree matches commit $2"; else echo "tree $tree != $1: dirty"; fi
-git reset -q 2>/dev/null
+# Ran on an NVIDIA H200 on 2026-12-04 (the folder's README.md: commit, command, results). Its inline start (tree
+# check, data restore, deps, build, environment) is now bench/device_prelude.sh; as it ran:
+# git show 6ce2943:bench/results/2026-12-04-h200-select-small-list/run26.sh
+PRELUDE_BUILD=0  # this script builds by itself, below
+source "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)/bench/device_prelude.sh" "$@"
 mkdir -p .deps /tmp/old
-[[ -f .deps/cudnn-frontend/include/cudnn_frontend.h ]] || tar -xJf .carry/cudnn-frontend.tar.xz -C .deps
-[[ -f .deps/cutlass/include/cute/tensor.hpp ]] || tar -xJf .carry/cutlass.tar.xz -C .deps
-t0=$(date +%s)
 # 9d7a2d5's build differs from <commit>'s in these two sources only (git diff --stat 9d7a2d5 <commit> -- src include)
 tar -c --exclude=./build-gpu --exclude=./build . | tar -x -C /tmp/old
 cp .carry/old9d7/select.cu /tmp/old/src/kernels/cuda/select.cu && cp .carry/old9d7/cuda_backend.cu /tmp/old/src/backend/cuda/cuda_backend.cu

@@ -2,18 +2,11 @@
 # Session 20, call 7: <commit>: ncu of cuBLASLt's GEMMs at one slot's 128 rows (gemm_bench, one launch per shape
 # after two): duration, grid, cluster, occupancy, DRAM throughput. Usage: bash .carry/run42.sh <tree> <commit>
 set -u
-cd "$(dirname "$0")/.."
-git checkout -- data/gsm8k_train.jsonl 2>/dev/null
-tree=$(git add -A >/dev/null 2>&1; git write-tree 2>/dev/null); git reset -q 2>/dev/null
-if [[ "$tree" == "$1" ]]; then export FLASHDLLM_COMMIT=$2; echo "tree matches commit $2"; else echo "tree $tree != $1: dirty"; fi
-mkdir -p .deps
-[[ -f .deps/cudnn-frontend/include/cudnn_frontend.h ]] || tar -xJf .carry/cudnn-frontend.tar.xz -C .deps
-[[ -f .deps/cutlass/include/cute/tensor.hpp ]] || tar -xJf .carry/cutlass.tar.xz -C .deps
-t0=$(date +%s)
-(FLASHDLLM_GPU_CHECK_BUDGET=140 bash scripts/gpu_check.sh --build-only > /tmp/build.log 2>&1) || { tail -30 /tmp/build.log; exit 1; }
-echo "built $(( $(date +%s) - t0 )) s"
-export LD_LIBRARY_PATH=/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu/openblas-openmp:/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-B=build-gpu
+# Ran on an NVIDIA H200 on 2026-12-04 (the folder's README.md: commit, command, results). Its inline start (tree
+# check, data restore, deps, build, environment) is now bench/device_prelude.sh; as it ran:
+# git show 6ce2943:bench/results/2026-12-04-h200-split-k-prefetch/run42.sh
+BUILD_BUDGET=140  # seconds for the build (default 200)
+source "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)/bench/device_prelude.sh" "$@"
 for s in qkv attn_out gate_up down; do
   timeout 60 ncu --kernel-name regex:'nvjet|gemm|xmma|cutlass' --launch-skip 2 --launch-count 1 --cache-control all \
     --section SpeedOfLight --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis \

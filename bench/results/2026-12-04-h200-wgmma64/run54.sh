@@ -5,22 +5,17 @@
 # B = default, slots 1/2/16/32; then flash+verify at 32 slots, 44d45e0 (before gather_columns) vs this.
 # Usage: bash .carry/run54.sh <tree> <commit>
 set -u
-cd "$(dirname "$0")/.."
-git checkout -- data/gsm8k_train.jsonl 2>/dev/null && echo "restored data/gsm8k_train.jsonl from git"
-tree=$(git add -A >/dev/null 2>&1; git write-tree 2>/dev/null)
-if [[ "$tree" == "$1" ]]; then export FLASHDLLM_COMMIT=$2; echo "tree matches commit $2"; else echo "tree $tree != $1: dirty"; fi
-git reset -q 2>/dev/null
+# Ran on an NVIDIA H200 on 2026-12-04 (the folder's README.md: commit, command, results). Its inline start (tree
+# check, data restore, deps, build, environment) is now bench/device_prelude.sh; as it ran:
+# git show 6ce2943:bench/results/2026-12-04-h200-wgmma64/run54.sh
+PRELUDE_BUILD=0  # this script builds by itself, below
+source "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)/bench/device_prelude.sh" "$@"
 mkdir -p .deps /tmp/old
-[[ -f .deps/cudnn-frontend/include/cudnn_frontend.h ]] || tar -xJf .carry/cudnn-frontend.tar.xz -C .deps
-[[ -f .deps/cutlass/include/cute/tensor.hpp ]] || tar -xJf .carry/cutlass.tar.xz -C .deps
-t0=$(date +%s)
 (FLASHDLLM_GPU_CHECK_BUDGET=200 bash scripts/gpu_check.sh --build-only > /tmp/build.log 2>&1) || { tail -30 /tmp/build.log; exit 1; }
 echo "built $(( $(date +%s) - t0 )) s"
 # The old tree (44d45e0) beside it, built in the background while the tests run.
 git archive 44d45e0 | tar -x -C /tmp/old && cp -r .deps .carry /tmp/old/
 (cd /tmp/old && FLASHDLLM_COMMIT=44d45e0 FLASHDLLM_GPU_CHECK_BUDGET=300 bash scripts/gpu_check.sh --build-only > /tmp/oldbuild.log 2>&1; echo "old build rc=$?" >> /tmp/oldbuild.log) &
-export LD_LIBRARY_PATH=/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu/openblas-openmp:/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-B=build-gpu
 : > $OUT/tests.txt
 for t in test_cuda_attention test_cuda_importance test_cuda_forward test_cuda_verify test_cuda_ops; do
   timeout 150 $B/tests/$t --gtest_color=no > /tmp/$t.txt 2>&1; rc=$?

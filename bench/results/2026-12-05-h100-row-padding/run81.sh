@@ -5,19 +5,10 @@
 # is left (LIMIT seconds in all).
 # Usage: bash run81.sh <tree> <label> (labels results with <label> only if the tree matches)
 set -u
-cd "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
-git checkout -- data/gsm8k_train.jsonl 2>/dev/null && echo "restored data/gsm8k_train.jsonl from git"
-tree=$(git add -A >/dev/null 2>&1; git write-tree 2>/dev/null)
-if [[ "$tree" == "$1" ]]; then export FLASHDLLM_COMMIT=$2; echo "tree matches $2"; else echo "tree $tree != $1: dirty"; fi
-git reset -q 2>/dev/null
-mkdir -p .deps
-[[ -f .deps/cudnn-frontend/include/cudnn_frontend.h ]] || tar -xJf .carry/cudnn-frontend.tar.xz -C .deps
-[[ -f .deps/cutlass/include/cute/tensor.hpp ]] || tar -xJf .carry/cutlass.tar.xz -C .deps
-t0=$(date +%s)
-(FLASHDLLM_GPU_CHECK_BUDGET=200 bash scripts/gpu_check.sh --build-only > /tmp/build.log 2>&1) || { tail -30 /tmp/build.log; exit 1; }
-echo "built $(( $(date +%s) - t0 )) s"
-export LD_LIBRARY_PATH=/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu/openblas-openmp:/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-B=build-gpu
+# Ran on an NVIDIA H100 on 2026-12-05 (the folder's README.md: commit, command, results). Its inline start (tree
+# check, data restore, deps, build, environment) is now bench/device_prelude.sh; as it ran:
+# git show 6ce2943:bench/results/2026-12-05-h100-row-padding/run81.sh
+source "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)/bench/device_prelude.sh" "$@"
 python3 -c "
 import json
 with open('data/arith/test.jsonl') as f, open('/tmp/p512.txt', 'w') as o:
@@ -38,7 +29,6 @@ print(f"{sys.argv[2]:>22}: wall {wall:6.2f} s, {toks / wall:8.0f} tokens/s (incl
       f"median {it['median_ms']:.3f}, nfe {nfe}, loops {d['layer_loops']}")
 PY
 }
-left() { echo $(( ${LIMIT:-300} - ($(date +%s) - t0) )); }
 timeout 60 $B/tests/test_cuda_forward --gtest_filter='*LayerLoopsReplay*:*GraphsDoNotChange*:*RecordedLayerLoop*' > $OUT/test_cuda_forward_graphs.txt 2>&1
 echo "test_cuda_forward (graphs) rc=$?"; grep -E "^\[  (PASSED|FAILED) |OK \]|FAILED \]" $OUT/test_cuda_forward_graphs.txt | sort -u
 run verify_pad1 "FLASHDLLM_ROW_PADDING=1" --cache flash --verify

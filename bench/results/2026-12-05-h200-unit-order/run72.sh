@@ -3,19 +3,13 @@
 # sanitizers, batch invariance), window attention against cuDNN twice, iterations flash / + verify.
 # Usage: bash .carry/run72.sh <tree> <label>
 set -u
-cd "$(dirname "$0")/.."
-git checkout -- data/gsm8k_train.jsonl 2>/dev/null && echo "restored data/gsm8k_train.jsonl from git"
-tree=$(git add -A >/dev/null 2>&1; git write-tree 2>/dev/null)
-if [[ "$tree" == "$1" ]]; then export FLASHDLLM_COMMIT=$2; echo "tree matches $2"; else echo "tree $tree != $1: dirty"; fi
-git reset -q 2>/dev/null
-mkdir -p .deps
-[[ -f .deps/cudnn-frontend/include/cudnn_frontend.h ]] || tar -xJf .carry/cudnn-frontend.tar.xz -C .deps
-[[ -f .deps/cutlass/include/cute/tensor.hpp ]] || tar -xJf .carry/cutlass.tar.xz -C .deps
-t0=$(date +%s)
+# Ran on an NVIDIA H200 on 2026-12-05 (the folder's README.md: commit, command, results). Its inline start (tree
+# check, data restore, deps, build, environment) is now bench/device_prelude.sh; as it ran:
+# git show 6ce2943:bench/results/2026-12-05-h200-unit-order/run72.sh
+PRELUDE_BUILD=0  # this script builds by itself, below
+source "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)/bench/device_prelude.sh" "$@"
 FLASHDLLM_GPU_CHECK_BUDGET=380 bash scripts/gpu_check.sh --tests-only > /tmp/gc.log 2>&1
 echo "gpu_check rc=$? $(( $(date +%s) - t0 )) s"; grep -E "^\| " $OUT/summary.md | head -30
-export LD_LIBRARY_PATH=/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu/openblas-openmp:/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-B=build-gpu
 for r in 1 2; do
   shapes=1:128:768,2:128:768,16:128:768,32:128:768; [[ $r == 2 ]] && shapes=16:128:768,32:128:768
   timeout 150 python3 bench/window_attention.py --bench $B/bench/attention_bench --shapes $shapes \

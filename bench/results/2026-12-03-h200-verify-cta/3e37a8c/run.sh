@@ -2,20 +2,14 @@
 # Verify attention launch configurations (issue 13): build, test_cuda_verify (+ sanitizers on the
 # launch test), attention_bench --verify-shapes, the 32-slot verify pass. Usage: bash .carry/run17.sh <tree> <commit>
 set -u
-cd "$(dirname "$0")/.."
-git checkout -- data/gsm8k_train.jsonl 2>/dev/null && echo "restored data/gsm8k_train.jsonl from git"
-tree=$(git add -A >/dev/null 2>&1; git write-tree 2>/dev/null)
-if [[ "$tree" == "$1" ]]; then export FLASHDLLM_COMMIT=$2; echo "tree matches commit $2"; else echo "tree $tree != $1: dirty"; fi
-git reset -q 2>/dev/null
-mkdir -p .deps
-[[ -f .deps/cudnn-frontend/include/cudnn_frontend.h ]] || tar -xJf .carry/cudnn-frontend.tar.xz -C .deps
-[[ -f .deps/cutlass/include/cute/tensor.hpp ]] || tar -xJf .carry/cutlass.tar.xz -C .deps
+# Ran on an NVIDIA H200 on 2026-12-03 (the folder's README.md: commit, command, results). Its inline start (tree
+# check, data restore, deps, build, environment) is now bench/device_prelude.sh; as it ran:
+# git show 6ce2943:bench/results/2026-12-03-h200-verify-cta/3e37a8c/run.sh
+PRELUDE_BUILD=0  # this script builds by itself, below
+source "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)/bench/device_prelude.sh" "$@"
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv > $OUT/gpu.txt
-t0=$(date +%s)
 FLASHDLLM_GPU_CHECK_BUDGET=140 bash scripts/gpu_check.sh --build-only > $OUT/build.log 2>&1 || { tail -30 $OUT/build.log; exit 1; }
 echo "built $(( $(date +%s) - t0 )) s"
-export LD_LIBRARY_PATH=/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu/openblas-openmp:/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-B=build-gpu
 timeout 90 $B/tests/test_cuda_verify > $OUT/test_cuda_verify.txt 2>&1; echo "test_cuda_verify rc=$?"; grep -E "^\[ +(OK|FAILED|PASSED|SKIPPED) |Failure|Expected|Which is|differ" $OUT/test_cuda_verify.txt | head -30
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 for tool in memcheck racecheck; do

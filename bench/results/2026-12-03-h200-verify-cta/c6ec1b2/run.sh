@@ -1,20 +1,12 @@
 #!/bin/bash
 # Verify attention configurations + ncu of the verify kernel (issue 13). Usage: bash .carry/run18.sh <tree> <commit>
 set -u
-cd "$(dirname "$0")/.."
-git checkout -- data/gsm8k_train.jsonl 2>/dev/null && echo "restored data/gsm8k_train.jsonl from git"
-tree=$(git add -A >/dev/null 2>&1; git write-tree 2>/dev/null)
-if [[ "$tree" == "$1" ]]; then export FLASHDLLM_COMMIT=$2; echo "tree matches commit $2"; else echo "tree $tree != $1: dirty"; fi
-git reset -q 2>/dev/null
-mkdir -p .deps
-[[ -f .deps/cudnn-frontend/include/cudnn_frontend.h ]] || tar -xJf .carry/cudnn-frontend.tar.xz -C .deps
-[[ -f .deps/cutlass/include/cute/tensor.hpp ]] || tar -xJf .carry/cutlass.tar.xz -C .deps
-t0=$(date +%s)
-FLASHDLLM_GPU_CHECK_BUDGET=140 bash scripts/gpu_check.sh --build-only > /tmp/build.log 2>&1 || { tail -30 /tmp/build.log; exit 1; }
-echo "built $(( $(date +%s) - t0 )) s"
+# Ran on an NVIDIA H200 on 2026-12-03 (the folder's README.md: commit, command, results). Its inline start (tree
+# check, data restore, deps, build, environment) is now bench/device_prelude.sh; as it ran:
+# git show 6ce2943:bench/results/2026-12-03-h200-verify-cta/c6ec1b2/run.sh
+BUILD_BUDGET=140  # seconds for the build (default 200)
+source "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)/bench/device_prelude.sh" "$@"
 grep -A3 -E "Compiling entry function.*flash_attention_kernelILi(32|64)ELi64ELb1" /tmp/build.log | grep -E "Compiling|Used" | sed -E 's/.*kernelILi([0-9]+)ELi([0-9]+)ELb1ELi([0-9])ELb([01])E.*/m\1 stages \3 head \4:/' | paste - - | cut -c1-90
-export LD_LIBRARY_PATH=/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu/openblas-openmp:/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-B=build-gpu
 {
 timeout 90 $B/tests/test_cuda_verify; echo "test_cuda_verify rc=$?"
 FLASHDLLM_ATTENTION=reference timeout 90 $B/tests/test_cuda_verify --gtest_filter='*CudaVerify.*'; echo "test_cuda_verify (reference attention: the scalar kernel at head_dim 128) rc=$?"
