@@ -168,7 +168,7 @@ FlashPreset flash_preset(std::string_view task);
 /// Error::field(); where a default caused the problem, the message names the flag to change.
 void validate(const DecodeSettings& d, const LladaConfig& cfg);
 /// The checks of a request's own fields that need neither the engine's settings nor the model:
-/// gen_length in [1, 2^24], temperature in [0, 1e6], threshold in (0, 1], steps >= 0 (0 = the
+/// gen_length >= 1, temperature in [0, 1e6], threshold in (0, 1], steps >= 0 (0 = the
 /// default), at most 16 stop strings of 1 to 1024 bytes. validate(s, d, cfg) starts with them; the
 /// server's request parser calls them alone (src/server/openai.cpp). Throws Error(kInvalidArgument)
 /// whose field() is the parameter's key ("gen_length", "temperature", ...).

@@ -239,8 +239,8 @@ void check_sampling(const SamplingParams& s, const DecodeSettings& d, const Llad
 
 void validate_fields(const SamplingParams& s) {
   const int64_t G = s.gen_length;
-  FDLLM_CHECK_PARAM(G >= 1, "gen_length", "gen_length must be positive (in [1, {}]), got {}", kMaxCount, G);
-  FDLLM_CHECK_PARAM(G <= kMaxCount, "gen_length", "gen_length must be in [1, {}], got {}", kMaxCount, G);
+  // The upper bound is the model's (validate: below max_sequence_length).
+  FDLLM_CHECK_PARAM(G >= 1, "gen_length", "gen_length must be positive (in [1, max_sequence_length)), got {}", G);
   FDLLM_CHECK_PARAM(std::isfinite(s.temperature) && s.temperature >= 0.0 && s.temperature <= 1e6, "temperature",
                     "temperature must be in [0, 1e6], got {}", s.temperature);
   if (s.threshold)
