@@ -162,12 +162,20 @@ FlashPreset flash_preset(std::string_view task);
 /// Checks the settings against the model: every value in range and every combination meaningful
 /// (nothing is silently ignored: e.g. steps with a threshold, tokens_per_step with a threshold,
 /// cfg_scale outside cache none, verify options without verify, temperature with a forced
-/// schedule). Throws Error(kInvalidArgument) naming the parameter (in the CLI's spelling, e.g.
-/// "--gen-length") and, where a default caused the problem, the flag to change.
+/// schedule). This is the one validation of the decoding parameters: the CLI, the server, the
+/// engine and the denoisers' constructors all call it. Throws Error(kInvalidArgument) naming the
+/// parameter in its message and, by its key (the member's name, e.g. "gen_length", "n_slots"), in
+/// Error::field(); where a default caused the problem, the message names the flag to change.
 void validate(const DecodeSettings& d, const LladaConfig& cfg);
-/// Checks a request's parameters under `d` (validate(d) is assumed): gen_length in [1,
-/// max_sequence_length), its block divisibility when `exact_blocks` (otherwise the canvas is rounded
-/// up), steps, threshold, temperature, stop strings (non-empty, at most 16). Throws as validate.
+/// The checks of a request's own fields that need neither the engine's settings nor the model:
+/// gen_length >= 1, temperature in [0, 1e6], threshold in (0, 1], steps >= 0 (0 = the
+/// default), at most 16 stop strings of 1 to 1024 bytes. validate(s, d, cfg) starts with them; the
+/// server's request parser calls them alone (src/server/openai.cpp). Throws Error(kInvalidArgument)
+/// whose field() is the parameter's key ("gen_length", "temperature", ...).
+void validate_fields(const SamplingParams& s);
+/// Checks a request's parameters under `d` (validate(d) is assumed): validate_fields, then
+/// gen_length below max_sequence_length, its block divisibility when `exact_blocks` (otherwise the
+/// canvas is rounded up), steps and threshold against the mode. Throws as validate.
 void validate(const SamplingParams& s, const DecodeSettings& d, const LladaConfig& cfg, bool exact_blocks = true);
 inline void validate(const GenerateOptions& o, const LladaConfig& cfg) {
   validate(o.decode, cfg);

@@ -7,6 +7,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace flashdllm {
 
@@ -28,12 +29,20 @@ const char* error_code_name(ErrorCode code) noexcept;
 /// The one exception type thrown by the library.
 class Error : public std::runtime_error {
  public:
-  Error(ErrorCode code, const std::string& message)
-      : std::runtime_error(message), code_(code) {}
+  /// `field`: the parameter at fault by its canonical key (params.h's option keys and the other
+  /// SamplingParams / DecodeSettings member names: "gen_length", "threshold", "temperature",
+  /// "steps", "stop", "track_num", ...), set by the parameter validation (params.cpp); empty when
+  /// the error is not about one parameter.
+  Error(ErrorCode code, const std::string& message, std::string field = {})
+      : std::runtime_error(message), code_(code), field_(std::move(field)) {}
   ErrorCode code() const noexcept { return code_; }
+  /// The parameter at fault ("" when none): callers map it to their own names (the server to the
+  /// OpenAI error object's `param`) instead of reading the message.
+  const std::string& field() const noexcept { return field_; }
 
  private:
   ErrorCode code_;
+  std::string field_;
 };
 
 }  // namespace flashdllm

@@ -18,6 +18,8 @@ const char* error_code_name(ErrorCode code) noexcept {
 
 void throw_error(ErrorCode code, const std::string& message) { throw Error(code, message); }
 
+void throw_error(ErrorCode code, const std::string& message, const char* field) { throw Error(code, message, field); }
+
 void throw_internal(const char* expr, const char* file, int line, const std::string& detail) {
   std::string msg = fmt::format("internal check failed: {} ({}:{})", expr, file, line);
   if (!detail.empty()) msg += ": " + detail;

@@ -132,18 +132,6 @@ StepCommit commit_step(SequenceState& s, std::span<const int64_t> cand, std::spa
                        std::span<const double> conf, std::span<const int32_t> keys, const BlockSchedule& sched,
                        Remasking remasking, uint64_t seed, BlockEnd end, int32_t mask_id);
 
-/// The per-request parameters a block sampler's options give by default.
-template <class Options>
-SlotParams slot_params_of(const Options& o) {
-  SlotParams p;
-  p.gen_length = o.gen_length;
-  p.steps = o.steps;
-  p.threshold = o.threshold;
-  p.temperature = o.temperature;
-  p.seed = o.seed;
-  return p;
-}
-
 /// Per-request fields of `s` from SlotParams (steps, threshold, temperature, seed).
 void set_state_params(SequenceState& s, const SlotParams& p);
 

@@ -9,6 +9,17 @@
 
 namespace flashdllm {
 
+SlotParams resolve_params(const SamplingParams& s, const DecodeSettings& d, bool exact_blocks) {
+  SlotParams p;
+  const int64_t B = d.effective_block_length();
+  p.gen_length = d.cache == CacheMode::kFlash || exact_blocks ? s.gen_length : (s.gen_length + B - 1) / B * B;
+  p.threshold = effective_threshold(d, s);
+  p.steps = s.steps > 0 ? s.steps : default_steps(p.gen_length, B);
+  p.temperature = s.temperature;
+  p.seed = s.seed;
+  return p;
+}
+
 void check_prompt_ids(std::span<const int32_t> prompt, const LladaConfig& cfg) {
   FDLLM_CHECK_ARG(!prompt.empty(), "the prompt is empty (LLaDA needs at least one prompt token)");
   for (size_t i = 0; i < prompt.size(); ++i) {

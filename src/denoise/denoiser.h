@@ -25,19 +25,27 @@
 #include <string>
 #include <vector>
 
+#include "flashdllm/params.h"
+
 namespace flashdllm {
 
 struct LladaConfig;
 
-/// A request's decoding parameters as a denoiser sees them: resolved (defaults applied, canvas
-/// length rounded as the mode needs) by the engine.
+/// A request's SamplingParams (params.h) as a denoiser runs them: resolved under the engine's
+/// DecodeSettings by resolve_params, the one place that applies their defaults (steps, threshold)
+/// and the canvas rounding; no defaults of its own.
 struct SlotParams {
-  int64_t gen_length = 128;         ///< canvas length G
-  int64_t steps = 128;              ///< quota mode (block samplers without a threshold): forward passes
+  int64_t gen_length = 0;           ///< canvas length G
+  int64_t steps = 0;                ///< quota mode (block samplers without a threshold): forward passes
   std::optional<double> threshold;  ///< confidence threshold ε; flash: always set
   double temperature = 0.0;         ///< Gumbel-max temperature (0 = greedy)
   uint64_t seed = 0;                ///< noise seed
 };
+
+/// A request's SlotParams under `d`: the canvas is gen_length (exact_blocks, or flash) or
+/// gen_length rounded up to the block (the block samplers need whole blocks); steps default to
+/// default_steps(canvas, block), the threshold to effective_threshold(d, s) (params.h).
+SlotParams resolve_params(const SamplingParams& s, const DecodeSettings& d, bool exact_blocks);
 
 /// What one iteration did to one active slot.
 struct SlotStep {

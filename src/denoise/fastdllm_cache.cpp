@@ -15,51 +15,55 @@
 namespace flashdllm {
 namespace {
 
-const char* mode_name(FastDllmCacheMode m) { return m == FastDllmCacheMode::kPrefix ? "prefix" : "dual"; }
+/// The one setting that picks this sampler; the rest are params.cpp's checks (validate).
+void check_fastdllm_settings(const DecodeSettings& d) {
+  FDLLM_CHECK_PARAM(d.cache == CacheMode::kPrefix || d.cache == CacheMode::kDual, "cache",
+                    "the Fast-dLLM cache mode must be prefix or dual, got cache {}", cache_mode_name(d.cache));
+}
 
 }  // namespace
 
-void validate_fastdllm_cache_options(const FastDllmCacheOptions& o, const LladaConfig& cfg) {
-  FDLLM_CHECK_ARG(o.mode == FastDllmCacheMode::kPrefix || o.mode == FastDllmCacheMode::kDual,
-                  "Fast-dLLM cache mode must be prefix or dual, got {}", static_cast<int>(o.mode));
-  validate_block_schedule(o.schedule(), o.temperature, cfg, "Fast-dLLM generate.py");
-}
-
-FastDllmCacheSampler::FastDllmCacheSampler(Backend& backend, const LladaModel& model, FastDllmCacheOptions options)
+FastDllmCacheSampler::FastDllmCacheSampler(Backend& backend, const LladaModel& model, GenerateOptions options)
     : backend_(backend), model_(model), opt_(std::move(options)) {
-  validate_fastdllm_cache_options(opt_, model_.config);
+  check_fastdllm_settings(opt_.decode);
+  validate(opt_, model_.config);
+  B_ = opt_.decode.effective_block_length();
+  prefix_ = opt_.decode.cache == CacheMode::kPrefix;
 }
 
-FastDllmCacheSampler::FastDllmCacheSampler(Backend& backend, const LladaModel& model, FastDllmCacheOptions options,
+FastDllmCacheSampler::FastDllmCacheSampler(Backend& backend, const LladaModel& model, GenerateOptions options,
                                            const SlotPool& pool)
     : backend_(backend), model_(model), opt_(std::move(options)) {
-  FDLLM_CHECK_ARG(opt_.mode == FastDllmCacheMode::kPrefix || opt_.mode == FastDllmCacheMode::kDual,
-                  "Fast-dLLM cache mode must be prefix or dual, got {}", static_cast<int>(opt_.mode));
-  FDLLM_CHECK_ARG(opt_.block_length > 0, "block_length must be positive, got {}", opt_.block_length);
-  FDLLM_CHECK_ARG(pool.n_slots >= 1 && pool.max_total_length >= 1, "Fast-dLLM {} cache: a pool needs >= 1 slot and a "
-                  "positive max_total_length, got {} slots x {}", mode_name(opt_.mode), pool.n_slots,
-                  pool.max_total_length);
+  check_fastdllm_settings(opt_.decode);
+  validate(opt_.decode, model_.config);  // the requests are checked at admission (check_request)
+  B_ = opt_.decode.effective_block_length();
+  prefix_ = opt_.decode.cache == CacheMode::kPrefix;
+  const char* mode = cache_mode_name(opt_.decode.cache);
+  FDLLM_CHECK_ARG(pool.n_slots >= 1 && pool.max_total_length >= 1,
+                  "Fast-dLLM {} cache: a pool needs >= 1 slot and a "
+                  "positive max_total_length, got {} slots x {}",
+                  mode, pool.n_slots, pool.max_total_length);
   FDLLM_CHECK_ARG(pool.n_slots * pool.max_total_length < (int64_t{1} << 31),
-                  "Fast-dLLM {} cache: {} slots x {} positions exceed 2^31 store rows", mode_name(opt_.mode),
-                  pool.n_slots, pool.max_total_length);
+                  "Fast-dLLM {} cache: {} slots x {} positions exceed 2^31 store rows", mode, pool.n_slots,
+                  pool.max_total_length);
   slots_.reset(pool.n_slots, pool.max_total_length);
   const int64_t rows = pool.n_slots * pool.max_total_length;
   const int64_t tokens = pool.max_step_rows > 0 ? std::min(pool.max_step_rows, rows) : rows;
-  const int64_t logit_rows = pool.n_slots * opt_.block_length;
+  const int64_t logit_rows = pool.n_slots * B_;
   ensure_capacity(rows, tokens, logit_rows, pool.n_slots);
   selection_.reserve(backend_, logit_rows);
 }
 
 CachedSequenceState FastDllmCacheSampler::init_state(std::span<const int32_t> prompt) const {
-  return init_state(prompt, slot_params_of(opt_));
+  return init_state(prompt, resolve_params(opt_.sampling, opt_.decode, /*exact_blocks=*/true));
 }
 
 CachedSequenceState FastDllmCacheSampler::init_state(std::span<const int32_t> prompt, const SlotParams& params) const {
   CachedSequenceState s;
   init_sequence(s, prompt, params.gen_length, model_.config);
   set_state_params(s, params);
-  validate_state_params(s, opt_.block_length, model_.config, "Fast-dLLM generate.py");
-  begin_block(s, s.schedule(opt_.block_length), model_.config.mask_token_id);
+  validate_state_params(s, B_, model_.config, "Fast-dLLM generate.py");
+  begin_block(s, s.schedule(B_), model_.config.mask_token_id);
   return s;
 }
 
@@ -94,7 +98,7 @@ std::vector<StepCommit> FastDllmCacheSampler::step_at(std::vector<CachedSequence
                                                       const std::vector<int64_t>& base, int64_t store_rows) {
   const LladaConfig& c = model_.config;
   const int32_t mask = c.mask_token_id;
-  const int64_t B = opt_.block_length;
+  const int64_t B = B_;
   const size_t n = batch.size();
   std::vector<StepCommit> commits(n);
 
@@ -108,27 +112,27 @@ std::vector<StepCommit> FastDllmCacheSampler::step_at(std::vector<CachedSequence
     FDLLM_CHECK_ARG(s.block >= 0 && s.block < s.gen_length / B && s.prompt_len > 0 &&
                         static_cast<int64_t>(s.x.size()) == s.prompt_len + s.gen_length,
                     "Fast-dLLM {} cache: sequence {} is not a state of this sampler (block {}, prompt {}, length {})",
-                    mode_name(opt_.mode), i, s.block, s.prompt_len, s.x.size());
+                    cache_mode_name(opt_.decode.cache), i, s.block, s.prompt_len, s.x.size());
     if (s.step_in_block == 0) {
       kind[i] = kCallFull;
       continue;
     }
     any_cached = true;
-    kind[i] = opt_.mode == FastDllmCacheMode::kPrefix ? kCallSuffix : kCallBlock;
+    kind[i] = prefix_ ? kCallSuffix : kCallBlock;
     const int64_t L = static_cast<int64_t>(s.x.size());
     bool intact = s.cache_block == s.block && s.kv_offset == base[i] && base[i] + L <= kv_.rows;
     for (int64_t r = base[i]; intact && r < base[i] + L; ++r) intact = row_epoch_[static_cast<size_t>(r)] == s.cache_epoch;
     FDLLM_CHECK_ARG(intact,
                     "Fast-dLLM {} cache: sequence {} is at step {} of block {} but its K/V cache {} (the batch must "
                     "keep its order and sequence lengths between the steps of a block)",
-                    mode_name(opt_.mode), i, s.step_in_block, s.block,
+                    cache_mode_name(opt_.decode.cache), i, s.step_in_block, s.block,
                     s.cache_block != s.block ? "was built for another block" : "was overwritten or never built here");
   }
   if (!any_active) return commits;
   FDLLM_CHECK_ARG(!(any_cached && kv_.rows < store_rows),
                   "Fast-dLLM {} cache: the batch needs {} K/V rows but the cache holds {}; a batch cannot grow in "
                   "the middle of a block",
-                  mode_name(opt_.mode), store_rows, kv_.rows);
+                  cache_mode_name(opt_.decode.cache), store_rows, kv_.rows);
 
   // --- plan: F = whole sequence; S = x[block_start:]; B = x[block_start : block_start + B].
   // Every call attends to the sequence's whole row range: rows it writes now are fresh, the others
@@ -185,7 +189,7 @@ std::vector<StepCommit> FastDllmCacheSampler::step_at(std::vector<CachedSequence
     SelectParams sp;
     sp.temperature = batch[i].temperature;
     sp.seed = batch[i].seed;
-    sp.confidence_f64 = opt_.confidence_f64;
+    sp.confidence_f64 = !opt_.decode.confidence_f32;
     sp.exclude_token = mask;  // a committed position never holds [MASK]
     const auto k = static_cast<int64_t>(cand[i].size());
     append_select_segment(segments, row, row + k, sp);
@@ -211,11 +215,11 @@ std::vector<StepCommit> FastDllmCacheSampler::step_at(std::vector<CachedSequence
     FDLLM_CHECK_ARG(s.threshold || s.step_in_block < static_cast<int64_t>(s.block_quota.size()),
                     "Fast-dLLM {} cache: sequence {} is at step {} of block {} but the block's quota schedule has "
                     "{} steps (masks were added to the block after it started?)",
-                    mode_name(opt_.mode), i, s.step_in_block, s.block, s.block_quota.size());
+                    cache_mode_name(opt_.decode.cache), i, s.step_in_block, s.block, s.block_quota.size());
     commits[i] = commit_step(s, cand[i], std::span<const int32_t>(x0).subspan(r0, nc),
                              std::span<const double>(conf).subspan(r0, nc),
-                             std::span<const int32_t>(fb.row_keys).subspan(r0, nc), s.schedule(B), opt_.remasking,
-                             s.seed, BlockEnd::kWhenFull, mask);
+                             std::span<const int32_t>(fb.row_keys).subspan(r0, nc), s.schedule(B),
+                             opt_.decode.remasking, s.seed, BlockEnd::kWhenFull, mask);
     s.call_kinds.push_back(kind[i]);
     r0 += nc;
   }

@@ -41,34 +41,17 @@
 
 namespace flashdllm {
 
-/// Which Fast-dLLM cache: kPrefix = `generate_with_prefix_cache`, kDual = `generate_with_dual_cache`.
-enum class FastDllmCacheMode { kPrefix, kDual };
-
 /// Model-call kinds, as the golden traces name them (tests/data/golden/README.upstream.md).
 inline constexpr char kCallFull = 'F';    ///< whole sequence, refreshes the cache (block start)
 inline constexpr char kCallSuffix = 'S';  ///< prefix cache: x[block_start:] over cached prefix K/V
 inline constexpr char kCallBlock = 'B';   ///< dual cache: the current block over cached K/V of the rest
 
-struct FastDllmCacheOptions {
-  FastDllmCacheMode mode = FastDllmCacheMode::kDual;
-  int64_t gen_length = 128;   ///< canvas length G (tokens generated)
-  int64_t block_length = 32;  ///< semi-autoregressive block B; G % B == 0
-  int64_t steps = 128;        ///< quota mode: model calls per request; steps % (G / B) == 0
-  /// Confidence-threshold mode τ in (0, 1] (Fast-dLLM `threshold`); nullopt = quota mode.
-  std::optional<double> threshold;
-  double temperature = 0.0;   ///< Gumbel-max temperature in float64 (0 = greedy), as LLaDA §B
-  Remasking remasking = Remasking::kLowConfidence;  ///< random = U(0,1) confidences
-  /// Confidence softmax precision; Fast-dLLM softmaxes the logits in float64.
-  bool confidence_f64 = true;
-  uint64_t seed = 0;          ///< noise seed (temperature > 0, random remasking)
-
-  BlockSchedule schedule() const { return {gen_length, block_length, steps, threshold}; }
-};
-
-/// Validates options against the model: G > 0, B > 0, G % B == 0, quota mode: steps > 0 and
-/// divisible by G / B (Fast-dLLM asserts it), threshold in (0, 1], temperature finite and >= 0,
-/// G < max_sequence_length. Throws Error(kInvalidArgument) naming the parameter.
-void validate_fastdllm_cache_options(const FastDllmCacheOptions& o, const LladaConfig& cfg);
+/// The cached samplers run `GenerateOptions` as they are (params.h, validated there):
+/// decode.cache is CacheMode::kPrefix (`generate_with_prefix_cache`) or kDual
+/// (`generate_with_dual_cache`); they read decode.block_length (B, effective_block_length()),
+/// remasking (random = U(0,1) confidences) and confidence_f32 (Fast-dLLM softmaxes in float64);
+/// `sampling` is the default request of init_state(prompt) and generate() (threshold set =
+/// Fast-dLLM's `threshold` mode, unset = quota mode with steps).
 
 /// One sequence under a cached denoiser: the LLaDA state plus its cache bookkeeping.
 /// Between steps a caller may rewrite `x` at positions >= the current block start (teacher forcing
@@ -91,14 +74,15 @@ using CachedStepObserver = std::function<void(size_t seq, const CachedSequenceSt
 /// parameters live in each state.
 class FastDllmCacheSampler : public Denoiser {
  public:
-  /// Validates the options (validate_fastdllm_cache_options). Workspaces and the per-layer K/V
-  /// stores are allocated lazily for the largest batch seen.
-  FastDllmCacheSampler(Backend& backend, const LladaModel& model, FastDllmCacheOptions options);
+  /// Validates the options (params.h validate, whole blocks; Error(kInvalidArgument)). Workspaces
+  /// and the per-layer K/V stores are allocated lazily for the largest batch seen.
+  FastDllmCacheSampler(Backend& backend, const LladaModel& model, GenerateOptions options);
   /// With a pool: K/V stores and workspaces for pool.n_slots slots of prompt + canvas <=
-  /// pool.max_total_length, allocated now (Error(kOutOfMemory) when they do not fit).
-  FastDllmCacheSampler(Backend& backend, const LladaModel& model, FastDllmCacheOptions options, const SlotPool& pool);
+  /// pool.max_total_length, allocated now (Error(kOutOfMemory) when they do not fit). Validates
+  /// options.decode only (the requests bring their own parameters).
+  FastDllmCacheSampler(Backend& backend, const LladaModel& model, GenerateOptions options, const SlotPool& pool);
 
-  const FastDllmCacheOptions& options() const noexcept { return opt_; }
+  const GenerateOptions& options() const noexcept { return opt_; }
 
   /// New state: prompt followed by gen_length masks, block 0, no cache. Throws
   /// Error(kInvalidArgument) for an empty prompt, a prompt holding the mask id or ids outside the
@@ -139,7 +123,9 @@ class FastDllmCacheSampler : public Denoiser {
 
   Backend& backend_;
   const LladaModel& model_;
-  FastDllmCacheOptions opt_;
+  GenerateOptions opt_;
+  int64_t B_ = 0;                      // opt_.decode.effective_block_length()
+  bool prefix_ = false;                // opt_.decode.cache == CacheMode::kPrefix (else dual)
   KvStore kv_;                         // per-layer stores (the cache)
   std::vector<uint64_t> row_epoch_;    // [kv_.rows] epoch of the F call that last wrote each row
   uint64_t next_epoch_ = 1;

@@ -1,4 +1,6 @@
-// Flash-Cache denoiser; see flash_cache.h for the algorithm, the layout and the deviations.
+// Flash-Cache denoiser: the pool, the slot contract and step() by phases (main pass, decide,
+// continue; the verify pass is in flash_verify.cpp, the slot pieces in flash_slot.cpp). See
+// flash_cache.h for the algorithm, the layout and the deviations.
 #include "denoise/flash_cache.h"
 
 #include <algorithm>
@@ -13,67 +15,6 @@
 #include "denoise/flash_verify.h"
 
 namespace flashdllm {
-namespace {
-
-/// full_pos[a : b] with Python slice clipping (a, b clamped to [0, size]; a >= b gives nothing),
-/// appended to `out`.
-void append_slice(const std::vector<int32_t>& v, int64_t a, int64_t b, std::vector<int32_t>& out) {
-  const int64_t n = static_cast<int64_t>(v.size());
-  a = std::clamp<int64_t>(a, 0, n);
-  b = std::clamp<int64_t>(b, 0, n);
-  if (a < b) out.insert(out.end(), v.begin() + a, v.begin() + b);
-}
-
-/// Laps of a step's host phases: lap(p) adds the time since the previous lap (or construction) to
-/// phase p's seconds.
-class PhaseClock {
- public:
-  explicit PhaseClock(std::array<double, kFlashPhases>& seconds) : seconds_(seconds) {}
-  void lap(FlashPhase p) {
-    const auto now = std::chrono::steady_clock::now();
-    seconds_[static_cast<size_t>(p)] += std::chrono::duration<double>(now - last_).count();
-    last_ = now;
-  }
-
- private:
-  std::array<double, kFlashPhases>& seconds_;
-  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
-};
-
-/// Sorts `values` by `keys` (same length), stably (equal keys keep their order): an LSD radix sort,
-/// 8 bits per pass, skipping the passes in which every key has the same digit. Branch-free and
-/// linear: at 32 slots x ~600 decoded positions the comparison sorts it replaces took 0.7-1.1 ms per
-/// iteration on the H200 machines' hosts (bench/results/2026-12-05-h200-host-phases/; this host:
-/// bench/results/2026-12-05-cpu-host-phases/).
-void stable_radix_sort(std::vector<uint32_t>& keys, std::span<int32_t> values) {
-  const size_t n = keys.size();
-  FDLLM_ASSERT_MSG(values.size() == n, "stable_radix_sort: {} keys, {} values", n, values.size());
-  std::array<std::array<uint32_t, 256>, 4> count{};
-  for (const uint32_t k : keys)
-    for (int d = 0; d < 4; ++d) ++count[static_cast<size_t>(d)][(k >> (8 * d)) & 0xffu];
-  std::vector<uint32_t> k2(n);
-  std::vector<int32_t> v2(n);
-  uint32_t* kin = keys.data();
-  int32_t* vin = values.data();
-  uint32_t* kout = k2.data();
-  int32_t* vout = v2.data();
-  for (int d = 0; d < 4; ++d) {
-    std::array<uint32_t, 256>& c = count[static_cast<size_t>(d)];
-    if (n == 0 || c[(kin[0] >> (8 * d)) & 0xffu] == n) continue;  // one digit value: the order stays
-    uint32_t at = 0;
-    for (uint32_t& x : c) at += std::exchange(x, at);  // bucket starts
-    for (size_t i = 0; i < n; ++i) {
-      const uint32_t o = c[(kin[i] >> (8 * d)) & 0xffu]++;
-      kout[o] = kin[i];
-      vout[o] = vin[i];
-    }
-    std::swap(kin, kout);
-    std::swap(vin, vout);
-  }
-  if (vin != values.data()) std::copy_n(vin, n, values.data());
-}
-
-}  // namespace
 
 const char* flash_phase_name(FlashPhase p) noexcept {
   switch (p) {
@@ -90,366 +31,19 @@ const char* flash_phase_name(FlashPhase p) noexcept {
   return "?";
 }
 
-void validate_flash_cache_options(const FlashCacheOptions& o, const LladaConfig& cfg) {
-  FDLLM_CHECK_ARG(o.gen_length > 0, "flash-cache: gen_length must be positive, got {}", o.gen_length);
-  FDLLM_CHECK_ARG(o.gen_length < cfg.max_sequence_length,
-                  "flash-cache: gen_length {} does not fit the model's max_sequence_length {}", o.gen_length,
-                  cfg.max_sequence_length);
-  FDLLM_CHECK_ARG(o.block_length > 0, "flash-cache: block_length (masked window) must be positive, got {}",
-                  o.block_length);
-  FDLLM_CHECK_ARG(o.threshold > 0.0 && o.threshold <= 1.0, "flash-cache: threshold must be in (0, 1], got {}",
-                  o.threshold);
-  FDLLM_CHECK_ARG(o.mask_num >= 1,
-                  "flash-cache: mask_num must be >= 1 (β_m = mask_num·block_length includes the window), got {}",
-                  o.mask_num);
-  FDLLM_CHECK_ARG(o.key_tile > 0, "flash-cache: key_tile must be positive, got {}", o.key_tile);
-  FDLLM_CHECK_ARG(o.n_slots > 0, "flash-cache: n_slots must be positive, got {}", o.n_slots);
-  FDLLM_CHECK_ARG(o.tokens_per_step >= 1, "flash-cache: tokens_per_step must be >= 1, got {}", o.tokens_per_step);
-  for (size_t i = 0; i < o.forced_schedule.size(); ++i)
-    FDLLM_CHECK_ARG(o.forced_schedule[i] >= 1, "flash-cache: forced_schedule[{}] = {} must be >= 1", i,
-                    o.forced_schedule[i]);
-  FDLLM_CHECK_ARG(o.importance_first_layer >= 0, "flash-cache: importance_first_layer must be >= 0, got {}",
-                  o.importance_first_layer);
-  FDLLM_CHECK_ARG(o.query_tile_rows >= 0, "flash-cache: query_tile_rows must be >= 0, got {}", o.query_tile_rows);
-  FDLLM_CHECK_ARG(o.max_forward_rows >= 0, "flash-cache: max_forward_rows must be >= 0 (0 = no bound), got {}",
-                  o.max_forward_rows);
-  FDLLM_CHECK_ARG(o.gamma > 0.0 && o.gamma <= 1.0, "flash-cache: verify gamma must be in (0, 1], got {}", o.gamma);
-  FDLLM_CHECK_ARG(o.max_candidates >= 0 && o.max_candidates <= o.block_length,
-                  "flash-cache: verify max_candidates must be in [0, block_length = {}] (0 = block_length / 2), got {}",
-                  o.block_length, o.max_candidates);
-  FDLLM_CHECK_ARG(o.forced_acceptance >= 0, "flash-cache: verify forced_acceptance must be >= 0, got {}",
-                  o.forced_acceptance);
-  FDLLM_CHECK_ARG(o.verify_rule == VerifyRule::kProduct || o.verify_rule == VerifyRule::kPaper,
-                  "flash-cache: unknown verify_rule {}", static_cast<int>(o.verify_rule));
-  FDLLM_CHECK_ARG(o.verify_kept == VerifyKept::kReleased || o.verify_kept == VerifyKept::kCommits,
-                  "flash-cache: unknown verify_kept {}", static_cast<int>(o.verify_kept));
-  FDLLM_CHECK_ARG(std::abs(o.track_num) <= (int64_t{1} << 24) && o.mask_num <= (int64_t{1} << 24) &&
-                      o.block_length <= (int64_t{1} << 20),
-                  "flash-cache: track_num {} / mask_num {} / block_length {} are implausibly large", o.track_num,
-                  o.mask_num, o.block_length);
+namespace {
+
+/// The settings that pick this denoiser and the tiling facts; every other check is params.cpp's.
+void check_flash_settings(const DecodeSettings& d, const FlashTiling& t) {
+  FDLLM_CHECK_PARAM(d.cache == CacheMode::kFlash, "cache", "the Flash-Cache denoiser runs cache flash, got cache {}",
+                    cache_mode_name(d.cache));
+  FDLLM_CHECK_ARG(t.key_tile > 0 && t.key_tile <= (int64_t{1} << 20),
+                  "flash-cache: key_tile must be in [1, 2^20], got {}", t.key_tile);
+  FDLLM_CHECK_ARG(t.importance_first_layer >= 0, "flash-cache: importance_first_layer must be >= 0, got {}",
+                  t.importance_first_layer);
 }
 
-int64_t flash_max_length(int64_t max_prompt_len, int64_t gen_length, int64_t block_length, int64_t key_tile) {
-  FDLLM_CHECK_ARG(max_prompt_len > 0 && gen_length > 0 && block_length > 0 && key_tile > 0,
-                  "flash_max_length: sizes must be positive (prompt {}, gen_length {}, block_length {}, key_tile {})",
-                  max_prompt_len, gen_length, block_length, key_tile);
-  const int64_t m = max_prompt_len + gen_length + block_length;
-  return (m / key_tile + 1) * key_tile;
-}
-
-int64_t flash_slot_length(int64_t max_prompt_len, int64_t gen_length, int64_t block_length, int64_t key_tile) {
-  FDLLM_CHECK_ARG(block_length > 0, "flash_slot_length: block_length must be positive, got {}", block_length);
-  return std::max(flash_seqlen_k(max_prompt_len, gen_length, key_tile), max_prompt_len + gen_length + block_length);
-}
-
-int64_t flash_seqlen_k(int64_t prompt_len, int64_t gen_length, int64_t key_tile) {
-  FDLLM_CHECK_ARG(prompt_len > 0 && gen_length > 0 && key_tile > 0,
-                  "flash_seqlen_k: sizes must be positive (prompt {}, gen_length {}, key_tile {})", prompt_len,
-                  gen_length, key_tile);
-  return (prompt_len + gen_length) / key_tile * key_tile + key_tile;
-}
-
-size_t flash_kv_cache_bytes(const LladaConfig& cfg, DType act, int64_t n_slots, int64_t max_length) {
-  return 2 * static_cast<size_t>(cfg.n_layers) * static_cast<size_t>(n_slots) * static_cast<size_t>(max_length) *
-         static_cast<size_t>(cfg.n_heads * cfg.head_dim) * dtype_size(act);
-}
-
-int64_t flash_max_slots(const LladaConfig& cfg, DType act, int64_t max_length, size_t budget_bytes) {
-  const size_t per_slot = flash_kv_cache_bytes(cfg, act, 1, max_length);
-  return per_slot == 0 ? 0 : static_cast<int64_t>(budget_bytes / per_slot);
-}
-
-// ---------------------------------------------------------------------------------- slot state
-
-FlashSlot flash_init_slot(int64_t request, std::span<const int32_t> prompt, int64_t max_length,
-                          const FlashCacheOptions& o, int32_t mask_id, int32_t eos_id) {
-  SlotParams p;
-  p.gen_length = o.gen_length;
-  FlashSlot s = flash_init_slot(request, prompt, max_length, o, p, mask_id, eos_id);
-  s.threshold.reset();  // follows the options
-  return s;
-}
-
-FlashSlot flash_init_slot(int64_t request, std::span<const int32_t> prompt, int64_t max_length,
-                          const FlashCacheOptions& o, const SlotParams& p, int32_t mask_id, int32_t eos_id) {
-  const int64_t P = static_cast<int64_t>(prompt.size());
-  const int64_t G = p.gen_length;
-  FDLLM_CHECK_ARG(P > 0, "flash-cache: request {} has an empty prompt", request);
-  FDLLM_CHECK_ARG(G > 0, "flash-cache: request {}: gen_length must be positive, got {}", request, G);
-  FDLLM_CHECK_ARG(P + G + o.block_length <= max_length,
-                  "flash-cache: request {}: prompt {} + gen_length {} + block_length {} exceeds the slot length {}",
-                  request, P, G, o.block_length, max_length);
-  for (int64_t i = 0; i < P; ++i)
-    FDLLM_CHECK_ARG(prompt[i] != mask_id, "flash-cache: request {}: prompt position {} holds the mask token id {}",
-                    request, i, mask_id);
-  FlashSlot s;
-  s.request = request;
-  s.prompt_len = P;
-  s.gen_length = G;
-  s.threshold = p.threshold;
-  s.temperature = p.temperature;
-  s.seed = p.seed;
-  s.seqlen_k = flash_seqlen_k(P, G, o.key_tile);
-  FDLLM_CHECK_ARG(s.seqlen_k <= max_length,
-                  "flash-cache: request {}: key length seqlen_k {} exceeds the slot length {} (use flash_max_length)",
-                  request, s.seqlen_k, max_length);
-  s.num_decoded = P;
-  s.stop = P + G;
-  s.x.assign(static_cast<size_t>(max_length), eos_id);
-  std::copy(prompt.begin(), prompt.end(), s.x.begin());
-  std::fill(s.x.begin() + P, s.x.begin() + P + G, mask_id);
-  s.full_pos.resize(static_cast<size_t>(max_length));
-  std::iota(s.full_pos.begin(), s.full_pos.end(), 0);
-  // First query set = full prefill of [0, seqlen_k): window [P, P + bm), tracked the rest.
-  append_slice(s.full_pos, P, P + o.block_length, s.window);
-  append_slice(s.full_pos, 0, P, s.tracked);
-  append_slice(s.full_pos, P + o.block_length, s.seqlen_k, s.tracked);
-  return s;
-}
-
-void flash_prepare_queries(FlashSlot& s, const FlashCacheOptions& o) {
-  const int64_t nd = s.num_decoded, bm = o.block_length;
-  s.window.clear();
-  s.tracked.clear();
-  append_slice(s.full_pos, nd, nd + bm, s.window);
-  if (o.track_num < 0) {
-    append_slice(s.full_pos, 0, nd, s.tracked);
-    append_slice(s.full_pos, nd + bm, s.seqlen_k, s.tracked);
-  } else {
-    append_slice(s.full_pos, std::max<int64_t>(0, nd - o.track_num * bm), nd, s.tracked);
-    append_slice(s.full_pos, nd + bm, std::min(s.seqlen_k, nd + o.mask_num * bm), s.tracked);
-  }
-}
-
-int64_t flash_query_rows(const FlashSlot& s) {
-  return s.active() ? static_cast<int64_t>(s.window.size() + s.tracked.size()) : 0;
-}
-
-std::vector<std::pair<size_t, size_t>> flash_forward_groups(const std::vector<FlashSlot>& slots, int64_t max_rows) {
-  std::vector<std::pair<size_t, size_t>> groups;
-  size_t first = 0;
-  int64_t rows = 0;
-  bool any_active = false;
-  for (size_t j = 0; j < slots.size(); ++j) {
-    const int64_t r = flash_query_rows(slots[j]);
-    if (max_rows > 0 && any_active && r > 0 && rows + r > max_rows) {
-      groups.emplace_back(first, j);
-      first = j;
-      rows = 0;
-      any_active = false;
-    }
-    rows += r;
-    any_active = any_active || r > 0;
-  }
-  if (any_active) groups.emplace_back(first, slots.size());
-  return groups;
-}
-
-ForwardBatch flash_plan(const std::vector<FlashSlot>& slots, int64_t store_stride, const FlashCacheOptions& o,
-                        int64_t n_heads, size_t first, size_t last) {
-  last = std::min(last, slots.size());
-  FDLLM_CHECK_ARG(store_stride > 0 && static_cast<int64_t>(slots.size()) * store_stride < (int64_t{1} << 31),
-                  "flash_plan: {} slots × store stride {} must be positive and below 2^31 store rows", slots.size(),
-                  store_stride);
-  ForwardBatch fb;
-  size_t rows = 0, windows = 0;
-  for (size_t j = first; j < last; ++j) {
-    rows += static_cast<size_t>(flash_query_rows(slots[j]));
-    windows += slots[j].active() ? slots[j].window.size() : 0;
-  }
-  fb.token_ids.reserve(rows);
-  fb.positions.reserve(rows);
-  fb.kv_rows.reserve(rows);
-  fb.logit_rows.reserve(windows);
-  fb.row_keys.reserve(windows);
-  auto add_rows = [&](const FlashSlot& s, int64_t j, const std::vector<int32_t>& pos) {
-    if (pos.empty()) return;
-    const auto [lo, hi] = std::minmax_element(pos.begin(), pos.end());
-    FDLLM_CHECK_ARG(*lo >= 0 && *hi < store_stride && *hi < static_cast<int64_t>(s.x.size()),
-                    "flash_plan: slot {} queries position {} outside its {} store rows", j, *lo < 0 ? *lo : *hi,
-                    std::min<int64_t>(store_stride, static_cast<int64_t>(s.x.size())));
-    const auto base = static_cast<int32_t>(j * store_stride);
-    for (int32_t t : pos) {
-      fb.token_ids.push_back(s.x[static_cast<size_t>(t)]);
-      fb.positions.push_back(t);
-      fb.kv_rows.push_back(base + t);
-    }
-  };
-  // Per active slot, query rows [window | tracked set]; its first tile holds the window (and, with
-  // query_tile_rows 0, the tracked set too), the score tile is its window rows; the other tiles of
-  // the tracked set follow the first tiles of all slots (score tile i lies inside tile i).
-  std::vector<AttentionTile> rest;
-  int32_t q = 0;
-  for (size_t j = first; j < last; ++j) {
-    const FlashSlot& s = slots[j];
-    if (!s.active()) continue;
-    FDLLM_CHECK_ARG(!s.window.empty(), "flash_plan: active slot {} has an empty masked window", j);
-    const auto k0 = static_cast<int32_t>(static_cast<int64_t>(j) * store_stride);
-    const auto k1 = k0 + static_cast<int32_t>(s.seqlen_k);
-    add_rows(s, static_cast<int64_t>(j), s.window);
-    add_rows(s, static_cast<int64_t>(j), s.tracked);
-    const auto n = static_cast<int32_t>(s.window.size()), m = static_cast<int32_t>(s.tracked.size());
-    for (int32_t r = 0; r < n; ++r) {
-      fb.logit_rows.push_back(q + r);
-      // Greedy (Flash-dLLM): no noise. Sampling: a key per (seed, iteration, position), as the LLaDA sampler.
-      fb.row_keys.push_back(s.temperature > 0.0 ? static_cast<int32_t>(noise_key(s.seed, s.iterations,
-                                                                                  s.window[static_cast<size_t>(r)]))
-                                                : 0);
-    }
-    fb.importance.tiles.push_back({q, q + n, k0, k1});
-    if (o.query_tile_rows == 0) {
-      fb.tiles.push_back({q, q + n + m, k0, k1});
-    } else {  // the released tiling: the window, then the tracked set in tiles of query_tile_rows rows
-      fb.tiles.push_back({q, q + n, k0, k1});
-      const auto tile_rows = static_cast<int32_t>(std::min<int64_t>(o.query_tile_rows, std::max(m, 1)));
-      for (int32_t r = 0; r < m; r += tile_rows)
-        rest.push_back({q + n + r, q + n + std::min(m, r + tile_rows), k0, k1});
-    }
-    q += n + m;
-  }
-  FDLLM_CHECK_ARG(!fb.tiles.empty(), "flash_plan: no active slot in slots [{}, {})", first, last);
-  fb.tiles.insert(fb.tiles.end(), rest.begin(), rest.end());
-  fb.importance.first_layer = o.importance_first_layer;
-  fb.importance.weight = static_cast<float>(1.0 / (static_cast<double>(o.block_length) * static_cast<double>(n_heads)));
-  fb.importance.probability_mass = o.importance_probability_mass;
-  return fb;
-}
-
-// ---------------------------------------------------------------------------------- decisions
-
-FlashDecision flash_decide(const FlashSlot& s, std::span<const double> conf, std::span<const int32_t> tokens,
-                           const FlashCacheOptions& o) {
-  const size_t w = s.window.size();
-  FDLLM_CHECK_ARG(conf.size() == w && tokens.size() == w,
-                  "flash_decide: {} confidences and {} tokens for a window of {} positions", conf.size(), tokens.size(),
-                  w);
-  FDLLM_CHECK_ARG(w > 0, "flash_decide: empty window");
-  FlashDecision d;
-  d.window = s.window;
-  d.tokens.assign(tokens.begin(), tokens.end());
-  d.confidence.assign(conf.begin(), conf.end());
-  d.eligible.assign(w, 1);
-  int64_t n_eligible = static_cast<int64_t>(w);
-  for (size_t r = 0; r < w; ++r) {
-    if (d.window[r] < s.stop) continue;
-    if (o.reference_quirks) {
-      // Released code: zeroed only once an EOS set the stop; the entry can still be the top-1.
-      if (s.eos_pos >= 0) d.confidence[r] = 0.0;
-    } else {
-      // Fixed: EOS padding / positions past the stop are never candidates.
-      d.confidence[r] = 0.0;
-      d.eligible[r] = 0;
-      --n_eligible;
-    }
-  }
-  FDLLM_CHECK_ARG(n_eligible > 0, "flash_decide: no window position of the slot is below its stop {}", s.stop);
-  d.order.resize(w);
-  std::iota(d.order.begin(), d.order.end(), 0);
-  // Eligible entries first (their confidence is > 0, ineligible ones are 0), then by confidence.
-  std::stable_sort(d.order.begin(), d.order.end(), [&](int64_t a, int64_t b) {
-    if (d.eligible[a] != d.eligible[b]) return d.eligible[a] > d.eligible[b];
-    return d.confidence[a] > d.confidence[b];
-  });
-  int64_t k;
-  if (!o.forced_schedule.empty()) {
-    const size_t i = std::min<size_t>(static_cast<size_t>(s.iterations), o.forced_schedule.size() - 1);
-    k = o.forced_schedule[i];
-  } else if (o.rule == FlashDecodeRule::kFixedCount) {
-    k = o.tokens_per_step;
-  } else {
-    k = 0;
-    const double threshold = s.threshold.value_or(o.threshold);
-    for (size_t r = 0; r < w; ++r) k += d.eligible[r] && d.confidence[r] >= threshold;
-  }
-  d.count = std::clamp<int64_t>(k, 1, n_eligible);
-  return d;
-}
-
-void flash_force(FlashDecision& d, std::span<const int32_t> positions, std::span<const int32_t> tokens) {
-  FDLLM_CHECK_ARG(!positions.empty(), "flash_force: a forced commit needs at least one position");
-  FDLLM_CHECK_ARG(positions.size() == tokens.size(), "flash_force: {} positions but {} tokens", positions.size(),
-                  tokens.size());
-  std::vector<int64_t> order;
-  std::vector<uint8_t> used(d.window.size(), 0);
-  for (size_t i = 0; i < positions.size(); ++i) {
-    const auto it = std::find(d.window.begin(), d.window.end(), positions[i]);
-    FDLLM_CHECK_ARG(it != d.window.end(), "flash_force: position {} is not in the masked window", positions[i]);
-    const auto idx = static_cast<size_t>(it - d.window.begin());
-    FDLLM_CHECK_ARG(!used[idx], "flash_force: position {} is forced twice", positions[i]);
-    used[idx] = 1;
-    order.push_back(static_cast<int64_t>(idx));
-    d.tokens[idx] = tokens[i];
-  }
-  for (int64_t idx : d.order)
-    if (!used[static_cast<size_t>(idx)]) order.push_back(idx);
-  d.order = std::move(order);
-  d.count = static_cast<int64_t>(positions.size());
-}
-
-bool flash_commit(FlashSlot& s, const FlashDecision& d, int32_t eos_id) {
-  FDLLM_CHECK_ARG(d.window == s.window, "flash_commit: the decision is for another window");
-  FDLLM_CHECK_ARG(d.count >= 1 && d.count <= static_cast<int64_t>(d.window.size()) &&
-                      d.order.size() == d.window.size(),
-                  "flash_commit: decision commits {} of {} window positions", d.count, d.window.size());
-  const int64_t nd = s.num_decoded;
-  for (size_t i = 0; i < d.order.size(); ++i)
-    s.full_pos[static_cast<size_t>(nd) + i] = d.window[static_cast<size_t>(d.order[i])];
-  int64_t new_eos = -1;
-  for (int64_t i = 0; i < d.count; ++i) {
-    const auto idx = static_cast<size_t>(d.order[static_cast<size_t>(i)]);
-    const int32_t t = d.window[idx];
-    s.x[static_cast<size_t>(t)] = d.tokens[idx];
-    if (d.tokens[idx] == eos_id) new_eos = std::max<int64_t>(new_eos, t);
-  }
-  s.num_decoded = nd + d.count;
-  s.last_committed = d.count;
-  s.iterations += 1;
-  // EOS rule (§D.7, §F.9): the first iteration that commits any EOS fixes the stop at its largest
-  // EOS position + 1.
-  if (s.eos_pos < 0 && new_eos >= 0) {
-    s.eos_pos = new_eos;
-    s.stop = new_eos + 1;
-  }
-  return flash_has_work(s);
-}
-
-bool flash_has_work(const FlashSlot& s) {
-  for (size_t i = static_cast<size_t>(s.num_decoded); i < s.full_pos.size(); ++i)
-    if (s.full_pos[i] < s.stop) return true;
-  return false;
-}
-
-void flash_rerank(FlashSlot& s, std::span<const float> scores, const FlashCacheOptions& o) {
-  flash_rank_decoded(s, scores, s.num_decoded - s.last_committed);
-  flash_prepare_queries(s, o);
-}
-
-void flash_rank_decoded(FlashSlot& s, std::span<const float> scores, int64_t n_decoded_old) {
-  FDLLM_CHECK_ARG(scores.size() == s.full_pos.size(), "flash_rerank: {} scores for a slot of {} positions",
-                  scores.size(), s.full_pos.size());
-  FDLLM_CHECK_ARG(n_decoded_old >= 0 && n_decoded_old <= static_cast<int64_t>(s.full_pos.size()),
-                  "flash_rerank: {} positions to rank in a slot of {}", n_decoded_old, s.full_pos.size());
-  const auto n_old = static_cast<size_t>(n_decoded_old);
-  const auto old_end = s.full_pos.begin() + static_cast<std::ptrdiff_t>(n_old);
-  const auto score = [&](int32_t t) { return scores[static_cast<size_t>(t)]; };
-  if (std::any_of(s.full_pos.begin(), old_end, [&](int32_t t) { return std::isnan(score(t)); })) {
-    // NaN is unordered: keep the comparison sort's behaviour for it.
-    std::stable_sort(s.full_pos.begin(), old_end, [&](int32_t a, int32_t b) { return score(a) < score(b); });
-  } else {
-    // The same order as a stable sort by score (ties keep their order): each score's bits mapped to
-    // an unsigned integer of the same order (-0 as +0, which `<` calls equal), then a stable LSD
-    // radix sort of the positions by them (stable_radix_sort).
-    std::vector<uint32_t> keys(n_old);
-    for (size_t i = 0; i < n_old; ++i) {
-      const float v = score(s.full_pos[i]);
-      uint32_t bits = 0;
-      std::memcpy(&bits, &v, sizeof(bits));
-      if (v == 0.0f) bits = 0;
-      keys[i] = (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
-    }
-    stable_radix_sort(keys, std::span<int32_t>(s.full_pos.data(), n_old));
-  }
-}
+}  // namespace
 
 // ---------------------------------------------------------------------------------- the pool
 
@@ -472,23 +66,23 @@ struct PoolShape {
   size_t v_x0 = 0, v_conf = 0, v_val = 0, v_drafts = 0;  // [x0 | conf | ℓ_draft, ℓ_argmax | drafts]
 };
 
-PoolShape pool_shape(const FlashCacheOptions& o, int64_t n, int64_t T) {
+PoolShape pool_shape(const GenerateOptions& o, const FlashTiling& t, int64_t n, int64_t T) {
   FDLLM_CHECK_ARG(n >= 1 && T >= 2,
                   "flash-cache: a pool needs >= 1 slot and room for a prompt and a canvas, got {} "
                   "slots x {} positions",
                   n, T);
-  const int64_t bm = o.block_length, kt = o.key_tile;
+  const int64_t bm = o.decode.effective_block_length(), kt = t.key_tile;
   PoolShape p;
   // L_max and the store stride for prompt + gen_length = T (flash_max_length / flash_slot_length).
   // Host slot rows have L_max entries with reference_quirks (they shape the windows near the end);
   // the K/V store needs only the rows a slot can query. With reference_quirks the released code's
   // decoded EOS padding moves windows past that, so the store keeps L_max rows.
   p.L = (T + bm) / kt * kt + kt;
-  p.Ls = o.reference_quirks ? p.L : std::max(T / kt * kt + kt, T + bm);
+  p.Ls = o.decode.reference_quirks ? p.L : std::max(T / kt * kt + kt, T + bm);
   const int64_t slot_rows = p.Ls + bm;
   p.tokens = n * slot_rows;
-  if (o.max_forward_rows > 0) p.tokens = std::min(p.tokens, std::max(o.max_forward_rows, slot_rows));
-  const int64_t tile_rows = o.query_tile_rows > 0 ? o.query_tile_rows : slot_rows;
+  if (o.decode.max_forward_rows > 0) p.tokens = std::min(p.tokens, std::max(o.decode.max_forward_rows, slot_rows));
+  const int64_t tile_rows = o.decode.query_tile_rows > 0 ? o.decode.query_tile_rows : slot_rows;
   // Per slot: its window tile (with query_tile_rows 0 the whole slot), its tracked tiles, its score tile.
   p.tiles = n * (2 + (slot_rows + tile_rows - 1) / tile_rows);
   p.logit_rows = n * bm;
@@ -509,43 +103,49 @@ PoolShape pool_shape(const FlashCacheOptions& o, int64_t n, int64_t T) {
 }
 
 /// The one forward-workspace buffer of a pool: the main pass's layout, or the verify pass's if larger.
-size_t pool_workspace_bytes(const PoolShape& p, const FlashCacheOptions& o, const LladaConfig& c, DType act,
+size_t pool_workspace_bytes(const PoolShape& p, const GenerateOptions& o, const LladaConfig& c, DType act,
                             const TensorParallel& tp) {
   const size_t main = forward_workspace_bytes(act, c, p.tokens, p.logit_rows, p.tiles, 0, tp);
-  if (!o.verify) return main;
+  if (!o.decode.verify) return main;
   return std::max(main, forward_workspace_bytes(act, c, p.v_tokens, p.v_logit_rows, p.v_tiles, p.v_keys, tp));
 }
 
 }  // namespace
 
-FlashPoolBytes flash_pool_bytes(const LladaConfig& cfg, DType act, const FlashCacheOptions& o, int64_t n_slots,
-                                int64_t max_total_length, const TensorParallel& tp) {
-  const PoolShape p = pool_shape(o, n_slots, max_total_length);
+FlashPoolBytes flash_pool_bytes(const LladaConfig& cfg, DType act, const GenerateOptions& o, int64_t n_slots,
+                                int64_t max_total_length, const TensorParallel& tp, const FlashTiling& t) {
+  const PoolShape p = pool_shape(o, t, n_slots, max_total_length);
   FlashPoolBytes b;
   b.store_stride = p.Ls;
   b.forward_rows = p.tokens;
   b.kv = kv_store_bytes(act, cfg, n_slots * p.Ls + 1, /*shared_across_layers=*/false, tp);
   b.workspace = pool_workspace_bytes(p, o, cfg, act, tp);
   b.selection = p.sel_bytes;
-  if (o.verify) b.verify = p.v_x0 + p.v_conf + p.v_val + p.v_drafts;
+  if (o.decode.verify) b.verify = p.v_x0 + p.v_conf + p.v_val + p.v_drafts;
   return b;
 }
 
-FlashCacheDenoiser::FlashCacheDenoiser(Backend& backend, const LladaModel& model, FlashCacheOptions options)
-    : backend_(backend), model_(model), opt_(std::move(options)) {
-  validate_flash_cache_options(opt_, model_.config);
+FlashCacheDenoiser::FlashCacheDenoiser(Backend& backend, const LladaModel& model, GenerateOptions options,
+                                       const FlashTiling& t)
+    : backend_(backend), model_(model), opt_(std::move(options)), tiling_(t) {
+  check_flash_settings(opt_.decode, tiling_);
+  validate(opt_, model_.config);
+  bm_ = opt_.decode.effective_block_length();
 }
 
-FlashCacheDenoiser::FlashCacheDenoiser(Backend& backend, const LladaModel& model, FlashCacheOptions options,
-                                       const SlotPool& pool)
-    : FlashCacheDenoiser(backend, model, std::move(options)) {
+FlashCacheDenoiser::FlashCacheDenoiser(Backend& backend, const LladaModel& model, GenerateOptions options,
+                                       const SlotPool& pool, const FlashTiling& t)
+    : backend_(backend), model_(model), opt_(std::move(options)), tiling_(t) {
+  check_flash_settings(opt_.decode, tiling_);
+  validate(opt_.decode, model_.config);  // the requests are checked at admission (check_request)
+  bm_ = opt_.decode.effective_block_length();
   allocate_pool(pool);
 }
 
 void FlashCacheDenoiser::allocate_pool(const SlotPool& pool) {
   const LladaConfig& c = model_.config;
-  const int64_t n = pool.n_slots, T = pool.max_total_length, bm = opt_.block_length, kt = opt_.key_tile;
-  const PoolShape p = pool_shape(opt_, n, T);
+  const int64_t n = pool.n_slots, T = pool.max_total_length, bm = bm_, kt = tiling_.key_tile;
+  const PoolShape p = pool_shape(opt_, tiling_, n, T);
   const int64_t L = p.L, Ls = p.Ls;
   FDLLM_CHECK_ARG(L <= model_.rope.table.cos.rows(),
                   "flash-cache: slot length L_max = {} (prompt + gen_length {} + block_length {}, rounded up to the "
@@ -604,7 +204,7 @@ void FlashCacheDenoiser::allocate_pool(const SlotPool& pool) {
   scores_dev_ = Tensor(sel + scores_offset_, DType::kF32, backend_.device(), {n * Ls + 1});  // one per store row
   backend_.fill_zero(scores_dev_);
   stats_.pool_bytes = kv_.bytes + ws_buf_.bytes() + sel_buf_.bytes();
-  if (!opt_.verify) return;
+  if (!opt_.decode.verify) return;
   vws_ = make_forward_workspace(backend_, c, p.v_tokens, p.v_logit_rows, p.v_tiles, p.v_keys, model_.tp, &ws_buf_);
   const int64_t VR = vws_.max_logit_rows;
   vsel_buf_ = backend_.alloc(p.v_x0 + p.v_conf + p.v_val + p.v_drafts, "flash-verify selection outputs");
@@ -646,10 +246,10 @@ void FlashCacheDenoiser::admit(int64_t slot, std::span<const int32_t> prompt, co
   const LladaConfig& c = model_.config;
   const auto P = static_cast<int64_t>(prompt.size());
   // Batch invariance: the host row of a request is its own L_max unless the released layout is asked for.
-  const int64_t L = opt_.reference_quirks ? L_ : flash_max_length(P, p.gen_length, opt_.block_length, opt_.key_tile);
+  const int64_t L = opt_.decode.reference_quirks ? L_ : flash_max_length(P, p.gen_length, bm_, tiling_.key_tile);
   const auto j = static_cast<size_t>(slot);
   const int64_t request = stats_.admitted++;
-  slots_[j] = flash_init_slot(request, prompt, L, opt_, p, c.mask_token_id, c.eos_token_id);
+  slots_[j] = flash_init_slot(request, prompt, L, opt_, p, c.mask_token_id, c.eos_token_id, tiling_);
   FlashRequestResult& rr = results_[j];
   rr = FlashRequestResult{};
   rr.request = request;
@@ -721,7 +321,7 @@ void FlashCacheDenoiser::finish_slot(size_t j) {
   FlashSlot& s = slots_[j];
   FlashRequestResult& rr = results_[j];
   const auto P = static_cast<size_t>(s.prompt_len);
-  const size_t end = opt_.reference_quirks ? static_cast<size_t>(s.num_decoded) : static_cast<size_t>(s.stop);
+  const size_t end = opt_.decode.reference_quirks ? static_cast<size_t>(s.num_decoded) : static_cast<size_t>(s.stop);
   rr.output_ids.assign(s.x.begin() + static_cast<std::ptrdiff_t>(P), s.x.begin() + static_cast<std::ptrdiff_t>(end));
   rr.canvas.assign(s.x.begin() + static_cast<std::ptrdiff_t>(P), s.x.begin() + static_cast<std::ptrdiff_t>(s.seqlen_k));
   rr.nfe = s.iterations;
@@ -761,25 +361,23 @@ void FlashCacheDenoiser::fetch_selection(int64_t R, bool with_scores, std::vecto
     std::memcpy(store_scores_.data(), sel_host_.data() + scores_offset_, store_scores_.size() * sizeof(float));
 }
 
-std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer) {
+std::span<const float> FlashCacheDenoiser::slot_scores(size_t j) const {
+  return std::span<const float>(scores_.data() + j * static_cast<size_t>(L_), slots_[j].full_pos.size());
+}
+
+int64_t FlashCacheDenoiser::main_pass(FlashPhaseClock& clock, std::vector<int32_t>& x0, std::vector<double>& conf) {
   const LladaConfig& c = model_.config;
   const int64_t n = n_slots(), L = L_, Ls = Ls_;
-  std::vector<SlotStep> out;
-  if (std::none_of(slots_.begin(), slots_.end(), [](const FlashSlot& s) { return s.active(); })) return out;
-  PhaseClock clock(stats_.phase_seconds);
-
-  // The main pass: one forward call per slot group (several only when the rows exceed
-  // max_forward_rows, i.e. admission prefills); window predictions come back in slot order, one
-  // select call per run of slots with equal sampling parameters. The importance scores start from
-  // zero (zeroed here, so a step that failed half-way leaves nothing behind for the next one).
+  // One forward call per slot group (several only when the rows exceed max_forward_rows, i.e.
+  // admission prefills); window predictions come back in slot order, one select call per run of
+  // slots with equal sampling parameters. The importance scores start from zero (zeroed here, so a
+  // step that failed half-way leaves nothing behind for the next one).
   backend_.fill_zero(scores_dev_);
-  std::vector<int32_t> x0;
-  std::vector<double> conf;
   int64_t T = 0;
-  const auto groups = flash_forward_groups(slots_, opt_.max_forward_rows);
+  const auto groups = flash_forward_groups(slots_, opt_.decode.max_forward_rows);
   for (size_t g_i = 0; g_i < groups.size(); ++g_i) {
     const auto [first, last] = groups[g_i];
-    ForwardBatch fb = flash_plan(slots_, Ls, opt_, c.n_heads, first, last);
+    ForwardBatch fb = flash_plan(slots_, Ls, opt_, c.n_heads, first, last, tiling_);
     fb.importance.scores = scores_dev_;
     fb.pad_kv_row = static_cast<int32_t>(n * Ls);  // the store's row after the slots' (allocate_pool)
     const int64_t Tg = fb.n_tokens(), R = static_cast<int64_t>(fb.logit_rows.size());
@@ -812,32 +410,21 @@ std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer
     clock.lap(FlashPhase::kMainWait);
     T += Tg;
   }
-  const std::vector<size_t> bad = check_selection(x0, conf, c.mask_token_id, "flash-cache");
   for (int64_t j = 0; j < n; ++j) std::copy_n(store_scores_.begin() + j * Ls, Ls, scores_.begin() + j * L);
-  const int64_t forward = stats_.forwards++;
-  stats_.query_rows += T;
-  auto slot_scores = [&](size_t j) {
-    return std::span<const float>(scores_.data() + j * static_cast<size_t>(L), slots_[j].full_pos.size());
-  };
+  return T;
+}
 
-  // Phase 1 (every mode): the main-pass decision of every active slot, committed.
-  struct Phase {
-    bool active = false, work = false;
-    int64_t k1 = 0;
-    FlashDecision decision;
-    std::vector<int32_t> committed;  // this iteration's commits (slot-relative)
-    std::vector<int32_t> verified;   // the verified subset
-    std::string error;               // non-finite logits: the slot fails alone (SlotStep::error)
-  };
-  std::vector<Phase> phases(slots_.size());
-  std::vector<int64_t> ranked(slots_.size(), -1);  // full_pos[0 : ranked[j]] re-ranked during the verify pass
-  std::vector<FlashVerifyTile> tiles;
+void FlashCacheDenoiser::decide(const FlashStepObserver& observer, int64_t forward, std::span<const int32_t> x0,
+                                std::span<const double> conf, std::vector<SlotPhase>& phases,
+                                std::vector<FlashVerifyTile>& tiles) {
+  const LladaConfig& c = model_.config;
+  const std::vector<size_t> bad = check_selection(x0, conf, c.mask_token_id, "flash-cache");
   size_t r0 = 0;
   for (size_t j = 0; j < slots_.size(); ++j) {
     FlashSlot& s = slots_[j];
     if (!s.active()) continue;
     const size_t w = s.window.size();
-    Phase& st = phases[j];
+    SlotPhase& st = phases[j];
     st.active = true;
     st.error = nonfinite_error(bad, conf, r0, r0 + w, "flash-cache");
     if (!st.error.empty()) {  // nothing committed; no verify tile
@@ -861,133 +448,22 @@ std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer
     }
     for (int64_t i = 0; i < d.count; ++i)
       st.committed.push_back(d.window[static_cast<size_t>(d.order[static_cast<size_t>(i)])]);
-    const int64_t n_valid = opt_.verify ? flash_verify_valid_count(s, d, opt_) : 0;
+    const int64_t n_valid = opt_.decode.verify ? flash_verify_valid_count(s, d, opt_) : 0;
     st.k1 = d.count;
     st.work = flash_commit(s, d, c.eos_token_id);
-    if (!opt_.verify) continue;
+    if (!opt_.decode.verify) continue;
     FlashVerifyTile tile = flash_verify_plan_slot(s, static_cast<int64_t>(j), d, n_valid, opt_);
     // Released code: a tile for every active slot; default: only where candidates can be accepted.
-    if (opt_.reference_quirks || (!tile.candidates.empty() && st.work)) tiles.push_back(std::move(tile));
+    if (opt_.decode.reference_quirks || (!tile.candidates.empty() && st.work)) tiles.push_back(std::move(tile));
   }
+}
 
-  clock.lap(FlashPhase::kDecide);
-
-  // Phase 2 (verify): one verify pass over every tile, acceptance, commit.
-  if (!tiles.empty()) {
-    VerifyBatch vb = flash_verify_batch(slots_, tiles, Ls);
-    const int64_t VT = vb.n_tokens(), VR = static_cast<int64_t>(vb.logit_rows.size());
-    FDLLM_ASSERT_MSG(VT <= vws_.max_tokens && VR <= vws_.max_logit_rows &&
-                         static_cast<int64_t>(vb.tiles.size()) <= vws_.max_tiles &&
-                         static_cast<int64_t>(vb.key_rows.size()) <= vws_.max_verify_keys,
-                     "flash-verify: a verify pass of {} rows / {} keys exceeds the pool's workspace", VT,
-                     vb.key_rows.size());
-    // The drafts (one per mask-view row) go up with the pass's plan, before its layers are queued.
-    std::vector<int32_t> drafts;
-    for (const FlashVerifyTile& v : tiles) drafts.insert(drafts.end(), v.drafts.begin(), v.drafts.end());
-    FDLLM_ASSERT_MSG(static_cast<int64_t>(drafts.size()) == VR, "flash-verify: {} drafts for {} mask rows",
-                     drafts.size(), VR);
-    const Tensor drafts_dev = vdrafts_.slice_rows(0, VR);
-    if (VR > 0) backend_.copy_from_host(drafts_dev, drafts.data());  // none: tiles without candidates
-    clock.lap(FlashPhase::kVerifyBatch);
-    Tensor vlogits = llada_verify_forward(backend_, model_, vb, kv_, vws_);
-    ++passes_;
-    stats_.verify_forwards += 1;
-    stats_.verify_query_rows += VT;
-    // Mask-view argmax / max probability (select_tokens), then p(draft) = p_max · exp(ℓ_draft − ℓ_argmax)
-    // from the two logits gathered on the device (the same float64 softmax, without copying whole
-    // logit rows): x0 | conf | ℓ_draft | ℓ_argmax come back in one copy, one host synchronisation.
-    std::vector<int32_t> vx0(static_cast<size_t>(VR));
-    std::vector<double> vconf(static_cast<size_t>(VR));
-    std::vector<float> vval(static_cast<size_t>(2 * VR));
-    std::vector<size_t> vbad;  // mask-view rows with non-finite confidences: their slots fail alone
-    if (VR > 0) {
-      SelectParams sp;
-      sp.confidence_f64 = true;
-      Tensor x0_dev = vx0_.slice_rows(0, VR), conf_dev = vconf_.slice_rows(0, VR);
-      backend_.select_tokens(vlogits, vws_.row_keys.slice_rows(0, VR), sp, x0_dev, conf_dev);
-      // ℓ_argmax of a row without a finite logit is NaN (its argmax may be out of range): such a row
-      // has a non-finite confidence and fails its slot below without reading it.
-      backend_.gather_columns(vlogits, drafts_dev, vval_.slice_rows(0, VR));
-      backend_.gather_columns(vlogits, x0_dev, vval_.slice_rows(VR, 2 * VR));
-      clock.lap(FlashPhase::kVerifyCall);
-      // While the device runs the verify pass: the re-rank of every continuing slot's older decoded
-      // positions, which the pass cannot change. Their range is the one the final re-rank below
-      // sorts: full_pos[0 : nd − last_committed] after phase 2 is full_pos[0 : nd − k1] after phase 1
-      // when every commit is pinned (default), full_pos[0 : nd] when only the verified ones are
-      // (reference_quirks; every slot has a tile there), and phase 2 writes only past it. With an
-      // observer the order of operations stays as written (tests read full_pos in phase 2).
-      if (!observer) {
-        for (size_t j = 0; j < slots_.size(); ++j) {
-          const Phase& st = phases[j];
-          if (!st.active || !st.work || !st.error.empty()) continue;
-          FlashSlot& s = slots_[j];
-          ranked[j] = s.num_decoded - (opt_.reference_quirks ? 0 : st.k1);
-          flash_rank_decoded(s, slot_scores(j), ranked[j]);
-        }
-        clock.lap(FlashPhase::kEarlyRerank);
-      }
-      copy_prefix(vsel_buf_, vval_offset_ + static_cast<size_t>(2 * VR) * 4, vsel_host_);
-      std::memcpy(vx0.data(), vsel_host_.data(), static_cast<size_t>(VR) * sizeof(int32_t));
-      std::memcpy(vconf.data(), vsel_host_.data() + vconf_offset_, static_cast<size_t>(VR) * sizeof(double));
-      std::memcpy(vval.data(), vsel_host_.data() + vval_offset_, static_cast<size_t>(2 * VR) * sizeof(float));
-      vbad = check_selection({}, vconf, c.mask_token_id, "flash-verify");
-    }
-    clock.lap(FlashPhase::kVerifyWait);
-    size_t m0 = 0;
-    for (const FlashVerifyTile& v : tiles) {
-      const auto j = static_cast<size_t>(v.slot);
-      FlashSlot& s = slots_[j];
-      Phase& st = phases[j];
-      const size_t S = v.candidates.size();
-      st.error = nonfinite_error(vbad, vconf, m0, m0 + S, "flash-verify");
-      if (!st.error.empty()) {  // the main pass's commits stand; the request fails
-        m0 += S;
-        continue;
-      }
-      FlashVerification ver;
-      ver.tile = &v;
-      for (size_t i = 0; i < S; ++i) {
-        const size_t r = m0 + i;
-        ver.argmax.push_back(vx0[r]);
-        ver.p_max.push_back(vconf[r]);
-        ver.p_draft.push_back(v.drafts[i] == vx0[r] ? vconf[r]
-                                                    : vconf[r] * std::exp(static_cast<double>(vval[r]) -
-                                                                          static_cast<double>(vval[static_cast<size_t>(VR) + r])));
-      }
-      m0 += S;
-      ver.blocked = flash_verify_blocked(s, v, opt_);
-      ver.count = flash_verify_accept(ver.p_draft, ver.p_max, ver.argmax, v.drafts, ver.blocked, opt_.verify_rule,
-                                      opt_.gamma, opt_.forced_acceptance);
-      std::vector<int32_t> accepted(v.candidates.begin(), v.candidates.begin() + ver.count);
-      std::vector<int32_t> tokens(v.drafts.begin(), v.drafts.begin() + ver.count);
-      if (observer) {
-        FlashStep step;
-        step.forward = forward;
-        step.slot = static_cast<int64_t>(j);
-        step.phase = 2;
-        step.state = &s;
-        step.decision = &st.decision;
-        step.verification = &ver;
-        step.importance = slot_scores(j);
-        observer(step);
-        if (step.override_acceptance || !step.forced_positions.empty()) {
-          accepted = step.forced_positions;
-          tokens = step.forced_tokens;
-        }
-      }
-      s.verify_passes += 1;
-      s.candidates += static_cast<int64_t>(S);
-      st.work = flash_verify_commit(s, v, accepted, tokens, st.k1, c.eos_token_id, !opt_.reference_quirks);
-      st.verified = accepted;
-      st.committed.insert(st.committed.end(), accepted.begin(), accepted.end());
-    }
-    clock.lap(FlashPhase::kAccept);
-  }
-
-  // Continue (re-rank, next queries) or finish.
+std::vector<SlotStep> FlashCacheDenoiser::continue_slots(std::vector<SlotPhase>& phases,
+                                                         const std::vector<int64_t>& ranked) {
+  std::vector<SlotStep> out;
   for (size_t j = 0; j < slots_.size(); ++j) {
     FlashSlot& s = slots_[j];
-    Phase& st = phases[j];
+    SlotPhase& st = phases[j];
     if (!st.active) continue;
     FlashRequestResult& rr = results_[j];
     const auto rel = [&](std::vector<int32_t> v) {
@@ -1000,7 +476,7 @@ std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer
     ev.positions = rel(st.committed);
     for (int32_t t : ev.positions) ev.tokens.push_back(s.x[static_cast<size_t>(t + s.prompt_len)]);
     rr.iterations.push_back(ev.positions);
-    if (opt_.verify) {
+    if (opt_.decode.verify) {
       ev.verified = rel(st.verified);
       rr.verified.push_back(ev.verified);
     }
@@ -1017,6 +493,31 @@ std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer
     }
     out.push_back(std::move(ev));
   }
+  return out;
+}
+
+std::vector<SlotStep> FlashCacheDenoiser::step(const FlashStepObserver& observer) {
+  if (std::none_of(slots_.begin(), slots_.end(), [](const FlashSlot& s) { return s.active(); })) return {};
+  FlashPhaseClock clock(stats_.phase_seconds);
+  // The main pass (draft): the window predictions and the importance scores of every active slot.
+  std::vector<int32_t> x0;
+  std::vector<double> conf;
+  const int64_t T = main_pass(clock, x0, conf);
+  const int64_t forward = stats_.forwards++;
+  stats_.query_rows += T;
+  // Phase 1 (every mode): the main-pass decision of every active slot, committed.
+  std::vector<SlotPhase> phases(slots_.size());
+  std::vector<FlashVerifyTile> tiles;
+  decide(observer, forward, x0, conf, phases, tiles);
+  clock.lap(FlashPhase::kDecide);
+  // Phase 2 (verify): one verify pass over every tile, acceptance, commit.
+  std::vector<int64_t> ranked(slots_.size(), -1);  // full_pos[0 : ranked[j]] re-ranked during the verify pass
+  if (!tiles.empty()) {
+    verify(observer, forward, clock, tiles, phases, ranked);
+    clock.lap(FlashPhase::kAccept);
+  }
+  // Continue (re-rank, next queries) or finish.
+  std::vector<SlotStep> out = continue_slots(phases, ranked);
   clock.lap(FlashPhase::kContinue);
   return out;
 }
@@ -1040,18 +541,19 @@ FlashCacheResult FlashCacheDenoiser::generate(const std::vector<std::vector<int3
                       "flash-cache: prompt {} token {} at position {} is outside the vocabulary [0, {})", i,
                       prompts[i][p], p, c.embedding_size);
     max_p = std::max<int64_t>(max_p, static_cast<int64_t>(prompts[i].size()));
-    FDLLM_CHECK_ARG(static_cast<int64_t>(prompts[i].size()) + opt_.gen_length <= c.max_sequence_length,
-                    "flash-cache: prompt {} of {} tokens + gen_length {} = {} exceeds the model's max_sequence_length {}",
-                    i, prompts[i].size(), opt_.gen_length, static_cast<int64_t>(prompts[i].size()) + opt_.gen_length,
-                    c.max_sequence_length);
+    FDLLM_CHECK_ARG(
+        static_cast<int64_t>(prompts[i].size()) + opt_.sampling.gen_length <= c.max_sequence_length,
+        "flash-cache: prompt {} of {} tokens + gen_length {} = {} exceeds the model's max_sequence_length {}", i,
+        prompts[i].size(), opt_.sampling.gen_length, static_cast<int64_t>(prompts[i].size()) + opt_.sampling.gen_length,
+        c.max_sequence_length);
   }
   SlotPool pool;
-  pool.n_slots = std::min<int64_t>(opt_.n_slots, static_cast<int64_t>(prompts.size()));
-  pool.max_total_length = max_p + opt_.gen_length;
+  const auto N = static_cast<int64_t>(prompts.size());
+  pool.n_slots = opt_.decode.n_slots > 0 ? std::min<int64_t>(opt_.decode.n_slots, N) : N;  // 0 = one per prompt
+  pool.max_total_length = max_p + opt_.sampling.gen_length;
   allocate_pool(pool);
 
-  SlotParams params;  // the options' request: gen_length, threshold (unset: follows the options), greedy
-  params.gen_length = opt_.gen_length;
+  const SlotParams params = resolve_params(opt_.sampling, opt_.decode, /*exact_blocks=*/true);  // the options' request
   FlashCacheResult res;
   res.requests.resize(prompts.size());
   size_t next = 0;

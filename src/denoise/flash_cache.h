@@ -49,76 +49,40 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
 #include <utility>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
 #include "backend/backend.h"
 #include "denoise/denoiser.h"
-#include "flashdllm/params.h"  // VerifyRule
+#include "flashdllm/params.h"
 #include "model/llada.h"
 
 namespace flashdllm {
 
-/// How many window positions an iteration commits.
-enum class FlashDecodeRule {
-  kThreshold,   ///< confidence-aware: every candidate with confidence >= threshold, at least one
-  kFixedCount,  ///< greedy fixed count: the tokens_per_step most confident candidates
+/// Flash-Cache runs `GenerateOptions` as they are (params.h, their one owner: defaults, presets
+/// and validation): decode.cache must be CacheMode::kFlash; it reads decode.block_length (bm, the
+/// masked-window size, effective_block_length()), track_num (β_t = track_num·bm, < 0 = full
+/// recompute), mask_num (β_m), tokens_per_step (> 0: the greedy fixed-count rule instead of the
+/// threshold rule), forced_schedule, reference_quirks, importance_probability_mass,
+/// query_tile_rows, max_forward_rows, n_slots (generate()'s pool), and the Flash-Verify settings
+/// (verify, gamma, verify_rule, max_candidates, verify_kept, forced_acceptance). `sampling` is the
+/// default request of generate() and of flash_init_slot without SlotParams (a slot initialised that
+/// way follows effective_threshold(decode, sampling): ε 0.9 unless set).
+
+/// The two tiling facts of this implementation that are not decoding settings (the released code's
+/// constants). Tests shrink the key tile to reach the end of a slot row with small models.
+struct FlashTiling {
+  int64_t key_tile = 128;              ///< block_n: rounding unit of L_max and seqlen_k (128 upstream)
+  int64_t importance_first_layer = 2;  ///< first layer counted in a_t (released code: 2); >= n_layers = none
 };
-
-/// Options of the Flash-Cache denoiser. Defaults are the paper's / scripts' values (reference §D.1).
-struct FlashCacheOptions {
-  int64_t gen_length = 512;    ///< G: canvas length per request (scripts: 512; paper also 256)
-  int64_t block_length = 16;   ///< bm: masked-window size (decode candidates) and query tile size
-  double threshold = 0.9;      ///< ε of the threshold rule, in (0, 1]
-  int64_t track_num = 4;       ///< β_t = track_num·bm tracked decoded positions; < 0 = full recompute
-  int64_t mask_num = 4;        ///< β_m = mask_num·bm queried undecoded positions (window + look-ahead), >= 1
-  int64_t key_tile = 128;      ///< block_n: rounding unit of L_max and seqlen_k (128 upstream)
-  int64_t n_slots = 32;        ///< concurrent slots (lm-eval batch size 32); clamped to the number of prompts
-  FlashDecodeRule rule = FlashDecodeRule::kThreshold;
-  int64_t tokens_per_step = 1; ///< kFixedCount: tokens committed per iteration (fewer if fewer are eligible)
-  /// Forced schedule for benchmarks: when non-empty, iteration i of every request commits
-  /// forced_schedule[min(i, size − 1)] tokens (most confident first, capped by the eligible
-  /// candidates) regardless of confidence and of `rule`. Entries >= 1.
-  std::vector<int64_t> forced_schedule;
-  bool reference_quirks = false;        ///< reproduce the released code's EOS-padding and output-slice bugs
-  bool importance_probability_mass = false;  ///< a_t from softmax probabilities instead of raw q·k (§F.2)
-  int64_t importance_first_layer = 2;   ///< first layer counted in a_t (released code: 2); >= n_layers = none
-  /// Rows per attention tile of a tracked set; 0 = one tile per slot for its window and tracked set
-  /// together (full tensor-core work items: 128 rows = two 64-row CTAs at the defaults),
-  /// block_length = the released code's tiling (a window tile, then 16-row tracked tiles, each a
-  /// 64-row CTA with 3/4 of it idle). Same results either way: every row of a slot sees the same keys.
-  int64_t query_tile_rows = 0;
-  /// Upper bound on the query rows of one forward call: an iteration whose slots need more (the
-  /// admission prefills: prompt + canvas rows per slot) runs as several calls over consecutive slot
-  /// groups, exactly (slots never attend to each other), so the activation workspace is sized for
-  /// this many rows instead of every slot's prefill at once. A single slot above the bound still
-  /// runs alone. 0 = no bound (one call per iteration, the released code's behaviour).
-  int64_t max_forward_rows = 4096;
-
-  // Flash-Verify (reference §D.8; src/denoise/flash_verify.h): every iteration = main (draft) pass +
-  // one verify pass that checks up to max_candidates drafts of the window in draft-confidence order.
-  bool verify = false;
-  double gamma = 0.8;                   ///< γ in (0, 1] (scripts: GSM8K/MBPP 0.8, MATH/HumanEval 0.85)
-  VerifyRule verify_rule = VerifyRule::kProduct;
-  int64_t max_candidates = 0;           ///< candidates per iteration, <= block_length; 0 = block_length / 2 (released)
-  VerifyKept verify_kept = VerifyKept::kReleased;  ///< kept rows per tile: 2·bm − 2·S (released) or k1 (commits)
-  /// Benchmarks (random weights never pass γ): accept the first min(this, S) candidates below the
-  /// stop regardless of their probabilities; 0 = off.
-  int64_t forced_acceptance = 0;
-};
-
-/// Validates options (names the parameter on error, Error(kInvalidArgument)): gen_length > 0,
-/// block_length > 0, threshold in (0, 1], mask_num >= 1, key_tile > 0, n_slots > 0,
-/// tokens_per_step >= 1, forced_schedule entries >= 1, importance_first_layer >= 0,
-/// query_tile_rows >= 0, gen_length < the model's max_sequence_length; verify: gamma in (0, 1],
-/// 0 <= max_candidates <= block_length, forced_acceptance >= 0.
-void validate_flash_cache_options(const FlashCacheOptions& o, const LladaConfig& cfg);
 
 // ------------------------------------------------------------------------------ layout (§D.2, D.3)
 
@@ -126,7 +90,8 @@ void validate_flash_cache_options(const FlashCacheOptions& o, const LladaConfig&
 /// (adds a whole tile even when m is a multiple). Throws Error(kInvalidArgument) for sizes <= 0.
 /// Semantic, not only a size: windows near the end of a slot row are slices of full_pos [0, L_max)
 /// and reach into the EOS padding past seqlen_k (the released code's short windows, §D.4).
-int64_t flash_max_length(int64_t max_prompt_len, int64_t gen_length, int64_t block_length, int64_t key_tile = 128);
+int64_t flash_max_length(int64_t max_prompt_len, int64_t gen_length, int64_t block_length,
+                         int64_t key_tile = FlashTiling{}.key_tile);
 
 /// K/V store rows per slot (the flat cache's slot stride): max(seqlen_k, max_prompt_len + gen_length
 /// + block_length) for the longest prompt. Every position a slot ever queries is below it: keys end at
@@ -137,10 +102,11 @@ int64_t flash_max_length(int64_t max_prompt_len, int64_t gen_length, int64_t blo
 /// released code allocates L_max store rows per slot, up to a key tile more than this (LLaDA-8B,
 /// 250-token prompts, gen 512: 778 instead of 896 rows, −13% K/V memory). Throws
 /// Error(kInvalidArgument) for sizes <= 0.
-int64_t flash_slot_length(int64_t max_prompt_len, int64_t gen_length, int64_t block_length, int64_t key_tile = 128);
+int64_t flash_slot_length(int64_t max_prompt_len, int64_t gen_length, int64_t block_length,
+                          int64_t key_tile = FlashTiling{}.key_tile);
 
 /// seqlen_k = floor((prompt_len + gen_length) / key_tile) · key_tile + key_tile (> prompt_len + gen_length).
-int64_t flash_seqlen_k(int64_t prompt_len, int64_t gen_length, int64_t key_tile = 128);
+int64_t flash_seqlen_k(int64_t prompt_len, int64_t gen_length, int64_t key_tile = FlashTiling{}.key_tile);
 
 /// Bytes of the flat K/V cache: 2 (K and V) · n_layers · n_slots · max_length · n_heads·head_dim ·
 /// dtype_size(act) (LLaDA-8B, bf16, 32 slots × 1536: 25.8 GB).
@@ -161,8 +127,8 @@ struct FlashPoolBytes {
   size_t total() const noexcept { return kv + workspace + selection + verify; }
 };
 /// Throws Error(kInvalidArgument) for n_slots < 1 or max_total_length < 2, as llada_shard.
-FlashPoolBytes flash_pool_bytes(const LladaConfig& cfg, DType act, const FlashCacheOptions& o, int64_t n_slots,
-                                int64_t max_total_length, const TensorParallel& tp = {});
+FlashPoolBytes flash_pool_bytes(const LladaConfig& cfg, DType act, const GenerateOptions& o, int64_t n_slots,
+                                int64_t max_total_length, const TensorParallel& tp = {}, const FlashTiling& t = {});
 
 // ------------------------------------------------------------------------------ slot state
 
@@ -177,7 +143,7 @@ struct FlashSlot {
   int64_t last_committed = 0;    ///< newest entries of full_pos pinned into the next tracked set (the
                                  ///< last iteration's commits; verify with reference_quirks: only its verified ones)
   int64_t gen_length = 0;        ///< G of this request
-  std::optional<double> threshold;  ///< ε of this request; unset = the options' threshold
+  std::optional<double> threshold;  ///< ε of this request; unset = effective_threshold(options)
   double temperature = 0.0;      ///< Gumbel-max temperature of this request (0 = greedy, as Flash-dLLM)
   uint64_t seed = 0;             ///< its noise seed
   int64_t iterations = 0;        ///< iterations this request was active (n_steps = NFE)
@@ -193,18 +159,19 @@ struct FlashSlot {
 
 /// Initialises a slot for `request` (§D.3): x = prompt | MASK·G | EOS up to L_max, nd = P,
 /// stop = P + G, seqlen_k from flash_seqlen_k, full_pos = identity, first query set = full prefill
-/// (window [P, P + bm), tracked [0, P) ∪ [P + bm, seqlen_k)). G = the options' gen_length; the
+/// (window [P, P + bm), tracked [0, P) ∪ [P + bm, seqlen_k)). G = o.sampling.gen_length; the
 /// threshold follows the options, decoding is greedy. Throws Error(kInvalidArgument) for an empty
 /// prompt, a prompt holding mask_id, or P + G + bm beyond max_length.
 FlashSlot flash_init_slot(int64_t request, std::span<const int32_t> prompt, int64_t max_length,
-                          const FlashCacheOptions& o, int32_t mask_id, int32_t eos_id);
+                          const GenerateOptions& o, int32_t mask_id, int32_t eos_id, const FlashTiling& t = {});
 /// As above with the request's own G (p.gen_length), threshold, temperature and seed.
 FlashSlot flash_init_slot(int64_t request, std::span<const int32_t> prompt, int64_t max_length,
-                          const FlashCacheOptions& o, const SlotParams& p, int32_t mask_id, int32_t eos_id);
+                          const GenerateOptions& o, const SlotParams& p, int32_t mask_id, int32_t eos_id,
+                          const FlashTiling& t = {});
 
 /// Rebuilds slot.window and slot.tracked from full_pos and nd (§D.4, formulas above; slices are
 /// clipped like Python slices).
-void flash_prepare_queries(FlashSlot& slot, const FlashCacheOptions& o);
+void flash_prepare_queries(FlashSlot& slot, const GenerateOptions& o);
 
 /// The main-pass ForwardBatch of one iteration over slots [first, min(last, slots.size())) (inactive
 /// ones skipped; store rows stay absolute): per active slot, query rows [window | tracked set] with
@@ -213,12 +180,12 @@ void flash_prepare_queries(FlashSlot& slot, const FlashCacheOptions& o);
 /// that many rows; keys [j·store_stride, j·store_stride + seqlen_k); importance tiles: each slot's
 /// window rows (inside its first tile); logit rows = the window rows in slot order, noise
 /// keys noise_key(seed, iterations, t) for a slot sampling at temperature > 0, else 0; importance:
-/// first layer, weight 1 / (block_length · n_heads), variant from the options (scores left for the
-/// caller to set). store_stride: the K/V store rows per slot, at least flash_slot_length() (L_max
-/// also works). Throws Error(kInvalidArgument) if no slot of the range is active or a queried position
-/// is >= store_stride.
-ForwardBatch flash_plan(const std::vector<FlashSlot>& slots, int64_t store_stride, const FlashCacheOptions& o,
-                        int64_t n_heads, size_t first = 0, size_t last = SIZE_MAX);
+/// first layer t.importance_first_layer, weight 1 / (block_length · n_heads), variant from the
+/// options (scores left for the caller to set). store_stride: the K/V store rows per slot, at
+/// least flash_slot_length() (L_max also works). Throws Error(kInvalidArgument) if no slot of the
+/// range is active or a queried position is >= store_stride.
+ForwardBatch flash_plan(const std::vector<FlashSlot>& slots, int64_t store_stride, const GenerateOptions& o,
+                        int64_t n_heads, size_t first = 0, size_t last = SIZE_MAX, const FlashTiling& t = {});
 
 /// Query rows of an active slot's main pass (window + tracked set); 0 for an inactive slot.
 int64_t flash_query_rows(const FlashSlot& slot);
@@ -241,10 +208,10 @@ struct FlashDecision {
 /// The natural decision: confidences zeroed for window positions >= stop (always when fixed;
 /// released code: only once an EOS was decoded, and the entries stay eligible), then the rule /
 /// forced schedule of `o` (iteration index = slot.iterations; the threshold is the slot's when set,
-/// else o.threshold). conf F64 and tokens of the window rows.
+/// else effective_threshold(o.decode, o.sampling)). conf F64 and tokens of the window rows.
 /// Throws Error(kInvalidArgument) if the sizes differ from the window.
 FlashDecision flash_decide(const FlashSlot& slot, std::span<const double> conf, std::span<const int32_t> tokens,
-                           const FlashCacheOptions& o);
+                           const GenerateOptions& o);
 
 /// Replaces a decision by a forced commit (teacher forcing): `positions` (distinct, in the window,
 /// at least one) with `tokens` are committed in the given order; the other window entries follow in
@@ -262,7 +229,7 @@ bool flash_has_work(const FlashSlot& slot);
 /// After a commit that left work: re-ranks full_pos[0 : nd − last_committed] by importance
 /// ascending (stable), `scores` = the slot's [max_length] a_t values indexed by slot-relative
 /// position, then prepares the next queries (flash_rank_decoded, flash_prepare_queries).
-void flash_rerank(FlashSlot& slot, std::span<const float> scores, const FlashCacheOptions& o);
+void flash_rerank(FlashSlot& slot, std::span<const float> scores, const GenerateOptions& o);
 
 /// The re-rank alone: full_pos[0 : n_old] sorted by scores[position] ascending, ties in their
 /// current order (a stable sort; reference §D.7, "re-rank older decoded positions"). Throws Error(kInvalidArgument)
@@ -272,6 +239,7 @@ void flash_rank_decoded(FlashSlot& slot, std::span<const float> scores, int64_t 
 // ------------------------------------------------------------------------------ run
 
 struct FlashVerification;  // flash_verify.h
+struct FlashVerifyTile;    // flash_verify.h
 
 /// Per-slot view of one iteration, given to the observer after a natural decision and before it is
 /// applied. Phase 1 (every iteration): the main-pass decision; the observer may replace the commit
@@ -335,6 +303,21 @@ inline constexpr size_t kFlashPhases = 9;
 /// The phase's name as step_phases() reports it ("main forward call", ...).
 const char* flash_phase_name(FlashPhase p) noexcept;
 
+/// Adds the wall time since the previous lap to a FlashPhase (FlashRunStats::phase_seconds).
+class FlashPhaseClock {
+ public:
+  explicit FlashPhaseClock(std::array<double, kFlashPhases>& seconds) : seconds_(seconds) {}
+  void lap(FlashPhase p) {
+    const auto now = std::chrono::steady_clock::now();
+    seconds_[static_cast<size_t>(p)] += std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+  }
+
+ private:
+  std::array<double, kFlashPhases>& seconds_;
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
+
 /// Counters of a run.
 struct FlashRunStats {
   int64_t forwards = 0;       ///< main passes
@@ -372,16 +355,20 @@ struct FlashCacheResult {
 /// requests of the pool (batch invariance).
 class FlashCacheDenoiser : public Denoiser {
  public:
-  /// Validates the options against the model (see validate_flash_cache_options); no pool yet
-  /// (generate() sizes one for its prompts).
-  FlashCacheDenoiser(Backend& backend, const LladaModel& model, FlashCacheOptions options);
+  /// Validates the options against the model (params.h validate; Error(kInvalidArgument) naming the
+  /// parameter) and the tiling (key_tile > 0, importance_first_layer >= 0); no pool yet (generate()
+  /// sizes one for its prompts).
+  FlashCacheDenoiser(Backend& backend, const LladaModel& model, GenerateOptions options, const FlashTiling& t = {});
   /// With a pool of pool.n_slots slots for prompt + gen_length <= pool.max_total_length: the K/V
-  /// cache, the importance scores and every workspace are allocated now. Throws Error(kOutOfMemory)
-  /// naming the slot count that would fit when the K/V cache exceeds the backend's free memory,
+  /// cache, the importance scores and every workspace are allocated now. Validates options.decode
+  /// only (the requests bring their own parameters). Throws Error(kOutOfMemory) naming the slot
+  /// count that would fit when the K/V cache exceeds the backend's free memory,
   /// Error(kInvalidArgument) when L_max exceeds the model's RoPE table.
-  FlashCacheDenoiser(Backend& backend, const LladaModel& model, FlashCacheOptions options, const SlotPool& pool);
+  FlashCacheDenoiser(Backend& backend, const LladaModel& model, GenerateOptions options, const SlotPool& pool,
+                     const FlashTiling& t = {});
 
-  const FlashCacheOptions& options() const noexcept { return opt_; }
+  const GenerateOptions& options() const noexcept { return opt_; }
+  const FlashTiling& tiling() const noexcept { return tiling_; }
   /// Counters since the pool was made (forwards, query rows, verify passes, finished requests' sums).
   const FlashRunStats& stats() const noexcept { return stats_; }
 
@@ -412,13 +399,42 @@ class FlashCacheDenoiser : public Denoiser {
 
  private:
   void allocate_pool(const SlotPool& pool);
+  // The phases of step(), in order.
+  /// One active slot's part of an iteration.
+  struct SlotPhase {
+    bool active = false, work = false;
+    int64_t k1 = 0;                  // phase-1 commits
+    FlashDecision decision;          // phase 1's
+    std::vector<int32_t> committed;  // this iteration's commits (slot-relative)
+    std::vector<int32_t> verified;   // the verified subset
+    std::string error;               // non-finite logits: the slot fails alone (SlotStep::error)
+  };
+  /// The main pass: one forward call per slot group (flash_forward_groups), the window rows'
+  /// predictions appended to x0 / conf in slot order, the importance scores in scores_. Returns the
+  /// query rows.
+  int64_t main_pass(FlashPhaseClock& clock, std::vector<int32_t>& x0, std::vector<double>& conf);
+  /// Phase 1: per active slot, the decision (the observer may force it) and its commit; with verify,
+  /// the slots' verify tiles.
+  void decide(const FlashStepObserver& observer, int64_t forward, std::span<const int32_t> x0,
+              std::span<const double> conf, std::vector<SlotPhase>& phases, std::vector<FlashVerifyTile>& tiles);
+  /// Phase 2: the verify pass over `tiles`, the early re-rank of the continuing slots (ranked[j]),
+  /// acceptance and commit.
+  void verify(const FlashStepObserver& observer, int64_t forward, FlashPhaseClock& clock,
+              const std::vector<FlashVerifyTile>& tiles, std::vector<SlotPhase>& phases, std::vector<int64_t>& ranked);
+  /// The iteration's SlotSteps; continuing slots are re-ranked and get their next queries, finished
+  /// ones their final record.
+  std::vector<SlotStep> continue_slots(std::vector<SlotPhase>& phases, const std::vector<int64_t>& ranked);
+  /// The slot's importance scores of this pass ([full_pos.size()], slot-relative positions).
+  std::span<const float> slot_scores(size_t j) const;
   /// The slot's FlashSlot: running or (after its finishing step) finished.
   const FlashSlot& slot_state(int64_t slot) const;
   void finish_slot(size_t j);
 
   Backend& backend_;
   const LladaModel& model_;
-  FlashCacheOptions opt_;
+  GenerateOptions opt_;
+  FlashTiling tiling_;
+  int64_t bm_ = 0;  // opt_.decode.effective_block_length()
   // The pool (allocate_pool).
   int64_t L_ = 0;   // L_max: host slot rows (reference_quirks) and the RoPE bound
   int64_t Ls_ = 0;  // K/V store rows per slot

@@ -1,29 +1,31 @@
-// Flash-Verify pieces; see flash_verify.h for the algorithm and the deviations from the released code.
+// Flash-Verify: its pieces and the denoiser's verify pass (FlashCacheDenoiser::verify, phase 2 of
+// an iteration); see flash_verify.h for the algorithm and the deviations from the released code.
 #include "denoise/flash_verify.h"
 
 #include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <numeric>
 
 #include "core/check.h"
 
 namespace flashdllm {
 
-int64_t flash_verify_cap(const FlashCacheOptions& o) noexcept {
-  return o.max_candidates > 0 ? o.max_candidates : o.block_length / 2;
+int64_t flash_verify_cap(const GenerateOptions& o) noexcept {
+  return o.decode.max_candidates > 0 ? o.decode.max_candidates : o.decode.effective_block_length() / 2;
 }
 
-int64_t flash_verify_valid_count(const FlashSlot& s, const FlashDecision& d, const FlashCacheOptions& o) {
+int64_t flash_verify_valid_count(const FlashSlot& s, const FlashDecision& d, const GenerateOptions& o) {
   FDLLM_CHECK_ARG(d.window == s.window, "flash_verify_valid_count: the decision is for another window");
   int64_t n = 0;
-  for (int32_t t : d.window) n += t < s.stop || (o.reference_quirks && s.eos_pos < 0);
+  for (int32_t t : d.window) n += t < s.stop || (o.decode.reference_quirks && s.eos_pos < 0);
   return n;
 }
 
-FlashVerifyTile flash_verify_plan_slot(const FlashSlot& s, int64_t slot_index, const FlashDecision& d,
-                                       int64_t n_valid, const FlashCacheOptions& o) {
+FlashVerifyTile flash_verify_plan_slot(const FlashSlot& s, int64_t slot_index, const FlashDecision& d, int64_t n_valid,
+                                       const GenerateOptions& o) {
   const auto w = static_cast<int64_t>(d.window.size());
   FDLLM_CHECK_ARG(n_valid >= 0 && n_valid <= w, "flash_verify_plan_slot: n_valid {} outside [0, {}]", n_valid, w);
   const int64_t k1 = d.count, nd = s.num_decoded, nd0 = nd - k1;
@@ -38,10 +40,10 @@ FlashVerifyTile flash_verify_plan_slot(const FlashSlot& s, int64_t slot_index, c
   FlashVerifyTile v;
   v.slot = slot_index;
   const int64_t S = std::clamp<int64_t>(n_valid - k1, 0, flash_verify_cap(o));
-  const int64_t bm = o.block_length;
+  const int64_t bm = o.decode.effective_block_length();
   // Released: the tile is always 2·bm rows; commits: only the k1 phase-1 commits (by default the
   // positions whose cached K/V is still of the [MASK] state, params.h VerifyKept).
-  v.kept_budget = o.verify_kept == VerifyKept::kCommits ? k1 : 2 * bm - 2 * S;
+  v.kept_budget = o.decode.verify_kept == VerifyKept::kCommits ? k1 : 2 * bm - 2 * S;
   // Short prompt (§D.11): clamp instead of the released negative-index wrap.
   const int64_t kept_begin = std::max<int64_t>(0, nd - v.kept_budget);
   v.kept.assign(s.full_pos.begin() + kept_begin, s.full_pos.begin() + nd);
@@ -50,7 +52,7 @@ FlashVerifyTile flash_verify_plan_slot(const FlashSlot& s, int64_t slot_index, c
     v.candidates.push_back(d.window[idx]);
     v.drafts.push_back(d.tokens[idx]);
   }
-  if (o.reference_quirks) {
+  if (o.decode.reference_quirks) {
     // Released gather list: full_pos[0 : nd − T] ++ full_pos[nd + S : seqlen_k] (full_pos indices).
     v.keys.assign(s.full_pos.begin(), s.full_pos.begin() + kept_begin);
     const int64_t b = std::min<int64_t>(nd + S, static_cast<int64_t>(s.full_pos.size()));
@@ -178,9 +180,9 @@ int64_t flash_verify_accept(std::span<const double> p_draft, std::span<const dou
   return n;
 }
 
-std::vector<uint8_t> flash_verify_blocked(const FlashSlot& s, const FlashVerifyTile& v, const FlashCacheOptions& o) {
+std::vector<uint8_t> flash_verify_blocked(const FlashSlot& s, const FlashVerifyTile& v, const GenerateOptions& o) {
   std::vector<uint8_t> b;
-  for (int32_t t : v.candidates) b.push_back(t >= s.stop && (!o.reference_quirks || s.eos_pos >= 0));
+  for (int32_t t : v.candidates) b.push_back(t >= s.stop && (!o.decode.reference_quirks || s.eos_pos >= 0));
   return b;
 }
 
@@ -223,6 +225,122 @@ bool flash_verify_commit(FlashSlot& s, const FlashVerifyTile& v, std::span<const
     s.stop = new_eos + 1;
   }
   return flash_has_work(s);
+}
+
+// ---------------------------------------------------------------------------------- the verify pass
+
+void FlashCacheDenoiser::verify(const FlashStepObserver& observer, int64_t forward, FlashPhaseClock& clock,
+                                const std::vector<FlashVerifyTile>& tiles, std::vector<SlotPhase>& phases,
+                                std::vector<int64_t>& ranked) {
+  const LladaConfig& c = model_.config;
+  const int64_t Ls = Ls_;
+  VerifyBatch vb = flash_verify_batch(slots_, tiles, Ls);
+  const int64_t VT = vb.n_tokens(), VR = static_cast<int64_t>(vb.logit_rows.size());
+  FDLLM_ASSERT_MSG(
+      VT <= vws_.max_tokens && VR <= vws_.max_logit_rows && static_cast<int64_t>(vb.tiles.size()) <= vws_.max_tiles &&
+          static_cast<int64_t>(vb.key_rows.size()) <= vws_.max_verify_keys,
+      "flash-verify: a verify pass of {} rows / {} keys exceeds the pool's workspace", VT, vb.key_rows.size());
+  // The drafts (one per mask-view row) go up with the pass's plan, before its layers are queued.
+  std::vector<int32_t> drafts;
+  for (const FlashVerifyTile& v : tiles) drafts.insert(drafts.end(), v.drafts.begin(), v.drafts.end());
+  FDLLM_ASSERT_MSG(static_cast<int64_t>(drafts.size()) == VR, "flash-verify: {} drafts for {} mask rows", drafts.size(),
+                   VR);
+  const Tensor drafts_dev = vdrafts_.slice_rows(0, VR);
+  if (VR > 0) backend_.copy_from_host(drafts_dev, drafts.data());  // none: tiles without candidates
+  clock.lap(FlashPhase::kVerifyBatch);
+  Tensor vlogits = llada_verify_forward(backend_, model_, vb, kv_, vws_);
+  ++passes_;
+  stats_.verify_forwards += 1;
+  stats_.verify_query_rows += VT;
+  // Mask-view argmax / max probability (select_tokens), then p(draft) = p_max · exp(ℓ_draft − ℓ_argmax)
+  // from the two logits gathered on the device (the same float64 softmax, without copying whole
+  // logit rows): x0 | conf | ℓ_draft | ℓ_argmax come back in one copy, one host synchronisation.
+  std::vector<int32_t> vx0(static_cast<size_t>(VR));
+  std::vector<double> vconf(static_cast<size_t>(VR));
+  std::vector<float> vval(static_cast<size_t>(2 * VR));
+  std::vector<size_t> vbad;  // mask-view rows with non-finite confidences: their slots fail alone
+  if (VR > 0) {
+    SelectParams sp;
+    sp.confidence_f64 = true;
+    Tensor x0_dev = vx0_.slice_rows(0, VR), conf_dev = vconf_.slice_rows(0, VR);
+    backend_.select_tokens(vlogits, vws_.row_keys.slice_rows(0, VR), sp, x0_dev, conf_dev);
+    // ℓ_argmax of a row without a finite logit is NaN (its argmax may be out of range): such a row
+    // has a non-finite confidence and fails its slot below without reading it.
+    backend_.gather_columns(vlogits, drafts_dev, vval_.slice_rows(0, VR));
+    backend_.gather_columns(vlogits, x0_dev, vval_.slice_rows(VR, 2 * VR));
+    clock.lap(FlashPhase::kVerifyCall);
+    // While the device runs the verify pass: the re-rank of every continuing slot's older decoded
+    // positions, which the pass cannot change. Their range is the one the final re-rank below
+    // sorts: full_pos[0 : nd − last_committed] after phase 2 is full_pos[0 : nd − k1] after phase 1
+    // when every commit is pinned (default), full_pos[0 : nd] when only the verified ones are
+    // (reference_quirks; every slot has a tile there), and phase 2 writes only past it. With an
+    // observer the order of operations stays as written (tests read full_pos in phase 2).
+    if (!observer) {
+      for (size_t j = 0; j < slots_.size(); ++j) {
+        const SlotPhase& st = phases[j];
+        if (!st.active || !st.work || !st.error.empty()) continue;
+        FlashSlot& s = slots_[j];
+        ranked[j] = s.num_decoded - (opt_.decode.reference_quirks ? 0 : st.k1);
+        flash_rank_decoded(s, slot_scores(j), ranked[j]);
+      }
+      clock.lap(FlashPhase::kEarlyRerank);
+    }
+    copy_prefix(vsel_buf_, vval_offset_ + static_cast<size_t>(2 * VR) * 4, vsel_host_);
+    std::memcpy(vx0.data(), vsel_host_.data(), static_cast<size_t>(VR) * sizeof(int32_t));
+    std::memcpy(vconf.data(), vsel_host_.data() + vconf_offset_, static_cast<size_t>(VR) * sizeof(double));
+    std::memcpy(vval.data(), vsel_host_.data() + vval_offset_, static_cast<size_t>(2 * VR) * sizeof(float));
+    vbad = check_selection({}, vconf, c.mask_token_id, "flash-verify");
+  }
+  clock.lap(FlashPhase::kVerifyWait);
+  size_t m0 = 0;
+  for (const FlashVerifyTile& v : tiles) {
+    const auto j = static_cast<size_t>(v.slot);
+    FlashSlot& s = slots_[j];
+    SlotPhase& st = phases[j];
+    const size_t S = v.candidates.size();
+    st.error = nonfinite_error(vbad, vconf, m0, m0 + S, "flash-verify");
+    if (!st.error.empty()) {  // the main pass's commits stand; the request fails
+      m0 += S;
+      continue;
+    }
+    FlashVerification ver;
+    ver.tile = &v;
+    for (size_t i = 0; i < S; ++i) {
+      const size_t r = m0 + i;
+      ver.argmax.push_back(vx0[r]);
+      ver.p_max.push_back(vconf[r]);
+      ver.p_draft.push_back(v.drafts[i] == vx0[r]
+                                ? vconf[r]
+                                : vconf[r] * std::exp(static_cast<double>(vval[r]) -
+                                                      static_cast<double>(vval[static_cast<size_t>(VR) + r])));
+    }
+    m0 += S;
+    ver.blocked = flash_verify_blocked(s, v, opt_);
+    ver.count = flash_verify_accept(ver.p_draft, ver.p_max, ver.argmax, v.drafts, ver.blocked, opt_.decode.verify_rule,
+                                    opt_.decode.gamma, opt_.decode.forced_acceptance);
+    std::vector<int32_t> accepted(v.candidates.begin(), v.candidates.begin() + ver.count);
+    std::vector<int32_t> tokens(v.drafts.begin(), v.drafts.begin() + ver.count);
+    if (observer) {
+      FlashStep step;
+      step.forward = forward;
+      step.slot = static_cast<int64_t>(j);
+      step.phase = 2;
+      step.state = &s;
+      step.decision = &st.decision;
+      step.verification = &ver;
+      step.importance = slot_scores(j);
+      observer(step);
+      if (step.override_acceptance || !step.forced_positions.empty()) {
+        accepted = step.forced_positions;
+        tokens = step.forced_tokens;
+      }
+    }
+    s.verify_passes += 1;
+    s.candidates += static_cast<int64_t>(S);
+    st.work = flash_verify_commit(s, v, accepted, tokens, st.k1, c.eos_token_id, !opt_.decode.reference_quirks);
+    st.verified = accepted;
+    st.committed.insert(st.committed.end(), accepted.begin(), accepted.end());
+  }
 }
 
 }  // namespace flashdllm

@@ -1,7 +1,8 @@
 // Flash-Verify: self-verifying parallel decoding on top of Flash-Cache (reference-algorithms.md §D.8,
 // §F.1, §F.5–F.8, §F.10; VILA-Lab/Flash-dLLM llada/generate.py `generate_with_Flash_dLLM(verify=True)`
 // and llada/flash_cache_triton.py `_flash_verify_*`). The decode loop lives in FlashCacheDenoiser
-// (flash_cache.cpp, options.verify); this file holds its typed, unit-tested pieces.
+// (flash_cache.cpp, options.decode.verify; its verify pass in flash_verify.cpp); this file holds
+// its typed, unit-tested pieces.
 //
 // One iteration per active slot (positions slot-relative):
 //  1. Draft = the Flash-Cache main pass (a_t included). Commit the confident set exactly as without
@@ -56,12 +57,12 @@
 namespace flashdllm {
 
 /// Candidate cap S_max: max_candidates when > 0, else block_length / 2 (released code).
-int64_t flash_verify_cap(const FlashCacheOptions& o) noexcept;
+int64_t flash_verify_cap(const GenerateOptions& o) noexcept;
 
 /// n_valid of a phase-1 decision, counted on the slot state *before* its commit (§F.10): window
 /// entries below the stop; reference_quirks: every entry until an EOS was decoded (EOS padding is
 /// decodable there, §F.11). Throws Error(kInvalidArgument) if the decision is for another window.
-int64_t flash_verify_valid_count(const FlashSlot& before_commit, const FlashDecision& d, const FlashCacheOptions& o);
+int64_t flash_verify_valid_count(const FlashSlot& before_commit, const FlashDecision& d, const GenerateOptions& o);
 
 /// The verification tile of one slot, planned after the phase-1 commit.
 struct FlashVerifyTile {
@@ -79,7 +80,7 @@ struct FlashVerifyTile {
 /// are d.tokens of the candidate entries. Throws Error(kInvalidArgument) when the slot's newest
 /// entries are not the decision's order (commit not applied) or n_valid is outside [0, |W|].
 FlashVerifyTile flash_verify_plan_slot(const FlashSlot& slot, int64_t slot_index, const FlashDecision& d,
-                                       int64_t n_valid, const FlashCacheOptions& o);
+                                       int64_t n_valid, const GenerateOptions& o);
 
 /// The verify pass of an iteration over `tiles` (in order): per tile rows [kept | drafts | masks]
 /// with tokens x[kept], the drafts, x[candidates] (the undecoded state: [MASK] for canvas positions;
@@ -105,8 +106,7 @@ int64_t flash_verify_accept(std::span<const double> p_draft, std::span<const dou
 
 /// Blocked flags of a tile's candidates on the slot state after phase 1: position >= stop
 /// (reference_quirks: only once an EOS was decoded, as the released code zeroes them).
-std::vector<uint8_t> flash_verify_blocked(const FlashSlot& slot, const FlashVerifyTile& tile,
-                                          const FlashCacheOptions& o);
+std::vector<uint8_t> flash_verify_blocked(const FlashSlot& slot, const FlashVerifyTile& tile, const GenerateOptions& o);
 
 /// Phase-2 view of one slot (given to the observer).
 struct FlashVerification {

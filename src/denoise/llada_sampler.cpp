@@ -9,49 +9,52 @@ namespace flashdllm {
 
 namespace {
 
-/// The checks of validate_sampler_options that do not concern the per-request schedule.
-void validate_shared_options(const LladaSamplerOptions& o, const LladaConfig& cfg) {
-  FDLLM_CHECK_ARG(o.block_length > 0, "block_length must be positive, got {}", o.block_length);
-  FDLLM_CHECK_ARG(o.cfg_scale >= 0.0 && std::isfinite(o.cfg_scale), "cfg_scale must be >= 0, got {}", o.cfg_scale);
-  FDLLM_CHECK_ARG(!o.confidence_eos_eot_inf || (o.eot_token_id >= 0 && o.eot_token_id < cfg.embedding_size),
-                  "confidence_eos_eot_inf needs the EOT token id (<|eot_id|>), which this checkpoint's tokenizer "
-                  "does not define; pass --eot-id");
-  FDLLM_CHECK_ARG(o.eos_pad_tile >= 0 && o.eos_pad_tile <= cfg.max_sequence_length,
-                  "eos_pad_tile must be in [0, max_sequence_length = {}], got {}", cfg.max_sequence_length,
-                  o.eos_pad_tile);
+/// The settings that only the LLaDA sampler (cache none) runs with; the rest of their checks are
+/// params.cpp's (validate).
+void check_llada_settings(const DecodeSettings& d, const LladaConfig& cfg) {
+  FDLLM_CHECK_PARAM(d.cache == CacheMode::kNone, "cache", "the LLaDA sampler runs cache none, got cache {}",
+                    cache_mode_name(d.cache));
+  // The EOT id is the tokenizer's (resolved by the engine), not checked by params.cpp.
+  FDLLM_CHECK_PARAM(
+      !d.confidence_eos_eot_inf || (d.eot_token_id && *d.eot_token_id >= 0 && *d.eot_token_id < cfg.embedding_size),
+      "eot_token_id",
+      "confidence_eos_eot_inf needs the EOT token id (<|eot_id|>), which this checkpoint's tokenizer "
+      "does not define; pass --eot-id");
 }
 
 }  // namespace
 
-void validate_sampler_options(const LladaSamplerOptions& o, const LladaConfig& cfg) {
-  validate_block_schedule(o.schedule(), o.temperature, cfg, "LLaDA generate.py");
-  validate_shared_options(o, cfg);
+LladaSampler::LladaSampler(Backend& backend, const LladaModel& model, GenerateOptions options)
+    : backend_(backend), model_(model), opt_(std::move(options)) {
+  check_llada_settings(opt_.decode, model_.config);
+  validate(opt_, model_.config);
+  B_ = opt_.decode.effective_block_length();
+  eot_ = opt_.decode.eot_token_id.value_or(-1);
 }
 
-LladaSampler::LladaSampler(Backend& backend, const LladaModel& model, LladaSamplerOptions options)
+LladaSampler::LladaSampler(Backend& backend, const LladaModel& model, GenerateOptions options, const SlotPool& pool)
     : backend_(backend), model_(model), opt_(std::move(options)) {
-  validate_sampler_options(opt_, model_.config);
-}
-
-LladaSampler::LladaSampler(Backend& backend, const LladaModel& model, LladaSamplerOptions options, const SlotPool& pool)
-    : backend_(backend), model_(model), opt_(std::move(options)) {
-  validate_shared_options(opt_, model_.config);  // the schedule is per request (check_request)
+  check_llada_settings(opt_.decode, model_.config);
+  validate(opt_.decode, model_.config);  // the requests are checked at admission (check_request)
+  B_ = opt_.decode.effective_block_length();
+  eot_ = opt_.decode.eot_token_id.value_or(-1);
   FDLLM_CHECK_ARG(pool.n_slots >= 1 && pool.max_total_length >= 1, "LLaDA sampler: a pool needs >= 1 slot and a "
                   "positive max_total_length, got {} slots x {}", pool.n_slots, pool.max_total_length);
   slots_.reset(pool.n_slots, pool.max_total_length);
-  const int64_t copies = opt_.cfg_scale > 0.0 ? 2 : 1;
+  const int64_t copies = opt_.decode.cfg_scale > 0.0 ? 2 : 1;
   const int64_t rows = pool.max_step_rows > 0 ? pool.max_step_rows : pool.n_slots * padded_length(pool.max_total_length);
-  const int64_t logit_rows = pool.n_slots * opt_.block_length;
+  const int64_t logit_rows = pool.n_slots * B_;
   ensure_capacity(copies * rows, copies * logit_rows, copies * pool.n_slots);
   selection_.reserve(backend_, logit_rows);
 }
 
 int64_t LladaSampler::padded_length(int64_t total) const noexcept {
-  return opt_.eos_pad_tile > 0 ? total / opt_.eos_pad_tile * opt_.eos_pad_tile + opt_.eos_pad_tile : total;
+  const int64_t tile = opt_.decode.eos_pad_tile;
+  return tile > 0 ? total / tile * tile + tile : total;
 }
 
 SequenceState LladaSampler::init_state(std::span<const int32_t> prompt) const {
-  return init_state(prompt, slot_params_of(opt_));
+  return init_state(prompt, resolve_params(opt_.sampling, opt_.decode, /*exact_blocks=*/true));
 }
 
 SequenceState LladaSampler::init_state(std::span<const int32_t> prompt, const SlotParams& params) const {
@@ -59,17 +62,17 @@ SequenceState LladaSampler::init_state(std::span<const int32_t> prompt, const Sl
   SequenceState s;
   init_sequence(s, prompt, params.gen_length, c);
   set_state_params(s, params);
-  validate_state_params(s, opt_.block_length, c, "LLaDA generate.py");
-  if (opt_.eos_pad_tile > 0) {
+  validate_state_params(s, B_, c, "LLaDA generate.py");
+  if (opt_.decode.eos_pad_tile > 0) {
     const int64_t total = static_cast<int64_t>(s.x.size());
     const int64_t padded = padded_length(total);
     FDLLM_CHECK_ARG(padded <= c.max_sequence_length,
                     "eos_pad_tile {}: prompt + gen_length = {} padded to the next tile is {} positions, beyond the "
                     "model's max_sequence_length {} (use a shorter prompt or gen_length, or no --eos-pad-tile)",
-                    opt_.eos_pad_tile, total, padded, c.max_sequence_length);
+                    opt_.decode.eos_pad_tile, total, padded, c.max_sequence_length);
     s.x.resize(static_cast<size_t>(padded), c.eos_token_id);
   }
-  begin_block(s, s.schedule(opt_.block_length), c.mask_token_id);
+  begin_block(s, s.schedule(B_), c.mask_token_id);
   return s;
 }
 
@@ -89,7 +92,7 @@ void LladaSampler::ensure_capacity(int64_t tokens, int64_t logit_rows, int64_t t
 std::vector<StepCommit> LladaSampler::step(std::vector<SequenceState>& batch) {
   const LladaConfig& c = model_.config;
   const int32_t mask = c.mask_token_id;
-  const bool cfg = opt_.cfg_scale > 0.0;
+  const bool cfg = opt_.decode.cfg_scale > 0.0;
   std::vector<StepCommit> commits(batch.size());
 
   // --- plan: every position of every active sequence is a query row (full recompute)
@@ -100,7 +103,7 @@ std::vector<StepCommit> LladaSampler::step(std::vector<SequenceState>& batch) {
   for (size_t i = 0; i < batch.size(); ++i) {
     if (batch[i].done) continue;
     offset[i] = T;
-    cand[i] = block_candidates(batch[i], opt_.block_length, mask);
+    cand[i] = block_candidates(batch[i], B_, mask);
     T += static_cast<int64_t>(batch[i].x.size());
   }
   if (T == 0) return commits;
@@ -139,7 +142,7 @@ std::vector<StepCommit> LladaSampler::step(std::vector<SequenceState>& batch) {
     Tensor logits = llada_forward(backend_, model_, fb, kv_, ws_);
     ++passes_;
     Tensor cond = logits.slice_rows(0, R);
-    if (cfg) backend_.cfg_combine(cond, logits.slice_rows(R, 2 * R), static_cast<float>(opt_.cfg_scale), cond);
+    if (cfg) backend_.cfg_combine(cond, logits.slice_rows(R, 2 * R), static_cast<float>(opt_.decode.cfg_scale), cond);
     std::vector<SelectSegment> segments;
     int64_t row = 0;
     for (size_t i = 0; i < batch.size(); ++i) {
@@ -147,14 +150,14 @@ std::vector<StepCommit> LladaSampler::step(std::vector<SequenceState>& batch) {
       SelectParams sp;
       sp.temperature = s.temperature;
       sp.seed = s.seed;
-      sp.confidence_f64 = opt_.confidence_f64;
+      sp.confidence_f64 = !opt_.decode.confidence_f32;
       sp.exclude_token = mask;  // a committed position never holds [MASK]
-      if (opt_.logits_eos_inf) sp.suppress_token = c.eos_token_id;
-      if (opt_.confidence_eos_eot_inf) {
-        sp.conf_suppress_a = opt_.eot_token_id;
+      if (opt_.decode.logits_eos_inf) sp.suppress_token = c.eos_token_id;
+      if (opt_.decode.confidence_eos_eot_inf) {
+        sp.conf_suppress_a = eot_;
         // Upstream (reference §B quirk, kept under reference_quirks): at τ = 0 the noised and clean
         // logits are one tensor, so EOS loses its confidence too; at τ > 0 only EOT does.
-        if (!opt_.reference_quirks || s.temperature == 0.0) sp.conf_suppress_b = c.eos_token_id;
+        if (!opt_.decode.reference_quirks || s.temperature == 0.0) sp.conf_suppress_b = c.eos_token_id;
       }
       const auto n = static_cast<int64_t>(cand[i].size());
       append_select_segment(segments, row, row + n, sp);
@@ -176,10 +179,10 @@ std::vector<StepCommit> LladaSampler::step(std::vector<SequenceState>& batch) {
       r0 += n;
       continue;
     }
-    commits[i] = commit_step(s, cand[i], std::span<const int32_t>(x0).subspan(r0, n),
-                             std::span<const double>(conf).subspan(r0, n),
-                             std::span<const int32_t>(fb.row_keys).subspan(r0, n), s.schedule(opt_.block_length),
-                             opt_.remasking, s.seed, BlockEnd::kAfterQuotaSteps, mask);
+    commits[i] =
+        commit_step(s, cand[i], std::span<const int32_t>(x0).subspan(r0, n),
+                    std::span<const double>(conf).subspan(r0, n), std::span<const int32_t>(fb.row_keys).subspan(r0, n),
+                    s.schedule(B_), opt_.decode.remasking, s.seed, BlockEnd::kAfterQuotaSteps, mask);
     r0 += n;
   }
   return commits;

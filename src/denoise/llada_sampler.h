@@ -25,36 +25,13 @@
 
 namespace flashdllm {
 
-struct LladaSamplerOptions {
-  int64_t gen_length = 128;    ///< canvas length G (tokens generated)
-  int64_t block_length = 32;   ///< semi-autoregressive block B; G % B == 0
-  int64_t steps = 128;         ///< forward passes in quota mode; steps % (G / B) == 0
-  double temperature = 0.0;    ///< Gumbel-max temperature (0 = greedy)
-  double cfg_scale = 0.0;      ///< unsupervised classifier-free guidance w (0 = off)
-  Remasking remasking = Remasking::kLowConfidence;
-  std::optional<double> threshold;     ///< confidence-threshold mode ε in (0, 1]; nullopt = quota
-  bool logits_eos_inf = false;         ///< forbid EOS (logit -inf) — LLaDA option
-  /// LLaDA option: EOS and EOT get confidence 0 (transferred last in their block) at any temperature.
-  /// With reference_quirks, upstream's ordering: at τ > 0 only EOT (reference §B quirk).
-  bool confidence_eos_eot_inf = false;
-  bool reference_quirks = false;       ///< reproduce upstream's confidence_eos_eot_inf ordering
-  /// Confidence softmax precision: float64 (Fast-dLLM, and LLaDA's current generate.py) or
-  /// float32 (the golden LLaDA traces; LLaDA softmaxes logits in their own dtype).
-  bool confidence_f64 = true;
-  uint64_t seed = 0;                   ///< noise seed (temperature > 0, random remasking)
-  int32_t eot_token_id = -1;           ///< needed by confidence_eos_eot_inf; -1 = none
-  /// Flash-dLLM row layout (reference §D.3): when > 0, the sequence continues past the canvas with
-  /// EOS tokens up to floor((P + G) / tile) · tile + tile positions; the padding is visible context
-  /// (keys) but never decoded. 0 = LLaDA's layout (prompt + canvas only).
-  int64_t eos_pad_tile = 0;
-
-  BlockSchedule schedule() const { return {gen_length, block_length, steps, threshold}; }
-};
-
-/// Validates options against the model: the block schedule (validate_block_schedule), cfg_scale >= 0,
-/// eos_pad_tile >= 0, and that confidence_eos_eot_inf has an EOT id. Throws Error(kInvalidArgument)
-/// naming the parameter.
-void validate_sampler_options(const LladaSamplerOptions& o, const LladaConfig& cfg);
+/// The LLaDA sampler runs `GenerateOptions` as they are (params.h, validated there): decode.cache
+/// must be CacheMode::kNone; it reads decode.block_length (B, effective_block_length()), remasking,
+/// cfg_scale, logits_eos_inf, confidence_eos_eot_inf (needs decode.eot_token_id, the EOT id the
+/// engine resolves from the tokenizer), confidence_f32, reference_quirks and eos_pad_tile (the
+/// Flash-dLLM row layout, §D.3: EOS padding after the canvas up to the next multiple of the tile,
+/// visible as context, never decoded); `sampling` is the default request of init_state(prompt) and
+/// generate().
 
 /// Called after every step with the sequence index in the batch, its state and the commit.
 using StepObserver = std::function<void(size_t seq, const SequenceState&, const StepCommit&)>;
@@ -62,20 +39,22 @@ using StepObserver = std::function<void(size_t seq, const SequenceState&, const 
 /// The LLaDA sampler. Two ways to drive it: step(batch) over states the caller owns (tests, the
 /// golden traces), or the slot contract of denoiser.h over its own pool of slots (the engine).
 /// Per-request parameters (gen_length, steps, threshold, temperature, seed) live in each
-/// SequenceState, so one step may mix them; the options give the defaults of init_state(prompt).
+/// SequenceState, so one step may mix them; options.sampling gives the defaults of init_state(prompt).
 class LladaSampler : public Denoiser {
  public:
-  /// Without a pool the workspaces grow lazily for the largest batch step(batch) sees.
-  LladaSampler(Backend& backend, const LladaModel& model, LladaSamplerOptions options);
+  /// Without a pool the workspaces grow lazily for the largest batch step(batch) sees. Validates
+  /// the options (params.h validate, whole blocks) against the model; Error(kInvalidArgument).
+  LladaSampler(Backend& backend, const LladaModel& model, GenerateOptions options);
   /// With a pool: workspaces for pool.n_slots slots of prompt + canvas <= pool.max_total_length
-  /// (plus the eos_pad_tile padding), allocated now. Throws Error(kOutOfMemory) when they do not fit.
-  LladaSampler(Backend& backend, const LladaModel& model, LladaSamplerOptions options, const SlotPool& pool);
+  /// (plus the eos_pad_tile padding), allocated now. Validates options.decode only (the requests
+  /// bring their own parameters). Throws Error(kOutOfMemory) when they do not fit.
+  LladaSampler(Backend& backend, const LladaModel& model, GenerateOptions options, const SlotPool& pool);
 
-  const LladaSamplerOptions& options() const noexcept { return opt_; }
+  const GenerateOptions& options() const noexcept { return opt_; }
 
   /// New state: prompt followed by gen_length masks (and the eos_pad_tile padding), the options'
-  /// parameters. Throws Error(kInvalidArgument) for an empty prompt, a prompt holding the mask id or
-  /// ids outside the vocabulary, or prompt + gen_length beyond max_sequence_length.
+  /// request (options.sampling, resolved: resolve_params). Throws Error(kInvalidArgument) for an empty prompt, a prompt
+  /// holding the mask id or ids outside the vocabulary, or prompt + gen_length beyond max_sequence_length.
   SequenceState init_state(std::span<const int32_t> prompt) const;
   /// As init_state(prompt) with the request's own parameters (validated against the model).
   SequenceState init_state(std::span<const int32_t> prompt, const SlotParams& params) const;
@@ -106,7 +85,9 @@ class LladaSampler : public Denoiser {
 
   Backend& backend_;
   const LladaModel& model_;
-  LladaSamplerOptions opt_;
+  GenerateOptions opt_;
+  int64_t B_ = 0;     // opt_.decode.effective_block_length()
+  int32_t eot_ = -1;  // opt_.decode.eot_token_id, -1 = none
   KvStore kv_;
   ForwardWorkspace ws_;
   TokenSelection selection_;

@@ -109,10 +109,9 @@ struct Engine::Impl {
   }
   /// The denoisers of `replicas` (one per replica, in order) over equal pools.
   std::vector<std::unique_ptr<Denoiser>> make_denoisers(size_t replicas, const DecodeSettings& d, int32_t eot,
-                                                        const SlotParams& defaults, const SlotPool& pool) const {
+                                                        const SlotPool& pool) const {
     std::vector<std::unique_ptr<Denoiser>> out;
-    for (size_t i = 0; i < replicas; ++i)
-      out.push_back(make_denoiser(this->replicas[i]->ranks(), d, eot, defaults, pool));
+    for (size_t i = 0; i < replicas; ++i) out.push_back(make_denoiser(this->replicas[i]->ranks(), d, eot, pool));
     return out;
   }
 };
@@ -322,7 +321,7 @@ std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>&
   MemorySample mem;
   std::vector<GenerateResult> out(prompts.size());
   {
-    const std::vector<std::unique_ptr<Denoiser>> dens = impl_->make_denoisers(n_rep, d, eot, params, pool);
+    const std::vector<std::unique_ptr<Denoiser>> dens = impl_->make_denoisers(n_rep, d, eot, pool);
     Scheduler sched(pointers(dens), impl_->codec(d), so);
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (size_t i = 0; i < prompts.size(); ++i) {
@@ -411,10 +410,6 @@ void Engine::start(const ServeOptions& options) {
                   so.memory_fraction);
   const DecodeSettings& d = so.decode;
   const int32_t eot = d.eot_token_id.value_or(impl_->eot_id);
-  // The options' default request: a canvas of one block (the real ones come with each request).
-  SamplingParams probe;
-  probe.gen_length = std::min<int64_t>(d.effective_block_length(), so.max_model_len - 1);
-  const SlotParams defaults = resolve_params(probe, d, /*exact_blocks=*/false);
   SlotPool pool;
   pool.max_total_length = so.max_model_len;
   Backend& be = impl_->backend();
@@ -422,7 +417,7 @@ void Engine::start(const ServeOptions& options) {
   std::vector<std::unique_ptr<Denoiser>> dens;
   if (d.n_slots > 0) {
     pool.n_slots = d.n_slots;
-    dens = impl_->make_denoisers(n_rep, d, eot, defaults, pool);
+    dens = impl_->make_denoisers(n_rep, d, eot, pool);
   } else {
     // As many slots as fit (the same count in every replica): K/V rows (and the full-recompute
     // activations) per slot against the free memory (the smallest of the replicas' devices; on
@@ -440,7 +435,7 @@ void Engine::start(const ServeOptions& options) {
     for (;;) {
       pool.n_slots = n;
       try {
-        dens = impl_->make_denoisers(n_rep, d, eot, defaults, pool);
+        dens = impl_->make_denoisers(n_rep, d, eot, pool);
         break;
       } catch (const Error& e) {
         if (e.code() != ErrorCode::kOutOfMemory || n == 1) throw;

@@ -103,118 +103,156 @@ namespace {
 
 
 void check_decode(const DecodeSettings& d, const LladaConfig* cfg) {
+  FDLLM_CHECK_PARAM(d.cache == CacheMode::kNone || d.cache == CacheMode::kPrefix || d.cache == CacheMode::kDual ||
+                        d.cache == CacheMode::kFlash,
+                    "cache", "cache mode must be none, prefix, dual or flash, got {}", static_cast<int>(d.cache));
+  FDLLM_CHECK_PARAM(d.remasking == Remasking::kLowConfidence || d.remasking == Remasking::kRandom, "remasking",
+                    "unknown remasking {}", static_cast<int>(d.remasking));
+  FDLLM_CHECK_PARAM(d.verify_rule == VerifyRule::kProduct || d.verify_rule == VerifyRule::kPaper, "verify_rule",
+                    "unknown verify_rule {}", static_cast<int>(d.verify_rule));
+  FDLLM_CHECK_PARAM(d.verify_kept == VerifyKept::kReleased || d.verify_kept == VerifyKept::kCommits, "verify_kept",
+                    "unknown verify_kept {}", static_cast<int>(d.verify_kept));
   const char* mode = cache_mode_name(d.cache);
-  FDLLM_CHECK_ARG(d.block_length >= 0 && d.block_length <= kMaxCount, "block_length must be in [0, {}] (0 = the mode's "
-                  "default), got {}", kMaxCount, d.block_length);
+  FDLLM_CHECK_PARAM(d.block_length >= 0 && d.block_length <= kMaxCount, "block_length",
+                    "block_length must be in [0, {}] (0 = the mode's "
+                    "default), got {}",
+                    kMaxCount, d.block_length);
   if (cfg)
-    FDLLM_CHECK_ARG(d.effective_block_length() < cfg->max_sequence_length,
-                    "block_length {} does not fit the model's max_sequence_length {}", d.effective_block_length(),
-                    cfg->max_sequence_length);
-  FDLLM_CHECK_ARG(d.n_slots >= 0 && d.n_slots <= 65536, "slots must be in [0, 65536] (0 = as many as fit), got {}",
-                  d.n_slots);
+    FDLLM_CHECK_PARAM(d.effective_block_length() < cfg->max_sequence_length, "block_length",
+                      "block_length {} does not fit the model's max_sequence_length {}", d.effective_block_length(),
+                      cfg->max_sequence_length);
+  FDLLM_CHECK_PARAM(d.n_slots >= 0 && d.n_slots <= 65536, "n_slots",
+                    "slots (n_slots) must be in [0, 65536] (0 = as many as fit), got {}", d.n_slots);
   if (d.eot_token_id)
-    FDLLM_CHECK_ARG(*d.eot_token_id >= 0 && (!cfg || *d.eot_token_id < cfg->embedding_size),
-                    "eot_id {} is not a token id of this model ([0, {}))", *d.eot_token_id,
-                    cfg ? cfg->embedding_size : 0);
+    FDLLM_CHECK_PARAM(*d.eot_token_id >= 0 && (!cfg || *d.eot_token_id < cfg->embedding_size), "eot_token_id",
+                      "eot_id {} is not a token id of this model ([0, {}))", *d.eot_token_id,
+                      cfg ? cfg->embedding_size : 0);
   // Options of the LLaDA sampler only.
-  FDLLM_CHECK_ARG(std::isfinite(d.cfg_scale) && d.cfg_scale >= 0.0, "cfg_scale must be >= 0, got {}", d.cfg_scale);
+  FDLLM_CHECK_PARAM(std::isfinite(d.cfg_scale) && d.cfg_scale >= 0.0, "cfg_scale", "cfg_scale must be >= 0, got {}",
+                    d.cfg_scale);
   if (d.cache != CacheMode::kNone) {
-    FDLLM_CHECK_ARG(d.cfg_scale == 0.0, "cfg_scale (classifier-free guidance) applies to cache none only (cache is {})",
-                    mode);
-    FDLLM_CHECK_ARG(!d.logits_eos_inf, "logits_eos_inf applies to cache none only (cache is {})", mode);
-    FDLLM_CHECK_ARG(!d.confidence_eos_eot_inf, "confidence_eos_eot_inf applies to cache none only (cache is {})", mode);
-    FDLLM_CHECK_ARG(d.eos_pad_tile == 0, "eos_pad_tile applies to cache none only (cache is {})", mode);
+    FDLLM_CHECK_PARAM(d.cfg_scale == 0.0, "cfg_scale",
+                      "cfg_scale (classifier-free guidance) applies to cache none only (cache is {})", mode);
+    FDLLM_CHECK_PARAM(!d.logits_eos_inf, "logits_eos_inf", "logits_eos_inf applies to cache none only (cache is {})",
+                      mode);
+    FDLLM_CHECK_PARAM(!d.confidence_eos_eot_inf, "confidence_eos_eot_inf",
+                      "confidence_eos_eot_inf applies to cache none only (cache is {})", mode);
+    FDLLM_CHECK_PARAM(d.eos_pad_tile == 0, "eos_pad_tile", "eos_pad_tile applies to cache none only (cache is {})",
+                      mode);
   }
-  FDLLM_CHECK_ARG(d.eos_pad_tile >= 0 && d.eos_pad_tile <= (cfg ? cfg->max_sequence_length : kMaxCount),
-                  "eos_pad_tile must be in [0, max_sequence_length = {}], got {}",
-                  cfg ? cfg->max_sequence_length : kMaxCount, d.eos_pad_tile);
+  FDLLM_CHECK_PARAM(d.eos_pad_tile >= 0 && d.eos_pad_tile <= (cfg ? cfg->max_sequence_length : kMaxCount),
+                    "eos_pad_tile", "eos_pad_tile must be in [0, max_sequence_length = {}], got {}",
+                    cfg ? cfg->max_sequence_length : kMaxCount, d.eos_pad_tile);
   if (d.cache == CacheMode::kFlash) {
-    FDLLM_CHECK_ARG(d.remasking == Remasking::kLowConfidence,
-                    "remasking random applies to the block samplers (cache none/prefix/dual); Flash-Cache commits by "
-                    "confidence");
-    FDLLM_CHECK_ARG(d.confidence_f32 == false,
-                    "confidence_f32 applies to cache none/prefix/dual (Flash-Cache confidences are float64, §D.7)");
-    FDLLM_CHECK_ARG(std::abs(d.track_num) <= kMaxCount, "track_num {} is implausibly large", d.track_num);
-    FDLLM_CHECK_ARG(d.mask_num >= 1 && d.mask_num <= kMaxCount,
-                    "mask_num must be >= 1 (β_m = mask_num·block_length includes the window), got {}", d.mask_num);
-    FDLLM_CHECK_ARG(d.tokens_per_step >= 0 && d.tokens_per_step <= kMaxCount,
-                    "tokens_per_step must be >= 0 (0 = the threshold rule), got {}", d.tokens_per_step);
+    FDLLM_CHECK_PARAM(d.remasking == Remasking::kLowConfidence, "remasking",
+                      "remasking random applies to the block samplers (cache none/prefix/dual); Flash-Cache commits by "
+                      "confidence");
+    FDLLM_CHECK_PARAM(d.confidence_f32 == false, "confidence_f32",
+                      "confidence_f32 applies to cache none/prefix/dual (Flash-Cache confidences are float64, §D.7)");
+    FDLLM_CHECK_PARAM(std::abs(d.track_num) <= kMaxCount, "track_num", "track_num {} is implausibly large",
+                      d.track_num);
+    FDLLM_CHECK_PARAM(d.mask_num >= 1 && d.mask_num <= kMaxCount, "mask_num",
+                      "mask_num must be >= 1 (β_m = mask_num·block_length includes the window), got {}", d.mask_num);
+    FDLLM_CHECK_PARAM(d.tokens_per_step >= 0 && d.tokens_per_step <= kMaxCount, "tokens_per_step",
+                      "tokens_per_step must be >= 0 (0 = the threshold rule), got {}", d.tokens_per_step);
     for (size_t i = 0; i < d.forced_schedule.size(); ++i)
-      FDLLM_CHECK_ARG(d.forced_schedule[i] >= 1 && d.forced_schedule[i] <= kMaxCount,
-                      "forced_schedule[{}] = {} must be in [1, {}]", i, d.forced_schedule[i], kMaxCount);
-    FDLLM_CHECK_ARG(!(d.tokens_per_step > 0 && !d.forced_schedule.empty()),
-                    "tokens_per_step and forced_schedule exclude each other (both fix the commits per iteration)");
-    FDLLM_CHECK_ARG(d.max_forward_rows >= 0, "max_forward_rows must be >= 0 (0 = no bound), got {}",
-                    d.max_forward_rows);
-    FDLLM_CHECK_ARG(d.query_tile_rows >= 0 && d.query_tile_rows <= kMaxCount,
-                    "query_tile_rows must be in [0, {}] (0 = the whole tracked set as one tile), got {}", kMaxCount,
-                    d.query_tile_rows);
+      FDLLM_CHECK_PARAM(d.forced_schedule[i] >= 1 && d.forced_schedule[i] <= kMaxCount, "forced_schedule",
+                        "forced_schedule[{}] = {} must be in [1, {}]", i, d.forced_schedule[i], kMaxCount);
+    FDLLM_CHECK_PARAM(!(d.tokens_per_step > 0 && !d.forced_schedule.empty()), "forced_schedule",
+                      "tokens_per_step and forced_schedule exclude each other (both fix the commits per iteration)");
+    FDLLM_CHECK_PARAM(d.max_forward_rows >= 0, "max_forward_rows",
+                      "max_forward_rows must be >= 0 (0 = no bound), got {}", d.max_forward_rows);
+    FDLLM_CHECK_PARAM(d.query_tile_rows >= 0 && d.query_tile_rows <= kMaxCount, "query_tile_rows",
+                      "query_tile_rows must be in [0, {}] (0 = the whole tracked set as one tile), got {}", kMaxCount,
+                      d.query_tile_rows);
   } else {
-    FDLLM_CHECK_ARG(!d.verify, "verify (Flash-Verify) needs cache flash, cache is {}", mode);
-    FDLLM_CHECK_ARG(d.tokens_per_step == 0 && d.forced_schedule.empty() && !d.importance_probability_mass,
-                    "tokens_per_step / forced_schedule / importance apply to cache flash only (cache is {})", mode);
-    FDLLM_CHECK_ARG(d.track_num == 4 && d.mask_num == 4, "track_num / mask_num apply to cache flash only (cache is {})",
-                    mode);
+    FDLLM_CHECK_PARAM(!d.verify, "verify", "verify (Flash-Verify) needs cache flash, cache is {}", mode);
+    FDLLM_CHECK_PARAM(d.tokens_per_step == 0 && d.forced_schedule.empty() && !d.importance_probability_mass,
+                      d.tokens_per_step != 0       ? "tokens_per_step"
+                      : !d.forced_schedule.empty() ? "forced_schedule"
+                                                   : "importance_probability_mass",
+                      "tokens_per_step / forced_schedule / importance apply to cache flash only (cache is {})", mode);
+    FDLLM_CHECK_PARAM(d.track_num == 4 && d.mask_num == 4, d.track_num != 4 ? "track_num" : "mask_num",
+                      "track_num / mask_num apply to cache flash only (cache is {})", mode);
   }
   if (d.verify) {
-    FDLLM_CHECK_ARG(std::isfinite(d.gamma) && d.gamma > 0.0 && d.gamma <= 1.0, "gamma must be in (0, 1], got {}",
-                    d.gamma);
-    FDLLM_CHECK_ARG(d.max_candidates >= 0 && d.max_candidates <= d.effective_block_length(),
-                    "max_candidates must be in [0, block_length = {}] (0 = block_length / 2), got {}",
-                    d.effective_block_length(), d.max_candidates);
-    FDLLM_CHECK_ARG(d.forced_acceptance >= 0 && d.forced_acceptance <= kMaxCount,
-                    "forced_acceptance must be >= 0, got {}", d.forced_acceptance);
+    FDLLM_CHECK_PARAM(std::isfinite(d.gamma) && d.gamma > 0.0 && d.gamma <= 1.0, "gamma",
+                      "gamma must be in (0, 1], got {}", d.gamma);
+    FDLLM_CHECK_PARAM(d.max_candidates >= 0 && d.max_candidates <= d.effective_block_length(), "max_candidates",
+                      "max_candidates must be in [0, block_length = {}] (0 = block_length / 2), got {}",
+                      d.effective_block_length(), d.max_candidates);
+    FDLLM_CHECK_PARAM(d.forced_acceptance >= 0 && d.forced_acceptance <= kMaxCount, "forced_acceptance",
+                      "forced_acceptance must be >= 0, got {}", d.forced_acceptance);
   } else {
-    FDLLM_CHECK_ARG(d.max_candidates == 0 && d.forced_acceptance == 0 && d.verify_kept == VerifyKept::kReleased,
-                    "max_candidates / verify_kept / forced_acceptance apply to verify (Flash-Verify) only");
+    FDLLM_CHECK_PARAM(d.max_candidates == 0 && d.forced_acceptance == 0 && d.verify_kept == VerifyKept::kReleased,
+                      d.max_candidates != 0      ? "max_candidates"
+                      : d.forced_acceptance != 0 ? "forced_acceptance"
+                                                 : "verify_kept",
+                      "max_candidates / verify_kept / forced_acceptance apply to verify (Flash-Verify) only");
   }
 }
 
 void check_sampling(const SamplingParams& s, const DecodeSettings& d, const LladaConfig* cfg, bool exact_blocks) {
+  validate_fields(s);
   const char* mode = cache_mode_name(d.cache);
   const int64_t G = s.gen_length, B = d.effective_block_length();
   const int64_t max_len = cfg ? cfg->max_sequence_length : kMaxCount;
-  FDLLM_CHECK_ARG(G >= 1 && G < max_len, "gen_length must be in [1, max_sequence_length = {}) of this model, got {}",
-                  max_len, G);
-  FDLLM_CHECK_ARG(std::isfinite(s.temperature) && s.temperature >= 0.0 && s.temperature <= 1e6,
-                  "temperature must be in [0, 1e6], got {}", s.temperature);
-  if (s.threshold)
-    FDLLM_CHECK_ARG(std::isfinite(*s.threshold) && *s.threshold > 0.0 && *s.threshold <= 1.0,
-                    "threshold must be in (0, 1], got {}", *s.threshold);
-  FDLLM_CHECK_ARG(s.steps >= 0, "steps must be >= 0 (0 = the default), got {}", s.steps);
-  FDLLM_CHECK_ARG(s.stop.size() <= 16, "at most 16 stop strings are supported, got {}", s.stop.size());
-  for (size_t i = 0; i < s.stop.size(); ++i)
-    FDLLM_CHECK_ARG(!s.stop[i].empty() && s.stop[i].size() <= 1024, "stop[{}] must be a non-empty string of at most "
-                    "1024 bytes", i);
+  FDLLM_CHECK_PARAM(G < max_len, "gen_length",
+                    "gen_length must be in [1, max_sequence_length = {}) of this model, got {}", max_len, G);
   if (d.cache == CacheMode::kFlash) {
-    FDLLM_CHECK_ARG(s.steps == 0, "steps applies to quota decoding (cache none/prefix/dual without a threshold); "
-                    "Flash-Cache iterates until the canvas is decoded");
-    FDLLM_CHECK_ARG(!(s.threshold && (d.tokens_per_step > 0 || !d.forced_schedule.empty())),
-                    "threshold and {} exclude each other (both decide the commits per iteration)",
-                    d.tokens_per_step > 0 ? "tokens_per_step" : "forced_schedule");
+    FDLLM_CHECK_PARAM(s.steps == 0, "steps",
+                      "steps applies to quota decoding (cache none/prefix/dual without a threshold); "
+                      "Flash-Cache iterates until the canvas is decoded");
+    FDLLM_CHECK_PARAM(!(s.threshold && (d.tokens_per_step > 0 || !d.forced_schedule.empty())), "threshold",
+                      "threshold and {} exclude each other (both decide the commits per iteration)",
+                      d.tokens_per_step > 0 ? "tokens_per_step" : "forced_schedule");
     return;
   }
   const int64_t canvas = exact_blocks ? G : (G + B - 1) / B * B;
   if (exact_blocks)
-    FDLLM_CHECK_ARG(G % B == 0,
-                    "gen_length {} is not a multiple of block_length {}{}: pass a block length that divides {} "
-                    "(--block-length) or a gen_length that is a multiple of {}",
-                    G, B, d.block_length == 0 ? fmt::format(" (the default block for cache {})", mode) : "", G, B);
-  FDLLM_CHECK_ARG(canvas < max_len, "gen_length {} rounded up to the block length {} is {}, beyond the model's "
-                  "max_sequence_length {}", G, B, canvas, max_len);
+    FDLLM_CHECK_PARAM(G % B == 0, "gen_length",
+                      "gen_length {} is not a multiple of block_length {}{}: pass a block length that divides {} "
+                      "(--block-length) or a gen_length that is a multiple of {}",
+                      G, B, d.block_length == 0 ? fmt::format(" (the default block for cache {})", mode) : "", G, B);
+  FDLLM_CHECK_PARAM(canvas < max_len, "gen_length",
+                    "gen_length {} rounded up to the block length {} is {}, beyond the model's "
+                    "max_sequence_length {}",
+                    G, B, canvas, max_len);
   if (s.threshold) {
-    FDLLM_CHECK_ARG(s.steps == 0, "steps applies to quota decoding only; with a threshold every block runs until it "
-                    "is full (drop steps or the threshold)");
+    FDLLM_CHECK_PARAM(s.steps == 0, "steps",
+                      "steps applies to quota decoding only; with a threshold every block runs until it "
+                      "is full (drop steps or the threshold)");
   } else if (s.steps > 0) {
     const int64_t blocks = canvas / B;
-    FDLLM_CHECK_ARG(s.steps <= canvas, "steps must be in [1, gen_length = {}] (a step commits at least one token), "
-                    "got {}", canvas, s.steps);
-    FDLLM_CHECK_ARG(s.steps % blocks == 0, "steps ({}) must be divisible by the number of blocks gen_length / "
-                    "block_length = {} (LLaDA generate.py asserts this)", s.steps, blocks);
+    FDLLM_CHECK_PARAM(s.steps <= canvas, "steps",
+                      "steps must be in [1, gen_length = {}] (a step commits at least one token), "
+                      "got {}",
+                      canvas, s.steps);
+    FDLLM_CHECK_PARAM(s.steps % blocks == 0, "steps",
+                      "steps ({}) must be divisible by the number of blocks gen_length / "
+                      "block_length = {} (LLaDA generate.py asserts this)",
+                      s.steps, blocks);
   }
 }
 
 }  // namespace
+
+void validate_fields(const SamplingParams& s) {
+  const int64_t G = s.gen_length;
+  // The upper bound is the model's (validate: below max_sequence_length).
+  FDLLM_CHECK_PARAM(G >= 1, "gen_length", "gen_length must be positive (in [1, max_sequence_length)), got {}", G);
+  FDLLM_CHECK_PARAM(std::isfinite(s.temperature) && s.temperature >= 0.0 && s.temperature <= 1e6, "temperature",
+                    "temperature must be in [0, 1e6], got {}", s.temperature);
+  if (s.threshold)
+    FDLLM_CHECK_PARAM(std::isfinite(*s.threshold) && *s.threshold > 0.0 && *s.threshold <= 1.0, "threshold",
+                      "threshold must be in (0, 1], got {}", *s.threshold);
+  FDLLM_CHECK_PARAM(s.steps >= 0, "steps", "steps must be in [1, gen_length = {}] or 0 (the default), got {}", G,
+                    s.steps);
+  FDLLM_CHECK_PARAM(s.stop.size() <= 16, "stop", "at most 16 stop strings are supported, got {}", s.stop.size());
+  for (size_t i = 0; i < s.stop.size(); ++i)
+    FDLLM_CHECK_PARAM(!s.stop[i].empty() && s.stop[i].size() <= 1024, "stop",
+                      "stop[{}] must be a non-empty string of at most 1024 bytes", i);
+}
 
 void validate(const DecodeSettings& d, const LladaConfig& cfg) { check_decode(d, &cfg); }
 
@@ -276,14 +314,14 @@ void set_option(GenerateOptions& o, std::string_view key, std::string_view value
   const std::string v = trim(value);
   auto real = [&](double lo, double hi, bool lo_open) {
     const auto x = parse_double(v);
-    FDLLM_CHECK_ARG(x && (lo_open ? *x > lo : *x >= lo) && *x <= hi, "option {}: '{}' is not a number in {}{}, {}]", k,
-                    v, lo_open ? "(" : "[", lo, hi);
+    FDLLM_CHECK_PARAM(x && (lo_open ? *x > lo : *x >= lo) && *x <= hi, k.c_str(),
+                      "option {}: '{}' is not a number in {}{}, {}]", k, v, lo_open ? "(" : "[", lo, hi);
     return *x;
   };
   auto count = [&](int64_t lo) {
     const auto i = parse_int(v);
-    FDLLM_CHECK_ARG(i && *i >= lo && *i <= kMaxCount, "option {}: '{}' is not an integer >= {} (at most {})", k, v, lo,
-                    kMaxCount);
+    FDLLM_CHECK_PARAM(i && *i >= lo && *i <= kMaxCount, k.c_str(),
+                      "option {}: '{}' is not an integer >= {} (at most {})", k, v, lo, kMaxCount);
     return *i;
   };
   DecodeSettings& d = o.decode;
@@ -297,7 +335,7 @@ void set_option(GenerateOptions& o, std::string_view key, std::string_view value
     d.gamma = real(0.0, 1.0, true);
   } else if (k == "track_num") {
     const auto i = parse_int(v);
-    FDLLM_CHECK_ARG(i && std::abs(*i) <= kMaxCount, "option track_num: '{}' is not an integer", v);
+    FDLLM_CHECK_PARAM(i && std::abs(*i) <= kMaxCount, "track_num", "option track_num: '{}' is not an integer", v);
     d.track_num = *i;
   } else if (k == "mask_num") {
     d.mask_num = count(1);

@@ -422,15 +422,9 @@ std::shared_ptr<Scheduler::Request> Scheduler::release_slot(Replica& rep, size_t
   return r;
 }
 
-bool Scheduler::step(size_t replica) {
-  FDLLM_ASSERT_MSG(replica < reps_.size(), "replica {} of {}", replica, reps_.size());
-  const auto entered = Clock::now();
-  Replica& rep = reps_[replica];
+bool Scheduler::admit_and_cancel(Replica& rep, std::vector<size_t>& admitted) {
   Denoiser& den = *rep.den;
   auto& running = rep.running;
-  // 1. Cancelled running requests free their slots; cancelled waiting ones leave the queue; the
-  // requests given to this replica take its free slots (lowest first), so a slot freed now is
-  // refilled before this iteration.
   bool did = false;
   for (size_t j = 0; j < running.size(); ++j) {
     if (!running[j] || !running[j]->stream->cancel_requested()) continue;
@@ -441,7 +435,6 @@ bool Scheduler::step(size_t replica) {
     did = true;
   }
   std::vector<std::shared_ptr<Request>> dropped;
-  std::vector<size_t> admitted;
   {
     std::lock_guard<std::mutex> lk(mu_);
     auto drop_cancelled = [&](std::deque<std::shared_ptr<Request>>& q) {
@@ -477,32 +470,26 @@ bool Scheduler::step(size_t replica) {
       did = true;
     }
   }
-  if (std::none_of(running.begin(), running.end(), [](const auto& r) { return r != nullptr; })) return did;
+  return did;
+}
 
-  // 2. One iteration of every running request of this replica.
-  const auto t0 = Clock::now();
-  std::vector<SlotStep> steps;
-  const int64_t passes0 = den.model_passes();
-  try {
-    steps = den.step();
-  } catch (const Error& e) {
-    logger().error("iteration failed ({}): {}", opt_.checkpoint, e.what());
-    for (size_t j = 0; j < running.size(); ++j) {
-      if (!running[j]) continue;
-      const auto r = release_slot(rep, j);
-      RequestEvent ev;
-      ev.iteration = r->iterations;
-      fail(*r, std::move(ev), e);
-    }
-    return true;
+void Scheduler::fail_running(Replica& rep, const Error& e) {
+  logger().error("iteration failed ({}): {}", opt_.checkpoint, e.what());
+  for (size_t j = 0; j < rep.running.size(); ++j) {
+    if (!rep.running[j]) continue;
+    const auto r = release_slot(rep, j);
+    RequestEvent ev;
+    ev.iteration = r->iterations;
+    fail(*r, std::move(ev), e);
   }
-  const auto t1 = Clock::now();
+}
 
-  // 3. Events, answers, finishing.
+int64_t Scheduler::deliver(Replica& rep, std::vector<SlotStep>& steps) {
+  Denoiser& den = *rep.den;
   int64_t committed = 0;
   for (SlotStep& st : steps) {
     const auto slot = static_cast<size_t>(st.slot);
-    auto& r = running[slot];
+    auto& r = rep.running[slot];
     FDLLM_ASSERT_MSG(r != nullptr, "the denoiser stepped slot {}, which holds no request", st.slot);
     ++r->iterations;
     committed += static_cast<int64_t>(st.positions.size());
@@ -544,17 +531,22 @@ bool Scheduler::step(size_t replica) {
       finish(*req, reason, std::move(ev));
     }
   }
-  std::vector<StepPhase> phases = den.step_phases();
+  return committed;
+}
+
+void Scheduler::record_iteration(Replica& rep, size_t replica, bool admission, int64_t committed, int64_t passes,
+                                 Clock::time_point entered, Clock::time_point t0, Clock::time_point t1) {
+  std::vector<StepPhase> phases = rep.den->step_phases();
   std::lock_guard<std::mutex> lk(mu_);
   const double dt = std::chrono::duration<double>(t1 - t0).count();
   ++metrics_.iterations;
   ++metrics_.replica_iterations[replica];
-  metrics_.forward_passes += den.model_passes() - passes0;
+  metrics_.forward_passes += passes;
   metrics_.committed_tokens += committed;
   metrics_.busy_seconds += dt;
   observe(kIterationBounds, metrics_.iteration_seconds_counts, metrics_.iteration_seconds_sum, dt);
-  std::deque<double>& newest = admitted.empty() ? decode_seconds_ : admission_seconds_;
-  EngineMetrics::IterationTimes& all = admitted.empty() ? metrics_.decode_iterations : metrics_.admission_iterations;
+  std::deque<double>& newest = admission ? admission_seconds_ : decode_seconds_;
+  EngineMetrics::IterationTimes& all = admission ? metrics_.admission_iterations : metrics_.decode_iterations;
   ++all.count;
   all.sum += dt;
   // This step's host phases: the scheduler's own time, then what the denoiser's totals grew by
@@ -575,6 +567,33 @@ bool Scheduler::step(size_t replica) {
           static_cast<double>(committed));
   recent_.emplace_back(t1, committed);
   while (!recent_.empty() && t1 - recent_.front().first > std::chrono::seconds(10)) recent_.pop_front();
+}
+
+bool Scheduler::step(size_t replica) {
+  FDLLM_ASSERT_MSG(replica < reps_.size(), "replica {} of {}", replica, reps_.size());
+  const auto entered = Clock::now();
+  Replica& rep = reps_[replica];
+  // 1. Cancellations and admissions: a slot freed now is refilled before this iteration.
+  std::vector<size_t> admitted;
+  const bool did = admit_and_cancel(rep, admitted);
+  if (std::none_of(rep.running.begin(), rep.running.end(), [](const auto& r) { return r != nullptr; })) return did;
+
+  // 2. One iteration of every running request of this replica.
+  const auto t0 = Clock::now();
+  std::vector<SlotStep> steps;
+  const int64_t passes0 = rep.den->model_passes();
+  try {
+    steps = rep.den->step();
+  } catch (const Error& e) {
+    fail_running(rep, e);
+    return true;
+  }
+  const auto t1 = Clock::now();
+  const int64_t passes = rep.den->model_passes() - passes0;
+
+  // 3. Events, answers, finishing; 4. metrics.
+  const int64_t committed = deliver(rep, steps);
+  record_iteration(rep, replica, !admitted.empty(), committed, passes, entered, t0, t1);
   return true;
 }
 

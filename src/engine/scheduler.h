@@ -146,6 +146,21 @@ class Scheduler {
   /// Updates the request's answer from its canvas after an iteration; fills ev.stable_tokens and
   /// ev.text_delta. Returns true once the answer is decided.
   bool update_answer(Request& r, std::span<const int32_t> canvas, bool denoiser_finished, RequestEvent& ev);
+  // The phases of step(replica), in order.
+  /// Phase 1: cancelled running requests free their slots, cancelled waiting ones leave the queue,
+  /// the requests given to this replica take its free slots (lowest first) and are admitted; the
+  /// admitted slots go to `admitted`. Returns whether anything happened.
+  bool admit_and_cancel(Replica& rep, std::vector<size_t>& admitted);
+  /// Phase 2 failed as a whole (a device error): every running request of the replica fails.
+  void fail_running(Replica& rep, const Error& e);
+  /// Phase 3: one event per stepped slot, the answers, the finished and failed requests. Returns
+  /// the positions committed over all slots.
+  int64_t deliver(Replica& rep, std::vector<SlotStep>& steps);
+  /// Phase 4: the iteration's metrics (the denoiser step's wall time t0..t1 and model passes, the
+  /// host phases since `entered`).
+  void record_iteration(Replica& rep, size_t replica, bool admission, int64_t committed, int64_t passes,
+                        std::chrono::steady_clock::time_point entered, std::chrono::steady_clock::time_point t0,
+                        std::chrono::steady_clock::time_point t1);
 
   std::vector<Replica> reps_;  // never resized after construction
   TextCodec codec_;

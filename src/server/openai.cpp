@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <set>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -197,7 +198,20 @@ ApiError api_error_of(const Error& e, std::string param) {
   return a;
 }
 
-std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool chat, const ParseLimits& limits) {
+std::string api_param_of(std::string_view key) {
+  // The SamplingParams keys a request sets (parse_request below); the rest are the engine's.
+  static constexpr std::pair<std::string_view, const char*> kRequestFields[] = {
+      {"gen_length", "max_tokens"},   {"steps", "steps"}, {"threshold", "threshold"},
+      {"temperature", "temperature"}, {"seed", "seed"},   {"stop", "stop"}};
+  for (const auto& [k, api] : kRequestFields)
+    if (k == key) return api;
+  return {};
+}
+
+namespace {
+
+/// The body as a JSON object whose every key the endpoint takes, or the 400 that says why not.
+std::variant<json, ApiError> parse_body(std::string_view body, bool chat) {
   // nlohmann's parser ends a document at a NUL byte and ignores what follows: a body holding one is
   // not one JSON text, whatever the bytes after it.
   if (const size_t nul = body.find('\0'); nul != std::string_view::npos)
@@ -209,134 +223,145 @@ std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool cha
   // A key given twice is refused rather than read as its last value (a proxy or log reading the
   // first would see another request).
   std::string parse_error, duplicate;
-  const json j = try_parse_json(body, /*reject_duplicate_keys=*/true, &parse_error, &duplicate);
+  json j = try_parse_json(body, /*reject_duplicate_keys=*/true, &parse_error, &duplicate);
   if (!duplicate.empty()) return bad("", fmt::format("the request body holds a duplicate key '{}'", duplicate));
   if (j.is_discarded()) return bad("", "the request body is not valid JSON (UTF-8 text)");
   if (!j.is_object()) return bad("", fmt::format("the request body must be a JSON object, got {}", kind_of(j)));
   const auto& allowed = fields(chat);
   for (const auto& [k, v] : j.items())
     if (!allowed.count(k)) return bad(k, fmt::format("unsupported field '{}'", k));
+  return j;
+}
 
-  ApiRequest r;
-  r.chat = chat;
-  // Absent and null mean the default for every optional field.
-  auto get = [&](const char* f) -> const json* {
-    auto it = j.find(f);
-    return it == j.end() || it->is_null() ? nullptr : &*it;
-  };
-  auto integer = [&](const char* f, int64_t lo, int64_t hi) -> std::variant<std::monostate, int64_t, ApiError> {
+/// Typed reads of a request body's optional fields: absent and null mean the default. Each read
+/// returns nothing (absent), the value, or the 400 naming the field; they check the JSON type only
+/// (the values' ranges are params.cpp's, validate_fields).
+class Fields {
+ public:
+  explicit Fields(const json& j) : j_(j) {}
+  const json* get(const char* f) const {
+    auto it = j_.find(f);
+    return it == j_.end() || it->is_null() ? nullptr : &*it;
+  }
+  /// An integer that fits int64 (a larger one is refused as out of range, not as "not an integer").
+  std::variant<std::monostate, int64_t, ApiError> integer(const char* f) const {
     const json* v = get(f);
     if (!v) return std::monostate{};
-    if (v->is_number_unsigned() && !as_int(*v))  // an integer past int64: out of range, not "not an integer"
-      return bad(f, fmt::format("'{}' must be in [{}, {}], got {}", f, lo, hi, v->dump()));
+    if (v->is_number_unsigned() && !as_int(*v))
+      return bad(f, fmt::format("'{}' must be in [1, 2^63), got {}", f, v->dump()));
     const auto i = as_int(*v);
     if (!i) return bad(f, fmt::format("'{}' must be an integer, got {}", f, kind_of(*v)));
-    if (*i < lo || *i > hi) return bad(f, fmt::format("'{}' must be in [{}, {}], got {}", f, lo, hi, *i));
     return *i;
-  };
-  auto number = [&](const char* f, double lo, double hi, bool lo_open) -> std::variant<std::monostate, double, ApiError> {
+  }
+  std::variant<std::monostate, double, ApiError> number(const char* f) const {
     const json* v = get(f);
     if (!v) return std::monostate{};
     if (!v->is_number()) return bad(f, fmt::format("'{}' must be a number, got {}", f, kind_of(*v)));
-    const double x = v->get<double>();
-    if (!std::isfinite(x) || (lo_open ? x <= lo : x < lo) || x > hi)
-      return bad(f, fmt::format("'{}' must be in {}{}, {}], got {}", f, lo_open ? "(" : "[", lo, hi, x));
-    return x;
-  };
-  auto boolean = [&](const char* f) -> std::variant<std::monostate, bool, ApiError> {
+    return v->get<double>();
+  }
+  std::variant<std::monostate, bool, ApiError> boolean(const char* f) const {
     const json* v = get(f);
     if (!v) return std::monostate{};
     if (!v->is_boolean()) return bad(f, fmt::format("'{}' must be true or false, got {}", f, kind_of(*v)));
     return v->get<bool>();
-  };
-  // Refused unless it asks for nothing: `ok(v)` says whether value v is the no-op.
-  auto only = [&](const char* f, auto ok, const char* what) -> std::optional<ApiError> {
+  }
+  /// Refused unless it asks for nothing: `ok(v)` says whether value v is the no-op.
+  template <class Ok>
+  std::optional<ApiError> only(const char* f, Ok ok, const char* what) const {
     const json* v = get(f);
     if (v && !ok(*v)) return bad(f, fmt::format("'{}' is not supported ({})", f, what));
     return std::nullopt;
-  };
+  }
 
-  // model
-  const json* model = get("model");
-  if (!model) return bad("model", "'model' is required");
-  if (!model->is_string()) return bad("model", fmt::format("'model' must be a string, got {}", kind_of(*model)));
-  r.model = model->get<std::string>();
-  if (r.model != limits.model_id) {
+ private:
+  const json& j_;
+};
+
+/// Stores a read field into `out` (when present); returns its error.
+template <class T, class U>
+std::optional<ApiError> read_into(std::variant<std::monostate, T, ApiError> v, U& out) {
+  if (auto* e = std::get_if<ApiError>(&v)) return *e;
+  if (auto* x = std::get_if<T>(&v)) out = *x;
+  return std::nullopt;
+}
+
+/// model: a string naming the served model (another one is a 404).
+std::optional<ApiError> parse_model(const Fields& f, const ParseLimits& limits, std::string& model) {
+  const json* m = f.get("model");
+  if (!m) return bad("model", "'model' is required");
+  if (!m->is_string()) return bad("model", fmt::format("'model' must be a string, got {}", kind_of(*m)));
+  model = m->get<std::string>();
+  if (model != limits.model_id) {
     ApiError e;
     e.status = 404;
-    e.message = fmt::format("The model '{}' does not exist: this server serves '{}'", r.model, limits.model_id);
+    e.message = fmt::format("The model '{}' does not exist: this server serves '{}'", model, limits.model_id);
     e.param = "model";
     e.code = "model_not_found";
     return e;
   }
+  return std::nullopt;
+}
 
-  // prompt / messages
-  if (chat) {
-    const json* m = get("messages");
-    if (!m) return bad("messages", "'messages' is required");
-    if (auto e = parse_messages(*m, r.messages)) return *e;
-  } else {
-    const json* p = get("prompt");
-    if (!p) return bad("prompt", "'prompt' is required");
-    if (auto e = parse_prompt(*p, limits, r.prompts)) return *e;
-  }
+/// stop: a string or an array of at most limits.max_stop strings.
+std::optional<ApiError> parse_stop(const Fields& f, const ParseLimits& limits, std::vector<std::string>& stop) {
+  const json* v = f.get("stop");
+  if (!v) return std::nullopt;
+  auto add = [&](const json& s, const std::string& at) -> std::optional<ApiError> {
+    if (!s.is_string()) return bad("stop", fmt::format("'{}' must be a string, got {}", at, kind_of(s)));
+    stop.push_back(s.get<std::string>());
+    return std::nullopt;
+  };
+  if (v->is_string()) return add(*v, "stop");
+  if (!v->is_array())
+    return bad("stop", fmt::format("'stop' must be a string or an array of strings, got {}", kind_of(*v)));
+  if (static_cast<int64_t>(v->size()) > limits.max_stop)
+    return bad("stop", fmt::format("'stop' holds {} strings; at most {}", v->size(), limits.max_stop));
+  for (size_t i = 0; i < v->size(); ++i)
+    if (auto e = add((*v)[i], fmt::format("stop[{}]", i))) return e;
+  return std::nullopt;
+}
 
-  // max_tokens (chat: max_completion_tokens is the newer name)
-  constexpr int64_t kMaxTokens = int64_t{1} << 24;
-  r.params.gen_length = limits.default_max_tokens;
-  for (const char* f : {"max_tokens", "max_completion_tokens"}) {
-    if (!chat && std::string(f) == "max_completion_tokens") continue;
-    auto v = integer(f, 1, kMaxTokens);
-    if (auto* e = std::get_if<ApiError>(&v)) return *e;
-    if (auto* i = std::get_if<int64_t>(&v)) r.params.gen_length = *i;
+/// The decoding parameters of a request (params.h SamplingParams): max_tokens (chat also
+/// max_completion_tokens, the newer name) = gen_length, temperature, threshold, steps, seed, stop;
+/// their ranges are checked once, by params.cpp (validate_fields), the field at fault mapped to its
+/// request field (api_param_of).
+std::optional<ApiError> parse_sampling(const Fields& f, bool chat, const ParseLimits& limits, SamplingParams& p) {
+  p.gen_length = limits.default_max_tokens;
+  for (const char* name : {"max_tokens", "max_completion_tokens"}) {
+    if (!chat && std::string_view(name) == "max_completion_tokens") continue;
+    if (auto e = read_into(f.integer(name), p.gen_length)) return e;
   }
+  if (auto e = read_into(f.number("temperature"), p.temperature)) return e;
   {
-    auto v = number("temperature", 0.0, 1e6, false);
-    if (auto* e = std::get_if<ApiError>(&v)) return *e;
-    if (auto* x = std::get_if<double>(&v)) r.params.temperature = *x;
+    std::optional<double> threshold;
+    if (auto e = read_into(f.number("threshold"), threshold)) return e;
+    p.threshold = threshold;
   }
-  {
-    auto v = number("threshold", 0.0, 1.0, true);
-    if (auto* e = std::get_if<ApiError>(&v)) return *e;
-    if (auto* x = std::get_if<double>(&v)) r.params.threshold = *x;
-  }
-  {
-    auto v = integer("steps", 1, kMaxTokens);
-    if (auto* e = std::get_if<ApiError>(&v)) return *e;
-    if (auto* i = std::get_if<int64_t>(&v)) r.params.steps = *i;
-  }
-  if (const json* v = get("seed")) {
+  if (auto e = read_into(f.integer("steps"), p.steps)) return e;
+  if (const json* v = f.get("seed")) {
     if (v->is_number_unsigned())
-      r.params.seed = v->get<uint64_t>();
+      p.seed = v->get<uint64_t>();
     else if (v->is_number_integer())
-      r.params.seed = static_cast<uint64_t>(v->get<int64_t>());
+      p.seed = static_cast<uint64_t>(v->get<int64_t>());
     else
       return bad("seed", fmt::format("'seed' must be an integer, got {}", kind_of(*v)));
   }
-  if (const json* v = get("stop")) {
-    auto add = [&](const json& s, const std::string& at) -> std::optional<ApiError> {
-      if (!s.is_string()) return bad("stop", fmt::format("'{}' must be a string, got {}", at, kind_of(s)));
-      if (s.get<std::string>().empty()) return bad("stop", fmt::format("'{}' is an empty string", at));
-      r.params.stop.push_back(s.get<std::string>());
-      return std::nullopt;
-    };
-    if (v->is_string()) {
-      if (auto e = add(*v, "stop")) return *e;
-    } else if (v->is_array()) {
-      if (static_cast<int64_t>(v->size()) > limits.max_stop)
-        return bad("stop", fmt::format("'stop' holds {} strings; at most {}", v->size(), limits.max_stop));
-      for (size_t i = 0; i < v->size(); ++i)
-        if (auto e = add((*v)[i], fmt::format("stop[{}]", i))) return *e;
-    } else {
-      return bad("stop", fmt::format("'stop' must be a string or an array of strings, got {}", kind_of(*v)));
-    }
+  if (auto e = parse_stop(f, limits, p.stop)) return e;
+  try {
+    validate_fields(p);
+  } catch (const Error& e) {
+    std::string param = api_param_of(e.field());
+    // The API's own name for the field (the message uses the parameter's key).
+    std::string message = param.empty() || param == e.field() ? e.what() : fmt::format("'{}': {}", param, e.what());
+    return bad(std::move(param), std::move(message));
   }
-  {
-    auto v = boolean("stream");
-    if (auto* e = std::get_if<ApiError>(&v)) return *e;
-    if (auto* b = std::get_if<bool>(&v)) r.stream = *b;
-  }
-  if (const json* v = get("stream_options")) {
+  return std::nullopt;
+}
+
+/// stream, stream_options (only with stream), stream_canvas (only with stream), user.
+std::optional<ApiError> parse_streaming(const Fields& f, ApiRequest& r) {
+  if (auto e = read_into(f.boolean("stream"), r.stream)) return e;
+  if (const json* v = f.get("stream_options")) {
     if (!v->is_object()) return bad("stream_options", fmt::format("'stream_options' must be an object, got {}", kind_of(*v)));
     if (!r.stream) return bad("stream_options", "'stream_options' is only allowed when 'stream' is true");
     for (const auto& [k, x] : v->items()) {
@@ -347,37 +372,77 @@ std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool cha
       r.include_usage = x.get<bool>();
     }
   }
-  {
-    auto v = boolean("stream_canvas");
-    if (auto* e = std::get_if<ApiError>(&v)) return *e;
-    if (auto* b = std::get_if<bool>(&v)) r.stream_canvas = *b;
-    if (r.stream_canvas && !r.stream) return bad("stream_canvas", "'stream_canvas' needs 'stream': true");
-  }
-  if (const json* v = get("user"); v && !v->is_string())
+  if (auto e = read_into(f.boolean("stream_canvas"), r.stream_canvas)) return e;
+  if (r.stream_canvas && !r.stream) return bad("stream_canvas", "'stream_canvas' needs 'stream': true");
+  if (const json* v = f.get("user"); v && !v->is_string())
     return bad("user", fmt::format("'user' must be a string, got {}", kind_of(*v)));
+  return std::nullopt;
+}
 
-  // Fields accepted only with the value that asks for nothing.
-  auto is_one = [](const json& v) { return as_int(v) == 1; };
-  auto is_zero = [](const json& v) { return v.is_number() && v.get<double>() == 0.0; };
-  auto is_false = [](const json& v) { return v.is_boolean() && !v.get<bool>(); };
-  auto is_empty = [](const json& v) { return (v.is_object() || v.is_array() || v.is_string()) && v.empty(); };
-  if (auto e = only("n", is_one, "one choice per prompt: n must be 1")) return *e;
-  if (auto e = only("top_p", [](const json& v) { return v.is_number() && v.get<double>() == 1.0; },
-                    "nucleus sampling: top_p must be 1"))
-    return *e;
-  if (auto e = only("presence_penalty", is_zero, "penalties must be 0")) return *e;
-  if (auto e = only("frequency_penalty", is_zero, "penalties must be 0")) return *e;
-  if (auto e = only("logit_bias", is_empty, "logit_bias must be empty")) return *e;
-  if (chat) {
-    if (auto e = only("logprobs", is_false, "no log probabilities: logprobs must be false")) return *e;
-    if (auto e = only("top_logprobs", is_zero, "no log probabilities")) return *e;
-  } else {
-    if (auto e = only("logprobs", is_zero, "no log probabilities: logprobs must be null or 0")) return *e;
-    if (auto e = only("best_of", is_one, "best_of must be 1")) return *e;
-    if (auto e = only("echo", is_false, "echo must be false")) return *e;
-    if (auto e = only("suffix", is_empty, "suffix must be empty")) return *e;
-  }
+bool is_one(const json& v) { return as_int(v) == 1; }
+bool is_zero(const json& v) { return v.is_number() && v.get<double>() == 0.0; }
+bool is_false(const json& v) { return v.is_boolean() && !v.get<bool>(); }
+bool is_empty(const json& v) { return (v.is_object() || v.is_array() || v.is_string()) && v.empty(); }
+
+/// The fields both endpoints accept only with the value that asks for nothing.
+std::optional<ApiError> refuse_common_options(const Fields& f) {
+  if (auto e = f.only("n", is_one, "one choice per prompt: n must be 1")) return e;
+  if (auto e = f.only(
+          "top_p", [](const json& v) { return v.is_number() && v.get<double>() == 1.0; },
+          "nucleus sampling: top_p must be 1"))
+    return e;
+  if (auto e = f.only("presence_penalty", is_zero, "penalties must be 0")) return e;
+  if (auto e = f.only("frequency_penalty", is_zero, "penalties must be 0")) return e;
+  return f.only("logit_bias", is_empty, "logit_bias must be empty");
+}
+
+/// The fields every endpoint shares, in the order their errors take precedence: model, then (after
+/// the endpoint's prompt) the decoding parameters and the streaming fields.
+std::optional<ApiError> parse_shared(const Fields& f, bool chat, const ParseLimits& limits, ApiRequest& r) {
+  if (auto e = parse_sampling(f, chat, limits, r.params)) return e;
+  if (auto e = parse_streaming(f, r)) return e;
+  return refuse_common_options(f);
+}
+
+/// POST /v1/completions: prompt (a string, token ids, or a list of either), then the shared fields;
+/// logprobs, best_of, echo, suffix only as no-ops.
+std::variant<ApiRequest, ApiError> parse_completion(const Fields& f, const ParseLimits& limits) {
+  ApiRequest r;
+  r.chat = false;
+  if (auto e = parse_model(f, limits, r.model)) return *e;
+  const json* p = f.get("prompt");
+  if (!p) return bad("prompt", "'prompt' is required");
+  if (auto e = parse_prompt(*p, limits, r.prompts)) return *e;
+  if (auto e = parse_shared(f, /*chat=*/false, limits, r)) return *e;
+  if (auto e = f.only("logprobs", is_zero, "no log probabilities: logprobs must be null or 0")) return *e;
+  if (auto e = f.only("best_of", is_one, "best_of must be 1")) return *e;
+  if (auto e = f.only("echo", is_false, "echo must be false")) return *e;
+  if (auto e = f.only("suffix", is_empty, "suffix must be empty")) return *e;
   return r;
+}
+
+/// POST /v1/chat/completions: messages, then the shared fields; logprobs and top_logprobs only as
+/// no-ops.
+std::variant<ApiRequest, ApiError> parse_chat(const Fields& f, const ParseLimits& limits) {
+  ApiRequest r;
+  r.chat = true;
+  if (auto e = parse_model(f, limits, r.model)) return *e;
+  const json* m = f.get("messages");
+  if (!m) return bad("messages", "'messages' is required");
+  if (auto e = parse_messages(*m, r.messages)) return *e;
+  if (auto e = parse_shared(f, /*chat=*/true, limits, r)) return *e;
+  if (auto e = f.only("logprobs", is_false, "no log probabilities: logprobs must be false")) return *e;
+  if (auto e = f.only("top_logprobs", is_zero, "no log probabilities")) return *e;
+  return r;
+}
+
+}  // namespace
+
+std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool chat, const ParseLimits& limits) {
+  auto j = parse_body(body, chat);
+  if (auto* e = std::get_if<ApiError>(&j)) return *e;
+  const Fields f(std::get<json>(j));
+  return chat ? parse_chat(f, limits) : parse_completion(f, limits);
 }
 
 nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {

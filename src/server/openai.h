@@ -38,6 +38,10 @@ nlohmann::json error_body(const ApiError& e);
 /// An Error of the engine as an API error: kInvalidArgument -> 400 (param when known), kUnavailable
 /// -> 429 (queue full) or 503 (shutting down), everything else -> 500.
 ApiError api_error_of(const Error& e, std::string param = {});
+/// The request field of a decoding parameter, by its canonical key (Error::field(), set by
+/// params.cpp's validation): gen_length -> "max_tokens"; steps, threshold, temperature, seed and
+/// stop keep their names; any other key (an engine setting, not a request field) -> "".
+std::string api_param_of(std::string_view key);
 
 /// What the parser needs to know of the server.
 struct ParseLimits {

@@ -224,20 +224,13 @@ struct Server::Impl {
       e.code = "context_length_exceeded";
       return e;
     }
-    try {  // the parameters under this engine's method (params.h names them by their keys)
+    try {  // the parameters under this engine's method (params.cpp, the one validation)
       validate(call.req.params, engine.serve_options().decode, engine.config(), /*exact_blocks=*/false);
     } catch (const Error& e) {
-      const std::string m = e.what();
-      static const std::pair<const char*, const char*> keys[] = {
-          {"gen_length", "max_tokens"}, {"steps", "steps"}, {"threshold", "threshold"},
-          {"temperature", "temperature"}, {"stop", "stop"}};
-      std::string field;
-      for (const auto& [key, api] : keys)
-        if (m.rfind(key, 0) == 0) field = api;
-      ApiError a = api_error_of(e, field);
-      // max_tokens within max_model_len whose canvas, rounded up to the block, is not: the context.
-      if (field == "max_tokens" && m.find("max_sequence_length") != std::string::npos)
-        a.code = "context_length_exceeded";
+      ApiError a = api_error_of(e, api_param_of(e.field()));
+      // gen_length within max_model_len (checked above) that params.cpp refuses is a canvas, rounded
+      // up to the block, beyond the model's context.
+      if (e.field() == "gen_length") a.code = "context_length_exceeded";
       return a;
     }
     try {

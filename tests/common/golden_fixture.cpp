@@ -76,4 +76,23 @@ double golden_margin(const nlohmann::json& m) {
   return m.get<double>();
 }
 
+GenerateOptions flash_options() {
+  GenerateOptions o;
+  o.sampling.gen_length = 512;
+  o.decode.block_length = 16;
+  return o;
+}
+
+GenerateOptions flash_run_options(const nlohmann::json& run, int64_t slots, bool quirks) {
+  GenerateOptions o = flash_options();
+  o.sampling.gen_length = run["gen_length"];
+  o.decode.block_length = run["block_length"];
+  o.sampling.threshold = run["threshold"];
+  o.decode.track_num = run["track_num"];
+  o.decode.mask_num = run["mask_num"];
+  o.decode.n_slots = slots;
+  o.decode.reference_quirks = quirks;
+  return o;
+}
+
 }  // namespace flashdllm::test

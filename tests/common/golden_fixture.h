@@ -21,6 +21,7 @@
 
 #include "backend/backend.h"
 #include "core/check.h"
+#include "flashdllm/params.h"
 #include "io/safetensors.h"
 #include "model/llada.h"
 
@@ -75,5 +76,13 @@ const T& pick_last(const std::vector<T>& items, size_t i) {
 }
 /// The prompts ordered by length (stable), for tests that want the shortest or the longest.
 std::vector<std::vector<int32_t>> by_length(std::vector<std::vector<int32_t>> prompts);
+
+/// Flash-Cache settings with the scripts' canvas of 512 and block 16 written out (the tests read
+/// them); params.h's other defaults are the paper's (track_num 4, mask_num 4, ε 0.9).
+GenerateOptions flash_options();
+
+/// The settings of a recorded Flash-dLLM run (gen_flashdllm.json: gen_length, block_length,
+/// threshold, track_num, mask_num; verify stays off) on `slots` slots.
+GenerateOptions flash_run_options(const nlohmann::json& run, int64_t slots, bool quirks);
 
 }  // namespace flashdllm::test

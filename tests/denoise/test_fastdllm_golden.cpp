@@ -67,7 +67,7 @@ std::vector<Case> cases(bool free_run_only) {
 
 struct RunSpec {
   std::vector<int32_t> prompt;
-  FastDllmCacheOptions opt;
+  GenerateOptions opt;  // cache prefix or dual
   const json* run = nullptr;
 };
 
@@ -77,12 +77,14 @@ RunSpec spec_of(const Case& c) {
   RunSpec s;
   s.run = &r;
   s.prompt = golden_prompt(g.fastdllm, r);
-  s.opt.mode = r["function"] == "prefix" ? FastDllmCacheMode::kPrefix : FastDllmCacheMode::kDual;
-  s.opt.gen_length = r["gen_length"];
-  s.opt.block_length = r["block_length"];
-  s.opt.steps = r["steps"];
-  if (!r["threshold"].is_null()) s.opt.threshold = r["threshold"].get<double>();
-  s.opt.confidence_f64 = true;  // Fast-dLLM softmaxes in float64
+  s.opt.decode.cache = r["function"] == "prefix" ? CacheMode::kPrefix : CacheMode::kDual;
+  s.opt.sampling.gen_length = r["gen_length"];
+  s.opt.decode.block_length = r["block_length"];
+  if (r["threshold"].is_null())
+    s.opt.sampling.steps = r["steps"];
+  else  // threshold mode: no steps (params.h)
+    s.opt.sampling.threshold = r["threshold"].get<double>();
+  s.opt.decode.confidence_f32 = false;  // Fast-dLLM softmaxes in float64
   EXPECT_EQ(g.fastdllm["fixed_args"]["temperature"].get<double>(), 0.0);
   EXPECT_EQ(g.fastdllm["fixed_args"]["remasking"].get<std::string>(), "low_confidence");
   return s;
@@ -102,8 +104,8 @@ TEST_P(FastDllmTeacherForced, EveryStepMatchesAboveNoiseMargin) {
   const json& r = *spec.run;
   const json& trace = r["trace"];
   const std::vector<int32_t> out = r["output_ids"].get<std::vector<int32_t>>();
-  const int64_t P = static_cast<int64_t>(spec.prompt.size()), B = spec.opt.block_length;
-  const int64_t n_blocks = spec.opt.gen_length / B, spb = spec.opt.steps / n_blocks;
+  const int64_t P = static_cast<int64_t>(spec.prompt.size()), B = spec.opt.decode.block_length;
+  const int64_t n_blocks = spec.opt.sampling.gen_length / B, spb = r["steps"].get<int64_t>() / n_blocks;
   const size_t N = trace.size();
   const int32_t mask = g.model.config.mask_token_id;
   FastDllmCacheSampler sampler(*g.backend, g.model, spec.opt);
@@ -143,7 +145,7 @@ TEST_P(FastDllmTeacherForced, EveryStepMatchesAboveNoiseMargin) {
     s.step_in_block = static_cast<int64_t>(round);
     s.done = false;
     s.block_quota.clear();
-    if (!spec.opt.threshold) {  // the schedule splits the masks the block had at its start
+    if (!spec.opt.sampling.threshold) {  // the schedule splits the masks the block had at its start
       const std::vector<int32_t>& start = pre[steps_of_block[b][0]];
       const int64_t b0 = P + static_cast<int64_t>(b) * B;
       s.block_quota = quota_schedule(std::count(start.begin() + b0, start.begin() + b0 + B, mask), spb);
@@ -170,7 +172,7 @@ TEST_P(FastDllmTeacherForced, EveryStepMatchesAboveNoiseMargin) {
       if (margin <= kFp32DecisionMargin) {
         ++near_ties;
         // Quota counts come from the schedule; threshold counts hinge on the near-tie itself.
-        if (!spec.opt.threshold) {
+        if (!spec.opt.sampling.threshold) {
           EXPECT_EQ(have.size(), want.size()) << "step " << k << ": quota counts never depend on ties";
         }
         continue;
@@ -232,7 +234,7 @@ struct Recorded {
   std::vector<std::vector<std::vector<int64_t>>> steps;  // [seq][step] committed positions
 };
 
-Recorded run_cached(const FastDllmCacheOptions& o, const std::vector<std::vector<int32_t>>& prompts) {
+Recorded run_cached(const GenerateOptions& o, const std::vector<std::vector<int32_t>>& prompts) {
   Golden& g = golden();
   FastDllmCacheSampler sampler(*g.backend, g.model, o);
   Recorded rec;
@@ -243,14 +245,13 @@ Recorded run_cached(const FastDllmCacheOptions& o, const std::vector<std::vector
   return rec;
 }
 
-FastDllmCacheOptions small_options(FastDllmCacheMode mode, int64_t block, std::optional<double> threshold,
-                                   int64_t steps) {
-  FastDllmCacheOptions o;
-  o.mode = mode;
-  o.gen_length = 64;
-  o.block_length = block;
-  o.steps = steps;
-  o.threshold = threshold;
+GenerateOptions small_options(CacheMode mode, int64_t block, std::optional<double> threshold, int64_t steps) {
+  GenerateOptions o;
+  o.decode.cache = mode;
+  o.sampling.gen_length = 64;
+  o.decode.block_length = block;
+  if (!threshold) o.sampling.steps = steps;  // threshold mode: no steps (params.h)
+  o.sampling.threshold = threshold;
   return o;
 }
 
@@ -261,8 +262,8 @@ TEST(FastDllmProperty, OneBlockPrefixCacheEqualsDualCache) {
   const auto prompts = some_prompts(3);
   for (std::optional<double> thr : {std::optional<double>(0.9), std::optional<double>()}) {
     SCOPED_TRACE(thr ? "threshold 0.9" : "quota, 16 steps");
-    const Recorded prefix = run_cached(small_options(FastDllmCacheMode::kPrefix, 64, thr, 16), prompts);
-    const Recorded dual = run_cached(small_options(FastDllmCacheMode::kDual, 64, thr, 16), prompts);
+    const Recorded prefix = run_cached(small_options(CacheMode::kPrefix, 64, thr, 16), prompts);
+    const Recorded dual = run_cached(small_options(CacheMode::kDual, 64, thr, 16), prompts);
     for (size_t i = 0; i < prompts.size(); ++i) {
       EXPECT_EQ(prefix.states[i].x, dual.states[i].x) << "prompt " << i;
       EXPECT_EQ(prefix.states[i].nfe, dual.states[i].nfe) << "prompt " << i;
@@ -282,8 +283,8 @@ TEST(FastDllmProperty, CachedCallOnUnchangedStateReproducesTheFullForward) {
   Golden& g = golden();
   const auto prompts = some_prompts(3);
   int compared = 0;
-  for (FastDllmCacheMode mode : {FastDllmCacheMode::kPrefix, FastDllmCacheMode::kDual}) {
-    SCOPED_TRACE(mode == FastDllmCacheMode::kPrefix ? "prefix" : "dual");
+  for (CacheMode mode : {CacheMode::kPrefix, CacheMode::kDual}) {
+    SCOPED_TRACE(mode == CacheMode::kPrefix ? "prefix" : "dual");
     FastDllmCacheSampler sampler(*g.backend, g.model, small_options(mode, 16, 0.9, 64));
     std::vector<CachedSequenceState> batch;
     for (const auto& p : prompts) batch.push_back(sampler.init_state(p));
@@ -306,7 +307,7 @@ TEST(FastDllmProperty, CachedCallOnUnchangedStateReproducesTheFullForward) {
     }
     const std::vector<StepCommit> cached = sampler.step(batch);
     for (size_t i = 0; i < batch.size(); ++i) {
-      EXPECT_EQ(batch[i].call_kinds.back(), mode == FastDllmCacheMode::kPrefix ? kCallSuffix : kCallBlock);
+      EXPECT_EQ(batch[i].call_kinds.back(), mode == CacheMode::kPrefix ? kCallSuffix : kCallBlock);
       ASSERT_EQ(cached[i].candidates, full[i].candidates);
       // Not bitwise: the GEMMs run over different row counts (summation order). Measured on G1:
       // <= 1e-5. A wrong cache row, position or tile moves confidences by O(0.1).
@@ -343,14 +344,15 @@ TEST(FastDllmProperty, CachedCallOnUnchangedStateReproducesTheFullForward) {
 TEST(FastDllmProperty, OneStepPerBlockEqualsNoCacheSampler) {
   Golden& g = golden();
   const auto prompts = some_prompts(3);
-  LladaSamplerOptions lo;
-  lo.gen_length = 64;
-  lo.block_length = 16;
-  lo.steps = 4;
-  lo.confidence_f64 = true;
+  GenerateOptions lo;
+  lo.decode.cache = CacheMode::kNone;
+  lo.sampling.gen_length = 64;
+  lo.decode.block_length = 16;
+  lo.sampling.steps = 4;
+  lo.decode.confidence_f32 = false;
   LladaSampler nocache(*g.backend, g.model, lo);
   const auto want = nocache.generate(prompts);
-  for (FastDllmCacheMode mode : {FastDllmCacheMode::kPrefix, FastDllmCacheMode::kDual}) {
+  for (CacheMode mode : {CacheMode::kPrefix, CacheMode::kDual}) {
     const Recorded got = run_cached(small_options(mode, 16, std::nullopt, 4), prompts);
     for (size_t i = 0; i < prompts.size(); ++i) {
       EXPECT_EQ(got.states[i].x, want[i].x) << "prompt " << i;
@@ -373,16 +375,16 @@ TEST(FastDllmProperty, BatchedEqualsAloneAndCallStructureHolds) {
   const Variant variants[] = {{0.9, 64, 0.0, Remasking::kLowConfidence},
                               {0.7, 64, 1.0, Remasking::kLowConfidence},
                               {std::nullopt, 16, 0.5, Remasking::kRandom}};
-  for (FastDllmCacheMode mode : {FastDllmCacheMode::kPrefix, FastDllmCacheMode::kDual}) {
+  for (CacheMode mode : {CacheMode::kPrefix, CacheMode::kDual}) {
     for (const Variant& v : variants) {
-      FastDllmCacheOptions o = small_options(mode, 16, v.threshold, v.steps);
-      o.temperature = v.temperature;
-      o.remasking = v.remasking;
-      o.seed = 7;
-      SCOPED_TRACE(fmt::format("{} thr {} steps {} T {} random {}", mode == FastDllmCacheMode::kPrefix ? "prefix" : "dual",
+      GenerateOptions o = small_options(mode, 16, v.threshold, v.steps);
+      o.sampling.temperature = v.temperature;
+      o.decode.remasking = v.remasking;
+      o.sampling.seed = 7;
+      SCOPED_TRACE(fmt::format("{} thr {} steps {} T {} random {}", mode == CacheMode::kPrefix ? "prefix" : "dual",
                                v.threshold.value_or(-1.0), v.steps, v.temperature, v.remasking == Remasking::kRandom));
       const Recorded batched = run_cached(o, prompts);
-      const char cached_kind = mode == FastDllmCacheMode::kPrefix ? kCallSuffix : kCallBlock;
+      const char cached_kind = mode == CacheMode::kPrefix ? kCallSuffix : kCallBlock;
       for (size_t i = 0; i < prompts.size(); ++i) {
         const Recorded alone = run_cached(o, {prompts[i]});
         const CachedSequenceState& s = batched.states[i];
@@ -421,58 +423,53 @@ void expect_invalid(F&& f, const std::string& needle) {
 TEST(FastDllmOptions, RejectsBadParameters) {
   Golden& g = golden();
   const LladaConfig& cfg = g.model.config;
+  // The settings are params.h's, validated once there (validate); the sampler's constructor calls it.
   auto with = [](auto edit) {
-    FastDllmCacheOptions o;
-    o.gen_length = 64;
-    o.block_length = 16;
-    o.steps = 64;
+    GenerateOptions o;
+    o.decode.cache = CacheMode::kDual;
+    o.sampling.gen_length = 64;
+    o.decode.block_length = 16;
+    o.sampling.steps = 64;
     edit(o);
     return o;
   };
-  expect_invalid([&] { validate_fastdllm_cache_options(with([](auto& o) { o.gen_length = 0; }), cfg); }, "gen_length");
-  expect_invalid([&] { validate_fastdllm_cache_options(with([](auto& o) { o.block_length = 0; }), cfg); },
-                 "block_length");
-  expect_invalid([&] { validate_fastdllm_cache_options(with([](auto& o) { o.block_length = 24; }), cfg); },
-                 "multiple of block_length");
-  expect_invalid([&] { validate_fastdllm_cache_options(with([](auto& o) { o.steps = 6; }), cfg); }, "steps");
-  expect_invalid([&] { validate_fastdllm_cache_options(with([](auto& o) { o.steps = 0; }), cfg); }, "steps");
-  expect_invalid([&] { validate_fastdllm_cache_options(with([](auto& o) { o.threshold = 0.0; }), cfg); }, "threshold");
-  expect_invalid([&] { validate_fastdllm_cache_options(with([](auto& o) { o.threshold = 1.5; }), cfg); }, "threshold");
+  expect_invalid([&] { validate(with([](auto& o) { o.sampling.gen_length = 0; }), cfg); }, "gen_length");
+  // block_length 0 and steps 0 are the defaults (params.h): -1 is the first value refused.
+  expect_invalid([&] { validate(with([](auto& o) { o.decode.block_length = -1; }), cfg); }, "block_length");
+  expect_invalid([&] { validate(with([](auto& o) { o.decode.block_length = 24; }), cfg); }, "multiple of block_length");
+  expect_invalid([&] { validate(with([](auto& o) { o.sampling.steps = 6; }), cfg); }, "steps");
+  expect_invalid([&] { validate(with([](auto& o) { o.sampling.steps = -1; }), cfg); }, "steps");
+  expect_invalid([&] { validate(with([](auto& o) { o.sampling.threshold = 0.0; }), cfg); }, "threshold");
+  expect_invalid([&] { validate(with([](auto& o) { o.sampling.threshold = 1.5; }), cfg); }, "threshold");
   expect_invalid(
-      [&] {
-        validate_fastdllm_cache_options(with([](auto& o) { o.threshold = std::numeric_limits<double>::quiet_NaN(); }),
-                                        cfg);
-      },
+      [&] { validate(with([](auto& o) { o.sampling.threshold = std::numeric_limits<double>::quiet_NaN(); }), cfg); },
       "threshold");
-  expect_invalid([&] { validate_fastdllm_cache_options(with([](auto& o) { o.temperature = -1.0; }), cfg); },
-                 "temperature");
+  expect_invalid([&] { validate(with([](auto& o) { o.sampling.temperature = -1.0; }), cfg); }, "temperature");
   expect_invalid(
       [&] {
-        validate_fastdllm_cache_options(with([&](auto& o) {
-                                          o.gen_length = cfg.max_sequence_length;
-                                          o.block_length = cfg.max_sequence_length;
-                                        }),
-                                        cfg);
+        validate(with([&](auto& o) {
+                   o.sampling.gen_length = cfg.max_sequence_length;
+                   o.decode.block_length = cfg.max_sequence_length;
+                 }),
+                 cfg);
       },
       "max_sequence_length");
-  expect_invalid(
-      [&] {
-        validate_fastdllm_cache_options(with([](auto& o) { o.mode = static_cast<FastDllmCacheMode>(7); }), cfg);
-      },
-      "mode");
-  // Threshold mode ignores steps (only the quota split needs them to divide).
-  EXPECT_NO_THROW(validate_fastdllm_cache_options(with([](auto& o) {
-                                                    o.threshold = 0.9;
-                                                    o.steps = 6;
-                                                  }),
-                                                  cfg));
+  expect_invalid([&] { validate(with([](auto& o) { o.decode.cache = static_cast<CacheMode>(7); }), cfg); }, "mode");
+  // Threshold mode takes no steps (only the quota split needs them to divide); with the default
+  // steps it is valid.
+  EXPECT_NO_THROW(validate(with([](auto& o) {
+                             o.sampling.threshold = 0.9;
+                             o.sampling.steps = 0;
+                           }),
+                           cfg));
   // The constructor validates too.
-  expect_invalid([&] { FastDllmCacheSampler(*g.backend, g.model, with([](auto& o) { o.steps = 6; })); }, "steps");
+  expect_invalid([&] { FastDllmCacheSampler(*g.backend, g.model, with([](auto& o) { o.sampling.steps = 6; })); },
+                 "steps");
 }
 
 TEST(FastDllmOptions, RejectsBadPrompts) {
   Golden& g = golden();
-  FastDllmCacheSampler sampler(*g.backend, g.model, small_options(FastDllmCacheMode::kDual, 16, 0.9, 64));
+  FastDllmCacheSampler sampler(*g.backend, g.model, small_options(CacheMode::kDual, 16, 0.9, 64));
   const int32_t mask = g.model.config.mask_token_id;
   expect_invalid([&] { sampler.init_state(std::vector<int32_t>{}); }, "empty");
   expect_invalid([&] { sampler.init_state(std::vector<int32_t>{1, mask, 2}); }, "mask");
@@ -488,7 +485,7 @@ TEST(FastDllmOptions, RejectsBadPrompts) {
 TEST(FastDllmOptions, RejectsCachedCallsWithoutTheirCache) {
   Golden& g = golden();
   const auto prompts = some_prompts(2);
-  FastDllmCacheSampler sampler(*g.backend, g.model, small_options(FastDllmCacheMode::kPrefix, 16, std::nullopt, 64));
+  FastDllmCacheSampler sampler(*g.backend, g.model, small_options(CacheMode::kPrefix, 16, std::nullopt, 64));
   std::vector<CachedSequenceState> batch;
   for (const auto& p : prompts) batch.push_back(sampler.init_state(p));
   sampler.step(batch);  // F calls; block 0 needs more steps (quota 1 per step)

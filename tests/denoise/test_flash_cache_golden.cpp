@@ -45,16 +45,8 @@ Golden& golden() { return golden_fixture(1); }
 
 std::vector<std::vector<int32_t>> prompts_of(const json& run) { return golden_prompt_set(golden().flash, run); }
 
-FlashCacheOptions options_of(const json& run, int64_t slots, bool quirks) {
-  FlashCacheOptions o;
-  o.gen_length = run["gen_length"];
-  o.block_length = run["block_length"];
-  o.threshold = run["threshold"];
-  o.track_num = run["track_num"];
-  o.mask_num = run["mask_num"];
-  o.n_slots = slots;
-  o.reference_quirks = quirks;
-  return o;
+GenerateOptions options_of(const json& run, int64_t slots, bool quirks) {
+  return flash_run_options(run, slots, quirks);
 }
 
 /// The fp32, verify-off golden runs (the ones an fp32 engine must match).
@@ -123,10 +115,10 @@ ReplayStats replay(size_t run_index, int64_t slots, FlashCacheResult* out = null
   Golden& g = golden();
   const json& run = g.flash["runs"][run_index];
   const json& reqs = run["requests"];
-  FlashCacheOptions o = options_of(run, slots, /*quirks=*/true);
+  GenerateOptions o = options_of(run, slots, /*quirks=*/true);
   FlashCacheDenoiser den(*g.backend, g.model, o);
   ReplayStats st;
-  const int64_t budget = o.track_num * o.block_length;
+  const int64_t budget = o.decode.track_num * o.decode.block_length;
   auto observer = [&](FlashStep& step) {
     const FlashSlot& s = *step.state;
     const json& req = reqs[static_cast<size_t>(s.request)];
@@ -134,7 +126,7 @@ ReplayStats replay(size_t run_index, int64_t slots, FlashCacheResult* out = null
     ASSERT_LT(k, req["iterations"].size()) << "request " << s.request << " runs longer than recorded";
     const std::vector<int32_t> want = req["iterations"][k]["main"].get<std::vector<int32_t>>();
     const FlashDecision& d = *step.decision;
-    if (near_threshold(d, o.threshold, kFp32NearThreshold)) {
+    if (near_threshold(d, *effective_threshold(o.decode, o.sampling), kFp32NearThreshold)) {
       ++st.near_threshold;
     } else {
       ++st.compared;
@@ -244,7 +236,7 @@ TEST_P(FlashGoldenFreeRun, TrajectoriesMatchUpToFirstNearTie) {
   Golden& g = golden();
   const json& run = g.flash["runs"][GetParam()];
   const json& reqs = run["requests"];
-  FlashCacheOptions o = options_of(run, run["batch_size"].get<int64_t>(), /*quirks=*/true);
+  GenerateOptions o = options_of(run, run["batch_size"].get<int64_t>(), /*quirks=*/true);
   std::map<int64_t, int64_t> first_near;  // request -> iteration
   auto observer = [&](FlashStep& step) {
     const FlashSlot& s = *step.state;
@@ -252,8 +244,8 @@ TEST_P(FlashGoldenFreeRun, TrajectoriesMatchUpToFirstNearTie) {
     std::vector<int32_t> fresh;
     for (int64_t i = 0; i < step.decision->count; ++i)
       fresh.push_back(step.decision->window[static_cast<size_t>(step.decision->order[static_cast<size_t>(i)])]);
-    if (near_threshold(*step.decision, o.threshold, kFp32NearThreshold) ||
-        rank_near_tie(s, fresh, step.importance, o.track_num * o.block_length))
+    if (near_threshold(*step.decision, *effective_threshold(o.decode, o.sampling), kFp32NearThreshold) ||
+        rank_near_tie(s, fresh, step.importance, o.decode.track_num * o.decode.block_length))
       first_near[s.request] = s.iterations;
   };
   FlashCacheDenoiser den(*g.backend, g.model, o);
@@ -303,7 +295,7 @@ TEST_P(FlashGoldenFixed, AgreesUntilPaddingIsDecodedThenFixed) {
   const json& run = g.flash["runs"][GetParam()];
   const json& reqs = run["requests"];
   const int64_t G = run["gen_length"];
-  FlashCacheOptions o = options_of(run, 4, /*quirks=*/false);
+  GenerateOptions o = options_of(run, 4, /*quirks=*/false);
   const int32_t mask = g.model.config.mask_token_id, eos = g.model.config.eos_token_id;
   std::vector<int64_t> diverge(reqs.size(), -1);  // first recorded iteration that commits padding
   for (size_t r = 0; r < reqs.size(); ++r)
@@ -319,7 +311,8 @@ TEST_P(FlashGoldenFixed, AgreesUntilPaddingIsDecodedThenFixed) {
     ASSERT_LT(static_cast<size_t>(k), req["iterations"].size());
     std::vector<int32_t> want = req["iterations"][static_cast<size_t>(k)]["main"].get<std::vector<int32_t>>();
     if (k == div) std::erase_if(want, [&](int32_t p) { return p >= G; });
-    if (!want.empty() && !near_threshold(*step.decision, o.threshold, kFp32NearThreshold)) {
+    if (!want.empty() &&
+        !near_threshold(*step.decision, *effective_threshold(o.decode, o.sampling), kFp32NearThreshold)) {
       EXPECT_EQ(natural_set(*step.decision, s.prompt_len), want)
           << "request " << s.request << " iteration " << k << (k == div ? " (first padding iteration)" : "");
       ++(k == div ? at_divergence : compared);
@@ -425,9 +418,9 @@ TEST(FlashLayout, MaxLengthAndSeqlenKMatchTheTraces) {
 
 // Table 3 presets.
 TEST(FlashOptions, PresetsAndDefaults) {
-  const FlashCacheOptions d;
-  EXPECT_EQ(d.block_length, 16);
-  EXPECT_EQ(d.threshold, 0.9);
+  const DecodeSettings d;  // the defaults are params.h's (their one owner)
+  EXPECT_EQ(d.effective_block_length(), 16);
+  EXPECT_EQ(effective_threshold(d, SamplingParams{}), 0.9);
   EXPECT_EQ(d.track_num, 4);
   EXPECT_EQ(d.mask_num, 4);
   EXPECT_FALSE(d.reference_quirks);
@@ -451,11 +444,11 @@ struct NoCacheRun {
   std::vector<int32_t> output;
   int64_t stop_rel = 0, eos_rel = -1;
 };
-NoCacheRun nocache_flash(const std::vector<int32_t>& prompt, const FlashCacheOptions& o, int64_t L) {
+NoCacheRun nocache_flash(const std::vector<int32_t>& prompt, const GenerateOptions& o, int64_t L) {
   Golden& g = golden();
   Backend& be = *g.backend;
   const LladaConfig& c = g.model.config;
-  const int64_t P = static_cast<int64_t>(prompt.size()), G = o.gen_length;
+  const int64_t P = static_cast<int64_t>(prompt.size()), G = o.sampling.gen_length;
   const int64_t seqlen_k = (P + G) / 128 * 128 + 128;
   std::vector<int32_t> x(static_cast<size_t>(L), c.eos_token_id);
   std::copy(prompt.begin(), prompt.end(), x.begin());
@@ -464,17 +457,18 @@ NoCacheRun nocache_flash(const std::vector<int32_t>& prompt, const FlashCacheOpt
   std::fill(decoded.begin(), decoded.begin() + P, true);
   int64_t stop = P + G, eos = -1, nd = P;
   KvStore kv = make_kv_store(be, c, L, true);
-  ForwardWorkspace ws = make_forward_workspace(be, c, L, o.block_length, 1);
-  Buffer sel = be.alloc(static_cast<size_t>(o.block_length) * 16, "test");
-  Tensor x0(sel.data(), DType::kI32, be.device(), {o.block_length});
-  Tensor cf(static_cast<char*>(sel.data()) + o.block_length * 4, DType::kF64, be.device(), {o.block_length});
+  ForwardWorkspace ws = make_forward_workspace(be, c, L, o.decode.block_length, 1);
+  Buffer sel = be.alloc(static_cast<size_t>(o.decode.block_length) * 16, "test");
+  Tensor x0(sel.data(), DType::kI32, be.device(), {o.decode.block_length});
+  Tensor cf(static_cast<char*>(sel.data()) + o.decode.block_length * 4, DType::kF64, be.device(),
+            {o.decode.block_length});
   NoCacheRun out;
   for (;;) {
     bool work = false;
     for (int64_t t = 0; t < stop; ++t) work = work || !decoded[static_cast<size_t>(t)];
     if (!work) break;
     std::vector<int32_t> W;
-    for (int64_t t = 0; t < L && static_cast<int64_t>(W.size()) < o.block_length; ++t)
+    for (int64_t t = 0; t < L && static_cast<int64_t>(W.size()) < o.decode.block_length; ++t)
       if (!decoded[static_cast<size_t>(t)]) W.push_back(static_cast<int32_t>(t));
     ForwardBatch fb;
     for (int64_t t = 0; t < L; ++t) {
@@ -497,12 +491,12 @@ NoCacheRun nocache_flash(const std::vector<int32_t>& prompt, const FlashCacheOpt
     std::vector<std::pair<double, int32_t>> cand;  // (confidence, window index) of the candidates
     for (int64_t r = 0; r < w; ++r) {
       const bool past = W[static_cast<size_t>(r)] >= stop;
-      if (past && !o.reference_quirks) continue;
+      if (past && !o.decode.reference_quirks) continue;
       cand.emplace_back(past && eos >= 0 ? 0.0 : conf[static_cast<size_t>(r)], static_cast<int32_t>(r));
     }
     std::stable_sort(cand.begin(), cand.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
     size_t k = 1;
-    while (k < cand.size() && cand[k].first >= o.threshold) ++k;
+    while (k < cand.size() && cand[k].first >= *effective_threshold(o.decode, o.sampling)) ++k;
     std::vector<int32_t> it;
     int64_t new_eos = -1;
     for (size_t i = 0; i < k; ++i) {
@@ -520,7 +514,7 @@ NoCacheRun nocache_flash(const std::vector<int32_t>& prompt, const FlashCacheOpt
     std::sort(it.begin(), it.end());
     out.iterations.push_back(it);
   }
-  const int64_t end = o.reference_quirks ? nd : stop;
+  const int64_t end = o.decode.reference_quirks ? nd : stop;
   out.output.assign(x.begin() + P, x.begin() + end);
   out.stop_rel = stop - P;
   out.eos_rel = eos >= 0 ? eos - P : -1;
@@ -542,13 +536,13 @@ TEST_P(FlashExactness, FullBudgetEqualsNoCacheDecoding) {
   const auto common = g.flash["prompts"]["common"].get<std::vector<std::vector<int32_t>>>();
   const std::vector<std::vector<int32_t>> prompts = {pick(common, 0), pick(common, 5), pick(common, 11),
                                                      pick(common, 9)};
-  FlashCacheOptions o;
-  o.gen_length = 32;
-  o.n_slots = 2;
-  o.track_num = ec.track_num;
-  o.mask_num = ec.mask_num;
-  o.reference_quirks = ec.quirks;
-  o.importance_probability_mass = ec.probability_mass;
+  GenerateOptions o = flash_options();
+  o.sampling.gen_length = 32;
+  o.decode.n_slots = 2;
+  o.decode.track_num = ec.track_num;
+  o.decode.mask_num = ec.mask_num;
+  o.decode.reference_quirks = ec.quirks;
+  o.decode.importance_probability_mass = ec.probability_mass;
   FlashCacheDenoiser den(*g.backend, g.model, o);
   const FlashCacheResult res = den.generate(prompts);
   int64_t padding_decoded = 0;
@@ -561,7 +555,7 @@ TEST_P(FlashExactness, FullBudgetEqualsNoCacheDecoding) {
     EXPECT_EQ(rr.stop_rel, ref.stop_rel);
     EXPECT_EQ(rr.eos_rel, ref.eos_rel);
     for (const auto& it : rr.iterations)
-      for (int32_t p : it) padding_decoded += p >= o.gen_length;
+      for (int32_t p : it) padding_decoded += p >= o.sampling.gen_length;
   }
   if (ec.quirks) {
     EXPECT_GT(padding_decoded, 0) << "the quirk case should exercise decoded EOS padding";
@@ -579,10 +573,10 @@ INSTANTIATE_TEST_SUITE_P(
 // ================================================================================ block tables
 
 TEST(FlashPlan, BlockTableForPrefillAndIncrementalSlots) {
-  FlashCacheOptions o;
-  o.gen_length = 40;
-  o.track_num = 1;  // β_t = 16
-  o.mask_num = 2;   // β_m = 32
+  GenerateOptions o = flash_options();
+  o.sampling.gen_length = 40;
+  o.decode.track_num = 1;  // β_t = 16
+  o.decode.mask_num = 2;   // β_m = 32
   const int64_t L = flash_max_length(40, 40, 16);
   ASSERT_EQ(L, 128);
   const int32_t mask = 1000, eos = 1001;
@@ -642,8 +636,8 @@ TEST(FlashPlan, BlockTableForPrefillAndIncrementalSlots) {
   expect_tiles(fb.importance.tiles, windows);
   // The released code's tiling (query_tile_rows = block_length): a window tile per slot, then the
   // tracked sets cut into 16-row tiles; the same rows and scored tiles.
-  FlashCacheOptions upstream = o;
-  upstream.query_tile_rows = 16;
+  GenerateOptions upstream = o;
+  upstream.decode.query_tile_rows = 16;
   std::vector<AttentionTile> want_tiles = windows;
   for (int32_t q = 16; q < 128; q += 16) want_tiles.push_back({q, q + 16, 0, 128});
   want_tiles.push_back({144, 160, 256, 384});
@@ -660,13 +654,13 @@ TEST(FlashPlan, BlockTableForPrefillAndIncrementalSlots) {
   EXPECT_FLOAT_EQ(fb.importance.weight, 1.0f / 32.0f);
   EXPECT_FALSE(fb.importance.probability_mass);
   // A tile size above a tracked set's rows is the whole set (after the window tiles).
-  FlashCacheOptions big = o;
-  big.query_tile_rows = 1000;
+  GenerateOptions big = o;
+  big.decode.query_tile_rows = 1000;
   const ForwardBatch fb2 = flash_plan(slots, L, big, 2);
   expect_tiles(fb2.tiles, {{0, 16, 0, 128}, {128, 144, 256, 384}, {16, 128, 0, 128}, {144, 176, 256, 384}});
   // Full recompute: tracked = every other position below seqlen_k.
-  FlashCacheOptions full = o;
-  full.track_num = -1;
+  GenerateOptions full = o;
+  full.decode.track_num = -1;
   flash_prepare_queries(s, full);
   std::set<int32_t> all(s.window.begin(), s.window.end());
   all.insert(s.tracked.begin(), s.tracked.end());
@@ -695,10 +689,10 @@ TEST(FlashPlan, BlockTableForPrefillAndIncrementalSlots) {
 // of a stable sort by score, for ties, negative scores (raw q·k importance), -0 / +0, infinities and
 // denormals, and fall back to the comparison sort when a score is NaN.
 TEST(FlashRerank, OrderIsAStableSortByScore) {
-  FlashCacheOptions o;
-  o.gen_length = 64;
-  o.track_num = 1;
-  o.mask_num = 1;
+  GenerateOptions o = flash_options();
+  o.sampling.gen_length = 64;
+  o.decode.track_num = 1;
+  o.decode.mask_num = 1;
   const float inf = std::numeric_limits<float>::infinity(), tiny = std::numeric_limits<float>::denorm_min();
   const std::vector<float> pool = {0.f, -0.f, 1.f, -1.f, 0.5f, -0.5f, inf, -inf, tiny, -tiny, 3e38f, -3e38f};
   std::mt19937 rng(7);
@@ -730,14 +724,14 @@ TEST(FlashPlan, RandomPoolsGiveConsistentTables) {
   const int32_t mask = 1000, eos = 1001;
   for (int trial = 0; trial < 200; ++trial) {
     SCOPED_TRACE("trial " + std::to_string(trial));
-    FlashCacheOptions o;
-    o.gen_length = 16 + static_cast<int64_t>(rng() % 64);
-    o.block_length = (rng() % 2) ? 16 : 8;
-    o.track_num = static_cast<int64_t>(rng() % 6) - 1;  // -1 = full recompute
-    o.mask_num = 1 + static_cast<int64_t>(rng() % 4);
-    o.query_tile_rows = std::array<int64_t, 4>{0, 16, 7, 1000}[rng() % 4];
+    GenerateOptions o = flash_options();
+    o.sampling.gen_length = 16 + static_cast<int64_t>(rng() % 64);
+    o.decode.block_length = (rng() % 2) ? 16 : 8;
+    o.decode.track_num = static_cast<int64_t>(rng() % 6) - 1;  // -1 = full recompute
+    o.decode.mask_num = 1 + static_cast<int64_t>(rng() % 4);
+    o.decode.query_tile_rows = std::array<int64_t, 4>{0, 16, 7, 1000}[rng() % 4];
     const int64_t max_prompt = 1 + static_cast<int64_t>(rng() % 80);
-    const int64_t L = flash_max_length(max_prompt, o.gen_length, o.block_length);
+    const int64_t L = flash_max_length(max_prompt, o.sampling.gen_length, o.decode.block_length);
     const auto n = static_cast<size_t>(1 + rng() % 6);
     std::vector<FlashSlot> slots(n);
     for (size_t j = 0; j < n; ++j) {
@@ -747,7 +741,7 @@ TEST(FlashPlan, RandomPoolsGiveConsistentTables) {
       FlashSlot& s = slots[j];
       s = flash_init_slot(static_cast<int64_t>(j), prompt, L, o, mask, eos);
       if (rng() % 2) {  // an incremental iteration somewhere in the canvas
-        s.num_decoded = s.prompt_len + static_cast<int64_t>(rng() % static_cast<uint32_t>(o.gen_length));
+        s.num_decoded = s.prompt_len + static_cast<int64_t>(rng() % static_cast<uint32_t>(o.sampling.gen_length));
         flash_prepare_queries(s, o);
       }
     }
@@ -761,9 +755,10 @@ TEST(FlashPlan, RandomPoolsGiveConsistentTables) {
       const FlashSlot& s = slots[static_cast<size_t>(j)];
       EXPECT_EQ(t.k_start, j * stride);
       EXPECT_EQ(t.k_end, j * stride + s.seqlen_k);
-      if (o.query_tile_rows > 0 &&
-          t.q_end - t.q_start > std::max(static_cast<int64_t>(s.window.size()), o.query_tile_rows))
-        ADD_FAILURE() << "a tile of " << t.q_end - t.q_start << " rows with query_tile_rows " << o.query_tile_rows;
+      if (o.decode.query_tile_rows > 0 &&
+          t.q_end - t.q_start > std::max(static_cast<int64_t>(s.window.size()), o.decode.query_tile_rows))
+        ADD_FAILURE() << "a tile of " << t.q_end - t.q_start << " rows with query_tile_rows "
+                      << o.decode.query_tile_rows;
       for (int32_t r = t.q_start; r < t.q_end; ++r) {
         ++covered[static_cast<size_t>(r)];
         EXPECT_EQ(fb.kv_rows[static_cast<size_t>(r)] / stride, j) << "row " << r << " in another slot's tile";
@@ -802,7 +797,7 @@ TEST(FlashPlan, RandomPoolsGiveConsistentTables) {
 /// permutation, its decoded prefix is exactly prompt ∪ committed positions, the window is the next
 /// block_length entries, the rest is in natural order and right of the window, and the tracked
 /// decoded part is the newest commits plus the older positions with the highest a_t of the last pass.
-void check_invariants(const FlashCacheOptions& o, const std::vector<std::vector<int32_t>>& prompts) {
+void check_invariants(const GenerateOptions& o, const std::vector<std::vector<int32_t>>& prompts) {
   Golden& g = golden();
   const int32_t mask = g.model.config.mask_token_id;
   struct Prev {
@@ -813,10 +808,10 @@ void check_invariants(const FlashCacheOptions& o, const std::vector<std::vector<
   std::map<int64_t, std::set<int32_t>> decoded;
   std::map<int64_t, Prev> prev;
   int checks = 0, ranking_checks = 0;
-  const int64_t budget = o.track_num * o.block_length;
+  const int64_t budget = o.decode.track_num * o.decode.block_length;
   auto observer = [&](FlashStep& step) {
     const FlashSlot& s = *step.state;
-    const int64_t L = static_cast<int64_t>(s.full_pos.size()), nd = s.num_decoded, bm = o.block_length;
+    const int64_t L = static_cast<int64_t>(s.full_pos.size()), nd = s.num_decoded, bm = o.decode.block_length;
     if (s.iterations == 0) {
       decoded[s.request].clear();
       for (int32_t t = 0; t < s.prompt_len; ++t) decoded[s.request].insert(t);
@@ -829,7 +824,7 @@ void check_invariants(const FlashCacheOptions& o, const std::vector<std::vector<
     ASSERT_EQ(sorted, ident) << "full_pos is not a permutation";
     ASSERT_EQ(std::set<int32_t>(s.full_pos.begin(), s.full_pos.begin() + nd), dec);
     ASSERT_EQ(static_cast<int64_t>(dec.size()), nd);
-    for (int32_t t = static_cast<int32_t>(s.prompt_len); t < s.prompt_len + o.gen_length; ++t)
+    for (int32_t t = static_cast<int32_t>(s.prompt_len); t < s.prompt_len + o.sampling.gen_length; ++t)
       ASSERT_EQ(s.x[static_cast<size_t>(t)] == mask, dec.count(t) == 0) << "position " << t;
     const int64_t w = std::min(bm, L - nd);
     ASSERT_EQ(s.window, std::vector<int32_t>(s.full_pos.begin() + nd, s.full_pos.begin() + nd + w));
@@ -850,7 +845,7 @@ void check_invariants(const FlashCacheOptions& o, const std::vector<std::vector<
       const int64_t n_dec = std::min(budget, nd);
       const std::vector<int32_t> tdec(s.full_pos.begin() + (nd - n_dec), s.full_pos.begin() + nd);
       std::vector<int32_t> look;
-      for (int64_t i = nd + bm; i < std::min(s.seqlen_k, nd + o.mask_num * bm); ++i)
+      for (int64_t i = nd + bm; i < std::min(s.seqlen_k, nd + o.decode.mask_num * bm); ++i)
         look.push_back(s.full_pos[static_cast<size_t>(i)]);
       std::vector<int32_t> want = tdec;
       want.insert(want.end(), look.begin(), look.end());
@@ -899,7 +894,7 @@ void check_invariants(const FlashCacheOptions& o, const std::vector<std::vector<
     std::set<int32_t> all;
     for (const auto& it : res.requests[r].iterations) all.insert(it.begin(), it.end());
     for (int32_t p = 0; p < static_cast<int32_t>(res.requests[r].canvas.size()); ++p)
-      if (p < o.gen_length) {
+      if (p < o.sampling.gen_length) {
         EXPECT_EQ(res.requests[r].canvas[static_cast<size_t>(p)] == mask, all.count(p) == 0);
       }
   }
@@ -907,20 +902,20 @@ void check_invariants(const FlashCacheOptions& o, const std::vector<std::vector<
 
 TEST(FlashInvariants, FullPosWindowTrackedFixedMode) {
   const auto common = golden().flash["prompts"]["common"].get<std::vector<std::vector<int32_t>>>();
-  FlashCacheOptions o;
-  o.gen_length = 64;
-  o.n_slots = 3;
-  o.track_num = 1;  // β_t = 16 < most prompts: ranking decides; prompt of 3 < β_t: short-prompt clamp
-  o.mask_num = 2;
+  GenerateOptions o = flash_options();
+  o.sampling.gen_length = 64;
+  o.decode.n_slots = 3;
+  o.decode.track_num = 1;  // β_t = 16 < most prompts: ranking decides; prompt of 3 < β_t: short-prompt clamp
+  o.decode.mask_num = 2;
   check_invariants(o, {pick(common, 0), pick(common, 10), pick(common, 3), pick(common, 7), pick(common, 1)});
 }
 
 TEST(FlashInvariants, FullPosWindowTrackedReferenceQuirks) {
   const auto common = golden().flash["prompts"]["common"].get<std::vector<std::vector<int32_t>>>();
-  FlashCacheOptions o;
-  o.gen_length = 64;
-  o.n_slots = 2;
-  o.reference_quirks = true;
+  GenerateOptions o = flash_options();
+  o.sampling.gen_length = 64;
+  o.decode.n_slots = 2;
+  o.decode.reference_quirks = true;
   check_invariants(o, {pick(common, 2), pick(common, 11), pick(common, 4)});
 }
 
@@ -928,13 +923,13 @@ TEST(FlashInvariants, FullPosWindowTrackedReferenceQuirks) {
 // ================================================================================ EOS rule, rules
 
 struct SmallSlot {
-  FlashCacheOptions o;
+  GenerateOptions o = flash_options();
   int64_t L = 0;
   FlashSlot s;
   static constexpr int32_t kMask = 1000, kEos = 1001;
   explicit SmallSlot(bool quirks) {
-    o.gen_length = 20;
-    o.reference_quirks = quirks;
+    o.sampling.gen_length = 20;
+    o.decode.reference_quirks = quirks;
     const std::vector<int32_t> prompt = {5, 6, 7, 8};
     L = flash_max_length(4, 20, 16);  // 128
     s = flash_init_slot(0, prompt, L, o, kMask, kEos);
@@ -1019,16 +1014,15 @@ TEST(FlashDecodeRules, FixedCountForcedScheduleAndForcing) {
   const std::vector<int32_t> tok(16, 3);
   EXPECT_EQ(flash_decide(t.s, conf, tok, t.o).count, 1) << "threshold rule keeps at least one";
   EXPECT_EQ(t.s.window[static_cast<size_t>(flash_decide(t.s, conf, tok, t.o).order[0])], 19);
-  t.o.rule = FlashDecodeRule::kFixedCount;
-  t.o.tokens_per_step = 3;
+  t.o.decode.tokens_per_step = 3;  // > 0: the fixed-count rule
   FlashDecision d = flash_decide(t.s, conf, tok, t.o);
   EXPECT_EQ(d.count, 3);
   EXPECT_EQ(natural_set(d, 0), (std::vector<int32_t>{17, 18, 19}));
-  t.o.forced_schedule = {2, 5};
+  t.o.decode.forced_schedule = {2, 5};
   EXPECT_EQ(flash_decide(t.s, conf, tok, t.o).count, 2);
   t.s.iterations = 7;
   EXPECT_EQ(flash_decide(t.s, conf, tok, t.o).count, 5) << "the last entry repeats";
-  t.o.forced_schedule = {100};
+  t.o.decode.forced_schedule = {100};
   EXPECT_EQ(flash_decide(t.s, conf, tok, t.o).count, 16) << "capped by the eligible candidates";
   // Teacher forcing.
   d = flash_decide(t.s, conf, tok, t.o);
@@ -1051,10 +1045,10 @@ TEST(FlashDecodeRules, FixedCountForcedScheduleAndForcing) {
 TEST(FlashDecodeRules, FixedCountRunCommitsExactlyThatMany) {
   Golden& g = golden();
   const auto common = g.flash["prompts"]["common"].get<std::vector<std::vector<int32_t>>>();
-  FlashCacheOptions o;
-  o.gen_length = 32;
-  o.n_slots = 2;
-  o.forced_schedule = {3, 5};
+  GenerateOptions o = flash_options();
+  o.sampling.gen_length = 32;
+  o.decode.n_slots = 2;
+  o.decode.forced_schedule = {3, 5};
   FlashCacheDenoiser den(*g.backend, g.model, o);
   const FlashCacheResult res = den.generate({pick(common, 4), pick(common, 8)});
   for (const FlashRequestResult& rr : res.requests) {
@@ -1077,22 +1071,22 @@ TEST(FlashBatching, RefillWithVeryDifferentLengthsIsBatchInvariant) {
   const auto s = by_length(common);
   const std::vector<std::vector<int32_t>> prompts = {pick_last(s, 0), pick(s, 0),      pick_last(s, 1),
                                                      pick(s, 1),      pick_last(s, 2), pick(s, 2)};
-  FlashCacheOptions o;
-  o.gen_length = 32;
-  o.n_slots = 1;
+  GenerateOptions o = flash_options();
+  o.sampling.gen_length = 32;
+  o.decode.n_slots = 1;
   FlashCacheDenoiser one(*g.backend, g.model, o);
   const FlashCacheResult r1 = one.generate(prompts);
-  o.n_slots = 2;
+  o.decode.n_slots = 2;
   const FlashCacheResult r2 = FlashCacheDenoiser(*g.backend, g.model, o).generate(prompts);
-  o.n_slots = 9;  // more slots than requests: one slot per request
+  o.decode.n_slots = 9;  // more slots than requests: one slot per request
   const FlashCacheResult r9 = FlashCacheDenoiser(*g.backend, g.model, o).generate(prompts);
-  o.max_forward_rows = 1;  // every slot's main pass in its own forward call
+  o.decode.max_forward_rows = 1;  // every slot's main pass in its own forward call
   const FlashCacheResult rc = FlashCacheDenoiser(*g.backend, g.model, o).generate(prompts);
-  o.max_forward_rows = 100;  // prefills (> 100 rows for the long prompts) alone, short slots grouped
+  o.decode.max_forward_rows = 100;  // prefills (> 100 rows for the long prompts) alone, short slots grouped
   const FlashCacheResult rg = FlashCacheDenoiser(*g.backend, g.model, o).generate(prompts);
-  o.query_tile_rows = 16;  // the released code's 16-row tracked tiles instead of one tile per tracked set
+  o.decode.query_tile_rows = 16;  // the released code's 16-row tracked tiles instead of one tile per tracked set
   const FlashCacheResult rt = FlashCacheDenoiser(*g.backend, g.model, o).generate(prompts);
-  o.query_tile_rows = 7;  // ragged cut
+  o.decode.query_tile_rows = 7;  // ragged cut
   const FlashCacheResult r7 = FlashCacheDenoiser(*g.backend, g.model, o).generate(prompts);
   EXPECT_EQ(r1.stats.n_slots, 1);
   EXPECT_EQ(r2.stats.n_slots, 2);
@@ -1127,8 +1121,8 @@ TEST(FlashBatching, RefillWithVeryDifferentLengthsIsBatchInvariant) {
 }
 
 TEST(FlashBatching, ForwardGroupsBoundTheRowsPerCall) {
-  FlashCacheOptions o;
-  o.gen_length = 32;
+  GenerateOptions o = flash_options();
+  o.sampling.gen_length = 32;
   auto slot = [&](int64_t prompt_len) {
     return flash_init_slot(0, std::vector<int32_t>(static_cast<size_t>(prompt_len), 3),
                            flash_max_length(100, 32, 16), o, /*mask_id=*/9, /*eos_id=*/1);
@@ -1159,8 +1153,8 @@ TEST(FlashImportance, ForwardAccumulatesTheRequestedLayersAndTiles) {
   const LladaConfig& c = g.model.config;
   ASSERT_GT(c.n_layers, 2) << "layers 0 and 1 must be left out of a_t and a later one counted";
   const auto common = g.flash["prompts"]["common"].get<std::vector<std::vector<int32_t>>>();
-  FlashCacheOptions o;
-  o.gen_length = 32;
+  GenerateOptions o = flash_options();
+  o.sampling.gen_length = 32;
   const auto& p0 = pick(common, 11);
   const auto& p1 = pick(common, 3);
   const int64_t L = flash_max_length(static_cast<int64_t>(std::max(p0.size(), p1.size())), 32, 16);
@@ -1233,28 +1227,33 @@ void expect_invalid(const std::function<void()>& f, const std::string& needle,
 
 TEST(FlashOptions, ParameterErrorsNameTheParameter) {
   Golden& g = golden();
-  auto with = [&](const std::function<void(FlashCacheOptions&)>& edit, const std::string& needle) {
-    FlashCacheOptions o;
+  auto with = [&](const std::function<void(GenerateOptions&)>& edit, const std::string& needle) {
+    GenerateOptions o = flash_options();
     edit(o);
     expect_invalid([&] { FlashCacheDenoiser d(*g.backend, g.model, o); }, needle);
   };
-  with([](auto& o) { o.gen_length = 0; }, "gen_length");
-  with([](auto& o) { o.gen_length = 5000; }, "max_sequence_length");
-  with([](auto& o) { o.block_length = 0; }, "block_length");
-  with([](auto& o) { o.threshold = 0.0; }, "threshold");
-  with([](auto& o) { o.threshold = 1.5; }, "threshold");
-  with([](auto& o) { o.mask_num = 0; }, "mask_num");
-  with([](auto& o) { o.key_tile = 0; }, "key_tile");
-  with([](auto& o) { o.n_slots = 0; }, "n_slots");
-  with([](auto& o) { o.tokens_per_step = 0; }, "tokens_per_step");
-  with([](auto& o) { o.forced_schedule = {2, 0}; }, "forced_schedule[1]");
-  with([](auto& o) { o.importance_first_layer = -1; }, "importance_first_layer");
-  with([](auto& o) { o.query_tile_rows = -3; }, "query_tile_rows");
+  with([](auto& o) { o.sampling.gen_length = 0; }, "gen_length");
+  with([](auto& o) { o.sampling.gen_length = 5000; }, "max_sequence_length");
+  // block_length, n_slots and tokens_per_step 0 are defaults (params.h): -1 is the first value refused.
+  with([](auto& o) { o.decode.block_length = -1; }, "block_length");
+  with([](auto& o) { o.sampling.threshold = 0.0; }, "threshold");
+  with([](auto& o) { o.sampling.threshold = 1.5; }, "threshold");
+  with([](auto& o) { o.decode.mask_num = 0; }, "mask_num");
+  expect_invalid([&] { FlashCacheDenoiser d(*g.backend, g.model, flash_options(), FlashTiling{0, 2}); }, "key_tile");
+  with([](auto& o) { o.decode.n_slots = -1; }, "n_slots");
+  with([](auto& o) { o.decode.tokens_per_step = -1; }, "tokens_per_step");
+  with([](auto& o) { o.decode.forced_schedule = {2, 0}; }, "forced_schedule[1]");
+  expect_invalid(
+      [&] {
+        FlashCacheDenoiser d(*g.backend, g.model, flash_options(), FlashTiling{128, -1});
+      },
+      "importance_first_layer");
+  with([](auto& o) { o.decode.query_tile_rows = -3; }, "query_tile_rows");
   EXPECT_THROW(flash_max_length(0, 64, 16), Error);
   EXPECT_THROW(flash_seqlen_k(10, 0), Error);
 
-  FlashCacheOptions o;
-  o.gen_length = 32;
+  GenerateOptions o = flash_options();
+  o.sampling.gen_length = 32;
   FlashCacheDenoiser den(*g.backend, g.model, o);
   expect_invalid([&] { den.generate({}); }, "no prompts");
   expect_invalid([&] { den.generate({{1, 2}, {}}); }, "prompt 1 is empty");
@@ -1273,15 +1272,15 @@ TEST(FlashOptions, ParameterErrorsNameTheParameter) {
 
 TEST(FlashOptions, RefusesAKvCacheThatDoesNotFit) {
   Golden& g = golden();
-  FlashCacheOptions o;
-  o.gen_length = 4000;
-  o.block_length = 16;
+  GenerateOptions o = flash_options();
+  o.sampling.gen_length = 4000;
+  o.decode.block_length = 16;
   const int64_t L = flash_max_length(1, 4000, 16);
   const size_t per_slot = flash_kv_cache_bytes(g.model.config, g.backend->activation_dtype(), 1, L);
   const size_t free_bytes = g.backend->free_memory();
   const size_t need = free_bytes / per_slot + 2;
   if (need > 200000) GTEST_SKIP() << "too much free memory to exceed with one-token prompts";
-  o.n_slots = static_cast<int64_t>(need);
+  o.decode.n_slots = static_cast<int64_t>(need);
   FlashCacheDenoiser den(*g.backend, g.model, o);
   std::vector<std::vector<int32_t>> prompts(need, std::vector<int32_t>{3});
   expect_invalid([&] { den.generate(prompts); }, "slot(s) fit", ErrorCode::kOutOfMemory);

@@ -40,16 +40,16 @@ TEST(FlashPoolBytes, MatchesThePoolsBuffers) {
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(k.name);
-    FlashCacheOptions o;
-    o.gen_length = 16;
-    o.block_length = 8;
-    o.key_tile = 16;
-    o.max_forward_rows = k.max_forward_rows;
-    o.query_tile_rows = k.query_tile_rows;
-    o.verify = k.verify;
-    o.reference_quirks = k.quirks;
-    FlashCacheDenoiser den(*g.backend, g.model, o, SlotPool{k.slots, k.total});
-    const FlashPoolBytes b = flash_pool_bytes(c, g.backend->activation_dtype(), o, k.slots, k.total);
+    GenerateOptions o = flash_options();
+    o.sampling.gen_length = 16;
+    o.decode.block_length = 8;
+    o.decode.max_forward_rows = k.max_forward_rows;
+    o.decode.query_tile_rows = k.query_tile_rows;
+    o.decode.verify = k.verify;
+    o.decode.reference_quirks = k.quirks;
+    const FlashTiling tiling{16};
+    FlashCacheDenoiser den(*g.backend, g.model, o, SlotPool{k.slots, k.total}, tiling);
+    const FlashPoolBytes b = flash_pool_bytes(c, g.backend->activation_dtype(), o, k.slots, k.total, {}, tiling);
     EXPECT_EQ(den.stats().pool_bytes, b.total());
     EXPECT_EQ(den.stats().kv_bytes, b.kv);
     EXPECT_EQ(den.stats().store_stride, b.store_stride);
@@ -71,14 +71,14 @@ TEST(FlashPoolBytes, LladaEightBWithinThreePercentOfWeightsAndKv) {
   const LladaConfig c = llada_8b();
   const size_t weights = llada_weight_bytes(DType::kBF16, c);
   EXPECT_EQ(weights, size_t{16031162368});  // 14.93 GiB, as the grid's peaks count them
-  FlashCacheOptions o;                      // gen_length 512, block 16, max_forward_rows 4096
+  GenerateOptions o = flash_options();      // gen_length 512, block 16, max_forward_rows 4096
   // Flash-Verify too: its pass shares the workspace buffer (without that, 250-token prompts reach
   // 1.032x at 64 slots and 1.034x at 128).
   for (bool verify : {false, true})
     for (int64_t prompt : {1, 64, 250, 500, 900, 1500, 2500, 3500})
       for (int64_t n = 1; n <= 128; ++n) {
-        o.verify = verify;
-        const FlashPoolBytes b = flash_pool_bytes(c, DType::kBF16, o, n, prompt + o.gen_length);
+        o.decode.verify = verify;
+        const FlashPoolBytes b = flash_pool_bytes(c, DType::kBF16, o, n, prompt + o.sampling.gen_length);
         const double floor = static_cast<double>(weights + b.kv);
         const double peak = static_cast<double>(weights + b.total() + kOtherBytes);
         EXPECT_LE(peak, 1.03 * floor) << fmt::format(
@@ -88,8 +88,8 @@ TEST(FlashPoolBytes, LladaEightBWithinThreePercentOfWeightsAndKv) {
             static_cast<double>(b.workspace) / (1 << 20), b.forward_rows, static_cast<double>(b.selection) / (1 << 20),
             static_cast<double>(b.verify) / (1 << 20));
       }
-  o.verify = false;
-  const FlashPoolBytes b16 = flash_pool_bytes(c, DType::kBF16, o, 16, 250 + o.gen_length);
+  o.decode.verify = false;
+  const FlashPoolBytes b16 = flash_pool_bytes(c, DType::kBF16, o, 16, 250 + o.sampling.gen_length);
   EXPECT_EQ(b16.store_stride, 778);
   EXPECT_LE(static_cast<double>(weights + b16.total() + kOtherBytes), 23.5e9);
 }

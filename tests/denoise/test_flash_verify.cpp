@@ -126,7 +126,7 @@ std::vector<float> kv_bytes(const KvStore& kv) {
 
 /// Commits `k` window entries of the slot with random tokens (never mask/eos), random order, then
 /// re-ranks with random scores: a realistic mid-run state.
-void advance(FlashSlot& s, const FlashCacheOptions& o, const LladaConfig& c, std::mt19937_64& rng, int64_t k) {
+void advance(FlashSlot& s, const GenerateOptions& o, const LladaConfig& c, std::mt19937_64& rng, int64_t k) {
   const size_t w = s.window.size();
   std::vector<double> conf(w);
   std::uniform_real_distribution<double> u(0.0, 0.8);
@@ -144,7 +144,7 @@ void advance(FlashSlot& s, const FlashCacheOptions& o, const LladaConfig& c, std
 }
 
 /// Phase 1 on a slot: random confidences with `k1` of them >= ε, random drafts; returns the tile.
-FlashVerifyTile phase1(FlashSlot& s, int64_t j, const FlashCacheOptions& o, const LladaConfig& c, std::mt19937_64& rng,
+FlashVerifyTile phase1(FlashSlot& s, int64_t j, const GenerateOptions& o, const LladaConfig& c, std::mt19937_64& rng,
                        int64_t k1) {
   const size_t w = s.window.size();
   std::vector<double> conf(w);
@@ -180,21 +180,21 @@ TEST_P(VerifyIsolation, MaskAndDraftRowsEqualSeparateFullForwards) {
   auto be = make_cpu_backend(1);
   const LladaModel m = random_model(*be, ic.seed, /*n_layers=*/1, ic.d_model, ic.n_heads, /*vocab=*/96);
   const LladaConfig& c = m.config;
-  FlashCacheOptions o;
-  o.gen_length = 24;
-  o.block_length = 8;
-  o.key_tile = 32;
-  o.verify = true;  // cap = 4 candidates, T = 16 − 2S kept rows
+  GenerateOptions o = flash_options();
+  o.sampling.gen_length = 24;
+  o.decode.block_length = 8;
+  const FlashTiling tiling{32};
+  o.decode.verify = true;  // cap = 4 candidates, T = 16 − 2S kept rows
   std::mt19937_64 rng(ic.seed * 7919);
   std::uniform_int_distribution<int32_t> ti(0, static_cast<int32_t>(c.vocab_size) - 4);
   const int64_t max_p = *std::max_element(ic.prompt_lens.begin(), ic.prompt_lens.end());
-  const int64_t L = flash_max_length(max_p, o.gen_length, o.block_length, o.key_tile);
+  const int64_t L = flash_max_length(max_p, o.sampling.gen_length, o.decode.block_length, tiling.key_tile);
   std::vector<FlashSlot> slots;
   std::vector<FlashVerifyTile> tiles;
   for (size_t j = 0; j < ic.prompt_lens.size(); ++j) {
     std::vector<int32_t> prompt(static_cast<size_t>(ic.prompt_lens[j]));
     for (int32_t& t : prompt) t = ti(rng);
-    slots.push_back(flash_init_slot(static_cast<int64_t>(j), prompt, L, o, c.mask_token_id, c.eos_token_id));
+    slots.push_back(flash_init_slot(static_cast<int64_t>(j), prompt, L, o, c.mask_token_id, c.eos_token_id, tiling));
     advance(slots.back(), o, c, rng, ic.advance_by);
   }
   for (size_t j = 0; j < slots.size(); ++j) tiles.push_back(phase1(slots[j], static_cast<int64_t>(j), o, c, rng, ic.k1));
@@ -268,11 +268,11 @@ TEST(VerifyForward, TileWithoutCandidatesEqualsACachedMainPassOverTheKeptRows) {
   Golden& g = golden();
   Backend& be = *g.backend;
   const LladaConfig& c = g.model.config;
-  FlashCacheOptions o;
-  o.gen_length = 32;
-  o.verify = true;
+  GenerateOptions o = flash_options();
+  o.sampling.gen_length = 32;
+  o.decode.verify = true;
   const auto prompt = pick(g.flash["prompts"]["flash_verify"].get<std::vector<std::vector<int32_t>>>(), 2);
-  const int64_t L = flash_max_length(static_cast<int64_t>(prompt.size()), o.gen_length, o.block_length);
+  const int64_t L = flash_max_length(static_cast<int64_t>(prompt.size()), o.sampling.gen_length, o.decode.block_length);
   std::vector<FlashSlot> slots = {flash_init_slot(0, prompt, L, o, c.mask_token_id, c.eos_token_id)};
   std::mt19937_64 rng(5);
   KvStore kv = make_kv_store(be, c, L, false);
@@ -281,12 +281,12 @@ TEST(VerifyForward, TileWithoutCandidatesEqualsACachedMainPassOverTheKeptRows) {
   // Phase 1 commits the whole window: S = 0, T = 2·bm kept rows.
   FlashSlot& s = slots[0];
   FlashDecision d = flash_decide(s, std::vector<double>(s.window.size(), 0.95), std::vector<int32_t>(s.window.size(), 7), o);
-  ASSERT_EQ(d.count, o.block_length);
+  ASSERT_EQ(d.count, o.decode.block_length);
   const int64_t n_valid = flash_verify_valid_count(s, d, o);
   flash_commit(s, d, c.eos_token_id);
   const FlashVerifyTile v = flash_verify_plan_slot(s, 0, d, n_valid, o);
   ASSERT_TRUE(v.candidates.empty());
-  ASSERT_EQ(static_cast<int64_t>(v.kept.size()), 2 * o.block_length);
+  ASSERT_EQ(static_cast<int64_t>(v.kept.size()), 2 * o.decode.block_length);
   VerifyBatch vb = flash_verify_batch(slots, {v}, L);
   vb.logit_rows.resize(v.kept.size());
   std::iota(vb.logit_rows.begin(), vb.logit_rows.end(), 0);
@@ -443,16 +443,16 @@ TEST(VerifyAccept, ForcedAcceptanceAndErrors) {
 // ================================================================================ planning
 
 /// A slot of prompt length P (tokens 1..P) in a 128-row layout, G = 40, bm = 16.
-FlashSlot plan_slot(int64_t P, const FlashCacheOptions& o) {
+FlashSlot plan_slot(int64_t P, const GenerateOptions& o) {
   std::vector<int32_t> prompt(static_cast<size_t>(P));
   std::iota(prompt.begin(), prompt.end(), 1);
   return flash_init_slot(0, prompt, 128, o, 1000, 1001);
 }
 
 TEST(VerifyPlan, CandidatesKeptRowsAndKeys) {
-  FlashCacheOptions o;
-  o.gen_length = 40;
-  o.verify = true;
+  GenerateOptions o = flash_options();
+  o.sampling.gen_length = 40;
+  o.decode.verify = true;
   FlashSlot s = plan_slot(40, o);  // window [40, 56), seqlen_k 128
   std::vector<double> conf(16);
   for (int i = 0; i < 16; ++i) conf[static_cast<size_t>(i)] = 0.5 + 0.01 * i;  // ascending: order = 15, 14, ...
@@ -485,8 +485,8 @@ TEST(VerifyPlan, CandidatesKeptRowsAndKeys) {
   EXPECT_EQ(v.keys.back(), s.seqlen_k - 1);
   EXPECT_EQ(v.rows(), 32);
   // Cap and max_candidates.
-  FlashCacheOptions o3 = o;
-  o3.max_candidates = 3;
+  GenerateOptions o3 = o;
+  o3.decode.max_candidates = 3;
   EXPECT_EQ(flash_verify_plan_slot(s, 0, d, n_valid, o3).candidates, (std::vector<int32_t>{55, 54, 53}));
   EXPECT_EQ(flash_verify_plan_slot(s, 0, d, n_valid, o3).kept_budget, 26);
   EXPECT_EQ(flash_verify_plan_slot(s, 0, d, 4, o).candidates.size(), 3u) << "S = n_valid − k1";
@@ -494,8 +494,8 @@ TEST(VerifyPlan, CandidatesKeptRowsAndKeys) {
   EXPECT_EQ(flash_verify_plan_slot(s, 0, d, 1, o).kept.size(), 32u);
   EXPECT_THROW(flash_verify_plan_slot(s, 0, d, 17, o), Error);
   // Released gather list (reference_quirks): full_pos[0 : nd − T] ++ full_pos[nd + S : seqlen_k].
-  auto released_keys = [&](FlashCacheOptions oq, int64_t T) {
-    oq.reference_quirks = true;
+  auto released_keys = [&](GenerateOptions oq, int64_t T) {
+    oq.decode.reference_quirks = true;
     const FlashVerifyTile vq = flash_verify_plan_slot(s, 0, d, n_valid, oq);
     std::vector<int32_t> want(s.full_pos.begin(), s.full_pos.begin() + (s.num_decoded - T));
     want.insert(want.end(), s.full_pos.begin() + s.num_decoded + 8, s.full_pos.begin() + s.seqlen_k);
@@ -508,8 +508,8 @@ TEST(VerifyPlan, CandidatesKeptRowsAndKeys) {
   EXPECT_EQ(a, b);
   // verify_kept commits: T = k1 = 1, the phase-1 commit (position 42) only; the same candidates; every
   // other decoded position (25..39 above) is a cached key again.
-  FlashCacheOptions oc = o;
-  oc.verify_kept = VerifyKept::kCommits;
+  GenerateOptions oc = o;
+  oc.decode.verify_kept = VerifyKept::kCommits;
   const FlashVerifyTile vc = flash_verify_plan_slot(s, 0, d, n_valid, oc);
   EXPECT_EQ(vc.kept_budget, 1);
   EXPECT_EQ(vc.kept, (std::vector<int32_t>{42}));
@@ -527,9 +527,9 @@ TEST(VerifyPlan, CandidatesKeptRowsAndKeys) {
 }
 
 TEST(VerifyPlan, ShortPromptKeepsFewerRowsInsteadOfWrapping) {
-  FlashCacheOptions o;
-  o.gen_length = 40;
-  o.verify = true;
+  GenerateOptions o = flash_options();
+  o.sampling.gen_length = 40;
+  o.decode.verify = true;
   FlashSlot s = plan_slot(5, o);  // nd = 5 < T
   std::vector<double> conf(16, 0.3);
   conf[0] = 0.99;
@@ -541,7 +541,11 @@ TEST(VerifyPlan, ShortPromptKeepsFewerRowsInsteadOfWrapping) {
   EXPECT_EQ(v.kept_budget, 16);
   EXPECT_EQ(v.kept, (std::vector<int32_t>{0, 1, 2, 3, 4, 5}));  // all 6 decoded positions
   EXPECT_EQ(v.rows(), 6 + 16);
-  for (FlashCacheOptions oo : {o, [&] { auto q = o; q.reference_quirks = true; return q; }()}) {
+  for (GenerateOptions oo : {o, [&] {
+                               auto q = o;
+                               q.decode.reference_quirks = true;
+                               return q;
+                             }()}) {
     const FlashVerifyTile w = flash_verify_plan_slot(s, 0, d, n_valid, oo);
     std::set<int32_t> tile(w.kept.begin(), w.kept.end());
     tile.insert(w.candidates.begin(), w.candidates.end());
@@ -550,9 +554,9 @@ TEST(VerifyPlan, ShortPromptKeepsFewerRowsInsteadOfWrapping) {
 }
 
 TEST(VerifyPlan, EosStateBeforeTheCommitDecidesTheValidCount) {
-  FlashCacheOptions o;
-  o.gen_length = 40;
-  o.verify = true;
+  GenerateOptions o = flash_options();
+  o.sampling.gen_length = 40;
+  o.decode.verify = true;
   FlashSlot s = plan_slot(40, o);
   s.eos_pos = 47;  // an earlier EOS: stop 48
   s.stop = 48;
@@ -560,8 +564,8 @@ TEST(VerifyPlan, EosStateBeforeTheCommitDecidesTheValidCount) {
   conf[1] = 0.97;
   const FlashDecision d = flash_decide(s, conf, std::vector<int32_t>(16, 9), o);
   EXPECT_EQ(flash_verify_valid_count(s, d, o), 8);  // positions 40..47
-  FlashCacheOptions oq = o;
-  oq.reference_quirks = true;
+  GenerateOptions oq = o;
+  oq.decode.reference_quirks = true;
   EXPECT_EQ(flash_verify_valid_count(s, d, oq), 8);
   s.eos_pos = -1;
   s.stop = 80;
@@ -569,9 +573,9 @@ TEST(VerifyPlan, EosStateBeforeTheCommitDecidesTheValidCount) {
 }
 
 TEST(VerifyPlan, BatchLayout) {
-  FlashCacheOptions o;
-  o.gen_length = 40;
-  o.verify = true;
+  GenerateOptions o = flash_options();
+  o.sampling.gen_length = 40;
+  o.decode.verify = true;
   std::vector<FlashSlot> slots(3);
   slots[0] = plan_slot(40, o);
   slots[2] = plan_slot(40, o);
@@ -616,9 +620,9 @@ TEST(VerifyPlan, BatchLayout) {
 }
 
 TEST(VerifyCommit, PinningEosRuleAndErrors) {
-  FlashCacheOptions o;
-  o.gen_length = 40;
-  o.verify = true;
+  GenerateOptions o = flash_options();
+  o.sampling.gen_length = 40;
+  o.decode.verify = true;
   for (bool pin_all : {true, false}) {
     FlashSlot s = plan_slot(40, o);
     std::vector<double> conf(16);
@@ -674,17 +678,10 @@ TEST(VerifyCommit, PinningEosRuleAndErrors) {
 
 std::vector<std::vector<int32_t>> prompts_of(const json& run) { return golden_prompt_set(golden().flash, run); }
 
-FlashCacheOptions options_of(const json& run, int64_t slots, bool quirks) {
-  FlashCacheOptions o;
-  o.gen_length = run["gen_length"];
-  o.block_length = run["block_length"];
-  o.threshold = run["threshold"];
-  o.track_num = run["track_num"];
-  o.mask_num = run["mask_num"];
-  o.n_slots = slots;
-  o.reference_quirks = quirks;
-  o.verify = run["verify"];
-  o.gamma = run["gamma"];
+GenerateOptions options_of(const json& run, int64_t slots, bool quirks) {
+  GenerateOptions o = flash_run_options(run, slots, quirks);
+  o.decode.verify = run["verify"];
+  o.decode.gamma = run["gamma"];
   return o;
 }
 
@@ -787,7 +784,7 @@ ReplayStats replay(size_t run_index, int64_t slots) {
   Golden& g = golden();
   const json& run = g.flash["runs"][run_index];
   const json& reqs = run["requests"];
-  const FlashCacheOptions o = options_of(run, slots, /*quirks=*/true);
+  const GenerateOptions o = options_of(run, slots, /*quirks=*/true);
   FlashCacheDenoiser den(*g.backend, g.model, o);
   ReplayStats st;
   std::map<int64_t, size_t> tie_from;  // request -> first iteration whose state may differ by a rank tie
@@ -812,7 +809,7 @@ ReplayStats replay(size_t run_index, int64_t slots) {
       ASSERT_LT(k, req["iterations"].size()) << "request " << s.request << " runs longer than recorded";
       const auto want = req["iterations"][k]["main"].get<std::vector<int32_t>>();
       const FlashDecision& d = *step.decision;
-      if (near_threshold(d, o.threshold, kFp32NearThreshold)) {
+      if (near_threshold(d, *effective_threshold(o.decode, o.sampling), kFp32NearThreshold)) {
         ++st.phase1_near;
       } else {
         ++st.phase1_compared;
@@ -852,17 +849,17 @@ ReplayStats replay(size_t run_index, int64_t slots) {
     }
     const Ranking rank = ranking_of(s, step.importance);
     const auto k2 = static_cast<int64_t>(want.size());
-    if (!tie_from.count(s.request) && rank.tie_at(o.track_num * o.block_length - k2)) {
+    if (!tie_from.count(s.request) && rank.tie_at(o.decode.track_num * o.decode.block_length - k2)) {
       tie_from[s.request] = k + 1;
       ++st.requests_with_rank_tie;
       st.ties.push_back(fmt::format("{}@{} tracked cut ({:g})", s.request, k + 1,
-                                    rank.desc[static_cast<size_t>(o.track_num * o.block_length - k2)]));
+                                    rank.desc[static_cast<size_t>(o.decode.track_num * o.decode.block_length - k2)]));
     }
     prev[s.request] = {rank, k2};
     if (!tile.candidates.empty()) {
       ++st.phase2_with_candidates;
       const bool near =
-          near_gamma(v, o.gamma, kFp32NearThreshold) ||
+          near_gamma(v, o.decode.gamma, kFp32NearThreshold) ||
           near_candidate_tie(*step.decision, static_cast<int64_t>(tile.candidates.size()), kFp32NearThreshold);
       std::vector<int32_t> have(tile.candidates.begin(), tile.candidates.begin() + v.count);
       if (near) {
@@ -980,20 +977,22 @@ TEST(VerifyGoldenFreeRun, TrajectoriesMatchUpToFirstNearTie) {
   for (size_t run_index : fp32_verify_runs()) {
     const json& run = g.flash["runs"][run_index];
     const json& reqs = run["requests"];
-    const FlashCacheOptions o = options_of(run, run["batch_size"].get<int64_t>(), true);
+    const GenerateOptions o = options_of(run, run["batch_size"].get<int64_t>(), true);
     std::map<int64_t, int64_t> first_near;
     auto observer = [&](FlashStep& step) {
       const FlashSlot& s = *step.state;
       if (first_near.count(s.request)) return;
-      if (step.phase == 1 && near_threshold(*step.decision, o.threshold, kFp32NearThreshold))
+      if (step.phase == 1 &&
+          near_threshold(*step.decision, *effective_threshold(o.decode, o.sampling), kFp32NearThreshold))
         first_near[s.request] = s.iterations;
       if (step.phase == 2 &&
-          (near_gamma(*step.verification, o.gamma, kFp32NearThreshold) ||
+          (near_gamma(*step.verification, o.decode.gamma, kFp32NearThreshold) ||
            near_candidate_tie(*step.decision, static_cast<int64_t>(step.verification->tile->candidates.size()),
                               kFp32NearThreshold)))
         first_near[s.request] = s.iterations - 1;
-      else if (step.phase == 2 && rank_tie_next_state(s, step.importance, step.verification->count,
-                                                      o.track_num * o.block_length, o.block_length))
+      else if (step.phase == 2 &&
+               rank_tie_next_state(s, step.importance, step.verification->count,
+                                   o.decode.track_num * o.decode.block_length, o.decode.block_length))
         first_near[s.request] = s.iterations;  // this iteration is still comparable, the next state may differ
     };
     FlashCacheDenoiser den(*g.backend, g.model, o);
@@ -1040,13 +1039,12 @@ struct ShortWindowRun {
 ShortWindowRun run_short_window(int64_t slots) {
   Golden& g = golden();
   const LladaConfig& c = g.model.config;
-  FlashCacheOptions o;
-  o.gen_length = 16;
-  o.block_length = 8;
-  o.key_tile = 16;
-  o.verify = true;
-  o.reference_quirks = true;
-  o.n_slots = slots;
+  GenerateOptions o = flash_options();
+  o.sampling.gen_length = 16;
+  o.decode.block_length = 8;
+  o.decode.verify = true;
+  o.decode.reference_quirks = true;
+  o.decode.n_slots = slots;
   const auto prompts = g.flash["prompts"]["flash_verify"].get<std::vector<std::vector<int32_t>>>();
   const std::vector<std::vector<int32_t>> ps = {pick(prompts, 0), pick(prompts, 3)};  // G1: P 32 and a longer one
   ShortWindowRun out;
@@ -1067,7 +1065,7 @@ ShortWindowRun run_short_window(int64_t slots) {
       }
       return;
     }
-    const bool short_window = static_cast<int64_t>(s.window.size()) < o.block_length;
+    const bool short_window = static_cast<int64_t>(s.window.size()) < o.decode.block_length;
     if (step.phase == 1) {
       const FlashDecision& d = *step.decision;
       out.conf.push_back(d.confidence);
@@ -1083,12 +1081,12 @@ ShortWindowRun run_short_window(int64_t slots) {
       }
     } else {
       out.p_draft.push_back(step.verification->p_draft);
-      out.short_verifies += static_cast<int64_t>(step.decision->window.size()) < o.block_length &&
+      out.short_verifies += static_cast<int64_t>(step.decision->window.size()) < o.decode.block_length &&
                             !step.verification->tile->candidates.empty();
       step.override_acceptance = true;  // accept nothing: the schedule above stays in control
     }
   };
-  FlashCacheDenoiser den(*g.backend, g.model, o);
+  FlashCacheDenoiser den(*g.backend, g.model, o, FlashTiling{16});
   const FlashCacheResult res = den.generate(ps, observer);
   out.result = res.requests[0];
   return out;
@@ -1137,19 +1135,19 @@ TEST(VerifyShortWindow, ReleasedCrashConfigurationCompletes) {
       found = &e;
   if (found == nullptr) GTEST_SKIP() << "the fixture records no crash of an fp32 verify run";
   const json& err = *found;
-  FlashCacheOptions o;
-  o.gen_length = err["gen_length"].get<int64_t>();
-  o.verify = true;
-  o.gamma = g.flash["fixed_args"]["gamma"].get<double>();
-  o.n_slots = err["batch_size"].get<int64_t>();
-  o.reference_quirks = true;
+  GenerateOptions o = flash_options();
+  o.sampling.gen_length = err["gen_length"].get<int64_t>();
+  o.decode.verify = true;
+  o.decode.gamma = g.flash["fixed_args"]["gamma"].get<double>();
+  o.decode.n_slots = err["batch_size"].get<int64_t>();
+  o.decode.reference_quirks = true;
   const auto prompts = g.flash["prompts"]["flash_verify"].get<std::vector<std::vector<int32_t>>>();
   int short_windows = 0;
   size_t min_window = 16;
   auto observer = [&](FlashStep& step) {
     if (step.phase != 1) return;
     const size_t w = step.state->window.size();
-    short_windows += w < static_cast<size_t>(o.block_length);
+    short_windows += w < static_cast<size_t>(o.decode.block_length);
     min_window = std::min(min_window, w);
   };
   FlashCacheDenoiser den(*g.backend, g.model, o);
@@ -1167,11 +1165,11 @@ TEST(VerifyShortWindow, ReleasedCrashConfigurationCompletes) {
 
 // ================================================================================ counters, invariance
 
-FlashCacheOptions small_options(bool verify) {
-  FlashCacheOptions o;
-  o.gen_length = 32;
-  o.n_slots = 2;
-  o.verify = verify;
+GenerateOptions small_options(bool verify) {
+  GenerateOptions o = flash_options();
+  o.sampling.gen_length = 32;
+  o.decode.n_slots = 2;
+  o.decode.verify = verify;
   return o;
 }
 
@@ -1183,8 +1181,8 @@ std::vector<std::vector<int32_t>> small_prompts() {
 
 TEST(VerifyRun, CountersPerRequestAndInAggregate) {
   Golden& g = golden();
-  FlashCacheOptions o = small_options(true);
-  o.gamma = 0.5;  // accept more often on this model
+  GenerateOptions o = small_options(true);
+  o.decode.gamma = 0.5;  // accept more often on this model
   std::map<int64_t, int64_t> cand, tiles, iters, short_prompt_tiles;
   int64_t passes_seen = 0, last_forward = -1;
   auto observer = [&](FlashStep& step) {
@@ -1257,11 +1255,11 @@ TEST(VerifyRun, EarlyRerankDuringTheVerifyPassChangesNothing) {
     for (VerifyKept kept : {VerifyKept::kReleased, VerifyKept::kCommits}) {
       if (quirks && kept == VerifyKept::kCommits) continue;
       SCOPED_TRACE(fmt::format("reference_quirks {} verify_kept {}", quirks, static_cast<int>(kept)));
-      FlashCacheOptions o = small_options(true);
-      o.gamma = 0.5;
-      o.reference_quirks = quirks;
-      o.verify_kept = kept;
-      o.n_slots = 3;
+      GenerateOptions o = small_options(true);
+      o.decode.gamma = 0.5;
+      o.decode.reference_quirks = quirks;
+      o.decode.verify_kept = kept;
+      o.decode.n_slots = 3;
       FlashCacheDenoiser early(*g.backend, g.model, o), late(*g.backend, g.model, o);
       const FlashCacheResult a = early.generate(small_prompts());
       int64_t phase2 = 0;
@@ -1322,9 +1320,9 @@ TEST(VerifyRun, RejectingEverythingGivesTheFlashCacheTrajectory) {
 TEST(VerifyRun, CommitsKeptRowsAreThePhaseOneCommits) {
   Golden& g = golden();
   auto run = [&](VerifyKept kept, int64_t& tiles, int64_t& rows) {
-    FlashCacheOptions o = small_options(true);
-    o.gamma = 0.5;
-    o.verify_kept = kept;
+    GenerateOptions o = small_options(true);
+    o.decode.gamma = 0.5;
+    o.decode.verify_kept = kept;
     tiles = rows = 0;
     auto observer = [&](FlashStep& step) {
       if (step.phase != 2) return;
@@ -1334,7 +1332,7 @@ TEST(VerifyRun, CommitsKeptRowsAreThePhaseOneCommits) {
       rows += v.rows();
       const auto S = static_cast<int64_t>(v.candidates.size());
       if (kept == VerifyKept::kReleased) {
-        EXPECT_EQ(v.kept_budget, 2 * o.block_length - 2 * S);
+        EXPECT_EQ(v.kept_budget, 2 * o.decode.block_length - 2 * S);
         return;
       }
       EXPECT_EQ(v.kept_budget, d.count);
@@ -1372,9 +1370,9 @@ TEST(VerifyRun, CommitsKeptRowsAreThePhaseOneCommits) {
 // Forced acceptance (benchmarks): every candidate below the stop is accepted.
 TEST(VerifyRun, ForcedAcceptanceAcceptsEveryCandidate) {
   Golden& g = golden();
-  FlashCacheOptions o = small_options(true);
-  o.forced_acceptance = 16;
-  o.gamma = 1.0;
+  GenerateOptions o = small_options(true);
+  o.decode.forced_acceptance = 16;
+  o.decode.gamma = 1.0;
   int64_t expected = 0, checked = 0;
   auto observer = [&](FlashStep& step) {
     if (step.phase != 2) return;
@@ -1391,9 +1389,9 @@ TEST(VerifyRun, ForcedAcceptanceAcceptsEveryCandidate) {
   EXPECT_GT(checked, 0);
   EXPECT_EQ(res.stats.accepted, expected);
   // The paper rule is selectable end to end.
-  o.forced_acceptance = 0;
-  o.verify_rule = VerifyRule::kPaper;
-  o.gamma = 0.5;
+  o.decode.forced_acceptance = 0;
+  o.decode.verify_rule = VerifyRule::kPaper;
+  o.decode.gamma = 0.5;
   FlashCacheDenoiser paper(*g.backend, g.model, o);
   const FlashCacheResult rp = paper.generate(small_prompts());
   EXPECT_GT(rp.stats.verify_forwards, 0);
@@ -1402,39 +1400,45 @@ TEST(VerifyRun, ForcedAcceptanceAcceptsEveryCandidate) {
 // ================================================================================ options
 
 TEST(VerifyOptions, PresetsDefaultsAndErrors) {
-  const FlashCacheOptions d;
-  EXPECT_FALSE(d.verify);
-  EXPECT_EQ(d.verify_rule, VerifyRule::kProduct);
-  EXPECT_EQ(d.verify_kept, VerifyKept::kReleased);
+  const GenerateOptions d = flash_options();
+  EXPECT_FALSE(d.decode.verify);
+  EXPECT_EQ(d.decode.verify_rule, VerifyRule::kProduct);
+  EXPECT_EQ(d.decode.verify_kept, VerifyKept::kReleased);
   EXPECT_EQ(flash_verify_cap(d), 8);
   EXPECT_DOUBLE_EQ(flash_preset("gsm8k").gamma, 0.8);
   EXPECT_DOUBLE_EQ(flash_preset("math").gamma, 0.85);
   EXPECT_DOUBLE_EQ(flash_preset("humaneval").gamma, 0.85);
   EXPECT_DOUBLE_EQ(flash_preset("mbpp").gamma, 0.8);
   const LladaConfig& c = golden().model.config;
-  auto expect_error = [&](FlashCacheOptions o, const std::string& needle) {
+  // The verify settings are params.h's, validated once there (validate); they apply with verify on.
+  auto expect_error = [&](GenerateOptions o, const std::string& needle) {
     try {
-      validate_flash_cache_options(o, c);
+      validate(o, c);
       ADD_FAILURE() << "expected an error mentioning " << needle;
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   };
-  FlashCacheOptions o;
-  o.gamma = 0.0;
+  auto verify_on = [] {
+    GenerateOptions o = flash_options();
+    o.decode.verify = true;
+    return o;
+  };
+  GenerateOptions o = verify_on();
+  o.decode.gamma = 0.0;
   expect_error(o, "gamma");
-  o = FlashCacheOptions{};
-  o.max_candidates = 17;
+  o = verify_on();
+  o.decode.max_candidates = 17;
   expect_error(o, "max_candidates");
-  o = FlashCacheOptions{};
-  o.forced_acceptance = -1;
+  o = verify_on();
+  o.decode.forced_acceptance = -1;
   expect_error(o, "forced_acceptance");
-  o = FlashCacheOptions{};
-  o.verify_kept = static_cast<VerifyKept>(7);
+  o = verify_on();
+  o.decode.verify_kept = static_cast<VerifyKept>(7);
   expect_error(o, "verify_kept");
-  o = FlashCacheOptions{};
-  o.max_candidates = 16;  // S = bm, T = 0 is allowed
-  EXPECT_NO_THROW(validate_flash_cache_options(o, c));
+  o = verify_on();
+  o.decode.max_candidates = 16;  // S = bm, T = 0 is allowed
+  EXPECT_NO_THROW(validate(o, c));
 }
 
 }  // namespace

@@ -55,7 +55,7 @@ std::vector<Case> cases(const std::string& file, bool free_run_only) {
 
 struct RunSpec {
   std::vector<int32_t> prompt;
-  LladaSamplerOptions opt;
+  GenerateOptions opt;  // cache none
   const json* run = nullptr;
 };
 
@@ -66,14 +66,15 @@ RunSpec spec_of(const Case& c) {
   RunSpec s;
   s.run = &r;
   s.prompt = golden_prompt(file, r);
-  s.opt.gen_length = r["gen_length"];
-  s.opt.block_length = r["block_length"];
-  s.opt.steps = r["steps"];
+  s.opt.decode.cache = CacheMode::kNone;
+  s.opt.sampling.gen_length = r["gen_length"];
+  s.opt.decode.block_length = r["block_length"];
   if (c.file == "llada") {
-    s.opt.confidence_f64 = false;  // upstream softmaxes the fp32 logits in fp32
+    s.opt.sampling.steps = r["steps"];
+    s.opt.decode.confidence_f32 = true;  // upstream softmaxes the fp32 logits in fp32
   } else {
-    s.opt.confidence_f64 = true;
-    s.opt.threshold = r["threshold"].get<double>();
+    s.opt.decode.confidence_f32 = false;
+    s.opt.sampling.threshold = r["threshold"].get<double>();  // threshold mode: no steps (params.h)
   }
   return s;
 }
@@ -87,18 +88,18 @@ TEST_P(SamplerTeacherForced, EveryStepMatchesAboveNoiseMargin) {
   const json& trace = r["trace"];
   const std::vector<int32_t> out = r["output_ids"].get<std::vector<int32_t>>();
   LladaSampler sampler(*g.backend, g.model, spec.opt);
-  const int64_t P = static_cast<int64_t>(spec.prompt.size()), B = spec.opt.block_length;
-  const int64_t spb = spec.opt.steps / (spec.opt.gen_length / B);
+  const int64_t P = static_cast<int64_t>(spec.prompt.size()), B = spec.opt.decode.block_length;
+  const int64_t spb = r["steps"].get<int64_t>() / (spec.opt.sampling.gen_length / B);
 
   // Rebuild the state before every step and run all steps as one batch.
   std::vector<SequenceState> states;
   SequenceState cur = sampler.init_state(spec.prompt);
-  std::vector<int64_t> filled_in_block(static_cast<size_t>(spec.opt.gen_length / B), 0);
+  std::vector<int64_t> filled_in_block(static_cast<size_t>(spec.opt.sampling.gen_length / B), 0);
   for (size_t k = 0; k < trace.size(); ++k) {
     const std::vector<int64_t> committed = trace[k]["committed"].get<std::vector<int64_t>>();
-    ASSERT_FALSE(committed.empty() && spec.opt.threshold) << "threshold steps commit at least one token";
+    ASSERT_FALSE(committed.empty() && spec.opt.sampling.threshold) << "threshold steps commit at least one token";
     SequenceState s = cur;
-    if (spec.opt.threshold) {
+    if (spec.opt.sampling.threshold) {
       s.block = committed.front() / B;
       s.block_quota.clear();
       s.step_in_block = 0;
@@ -122,7 +123,7 @@ TEST_P(SamplerTeacherForced, EveryStepMatchesAboveNoiseMargin) {
       ++near_ties;
       // In quota mode the count is fixed by the schedule; in threshold mode a confidence near ε
       // decides the count itself, so nothing about this step is comparable.
-      if (!spec.opt.threshold) {
+      if (!spec.opt.sampling.threshold) {
         EXPECT_EQ(have.size(), want.size()) << "step " << k << ": quota counts never depend on ties";
       }
       continue;
@@ -175,11 +176,12 @@ TEST(SamplerBatch, GoldenBatchPairMatches) {
   for (const json& r : g.llada["runs"])
     if (r.contains("batched") && r["batched"].get<bool>()) runs.push_back(&r);
   ASSERT_GE(runs.size(), 2u) << "the fixture records one batched call of several prompts";
-  LladaSamplerOptions o;
-  o.gen_length = (*runs[0])["gen_length"];
-  o.block_length = (*runs[0])["block_length"];
-  o.steps = (*runs[0])["steps"];
-  o.confidence_f64 = false;
+  GenerateOptions o;
+  o.decode.cache = CacheMode::kNone;
+  o.sampling.gen_length = (*runs[0])["gen_length"];
+  o.decode.block_length = (*runs[0])["block_length"];
+  o.sampling.steps = (*runs[0])["steps"];
+  o.decode.confidence_f32 = true;
   LladaSampler sampler(*g.backend, g.model, o);
   std::vector<std::vector<int32_t>> prompts;
   for (const json* r : runs) prompts.push_back(golden_prompt(g.llada, *r));

@@ -21,7 +21,14 @@ Model& model() {
   return m;
 }
 
-void expect_invalid(const LladaSamplerOptions& o, const std::string& needle) {
+/// The LLaDA sampler's settings: cache none (blocks of 32, 128 steps for the default gen_length 128).
+GenerateOptions llada_options() {
+  GenerateOptions o;
+  o.decode.cache = CacheMode::kNone;
+  return o;
+}
+
+void expect_invalid(const GenerateOptions& o, const std::string& needle) {
   try {
     LladaSampler s(*model().backend, model().model, o);
     FAIL() << "expected an error mentioning '" << needle << "'";
@@ -32,68 +39,68 @@ void expect_invalid(const LladaSamplerOptions& o, const std::string& needle) {
 }
 
 TEST(SamplerOptions, GenLengthMustBeMultipleOfBlockLength) {
-  LladaSamplerOptions o;
-  o.gen_length = 100;
-  o.block_length = 32;
-  o.steps = 100;
+  GenerateOptions o = llada_options();
+  o.sampling.gen_length = 100;
+  o.decode.block_length = 32;
+  o.sampling.steps = 100;
   expect_invalid(o, "multiple of block_length");
 }
 
 TEST(SamplerOptions, StepsMustDivideIntoBlocks) {
-  LladaSamplerOptions o;
-  o.gen_length = 128;
-  o.block_length = 32;
-  o.steps = 30;
+  GenerateOptions o = llada_options();
+  o.sampling.gen_length = 128;
+  o.decode.block_length = 32;
+  o.sampling.steps = 30;
   expect_invalid(o, "divisible by the number of blocks");
 }
 
 TEST(SamplerOptions, GenLengthZeroRejected) {
-  LladaSamplerOptions o;
-  o.gen_length = 0;
+  GenerateOptions o = llada_options();
+  o.sampling.gen_length = 0;
   expect_invalid(o, "gen_length must be positive");
 }
 
 TEST(SamplerOptions, StepsOutsideOneToGenLengthRejected) {
-  LladaSamplerOptions o;
-  o.steps = 0;
+  GenerateOptions o = llada_options();
+  o.sampling.steps = -1;  // 0 is the default (params.h): the first value below 1 that is refused
   expect_invalid(o, "steps must be in [1, gen_length");
   // More steps than tokens would run forward passes that commit nothing (and an unbounded count
   // would size the quota schedule by it): refused.
-  o.steps = o.gen_length * 2;
+  o.sampling.steps = o.sampling.gen_length * 2;
   expect_invalid(o, "steps must be in [1, gen_length");
 }
 
 TEST(SamplerOptions, EosPadTileBeyondTheContextRejected) {
-  LladaSamplerOptions o;
-  o.eos_pad_tile = 1 << 30;
+  GenerateOptions o = llada_options();
+  o.decode.eos_pad_tile = 1 << 30;
   expect_invalid(o, "eos_pad_tile must be in [0, max_sequence_length");
 }
 
 TEST(SamplerOptions, ThresholdOutOfRangeRejected) {
-  LladaSamplerOptions o;
-  o.threshold = 1.5;
+  GenerateOptions o = llada_options();
+  o.sampling.threshold = 1.5;
   expect_invalid(o, "threshold");
-  o.threshold = 0.0;
+  o.sampling.threshold = 0.0;
   expect_invalid(o, "threshold");
 }
 
 TEST(SamplerOptions, NegativeTemperatureAndCfgRejected) {
-  LladaSamplerOptions o;
-  o.temperature = -1;
+  GenerateOptions o = llada_options();
+  o.sampling.temperature = -1;
   expect_invalid(o, "temperature");
-  o = {};
-  o.cfg_scale = -0.5;
+  o = llada_options();
+  o.decode.cfg_scale = -0.5;
   expect_invalid(o, "cfg_scale");
 }
 
 TEST(SamplerOptions, EosEotConfidenceNeedsEotId) {
-  LladaSamplerOptions o;
-  o.confidence_eos_eot_inf = true;
+  GenerateOptions o = llada_options();
+  o.decode.confidence_eos_eot_inf = true;
   expect_invalid(o, "EOT");
 }
 
 TEST(SamplerPrompt, PromptPlusGenLengthBeyondContextRejected) {
-  LladaSamplerOptions o;  // gen 128
+  GenerateOptions o = llada_options();  // gen 128
   LladaSampler s(*model().backend, model().model, o);
   std::vector<int32_t> prompt(static_cast<size_t>(model().model.config.max_sequence_length - 127), 5);
   try {
@@ -108,7 +115,7 @@ TEST(SamplerPrompt, PromptPlusGenLengthBeyondContextRejected) {
 }
 
 TEST(SamplerPrompt, EmptyMaskedAndOutOfVocabularyPromptsRejected) {
-  LladaSamplerOptions o;
+  GenerateOptions o = llada_options();
   LladaSampler s(*model().backend, model().model, o);
   EXPECT_THROW(s.init_state(std::vector<int32_t>{}), Error);
   EXPECT_THROW(s.init_state(std::vector<int32_t>{1, model().model.config.mask_token_id}), Error);
@@ -117,11 +124,11 @@ TEST(SamplerPrompt, EmptyMaskedAndOutOfVocabularyPromptsRejected) {
 }
 
 TEST(SamplerLayout, FlashLayoutPadsWithEosThatIsNeverDecoded) {
-  LladaSamplerOptions o;
-  o.gen_length = 32;
-  o.block_length = 16;
-  o.steps = 8;
-  o.eos_pad_tile = 128;
+  GenerateOptions o = llada_options();
+  o.sampling.gen_length = 32;
+  o.decode.block_length = 16;
+  o.sampling.steps = 8;
+  o.decode.eos_pad_tile = 128;
   LladaSampler s(*model().backend, model().model, o);
   std::vector<int32_t> prompt = {5, 6, 7, 8, 9, 10, 11, 12, 13, 14};
   auto out = s.generate({prompt});
@@ -131,13 +138,13 @@ TEST(SamplerLayout, FlashLayoutPadsWithEosThatIsNeverDecoded) {
   for (size_t p = 42; p < out[0].x.size(); ++p) ASSERT_EQ(out[0].x[p], eos) << p;
   for (int64_t p = 10; p < 42; ++p) EXPECT_NE(out[0].x[p], mask) << p;
   // The padding is context: the decoded canvas differs from the unpadded layout's for this prompt.
-  o.eos_pad_tile = 0;
+  o.decode.eos_pad_tile = 0;
   LladaSampler plain(*model().backend, model().model, o);
   auto ref = plain.generate({prompt});
   EXPECT_NE(std::vector<int32_t>(out[0].x.begin() + 10, out[0].x.begin() + 42),
             std::vector<int32_t>(ref[0].x.begin() + 10, ref[0].x.end()));
   // Exactly at a tile boundary a whole extra tile is added (reference §D.3: "+128 when aligned").
-  o.eos_pad_tile = 128;
+  o.decode.eos_pad_tile = 128;
   LladaSampler aligned(*model().backend, model().model, o);
   std::vector<int32_t> p96(96, 5);
   EXPECT_EQ(aligned.init_state(p96).x.size(), 256u);
@@ -159,18 +166,18 @@ TEST(SamplerEosEot, ConfidenceEosEotInfHoldsAtAnyTemperature) {
   const int32_t eos = m.config.eos_token_id;
   const auto prompt = tok.encode(chat.render({{"user", "Tom has 12 apples and eats 5. How many are left?"}}), false);
   auto end_commits = [&](bool quirks) {
-    LladaSamplerOptions o;
-    o.gen_length = 32;
-    o.block_length = 32;
-    o.steps = 32;
-    o.temperature = 1.0;
-    o.confidence_eos_eot_inf = true;
-    o.eot_token_id = eot;
-    o.reference_quirks = quirks;
+    GenerateOptions o = llada_options();
+    o.sampling.gen_length = 32;
+    o.decode.block_length = 32;
+    o.sampling.steps = 32;
+    o.sampling.temperature = 1.0;
+    o.decode.confidence_eos_eot_inf = true;
+    o.decode.eot_token_id = eot;
+    o.decode.reference_quirks = quirks;
     LladaSampler sampler(*backend, m, o);
     int64_t positive = 0, total = 0;
     for (uint64_t seed = 1; seed <= 4; ++seed) {
-      SlotParams p = slot_params_of(o);
+      SlotParams p = resolve_params(o.sampling, o.decode, /*exact_blocks=*/true);
       p.seed = seed;
       std::vector<SequenceState> batch = {sampler.init_state(prompt, p)};
       while (!batch[0].done) {

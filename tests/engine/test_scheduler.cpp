@@ -119,7 +119,7 @@ GenerateResult run_alone(const Mode& m, const std::vector<int32_t>& prompt) {
   SmallModel& sm = small();
   const SlotParams p = resolve_params(m.s, m.d, true);
   SlotPool pool{1, static_cast<int64_t>(prompt.size()) + p.gen_length, 0};
-  auto den = make_denoiser(*sm.backend, sm.model, m.d, sm.eot, p, pool);
+  auto den = make_denoiser(*sm.backend, sm.model, m.d, sm.eot, pool);
   Scheduler sched(*den, sm.codec(), {});
   auto st = sched.submit(request_of(prompt, p));
   while (sched.step()) {
@@ -142,7 +142,7 @@ TEST(BatchInvariance, SameTokensAloneAndAmong31OthersArrivingAtDifferentTimes) {
     const SlotParams p = resolve_params(m.s, m.d, true);
     std::mt19937 rng(11);
     SlotPool pool{32, 300 + p.gen_length, 0};
-    auto den = make_denoiser(*sm.backend, sm.model, m.d, sm.eot, p, pool);
+    auto den = make_denoiser(*sm.backend, sm.model, m.d, sm.eot, pool);
     Scheduler sched(*den, sm.codec(), {});
     std::vector<std::shared_ptr<RequestStream>> others;
     std::shared_ptr<RequestStream> mine;
@@ -188,7 +188,7 @@ TEST(BatchInvariance, PerRequestTemperatureAndSeed) {
     const GenerateResult alone = run_alone(m, target);
     const SlotParams p = resolve_params(m.s, m.d, true);
     SlotPool pool{4, static_cast<int64_t>(target.size()) + p.gen_length, 0};
-    auto den = make_denoiser(*sm.backend, sm.model, m.d, sm.eot, p, pool);
+    auto den = make_denoiser(*sm.backend, sm.model, m.d, sm.eot, pool);
     Scheduler sched(*den, sm.codec(), {});
     SlotParams greedy = p, other_seed = p;
     greedy.temperature = 0.0;
@@ -243,7 +243,7 @@ TEST(Scheduler, NonFiniteLogitsFailOnlyTheirOwnRequest) {
     const SlotParams p = resolve_params(m.s, m.d, true);
     auto run = [&](const std::vector<size_t>& which, int64_t slots) {
       SlotPool pool{slots, 30 + p.gen_length, 0};
-      auto den = make_denoiser(*sm.backend, poisoned, m.d, sm.eot, p, pool);
+      auto den = make_denoiser(*sm.backend, poisoned, m.d, sm.eot, pool);
       Scheduler sched(*den, sm.codec(), {});
       std::vector<std::shared_ptr<RequestStream>> streams;
       for (size_t i : which) streams.push_back(sched.submit(request_of(prompts[i], p, i)));
@@ -281,7 +281,7 @@ TEST(Scheduler, EventsAddUpToTheResultAndSlotsRefill) {
   Mode m = modes()[0];
   const SlotParams p = resolve_params(m.s, m.d, true);
   SlotPool pool{2, 200, 0};
-  auto den = make_denoiser(*sm.backend, sm.model, m.d, sm.eot, p, pool);
+  auto den = make_denoiser(*sm.backend, sm.model, m.d, sm.eot, pool);
   Scheduler sched(*den, sm.codec(), {});
   std::vector<std::shared_ptr<RequestStream>> s;
   for (const char* q : {"What is 3 + 4?", "What is 9 - 2?", "What is 6 + 6?", "What is 5 + 1?", "What is 8 - 3?"}) {
@@ -381,7 +381,7 @@ TEST(Scheduler, StopStringsCutTheAnswerAndHoldBackTheirStart) {
   const std::string stop = full.text.substr(full.text.size() / 2, 2);
   const size_t cut = full.text.find(stop);
   SlotPool pool{1, 200, 0};
-  auto den = make_denoiser(*sm.backend, sm.model, m.d, sm.eot, p, pool);
+  auto den = make_denoiser(*sm.backend, sm.model, m.d, sm.eot, pool);
   Scheduler sched(*den, sm.codec(), {});
   ScheduledRequest r = request_of(prompt, p);
   r.stop = {stop, "never-appears"};
@@ -415,7 +415,7 @@ TEST(Scheduler, MaxOutputTokensCutsALongerCanvas) {
   const SlotParams p = resolve_params(s, m.d, /*exact_blocks=*/false);
   EXPECT_EQ(p.gen_length, 32);
   SlotPool pool{1, 200, 0};
-  auto den = make_denoiser(*sm.backend, sm.model, m.d, sm.eot, p, pool);
+  auto den = make_denoiser(*sm.backend, sm.model, m.d, sm.eot, pool);
   Scheduler sched(*den, sm.codec(), {});
   ScheduledRequest r = request_of(sm.prompt("What is 3 + 4?"), p);
   r.max_output_tokens = 5;
@@ -435,7 +435,7 @@ TEST(Scheduler, CancelFreesTheSlotAtTheNextIterationAndTheQueueIsBounded) {
   Mode m = modes()[2];  // none with 32 steps: long enough to cancel mid-way
   const SlotParams p = resolve_params(m.s, m.d, true);
   SlotPool pool{1, 200, 0};
-  auto den = make_denoiser(*sm.backend, sm.model, m.d, sm.eot, p, pool);
+  auto den = make_denoiser(*sm.backend, sm.model, m.d, sm.eot, pool);
   Scheduler::Options so;
   so.max_queue = 3;
   Scheduler sched(*den, sm.codec(), so);
@@ -485,8 +485,8 @@ TEST(Scheduler, ReplicasShareOneQueueAndTakeTheLeastLoadedFirst) {
   const Mode m = modes()[0];  // flash
   const SlotParams p = resolve_params(m.s, m.d, true);
   const SlotPool pool{2, 200, 0};
-  auto den0 = make_denoiser(*sm.backend, sm.model, m.d, sm.eot, p, pool);
-  auto den1 = make_denoiser(*sm.backend, sm.model, m.d, sm.eot, p, pool);
+  auto den0 = make_denoiser(*sm.backend, sm.model, m.d, sm.eot, pool);
+  auto den1 = make_denoiser(*sm.backend, sm.model, m.d, sm.eot, pool);
   Scheduler::Options so;
   so.max_queue = 1;
   Scheduler sched({den0.get(), den1.get()}, sm.codec(), so);
@@ -545,7 +545,7 @@ TEST(Scheduler, RequestsThatCannotFitAreRefusedAtSubmit) {
   Mode m = modes()[0];
   const SlotParams p = resolve_params(m.s, m.d, true);
   SlotPool pool{1, 100, 0};
-  auto den = make_denoiser(*sm.backend, sm.model, m.d, sm.eot, p, pool);
+  auto den = make_denoiser(*sm.backend, sm.model, m.d, sm.eot, pool);
   Scheduler sched(*den, sm.codec(), {});
   std::mt19937 rng(3);
   try {

@@ -120,10 +120,11 @@ TEST_F(CudaForward, SamplerMatchesCpuAboveBf16Margin) {
   LladaModel mg = load_model(*gpu_, dir);
   Tokenizer tok = Tokenizer::from_file(dir / "tokenizer.json");
   ChatTemplate chat = ChatTemplate::from_tokenizer_config(dir / "tokenizer_config.json");
-  LladaSamplerOptions o;
-  o.gen_length = 64;
-  o.block_length = 32;
-  o.steps = 64;
+  GenerateOptions o;
+  o.decode.cache = CacheMode::kNone;
+  o.sampling.gen_length = 64;
+  o.decode.block_length = 32;
+  o.sampling.steps = 64;
   LladaSampler cpu_sampler(*cpu_, mc, o), gpu_sampler(*gpu_, mg, o);
   int compared = 0, near_ties = 0, mismatches = 0;
   for (const char* q : {"Mia has 12 apples. She buys 3 bags with 4 apples each. How many apples does she have now?",

@@ -83,7 +83,7 @@ TEST_F(Nccl, Tp1ThroughNcclIsBitIdentical) {
     pool.n_slots = 2;
     pool.max_total_length = 64;
     auto run = [&](const LladaModel& m) {
-      auto den = make_denoiser(*gpu, m, d, -1, p, pool);
+      auto den = make_denoiser(*gpu, m, d, -1, pool);
       const auto ps = prompts();
       for (int64_t s = 0; s < 2; ++s) den->admit(s, ps[static_cast<size_t>(s)], p);
       std::vector<std::vector<int32_t>> out(2);
