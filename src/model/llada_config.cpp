@@ -102,30 +102,9 @@ class FieldReader {
   const std::string& src_;
 };
 
-}  // namespace
-
-int64_t LladaConfig::parameter_count() const noexcept {
-  const int64_t attn = 4 * d_model * d_model;  // q, k, v, attn_out (n_kv_heads == n_heads)
-  const int64_t mlp = 3 * d_model * mlp_hidden_size;  // ff_proj, up_proj, ff_out
-  const int64_t norms = 2 * d_model;                  // attn_norm, ff_norm
-  return 2 * embedding_size * d_model + n_layers * (attn + mlp + norms) + d_model;
-}
-
-LladaConfig parse_llada_config(const nlohmann::json& j, const std::string& source) {
-  const std::string& src = source;
-  FDLLM_CHECK_CKPT(j.is_object(), "{}: config must be a JSON object", src);
-  FieldReader r(j, src);
-  LladaConfig c;
-
-  // Model family and block type.
-  c.model_type = r.string("model_type");
-  FDLLM_CHECK_CKPT(c.model_type == "llada", "{}: unsupported model_type '{}' (supported: \"llada\")", src,
-                   c.model_type);
-  c.block_type = r.string_or("block_type", "sequential");
-  FDLLM_CHECK_CKPT(c.block_type == "llama", "{}: unsupported block_type '{}'{} (supported: \"llama\")", src,
-                   c.block_type, r.absent_note("block_type"));
-
-  // Architecture switches (absent -> LLaDA ModelConfig default, then validated).
+// The architecture keys (absent -> LLaDA ModelConfig default, then validated): every switch this
+// engine does not implement is refused naming the key, never ignored.
+void check_architecture(FieldReader& r, const nlohmann::json& j, const std::string& src) {
   const std::string act = r.string_or("activation_type", "swiglu");
   FDLLM_CHECK_CKPT(act == "silu",
                    "{}: unsupported activation_type '{}'{} (supported: \"silu\", which with up_proj forms LLaDA's "
@@ -178,6 +157,32 @@ LladaConfig parse_llada_config(const nlohmann::json& j, const std::string& sourc
                    src);
   if (!r.boolean_or("rope_full_precision", true))
     logger().warn("{}: rope_full_precision = false; this engine always applies RoPE in fp32", src);
+}
+
+}  // namespace
+
+int64_t LladaConfig::parameter_count() const noexcept {
+  const int64_t attn = 4 * d_model * d_model;         // q, k, v, attn_out (n_kv_heads == n_heads)
+  const int64_t mlp = 3 * d_model * mlp_hidden_size;  // ff_proj, up_proj, ff_out
+  const int64_t norms = 2 * d_model;                  // attn_norm, ff_norm
+  return 2 * embedding_size * d_model + n_layers * (attn + mlp + norms) + d_model;
+}
+
+LladaConfig parse_llada_config(const nlohmann::json& j, const std::string& source) {
+  const std::string& src = source;
+  FDLLM_CHECK_CKPT(j.is_object(), "{}: config must be a JSON object", src);
+  FieldReader r(j, src);
+  LladaConfig c;
+
+  // Model family and block type.
+  c.model_type = r.string("model_type");
+  FDLLM_CHECK_CKPT(c.model_type == "llada", "{}: unsupported model_type '{}' (supported: \"llada\")", src,
+                   c.model_type);
+  c.block_type = r.string_or("block_type", "sequential");
+  FDLLM_CHECK_CKPT(c.block_type == "llama", "{}: unsupported block_type '{}'{} (supported: \"llama\")", src,
+                   c.block_type, r.absent_note("block_type"));
+
+  check_architecture(r, j, src);
 
   // Sizes.
   c.d_model = r.positive("d_model");

@@ -107,7 +107,7 @@ void CudaBackend::ensure_attention_work(int64_t capacity) {
   if (capacity <= work_capacity_) return;
   const int64_t cap = std::max<int64_t>(capacity, 2 * work_capacity_);
   CUDA_CHECK(cudaStreamSynchronize(stream_));  // the old list may still be read by queued kernels
-  drop_graphs();                               // and graphs launch kernels that read it
+  graphs_cache_.clear();                       // and graphs launch kernels that read it
   work_ = std::unique_ptr<kernels::AttentionWorkItem, CudaFree>(static_cast<kernels::AttentionWorkItem*>(
       device_alloc(static_cast<size_t>(cap) * sizeof(kernels::AttentionWorkItem), "attention work list").release()));
   work_capacity_ = cap;

@@ -20,7 +20,7 @@
 // Files (one per concern; llama.cpp's ggml-cuda/*.cu is the model):
 //   cuda_backend.h           this class: the context (device, stream, handles, workspaces) and its state
 //   cuda_context.cu          construction, memory, host copies (pinned staging), synchronisation, errors
-//   cuda_graphs.cu           the graph cache of run_recorded (capture, replay, LRU)
+//   cuda_graph_cache.h, cuda_graphs.cu  the graph cache of run_recorded (capture, replay, LRU)
 //   cuda_attention_plan.cu   the attention planner: work lists per table (plan_attention*)
 //   cuda_cudnn_route.cu      the tiles routed to cuDNN's fused attention
 //   cuda_ops_attention.cu    attention, attention_with_importance, attention_verify, attention_importance
@@ -61,6 +61,7 @@
 
 #include "backend/backend.h"
 #include "backend/backend_policy.h"
+#include "backend/cuda/cuda_graph_cache.h"
 #include "backend/cuda/gemm_picks.h"
 #include "backend/operand_checks.h"
 #include "core/check.h"
@@ -138,13 +139,7 @@ struct StreamDestroy {
     }
   }
 };
-struct GraphExecDestroy {
-  void operator()(cudaGraphExec_t g) const noexcept {
-    if (g) cudaGraphExecDestroy(g);
-  }
-};
 using DevicePtr = std::unique_ptr<void, CudaFree>;
-using GraphExecPtr = std::unique_ptr<CUgraphExec_st, GraphExecDestroy>;
 using StreamPtr = std::unique_ptr<CUstream_st, StreamDestroy>;
 using PinnedPtr = std::unique_ptr<void, CudaFreeHost>;
 
@@ -206,7 +201,7 @@ class CudaBackend final : public Backend {
 
   RowPadding row_padding() const override { return row_padding_; }
 
-  RecordingStats recording_stats() const override;
+  RecordingStats recording_stats() const override { return graphs_cache_.stats(); }
 
   // --------------------------------------------------------------------------- model ops
 
@@ -286,15 +281,6 @@ class CudaBackend final : public Backend {
   static bool grow_staging(HostStaging& s, size_t bytes);
   void* stage_upload(size_t bytes);
   void* stage_download(size_t bytes);
-
-  // Captures `ops` from the stream into an instantiated graph (nothing runs). nullptr when the
-  // capture failed: an op threw (a validation error, or a call that is illegal while capturing,
-  // such as a synchronisation) or the capture was invalidated; the stream is left capturing nothing.
-  GraphExecPtr capture(const std::function<void()>& ops);
-
-  // Graphs hold the device addresses of their launches: when the attention work list moves, every
-  // graph that reads it is stale.
-  void drop_graphs();
 
   // What an attention work list was made for: the table (4 ints per AttentionTile, 5 per
   // VerifyTile), query rows, key rows (store rows or gathered keys) and rows per work item.
@@ -406,7 +392,6 @@ class CudaBackend final : public Backend {
   DevicePtr flags_;
   PinnedPtr host_flags_;
   HostStaging staged_upload_, staged_download_;  // stage_upload / stage_download
-  bool capturing_ = false;
   DevicePtr staging_;
   std::unique_ptr<kernels::GemmLt> gemm_;
   std::unique_ptr<kernels::AttentionWorkItem, CudaFree> work_;
@@ -428,19 +413,9 @@ class CudaBackend final : public Backend {
   int64_t select_partials_n_ = 0, select_rows_ = 0;
   size_t cudnn_buf_bytes_ = 0, cudnn_ws_bytes_ = 0;
   FlashChoice flash_;  // flash_choice(options_.attention, traits_)
-  // run_recorded's graphs: by key, with their place in the use order (most recent first).
-  static constexpr size_t kMaxGraphs = 64;
-  struct GraphEntry {
-    GraphExecPtr exec;
-    std::list<std::vector<int64_t>>::iterator lru;
-  };
   bool graphs_ = true;
   RowPadding row_padding_;  // Backend::row_padding: row_padding_for(options_.row_padding)
-  std::map<std::vector<int64_t>, GraphEntry> graphs_by_key_;
-  std::list<std::vector<int64_t>> graph_lru_;
-  std::list<std::vector<int64_t>> seen_keys_;        // keys run once, newest first (at most kMaxGraphs)
-  std::map<std::vector<int64_t>, int> failed_keys_;  // failed captures per key
-  RecordingStats rec_stats_;
+  GraphCache graphs_cache_;  // run_recorded's graphs
   // Declared last, destroyed first: StreamDestroy waits for queued work before anything above is freed.
   StreamPtr stream_owner_;
   cudaStream_t stream_ = nullptr;

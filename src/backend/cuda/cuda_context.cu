@@ -74,7 +74,7 @@ CudaBackend::~CudaBackend() {
   // the stream it was last given still exists.
   cudaSetDevice(device_);
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
-  drop_graphs();  // graphs hold cuDNN's kernels
+  graphs_cache_.clear();  // graphs hold cuDNN's kernels
   cudnn_sdpa_.reset();
 }
 
@@ -240,7 +240,7 @@ bool CudaBackend::grow_staging(HostStaging& s, size_t bytes) {
 }
 
 void* CudaBackend::stage_upload(size_t bytes) {
-  if (!options_.pinned_staging || bytes == 0 || bytes > kStagingMax || capturing_) return nullptr;
+  if (!options_.pinned_staging || bytes == 0 || bytes > kStagingMax || graphs_cache_.capturing()) return nullptr;
   HostStaging& s = staged_upload_;
   // Between two synchronisations the uploads outgrew the buffer: grow it now that it is free.
   if (s.used == 0 && s.wanted > s.capacity) grow_staging(s, std::min(s.wanted, kStagingCap));
@@ -254,7 +254,7 @@ void* CudaBackend::stage_upload(size_t bytes) {
 }
 
 void* CudaBackend::stage_download(size_t bytes) {
-  if (!options_.pinned_staging || bytes > kStagingMax || capturing_) return nullptr;
+  if (!options_.pinned_staging || bytes > kStagingMax || graphs_cache_.capturing()) return nullptr;
   // Nothing is in flight from it: every download synchronises before it returns.
   return grow_staging(staged_download_, bytes) ? staged_download_.buf.get() : nullptr;
 }

@@ -98,7 +98,7 @@ bool CudaBackend::cudnn_ready() {
 void CudaBackend::ensure_cudnn_buffers(size_t buf_bytes, size_t workspace) {
   if (buf_bytes <= cudnn_buf_bytes_ && (workspace == 0 || workspace <= cudnn_ws_bytes_)) return;
   CUDA_CHECK(cudaStreamSynchronize(stream_));
-  drop_graphs();
+  graphs_cache_.clear();
   if (buf_bytes > cudnn_buf_bytes_) {
     cudnn_buf_bytes_ = std::max(buf_bytes, 2 * cudnn_buf_bytes_);
     cudnn_buf_ = device_alloc(cudnn_buf_bytes_, "cuDNN attention batch arrays");
