@@ -4,11 +4,13 @@
 # expectations from the fixture, so all of them must pass on it too. Needs a configured ./build
 # (scripts/setup.sh); builds the test executables it runs.
 #   scripts/golden_variant.sh [DIR]   where to write the variant (default build/golden-variant)
+#   GOLDEN_LAYERS=N                    the variant's block count (make_golden_variant.py --layers; fewer
+#                                      than G1's 3 drops the recordings: tests needing them skip)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [[ -f build/CMakeCache.txt ]] || { echo "build/ is not configured: run scripts/setup.sh first" >&2; exit 2; }
 dir="${1:-build/golden-variant}"
-python3 tests/tools/make_golden_variant.py --out "$dir"
+python3 tests/tools/make_golden_variant.py --out "$dir" ${GOLDEN_LAYERS:+--layers "$GOLDEN_LAYERS"}
 export FLASHDLLM_GOLDEN_DIR="$PWD/$dir" FLASHDLLM_BINARY_DIR="$PWD/build" FLASHDLLM_SOURCE_DIR="$PWD"
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 # The test executables run whole (CTest's case names come from G1's run indices), two at a time.

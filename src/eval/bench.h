@@ -203,20 +203,30 @@ std::vector<PointResult> run_bench(const EngineFactory& load, const std::vector<
 /// "model name" of the first processor in /proc/cpuinfo text ("" when absent).
 std::string cpu_model_from_cpuinfo(std::string_view cpuinfo);
 
-/// $FLASHDLLM_COMMIT if set, else `git -C source_dir rev-parse HEAD` (+ "-dirty" when tracked files
+/// What a bench summary records of the run that the library does not look up itself: the caller
+/// (apps/cli, from the environment) fills it; src/ reads no environment variable for it.
+struct BenchProvenance {
+  std::string command;                         ///< the command line as run
+  std::filesystem::path source_dir;            ///< the source tree asked for its commit (git)
+  std::string commit;                          ///< the commit under test ($FLASHDLLM_COMMIT); "" = ask git
+  std::optional<std::string> omp_num_threads;  ///< $OMP_NUM_THREADS as set (nullopt = unset)
+};
+
+/// `commit` if not empty, else `git -C source_dir rev-parse HEAD` (+ "-dirty" when tracked files
 /// differ from HEAD), else "unknown".
-std::string detect_commit(const std::filesystem::path& source_dir);
+std::string detect_commit(const std::filesystem::path& source_dir, const std::string& commit = "");
 
 /// User + system CPU time of this process so far in seconds (getrusage), -1 if unavailable.
 double process_cpu_seconds();
 
 /// The provenance block of a bench summary: tool, command, commit (detect_commit), date (UTC,
 /// ISO 8601), model, hardware {backend, host_info()...}.
-nlohmann::ordered_json bench_meta(const std::string& command, const std::filesystem::path& source_dir,
-                                  const std::string& backend, const std::string& model);
+nlohmann::ordered_json bench_meta(const BenchProvenance& provenance, const std::string& backend,
+                                  const std::string& model);
 
-/// Host description: cpu_model, logical_cpus, OMP_NUM_THREADS, load average (1/5/15 min), hostname.
-nlohmann::ordered_json host_info();
+/// Host description: cpu_model, logical_cpus, omp_num_threads (as given: the caller's
+/// OMP_NUM_THREADS), load average (1/5/15 min), hostname.
+nlohmann::ordered_json host_info(const std::optional<std::string>& omp_num_threads = std::nullopt);
 
 /// One point as JSON: id, group, label, method, task, data, timing_only, limit, batch, repeats,
 /// warmup, swept {key: value}, options (the full setting), metrics {name: {median, min, max,

@@ -217,6 +217,10 @@ TEST_P(FastDllmFreeRun, WholeRunMatchesTokenForToken) {
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) { return info.param.name; }
 
+// A fixture without recordings of this kind (make_golden_variant.py --layers: a truncated model matches
+// none) has no cases here; its other tests still run.
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(FastDllmTeacherForced);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(FastDllmFreeRun);
 INSTANTIATE_TEST_SUITE_P(Golden, FastDllmTeacherForced, ::testing::ValuesIn(cases(false)), case_name);
 INSTANTIATE_TEST_SUITE_P(Golden, FastDllmFreeRun, ::testing::ValuesIn(cases(true)), case_name);
 

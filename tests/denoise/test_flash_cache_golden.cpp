@@ -220,6 +220,9 @@ std::vector<std::tuple<size_t, int64_t>> golden_cases() {
   return v;
 }
 
+// A fixture without recordings of this kind (make_golden_variant.py --layers: a truncated model matches
+// none) has no cases here; its other tests still run.
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(FlashGolden);
 INSTANTIATE_TEST_SUITE_P(Fp32VerifyOff, FlashGolden, ::testing::ValuesIn(golden_cases()),
                          [](const ::testing::TestParamInfo<std::tuple<size_t, int64_t>>& i) {
                            const json& r = golden().flash["runs"][std::get<0>(i.param)];
@@ -276,6 +279,7 @@ TEST_P(FlashGoldenFreeRun, TrajectoriesMatchUpToFirstNearTie) {
   }
 }
 
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(FlashGoldenFreeRun);  // no recordings: see FlashGolden
 INSTANTIATE_TEST_SUITE_P(Fp32VerifyOff, FlashGoldenFreeRun, ::testing::ValuesIn(fp32_runs()),
                          [](const ::testing::TestParamInfo<size_t>& i) {
                            return fmt::format("run{}_G{}", i.param,
@@ -376,6 +380,7 @@ TEST_P(FlashGoldenFixed, AgreesUntilPaddingIsDecodedThenFixed) {
   EXPECT_GT(slice_fixed, 0) << "the traces contain count-based slices with MASK ids; the fix must show";
 }
 
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(FlashGoldenFixed);  // no recordings: see FlashGolden
 INSTANTIATE_TEST_SUITE_P(Fp32VerifyOff, FlashGoldenFixed, ::testing::ValuesIn(fp32_runs()),
                          [](const ::testing::TestParamInfo<size_t>& i) {
                            return fmt::format("run{}_G{}", i.param,
@@ -385,6 +390,7 @@ INSTANTIATE_TEST_SUITE_P(Fp32VerifyOff, FlashGoldenFixed, ::testing::ValuesIn(fp
 // Layout formulas against every recorded run (bf16 and fp32, verify on and off).
 TEST(FlashLayout, MaxLengthAndSeqlenKMatchTheTraces) {
   const json& flash = golden().flash;
+  if (flash["runs"].empty()) GTEST_SKIP() << "the fixture records no Flash-dLLM runs";
   int checked = 0;
   for (const json& run : flash["runs"]) {
     const int64_t G = run["gen_length"], bm = run["block_length"];
@@ -888,7 +894,6 @@ void check_invariants(const GenerateOptions& o, const std::vector<std::vector<in
   FlashCacheDenoiser den(*g.backend, g.model, o);
   const FlashCacheResult res = den.generate(prompts, observer);
   EXPECT_GT(checks, 20);
-  EXPECT_GT(ranking_checks, 5);
   // Final state of every request: decoded set == prompt ∪ all commits.
   for (size_t r = 0; r < prompts.size(); ++r) {
     std::set<int32_t> all;
@@ -898,6 +903,10 @@ void check_invariants(const GenerateOptions& o, const std::vector<std::vector<in
         EXPECT_EQ(res.requests[r].canvas[static_cast<size_t>(p)] == mask, all.count(p) == 0);
       }
   }
+  if (g.model.config.n_layers <= o.importance_first_layer)  // a_t is 0 everywhere: every cut is a tie
+    GTEST_SKIP() << "the fixture's " << g.model.config.n_layers << " layers leave a_t empty (counted from layer "
+                 << o.importance_first_layer << "): the a_t ranking is not checked, the other invariants were";
+  EXPECT_GT(ranking_checks, 5);
 }
 
 TEST(FlashInvariants, FullPosWindowTrackedFixedMode) {
@@ -1151,7 +1160,8 @@ TEST(FlashImportance, ForwardAccumulatesTheRequestedLayersAndTiles) {
   Golden& g = golden();
   Backend& be = *g.backend;
   const LladaConfig& c = g.model.config;
-  ASSERT_GT(c.n_layers, 2) << "layers 0 and 1 must be left out of a_t and a later one counted";
+  if (c.n_layers <= 2)  // the released code counts a_t from layer 2
+    GTEST_SKIP() << "the fixture has " << c.n_layers << " layers: none past layers 0 and 1 to count in a_t";
   const auto common = g.flash["prompts"]["common"].get<std::vector<std::vector<int32_t>>>();
   GenerateOptions o = flash_options();
   o.sampling.gen_length = 32;

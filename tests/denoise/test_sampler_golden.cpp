@@ -163,6 +163,10 @@ TEST_P(SamplerFreeRun, WholeRunMatchesTokenForToken) {
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) { return info.param.name; }
 
+// A fixture without recordings of this kind (make_golden_variant.py --layers: a truncated model matches
+// none) has no cases here; its other tests still run.
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(SamplerTeacherForced);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(SamplerFreeRun);
 INSTANTIATE_TEST_SUITE_P(LladaGenerate, SamplerTeacherForced, ::testing::ValuesIn(cases("llada", false)), case_name);
 INSTANTIATE_TEST_SUITE_P(FastDllmNoCache, SamplerTeacherForced, ::testing::ValuesIn(cases("fastdllm", false)),
                          case_name);
@@ -172,6 +176,7 @@ INSTANTIATE_TEST_SUITE_P(FastDllmNoCache, SamplerFreeRun, ::testing::ValuesIn(ca
 // The batch-of-2 golden call: both prompts in one sampler batch give the recorded outputs.
 TEST(SamplerBatch, GoldenBatchPairMatches) {
   Golden& g = golden();
+  if (g.llada["runs"].empty()) GTEST_SKIP() << "the fixture records no LLaDA sampler runs";
   std::vector<const json*> runs;
   for (const json& r : g.llada["runs"])
     if (r.contains("batched") && r["batched"].get<bool>()) runs.push_back(&r);

@@ -351,18 +351,17 @@ TEST(BenchProvenance, CpuModelAndCommit) {
                                    "processor\t: 1\nmodel name\t: other\n"),
             "Intel(R) Xeon(R) X");
   EXPECT_EQ(cpu_model_from_cpuinfo("processor : 0\n"), "");
-  const char* old = std::getenv("FLASHDLLM_COMMIT");
-  const std::string saved = old ? old : "";
-  setenv("FLASHDLLM_COMMIT", "0123abc", 1);
-  EXPECT_EQ(detect_commit(test::temp_dir()), "0123abc");
-  unsetenv("FLASHDLLM_COMMIT");
+  EXPECT_EQ(detect_commit(test::temp_dir(), "0123abc"), "0123abc");  // given (apps/: FLASHDLLM_COMMIT)
   EXPECT_EQ(detect_commit(test::temp_dir()), "unknown");  // not a git checkout
   const std::string here = detect_commit(test::repo_data_dir().parent_path());
   EXPECT_TRUE(here == "unknown" || here.size() >= 40) << here;  // a source tarball has no .git
-  if (old) setenv("FLASHDLLM_COMMIT", saved.c_str(), 1);
   const auto h = host_info();
   EXPECT_GT(h["logical_cpus"].get<int>(), 0);
-  const auto meta = bench_meta("cmd", test::temp_dir(), "cpu (1 threads)", "model");
+  EXPECT_TRUE(h["omp_num_threads"].is_null());
+  EXPECT_EQ(host_info("3")["omp_num_threads"], "3");
+  const auto meta = bench_meta({"cmd", test::temp_dir(), "0123abc", "1"}, "cpu (1 threads)", "model");
+  EXPECT_EQ(meta["commit"], "0123abc");
+  EXPECT_EQ(meta["hardware"]["omp_num_threads"], "1");
   EXPECT_EQ(meta["hardware"]["backend"], "cpu (1 threads)");
   EXPECT_EQ(meta["date"].get<std::string>().size(), 20u);  // 2026-01-02T03:04:05Z
 }

@@ -60,6 +60,9 @@ TEST_P(GoldenForward, LogitsMatchUpstreamFp32) {
   EXPECT_EQ(mismatches, 0) << key << ": argmax differs on " << mismatches << " of " << ids.size() << " rows";
 }
 
+// A fixture without recordings of this kind (make_golden_variant.py --layers: a truncated model matches
+// none) has no cases here; its other tests still run.
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GoldenForward);
 INSTANTIATE_TEST_SUITE_P(Sequences, GoldenForward, ::testing::ValuesIn(golden_forward_keys()),
                          [](const auto& info) { return info.param; });
 
@@ -67,6 +70,7 @@ TEST(GoldenForwardBatch, DifferentLengthsInOneForwardEqualSingleRuns) {
   Fixture& f = fixture();
   std::vector<std::vector<int32_t>> seqs;
   std::vector<std::string> keys = golden_forward_keys();  // mixed lengths: longest, shortest, the rest
+  if (keys.empty()) GTEST_SKIP() << "the fixture records no forward sequences (forward.safetensors)";
   std::sort(keys.begin(), keys.end(), [&](const auto& a, const auto& b) { return f.ids(a).size() < f.ids(b).size(); });
   if (keys.size() > 1) std::rotate(keys.begin(), keys.end() - 1, keys.end());
   for (const std::string& k : keys) seqs.push_back(f.ids(k));
@@ -88,6 +92,7 @@ TEST(GoldenForwardBatch, SomeLogitRowsEqualTheirRowsOfAllRows) {
   Fixture& f = fixture();
   std::vector<std::vector<int32_t>> seqs;
   for (const std::string& k : golden_forward_keys()) seqs.push_back(f.ids(k));
+  if (seqs.empty()) GTEST_SKIP() << "the fixture records no forward sequences (forward.safetensors)";
   const ForwardBatch all = full_recompute_batch(seqs);
   const int64_t T = all.n_tokens(), V = f.model.config.embedding_size;
   std::vector<float> kv_all, kv_none;

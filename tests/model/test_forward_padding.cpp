@@ -19,6 +19,7 @@
 #include "backend/comm.h"
 #include "common/golden_fixture.h"
 #include "common/model_fixture.h"
+#include "common/numerics.h"
 #include "common/test_paths.h"
 #include "flashdllm/engine.h"
 #include "flashdllm/status.h"
@@ -40,13 +41,20 @@ std::vector<float> host(Backend& be, const Tensor& t) {
   return out;
 }
 
-// Max |a - b| / max(1, |b|) over the elements (sizes must match).
-double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0.0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
-    worst = std::max(worst, std::abs(double{a[i]} - b[i]) / std::max(1.0, std::abs(double{b[i]})));
-  return worst;
+// Padded and unpadded passes run every GEMM over other row counts (57 vs 64 rows here). OpenBLAS
+// picks its kernels and blocking by the shape, and on some x86-64 CPUs the rows' sums then come out
+// in another order: the two passes are two fp32 evaluations of one forward, not bitwise twins. They
+// are held to the numerics policy's bounds for that (docs/numerics.md), relative to max|ref|: the
+// logits to kFp32LogitRelTol (each fp32 forward is within the naive fp32 error of the exact logits,
+// which that bound covers on G1), a K/V store (an earlier result of the same forward) to
+// kFp32OpRelTol. Measured with every OPENBLAS_CORETYPE this build's OpenBLAS runs here: logits up to
+// 1.4e-5 (Penryn; on Cooperlake, this machine's, 5e-7), K/V up to 2.4e-6; the old per-element bound
+// of 1e-5 of max(1, |x|) failed with Haswell, Zen and Prescott kernels (up to 2e-4), as on the CPU
+// of issue 50. Exact checks stay where exactness is by construction: the rows no token writes.
+double forward_rel_err(const std::vector<float>& a, const std::vector<float>& ref) {
+  EXPECT_EQ(a.size(), ref.size());
+  if (a.size() != ref.size()) return 1.0;
+  return rel_max_err(a, ref);
 }
 
 // Two sequences of 40 and 17 tokens, full recompute: 57 query rows, padded to 64; five logit rows,
@@ -89,13 +97,13 @@ TEST(ForwardPadding, PaddedMainPassChangesOnlyThePadRow) {
   const auto plain = run({1, 1}, plain_logits);
   const auto padded = run({64, 16}, padded_logits);
   ASSERT_EQ(padded_logits.size(), 5 * static_cast<size_t>(c.embedding_size)) << "the logits of the real rows only";
-  EXPECT_LE(max_rel_diff(padded_logits, plain_logits), 1e-5);
+  EXPECT_LE(forward_rel_err(padded_logits, plain_logits), kFp32LogitRelTol);
   const auto width = static_cast<size_t>(plain[0].size() / store_rows);
   bool pad_row_written = false;
   for (size_t s = 0; s < plain.size(); ++s) {
     const std::vector<float> real_a(plain[s].begin(), plain[s].begin() + 64 * width);
     const std::vector<float> real_b(padded[s].begin(), padded[s].begin() + 64 * width);
-    EXPECT_LE(max_rel_diff(real_b, real_a), 1e-5) << "store " << s << ": the real rows";
+    EXPECT_LE(forward_rel_err(real_b, real_a), kFp32OpRelTol) << "store " << s << ": the real rows";
     for (size_t i = 0; i < 7 * width; ++i)
       ASSERT_EQ(padded[s][57 * width + i], 0.f) << "store " << s << ": row " << 57 + i / width << " was written";
     for (size_t i = 64 * width; i < 65 * width; ++i) {
@@ -115,7 +123,7 @@ TEST(ForwardPadding, PaddedMainPassChangesOnlyThePadRow) {
   for (size_t s = 0; s < plain0.size(); ++s) {
     const std::vector<float> real_a(plain0[s].begin(), plain0[s].begin() + 64 * width);
     const std::vector<float> real_b(padded0[s].begin(), padded0[s].begin() + 64 * width);
-    EXPECT_LE(max_rel_diff(real_b, real_a), 1e-5) << "store " << s << ": the real rows (no logit rows)";
+    EXPECT_LE(forward_rel_err(real_b, real_a), kFp32OpRelTol) << "store " << s << ": the real rows (no logit rows)";
   }
 }
 
@@ -179,7 +187,7 @@ TEST(ForwardPadding, PaddedVerifyPassGivesTheSameLogits) {
   for (const auto& [max_tokens, max_tiles] : {std::pair<int64_t, int64_t>{64, 8}, {12, 3}}) {
     const std::vector<float> padded = run({64, 16}, max_tokens, max_tiles);
     ASSERT_EQ(padded.size(), 4 * static_cast<size_t>(c.embedding_size));
-    EXPECT_LE(max_rel_diff(padded, plain), 1e-5) << max_tokens << " rows, " << max_tiles << " tiles";
+    EXPECT_LE(forward_rel_err(padded, plain), kFp32LogitRelTol) << max_tokens << " rows, " << max_tiles << " tiles";
   }
 }
 

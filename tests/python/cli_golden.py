@@ -7,6 +7,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 REPO = Path(os.environ.get("FLASHDLLM_SOURCE_DIR", Path(__file__).resolve().parents[2]))
 BUILD = Path(os.environ.get("FLASHDLLM_BINARY_DIR", REPO / "build"))
 GOLDEN = Path(os.environ.get("FLASHDLLM_GOLDEN_DIR") or REPO / "tests" / "data" / "golden" / "g1")
@@ -32,6 +34,8 @@ def golden_json(name: str) -> dict:
 def flash_run(g: dict, verify: bool) -> dict:
     """The fp32 Flash-dLLM run through one slot with verify on/off, shortest gen_length first (G1: runs
     8 and 9, G 64, all twelve prompts of their set through the slot with refill)."""
+    if not g["runs"]:  # a truncated variant (make_golden_variant.py --layers) matches no recording
+        pytest.skip("the fixture records no Flash-dLLM runs")
     runs = [r for r in g["runs"] if r["dtype"] == "float32" and r["batch_size"] == 1 and r["verify"] == verify]
     assert runs, f"the fixture records no fp32 one-slot run with verify={verify}"
     return min(runs, key=lambda r: r["gen_length"])

@@ -18,7 +18,13 @@ fp32 results then differ from G1's by rounding only, far below the decision marg
 The forward fixture's hidden states are dropped (no test reads them; with a fourth block their
 indices would change meaning).
 
-Usage: make_golden_variant.py [--src tests/data/golden/g1] --out DIR [--seed 2]
+--layers N sets the block count: more than G1's appends that many identity blocks; fewer keeps G1's
+first N blocks (a checkpoint of 1 or 2 layers, where Flash-Cache's a_t, counted from layer 2, is
+empty). No upstream recording holds for a truncated model, so its runs, errors and forward logits
+are dropped (prompts and options stay): on it the parity tests have nothing to compare and the
+tests that need something the checkpoint lacks must skip, saying why (docs/robustness.md).
+
+Usage: make_golden_variant.py [--src tests/data/golden/g1] --out DIR [--seed 2] [--layers N]
 Needs numpy and safetensors (requirements-test.txt).
 """
 import argparse
@@ -39,13 +45,18 @@ def main():
     ap.add_argument("--src", type=Path, default=REPO / "tests" / "data" / "golden" / "g1")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--seed", type=int, default=2)
+    ap.add_argument("--layers", type=int, default=None,
+                    help="blocks in the variant (default: G1's + 1 identity block; fewer drops the recordings)")
     a = ap.parse_args()
     src, out = a.src, a.out
     out.mkdir(parents=True, exist_ok=True)
     cfg = json.loads((src / "config.json").read_text())
     d, f, layers, heads = cfg["d_model"], cfg["mlp_hidden_size"], cfg["n_layers"], cfg["n_heads"]
     hd = d // heads
-    D, F, H, L = d + hd, f + 128, heads + 1, layers + 1
+    D, F, H, L = d + hd, f + 128, heads + 1, layers + 1 if a.layers is None else a.layers
+    if L < 1:
+        ap.error("--layers must be at least 1")
+    truncated = L < layers
     V = cfg["embedding_size"]
     rng = np.random.default_rng(a.seed)
     perm = rng.permutation(V)  # perm[old id] = new id
@@ -76,7 +87,7 @@ def main():
     o[pre + "ln_f.weight"] = norm(w[pre + "ln_f.weight"])
     for i in range(L):
         b = f"{pre}blocks.{i}."
-        if i < layers:
+        if i < min(L, layers):
             o[b + "attn_norm.weight"] = norm(w[b + "attn_norm.weight"])
             o[b + "ff_norm.weight"] = norm(w[b + "ff_norm.weight"])
             for p in ("q_proj", "k_proj", "v_proj", "attn_out"):
@@ -103,12 +114,16 @@ def main():
     if isinstance(notes.get("special_ids"), dict):
         notes["special_ids"] = {k: new_id(v) if isinstance(v, int) else v for k, v in notes["special_ids"].items()}
     notes["variant"] = {"of": str(src), "seed": a.seed, "note": "tests/tools/make_golden_variant.py"}
+    if truncated:
+        notes["variant"]["recordings"] = f"dropped: G1's first {L} of {layers} blocks match no recording"
     cfg["golden_notes"] = notes
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
 
     fwd = load_file(str(src / "forward.safetensors"))
     fo = {}
     for k, v in fwd.items():
+        if truncated:
+            break  # the recorded logits are G1's whole stack
         if k.startswith("input_ids."):
             fo[k] = perm[v].astype(v.dtype)
         elif k.startswith("logits"):
@@ -138,6 +153,8 @@ def main():
         for k in ("runs", "errors"):
             if isinstance(g.get(k), list):
                 shuffle.shuffle(g[k])
+                if truncated:
+                    g[k] = []
         (out / name).write_text(json.dumps(g))
     for extra in src.iterdir():
         if not (out / extra.name).exists() and extra.is_file():
