@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "kernels/gpu_test_options.h"
 #include "common/numerics.h"
 #include "core/dtype.h"
 
@@ -147,7 +148,7 @@ class TwinTest : public ::testing::Test {
       GTEST_SKIP() << "no CUDA device (cuda_available() is false: built without CUDA or no GPU); set "
                       "FLASHDLLM_TEST_TWIN=cpu to exercise the harness against a second CPU backend";
     cpu_ = make_cpu_backend(0);
-    twin_ = cpu_twin ? make_cpu_backend(0) : make_cuda_backend(0);
+    twin_ = cpu_twin ? make_cpu_backend(0) : make_cuda_backend(0, gpu_test_backend_options());
     is_cuda_ = twin_->device() == DeviceKind::kCUDA;
   }
 

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "kernels/gpu_test_options.h"
 #include "common/model_fixture.h"
 #include "common/numerics.h"
 #include "common/test_paths.h"
@@ -41,7 +42,7 @@ class CudaForward : public ::testing::Test {
   void SetUp() override {
     if (!cuda_available()) GTEST_SKIP() << "no CUDA device (built without CUDA or no GPU)";
     cpu_ = make_cpu_backend(0);
-    gpu_ = make_cuda_backend(0);
+    gpu_ = make_cuda_backend(0, gpu_test_backend_options());
   }
   std::unique_ptr<Backend> cpu_, gpu_;
 };
