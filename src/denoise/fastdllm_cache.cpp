@@ -94,51 +94,51 @@ std::vector<StepCommit> FastDllmCacheSampler::step(std::vector<CachedSequenceSta
   return step_at(batch, base, store_rows);
 }
 
-std::vector<StepCommit> FastDllmCacheSampler::step_at(std::vector<CachedSequenceState>& batch,
-                                                      const std::vector<int64_t>& base, int64_t store_rows) {
-  const LladaConfig& c = model_.config;
-  const int32_t mask = c.mask_token_id;
-  const int64_t B = B_;
-  const size_t n = batch.size();
-  std::vector<StepCommit> commits(n);
+namespace {
 
-  // --- call kind per active sequence; cached calls must find their own block's rows intact
-  std::vector<char> kind(n, 0);
-  bool any_cached = false, any_active = false;
-  for (size_t i = 0; i < n; ++i) {
+/// The call kind of each active sequence (0 for a done one): F at a block's first step, else S
+/// (prefix cache) or B (dual cache). A cached call must find the rows its block's F call wrote
+/// intact (row_epoch); returns whether any sequence is active and sets any_cached.
+bool plan_call_kinds(const std::vector<CachedSequenceState>& batch, const std::vector<int64_t>& base, int64_t B,
+                     bool prefix, const char* mode, int64_t kv_rows, const std::vector<uint64_t>& row_epoch,
+                     std::vector<char>& kind, bool& any_cached) {
+  bool any_active = false;
+  any_cached = false;
+  for (size_t i = 0; i < batch.size(); ++i) {
     const CachedSequenceState& s = batch[i];
     if (s.done) continue;
     any_active = true;
     FDLLM_CHECK_ARG(s.block >= 0 && s.block < s.gen_length / B && s.prompt_len > 0 &&
                         static_cast<int64_t>(s.x.size()) == s.prompt_len + s.gen_length,
                     "Fast-dLLM {} cache: sequence {} is not a state of this sampler (block {}, prompt {}, length {})",
-                    cache_mode_name(opt_.decode.cache), i, s.block, s.prompt_len, s.x.size());
+                    mode, i, s.block, s.prompt_len, s.x.size());
     if (s.step_in_block == 0) {
       kind[i] = kCallFull;
       continue;
     }
     any_cached = true;
-    kind[i] = prefix_ ? kCallSuffix : kCallBlock;
+    kind[i] = prefix ? kCallSuffix : kCallBlock;
     const int64_t L = static_cast<int64_t>(s.x.size());
-    bool intact = s.cache_block == s.block && s.kv_offset == base[i] && base[i] + L <= kv_.rows;
-    for (int64_t r = base[i]; intact && r < base[i] + L; ++r) intact = row_epoch_[static_cast<size_t>(r)] == s.cache_epoch;
+    bool intact = s.cache_block == s.block && s.kv_offset == base[i] && base[i] + L <= kv_rows;
+    for (int64_t r = base[i]; intact && r < base[i] + L; ++r)
+      intact = row_epoch[static_cast<size_t>(r)] == s.cache_epoch;
     FDLLM_CHECK_ARG(intact,
                     "Fast-dLLM {} cache: sequence {} is at step {} of block {} but its K/V cache {} (the batch must "
                     "keep its order and sequence lengths between the steps of a block)",
-                    cache_mode_name(opt_.decode.cache), i, s.step_in_block, s.block,
+                    mode, i, s.step_in_block, s.block,
                     s.cache_block != s.block ? "was built for another block" : "was overwritten or never built here");
   }
-  if (!any_active) return commits;
-  FDLLM_CHECK_ARG(!(any_cached && kv_.rows < store_rows),
-                  "Fast-dLLM {} cache: the batch needs {} K/V rows but the cache holds {}; a batch cannot grow in "
-                  "the middle of a block",
-                  cache_mode_name(opt_.decode.cache), store_rows, kv_.rows);
+  return any_active;
+}
 
-  // --- plan: F = whole sequence; S = x[block_start:]; B = x[block_start : block_start + B].
-  // Every call attends to the sequence's whole row range: rows it writes now are fresh, the others
-  // are what the block's F call left there.
-  ForwardBatch fb;
-  std::vector<std::vector<int64_t>> cand(n);
+/// The forward batch of one step: F = whole sequence; S = x[block_start:]; B = x[block_start :
+/// block_start + B]. Every call attends to the sequence's whole row range: rows it writes now are
+/// fresh, the others are what the block's F call left there. Fills cand[i] with the block's
+/// candidate positions of sequence i and one logit row + noise key per candidate.
+void plan_forward_batch(const std::vector<CachedSequenceState>& batch, const std::vector<int64_t>& base,
+                        const std::vector<char>& kind, int64_t B, int32_t mask, ForwardBatch& fb,
+                        std::vector<std::vector<int64_t>>& cand) {
+  const size_t n = batch.size();
   std::vector<int64_t> q_first(n, 0);  // first query row of each sequence in fb
   std::vector<int64_t> q_pos0(n, 0);   // position of that row
   for (size_t i = 0; i < n; ++i) {
@@ -164,37 +164,73 @@ std::vector<StepCommit> FastDllmCacheSampler::step_at(std::vector<CachedSequence
       fb.logit_rows.push_back(static_cast<int32_t>(q_first[i] + p - q_pos0[i]));
       fb.row_keys.push_back(static_cast<int32_t>(noise_key(batch[i].seed, batch[i].nfe, p)));
     }
-  const int64_t R = static_cast<int64_t>(fb.logit_rows.size());
-  ensure_capacity(store_rows, fb.n_tokens(), std::max<int64_t>(R, 1), static_cast<int64_t>(fb.tiles.size()));
+}
 
-  // F calls (re)write their sequence's rows: stamp them with a fresh epoch.
-  for (size_t i = 0; i < n; ++i) {
+/// F calls (re)write their sequence's rows: stamp them with a fresh epoch.
+void stamp_full_calls(std::vector<CachedSequenceState>& batch, const std::vector<int64_t>& base,
+                      const std::vector<char>& kind, std::vector<uint64_t>& row_epoch, uint64_t& next_epoch) {
+  for (size_t i = 0; i < batch.size(); ++i) {
     if (kind[i] != kCallFull) continue;
     CachedSequenceState& s = batch[i];
-    const uint64_t epoch = next_epoch_++;
-    std::fill(row_epoch_.begin() + base[i], row_epoch_.begin() + base[i] + static_cast<int64_t>(s.x.size()), epoch);
+    const uint64_t epoch = next_epoch++;
+    std::fill(row_epoch.begin() + base[i], row_epoch.begin() + base[i] + static_cast<int64_t>(s.x.size()), epoch);
     s.cache_epoch = epoch;
     s.cache_block = s.block;
     s.kv_offset = base[i];
   }
+}
+
+/// One select call per run of sequences with equal parameters, over their candidate rows in order.
+std::vector<SelectSegment> select_segments(const std::vector<CachedSequenceState>& batch,
+                                           const std::vector<std::vector<int64_t>>& cand, bool confidence_f32,
+                                           int32_t mask) {
+  std::vector<SelectSegment> segments;
+  int64_t row = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    SelectParams sp;
+    sp.temperature = batch[i].temperature;
+    sp.seed = batch[i].seed;
+    sp.confidence_f64 = !confidence_f32;
+    sp.exclude_token = mask;  // a committed position never holds [MASK]
+    const auto k = static_cast<int64_t>(cand[i].size());
+    append_select_segment(segments, row, row + k, sp);
+    row += k;
+  }
+  return segments;
+}
+
+}  // namespace
+
+std::vector<StepCommit> FastDllmCacheSampler::step_at(std::vector<CachedSequenceState>& batch,
+                                                      const std::vector<int64_t>& base, int64_t store_rows) {
+  const LladaConfig& c = model_.config;
+  const int32_t mask = c.mask_token_id;
+  const int64_t B = B_;
+  const size_t n = batch.size();
+  const char* mode = cache_mode_name(opt_.decode.cache);
+  std::vector<StepCommit> commits(n);
+
+  std::vector<char> kind(n, 0);
+  bool any_cached = false;
+  if (!plan_call_kinds(batch, base, B, prefix_, mode, kv_.rows, row_epoch_, kind, any_cached)) return commits;
+  FDLLM_CHECK_ARG(!(any_cached && kv_.rows < store_rows),
+                  "Fast-dLLM {} cache: the batch needs {} K/V rows but the cache holds {}; a batch cannot grow in "
+                  "the middle of a block",
+                  mode, store_rows, kv_.rows);
+
+  ForwardBatch fb;
+  std::vector<std::vector<int64_t>> cand(n);
+  plan_forward_batch(batch, base, kind, B, mask, fb, cand);
+  const int64_t R = static_cast<int64_t>(fb.logit_rows.size());
+  ensure_capacity(store_rows, fb.n_tokens(), std::max<int64_t>(R, 1), static_cast<int64_t>(fb.tiles.size()));
+  stamp_full_calls(batch, base, kind, row_epoch_, next_epoch_);
 
   // --- forward and token choice on the device; only R ids + confidences come back
   std::vector<int32_t> x0;
   std::vector<double> conf;
   Tensor logits = llada_forward(backend_, model_, fb, kv_, ws_);
   ++passes_;
-  std::vector<SelectSegment> segments;  // one select call per run of sequences with equal parameters
-  int64_t row = 0;
-  for (size_t i = 0; i < n; ++i) {
-    SelectParams sp;
-    sp.temperature = batch[i].temperature;
-    sp.seed = batch[i].seed;
-    sp.confidence_f64 = !opt_.decode.confidence_f32;
-    sp.exclude_token = mask;  // a committed position never holds [MASK]
-    const auto k = static_cast<int64_t>(cand[i].size());
-    append_select_segment(segments, row, row + k, sp);
-    row += k;
-  }
+  const std::vector<SelectSegment> segments = select_segments(batch, cand, opt_.decode.confidence_f32, mask);
   selection_.run(backend_, logits, ws_.row_keys.slice_rows(0, R), segments, x0, conf);
   const std::vector<size_t> bad = check_selection(x0, conf, mask, "Fast-dLLM cache");
   if (R == 0) backend_.synchronize();
@@ -215,7 +251,7 @@ std::vector<StepCommit> FastDllmCacheSampler::step_at(std::vector<CachedSequence
     FDLLM_CHECK_ARG(s.threshold || s.step_in_block < static_cast<int64_t>(s.block_quota.size()),
                     "Fast-dLLM {} cache: sequence {} is at step {} of block {} but the block's quota schedule has "
                     "{} steps (masks were added to the block after it started?)",
-                    cache_mode_name(opt_.decode.cache), i, s.step_in_block, s.block, s.block_quota.size());
+                    mode, i, s.step_in_block, s.block, s.block_quota.size());
     commits[i] = commit_step(s, cand[i], std::span<const int32_t>(x0).subspan(r0, nc),
                              std::span<const double>(conf).subspan(r0, nc),
                              std::span<const int32_t>(fb.row_keys).subspan(r0, nc), s.schedule(B),
