@@ -201,23 +201,19 @@ std::string read_file(const fs::path& p) {
   return ss.str();
 }
 
-int run(const Options& o) {
-  const auto t0 = std::chrono::steady_clock::now();
-  DType dtype;
-  if (o.dtype == "bf16" || o.dtype == "BF16") dtype = DType::kBF16;
-  else if (o.dtype == "f16" || o.dtype == "F16") dtype = DType::kF16;
-  else if (o.dtype == "f32" || o.dtype == "F32") dtype = DType::kF32;
-  else FDLLM_FAIL(ErrorCode::kInvalidArgument, "--dtype '{}' (supported: bf16, f16, f32)", o.dtype);
-  FDLLM_CHECK_ARG(o.std_dev > 0 && std::isfinite(o.std_dev), "--std {} must be positive", o.std_dev);
-  const unsigned n_threads = o.threads ? o.threads : std::max(1u, std::thread::hardware_concurrency());
+DType parse_output_dtype(const std::string& name) {
+  if (name == "bf16" || name == "BF16") return DType::kBF16;
+  if (name == "f16" || name == "F16") return DType::kF16;
+  if (name == "f32" || name == "F32") return DType::kF32;
+  FDLLM_FAIL(ErrorCode::kInvalidArgument, "--dtype '{}' (supported: bf16, f16, f32)", name);
+}
 
-  const LladaConfig cfg = load_llada_config(o.config);
-  const std::vector<ExpectedTensor> expected = llada_expected_tensors(cfg);
+using ShardPlan = std::map<std::string, std::vector<const ExpectedTensor*>>;
 
-  // Shard plan: shard name -> tensors (in expected order).
-  std::map<std::string, std::vector<const ExpectedTensor*>> by_shard;
-  const bool sharded = !o.index.empty();
-  if (sharded) {
+/// Shard plan: shard name -> tensors (in expected order); the index's split, else one file.
+ShardPlan plan_shards(const Options& o, const LladaConfig& cfg, const std::vector<ExpectedTensor>& expected) {
+  ShardPlan by_shard;
+  if (!o.index.empty()) {
     validate_llada_index(o.index, cfg);  // exactly the expected names; total_size plausible
     const nlohmann::json idx = nlohmann::json::parse(read_file(o.index));
     const auto& wm = idx.at("weight_map");
@@ -230,9 +226,12 @@ int run(const Options& o) {
   } else {
     for (const ExpectedTensor& e : expected) by_shard["model.safetensors"].push_back(&e);
   }
+  return by_shard;
+}
 
-  // Output directory.
-  const fs::path out(o.out);
+/// Creates the output directory and copies config.json into it; refuses to overwrite without
+/// --force, and with it removes the forms Checkpoint::open would prefer over the new one.
+void prepare_output_dir(const Options& o, const fs::path& out, const ShardPlan& by_shard) {
   fs::create_directories(out);
   if (!o.force) {
     for (const char* f : {"config.json", "model.safetensors", "model.safetensors.index.json"})
@@ -245,10 +244,12 @@ int run(const Options& o) {
     fs::remove(out / "model.safetensors");
   }
   fs::copy_file(o.config, out / "config.json", fs::copy_options::overwrite_existing);
+}
 
-  // Headers and offsets.
+/// Headers (padded to a multiple of 8 bytes) and absolute tensor offsets of every shard; adds the
+/// data bytes of all shards to total_bytes.
+std::vector<PlannedShard> plan_headers(const ShardPlan& by_shard, DType dtype, uint64_t& total_bytes) {
   std::vector<PlannedShard> shards;
-  uint64_t total_bytes = 0;
   const size_t esize = dtype_size(dtype);
   for (const auto& [shard_name, list] : by_shard) {
     PlannedShard s;
@@ -272,8 +273,11 @@ int run(const Options& o) {
     total_bytes += off;
     shards.push_back(std::move(s));
   }
+  return shards;
+}
 
-  // Create files, write headers, preallocate.
+/// Creates every shard file, writes its header and preallocates it to its full size.
+void create_shard_files(std::vector<PlannedShard>& shards, const fs::path& out) {
   for (PlannedShard& s : shards) {
     const std::string path = (out / s.name).string();
     s.fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -285,7 +289,13 @@ int run(const Options& o) {
     FDLLM_CHECK(::ftruncate(s.fd, static_cast<off_t>(s.file_size)) == 0, ErrorCode::kIo, "{}: cannot size to {} bytes: {}",
                 path, s.file_size, std::strerror(errno));
   }
+}
 
+/// Fills the data regions (none with --sparse) with n_threads workers, then closes every shard;
+/// throws kIo with the first error of any worker or close.
+void write_tensor_data(const Options& o, std::vector<PlannedShard>& shards, const fs::path& out, DType dtype,
+                       unsigned n_threads) {
+  const size_t esize = dtype_size(dtype);
   // Work list: chunks of at most kChunk elements, never crossing a tensor (none with --sparse).
   constexpr int64_t kChunk = int64_t{1} << 22;  // 4 Mi elements = 8 MiB of bf16
   std::vector<Chunk> chunks;
@@ -327,18 +337,38 @@ int run(const Options& o) {
     }
   }
   FDLLM_CHECK(!failed, ErrorCode::kIo, "{}", first_error);
+}
 
-  if (sharded) {
-    nlohmann::json idx;
-    idx["metadata"]["total_size"] = total_bytes;
-    idx["weight_map"] = nlohmann::json::object();
-    for (const PlannedShard& s : shards)
-      for (const PlannedTensor& t : s.tensors) idx["weight_map"][t.spec->name] = s.name;
-    std::ofstream f(out / "model.safetensors.index.json", std::ios::binary | std::ios::trunc);
-    f << idx.dump(2) << "\n";
-    f.close();
-    FDLLM_CHECK(f.good(), ErrorCode::kIo, "{}: write failed", (out / "model.safetensors.index.json").string());
-  }
+/// The new model.safetensors.index.json: every tensor's shard and the written total_size.
+void write_index(const std::vector<PlannedShard>& shards, const fs::path& out, uint64_t total_bytes) {
+  nlohmann::json idx;
+  idx["metadata"]["total_size"] = total_bytes;
+  idx["weight_map"] = nlohmann::json::object();
+  for (const PlannedShard& s : shards)
+    for (const PlannedTensor& t : s.tensors) idx["weight_map"][t.spec->name] = s.name;
+  std::ofstream f(out / "model.safetensors.index.json", std::ios::binary | std::ios::trunc);
+  f << idx.dump(2) << "\n";
+  f.close();
+  FDLLM_CHECK(f.good(), ErrorCode::kIo, "{}: write failed", (out / "model.safetensors.index.json").string());
+}
+
+int run(const Options& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const DType dtype = parse_output_dtype(o.dtype);
+  FDLLM_CHECK_ARG(o.std_dev > 0 && std::isfinite(o.std_dev), "--std {} must be positive", o.std_dev);
+  const unsigned n_threads = o.threads ? o.threads : std::max(1u, std::thread::hardware_concurrency());
+
+  const LladaConfig cfg = load_llada_config(o.config);
+  const std::vector<ExpectedTensor> expected = llada_expected_tensors(cfg);
+  const ShardPlan by_shard = plan_shards(o, cfg, expected);
+  const fs::path out(o.out);
+  prepare_output_dir(o, out, by_shard);
+
+  uint64_t total_bytes = 0;
+  std::vector<PlannedShard> shards = plan_headers(by_shard, dtype, total_bytes);
+  create_shard_files(shards, out);
+  write_tensor_data(o, shards, out, dtype, n_threads);
+  if (!o.index.empty()) write_index(shards, out, total_bytes);
 
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("wrote %s: %zu tensors, %zu file(s), %s, %llu bytes of weights in %.2f s (%.2f GB/s, %u threads)\n",
