@@ -70,11 +70,15 @@ int64_t TensorInfo::numel() const noexcept {
 // ---------------------------------------------------------------------------------------------
 // SafetensorsFile
 
-std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::filesystem::path& path) {
-  const std::string fname = path.string();
-  std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
-  f->path_ = path;
+namespace {
 
+/// A read-only mapping of a whole safetensors file (>= 8 bytes: the header length is there).
+struct FileMapping {
+  void* map;
+  uint64_t size;
+};
+
+FileMapping map_safetensors_file(const std::filesystem::path& path, const std::string& fname) {
   const int fd = open_regular_file(path);  // refuses FIFOs, devices, directories without blocking
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
@@ -94,11 +98,13 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::filesystem::pa
   ::close(fd);  // the mapping keeps the file alive
   FDLLM_CHECK(map != MAP_FAILED, ErrorCode::kIo, "{}: mmap of {} bytes failed: {}", fname, file_size,
               std::strerror(map_err));
-  f->map_ = map;  // from here on the destructor unmaps on any error
-  f->map_size_ = file_size;
-  const auto* base = static_cast<const uint8_t*>(map);
+  return {map, file_size};
+}
 
-  uint64_t header_len = 0;
+/// The JSON header of a mapped file of file_size (>= 8) bytes; sets header_len (little-endian u64
+/// at offset 0). Throws kInvalidCheckpoint if it runs past the file or is not a JSON object.
+json parse_header(const uint8_t* base, uint64_t file_size, const std::string& fname, uint64_t& header_len) {
+  header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | base[i];  // little-endian
   FDLLM_CHECK_CKPT(header_len <= file_size - 8,
                    "{}: header length {} runs past the end of the file ({} bytes; truncated or not a "
@@ -107,90 +113,92 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::filesystem::pa
   FDLLM_CHECK_CKPT(header_len >= 2 && base[8] == '{', "{}: header is not a JSON object (must start with '{{')",
                    fname);
   const std::string_view header(reinterpret_cast<const char*>(base + 8), header_len);
-  const json j = parse_json_text(header, fname + " (safetensors header)", /*reject_duplicate_keys=*/true);
+  json j = parse_json_text(header, fname + " (safetensors header)", /*reject_duplicate_keys=*/true);
   FDLLM_CHECK_CKPT(j.is_object(), "{}: header is not a JSON object", fname);
+  return j;
+}
 
-  const uint64_t data_begin = 8 + header_len;
-  const uint64_t data_size = file_size - data_begin;
-
-  struct Span {
-    uint64_t begin, end;
-    const std::string* name;
-  };
-  std::vector<Span> spans;
-  spans.reserve(j.size());
-
-  for (const auto& [name, entry] : j.items()) {
-    if (name == "__metadata__") {
-      FDLLM_CHECK_CKPT(entry.is_object(), "{}: '__metadata__' must be an object of strings", fname);
-      for (const auto& [k, v] : entry.items()) {
-        FDLLM_CHECK_CKPT(v.is_string(), "{}: '__metadata__' value of '{}' must be a string (got {})", fname, k,
-                         v.type_name());
-        f->metadata_[k] = v.get<std::string>();
-      }
-      continue;
-    }
-    FDLLM_CHECK_CKPT(!name.empty(), "{}: tensor with an empty name", fname);
-    FDLLM_CHECK_CKPT(entry.is_object(), "{}: tensor '{}': entry must be an object with dtype, shape, data_offsets",
-                     fname, name);
-    TensorInfo t;
-    t.name = name;
-    t.file = fname;
-
-    auto it = entry.find("dtype");
-    FDLLM_CHECK_CKPT(it != entry.end(), "{}: tensor '{}': missing 'dtype'", fname, name);
-    FDLLM_CHECK_CKPT(it->is_string(), "{}: tensor '{}': 'dtype' must be a string", fname, name);
-    const auto dt = parse_dtype(it->get_ref<const std::string&>());
-    FDLLM_CHECK_CKPT(dt.has_value(),
-                     "{}: tensor '{}': unknown or unsupported dtype '{}' (supported: F32, F16, BF16, F64, I64, "
-                     "I32, I8, U8, BOOL)",
-                     fname, name, it->get<std::string>());
-    t.dtype = *dt;
-
-    it = entry.find("shape");
-    FDLLM_CHECK_CKPT(it != entry.end(), "{}: tensor '{}': missing 'shape'", fname, name);
-    FDLLM_CHECK_CKPT(it->is_array(), "{}: tensor '{}': 'shape' must be an array of integers", fname, name);
-    for (const auto& d : *it) {
-      FDLLM_CHECK_CKPT(d.is_number_integer(), "{}: tensor '{}': shape entry {} is not an integer", fname, name,
-                       d.dump());
-      FDLLM_CHECK_CKPT(d.is_number_unsigned() || d.get<int64_t>() >= 0,
-                       "{}: tensor '{}': negative dimension {} in shape", fname, name, d.dump());
-      FDLLM_CHECK_CKPT(d.is_number_integer() && d.get<uint64_t>() <= uint64_t{std::numeric_limits<int64_t>::max()},
-                       "{}: tensor '{}': dimension {} too large", fname, name, d.dump());
-      t.shape.push_back(d.get<int64_t>());
-    }
-
-    it = entry.find("data_offsets");
-    FDLLM_CHECK_CKPT(it != entry.end(), "{}: tensor '{}': missing 'data_offsets'", fname, name);
-    FDLLM_CHECK_CKPT(it->is_array() && it->size() == 2 && (*it)[0].is_number_unsigned() &&
-                         (*it)[1].is_number_unsigned(),
-                     "{}: tensor '{}': 'data_offsets' must be [begin, end] with non-negative integers (got {})",
-                     fname, name, it->dump());
-    const uint64_t begin = (*it)[0].get<uint64_t>();
-    const uint64_t end = (*it)[1].get<uint64_t>();
-    FDLLM_CHECK_CKPT(begin <= end, "{}: tensor '{}': data_offsets begin {} > end {}", fname, name, begin, end);
-    FDLLM_CHECK_CKPT(end <= data_size,
-                     "{}: tensor '{}': data_offsets [{}, {}] run past the data region ({} bytes; file truncated?)",
-                     fname, name, begin, end, data_size);
-
-    bool overflow = false;
-    const int64_t numel = checked_numel(t.shape, &overflow);
-    uint64_t expect = 0;
-    FDLLM_CHECK_CKPT(!overflow && !__builtin_mul_overflow(static_cast<uint64_t>(numel),
-                                                          static_cast<uint64_t>(dtype_size(t.dtype)), &expect),
-                     "{}: tensor '{}': shape {} is too large", fname, name, shape_str(t.shape));
-    FDLLM_CHECK_CKPT(expect == end - begin,
-                     "{}: tensor '{}': {} x {} elements = {} bytes, but data_offsets [{}, {}] hold {} bytes", fname,
-                     name, dtype_name(t.dtype), numel, expect, begin, end, end - begin);
-
-    t.data = base + data_begin + begin;
-    t.nbytes = static_cast<size_t>(end - begin);
-    auto [pos, inserted] = f->tensors_.emplace(name, std::move(t));
-    FDLLM_ASSERT(inserted);  // duplicate keys were rejected by the parser
-    spans.push_back({begin, end, &pos->first});
+void parse_metadata(const json& entry, const std::string& fname, std::map<std::string, std::string>& metadata) {
+  FDLLM_CHECK_CKPT(entry.is_object(), "{}: '__metadata__' must be an object of strings", fname);
+  for (const auto& [k, v] : entry.items()) {
+    FDLLM_CHECK_CKPT(v.is_string(), "{}: '__metadata__' value of '{}' must be a string (got {})", fname, k,
+                     v.type_name());
+    metadata[k] = v.get<std::string>();
   }
+}
 
-  // The tensors must tile the data region exactly: sort by (begin, end) and walk.
+/// The dtype and shape of tensor entry `name` (every dimension a non-negative int64).
+void parse_dtype_and_shape(const json& entry, const std::string& fname, const std::string& name, TensorInfo& t) {
+  auto it = entry.find("dtype");
+  FDLLM_CHECK_CKPT(it != entry.end(), "{}: tensor '{}': missing 'dtype'", fname, name);
+  FDLLM_CHECK_CKPT(it->is_string(), "{}: tensor '{}': 'dtype' must be a string", fname, name);
+  const auto dt = parse_dtype(it->get_ref<const std::string&>());
+  FDLLM_CHECK_CKPT(dt.has_value(),
+                   "{}: tensor '{}': unknown or unsupported dtype '{}' (supported: F32, F16, BF16, F64, I64, "
+                   "I32, I8, U8, BOOL)",
+                   fname, name, it->get<std::string>());
+  t.dtype = *dt;
+
+  it = entry.find("shape");
+  FDLLM_CHECK_CKPT(it != entry.end(), "{}: tensor '{}': missing 'shape'", fname, name);
+  FDLLM_CHECK_CKPT(it->is_array(), "{}: tensor '{}': 'shape' must be an array of integers", fname, name);
+  for (const auto& d : *it) {
+    FDLLM_CHECK_CKPT(d.is_number_integer(), "{}: tensor '{}': shape entry {} is not an integer", fname, name, d.dump());
+    FDLLM_CHECK_CKPT(d.is_number_unsigned() || d.get<int64_t>() >= 0, "{}: tensor '{}': negative dimension {} in shape",
+                     fname, name, d.dump());
+    FDLLM_CHECK_CKPT(d.is_number_integer() && d.get<uint64_t>() <= uint64_t{std::numeric_limits<int64_t>::max()},
+                     "{}: tensor '{}': dimension {} too large", fname, name, d.dump());
+    t.shape.push_back(d.get<int64_t>());
+  }
+}
+
+/// Tensor entry `name` of a header whose data region (data_size bytes) starts at `data`; sets
+/// [begin, end), its byte range in that region, after checking it holds exactly dtype x shape.
+TensorInfo parse_tensor_entry(const json& entry, const std::string& fname, const std::string& name, const uint8_t* data,
+                              uint64_t data_size, uint64_t& begin, uint64_t& end) {
+  FDLLM_CHECK_CKPT(!name.empty(), "{}: tensor with an empty name", fname);
+  FDLLM_CHECK_CKPT(entry.is_object(), "{}: tensor '{}': entry must be an object with dtype, shape, data_offsets", fname,
+                   name);
+  TensorInfo t;
+  t.name = name;
+  t.file = fname;
+  parse_dtype_and_shape(entry, fname, name, t);
+
+  auto it = entry.find("data_offsets");
+  FDLLM_CHECK_CKPT(it != entry.end(), "{}: tensor '{}': missing 'data_offsets'", fname, name);
+  FDLLM_CHECK_CKPT(it->is_array() && it->size() == 2 && (*it)[0].is_number_unsigned() && (*it)[1].is_number_unsigned(),
+                   "{}: tensor '{}': 'data_offsets' must be [begin, end] with non-negative integers (got {})", fname,
+                   name, it->dump());
+  begin = (*it)[0].get<uint64_t>();
+  end = (*it)[1].get<uint64_t>();
+  FDLLM_CHECK_CKPT(begin <= end, "{}: tensor '{}': data_offsets begin {} > end {}", fname, name, begin, end);
+  FDLLM_CHECK_CKPT(end <= data_size,
+                   "{}: tensor '{}': data_offsets [{}, {}] run past the data region ({} bytes; file truncated?)", fname,
+                   name, begin, end, data_size);
+
+  bool overflow = false;
+  const int64_t numel = checked_numel(t.shape, &overflow);
+  uint64_t expect = 0;
+  FDLLM_CHECK_CKPT(!overflow && !__builtin_mul_overflow(static_cast<uint64_t>(numel),
+                                                        static_cast<uint64_t>(dtype_size(t.dtype)), &expect),
+                   "{}: tensor '{}': shape {} is too large", fname, name, shape_str(t.shape));
+  FDLLM_CHECK_CKPT(expect == end - begin,
+                   "{}: tensor '{}': {} x {} elements = {} bytes, but data_offsets [{}, {}] hold {} bytes", fname, name,
+                   dtype_name(t.dtype), numel, expect, begin, end, end - begin);
+
+  t.data = data + begin;
+  t.nbytes = static_cast<size_t>(end - begin);
+  return t;
+}
+
+/// A tensor's byte range in the data region.
+struct Span {
+  uint64_t begin, end;
+  const std::string* name;
+};
+
+/// The tensors must tile the data region exactly: sort by (begin, end) and walk.
+void check_tiling(std::vector<Span>& spans, const std::string& fname, uint64_t data_size) {
   std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
@@ -206,6 +214,40 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::filesystem::pa
   }
   FDLLM_CHECK_CKPT(cursor == data_size, "{}: {} trailing bytes after the last tensor (data region {} bytes)", fname,
                    data_size - cursor, data_size);
+}
+
+}  // namespace
+
+std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::filesystem::path& path) {
+  const std::string fname = path.string();
+  std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
+  f->path_ = path;
+
+  const FileMapping mapping = map_safetensors_file(path, fname);
+  f->map_ = mapping.map;  // from here on the destructor unmaps on any error
+  f->map_size_ = mapping.size;
+  const auto* base = static_cast<const uint8_t*>(mapping.map);
+  const uint64_t file_size = mapping.size;
+
+  uint64_t header_len = 0;
+  const json j = parse_header(base, file_size, fname, header_len);
+  const uint64_t data_begin = 8 + header_len;
+  const uint64_t data_size = file_size - data_begin;
+
+  std::vector<Span> spans;
+  spans.reserve(j.size());
+  for (const auto& [name, entry] : j.items()) {
+    if (name == "__metadata__") {
+      parse_metadata(entry, fname, f->metadata_);
+      continue;
+    }
+    uint64_t begin = 0, end = 0;
+    TensorInfo t = parse_tensor_entry(entry, fname, name, base + data_begin, data_size, begin, end);
+    auto [pos, inserted] = f->tensors_.emplace(name, std::move(t));
+    FDLLM_ASSERT(inserted);  // duplicate keys were rejected by the parser
+    spans.push_back({begin, end, &pos->first});
+  }
+  check_tiling(spans, fname, data_size);
   return f;
 }
 
