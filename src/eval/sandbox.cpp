@@ -170,6 +170,50 @@ std::string read_file(const fs::path& p, size_t max_bytes) {
 
 rlim_t seconds_limit(double s) { return static_cast<rlim_t>(std::ceil(std::max(1.0, s))); }
 
+/// Waits for child `pid` (polling with backoff up to 20 ms) and sets its wait status st; at the
+/// deadline kills its process group and returns true (timed out).
+bool wait_until(pid_t pid, std::chrono::time_point<std::chrono::steady_clock, std::chrono::duration<double>> deadline,
+                int& st) {
+  auto sleep = std::chrono::microseconds(500);
+  while (true) {
+    const pid_t r = waitpid(pid, &st, WNOHANG);
+    if (r == pid) return false;
+    if (r < 0 && errno != EINTR) return false;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      kill(-pid, SIGKILL);
+      kill(pid, SIGKILL);
+      while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+      }
+      return true;
+    }
+    std::this_thread::sleep_for(sleep);
+    sleep = std::min(sleep * 2, std::chrono::microseconds(20000));
+  }
+}
+
+/// res.result (and res.passed) of a finished child with wait status st and res.exit_status set:
+/// the driver's verdict in dir/result if any, else why the child died (last stderr line).
+void describe_outcome(SandboxResult& res, int st, bool timed_out, const fs::path& dir) {
+  const std::string status = read_file(dir / "result", 4096);
+  if (timed_out) {
+    res.result = "timed out";
+  } else if (!status.empty()) {
+    res.result = status;
+    res.passed = status == "passed" && res.exit_status == 0;
+  } else if (res.exit_status == kNamespaceFailure) {
+    res.result = "error: could not enter a network namespace";
+  } else if (WIFSIGNALED(st)) {
+    res.result = fmt::format("killed: signal {} ({})", WTERMSIG(st), strsignal(WTERMSIG(st)));
+  } else {
+    std::string err = read_file(dir / "stderr", 4096);
+    const size_t nl = err.find_last_not_of("\n");
+    err = nl == std::string::npos ? "" : err.substr(0, nl + 1);
+    const size_t last = err.rfind('\n');
+    res.result = fmt::format("killed: exit status {}{}{}", res.exit_status, err.empty() ? "" : ": ",
+                             last == std::string::npos ? err : err.substr(last + 1));
+  }
+}
+
 }  // namespace
 
 PythonSandbox::PythonSandbox(SandboxOptions options) : opt_(std::move(options)) {
@@ -292,45 +336,11 @@ SandboxResult PythonSandbox::run(const std::string& program) const {
 
   const auto deadline = t0 + std::chrono::duration<double>(opt_.timeout_s + opt_.grace_s);
   int st = 0;
-  bool timed_out = false;
-  auto sleep = std::chrono::microseconds(500);
-  while (true) {
-    const pid_t r = waitpid(pid, &st, WNOHANG);
-    if (r == pid) break;
-    if (r < 0 && errno != EINTR) break;
-    if (std::chrono::steady_clock::now() >= deadline) {
-      timed_out = true;
-      kill(-pid, SIGKILL);
-      kill(pid, SIGKILL);
-      while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-      }
-      break;
-    }
-    std::this_thread::sleep_for(sleep);
-    sleep = std::min(sleep * 2, std::chrono::microseconds(20000));
-  }
+  const bool timed_out = wait_until(pid, deadline, st);
   kill(-pid, SIGKILL);  // whatever the program left running in its group
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   res.exit_status = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? -WTERMSIG(st) : 0;
-
-  const std::string status = read_file(dir / "result", 4096);
-  if (timed_out) {
-    res.result = "timed out";
-  } else if (!status.empty()) {
-    res.result = status;
-    res.passed = status == "passed" && res.exit_status == 0;
-  } else if (res.exit_status == kNamespaceFailure) {
-    res.result = "error: could not enter a network namespace";
-  } else if (WIFSIGNALED(st)) {
-    res.result = fmt::format("killed: signal {} ({})", WTERMSIG(st), strsignal(WTERMSIG(st)));
-  } else {
-    std::string err = read_file(dir / "stderr", 4096);
-    const size_t nl = err.find_last_not_of("\n");
-    err = nl == std::string::npos ? "" : err.substr(0, nl + 1);
-    const size_t last = err.rfind('\n');
-    res.result = fmt::format("killed: exit status {}{}{}", res.exit_status, err.empty() ? "" : ": ",
-                             last == std::string::npos ? err : err.substr(last + 1));
-  }
+  describe_outcome(res, st, timed_out, dir);
   return res;
 }
 
