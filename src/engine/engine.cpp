@@ -240,6 +240,67 @@ int64_t step_rows(int64_t P, int64_t G, const DecodeSettings& d) {
   return d.eos_pad_tile > 0 ? total / d.eos_pad_tile * d.eos_pad_tile + d.eos_pad_tile : total;
 }
 
+/// The pool each of n_rep replicas needs for its share of the batch (data parallelism: the
+/// requests are dealt over the replicas through the scheduler's shared queue): flash
+/// min(slots, share) slots (0 = the whole share), the block samplers the share at once; rows for
+/// the longest prompt and the share's largest full-recompute steps.
+SlotPool replica_pool(const std::vector<std::vector<int32_t>>& prompts, size_t n_rep, int64_t gen_length,
+                      const DecodeSettings& d) {
+  const auto N = static_cast<int64_t>(prompts.size());
+  const int64_t share = (N + static_cast<int64_t>(n_rep) - 1) / static_cast<int64_t>(n_rep);
+  SlotPool pool;
+  pool.n_slots = d.cache == CacheMode::kFlash && d.n_slots > 0 ? std::min<int64_t>(d.n_slots, share) : share;
+  int64_t max_p = 0;
+  std::vector<int64_t> rows;
+  for (const auto& p : prompts) {
+    max_p = std::max<int64_t>(max_p, static_cast<int64_t>(p.size()));
+    rows.push_back(step_rows(static_cast<int64_t>(p.size()), gen_length, d));
+  }
+  std::sort(rows.begin(), rows.end(), std::greater<>());
+  for (int64_t i = 0; i < share; ++i) pool.max_step_rows += rows[static_cast<size_t>(i)];
+  pool.max_total_length = max_p + gen_length;
+  if (d.cache == CacheMode::kFlash) pool.max_step_rows = 0;
+  return pool;
+}
+
+/// Moves every finished request's result from its stream into out[i] and sets have[i]. A request
+/// whose own logits were not finite (kInvalidCheckpoint) fails alone; any other error is thrown.
+void collect_finished(const std::vector<std::shared_ptr<RequestStream>>& streams,
+                      const std::vector<std::vector<int32_t>>& prompts, const std::vector<bool>& templated,
+                      std::vector<GenerateResult>& out, std::vector<bool>& have) {
+  for (size_t i = 0; i < streams.size(); ++i)
+    while (auto ev = streams[i]->next(std::chrono::milliseconds(0))) {
+      if (!ev->finished) continue;
+      if (ev->finish_reason == FinishReason::kError) {
+        // A request whose own logits were not finite fails alone; any other failure fails the call.
+        if (ev->error_code != ErrorCode::kInvalidCheckpoint) throw Error(ev->error_code, ev->error);
+        out[i].prompt_ids = prompts[i];
+        out[i].chat_template = templated[i];
+        out[i].finish_reason = FinishReason::kError;
+        out[i].error = ev->error;
+        have[i] = true;
+        continue;
+      }
+      FDLLM_CHECK(ev->result != nullptr, ErrorCode::kInternal, "request {} ended ({}) without a result", i,
+                  finish_reason_name(ev->finish_reason));
+      out[i] = *ev->result;
+      have[i] = true;
+    }
+}
+
+/// The threads stepping replicas 1..: on destruction (an exception) any still running are
+/// cancelled through the scheduler and joined, so they end before the pools go.
+struct Joiner {
+  Scheduler& sched;
+  std::vector<std::thread> threads;
+  ~Joiner() {
+    if (std::any_of(threads.begin(), threads.end(), [](const std::thread& t) { return t.joinable(); }))
+      sched.cancel_all();
+    for (std::thread& t : threads)
+      if (t.joinable()) t.join();
+  }
+};
+
 }  // namespace
 
 TextCodec Engine::Impl::codec(const DecodeSettings& d) const {
@@ -286,25 +347,10 @@ std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>&
 
   const auto t0 = std::chrono::steady_clock::now();
   const SlotParams params = resolve_params(o.sampling, d, /*exact_blocks=*/true);
-  // The pool each replica needs for its share of the batch (data parallelism: the requests are
-  // dealt over min(replicas, requests) replicas through the scheduler's shared queue): flash
-  // min(slots, share) slots (0 = the whole share), the block samplers the share at once; rows for
-  // the longest prompt and the share's largest full-recompute steps.
+  // Data parallelism: the requests are dealt over min(replicas, requests) replicas.
   const auto N = static_cast<int64_t>(prompts.size());
   const size_t n_rep = std::min(impl_->replicas.size(), prompts.size());
-  const int64_t share = (N + static_cast<int64_t>(n_rep) - 1) / static_cast<int64_t>(n_rep);
-  SlotPool pool;
-  pool.n_slots = d.cache == CacheMode::kFlash && d.n_slots > 0 ? std::min<int64_t>(d.n_slots, share) : share;
-  int64_t max_p = 0;
-  std::vector<int64_t> rows;
-  for (const auto& p : prompts) {
-    max_p = std::max<int64_t>(max_p, static_cast<int64_t>(p.size()));
-    rows.push_back(step_rows(static_cast<int64_t>(p.size()), params.gen_length, d));
-  }
-  std::sort(rows.begin(), rows.end(), std::greater<>());
-  for (int64_t i = 0; i < share; ++i) pool.max_step_rows += rows[static_cast<size_t>(i)];
-  pool.max_total_length = max_p + params.gen_length;
-  if (d.cache == CacheMode::kFlash) pool.max_step_rows = 0;
+  const SlotPool pool = replica_pool(prompts, n_rep, params.gen_length, d);
 
   std::vector<std::vector<int32_t>> canvases(prompts.size());
   std::vector<double> finished_at(prompts.size(), -1.0);
@@ -334,39 +380,11 @@ std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>&
       streams.push_back(sched.submit(std::move(rq)));
     }
     std::vector<bool> have(prompts.size(), false);
-    auto drain = [&] {
-      for (size_t i = 0; i < streams.size(); ++i)
-        while (auto ev = streams[i]->next(std::chrono::milliseconds(0))) {
-          if (!ev->finished) continue;
-          if (ev->finish_reason == FinishReason::kError) {
-            // A request whose own logits were not finite fails alone; any other failure fails the call.
-            if (ev->error_code != ErrorCode::kInvalidCheckpoint) throw Error(ev->error_code, ev->error);
-            out[i].prompt_ids = prompts[i];
-            out[i].chat_template = templated[i];
-            out[i].finish_reason = FinishReason::kError;
-            out[i].error = ev->error;
-            have[i] = true;
-            continue;
-          }
-          FDLLM_CHECK(ev->result != nullptr, ErrorCode::kInternal, "request {} ended ({}) without a result", i,
-                      finish_reason_name(ev->finish_reason));
-          out[i] = *ev->result;
-          have[i] = true;
-        }
-    };
+    auto drain = [&] { collect_finished(streams, prompts, templated, out, have); };
     // Replicas 1.. step on their own threads until their share is done (nothing is submitted
     // later, so a replica with nothing to do is finished); replica 0 steps here and collects.
     // On an exception the others are cancelled and joined before the pools go.
-    struct Joiner {
-      Scheduler& sched;
-      std::vector<std::thread> threads;
-      ~Joiner() {
-        if (std::any_of(threads.begin(), threads.end(), [](const std::thread& t) { return t.joinable(); }))
-          sched.cancel_all();
-        for (std::thread& t : threads)
-          if (t.joinable()) t.join();
-      }
-    } others{sched, {}};
+    Joiner others{sched, {}};
     for (size_t k = 1; k < n_rep; ++k)
       others.threads.emplace_back([&sched, k] {
         while (sched.step(k)) {
