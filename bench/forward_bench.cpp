@@ -107,7 +107,7 @@ std::vector<int64_t> parse_list(const std::string& s, const char* what) {
 }
 
 std::string commit_id() {
-  if (const char* c = std::getenv("FLASHDLLM_COMMIT"); c && *c) return c;
+  if (std::string c = flashdllm::cli::env_settings().commit; !c.empty()) return c;
   std::string out;
   if (FILE* p = popen("git -C '" FDLLM_BENCH_SOURCE_DIR "' rev-parse --short HEAD 2>/dev/null", "r")) {
     char buf[128];

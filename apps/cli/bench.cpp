@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 
+#include "env_registry.h"
 #include "eval/bench.h"
 #include "eval/progress.h"
 #include "eval/sandbox.h"
@@ -82,7 +83,7 @@ eval::BenchProvenance bench_provenance(const BenchArgs& ba) {
   eval::BenchProvenance p;
   p.command = ba.command;
   p.source_dir = std::filesystem::path(FLASHDLLM_DATA_DIR).parent_path();
-  if (const char* c = std::getenv("FLASHDLLM_COMMIT")) p.commit = c;
+  p.commit = env_settings().commit;
   if (const char* omp = std::getenv("OMP_NUM_THREADS")) p.omp_num_threads = omp;
   return p;
 }

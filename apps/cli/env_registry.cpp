@@ -107,6 +107,10 @@ std::vector<EnvVar> make_registry() {
                "one-rank-per-process tensor parallelism: where rank 0 publishes the NCCL unique id (a file every "
                "rank sees)",
                [](const std::string& v, EnvSettings& s) { s.launch.id_file = v; }});
+  r.push_back({"FLASHDLLM_COMMIT", "text", "(git rev-parse --short HEAD)",
+               "the commit that `flashdllm bench` summaries and bench/forward_bench report, for a copy of the tree "
+               "without .git (the device scripts set it after checking the tree)",
+               [](const std::string& v, EnvSettings& s) { s.commit = v; }});
   r.push_back({"NCCL_NVLS_ENABLE", "bool", "0",
                "NCCL's NVLink SHARP (multicast) switch: flashdllm always sets it to 0 before its first "
                "communicator; another value is overridden (with a warning)",

@@ -19,6 +19,9 @@ namespace flashdllm::cli {
 struct EnvSettings {
   BackendOptions backend;
   TensorParallelLaunch launch;
+  /// FLASHDLLM_COMMIT: the commit a report names (bench summaries, forward_bench), for a copied tree
+  /// without .git; empty = ask git.
+  std::string commit;
 };
 
 /// One variable: its name, its type as users write it ("bool", "int", "path", "auto|reference|..."),

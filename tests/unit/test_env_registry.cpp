@@ -44,7 +44,8 @@ TEST(EnvRegistry, EveryVariableIsListedOnceWithTypeDefaultAndHelp) {
   for (const char* n :
        {"FLASHDLLM_ATTENTION", "FLASHDLLM_CUDNN_ATTENTION", "FLASHDLLM_GEMM_TUNE", "FLASHDLLM_GEMM_BUCKETS",
         "FLASHDLLM_GEMM_PICKS", "FLASHDLLM_CUDA_GRAPHS", "FLASHDLLM_CUDA_SYNC", "FLASHDLLM_PINNED_STAGING",
-        "FLASHDLLM_ROW_PADDING", "FLASHDLLM_TP_WORLD", "FLASHDLLM_TP_RANK", "FLASHDLLM_TP_ID_FILE", "NCCL_NVLS_ENABLE"})
+        "FLASHDLLM_ROW_PADDING", "FLASHDLLM_TP_WORLD", "FLASHDLLM_TP_RANK", "FLASHDLLM_TP_ID_FILE", "FLASHDLLM_COMMIT",
+        "NCCL_NVLS_ENABLE"})
     EXPECT_TRUE(names.count(n)) << n << " is not in the registry";
   const ScopedEnv env("FLASHDLLM_GEMM_TUNE", "4");
   const std::string listing = env_listing();
@@ -61,7 +62,14 @@ TEST(EnvRegistry, UnsetOrEmptyKeepsTheDefaults) {
       EXPECT_FALSE(s.backend.row_padding.has_value()) << v.name;
       EXPECT_TRUE(s.backend.cuda_graphs) << v.name;
       EXPECT_EQ(s.launch.world, 1) << v.name;
+      EXPECT_EQ(s.commit, "") << v.name;
     }
+}
+
+// FLASHDLLM_COMMIT: the commit a report names, as given (the device scripts set it for a copied tree).
+TEST(EnvRegistry, CommitLabel) {
+  EXPECT_EQ(with("FLASHDLLM_COMMIT", "3cca3fd").commit, "3cca3fd");
+  EXPECT_EQ(with("FLASHDLLM_COMMIT", nullptr).commit, "");
 }
 
 TEST(EnvRegistry, ChoicesReachTheOptions) {
