@@ -905,7 +905,8 @@ void check_invariants(const GenerateOptions& o, const std::vector<std::vector<in
   }
   if (g.model.config.n_layers <= FlashTiling{}.importance_first_layer)  // a_t is 0 everywhere: every cut is a tie
     GTEST_SKIP() << "the fixture's " << g.model.config.n_layers << " layers leave a_t empty (counted from layer "
-                 << FlashTiling{}.importance_first_layer << "): the a_t ranking is not checked, the other invariants were";
+                 << FlashTiling{}.importance_first_layer
+                 << "): the a_t ranking is not checked, the other invariants were";
   EXPECT_GT(ranking_checks, 5);
 }
 

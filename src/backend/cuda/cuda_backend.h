@@ -415,7 +415,7 @@ class CudaBackend final : public Backend {
   size_t cudnn_buf_bytes_ = 0, cudnn_ws_bytes_ = 0;
   FlashChoice flash_;  // flash_choice(options_.attention, traits_)
   bool graphs_ = true;
-  RowPadding row_padding_;  // Backend::row_padding: row_padding_for(options_.row_padding)
+  RowPadding row_padding_;   // Backend::row_padding: row_padding_for(options_.row_padding)
   GraphCache graphs_cache_;  // run_recorded's graphs
   // Declared last, destroyed first: StreamDestroy waits for queued work before anything above is freed.
   StreamPtr stream_owner_;
