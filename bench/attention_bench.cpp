@@ -32,6 +32,7 @@
 #include <memory>
 #include <vector>
 
+#include "bench/attention_bench_util.h"
 #include "bench/cuda_bench_util.h"
 #include "core/verify_mask.h"
 #include "kernels/cuda/attention.h"
@@ -42,139 +43,24 @@
 
 using namespace flashdllm;
 using namespace flashdllm::kernels;
+using bench::check_flags;
+using bench::DeviceBuffer;
+using bench::InputSets;
+using bench::kHeadDim;
+using bench::max_rel_err;
+using bench::parse_window_shapes;
+using bench::to_float;
+using bench::window_table;
+using bench::WindowShape;
 
 namespace {
 
-struct DeviceBuffer {
-  void* p = nullptr;
-  explicit DeviceBuffer(size_t bytes) { CUDA_CHECK(cudaMalloc(&p, bytes)); }
-  ~DeviceBuffer() {
-    if (p) cudaFree(p);
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(p);
-  }
-};
-
 FlashVariant parse_variant(const std::string& s) {
-  for (FlashVariant v : {FlashVariant::kM64N64, FlashVariant::kM128N64, FlashVariant::kM128N128,
-                         FlashVariant::kWgmmaM128N64, FlashVariant::kWgmmaM128N128, FlashVariant::kWgmmaM64N128})
+  for (FlashVariant v : {FlashVariant::kM64N64, FlashVariant::kWgmma128, FlashVariant::kWgmma64})
     if (s == flash_variant_name(v)) return v;
   throw std::runtime_error("unknown variant '" + s +
-                           "' (m64n64, m128n64, m128n128, wgmma, wgmma128, wgmma64; prefill mode also cudnn)");
-}
-
-std::vector<float> to_float(const DeviceBuffer& b, size_t n) {
-  std::vector<uint16_t> h(n);
-  CUDA_CHECK(cudaMemcpy(h.data(), b.p, n * 2, cudaMemcpyDeviceToHost));
-  std::vector<float> f(n);
-  for (size_t i = 0; i < n; ++i) {
-    const uint32_t u = static_cast<uint32_t>(h[i]) << 16;
-    std::memcpy(&f[i], &u, 4);
-  }
-  return f;
-}
-
-/// max |got[i] − ref[i]| / max |ref[i]| over i < ref.size() (a NaN in got counts as infinite).
-template <class R>
-double max_rel_err(const std::vector<float>& got, const std::vector<R>& ref) {
-  double md = 0, mr = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    double d = std::fabs(static_cast<double>(got[i]) - static_cast<double>(ref[i]));
-    if (std::isnan(d)) d = INFINITY;
-    md = std::max(md, d);
-    mr = std::max(mr, std::fabs(static_cast<double>(ref[i])));
-  }
-  return mr > 0 ? md / mr : md;
-}
-
-constexpr int kHeadDim = 128;
-
-/// `n` rotating input sets: q and out [q_rows, heads·128], k and v [kv_rows, heads·128] bf16, q, k, v
-/// uniform in [-1, 1] (|q·k|·scale up to a few units: softmax neither flat nor one-hot).
-struct InputSets {
-  std::vector<std::unique_ptr<DeviceBuffer>> q, k, v, o;
-  int64_t q_rows = 0, kv_rows = 0;
-  int heads = 0;
-
-  InputSets(int n, int64_t q_rows_, int64_t kv_rows_, int heads_, cudaStream_t stream)
-      : q_rows(q_rows_), kv_rows(kv_rows_), heads(heads_) {
-    const int64_t width = static_cast<int64_t>(heads) * kHeadDim;
-    const size_t qb = static_cast<size_t>(q_rows * width) * 2, kb = static_cast<size_t>(kv_rows * width) * 2;
-    for (int s = 0; s < n; ++s) {
-      q.push_back(std::make_unique<DeviceBuffer>(qb));
-      k.push_back(std::make_unique<DeviceBuffer>(kb));
-      v.push_back(std::make_unique<DeviceBuffer>(kb));
-      o.push_back(std::make_unique<DeviceBuffer>(qb));
-      fill_uniform_bf16(q[s]->as<__nv_bfloat16>(), q_rows * width, 1000 + s, -1.0f, 1.0f, stream);
-      fill_uniform_bf16(k[s]->as<__nv_bfloat16>(), kv_rows * width, 2000 + s, -1.0f, 1.0f, stream);
-      fill_uniform_bf16(v[s]->as<__nv_bfloat16>(), kv_rows * width, 3000 + s, -1.0f, 1.0f, stream);
-    }
-  }
-  int size() const noexcept { return static_cast<int>(q.size()); }
-  /// The kernel arguments of set `s` (scale 1/sqrt(128), no importance).
-  AttentionArgs args(int s) const {
-    AttentionArgs a;
-    a.q = q[s]->as<__nv_bfloat16>();
-    a.k = k[s]->as<__nv_bfloat16>();
-    a.v = v[s]->as<__nv_bfloat16>();
-    a.out = o[s]->as<__nv_bfloat16>();
-    a.q_rows = q_rows;
-    a.kv_rows = kv_rows;
-    a.n_heads = heads;
-    a.head_dim = kHeadDim;
-    a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(kHeadDim)));
-    return a;
-  }
-};
-
-/// Throws when a kernel reported invalid input through the error flags.
-void check_flags(const DeviceBuffer& flags_d) {
-  int flags = 0;
-  CUDA_CHECK(cudaMemcpy(&flags, flags_d.p, sizeof(int), cudaMemcpyDeviceToHost));
-  if (flags != 0) throw std::runtime_error("kernel error flags set: " + std::to_string(flags));
-}
-
-struct WindowShape {
-  long long slots = 0, q = 0, k = 0;
-};
-
-std::vector<WindowShape> parse_window_shapes(const std::string& s) {
-  std::vector<WindowShape> out;
-  for (const std::string& item : bench::split(s)) {
-    WindowShape w;
-    char tail = 0;
-    if (std::sscanf(item.c_str(), "%lld:%lld:%lld%c", &w.slots, &w.q, &w.k, &tail) != 3 || w.slots < 1 || w.q < 1 ||
-        w.k < 1)
-      throw std::runtime_error("--window-shapes: '" + item + "' is not S:Q:K with positive integers");
-    out.push_back(w);
-  }
-  return out;
-}
-
-/// The Flash-Cache block table of `w` (see the header comment), then its S score tiles (the windows):
-/// (S + extra tiles + S) × 4 I32; `n_tiles` = the attention tiles.
-std::vector<int32_t> window_table(const WindowShape& w, int64_t window_rows, int64_t tracked_tile_rows,
-                                  int64_t& n_tiles) {
-  std::vector<int32_t> t, rest, score;
-  const auto W = static_cast<int32_t>(std::min<int64_t>(window_rows, w.q)), Q = static_cast<int32_t>(w.q);
-  const int32_t n = Q - W;
-  const int32_t cut = tracked_tile_rows > 0 ? static_cast<int32_t>(std::min<int64_t>(tracked_tile_rows, n)) : n;
-  for (long long j = 0; j < w.slots; ++j) {
-    const auto q0 = static_cast<int32_t>(j * Q), k0 = static_cast<int32_t>(j * w.k),
-               k1 = static_cast<int32_t>((j + 1) * w.k);
-    score.insert(score.end(), {q0, q0 + W, k0, k1});
-    t.insert(t.end(), {q0, tracked_tile_rows > 0 ? q0 + W : q0 + Q, k0, k1});
-    for (int32_t r = 0; tracked_tile_rows > 0 && r < n; r += cut)
-      rest.insert(rest.end(), {q0 + W + r, q0 + W + std::min(n, r + cut), k0, k1});
-  }
-  t.insert(t.end(), rest.begin(), rest.end());
-  n_tiles = static_cast<int64_t>(t.size() / 4);
-  t.insert(t.end(), score.begin(), score.end());
-  return t;
+                           "' (m64n64, wgmma128, wgmma64; prefill mode also cudnn; the tile shapes no policy picks "
+                           "are timed by attention_variants_bench)");
 }
 
 struct VerifyShape {
@@ -344,7 +230,7 @@ void run_verify_mode(const std::vector<VerifyShape>& shapes, int n_cand, int hea
 
 int main(int argc, char** argv) {
   CLI::App app{"Flash attention kernel microbenchmark (bidirectional, head_dim 128)"};
-  std::string seqlens = "256,512,1024,2048,4096", batches = "1,8,32", variants = "m64n64,m128n64,m128n128";
+  std::string seqlens = "256,512,1024,2048,4096", batches = "1,8,32", variants = "m64n64";
   int heads = 32, warmup = 5, iters = 20;
   double peak_tflops = 989.4, peak_gbps = 4800.0;
   std::string json_path, window_shapes;
@@ -355,7 +241,7 @@ int main(int argc, char** argv) {
   app.add_option("--seqlens", seqlens, "comma-separated sequence lengths L");
   app.add_option("--batches", batches, "comma-separated batch sizes B");
   app.add_option("--heads", heads, "attention heads H");
-  app.add_option("--variants", variants, "flash variants to time");
+  app.add_option("--variants", variants, "flash variants to time (m64n64, wgmma128, wgmma64; prefill mode also cudnn)");
   app.add_option("--warmup", warmup, "warm-up launches");
   app.add_option("--iters", iters, "timed measurements (median reported)");
   app.add_option("--peak-tflops", peak_tflops, "dense bf16 peak for % of peak (H200 SXM datasheet: 989.4)");

@@ -101,7 +101,8 @@ def main():
                          "iterations (250-token prompts, gen 512: window 16 + 64 tracked decoded + 48 look-ahead "
                          "rows over seqlen_k = 768 keys)")
     ap.add_argument("--heads", type=int, default=32)
-    ap.add_argument("--variants", default="m64n64,m128n64")
+    ap.add_argument("--variants", default="m64n64",
+                    help="attention_bench variants (on sm_90 also wgmma128, wgmma64)")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--sdpa-timing", choices=("graph", "eager"), default="graph",

@@ -244,13 +244,13 @@ run_step forward_bench 150 "$BUILD/bench/forward_bench" --device cuda --config "
 if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" > /dev/null 2>&1; then
   # The script also writes <json>.ours.json: keep it out of $OUT (the main JSON includes it).
   run_step attention_vs_sdpa 100 env PYTHONUNBUFFERED=1 python3 "$ROOT/bench/attention_vs_sdpa.py" \
-    --bench "$BUILD/bench/attention_bench" --seqlens 256,512,1024,2048 --batches 1,8,32 --variants m64n64,m128n64 \
+    --bench "$BUILD/bench/attention_bench" --seqlens 256,512,1024,2048 --batches 1,8,32 --variants m64n64 \
     --iters 10 --peak-tflops "$PEAK" --peak-gbps "$PEAK_GBPS" --json "$TMPD/attention_vs_sdpa.json"
   [[ -f "$TMPD/attention_vs_sdpa.json" ]] && cp "$TMPD/attention_vs_sdpa.json" "$OUT/"
 else
   echo "[gpu_bench] torch with CUDA not available: timing our kernel alone" | tee -a "$LOG"
   run_step attention_bench 80 "$BUILD/bench/attention_bench" --seqlens 256,512,1024,2048 --batches 1,8,32 \
-    --variants m64n64,m128n64 --iters 10 --peak-tflops "$PEAK" --peak-gbps "$PEAK_GBPS" \
+    --variants m64n64 --iters 10 --peak-tflops "$PEAK" --peak-gbps "$PEAK_GBPS" \
     --json "$OUT/attention_bench.json"
 fi
 

@@ -37,7 +37,7 @@ E parse_choice(const char* name, const std::string& v, std::optional<E> (*from_n
   FDLLM_FAIL(ErrorCode::kInvalidArgument, "{}='{}' is not one of {}", name, v, choices);
 }
 
-constexpr const char* kAttentionChoices = "auto, reference, m64n64, m128n64, m128n128, wgmma, wgmma128, wgmma64";
+constexpr const char* kAttentionChoices = "auto, reference, m64n64, wgmma128, wgmma64";
 constexpr const char* kCudnnChoices = "auto, prefill, all, off";
 
 std::vector<EnvVar> make_registry() {

@@ -23,12 +23,10 @@ enum class AttentionKernel {
   kAuto,       ///< the policy (default_flash_choice / small_call_kernel)
   kReference,  ///< the scalar reference kernel for every call, the verify pass included (slow; any head_dim <= 256)
   kM64N64,     ///< mma.sync, 64 query rows x 64 keys per step (sm_80+)
-  kM128N64,    ///< mma.sync, 128 x 64
-  kM128N128,   ///< mma.sync, 128 x 128
-  kWgmma,      ///< Hopper wgmma, 128 x 64 (sm_90 builds with CUTLASS)
-  kWgmma128,   ///< Hopper wgmma, 128 x 128
+  kWgmma128,   ///< Hopper wgmma, 128 x 128 (sm_90 builds with CUTLASS)
   kWgmma64,    ///< Hopper wgmma with one consumer warpgroup, 64 x 128
 };
+// Other tile shapes, measured and never picked by the policy, are not in the library: bench/kernels/.
 
 /// Which attention tiles run in cuDNN's fused attention (FLASHDLLM_CUDNN_ATTENTION).
 enum class CudnnAttention {

@@ -67,13 +67,10 @@ const char* to_name(const std::array<std::pair<E, const char*>, N>& names, E val
   return "?";
 }
 
-constexpr std::array<std::pair<AttentionKernel, const char*>, 8> kAttentionNames{{
+constexpr std::array<std::pair<AttentionKernel, const char*>, 5> kAttentionNames{{
     {AttentionKernel::kAuto, "auto"},
     {AttentionKernel::kReference, "reference"},
     {AttentionKernel::kM64N64, "m64n64"},
-    {AttentionKernel::kM128N64, "m128n64"},
-    {AttentionKernel::kM128N128, "m128n128"},
-    {AttentionKernel::kWgmma, "wgmma"},
     {AttentionKernel::kWgmma128, "wgmma128"},
     {AttentionKernel::kWgmma64, "wgmma64"},
 }};

@@ -23,7 +23,7 @@ struct DeviceTraits {
 
 /// True for the Hopper (wgmma) attention kernels.
 constexpr bool is_hopper_kernel(AttentionKernel k) noexcept {
-  return k == AttentionKernel::kWgmma || k == AttentionKernel::kWgmma128 || k == AttentionKernel::kWgmma64;
+  return k == AttentionKernel::kWgmma128 || k == AttentionKernel::kWgmma64;
 }
 
 /// The flash kernels of an attention call: `main` for its tiles, and with split_rows > 0 the small-tile
@@ -41,8 +41,8 @@ inline constexpr AttentionKernel kSmallTileKernel = AttentionKernel::kM64N64;
 /// Flash-Cache slot's 128-row window tile, prefills) and m64n64 for tiles of at most 64 (the released
 /// 16-row tiling, --query-tile-rows 16, where a 128-row CTA would compute mostly padding); elsewhere
 /// m64n64 for every tile. Measured on the H200 (bench/results/2026-12-03-h200-wgmma-tma/,
-/// docs/decisions.md). Among the mma.sync variants m64n64 beats m128n64 at every shape tried
-/// (bench/results/2026-12-02-h200-slot-tiles/). A tile's kernel depends on its own row count only,
+/// docs/decisions.md). The tile shapes that lost these measurements are in bench/kernels/ (its
+/// README.md: 128-row mma.sync tiles, 64-key wgmma tiles). A tile's kernel depends on its own row count only,
 /// never on the rest of the batch (batch invariance), with one exception that keeps the bits:
 /// small_call_kernel.
 FlashChoice default_flash_choice(const DeviceTraits& device) noexcept;

@@ -184,9 +184,9 @@ class TwinTest : public ::testing::Test {
   /// A twin backend with the attention kernel `mode` forced (CUDA only).
   static std::unique_ptr<Backend> cuda_with_attention(const char* mode) { return cuda_with(attention_options(mode)); }
 
-  /// The CUDA backend with a Hopper attention kernel forced ("wgmma", "wgmma128" or "wgmma64"), or
-  /// null where it cannot run.
-  static std::unique_ptr<Backend> cuda_wgmma_or_null(const char* variant = "wgmma") {
+  /// The CUDA backend with a Hopper attention kernel forced ("wgmma128" or "wgmma64"), or null where
+  /// it cannot run.
+  static std::unique_ptr<Backend> cuda_wgmma_or_null(const char* variant = "wgmma128") {
     return cuda_with_or_null(attention_options(variant), std::string("attention ") + variant);
   }
 

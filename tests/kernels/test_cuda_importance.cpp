@@ -390,7 +390,7 @@ TEST_P(CudaImportance, FusedWithAttentionMatchesCpu) {
   impls.emplace_back("default", nullptr);
   if (is_cuda_) {
     impls.emplace_back("m64n64", cuda_with_attention("m64n64"));
-    for (const char* m : {"wgmma", "wgmma128", "wgmma64"})
+    for (const char* m : {"wgmma128", "wgmma64"})
       if (auto wgmma = cuda_wgmma_or_null(m)) impls.emplace_back(m, std::move(wgmma));
   }
   for (const FusedCase& f : fused_cases(GetParam() == Size::kSweep)) {
@@ -574,7 +574,7 @@ TEST_P(CudaImportance, ScoreTileOutsideItsTileIsReported) {
   std::vector<std::unique_ptr<Backend>> forced;
   if (is_cuda_) {
     forced.push_back(cuda_with_attention("m64n64"));
-    for (const char* m : {"wgmma", "wgmma128", "wgmma64"})
+    for (const char* m : {"wgmma128", "wgmma64"})
       if (auto wgmma = cuda_wgmma_or_null(m)) forced.push_back(std::move(wgmma));
   }
   std::vector<Backend*> backends = {cpu_.get(), twin_.get()};

@@ -47,8 +47,7 @@ TEST(BackendPolicy, DefaultAttentionKernelPerDeviceAndTileRows) {
 }
 
 TEST(BackendPolicy, ForcedKernelRunsEveryTile) {
-  for (AttentionKernel k : {AttentionKernel::kM64N64, AttentionKernel::kM128N64, AttentionKernel::kM128N128,
-                            AttentionKernel::kWgmma, AttentionKernel::kWgmma128, AttentionKernel::kWgmma64}) {
+  for (AttentionKernel k : {AttentionKernel::kM64N64, AttentionKernel::kWgmma128, AttentionKernel::kWgmma64}) {
     const FlashChoice c = flash_choice(k, hopper());
     EXPECT_EQ(c.main, k);
     EXPECT_EQ(c.split_rows, 0);
@@ -56,7 +55,8 @@ TEST(BackendPolicy, ForcedKernelRunsEveryTile) {
   }
   EXPECT_EQ(flash_choice(AttentionKernel::kAuto, hopper()), default_flash_choice(hopper()));
   EXPECT_TRUE(is_hopper_kernel(AttentionKernel::kWgmma64));
-  EXPECT_FALSE(is_hopper_kernel(AttentionKernel::kM128N128));
+  EXPECT_TRUE(is_hopper_kernel(AttentionKernel::kWgmma128));
+  EXPECT_FALSE(is_hopper_kernel(AttentionKernel::kM64N64));
 }
 
 // wgmma64 where the 64-row units of all rows fit one wave (2·ceil(rows/128)·heads <= SMs).
@@ -71,7 +71,7 @@ TEST(BackendPolicy, SmallCallsRunOnWgmma64) {
   EXPECT_EQ(small_call_kernel(AttentionKernel::kWgmma128, 128, 67, 132), AttentionKernel::kWgmma128);
   // Other kernels are left alone.
   EXPECT_EQ(small_call_kernel(AttentionKernel::kM64N64, 128, 32, 132), AttentionKernel::kM64N64);
-  EXPECT_EQ(small_call_kernel(AttentionKernel::kWgmma, 128, 32, 132), AttentionKernel::kWgmma);
+  EXPECT_EQ(small_call_kernel(AttentionKernel::kWgmma64, 384, 32, 132), AttentionKernel::kWgmma64);
 }
 
 TEST(BackendPolicy, CudnnRoute) {
@@ -111,15 +111,15 @@ TEST(BackendPolicy, RowPaddingGraphsAndPicks) {
 }
 
 TEST(BackendPolicy, NamesRoundTripAndOptionsValidate) {
-  for (AttentionKernel k :
-       {AttentionKernel::kAuto, AttentionKernel::kReference, AttentionKernel::kM64N64, AttentionKernel::kM128N64,
-        AttentionKernel::kM128N128, AttentionKernel::kWgmma, AttentionKernel::kWgmma128, AttentionKernel::kWgmma64})
+  for (AttentionKernel k : {AttentionKernel::kAuto, AttentionKernel::kReference, AttentionKernel::kM64N64,
+                            AttentionKernel::kWgmma128, AttentionKernel::kWgmma64})
     EXPECT_EQ(attention_kernel_from_name(attention_kernel_name(k)), k) << attention_kernel_name(k);
   for (CudnnAttention c : {CudnnAttention::kAuto, CudnnAttention::kPrefill, CudnnAttention::kAll, CudnnAttention::kOff})
     EXPECT_EQ(cudnn_attention_from_name(cudnn_attention_name(c)), c);
   for (GemmBuckets b : {GemmBuckets::kPowerOfTwo, GemmBuckets::kQuarterOctave, GemmBuckets::kExact})
     EXPECT_EQ(gemm_buckets_from_name(gemm_buckets_name(b)), b);
   EXPECT_FALSE(attention_kernel_from_name("m256n64").has_value());
+  EXPECT_FALSE(attention_kernel_from_name("wgmma").has_value());  // moved to bench/kernels/, no longer forceable
   BackendOptions o;
   validate_backend_options(o);
   o.gemm_tune = 17;

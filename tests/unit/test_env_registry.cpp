@@ -76,9 +76,6 @@ TEST(EnvRegistry, ChoicesReachTheOptions) {
   for (const auto& [name, k] : {std::pair<const char*, AttentionKernel>{"auto", AttentionKernel::kAuto},
                                 {"reference", AttentionKernel::kReference},
                                 {"m64n64", AttentionKernel::kM64N64},
-                                {"m128n64", AttentionKernel::kM128N64},
-                                {"m128n128", AttentionKernel::kM128N128},
-                                {"wgmma", AttentionKernel::kWgmma},
                                 {"wgmma128", AttentionKernel::kWgmma128},
                                 {"wgmma64", AttentionKernel::kWgmma64}})
     EXPECT_EQ(with("FLASHDLLM_ATTENTION", name).backend.attention, k) << name;
@@ -123,7 +120,7 @@ TEST(EnvRegistry, InvalidValuesNameTheVariable) {
       {"FLASHDLLM_CUDA_GRAPHS", "maybe"},   {"FLASHDLLM_CUDA_SYNC", "2"},
       {"FLASHDLLM_PINNED_STAGING", "nope"}, {"FLASHDLLM_ROW_PADDING", "64"},
       {"FLASHDLLM_TP_WORLD", "0"},          {"FLASHDLLM_TP_RANK", "x"},
-      {"NCCL_NVLS_ENABLE", "sure"},
+      {"NCCL_NVLS_ENABLE", "sure"},         {"FLASHDLLM_ATTENTION", "wgmma"},  // no longer shipped (bench/kernels/)
   };
   for (const auto& [name, value] : bad) {
     const std::string msg = refusal(name, value);

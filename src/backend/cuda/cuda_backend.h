@@ -102,11 +102,8 @@ inline __nv_bfloat16* bf16(const Tensor& t) { return static_cast<__nv_bfloat16*>
 // kReference never reach here).
 constexpr kernels::FlashVariant flash_variant(AttentionKernel k) noexcept {
   switch (k) {
-    case AttentionKernel::kM128N64: return kernels::FlashVariant::kM128N64;
-    case AttentionKernel::kM128N128: return kernels::FlashVariant::kM128N128;
-    case AttentionKernel::kWgmma: return kernels::FlashVariant::kWgmmaM128N64;
-    case AttentionKernel::kWgmma128: return kernels::FlashVariant::kWgmmaM128N128;
-    case AttentionKernel::kWgmma64: return kernels::FlashVariant::kWgmmaM64N128;
+    case AttentionKernel::kWgmma128: return kernels::FlashVariant::kWgmma128;
+    case AttentionKernel::kWgmma64: return kernels::FlashVariant::kWgmma64;
     case AttentionKernel::kAuto:
     case AttentionKernel::kReference:
     case AttentionKernel::kM64N64: break;

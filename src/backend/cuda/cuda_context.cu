@@ -44,8 +44,7 @@ CudaBackend::CudaBackend(int device_index, const BackendOptions& options) : devi
   traits_.cc_major = prop.major;
   traits_.cc_minor = prop.minor;
   traits_.sms = prop.multiProcessorCount;
-  traits_.hopper_attention =
-      kernels::flash_variant_runs_on(kernels::FlashVariant::kWgmmaM128N128, prop.major, prop.minor);
+  traits_.hopper_attention = kernels::flash_variant_runs_on(kernels::FlashVariant::kWgmma128, prop.major, prop.minor);
   check_forced_attention(prop.major, prop.minor);
   flash_ = flash_choice(options_.attention, traits_);
   cudnn_ = cudnn_choice(options_.cudnn_attention, options_.attention);

@@ -3,15 +3,16 @@
 // Three implementations with the same contract (the flash one also serves the Flash-Verify pass, see
 // attention_verify_flash; flash and wgmma can accumulate the raw importance of window tiles,
 // AttentionArgs):
-//  * flash (attention_flash.cu): FA2-style, head_dim 128, bf16 mma.sync.m16n8k16 tensor cores with
-//    fp32 accumulation, online softmax in fp32 with exp2 (log2(e) folded into the scale),
-//    cp.async double-buffered K/V tiles in XOR-swizzled shared memory read with ldmatrix; no
-//    score matrix is materialised. Dao, "FlashAttention-2" (2023), Algorithm 1 (forward).
-//  * wgmma (attention_wgmma.cu, sm_90 only, FlashVariant::kWgmmaM128N64 / kWgmmaM128N128 /
-//    kWgmmaM64N128): the same algorithm on Hopper warpgroup MMA through CuTe: persistent and
-//    warp-specialised (a producer warpgroup streams K/V tiles through an mbarrier pipeline to two
-//    consumer warpgroups sharing each tile, or one in kWgmmaM64N128), the previous tile's P·V
-//    overlapped with the current softmax; the fused importance as above.
+//  * flash (attention_flash_kernel.cuh, instantiated in attention_flash.cu): FA2-style, head_dim
+//    128, bf16 mma.sync.m16n8k16 tensor cores with fp32 accumulation, online softmax in fp32 with
+//    exp2 (log2(e) folded into the scale), cp.async double-buffered K/V tiles in XOR-swizzled shared
+//    memory read with ldmatrix; no score matrix is materialised. Dao, "FlashAttention-2" (2023),
+//    Algorithm 1 (forward).
+//  * wgmma (attention_wgmma_kernel.cuh, instantiated in attention_wgmma.cu; sm_90 only,
+//    FlashVariant::kWgmma128 / kWgmma64): the same algorithm on Hopper warpgroup MMA through CuTe:
+//    persistent and warp-specialised (a producer warpgroup streams K/V tiles through an mbarrier
+//    pipeline to two consumer warpgroups sharing each tile, or one in kWgmma64), the previous tile's
+//    P·V overlapped with the current softmax; the fused importance as above.
 //  * reference (attention_reference.cu): one warp per query row, scalar fp32, no tensor cores;
 //    obviously correct, slow; the second oracle in tests and a debugging fallback.
 //
@@ -90,16 +91,17 @@ int verify_block_m(const VerifyCta& cta) noexcept;
 /// when the device cannot be queried.
 VerifyCta verify_cta_for(int64_t n_ctas);
 
-/// The flash kernel instantiations (block_m query rows × block_n keys per step): the mma.sync
-/// kernel (attention_flash.cu, sm_80+; block_m/16 warps) and, kWgmmaM128N64 / kWgmmaM128N128, the
-/// Hopper kernel (attention_wgmma.cu: persistent, a producer and two consumer warpgroups, wgmma;
-/// 64- / 128-key tiles; sm_90 devices, builds with CUTLASS and sm_90a code). kWgmmaM64N128 is the
-/// Hopper kernel with one consumer warpgroup (64-row work items, 128-key tiles): twice the CTAs of
+/// The flash kernel instantiations that ship (block_m query rows × block_n keys per step; what the
+/// policy, src/backend/backend_policy.h, picks): the mma.sync kernel kM64N64 (attention_flash.cu,
+/// sm_80+; four warps) and the Hopper kernel (attention_wgmma.cu: persistent, a producer and
+/// consumer warpgroups, wgmma, 128-key tiles; sm_90 devices, builds with CUTLASS and sm_90a code)
+/// with two consumers, kWgmma128, or one, kWgmma64 (64-row work items: twice the CTAs of
 /// wgmma128 for the same rows, each row's arithmetic the same instructions in the same order as in
-/// wgmma128 (identical output bits), for calls too small to fill the SMs with 128-row units.
-enum class FlashVariant { kM64N64, kM128N64, kM128N128, kWgmmaM128N64, kWgmmaM128N128, kWgmmaM64N128 };
+/// wgmma128, identical output bits, for calls too small to fill the SMs with 128-row units). Other
+/// tile shapes of the same kernels, measured and never picked, are in bench/kernels/ (README.md there).
+enum class FlashVariant { kM64N64, kWgmma128, kWgmma64 };
 
-/// "m64n64", "m128n64", "m128n128", "wgmma", "wgmma128", "wgmma64".
+/// "m64n64", "wgmma128", "wgmma64".
 const char* flash_variant_name(FlashVariant v) noexcept;
 /// Query rows per CTA of a variant (64 or 128).
 int flash_block_m(FlashVariant v) noexcept;

@@ -1,5 +1,5 @@
 // Pieces shared by the two tensor-core flash attention kernels (include from .cu files only):
-// attention_flash.cu (mma.sync, any sm_80+) and attention_wgmma.cu (wgmma, sm_90a).
+// attention_flash_kernel.cuh (mma.sync, any sm_80+) and attention_wgmma_kernel.cuh (wgmma, sm_90a).
 //
 // Both hold a warp's scores and outputs in the same register layout: a warp owns 16 query rows;
 // lane l holds rows l/4 and l/4 + 8 and, in every 8-column block nb, columns 2(l%4) and 2(l%4)+1.
@@ -244,5 +244,11 @@ __device__ __forceinline__ void store_rows(O&& o, const float (&row_sum)[2], int
     }
   }
 }
+
+/// Host: the argument checks shared by the flash entry points (attention_flash, attention_verify_flash and the
+/// bench-only variants of bench/kernels/): head_dim 128 (else Error(kUnsupported)), n_heads in [1, 65535], q, k, v,
+/// out 16-byte aligned, rows < 2^31 and capacity · n_heads < 2^31 (else Error(kInvalidArgument), the message
+/// starting with `op`). Defined in attention_flash.cu.
+void check_flash_args(const char* op, const AttentionArgs& a, int64_t capacity);
 
 }  // namespace flashdllm::kernels::detail
