@@ -37,6 +37,9 @@ struct ServerOptions {
   int read_timeout_s = 10;           ///< per socket read (a stalled body upload ends after it)
   int write_timeout_s = 30;          ///< per socket write (a client that stops reading ends after it)
   int keep_alive_timeout_s = 5;
+  size_t max_header_bytes = size_t{64} << 10;  ///< a request line and headers longer get 431
+  int max_header_lines = 100;                  ///< more header lines get 431 (a request's head must also
+                                               ///< arrive within read_timeout_s, else 408)
   int64_t max_threads = 0;  ///< connection workers; 0 = max(256, slots + max_queue + 32)
 };
 
