@@ -2,6 +2,7 @@
 #include "io/file.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -64,6 +65,45 @@ std::string read_regular_file(const std::filesystem::path& path) {
     out.append(buf, static_cast<size_t>(n));
   }
   ::close(fd);
+  return out;
+}
+
+std::string read_input_file(const std::filesystem::path& path, size_t max_bytes, int wait_s, const std::string& what) {
+  const std::string name = path.string();
+  const int fd = ::open(name.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  FDLLM_CHECK(fd >= 0, ErrorCode::kIo, "cannot read {} '{}': {}", what, name, std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  FDLLM_CHECK(::fstat(fd, &st) == 0, ErrorCode::kIo, "cannot read {} '{}': {}", what, name, std::strerror(errno));
+  FDLLM_CHECK(!S_ISDIR(st.st_mode), ErrorCode::kIo, "cannot read {} '{}': it is a directory", what, name);
+  FDLLM_CHECK(!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) <= max_bytes, ErrorCode::kIo,
+              "{} '{}' is {} bytes, more than the limit of {} bytes", what, name, st.st_size, max_bytes);
+  if (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) {
+    // A FIFO opened without a writer reports nothing until one writes or closes: wait, bounded.
+    pollfd p{fd, POLLIN, 0};
+    int r = 0;
+    do {
+      r = ::poll(&p, 1, wait_s * 1000);
+    } while (r < 0 && errno == EINTR);
+    FDLLM_CHECK(r > 0, ErrorCode::kIo, "{} '{}': {} (a FIFO or pipe nobody wrote to within {} s)", what, name,
+                r == 0 ? "nothing to read" : std::strerror(errno), wait_s);
+  }
+  // Blocking reads from here on (a terminal waits for its end of input, as any reader of stdin).
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    FDLLM_CHECK(n >= 0, ErrorCode::kIo, "{} '{}': read failed: {}", what, name, std::strerror(errno));
+    if (n == 0) break;
+    FDLLM_CHECK(out.size() + static_cast<size_t>(n) <= max_bytes, ErrorCode::kIo,
+                "{} '{}' holds more than the limit of {} bytes (read stopped there)", what, name, max_bytes);
+    out.append(buf, static_cast<size_t>(n));
+  }
   return out;
 }
 

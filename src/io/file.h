@@ -25,6 +25,15 @@ int open_regular_file(const std::filesystem::path& path);
 /// read fails.
 std::string read_regular_file(const std::filesystem::path& path);
 
+/// The content of an input file the user names (a prompt file): a regular file, or a stream (a
+/// pipe, a FIFO, /dev/stdin, a character device), read with a bound and without blocking forever.
+/// Opened with O_NONBLOCK (a FIFO without a writer blocks in open() otherwise); a FIFO or pipe then
+/// waits at most `wait_s` seconds for its first byte or its writer's close. Throws Error(kIo) naming
+/// the path and `what` (e.g. "--prompt-file") for a directory, an unreadable file, more than
+/// `max_bytes` bytes (a regular file from its size, a stream once past it: /dev/zero stops there),
+/// or a FIFO nobody writes to within wait_s.
+std::string read_input_file(const std::filesystem::path& path, size_t max_bytes, int wait_s, const std::string& what);
+
 /// Reads and parses the JSON file `path`. With `reject_duplicate_keys`, an object holding a key
 /// twice anywhere in the document is an error (nlohmann keeps the last one silently, which would
 /// let two entries of one name hide each other). Throws as read_regular_file, or
