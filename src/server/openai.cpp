@@ -51,10 +51,27 @@ std::optional<int64_t> as_int(const json& v) {
 /// The fields each endpoint takes (the OpenAI fields we implement or refuse by value, and our
 /// extensions); anything else is an unsupported field.
 const std::set<std::string>& fields(bool chat) {
-  static const std::set<std::string> common = {
-      "model",   "max_tokens",       "temperature",   "top_p",    "n",          "stream",
-      "stream_options", "stop",      "seed",          "logprobs", "presence_penalty", "frequency_penalty",
-      "logit_bias", "user",          "threshold",     "steps",    "stream_canvas"};
+  static const std::set<std::string> common = {"model",
+                                               "max_tokens",
+                                               "temperature",
+                                               "top_p",
+                                               "n",
+                                               "stream",
+                                               "stream_options",
+                                               "stop",
+                                               "seed",
+                                               "logprobs",
+                                               "presence_penalty",
+                                               "frequency_penalty",
+                                               "logit_bias",
+                                               "user",
+                                               "threshold",
+                                               "steps",
+                                               "stream_canvas",
+                                               "top_k",
+                                               "metadata",
+                                               "store",
+                                               "service_tier"};
   static const std::set<std::string> completion = [] {
     std::set<std::string> s = common;
     for (const char* f : {"prompt", "best_of", "echo", "suffix"}) s.insert(f);
@@ -62,7 +79,9 @@ const std::set<std::string>& fields(bool chat) {
   }();
   static const std::set<std::string> chat_fields = [] {
     std::set<std::string> s = common;
-    for (const char* f : {"messages", "max_completion_tokens", "top_logprobs"}) s.insert(f);
+    for (const char* f :
+         {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls"})
+      s.insert(f);
     return s;
   }();
   return chat ? chat_fields : completion;
@@ -168,21 +187,34 @@ std::optional<ApiError> parse_messages(const json& m, const ParseLimits& limits,
     const std::string at = fmt::format("messages[{}]", i);
     if (!msg.is_object()) return bad(at, fmt::format("'{}' must be an object, got {}", at, kind_of(msg)));
     for (const auto& [k, v] : msg.items())
-      if (k != "role" && k != "content" && k != "name")
-        return bad(at + "." + k, fmt::format("'{}.{}' is not supported (a message has role, content, name)", at, k));
+      if (k != "role" && k != "content" && k != "name" && k != "tool_call_id" && k != "tool_calls")
+        return bad(at + "." + k, fmt::format("'{}.{}' is not supported (a message has role, content, name; a tool "
+                                             "message tool_call_id)",
+                                             at, k));
     if (!msg.contains("role") || !msg["role"].is_string())
       return bad(at + ".role", fmt::format("'{}.role' must be a string", at));
-    const std::string role = msg["role"].get<std::string>();
-    if (role != "system" && role != "user" && role != "assistant")
-      return bad(at + ".role", fmt::format("'{}.role' must be system, user or assistant, got '{}'", at, role));
-    if (msg.contains("name") && !msg["name"].is_string())
-      return bad(at + ".name", fmt::format("'{}.name' must be a string", at));
+    std::string role = msg["role"].get<std::string>();
+    if (role != "system" && role != "developer" && role != "user" && role != "assistant" && role != "tool")
+      return bad(at + ".role",
+                 fmt::format("'{}.role' must be system, developer, user, assistant or tool, got '{}'", at, role));
+    if (role == "developer") role = "system";  // OpenAI's newer name for the system message
+    for (const char* k : {"name", "tool_call_id"})
+      if (msg.contains(k) && !msg[k].is_string())
+        return bad(at + "." + k, fmt::format("'{}.{}' must be a string", at, k));
+    if (msg.contains("tool_call_id") && role != "tool")
+      return bad(at + ".tool_call_id", fmt::format("'{}.tool_call_id' belongs to a tool message", at));
+    // Tool calls cannot be made here (no tools are offered): an assistant message may carry none.
+    if (msg.contains("tool_calls") &&
+        !(msg["tool_calls"].is_null() || (msg["tool_calls"].is_array() && msg["tool_calls"].empty())))
+      return bad(at + ".tool_calls", fmt::format("'{}.tool_calls' is not supported (this server offers no tools)", at));
     ChatMessage cm;
     cm.role = role;
     if (!msg.contains("content"))
       return bad(at + ".content", fmt::format("'{}.content' is required", at));
     const json& c = msg["content"];
-    if (c.is_string()) {
+    if (c.is_null() && role == "assistant") {
+      // An assistant turn without text (OpenAI sends content null beside tool calls): empty.
+    } else if (c.is_string()) {
       cm.content = c.get<std::string>();
     } else if (c.is_array()) {
       for (size_t k = 0; k < c.size(); ++k) {
@@ -366,14 +398,7 @@ std::optional<ApiError> parse_model(const Fields& f, const ParseLimits& limits, 
   if (!m) return bad("model", "'model' is required");
   if (!m->is_string()) return bad("model", fmt::format("'model' must be a string, got {}", kind_of(*m)));
   model = m->get<std::string>();
-  if (model != limits.model_id) {
-    ApiError e;
-    e.status = 404;
-    e.message = fmt::format("The model '{}' does not exist: this server serves '{}'", model, limits.model_id);
-    e.param = "model";
-    e.code = "model_not_found";
-    return e;
-  }
+  if (model != limits.model_id) return model_not_found(model, limits.model_id);
   return std::nullopt;
 }
 
@@ -466,9 +491,36 @@ std::optional<ApiError> refuse_common_options(const Fields& f) {
           "top_p", [](const json& v) { return v.is_number() && v.get<double>() == 1.0; },
           "nucleus sampling: top_p must be 1"))
     return e;
+  // top_k is no OpenAI field, but clients of vLLM and Hugging Face send it; -1 and 0 mean "off" there.
+  if (auto e = f.only(
+          "top_k", [](const json& v) { return as_int(v) == -1 || as_int(v) == 0; },
+          "top-k sampling: the sampler draws from the whole distribution; top_k must be absent, -1 or 0"))
+    return e;
   if (auto e = f.only("presence_penalty", is_zero, "penalties must be 0")) return e;
   if (auto e = f.only("frequency_penalty", is_zero, "penalties must be 0")) return e;
-  return f.only("logit_bias", is_empty, "logit_bias must be empty");
+  if (auto e = f.only("logit_bias", is_empty, "logit_bias must be empty")) return e;
+  // Fields that change nothing of the answer: accepted with their documented types, not used.
+  if (auto e = f.only(
+          "metadata", [](const json& v) { return v.is_object(); }, "metadata must be an object"))
+    return e;
+  if (auto e = f.only(
+          "store", [](const json& v) { return v.is_boolean(); }, "store must be true or false (nothing is stored)"))
+    return e;
+  return f.only(
+      "service_tier", [](const json& v) { return v == "auto" || v == "default"; },
+      "service_tier must be 'auto' or 'default' (one tier here)");
+}
+
+/// Chat's tool fields, accepted where they ask for nothing: no tools (an empty list), a tool
+/// choice that calls none ("none", or "auto" with no tools), parallel_tool_calls of no tools.
+std::optional<ApiError> refuse_tools(const Fields& f) {
+  if (auto e = f.only("tools", is_empty, "this server offers no tool calling: tools must be empty")) return e;
+  if (auto e = f.only(
+          "tool_choice", [](const json& v) { return v == "none" || v == "auto"; },
+          "this server offers no tool calling: tool_choice must be 'none' or 'auto' (with no tools)"))
+    return e;
+  return f.only(
+      "parallel_tool_calls", [](const json& v) { return v.is_boolean(); }, "parallel_tool_calls must be a boolean");
 }
 
 /// The fields every endpoint shares, in the order their errors take precedence: model, then (after
@@ -508,6 +560,7 @@ std::variant<ApiRequest, ApiError> parse_chat(const Fields& f, const ParseLimits
   if (auto e = parse_shared(f, /*chat=*/true, limits, r)) return *e;
   if (auto e = f.only("logprobs", is_false, "no log probabilities: logprobs must be false")) return *e;
   if (auto e = f.only("top_logprobs", is_zero, "no log probabilities")) return *e;
+  if (auto e = refuse_tools(f)) return *e;
   return r;
 }
 
@@ -606,9 +659,21 @@ std::string sse_event(const std::string& name, const nlohmann::json& j) {
   return "event: " + name + "\n" + sse(j);
 }
 
+nlohmann::json model_response(const std::string& model_id, int64_t created) {
+  return {{"id", model_id}, {"object", "model"}, {"created", created}, {"owned_by", "flashdllm"}};
+}
+
 nlohmann::json models_response(const std::string& model_id, int64_t created) {
-  return {{"object", "list"},
-          {"data", json::array({{{"id", model_id}, {"object", "model"}, {"created", created}, {"owned_by", "flashdllm"}}})}};
+  return {{"object", "list"}, {"data", json::array({model_response(model_id, created)})}};
+}
+
+ApiError model_not_found(const std::string& requested, const std::string& served) {
+  ApiError e;
+  e.status = 404;
+  e.message = fmt::format("The model '{}' does not exist: this server serves '{}'", requested, served);
+  e.param = "model";
+  e.code = "model_not_found";
+  return e;
 }
 
 }  // namespace flashdllm::server

@@ -6,8 +6,10 @@
 //
 // Deviations from OpenAI (docs/serving.md): `temperature` defaults to 0 (greedy, the method's
 // setting); `max_tokens` defaults to the server's --default-max-tokens for both endpoints; `n`,
-// `best_of`, `logprobs`, `echo`, `suffix`, penalties, `logit_bias`, `tools`, `response_format` are
-// refused unless they ask for nothing; extensions: `threshold` (ε), `steps` (quota decoding) and
+// `best_of`, `logprobs`, `echo`, `suffix`, penalties, `logit_bias`, `top_p`, `top_k`, `tools`,
+// `tool_choice`, `service_tier` are refused unless they ask for nothing (`metadata`, `store`, `user`
+// are accepted, unused; `response_format` is refused); roles `developer` (= system) and `tool`;
+// extensions: `threshold` (ε), `steps` (quota decoding) and
 // `stream_canvas` (the live denoising events).
 #pragma once
 
@@ -124,7 +126,10 @@ std::string sse(const nlohmann::json& j);
 /// "event: <name>\ndata: <json>\n\n".
 std::string sse_event(const std::string& name, const nlohmann::json& j);
 
-/// /v1/models.
+/// /v1/models, and /v1/models/{id} of the served model.
 nlohmann::json models_response(const std::string& model_id, int64_t created);
+nlohmann::json model_response(const std::string& model_id, int64_t created);
+/// 404 model_not_found (param model) for a model other than the served one.
+ApiError model_not_found(const std::string& requested, const std::string& served);
 
 }  // namespace flashdllm::server

@@ -448,6 +448,11 @@ struct Server::Impl {
     http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& r) {
       r.set_content(models_response(limits.model_id, started_at).dump(), "application/json");
     });
+    http.Get(R"(/v1/models/(.+))", [this](const httplib::Request& q, httplib::Response& r) {
+      const std::string id = q.matches[1];
+      if (id != limits.model_id) return reply_error(r, model_not_found(id, limits.model_id));
+      r.set_content(model_response(limits.model_id, started_at).dump(), "application/json");
+    });
     http.Get("/health", [this](const httplib::Request&, httplib::Response& r) {
       r.status = draining ? 503 : 200;
       r.set_content(json{{"status", draining ? "draining" : "ok"}}.dump(), "application/json");
