@@ -30,6 +30,7 @@
 #include "server/metrics.h"
 #include "server/openai.h"
 #include "server/page.h"
+#include "server/web_guard.h"
 #include "server/worker_pool.h"
 
 namespace flashdllm::server {
@@ -465,7 +466,8 @@ struct Server::Impl {
     });
     // Before cpp-httplib reads a body: it applies no size limit to chunked bodies and reads (to skip)
     // a body declared too large, so both are refused here, from the headers alone.
-    http.set_pre_routing_handler([max_body = opt.max_body_bytes](const httplib::Request& q, httplib::Response& r) {
+    WebGuardOptions web{opt.host, opt.allowed_hosts, opt.cors_origins, opt.api_key};
+    http.set_pre_routing_handler([max_body = opt.max_body_bytes, web](const httplib::Request& q, httplib::Response& r) {
       auto refuse = [&](int status, std::string message, std::string code) {
         ApiError e;
         e.status = status;
@@ -475,6 +477,22 @@ struct Server::Impl {
         r.set_content(error_body(e).dump(), "application/json");
         return httplib::Server::HandlerResponse::Handled;
       };
+      // Host, Origin and API key first (server/web_guard.h): nothing runs for a refused page.
+      const std::string origin = q.get_header_value("Origin");
+      if (cors_allowed(web, origin)) {
+        r.set_header("Access-Control-Allow-Origin", origin);
+        r.set_header("Vary", "Origin");
+        if (q.method == "OPTIONS") {  // the preflight of a configured origin
+          r.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+          r.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+          r.set_header("Access-Control-Max-Age", "600");
+          r.status = 204;
+          return httplib::Server::HandlerResponse::Handled;
+        }
+      }
+      if (auto e =
+              check_web_request(web, q.path, q.get_header_value("Host"), origin, q.get_header_value("Authorization")))
+        return refuse(e->status, e->message, e->code);
       // Range is ignored (RFC 9110 lets a server): cpp-httplib would answer with a slice of whatever
       // the handler wrote (a generated answer, an event stream, even the error objects below) under
       // 206. Its parsed ranges live in the request it owns and passes as const; clearing them is the
