@@ -169,6 +169,16 @@ size_t Tokenizer::max_bytes_per_token() const {
   for (const auto& [id, tok] : m.added_r)
     if (tok.lstrip || tok.rstrip) return 0;
   if (m.unk_id && m.fuse_unk) return 0;
+  if (!m.unk_id) {
+    // Without an unk token the BPE drops what its vocabulary cannot spell ("axa" -> [aa]): only a
+    // ByteLevel pipeline whose vocabulary holds all 256 byte symbols drops nothing.
+    const bool byte_level = std::any_of(m.pre_steps.begin(), m.pre_steps.end(), [](const auto& step) {
+      return std::holds_alternative<tokenizer_detail::ByteLevelStep>(step);
+    });
+    if (!byte_level) return 0;
+    for (const std::string& symbol : tokenizer_detail::byte_alphabet().byte_to_utf8)
+      if (m.vocab.find(symbol) == m.vocab.end()) return 0;
+  }
   size_t longest = m.unk_id ? 4 : 1;
   std::string bytes;
   for (int32_t id = 0; id <= m.max_id; ++id) {

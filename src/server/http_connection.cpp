@@ -8,6 +8,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <optional>
+#include <utility>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -190,6 +194,47 @@ bool socket_address(const sockaddr_storage& a, std::string& ip, int& port) {
   }
   ip = buf;
   return true;
+}
+
+std::optional<ApiError> check_framing(const httplib::Request& q, size_t max_body) {
+  auto framing_error = [](int status, std::string message, std::string code) {
+    ApiError e;
+    e.status = status;
+    e.message = std::move(message);
+    e.code = std::move(code);
+    return std::optional<ApiError>(std::move(e));
+  };
+  const bool te = q.has_header("Transfer-Encoding"), cl = q.has_header("Content-Length");
+  if (te && cl)
+    return framing_error(400, "the request has both Transfer-Encoding and Content-Length (RFC 9112, 6.3): send one",
+                         "");
+  // Two lengths (cpp-httplib reads the first): a proxy reading the other would frame another
+  // request than ours.
+  if (const size_t n = q.get_header_value_count("Content-Length"); n > 1)
+    return framing_error(400, fmt::format("the request has {} Content-Length headers (RFC 9112, 6.3): send one", n),
+                         "");
+  if (te)
+    return framing_error(411,
+                         fmt::format("Transfer-Encoding '{}' is not accepted (nor chunked bodies): send the body as it "
+                                     "is, with a Content-Length header",
+                                     q.get_header_value("Transfer-Encoding")),
+                         "length_required");
+  if (!cl && q.method == "POST")  // cpp-httplib would read such a body until the client closes, unbounded
+    return framing_error(411, "a POST needs a Content-Length header", "length_required");
+  if (cl) {
+    const std::string v = q.get_header_value("Content-Length");
+    uint64_t n = 0;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+    if (v.empty() || ec != std::errc() || end != v.data() + v.size())
+      return framing_error(400, fmt::format("Content-Length '{}' is not a byte count", v), "");
+    if (n > max_body)
+      return framing_error(413,
+                           fmt::format("the request body ({} bytes) is larger than this server's limit of {} bytes "
+                                       "(--max-body-mb)",
+                                       n, max_body),
+                           "request_too_large");
+  }
+  return std::nullopt;
 }
 
 const std::string& HttpServer::header_refusal(int* status) {

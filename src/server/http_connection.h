@@ -12,16 +12,25 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 
 #include <sys/socket.h>
 
 #include <httplib.h>
 
+#include "server/openai.h"
+
 namespace flashdllm::server {
 
 /// The numeric address and port of an IPv4 / IPv6 socket address; false for other families.
 bool socket_address(const sockaddr_storage& a, std::string& ip, int& port);
+
+/// The HTTP framing of a request, from its headers alone, before cpp-httplib reads a body (it applies
+/// no size limit to chunked bodies and reads a body declared too large to skip it): 400 for both
+/// Transfer-Encoding and Content-Length, two Content-Lengths or one that is not a byte count; 411
+/// for a Transfer-Encoding or a POST without Content-Length; 413 past `max_body` bytes.
+std::optional<ApiError> check_framing(const httplib::Request& q, size_t max_body);
 
 /// Bounds of one request's head (request line and header lines, up to the blank line).
 struct HeaderLimits {

@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -498,34 +497,7 @@ struct Server::Impl {
       // 206. Its parsed ranges live in the request it owns and passes as const; clearing them is the
       // one way to turn that off in cpp-httplib 0.11.
       const_cast<httplib::Request&>(q).ranges.clear();
-      const bool te = q.has_header("Transfer-Encoding"), cl = q.has_header("Content-Length");
-      if (te && cl)
-        return refuse(400, "the request has both Transfer-Encoding and Content-Length (RFC 9112, 6.3): send one", "");
-      // Two lengths (cpp-httplib reads the first): a proxy reading the other would frame another
-      // request than ours.
-      if (const size_t n = q.get_header_value_count("Content-Length"); n > 1)
-        return refuse(400, fmt::format("the request has {} Content-Length headers (RFC 9112, 6.3): send one", n), "");
-      if (te)
-        return refuse(411,
-                      fmt::format("Transfer-Encoding '{}' is not accepted (nor chunked bodies): send the body as it "
-                                  "is, with a Content-Length header",
-                                  q.get_header_value("Transfer-Encoding")),
-                      "length_required");
-      if (!cl && q.method == "POST")  // cpp-httplib would read such a body until the client closes, unbounded
-        return refuse(411, "a POST needs a Content-Length header", "length_required");
-      if (cl) {
-        const std::string v = q.get_header_value("Content-Length");
-        uint64_t n = 0;
-        const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-        if (v.empty() || ec != std::errc() || end != v.data() + v.size())
-          return refuse(400, fmt::format("Content-Length '{}' is not a byte count", v), "");
-        if (n > max_body)
-          return refuse(413,
-                        fmt::format("the request body ({} bytes) is larger than this server's limit of {} bytes "
-                                    "(--max-body-mb)",
-                                    n, max_body),
-                        "request_too_large");
-      }
+      if (auto e = check_framing(q, max_body)) return refuse(e->status, e->message, e->code);
       return httplib::Server::HandlerResponse::Unhandled;
     });
     http.set_error_handler([](const httplib::Request& q, httplib::Response& r) {
