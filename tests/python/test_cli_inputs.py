@@ -90,3 +90,14 @@ def test_values_accepted_silently_before_are_refused(args, needle):
     p = cli(*args, "--threads", "1")
     assert p.returncode != 0, p.stdout[:300]
     assert needle in p.stderr, p.stderr
+
+
+def test_a_prompt_its_bytes_prove_too_long_is_refused_before_tokenising(tmp_path):
+    """A 15 MB prompt line (under the file bound) cannot fit the model's context: refused at once
+    instead of being tokenised (before: 50 MB ran for minutes at 5 GB)."""
+    f = tmp_path / "long.txt"
+    f.write_text("short question\n" + "a " * 7_500_000 + "\n")
+    t0 = time.time()
+    p = generate("--prompt-file", str(f))
+    assert p.returncode != 0 and "prompt 2 (15000000 bytes) makes at least" in p.stderr, p.stderr
+    assert time.time() - t0 < 20
