@@ -127,6 +127,9 @@ int run_eval(const CommonArgs& ca, EvalArgs& ea) {
   if (ea.chunk < 0)
     throw Error(ErrorCode::kInvalidArgument, fmt::format("--chunk must be >= 0 (0 = all), got {}", ea.chunk));
   flashdllm::GenerateOptions go = ea.dec.options();  // refuse bad flags before any work
+  // Their values too, before any work and with --dry-run (which loads no model): the checks that
+  // need no config.json (params.cpp); generation checks the rest against the model.
+  flashdllm::validate_without_model(go);
   std::vector<ev::EvalSample> samples = ev::load_task(ea.task, data, lo);
   // Every output path is checked before the run, so a long run cannot fail at its end.
   if (!ea.out_dir.empty())
@@ -255,6 +258,7 @@ void add_eval_subcommand(CLI::App& app, CommonArgs& ca, EvalArgs& ea, CLI::App*&
   evl->add_option("--code-memory-mb", ea.code_memory_mb, "humaneval/mbpp: address-space limit per program")
       ->capture_default_str();
   evl->add_option("--code-jobs", ea.code_jobs, "humaneval/mbpp: programs run in parallel (0 = all cores)")
+      ->check(kNonNegativeInt)
       ->capture_default_str();
   add_decode_options(evl, ea.dec);
   // eval's slot count follows --batch unless --slots is given (the decode options' default is generate's).

@@ -7,6 +7,7 @@
 #include <charconv>
 #include <climits>
 #include <cstdint>
+#include <limits>
 #include <sstream>
 
 #include "backend/backend.h"
@@ -236,7 +237,7 @@ void add_decode_options(CLI::App* app, DecodeArgs& a) {
     app->add_option("--steps", sp.steps,
                     "none/prefix/dual quota decoding: forward passes (default: 128, at most gen_length, a multiple of the "
                     "block count)")
-        ->check(kNonNegativeInt);
+        ->check(int_in_range(1, std::numeric_limits<int32_t>::max()));
   app->add_option("--remasking", a.remasking, "none/prefix/dual: low_confidence | random")->capture_default_str();
   if (!a.serving)
     app->add_option("--temperature", sp.temperature, "Gumbel-max sampling temperature (0 = greedy)")->capture_default_str();

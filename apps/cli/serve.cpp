@@ -48,6 +48,14 @@ void add_serve_subcommand(CLI::App& app, CommonArgs& ca, ServeArgs& sa, CLI::App
   cmd->add_option("--http-threads", sa.http_threads, "connection workers (0 = max(256, slots + max-queue + 32))")
       ->check(kNonNegativeInt)
       ->capture_default_str();
+  cmd->add_option("--allowed-host", sa.allowed_hosts,
+                  "a Host name the server answers to beside IP addresses, localhost and --host (repeatable; * = "
+                  "any): other names get 421, against DNS rebinding");
+  cmd->add_option("--cors-origin", sa.cors_origins,
+                  "a web origin (https://app.example) whose pages may call the API: CORS headers for it (repeatable; "
+                  "* = any). Requests from other origins get 403");
+  cmd->add_option("--api-key", sa.api_key,
+                  "the /v1/ routes need 'Authorization: Bearer KEY' (the openai client's api_key)");
   sa.dec.serving = true;
   add_decode_options(cmd, sa.dec);
 }
@@ -89,6 +97,9 @@ int run_serve(const CommonArgs& ca, ServeArgs& sa) {
   o.read_timeout_s = sa.read_timeout_s;
   o.write_timeout_s = sa.write_timeout_s;
   o.max_threads = sa.http_threads;
+  o.allowed_hosts = sa.allowed_hosts;
+  o.cors_origins = sa.cors_origins;
+  o.api_key = sa.api_key;
   server::Server srv(*engine, o);
   const int port = srv.bind();
   const ServeOptions& s = engine->serve_options();

@@ -4,6 +4,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include <string>
+#include <vector>
+
 #include "options.h"
 
 namespace flashdllm::cli {
@@ -19,6 +22,8 @@ struct ServeArgs {
   int read_timeout_s = 10;
   int write_timeout_s = 30;
   int64_t http_threads = 0;
+  std::vector<std::string> allowed_hosts, cors_origins;
+  std::string api_key;
   DecodeArgs dec;
 };
 

@@ -241,6 +241,15 @@ class Engine {
   std::vector<int32_t> encode_chat(const std::vector<ChatMessage>& messages) const;
   /// Decodes ids (special tokens skipped); "" when there is no tokenizer.
   std::string decode(std::span<const int32_t> ids) const;
+  /// Lower bounds of encode_prompt(text, chat).size() and encode_chat(messages).size() without
+  /// tokenising, in time linear in the text: the (template-rendered) text's bytes over the
+  /// tokenizer's max_bytes_per_token() (Tokenizer, io/tokenizer.h), rounded up; 0 when there is no
+  /// bound (no tokenizer or template, or a tokenizer that can drop text). A caller refuses a prompt
+  /// too long for its context with it before paying for its tokens.
+  int64_t min_prompt_tokens(const std::string& text, bool chat) const;
+  int64_t min_chat_tokens(const std::vector<ChatMessage>& messages) const;
+  /// The tokenizer's max_bytes_per_token() (read once at load; 0: no bound or no tokenizer).
+  size_t max_bytes_per_token() const noexcept;
 
   const LladaConfig& config() const noexcept;
   const std::filesystem::path& model_dir() const noexcept;

@@ -63,6 +63,7 @@ struct Engine::Impl {
   EngineOptions options;
   OpProfile op_profile;  // before the backends: a profiling backend refers to it
   std::optional<Tokenizer> tokenizer;
+  size_t max_bytes_per_token = 0;  // tokenizer->max_bytes_per_token(), once (0: no bound, or no tokenizer)
   std::optional<ChatTemplate> chat;
   std::string chat_error;  // why there is no chat template, for the error message
   bool chat_unusable = false;  // tokenizer_config.json asks for a template we cannot use
@@ -141,6 +142,7 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
     impl->tokenizer.emplace(Tokenizer::from_file(dir / "tokenizer.json"));
     validate_llada_tokenizer(*impl->tokenizer, cfg, dir / "tokenizer.json");
     if (auto id = impl->tokenizer->token_to_id("<|eot_id|>")) impl->eot_id = *id;
+    impl->max_bytes_per_token = impl->tokenizer->max_bytes_per_token();
   }
   // A missing or unusable template only matters when the chat template is asked for (or taken by
   // default: chat_by_default).
@@ -222,6 +224,28 @@ std::vector<int32_t> Engine::encode_chat(const std::vector<ChatMessage>& message
   FDLLM_CHECK_ARG(impl_->chat.has_value(), "cannot apply the chat template: {}", impl_->chat_error);
   return impl_->tokenizer->encode(impl_->chat->render(messages), false);
 }
+
+namespace {
+
+/// ceil(bytes / per_token), or 0 without a bound (per_token 0).
+int64_t min_tokens_of_bytes(size_t bytes, size_t per_token) {
+  return per_token == 0 ? 0 : static_cast<int64_t>((bytes + per_token - 1) / per_token);
+}
+
+}  // namespace
+
+int64_t Engine::min_prompt_tokens(const std::string& text, bool chat) const {
+  if (!chat) return min_tokens_of_bytes(text.size(), impl_->max_bytes_per_token);
+  if (!impl_->chat) return 0;  // encode_prompt refuses it
+  return min_tokens_of_bytes(impl_->chat->render({{"user", text}}).size(), impl_->max_bytes_per_token);
+}
+
+int64_t Engine::min_chat_tokens(const std::vector<ChatMessage>& messages) const {
+  if (!impl_->chat) return 0;  // encode_chat refuses it
+  return min_tokens_of_bytes(impl_->chat->render(messages).size(), impl_->max_bytes_per_token);
+}
+
+size_t Engine::max_bytes_per_token() const noexcept { return impl_->max_bytes_per_token; }
 
 const std::filesystem::path& Engine::model_dir() const noexcept { return impl_->options.model_dir; }
 

@@ -206,6 +206,14 @@ void check_sampling(const SamplingParams& s, const DecodeSettings& d, const Llad
     FDLLM_CHECK_PARAM(!(s.threshold && (d.tokens_per_step > 0 || !d.forced_schedule.empty())), "threshold",
                       "threshold and {} exclude each other (both decide the commits per iteration)",
                       d.tokens_per_step > 0 ? "tokens_per_step" : "forced_schedule");
+    // A whole batch's setting (generate, eval) larger than its canvas would be cut to it silently;
+    // a server's requests differ in max_tokens, so there a count above a request's canvas means
+    // "the whole canvas in one step" (docs/serving.md).
+    if (exact_blocks)
+      FDLLM_CHECK_PARAM(d.tokens_per_step <= G, "tokens_per_step",
+                        "tokens_per_step {} is more than gen_length {} (a step cannot commit more tokens than the "
+                        "canvas holds): pass at most {}",
+                        d.tokens_per_step, G, G);
     return;
   }
   const int64_t canvas = exact_blocks ? G : (G + B - 1) / B * B;

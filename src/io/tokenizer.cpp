@@ -32,7 +32,9 @@
 // tokenizer_load.cpp, tokenizer_encode.cpp, and this file (the public API, decoding).
 #include "io/tokenizer.h"
 
+#include <algorithm>
 #include <string>
+#include <variant>
 
 #include "core/check.h"
 #include "core/log.h"
@@ -157,6 +159,34 @@ std::string Tokenizer::id_to_token(int32_t id) const {
 }
 
 int32_t Tokenizer::vocab_size() const noexcept { return impl_->max_id + 1; }
+
+size_t Tokenizer::max_bytes_per_token() const {
+  const Impl& m = *impl_;
+  for (const auto& step : m.pre_steps)
+    if (const auto* split = std::get_if<tokenizer_detail::SplitStep>(&step);
+        split && split->behavior == tokenizer_detail::SplitBehavior::kRemoved)
+      return 0;
+  for (const auto& [id, tok] : m.added_r)
+    if (tok.lstrip || tok.rstrip) return 0;
+  if (m.unk_id && m.fuse_unk) return 0;
+  if (!m.unk_id) {
+    // Without an unk token the BPE drops what its vocabulary cannot spell ("axa" -> [aa]): only a
+    // ByteLevel pipeline whose vocabulary holds all 256 byte symbols drops nothing.
+    const bool byte_level = std::any_of(m.pre_steps.begin(), m.pre_steps.end(), [](const auto& step) {
+      return std::holds_alternative<tokenizer_detail::ByteLevelStep>(step);
+    });
+    if (!byte_level) return 0;
+    for (const std::string& symbol : tokenizer_detail::byte_alphabet().byte_to_utf8)
+      if (m.vocab.find(symbol) == m.vocab.end()) return 0;
+  }
+  size_t longest = m.unk_id ? 4 : 1;
+  std::string bytes;
+  for (int32_t id = 0; id <= m.max_id; ++id) {
+    bytes.clear();
+    if (append_token_bytes(id, /*skip_special_tokens=*/false, bytes)) longest = std::max(longest, bytes.size());
+  }
+  return m.nfc ? 9 * longest : longest;
+}
 
 bool Tokenizer::is_special(int32_t id) const noexcept {
   const std::string* t = impl_->id_to_token(id);

@@ -80,6 +80,16 @@ class Tokenizer {
   int32_t vocab_size() const noexcept;
   /// True for added tokens flagged `special`.
   bool is_special(int32_t id) const noexcept;
+  /// The most bytes of input text one token of encode() can stand for, so that a text of B bytes
+  /// encodes to at least ceil(B / max_bytes_per_token()) tokens; 0 when this tokenizer gives no
+  /// such bound (a Split step that removes text, an added token with lstrip / rstrip, a fused unk,
+  /// or no unk token and a vocabulary that cannot spell every byte: the BPE drops such text).
+  /// It is the longest token's bytes (an added token: its UTF-8 content; 4 with an unk token, one
+  /// character's most), times 9 with the NFC normalizer: NFC shortens UTF-8 text at most 3x through
+  /// decomposition (U+1FEF -> "`") and 3x through composition (U+0390 from 6 bytes), measured over
+  /// every code point with Python's unicodedata. Used to refuse a prompt too long for a context
+  /// before tokenising it (encoding holds ~86 bytes per byte of text). O(vocab_size()) per call.
+  size_t max_bytes_per_token() const;
 
  private:
   friend class TextStream;

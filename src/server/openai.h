@@ -6,8 +6,10 @@
 //
 // Deviations from OpenAI (docs/serving.md): `temperature` defaults to 0 (greedy, the method's
 // setting); `max_tokens` defaults to the server's --default-max-tokens for both endpoints; `n`,
-// `best_of`, `logprobs`, `echo`, `suffix`, penalties, `logit_bias`, `tools`, `response_format` are
-// refused unless they ask for nothing; extensions: `threshold` (ε), `steps` (quota decoding) and
+// `best_of`, `logprobs`, `echo`, `suffix`, penalties, `logit_bias`, `top_p`, `top_k`, `tools`,
+// `tool_choice`, `service_tier` are refused unless they ask for nothing (`metadata`, `store`, `user`
+// are accepted, unused; `response_format` is refused); roles `developer` (= system) and `tool`;
+// extensions: `threshold` (ε), `steps` (quota decoding) and
 // `stream_canvas` (the live denoising events).
 #pragma once
 
@@ -43,13 +45,35 @@ ApiError api_error_of(const Error& e, std::string param = {});
 /// stop keep their names; any other key (an engine setting, not a request field) -> "".
 std::string api_param_of(std::string_view key);
 
+/// 400 context_length_exceeded (param max_tokens): a prompt of `prompt_tokens` tokens (`at_least`:
+/// a lower bound from its bytes, the prompt not tokenised) and a canvas of `canvas` positions
+/// (max_tokens rounded up to the block) beyond `max_model_len`.
+ApiError context_length_error(int64_t max_model_len, int64_t prompt_tokens, int64_t canvas, int64_t max_tokens,
+                              bool at_least);
+
 /// What the parser needs to know of the server.
 struct ParseLimits {
   std::string model_id;              ///< the served model's id; another `model` is a 404
   int64_t default_max_tokens = 128;  ///< max_tokens when the request has none
   int64_t max_prompts = 64;          ///< completions: prompts in one request
   int64_t max_stop = 16;             ///< stop strings
+  /// JSON values a body may hold (arrays, objects and scalars; json_value_limit), refused past it
+  /// before the rest is parsed.
+  int64_t max_json_values = int64_t{1} << 16;
+  /// The context (max_model_len) and the tokenizer's most bytes per token (Engine::
+  /// max_bytes_per_token; 0 = no bound): a text prompt or the messages' text of more than
+  /// (max_model_len - 1) x max_bytes_per_token bytes makes at least max_model_len tokens, leaving
+  /// no room for one generated token: 400 context_length_exceeded before anything is copied or
+  /// tokenised.
+  int64_t max_model_len = 0;
+  size_t max_bytes_per_token = 0;
 };
+
+/// The JSON values a request needs at most: max_prompts prompts of max_model_len token ids each,
+/// plus 4096 for the other fields; at least 2^16 (chat messages), at most 2^22. A tree value costs
+/// 16-80 bytes, so this bounds a request's parse to ~5 MB on the embedded model (max_model_len 256)
+/// and ~21 MB on LLaDA-8B at 4096.
+int64_t json_value_limit(int64_t max_prompts, int64_t max_model_len);
 
 /// A parsed /v1/completions or /v1/chat/completions request.
 struct ApiRequest {
@@ -102,7 +126,10 @@ std::string sse(const nlohmann::json& j);
 /// "event: <name>\ndata: <json>\n\n".
 std::string sse_event(const std::string& name, const nlohmann::json& j);
 
-/// /v1/models.
+/// /v1/models, and /v1/models/{id} of the served model.
 nlohmann::json models_response(const std::string& model_id, int64_t created);
+nlohmann::json model_response(const std::string& model_id, int64_t created);
+/// 404 model_not_found (param model) for a model other than the served one.
+ApiError model_not_found(const std::string& requested, const std::string& served);
 
 }  // namespace flashdllm::server

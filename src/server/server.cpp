@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -26,9 +25,11 @@
 #include "core/check.h"
 #include "core/log.h"
 #include "model/llada_config.h"
+#include "server/http_connection.h"
 #include "server/metrics.h"
 #include "server/openai.h"
 #include "server/page.h"
+#include "server/web_guard.h"
 #include "server/worker_pool.h"
 
 namespace flashdllm::server {
@@ -68,31 +69,13 @@ void for_each_socket(F f) {
   closedir(d);
 }
 
-/// The address and port of an IPv4 / IPv6 socket address; false for other families.
-bool endpoint(const sockaddr_storage& a, std::string& ip, int& port) {
-  char buf[INET6_ADDRSTRLEN] = {0};
-  if (a.ss_family == AF_INET) {
-    const auto* s = reinterpret_cast<const sockaddr_in*>(&a);
-    inet_ntop(AF_INET, &s->sin_addr, buf, sizeof buf);
-    port = ntohs(s->sin_port);
-  } else if (a.ss_family == AF_INET6) {
-    const auto* s = reinterpret_cast<const sockaddr_in6*>(&a);
-    inet_ntop(AF_INET6, &s->sin6_addr, buf, sizeof buf);
-    port = ntohs(s->sin6_port);
-  } else {
-    return false;
-  }
-  ip = buf;
-  return true;
-}
-
 /// The local and peer endpoints of a connected socket; false for a listening or other socket.
 bool connection_endpoints(int fd, std::string& local_ip, int& local_port, std::string& peer_ip, int& peer_port) {
   sockaddr_storage local{}, peer{};
   socklen_t ll = sizeof local, pl = sizeof peer;
   if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) != 0) return false;
   if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0) return false;
-  return endpoint(local, local_ip, local_port) && endpoint(peer, peer_ip, peer_port);
+  return socket_address(local, local_ip, local_port) && socket_address(peer, peer_ip, peer_port);
 }
 
 /// The socket a request arrived on, found by its addresses, to notice a client that went away
@@ -178,7 +161,7 @@ struct Server::Impl {
   Engine& engine;
   ServerOptions opt;
   ParseLimits limits;
-  httplib::Server http;
+  HttpServer http;
   std::atomic<bool> draining{false};
   std::atomic<int64_t> active{0};  // handlers and stream providers in flight
   std::atomic<uint64_t> next_id{1};
@@ -194,7 +177,10 @@ struct Server::Impl {
   bool stopped = false;
   int listen_fd = -1;  // the listening socket (set_socket_options)
 
-  Impl(Engine& e, ServerOptions o) : engine(e), opt(std::move(o)) {}
+  Impl(Engine& e, ServerOptions o)
+      : engine(e),
+        opt(std::move(o)),
+        http(HeaderLimits{opt.max_header_bytes, opt.max_header_lines, opt.read_timeout_s}) {}
 
   /// Counts a handler (or a stream provider) in flight for the drain.
   struct Active {
@@ -233,6 +219,29 @@ struct Server::Impl {
       if (e.field() == "gen_length") a.code = "context_length_exceeded";
       return a;
     }
+    const ServeOptions& so = engine.serve_options();
+    const SamplingParams& sp = call.req.params;
+    int64_t canvas = 0;
+    try {
+      canvas = engine.canvas_length(sp);
+    } catch (const Error& e) {
+      return api_error_of(e, "max_tokens");
+    }
+    // A prompt whose bytes alone prove it too long for the context is refused before it is
+    // tokenised (a 7.9 MB message cost 2.5 s and +678 MB to tokenise): a text of B bytes makes at
+    // least ceil(B / the tokenizer's longest token in bytes) tokens (Engine::min_prompt_tokens).
+    auto context_error = [&](int64_t prompt_tokens, bool at_least) {
+      return context_length_error(so.max_model_len, prompt_tokens, canvas, sp.gen_length, at_least);
+    };
+    if (call.req.chat) {
+      if (const int64_t least = engine.min_chat_tokens(call.req.messages); least + canvas > so.max_model_len)
+        return context_error(least, true);
+    } else {
+      for (const auto& p : call.req.prompts)
+        if (const int64_t least = p.prompt_ids.empty() ? engine.min_prompt_tokens(p.prompt, false) : 0;
+            least + canvas > so.max_model_len)
+          return context_error(least, true);
+    }
     try {
       if (call.req.chat) {
         prompts.push_back(engine.encode_chat(call.req.messages));
@@ -243,9 +252,6 @@ struct Server::Impl {
     } catch (const Error& e) {
       return api_error_of(e, param);
     }
-    const ServeOptions& so = engine.serve_options();
-    const SamplingParams& sp = call.req.params;
-    int64_t canvas = 0;
     const int64_t slots = engine.total_slots();
     const auto capacity = static_cast<size_t>(slots + so.max_queue);
     if (prompts.size() > capacity)  // would get 429 forever: its prompts are queued together
@@ -257,25 +263,10 @@ struct Server::Impl {
     if (!sp.stop.empty() && !engine.has_tokenizer())
       return ApiError{400, "stop strings need a tokenizer (the checkpoint has no tokenizer.json)",
                       "invalid_request_error", "stop", ""};
-    try {
-      canvas = engine.canvas_length(sp);
-    } catch (const Error& e) {
-      return api_error_of(e, "max_tokens");
-    }
     for (const auto& ids : prompts) {
       if (ids.empty()) return ApiError{400, "the prompt is empty (it tokenizes to no tokens)", "invalid_request_error", param, ""};
       const auto P = static_cast<int64_t>(ids.size());
-      if (P + canvas > so.max_model_len) {
-        ApiError e;
-        e.message = fmt::format(
-            "This model's context is {} tokens (max_model_len), but the request needs {}: {} prompt tokens and {} "
-            "for max_tokens {}{}. Shorten the prompt or lower max_tokens.",
-            so.max_model_len, P + canvas, P, canvas, sp.gen_length,
-            canvas != sp.gen_length ? fmt::format(" (rounded up to the block length: {})", canvas) : "");
-        e.param = "max_tokens";
-        e.code = "context_length_exceeded";
-        return e;
-      }
+      if (P + canvas > so.max_model_len) return context_error(P, false);
     }
     for (size_t i = 0; i < prompts.size(); ++i) {
       GenerateRequest g;
@@ -457,6 +448,11 @@ struct Server::Impl {
     http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& r) {
       r.set_content(models_response(limits.model_id, started_at).dump(), "application/json");
     });
+    http.Get(R"(/v1/models/(.+))", [this](const httplib::Request& q, httplib::Response& r) {
+      const std::string id = q.matches[1];
+      if (id != limits.model_id) return reply_error(r, model_not_found(id, limits.model_id));
+      r.set_content(model_response(limits.model_id, started_at).dump(), "application/json");
+    });
     http.Get("/health", [this](const httplib::Request&, httplib::Response& r) {
       r.status = draining ? 503 : 200;
       r.set_content(json{{"status", draining ? "draining" : "ok"}}.dump(), "application/json");
@@ -469,7 +465,8 @@ struct Server::Impl {
     });
     // Before cpp-httplib reads a body: it applies no size limit to chunked bodies and reads (to skip)
     // a body declared too large, so both are refused here, from the headers alone.
-    http.set_pre_routing_handler([max_body = opt.max_body_bytes](const httplib::Request& q, httplib::Response& r) {
+    WebGuardOptions web{opt.host, opt.allowed_hosts, opt.cors_origins, opt.api_key};
+    http.set_pre_routing_handler([max_body = opt.max_body_bytes, web](const httplib::Request& q, httplib::Response& r) {
       auto refuse = [&](int status, std::string message, std::string code) {
         ApiError e;
         e.status = status;
@@ -479,46 +476,41 @@ struct Server::Impl {
         r.set_content(error_body(e).dump(), "application/json");
         return httplib::Server::HandlerResponse::Handled;
       };
+      // Host, Origin and API key first (server/web_guard.h): nothing runs for a refused page.
+      const std::string origin = q.get_header_value("Origin");
+      if (cors_allowed(web, origin)) {
+        r.set_header("Access-Control-Allow-Origin", origin);
+        r.set_header("Vary", "Origin");
+        if (q.method == "OPTIONS") {  // the preflight of a configured origin
+          r.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+          r.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+          r.set_header("Access-Control-Max-Age", "600");
+          r.status = 204;
+          return httplib::Server::HandlerResponse::Handled;
+        }
+      }
+      if (auto e =
+              check_web_request(web, q.path, q.get_header_value("Host"), origin, q.get_header_value("Authorization")))
+        return refuse(e->status, e->message, e->code);
       // Range is ignored (RFC 9110 lets a server): cpp-httplib would answer with a slice of whatever
       // the handler wrote (a generated answer, an event stream, even the error objects below) under
       // 206. Its parsed ranges live in the request it owns and passes as const; clearing them is the
       // one way to turn that off in cpp-httplib 0.11.
       const_cast<httplib::Request&>(q).ranges.clear();
-      const bool te = q.has_header("Transfer-Encoding"), cl = q.has_header("Content-Length");
-      if (te && cl)
-        return refuse(400, "the request has both Transfer-Encoding and Content-Length (RFC 9112, 6.3): send one", "");
-      // Two lengths (cpp-httplib reads the first): a proxy reading the other would frame another
-      // request than ours.
-      if (const size_t n = q.get_header_value_count("Content-Length"); n > 1)
-        return refuse(400, fmt::format("the request has {} Content-Length headers (RFC 9112, 6.3): send one", n), "");
-      if (te)
-        return refuse(411,
-                      fmt::format("Transfer-Encoding '{}' is not accepted (nor chunked bodies): send the body as it "
-                                  "is, with a Content-Length header",
-                                  q.get_header_value("Transfer-Encoding")),
-                      "length_required");
-      if (!cl && q.method == "POST")  // cpp-httplib would read such a body until the client closes, unbounded
-        return refuse(411, "a POST needs a Content-Length header", "length_required");
-      if (cl) {
-        const std::string v = q.get_header_value("Content-Length");
-        uint64_t n = 0;
-        const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-        if (v.empty() || ec != std::errc() || end != v.data() + v.size())
-          return refuse(400, fmt::format("Content-Length '{}' is not a byte count", v), "");
-        if (n > max_body)
-          return refuse(413,
-                        fmt::format("the request body ({} bytes) is larger than this server's limit of {} bytes "
-                                    "(--max-body-mb)",
-                                    n, max_body),
-                        "request_too_large");
-      }
+      if (auto e = check_framing(q, max_body)) return refuse(e->status, e->message, e->code);
       return httplib::Server::HandlerResponse::Unhandled;
     });
     http.set_error_handler([](const httplib::Request& q, httplib::Response& r) {
       if (!r.body.empty()) return;  // an OpenAI error object is already there
       ApiError e;
+      int refused = 0;
+      const std::string& head = HttpServer::header_refusal(&refused);
+      if (r.status == 400 && !head.empty()) r.status = refused;  // HeaderLimits cut the request's head
       e.status = r.status;
-      if (r.status == 404) {
+      if (!head.empty()) {
+        e.message = head;
+        e.code = refused == 431 ? "request_header_fields_too_large" : "request_timeout";
+      } else if (r.status == 404) {
         e.message = fmt::format("no route {} {} (routes: POST /v1/completions, POST /v1/chat/completions, GET "
                                 "/v1/models, /health, /metrics, /)", q.method, q.path);
         e.code = "not_found";
@@ -554,6 +546,9 @@ Server::Server(Engine& engine, ServerOptions options) : impl_(std::make_unique<I
   m.limits.model_id = m.opt.model_id;
   m.limits.default_max_tokens = m.opt.default_max_tokens;
   const ServeOptions& so = engine.serve_options();
+  m.limits.max_json_values = json_value_limit(m.limits.max_prompts, so.max_model_len);
+  m.limits.max_model_len = so.max_model_len;
+  m.limits.max_bytes_per_token = engine.max_bytes_per_token();
   const int64_t threads =
       m.opt.max_threads > 0 ? m.opt.max_threads : std::max<int64_t>(256, engine.total_slots() + so.max_queue + 32);
   m.http.new_task_queue = [threads] { return new HttpWorkers(static_cast<size_t>(threads)); };

@@ -1,12 +1,14 @@
 // `flashdllm serve`: an OpenAI-compatible HTTP server over a started Engine (no model code here).
 //
-// Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health,
+// Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models[/{id}], GET /health,
 // GET /metrics (Prometheus text), GET / (the live-denoising page). docs/serving.md documents every
 // field, flag and error.
 //
 // Threads: cpp-httplib accepts on one thread and serves each connection on a worker of a pool that
 // grows on demand up to max_threads (at least 256, and slots + queue + headroom, so slow or idle
-// clients do not easily starve the others) with read / write / keep-alive timeouts. A handler
+// clients do not easily starve the others) with read / write / keep-alive timeouts, through our
+// connection loop (server/http_connection.h: bounded request heads). Before routing, the Host,
+// Origin and API key are checked (server/web_guard.h) and the framing from the headers. A handler
 // submits to the engine and then only waits on its request streams (50 ms at a time, checking that
 // its client is still connected); the engine's loop thread never waits on a socket. A client that
 // disconnects has its requests cancelled, which frees their slots at the next iteration.
@@ -23,6 +25,7 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "flashdllm/engine.h"
 
@@ -37,7 +40,13 @@ struct ServerOptions {
   int read_timeout_s = 10;           ///< per socket read (a stalled body upload ends after it)
   int write_timeout_s = 30;          ///< per socket write (a client that stops reading ends after it)
   int keep_alive_timeout_s = 5;
+  size_t max_header_bytes = size_t{64} << 10;  ///< a request line and headers longer get 431
+  int max_header_lines = 100;                  ///< more header lines get 431 (a request's head must also
+                                               ///< arrive within read_timeout_s, else 408)
   int64_t max_threads = 0;  ///< connection workers; 0 = max(256, slots + max_queue + 32)
+  std::vector<std::string> allowed_hosts;  ///< Host names served beside IPs, localhost, `host` ("*": any)
+  std::vector<std::string> cors_origins;   ///< web origins given CORS headers and let in ("*": any)
+  std::string api_key;                     ///< "" = none; else /v1/ needs `Authorization: Bearer <key>`
 };
 
 class Server {

@@ -239,6 +239,23 @@ TEST(Tokenizer, TextStreamEqualsDecodeOfEveryPrefix) {
   EXPECT_EQ(lenient.text(), t.decode(Ids{72, 73}));
 }
 
+TEST(Tokenizer, MaxBytesPerTokenBoundsTheTokensOfAText) {
+  // The embedded model's tokenizer: byte-level, every byte in the vocabulary; its longest token is
+  // the added "<|reserved_token_NN|>" (22 bytes; the longest vocabulary token has 13).
+  const Tokenizer t = Tokenizer::from_file(test::default_model_dir() / "tokenizer.json");
+  ASSERT_EQ(t.max_bytes_per_token(), 22u);
+  for (const std::string& text : {std::string(5000, ' '), std::string(5000, 'a'), std::string("<|endoftext|>") + "x",
+                                  std::string(3000, '=') + "\xff\xfe" + std::string(100, '9')}) {
+    const size_t tokens = t.encode(text).size();
+    EXPECT_GE(tokens, (text.size() + 21) / 22) << text.substr(0, 20);
+    EXPECT_LE(tokens, text.size());
+  }
+  // A vocabulary that cannot spell every byte drops text ("axa" -> [aa]): no bound.
+  const auto dir = test::temp_dir();
+  const auto p = write(dir, "tiny.json", tiny_tokenizer({{"a", "a"}}, {"aa"}).dump());
+  EXPECT_EQ(Tokenizer::from_file(p).max_bytes_per_token(), 0u);
+}
+
 TEST(Tokenizer, BpeMergesByRankThenLeftmost) {
   const auto dir = test::temp_dir();
   // Merges: rank 0 "b c", rank 1 "a b", rank 2 "a bc". For "abc" the lowest rank (b c) wins first,

@@ -51,12 +51,16 @@ class Server:
     def url(self, path: str) -> str:
         return self.base_url + path
 
-    def rss_kb(self) -> int:
+    def rss_kb(self, field: str = "VmRSS") -> int:
+        """Resident memory now (VmHWM: the peak so far), from /proc/PID/status."""
         with open(f"/proc/{self.proc.pid}/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1])
         return -1
+
+    def peak_rss_kb(self) -> int:
+        return self.rss_kb("VmHWM")
 
     def metrics(self) -> dict:
         """/metrics as {name{labels}: value} (parsed by prometheus_client, the format's reference parser)."""

@@ -160,7 +160,8 @@ def error_of(server, body, path="/v1/chat/completions", raw=False):
     ({"model": "gpt-9", "messages": [{"role": "user", "content": "hi"}]}, 404, "model", "does not exist"),
     ({"model": MODEL_ID}, 400, "messages", "'messages' is required"),
     ({"model": MODEL_ID, "messages": []}, 400, "messages", "non-empty array"),
-    ({"model": MODEL_ID, "messages": [{"role": "tool", "content": "x"}]}, 400, "messages[0].role", "system, user or assistant"),
+    ({"model": MODEL_ID, "messages": [{"role": "function", "content": "x"}]}, 400, "messages[0].role",
+     "system, developer, user, assistant or tool"),
     ({"model": MODEL_ID, "messages": [{"role": "user", "content": 5}]}, 400, "messages[0].content", "string"),
     ({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "max_tokens": "x"}, 400, "max_tokens", "integer"),
     ({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}, 400, "max_tokens", "[1,"),
@@ -171,7 +172,8 @@ def error_of(server, body, path="/v1/chat/completions", raw=False):
     ({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "n": 2}, 400, "n", "not supported"),
     ({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "logprobs": True}, 400, "logprobs", "not supported"),
     ({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "top_p": 0.5}, 400, "top_p", "not supported"),
-    ({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "tools": []}, 400, "tools", "unsupported field"),
+    ({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "functions": []}, 400, "functions",
+     "unsupported field"),
     ({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "stop": [""]}, 400, "stop", "empty"),
     ({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "stream_options": {"include_usage": True}},
      400, "stream_options", "only allowed when 'stream' is true"),
@@ -241,7 +243,7 @@ def raw_http(server, data: bytes, timeout: float = 10.0) -> bytes:
 ])
 def test_http_framing_is_checked_from_the_headers(server, head, body, status, needle):
     t0 = time.time()
-    out = raw_http(server, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + head + b"\r\n" + body)
+    out = raw_http(server, b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n" + head + b"\r\n" + body)
     assert time.time() - t0 < 5, "answered from the headers, without waiting for a body"
     assert out.startswith(b"HTTP/1.1 %d" % status), out[:200]
     assert needle.encode() in out, out
@@ -331,7 +333,7 @@ def test_a_client_that_disconnects_mid_stream_frees_its_slot(server):
     body = json.dumps({"model": MODEL_ID, "messages": [{"role": "user", "content": QUESTION}], "max_tokens": 400,
                        "stream": True, "stream_canvas": True, "threshold": 1.0})
     s = socket.create_connection(("127.0.0.1", server.port))
-    s.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    s.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
     got = b""
     while b"event: canvas" not in got:  # the first event arrived: the request runs
@@ -354,7 +356,7 @@ def test_a_client_that_disconnects_while_waiting_frees_its_slot(server):
     body = json.dumps({"model": MODEL_ID, "messages": [{"role": "user", "content": QUESTION}], "max_tokens": 400,
                        "threshold": 1.0})
     s = socket.create_connection(("127.0.0.1", server.port))
-    s.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    s.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
     time.sleep(0.3)
     s.close()
@@ -371,12 +373,12 @@ def test_a_client_that_disconnects_while_waiting_frees_its_slot(server):
 def test_a_slow_client_does_not_starve_the_others(server, oa):
     # A body trickled byte by byte and a stream that is never read, while normal requests go on.
     slow = socket.create_connection(("127.0.0.1", server.port))
-    slow.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+    slow.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{")
     idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(10)]
     body = json.dumps({"model": MODEL_ID, "messages": [{"role": "user", "content": QUESTION}], "max_tokens": 64,
                        "stream": True})
     unread = socket.create_connection(("127.0.0.1", server.port))
-    unread.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    unread.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                     f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
     t0 = time.time()
     for _ in range(3):
@@ -467,7 +469,7 @@ def test_sigterm_exits_while_a_client_trickles_headers():
     # after "stopped: ..." until it closed (its worker was never released).
     s = Server("--slots", "1", "--max-model-len", "256")
     c = socket.create_connection(("127.0.0.1", s.port))
-    c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+    c.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
     stop = threading.Event()
 
     def trickle():
