@@ -6,7 +6,8 @@
 // Reads one JSON request per line on stdin and writes one JSON reply per line on stdout:
 //   {"op":"encode","text":S,"add_special_tokens":B}      -> {"ids":[...]}
 //   {"op":"decode","ids":[...],"skip_special_tokens":B}  -> {"text":S}
-//   {"op":"chat","messages":[{"role":R,"content":C},...]} -> {"text":S}   (needs --chat-config)
+//   {"op":"chat","messages":[{"role":R,"content":C},...][,"add_generation_prompt":B]} -> {"text":S}
+//                                                                     (needs --chat-config)
 //   {"op":"token_to_id","token":S}                       -> {"id":N or null}
 //   {"op":"info"}                                         -> {"vocab_size":N}
 // A failing request answers {"error":message,"code":name}; the driver keeps going. Loading errors
@@ -36,7 +37,7 @@ json handle(const json& req, const std::optional<flashdllm::Tokenizer>& tok,
     for (const auto& m : req.at("messages")) {
       messages.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>()});
     }
-    return {{"text", chat->render(messages)}};
+    return {{"text", chat->render(messages, req.value("add_generation_prompt", true))}};
   }
   if (!tok) throw std::runtime_error(op + " needs --tokenizer");
   if (op == "encode") {
