@@ -1,7 +1,8 @@
 // fdllm_tokenize: a JSONL driver over flashdllm::Tokenizer and flashdllm::ChatTemplate, used by
 // the Python parity tests (which compare it with the HF `tokenizers` package and jinja2).
 //
-//   fdllm_tokenize [--tokenizer tokenizer.json] [--chat-config tokenizer_config.json] [--timing]
+//   fdllm_tokenize [--tokenizer tokenizer.json|DIR] [--chat-config tokenizer_config.json] [--timing]
+//   (a DIR is read as Tokenizer::from_model_dir reads a checkpoint directory)
 //
 // Reads one JSON request per line on stdin and writes one JSON reply per line on stdout:
 //   {"op":"encode","text":S,"add_special_tokens":B}      -> {"ids":[...]}
@@ -15,6 +16,7 @@
 // With --timing, stderr gets one JSON line {"encode_seconds":T,"encode_calls":N} at the end.
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -67,7 +69,7 @@ int main(int argc, char** argv) {
   CLI::App app{"JSONL driver over the flashdllm tokenizer and chat template (test tool)"};
   std::string tokenizer_path, config_path;
   bool timing = false;
-  app.add_option("--tokenizer", tokenizer_path, "tokenizer.json");
+  app.add_option("--tokenizer", tokenizer_path, "tokenizer.json, or a checkpoint directory");
   app.add_option("--chat-config", config_path, "tokenizer_config.json with the chat template");
   app.add_flag("--timing", timing, "print total encode time to stderr at the end");
   CLI11_PARSE(app, argc, argv);
@@ -75,7 +77,13 @@ int main(int argc, char** argv) {
   std::optional<flashdllm::Tokenizer> tok;
   std::optional<flashdllm::ChatTemplate> chat;
   try {
-    if (!tokenizer_path.empty()) tok.emplace(flashdllm::Tokenizer::from_file(tokenizer_path));
+    if (std::filesystem::is_directory(tokenizer_path)) {  // a checkpoint directory (e.g. Qwen2's slow files)
+      auto t = flashdllm::Tokenizer::from_model_dir(tokenizer_path);
+      if (!t) throw flashdllm::Error(flashdllm::ErrorCode::kIo, tokenizer_path + " holds no tokenizer files");
+      tok.emplace(std::move(*t));
+    } else if (!tokenizer_path.empty()) {
+      tok.emplace(flashdllm::Tokenizer::from_file(tokenizer_path));
+    }
     if (!config_path.empty()) chat.emplace(flashdllm::ChatTemplate::from_tokenizer_config(config_path));
   } catch (const flashdllm::Error& e) {
     std::cerr << flashdllm::error_code_name(e.code()) << ": " << e.what() << "\n";
