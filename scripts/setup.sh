@@ -41,6 +41,33 @@ if [[ "${FLASHDLLM_SKIP_DEPS:-0}" != 1 ]]; then
   fi
 fi
 
+# minja (Google's header-only C++ Jinja engine for LLM chat templates, MIT; what llama.cpp renders
+# chat templates with): src/io/jinja.cpp renders the checkpoint's own `chat_template` with it. Debian
+# has no C++ Jinja engine; PyPI's only copy of minja is the one the llama-cpp-python sdist vendors
+# (vendor/llama.cpp/vendor/minja, last in 0.3.16: later releases dropped minja). The sdist is pinned
+# by sha256 and only minja.hpp (pinned too) is kept, in .deps/minja/include/minja. docs/decisions.md
+# says why this library. Without it the build stops at configure (CMakeLists.txt names this script).
+MINJA_SDIST=llama_cpp_python-0.3.16.tar.gz
+MINJA_SDIST_SHA256=34ed0f9bd9431af045bb63d9324ae620ad0536653740e9bb163a2e1fcb973be6
+MINJA_HPP_SHA256=abb5e1378834908ec8ae3035fae0a82b7b36e214f5808c7df50ccf0048acbcd1
+if [[ "${FLASHDLLM_SKIP_DEPS:-0}" != 1 && ! -f .deps/minja/include/minja/minja.hpp ]]; then
+  echo "[setup] fetching the minja header (pip sdist llama-cpp-python==0.3.16, vendor/minja)"
+  rm -rf .deps/sdist && mkdir -p .deps/sdist
+  python3 -m pip download -q --no-deps --no-binary :all: -d .deps/sdist "llama-cpp-python==0.3.16"
+  echo "$MINJA_SDIST_SHA256  .deps/sdist/$MINJA_SDIST" | sha256sum -c --quiet
+  python3 - ".deps/sdist/$MINJA_SDIST" .deps/minja/include/minja "$MINJA_HPP_SHA256" <<'PY'
+import hashlib, os, sys, tarfile
+with tarfile.open(sys.argv[1]) as t:
+    data = t.extractfile("llama_cpp_python-0.3.16/vendor/llama.cpp/vendor/minja/minja.hpp").read()
+if hashlib.sha256(data).hexdigest() != sys.argv[3]:
+    sys.exit("[setup] minja.hpp in the sdist does not have the pinned sha256")
+os.makedirs(sys.argv[2], exist_ok=True)
+with open(os.path.join(sys.argv[2], "minja.hpp"), "wb") as f:
+    f.write(data)
+PY
+  rm -rf .deps/sdist
+fi
+
 CUDA="${FLASHDLLM_CUDA:-}"
 if [[ -z "$CUDA" ]]; then
   if command -v nvcc >/dev/null 2>&1; then CUDA=ON; else CUDA=OFF; fi

@@ -138,8 +138,8 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
   check_model_directory(dir);
   const LladaConfig cfg = load_llada_config(dir / "config.json");
 
-  if (fs::exists(dir / "tokenizer.json")) {
-    impl->tokenizer.emplace(Tokenizer::from_file(dir / "tokenizer.json"));
+  if (std::optional<Tokenizer> tok = Tokenizer::from_model_dir(dir)) {  // tokenizer.json, or Qwen2's slow files
+    impl->tokenizer.emplace(std::move(*tok));
     validate_llada_tokenizer(*impl->tokenizer, cfg, dir / "tokenizer.json");
     if (auto id = impl->tokenizer->token_to_id("<|eot_id|>")) impl->eot_id = *id;
     impl->max_bytes_per_token = impl->tokenizer->max_bytes_per_token();

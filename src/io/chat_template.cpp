@@ -1,27 +1,18 @@
-// LLaDA chat template renderer (reference-algorithms.md §A.5).
-//
-// The renderer is hard-wired to the Jinja program below (the `chat_template` of
-// GSAI-ML/LLaDA-8B-Instruct's tokenizer_config.json, copied in data/llada-8b-instruct/). A
-// checkpoint's template is accepted only if it equals this text after whitespace normalisation
-// (whitespace inside Jinja tags and outside string literals is dropped; everything else, including
-// text between tags and string literals, must match exactly). tests/python/test_chat_template.py
-// renders the real template text with jinja2 and compares it with render().
+// Chat templates from tokenizer_config.json, rendered on io/jinja (see chat_template.h).
 #include "io/chat_template.h"
 
-#include <nlohmann/json.hpp>
 #include <string_view>
+#include <utility>
 
 #include "core/check.h"
 #include "io/file.h"
+#include "io/jinja.h"
 
 namespace flashdllm {
 namespace {
 
 using json = nlohmann::json;
-
-constexpr std::string_view kHeaderStart = "<|start_header_id|>";
-constexpr std::string_view kHeaderEnd = "<|end_header_id|>\n\n";
-constexpr std::string_view kEndOfTurn = "<|eot_id|>";
+using ojson = nlohmann::ordered_json;
 
 // LLaDA-8B-Instruct's chat template, verbatim (the two "\n\n" are newline characters).
 constexpr std::string_view kLladaTemplate =
@@ -30,137 +21,82 @@ constexpr std::string_view kLladaTemplate =
     "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}"
     "{% endfor %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}";
 
-bool is_ascii_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+// transformers' SpecialTokensMixin.SPECIAL_TOKENS_ATTRIBUTES with a single token each.
+constexpr std::string_view kSpecialTokenKeys[] = {"bos_token", "eos_token", "unk_token", "sep_token",
+                                                  "pad_token", "cls_token", "mask_token"};
 
-/// Drops whitespace inside {% %}, {{ }} and {# #} that is outside quoted string literals; keeps
-/// template text between tags and string literals byte for byte.
-std::string normalize_template_whitespace(std::string_view t) {
-  std::string out;
-  out.reserve(t.size());
-  size_t i = 0;
-  while (i < t.size()) {
-    const bool opens = t[i] == '{' && i + 1 < t.size() && (t[i + 1] == '%' || t[i + 1] == '{' || t[i + 1] == '#');
-    if (!opens) {
-      out.push_back(t[i++]);
-      continue;
-    }
-    const char kind = t[i + 1];
-    const char close_first = kind == '{' ? '}' : kind;  // "}}", "%}", "#}"
-    out.append(t.substr(i, 2));
-    i += 2;
-    while (i < t.size()) {
-      const char c = t[i];
-      if (c == '\'' || c == '"') {  // string literal, with backslash escapes
-        out.push_back(c);
-        ++i;
-        while (i < t.size() && t[i] != c) {
-          if (t[i] == '\\' && i + 1 < t.size()) out.push_back(t[i++]);
-          out.push_back(t[i++]);
-        }
-        if (i < t.size()) out.push_back(t[i++]);
-      } else if (is_ascii_space(c)) {
-        ++i;
-      } else if (c == close_first && i + 1 < t.size() && t[i + 1] == '}') {
-        out.push_back(c);
-        out.push_back('}');
-        i += 2;
-        break;
-      } else {
-        out.push_back(c);
-        ++i;
-      }
-    }
-  }
-  return out;
+/// A special token's text: a string, or an AddedToken object {"content": ...}.
+std::string token_text(const json& v, const std::string& file, std::string_view field) {
+  if (v.is_string()) return v.get<std::string>();
+  FDLLM_CHECK_CKPT(v.is_object() && v.contains("content") && v["content"].is_string(),
+                   "{}: field '{}' must be a string or an object with a string 'content'", file, field);
+  return v["content"].get<std::string>();
 }
 
-/// Python's str.isspace() (what Jinja's `trim` filter strips): bidi class WS, B or S, or Zs.
-bool is_python_space(char32_t c) {
-  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
-/// Decodes the code point starting at byte i if it is valid UTF-8 (returns its length, 0 if invalid).
-size_t decode_at(std::string_view s, size_t i, char32_t& cp) {
-  const auto b0 = static_cast<unsigned char>(s[i]);
-  size_t len;
-  if (b0 < 0x80) {
-    cp = b0;
-    return 1;
-  } else if (b0 >= 0xC2 && b0 <= 0xDF) {
-    len = 2;
-    cp = b0 & 0x1F;
-  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    len = 3;
-    cp = b0 & 0x0F;
-  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    len = 4;
-    cp = b0 & 0x07;
-  } else {
-    return 0;
+/// The template text of the `chat_template` field: a string, or the "default" of a named list.
+std::string template_text(const json& tmpl, const std::string& file) {
+  if (tmpl.is_string()) return tmpl.get<std::string>();
+  FDLLM_CHECK_CKPT(tmpl.is_array(),
+                   "{}: field 'chat_template' must be a string or a list of {{\"name\", \"template\"}} objects, got {}",
+                   file, tmpl.type_name());
+  for (const json& t : tmpl) {
+    FDLLM_CHECK_CKPT(t.is_object() && t.contains("name") && t["name"].is_string() && t.contains("template") &&
+                         t["template"].is_string(),
+                     "{}: field 'chat_template': each entry of the list must be an object with string 'name' and "
+                     "'template'",
+                     file);
+    if (t["name"] == "default") return t["template"].get<std::string>();
   }
-  if (i + len > s.size()) return 0;
-  for (size_t k = 1; k < len; ++k) {
-    const auto b = static_cast<unsigned char>(s[i + k]);
-    if ((b & 0xC0) != 0x80) return 0;
-    cp = (cp << 6) | (b & 0x3F);
-  }
-  const char32_t min_cp = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
-  if (cp < min_cp || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-  return len;
-}
-
-/// Python str.strip() on UTF-8 text (invalid bytes count as non-space).
-std::string_view python_strip(std::string_view s) {
-  size_t begin = 0;
-  while (begin < s.size()) {
-    char32_t cp = 0;
-    const size_t len = decode_at(s, begin, cp);
-    if (len == 0 || !is_python_space(cp)) break;
-    begin += len;
-  }
-  size_t end = s.size();
-  while (end > begin) {
-    size_t k = end - 1;
-    while (k > begin && (static_cast<unsigned char>(s[k]) & 0xC0) == 0x80 && end - k < 4) --k;
-    char32_t cp = 0;
-    const size_t len = decode_at(s, k, cp);
-    if (len == 0 || k + len != end || !is_python_space(cp)) break;
-    end = k;
-  }
-  return s.substr(begin, end - begin);
+  FDLLM_FAIL(ErrorCode::kInvalidCheckpoint,
+             "{}: field 'chat_template' lists named templates but none named 'default'; pass the prompt with --raw "
+             "to skip chat templating",
+             file);
 }
 
 }  // namespace
 
 ChatTemplate ChatTemplate::from_tokenizer_config(const std::filesystem::path& path) {
+  const std::string file = path.string();
   const json cfg = read_json_file(path, /*reject_duplicate_keys=*/true);
-  FDLLM_CHECK_CKPT(cfg.is_object(), "{}: expected a JSON object", path.string());
-  FDLLM_CHECK_CKPT(cfg.contains("chat_template"),
-                   "{}: field 'chat_template' is missing; pass the prompt with --raw to skip chat templating",
-                   path.string());
-  const json& tmpl = cfg["chat_template"];
-  FDLLM_CHECK_CKPT(tmpl.is_string(),
-                   "{}: field 'chat_template' must be a string (named template lists are not supported), got {}; "
-                   "pass the prompt with --raw to skip chat templating",
-                   path.string(), tmpl.type_name());
-  FDLLM_CHECK_CKPT(normalize_template_whitespace(tmpl.get<std::string>()) ==
-                       normalize_template_whitespace(kLladaTemplate),
-                   "{}: field 'chat_template' is not the LLaDA chat template, the only one this build renders; "
-                   "pass the prompt with --raw to skip chat templating",
-                   path.string());
-
-  std::string bos;
-  if (auto it = cfg.find("bos_token"); it != cfg.end() && !it->is_null()) {
-    if (it->is_string()) {
-      bos = it->get<std::string>();
-    } else {
-      FDLLM_CHECK_CKPT(it->is_object() && it->contains("content") && (*it)["content"].is_string(),
-                       "{}: field 'bos_token' must be a string or an object with a string 'content'", path.string());
-      bos = (*it)["content"].get<std::string>();
-    }
+  FDLLM_CHECK_CKPT(cfg.is_object(), "{}: expected a JSON object", file);
+  FDLLM_CHECK_CKPT(cfg.contains("chat_template") && !cfg["chat_template"].is_null(),
+                   "{}: field 'chat_template' is missing; pass the prompt with --raw to skip chat templating", file);
+  ChatTemplate t;
+  t.specials_ = ojson::object();
+  for (const std::string_view key : kSpecialTokenKeys) {
+    const auto it = cfg.find(key);
+    if (it == cfg.end() || it->is_null()) continue;
+    t.specials_[std::string(key)] = token_text(*it, file, key);
   }
-  return llada(std::move(bos));
+  if (auto it = cfg.find("additional_special_tokens"); it != cfg.end() && !it->is_null()) {
+    FDLLM_CHECK_CKPT(it->is_array(), "{}: field 'additional_special_tokens' must be a list", file);
+    ojson list = ojson::array();
+    for (const json& v : *it) list.push_back(token_text(v, file, "additional_special_tokens"));
+    t.specials_["additional_special_tokens"] = std::move(list);
+  }
+  if (t.specials_.contains("bos_token")) t.bos_token_ = t.specials_["bos_token"].get<std::string>();
+  t.template_ = std::make_shared<const jinja::Template>(
+      jinja::Template::parse(template_text(cfg["chat_template"], file), fmt::format("{} field 'chat_template'", file)));
+  return t;
+}
+
+ChatTemplate ChatTemplate::llada(std::string bos_token) {
+  ChatTemplate t;
+  t.specials_ = ojson{{"bos_token", bos_token}};
+  t.bos_token_ = std::move(bos_token);
+  t.template_ =
+      std::make_shared<const jinja::Template>(jinja::Template::parse(kLladaTemplate, "the built-in LLaDA template"));
+  return t;
+}
+
+std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
+  ojson vars = specials_;
+  ojson& list = vars["messages"] = ojson::array();
+  for (const ChatMessage& m : messages) list.push_back(ojson{{"role", m.role}, {"content", m.content}});
+  vars["add_generation_prompt"] = add_generation_prompt;
+  vars["tools"] = nullptr;
+  vars["documents"] = nullptr;
+  return template_->render(vars);
 }
 
 ChatTemplateLookup find_chat_template(const std::filesystem::path& model_dir) {
@@ -178,35 +114,13 @@ ChatTemplateLookup find_chat_template(const std::filesystem::path& model_dir) {
     r.error = e.what();
   }
   try {  // none declared (a base model), or one this build cannot use?
-    const json cfg = read_json_file(path);
+    const auto cfg = read_json_file(path);
     const auto it = cfg.is_object() ? cfg.find("chat_template") : cfg.end();
     r.unusable = !cfg.is_object() || (it != cfg.end() && !it->is_null());
   } catch (const Error&) {
     r.unusable = true;
   }
   return r;
-}
-
-ChatTemplate ChatTemplate::llada(std::string bos_token) {
-  ChatTemplate t;
-  t.bos_token_ = std::move(bos_token);
-  return t;
-}
-
-std::string ChatTemplate::render(const std::vector<ChatMessage>& messages) const {
-  std::string out;
-  for (size_t i = 0; i < messages.size(); ++i) {
-    if (i == 0) out += bos_token_;
-    out += kHeaderStart;
-    out += messages[i].role;
-    out += kHeaderEnd;
-    out += python_strip(messages[i].content);
-    out += kEndOfTurn;
-  }
-  out += kHeaderStart;
-  out += "assistant";
-  out += kHeaderEnd;
-  return out;
 }
 
 }  // namespace flashdllm

@@ -1,40 +1,54 @@
-// The LLaDA chat template (reference §A.5), read from `tokenizer_config.json`.
-//
-// LLaDA's template is a short Jinja program. We do not embed a Jinja interpreter: the renderer
-// below is hard-wired to LLaDA's template semantics and is only used when the checkpoint's
-// `chat_template` text equals (after whitespace normalisation) the known LLaDA template; any
-// other template is rejected with a clear error suggesting --raw. tests/python checks this
-// renderer against jinja2 rendering of the template text itself.
+// Chat templates: the checkpoint's own `chat_template` (tokenizer_config.json), rendered with a
+// Jinja engine (io/jinja.h, minja) as Hugging Face transformers' `apply_chat_template` renders it
+// (reference-algorithms.md §A.5 for LLaDA's). tests/python/test_chat_template.py checks renderings
+// of the real templates (LLaDA-8B-Instruct, Dream-v0-Instruct-7B, the small model's) against jinja2.
 #pragma once
 
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "flashdllm/request.h"  // ChatMessage
 
 namespace flashdllm {
 
+namespace jinja {
+class Template;
+}
+
 class ChatTemplate {
  public:
-  /// Reads `chat_template` and `bos_token` from a tokenizer_config.json. Throws Error(kIo) if
-  /// unreadable, Error(kInvalidCheckpoint) naming the file if `chat_template` is missing or is not
-  /// the LLaDA template.
+  /// Reads `chat_template` and the special tokens from a tokenizer_config.json and parses the
+  /// template. `chat_template` is a string, or a list of {"name", "template"} objects of which
+  /// the one named "default" is used (as transformers does without tools). The template gets the
+  /// variables transformers passes: the special tokens bos_token, eos_token, unk_token, sep_token,
+  /// pad_token, cls_token, mask_token (each a string or an {"content": ...} object; absent or null
+  /// ones stay undefined) and additional_special_tokens (a list). Throws Error(kIo) if unreadable,
+  /// Error(kInvalidCheckpoint) naming the file and field if `chat_template` is missing, of another
+  /// type, has no "default", or does not parse (jinja::Template::parse).
   static ChatTemplate from_tokenizer_config(const std::filesystem::path& path);
-  /// The LLaDA template with the given BOS string (for tests and checkpoints without a config).
+  /// LLaDA-8B-Instruct's template text (built in: data/llada-8b-instruct/tokenizer_config.json)
+  /// with the given BOS string, for tests and fuzzing.
   static ChatTemplate llada(std::string bos_token);
 
-  /// Renders messages: per message "<|start_header_id|>" + role + "<|end_header_id|>\n\n" +
-  /// trim(content) + "<|eot_id|>", BOS before the first, then always the assistant header
-  /// (the template has no add_generation_prompt switch). trim is Python's str.strip() (Jinja's
-  /// `trim`): Unicode whitespace incl. U+001C..U+001F, not U+180E / U+200B / U+FEFF. With no
-  /// messages the result is the assistant header alone (no BOS). Roles are copied verbatim.
-  std::string render(const std::vector<ChatMessage>& messages) const;
+  /// Renders `messages` (each {"role", "content"}, roles copied verbatim) with
+  /// add_generation_prompt, tools = documents = None. For LLaDA's template: per message
+  /// "<|start_header_id|>" + role + "<|end_header_id|>\n\n" + trim(content) + "<|eot_id|>", BOS
+  /// before the first, then always the assistant header. Throws Error(kInvalidArgument) naming
+  /// the template's file for a render error (e.g. the template's raise_exception on roles it does
+  /// not accept) or a cost bound (jinja::Template::render).
+  std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt = true) const;
 
+  /// The bos_token the template sees ("" if the config has none).
   const std::string& bos_token() const noexcept { return bos_token_; }
 
  private:
+  std::shared_ptr<const jinja::Template> template_;
+  nlohmann::ordered_json specials_;  // the special-token variables (an object)
   std::string bos_token_;
 };
 
@@ -42,9 +56,9 @@ class ChatTemplate {
 struct ChatTemplateLookup {
   std::optional<ChatTemplate> chat;
   std::string error;  ///< why `chat` is empty (names the directory or file)
-  /// The directory's tokenizer_config.json asks for a template this build cannot use, or cannot be
-  /// read as a JSON object — unlike having none (no such file, or no / a null `chat_template`
-  /// field: a base model, whose prompts go as they are).
+  /// The directory's tokenizer_config.json has a template this build cannot use (it does not
+  /// parse, or the field is malformed), or cannot be read as a JSON object — unlike having none
+  /// (no such file, or no / a null `chat_template` field: a base model, whose prompts go as they are).
   bool unusable = false;
 };
 /// Looks for `model_dir`/tokenizer_config.json (ChatTemplate::from_tokenizer_config). Never throws

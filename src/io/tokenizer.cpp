@@ -51,13 +51,16 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::from_file(const std::filesystem::path& path) {
-  const json root = read_json_file(path);
+  return from_json(read_json_file(path), path.string());
+}
+
+Tokenizer Tokenizer::from_json(const json& root, std::string file) {
   auto impl = std::make_unique<Impl>();
-  impl->file = path.string();
+  impl->file = std::move(file);
   try {
     impl->load(root);
   } catch (const json::exception& e) {  // a type mismatch the explicit checks did not anticipate
-    FDLLM_FAIL(ErrorCode::kInvalidCheckpoint, "{}: unexpected content: {}", path.string(), e.what());
+    FDLLM_FAIL(ErrorCode::kInvalidCheckpoint, "{}: unexpected content: {}", impl->file, e.what());
   }
   logger().debug("tokenizer {}: {} vocab entries, {} merges, {} added tokens, {} pre-tokenizer steps", impl->file,
                  impl->vocab.size(), impl->merges.size(), impl->added_r.size(), impl->pre_steps.size());

@@ -42,6 +42,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 namespace flashdllm {
 
 /// The largest token id a tokenizer.json may use: ids index dense tables (id -> token), so a file
@@ -54,6 +56,19 @@ class Tokenizer {
   /// naming the file and JSON field for unsupported or malformed content (an id above kMaxTokenId
   /// included).
   static Tokenizer from_file(const std::filesystem::path& path);
+  /// Loads a Qwen2-family tokenizer saved in the "slow" format: `dir`/vocab.json, merges.txt and
+  /// tokenizer_config.json (Qwen2Tokenizer, Qwen2TokenizerFast or DreamTokenizer in
+  /// `tokenizer_class`; Dream-v0 ships no tokenizer.json). The pipeline is the one transformers'
+  /// Qwen2Converter builds for the fast tokenizer: NFC, the Qwen2 Split regex then ByteLevel
+  /// (add_prefix_space from the config, default false), BPE over the merges, ByteLevel decoder, and
+  /// the config's `added_tokens_decoder` as added tokens with their flags. Throws Error(kIo) for
+  /// an unreadable file, Error(kInvalidCheckpoint) naming the file and field for another
+  /// tokenizer_class, a malformed merges line, or an added token whose id is not the one HF would
+  /// give it (the next id after the vocabulary, in id order).
+  static Tokenizer from_qwen2_files(const std::filesystem::path& dir);
+  /// The tokenizer of a checkpoint directory: tokenizer.json if there is one, else the Qwen2 slow
+  /// files if vocab.json and merges.txt are there, else nullopt (errors as above).
+  static std::optional<Tokenizer> from_model_dir(const std::filesystem::path& dir);
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
   ~Tokenizer();
@@ -98,6 +113,8 @@ class Tokenizer {
   bool append_token_bytes(int32_t id, bool skip_special_tokens, std::string& bytes) const;
   struct Impl;
   explicit Tokenizer(std::unique_ptr<Impl> impl);
+  /// Loads a parsed tokenizer.json; `file` names it in errors.
+  static Tokenizer from_json(const nlohmann::json& root, std::string file);
   std::unique_ptr<Impl> impl_;
 };
 

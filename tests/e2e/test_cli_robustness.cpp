@@ -216,12 +216,13 @@ fs::path small_model_with_tokenizer_config(const std::string& name, const std::s
 }
 
 TEST(CliRobustness, AChatTemplateTheCheckpointAsksForButCannotBeUsedIsAnError) {
-  // Found by a break-it session: a tokenizer_config.json that is not JSON (or holds another
-  // template) made generate drop the chat template silently and answer a chat model's raw prompt
-  // with an empty text, exit 0. Without a template at all (a base model) prompts go as they are.
+  // Found by a break-it session: a tokenizer_config.json that is not JSON (or holds a template that
+  // cannot be used: today one that does not parse) made generate drop the chat template silently
+  // and answer a chat model's raw prompt with an empty text, exit 0. Without a template at all (a
+  // base model) prompts go as they are.
   const std::string gen = "generate -m '{}' -p 'What is 2 + 3?' --gen-length 32 --no-live";
   for (const auto& [name, text] : std::vector<std::pair<std::string, std::string>>{
-           {"garbage", "garbage"}, {"foreign", R"({"chat_template": "{% for m in messages %}{{ m }}{% endfor %}"})"}}) {
+           {"garbage", "garbage"}, {"unparsable", R"({"chat_template": "{% for m in messages %}{{ m }}"})"}}) {
     const fs::path dir = small_model_with_tokenizer_config("chat_" + name, text);
     const std::string file = (dir / "tokenizer_config.json").string();
     expect_refused(run_flashdllm(fmt::format(fmt::runtime(gen), dir.string()), 60), 1,

@@ -98,6 +98,14 @@ def main():
     put("chat_template", "config_bos_object", json.dumps({"chat_template": tc["chat_template"],
                                                           "bos_token": {"content": "<s>", "lstrip": False}}))
     put("chat_template", "messages", "<|startoftext|>\0system\0  Be brief.\u3000\0user\0 1+1? \n")
+    dream = json.loads((REPO / "data" / "dream-v0-instruct-7b" / "tokenizer_config.json").read_text())
+    put("chat_template", "config_chatml", json.dumps({k: dream[k] for k in ("chat_template", "bos_token", "eos_token")}))
+    put("chat_template", "template_dream", dream["chat_template"])
+    put("chat_template", "template_features",
+        "{%- macro m(x, y=2) -%}{{ x ~ y }}{%- endmacro -%}{% set ns = namespace(k=0) %}"
+        "{% for msg in messages[::-1] if msg.role != 'tool' %}{% set ns.k = ns.k + 1 %}{{ loop.index0 }}"
+        "{{ m(msg.role | upper, y=msg.content | trim | length) }}{% if loop.last %}{{ bos_token }}{% endif %}"
+        "{% else %}none{% endfor %}{{ range(3) | join(',') }}{# c #}{{ raise_exception('x') if not messages }}")
 
 
 if __name__ == "__main__":

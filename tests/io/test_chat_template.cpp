@@ -1,7 +1,7 @@
 // Unit tests of flashdllm::ChatTemplate (src/io/chat_template.cpp). The renderer is compared with
 // jinja2 rendering of the real template text in tests/python/test_chat_template.py; here: the exact
-// §A.5 form, trimming, multi-turn, loading and rejection errors, and tokenization of the rendered
-// prompt (special tokens as single ids).
+// §A.5 form, trimming, multi-turn, other templates, loading and render errors, cost bounds, and
+// tokenization of the rendered prompt (special tokens as single ids).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -106,35 +106,55 @@ void expect_config_error(const std::filesystem::path& p, ErrorCode code, const s
   }
 }
 
-TEST(ChatTemplate, RejectsOtherTemplatesAndBadConfigs) {
-  expect_config_error(test::temp_dir() / "absent.json", ErrorCode::kIo, {});
+TEST(ChatTemplate, RendersOtherTemplates) {
   const json base = read_json(llada_config());
   const std::string tmpl = base["chat_template"].get<std::string>();
-
-  json changed_literal = base;
-  std::string t1 = tmpl;
-  t1.replace(t1.find("<|end_header_id|>\n\n"), 19, "<|end_header_id|>\n");
-  changed_literal["chat_template"] = t1;
-  expect_config_error(write_config("literal.json", changed_literal), ErrorCode::kInvalidCheckpoint,
-                      {"chat_template", "--raw"});
-
   json chatml = base;
   chatml["chat_template"] =
       "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
-      "'<|im_end|>' + '\n'}}{% endfor %}";
-  expect_config_error(write_config("chatml.json", chatml), ErrorCode::kInvalidCheckpoint, {"chat_template", "--raw"});
+      "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+  const ChatTemplate c = ChatTemplate::from_tokenizer_config(write_config("chatml.json", chatml));
+  EXPECT_EQ(c.render({{"user", " Hi "}}), "<|im_start|>user\n Hi <|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(c.render({{"user", " Hi "}}, false), "<|im_start|>user\n Hi <|im_end|>\n");
 
+  // A single trailing newline is dropped (jinja2's keep_trailing_newline=False): LLaDA's output.
   json trailing = base;
-  trailing["chat_template"] = tmpl + "\n";  // text outside tags is rendered, so this is a different template
-  expect_config_error(write_config("trailing.json", trailing), ErrorCode::kInvalidCheckpoint, {"chat_template"});
+  trailing["chat_template"] = tmpl + "\n";
+  const ChatTemplate t = ChatTemplate::from_tokenizer_config(write_config("trailing.json", trailing));
+  EXPECT_EQ(t.render({{"user", "x"}}), ChatTemplate::llada("<|startoftext|>").render({{"user", "x"}}));
+
+  json list = base;  // named templates: "default" is used
+  list["chat_template"] =
+      json::array({{{"name", "tool_use"}, {"template", "T"}}, {{"name", "default"}, {"template", tmpl}}});
+  const ChatTemplate l = ChatTemplate::from_tokenizer_config(write_config("list.json", list));
+  EXPECT_EQ(l.render({{"user", "x"}}), t.render({{"user", "x"}}));
+}
+
+TEST(ChatTemplate, RejectsBadConfigs) {
+  expect_config_error(test::temp_dir() / "absent.json", ErrorCode::kIo, {});
+  const json base = read_json(llada_config());
 
   json missing = base;
   missing.erase("chat_template");
   expect_config_error(write_config("missing.json", missing), ErrorCode::kInvalidCheckpoint, {"chat_template", "--raw"});
 
-  json list = base;
-  list["chat_template"] = json::array({{{"name", "default"}, {"template", tmpl}}});
-  expect_config_error(write_config("list.json", list), ErrorCode::kInvalidCheckpoint, {"chat_template"});
+  json no_default = base;
+  no_default["chat_template"] = json::array({{{"name", "tool_use"}, {"template", "T"}}});
+  expect_config_error(write_config("nodefault.json", no_default), ErrorCode::kInvalidCheckpoint,
+                      {"chat_template", "default"});
+
+  json number = base;
+  number["chat_template"] = 5;
+  expect_config_error(write_config("number.json", number), ErrorCode::kInvalidCheckpoint, {"chat_template"});
+
+  json syntax = base;
+  syntax["chat_template"] = "{% for m in messages %}{{ m.content }}";
+  expect_config_error(write_config("syntax.json", syntax), ErrorCode::kInvalidCheckpoint,
+                      {"chat_template", "does not parse"});
+
+  json huge = base;
+  huge["chat_template"] = std::string(40000, 'x');
+  expect_config_error(write_config("huge.json", huge), ErrorCode::kInvalidCheckpoint, {"chat_template", "40000"});
 
   json badbos = base;
   badbos["bos_token"] = 7;
@@ -143,6 +163,32 @@ TEST(ChatTemplate, RejectsOtherTemplatesAndBadConfigs) {
   const auto notjson = test::temp_dir() / "notjson.json";
   std::ofstream(notjson) << "{ \"chat_template\": ";
   expect_config_error(notjson, ErrorCode::kInvalidCheckpoint, {"JSON"});
+}
+
+void expect_render_error(const std::string& name, const std::string& tmpl, const std::string& needle) {
+  json cfg = read_json(llada_config());
+  cfg["chat_template"] = tmpl;
+  const auto path = write_config(name, cfg);
+  const ChatTemplate t = ChatTemplate::from_tokenizer_config(path);
+  try {
+    (void)t.render({{"user", "x"}});
+    FAIL() << "no error for " << tmpl;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(path.string()), std::string::npos) << msg;
+    EXPECT_NE(msg.find(needle), std::string::npos) << msg << " lacks " << needle;
+    EXPECT_LT(msg.size(), 3000u);
+  }
+}
+
+TEST(ChatTemplate, RenderErrorsNameTheFileAndCostIsBounded) {
+  expect_render_error("raise.json", "{{ raise_exception('roles must alternate') }}", "roles must alternate");
+  expect_render_error("range.json", "{% for i in range(10**12) %}{% endfor %}", "range()");
+  expect_render_error("rec.json", "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "cost bound");
+  expect_render_error("loops.json",
+                      "{% for i in 'x' * 1100 %}{% for j in 'x' * 1000 %}{{ bos_token }}{% endfor %}{% endfor %}",
+                      "cost bound");
 }
 
 }  // namespace

@@ -161,7 +161,7 @@ TEST(CheckpointFiles, FindChatTemplateTellsNoneFromUnusable) {
     EXPECT_FALSE(r.chat.has_value()) << none;
     EXPECT_FALSE(r.unusable) << none;
   }
-  for (const char* bad : {"garbage", "[1, 2]", R"({"chat_template": "{{ messages }}"})", R"({"chat_template": 5})"}) {
+  for (const char* bad : {"garbage", "[1, 2]", R"({"chat_template": "{% if %}"})", R"({"chat_template": 5})"}) {
     r = with(bad);
     EXPECT_FALSE(r.chat.has_value()) << bad;
     EXPECT_TRUE(r.unusable) << bad;

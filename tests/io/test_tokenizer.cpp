@@ -11,6 +11,7 @@
 #include <fstream>
 #include <random>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -398,6 +399,28 @@ TEST(Tokenizer, ConcurrentEncodeIsConsistent) {
   }
   for (auto& th : threads) th.join();
   for (int w = 0; w < 4; ++w) EXPECT_EQ(failures[w], 0) << "worker " << w;
+}
+
+TEST(Tokenizer, LoadsQwen2SlowFilesFromADirectory) {
+  // Dream-v0's tokenizer layout (vocab.json + merges.txt + tokenizer_config.json), cut to 4000
+  // merges; HF parity on thousands of strings is tests/python/test_tokenizer_parity.py.
+  const std::optional<Tokenizer> tok = Tokenizer::from_model_dir(tok_dir() / "qwen2_small");
+  ASSERT_TRUE(tok.has_value());
+  EXPECT_EQ(tok->vocab_size(), 4256 + 24);
+  EXPECT_EQ(tok->token_to_id("<|endoftext|>"), 4256);
+  EXPECT_EQ(tok->token_to_id("<|mask|>"), 4279);
+  EXPECT_TRUE(tok->is_special(4279));
+  EXPECT_FALSE(tok->is_special(4270));  // <tool_call> is added but not special
+  const std::string chat = "<|im_start|>user\nHi 12<|im_end|>";
+  const std::vector<int32_t> ids = tok->encode(chat);
+  // The Qwen2 split keeps digits one by one and the newline apart (HF: Ċ = 198, Ġ = 220).
+  EXPECT_EQ(ids, (std::vector<int32_t>{4257, 872, 198, 39, 72, 220, 16, 17, 4258}));
+  EXPECT_EQ(tok->decode(ids), chat);
+  EXPECT_EQ(tok->decode(ids, /*skip_special_tokens=*/true), "user\nHi 12");
+
+  const auto empty = test::temp_dir() / "no_tokenizer";
+  std::filesystem::create_directories(empty);
+  EXPECT_FALSE(Tokenizer::from_model_dir(empty).has_value());
 }
 
 }  // namespace

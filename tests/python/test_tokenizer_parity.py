@@ -17,8 +17,16 @@ and variants derived here from them, to cover the rest of the supported format:
   added_flags      extra added tokens with single_word / lstrip / rstrip / normalized
   default_model    models/llada-arith-12m/tokenizer.json, the shipped small model's tokenizer
                    (skipped until tools/train has produced it)
+  qwen2_small      tests/data/tokenizer/qwen2_small/: Qwen2's slow files (vocab.json, merges.txt,
+                   tokenizer_config.json; Dream-v0's, cut to 4000 merges by
+                   tools/tokenizer/make_qwen2_small.py), loaded by flashdllm from the directory
+                   (Tokenizer::from_qwen2_files) and by HF as transformers' Qwen2Converter builds it
+  dream            the same for Dream-v0-Instruct-7B's real files in ../shared/data (skipped where
+                   absent, e.g. on a clean checkout)
+The Qwen2 variants also encode Dream's special tokens (<|im_start|>, <|im_end|>, <|mask|>, ...) and
+ChatML chats rendered by jinja2 from Dream's chat_template.
 A sweep over every code point assigned in Unicode 14 (what both regex engines know; PCRE2 10.42
-stops there) runs on realids, template_nfc and gpt2.
+stops there) runs on realids, template_nfc, gpt2 and the Qwen2 variants.
 """
 
 from __future__ import annotations
@@ -32,12 +40,14 @@ import unicodedata
 from pathlib import Path
 
 import pytest
-from tokenizers import Tokenizer, normalizers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
 REPO = Path(os.environ.get("FLASHDLLM_SOURCE_DIR") or Path(__file__).resolve().parents[2])
 DATA = REPO / "tests" / "data" / "tokenizer"
 CORPUS = DATA / "parity_corpus.jsonl"
 LLADA_FIRST_SPECIAL = 126080
+DREAM_DIR = Path(os.environ.get("FLASHDLLM_SHARED_DIR") or REPO.parent / "shared") / "data" / "dream-v0-instruct-7b"
+QWEN2_PATTERN = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 
 
 def driver() -> Path:
@@ -87,7 +97,52 @@ def unicode14_sweep() -> list[str]:
     return out
 
 
+def hf_qwen2(d: Path) -> Tokenizer:
+    """The fast tokenizer transformers' Qwen2Converter builds from the slow files (convert_slow_tokenizer.py)."""
+    vocab = json.loads((d / "vocab.json").read_text(encoding="utf-8"))
+    lines = (d / "merges.txt").read_text(encoding="utf-8").split("\n")
+    merges = [tuple(l.split(" ")) for i, l in enumerate(lines) if l.strip() and not (i == 0 and l.startswith("#version"))]
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, dropout=None, unk_token=None, continuing_subword_prefix="",
+                               end_of_word_suffix="", fuse_unk=False, byte_fallback=False))
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    cfg = json.loads((d / "tokenizer_config.json").read_text(encoding="utf-8"))
+    for i, t in sorted(cfg["added_tokens_decoder"].items(), key=lambda kv: int(kv[0])):
+        at = AddedToken(t["content"], single_word=t["single_word"], lstrip=t["lstrip"], rstrip=t["rstrip"],
+                        normalized=t["normalized"], special=t["special"])
+        (tok.add_special_tokens if t["special"] else tok.add_tokens)([at])
+        assert tok.token_to_id(t["content"]) == int(i), (i, t)
+    return tok
+
+
+def chatml_texts(d: Path, corpus: list[str]) -> list[str]:
+    """Dream's special tokens in context and ChatML chats rendered by jinja2 from the config's template."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    cfg = json.loads((d / "tokenizer_config.json").read_text(encoding="utf-8"))
+    tmpl = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(cfg["chat_template"])
+    out = []
+    for i in range(0, 400, 2):
+        msgs = [{"role": "user", "content": corpus[i]}, {"role": "assistant", "content": corpus[i + 1]},
+                {"role": "user", "content": corpus[i + 2]}]
+        if i % 4 == 0:
+            msgs.insert(0, {"role": "system", "content": "You are a careful assistant."})
+        out.append(tmpl.render(messages=msgs, add_generation_prompt=i % 3 != 0, tools=None))
+    specials = [t["content"] for t in cfg["added_tokens_decoder"].values()]
+    out += [f"x{t}y {t} {t}{t}\n{t}" for t in specials]
+    out += ["<|mask|>" * 64, "Solve: <|mask|><|mask|> = 4<|endoftext|>", "<|im_start|><|im_end|>", "<|im_start",
+            "<|im_start|>user\n\n\n<|im_end|>\r\n", "<|MASK|> <mask> <|mask |> <|mask|", "<tool_call>{}</tool_call>"]
+    return out
+
+
 def has_nfc(path: Path) -> bool:
+    if path.is_dir():
+        return True
     return json.loads(path.read_text(encoding="utf-8")).get("normalizer") is not None
 
 
@@ -199,12 +254,18 @@ def variant(name: str, tmp: Path) -> tuple[Path, list[str]]:
                  "a  <sep>  b", "caf\u00e9 cafe\u0301", "Tom's Tomato Tom", "the the  the", "sing  ing\tring",
                  "112 1234 12.12", "\u3000ing \u2003<sep>\u2003"]
         return write_json(tmp / "added_flags.json", j), extra
+    if name == "qwen2_small":
+        return DATA / "qwen2_small", []
+    if name == "dream":
+        if not (DREAM_DIR / "vocab.json").is_file():
+            pytest.skip(f"{DREAM_DIR} is not here (Dream's full tokenizer files live outside the repository)")
+        return DREAM_DIR, []
     raise KeyError(name)
 
 
 VARIANTS = ["realids", "compact", "template_nfc", "gpt2", "split_behaviors", "regex_features", "added_flags",
-            "default_model"]
-SWEEP_VARIANTS = {"realids", "template_nfc", "gpt2"}
+            "default_model", "qwen2_small", "dream"]
+SWEEP_VARIANTS = {"realids", "template_nfc", "gpt2", "qwen2_small", "dream"}
 
 
 def describe(text: str, ours, theirs) -> str:
@@ -221,7 +282,9 @@ def corpus() -> list[str]:
 @pytest.mark.parametrize("name", VARIANTS)
 def test_encode_decode_parity(name: str, corpus: list[str], tmp_path: Path) -> None:
     path, extra = variant(name, tmp_path)
-    hf = Tokenizer.from_file(str(path))
+    hf = hf_qwen2(path) if path.is_dir() else Tokenizer.from_file(str(path))
+    if path.is_dir():
+        extra = extra + chatml_texts(path, corpus)
     texts = corpus + extra + (unicode14_sweep() if name in SWEEP_VARIANTS else [])
     if has_nfc(path):
         texts, excluded = split_hf_nfc_deviations(texts)
@@ -311,3 +374,39 @@ def test_gsm8k_encode_speed() -> None:
     print(f"encode 1319 GSM8K questions: {timing['encode_seconds'] * 1e3:.1f} ms")
     assert timing["encode_calls"] == 1319
     assert timing["encode_seconds"] < 0.5, timing
+
+
+def test_qwen2_files_errors_name_the_file(tmp_path: Path) -> None:
+    """Another tokenizer_class, a malformed merges line, an added token off its id: clear errors."""
+    import shutil
+
+    def copy(name: str) -> Path:
+        d = tmp_path / name
+        shutil.copytree(DATA / "qwen2_small", d)
+        return d
+
+    def load_error(d: Path) -> str:
+        proc = subprocess.run([str(driver()), "--tokenizer", str(d)], input=b"", capture_output=True, timeout=60)
+        assert proc.returncode == 2, proc
+        return proc.stderr.decode("utf-8")
+
+    d = copy("cls")
+    cfg = json.loads((d / "tokenizer_config.json").read_text(encoding="utf-8"))
+    cfg["tokenizer_class"] = "LlamaTokenizer"
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg), encoding="utf-8")
+    err = load_error(d)
+    assert "tokenizer_config.json" in err and "tokenizer_class" in err and "LlamaTokenizer" in err, err
+
+    d = copy("ids")
+    cfg = json.loads((d / "tokenizer_config.json").read_text(encoding="utf-8"))
+    first = min(cfg["added_tokens_decoder"], key=int)
+    cfg["added_tokens_decoder"][str(int(first) + 100)] = cfg["added_tokens_decoder"].pop(first)
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg), encoding="utf-8")
+    err = load_error(d)
+    assert "added_tokens_decoder" in err and str(int(first) + 100) in err, err
+
+    d = copy("merges")
+    with open(d / "merges.txt", "a", encoding="utf-8") as f:
+        f.write("a b c\n")
+    err = load_error(d)
+    assert "merges.txt" in err and "line 4002" in err, err

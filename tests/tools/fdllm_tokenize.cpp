@@ -1,12 +1,14 @@
 // fdllm_tokenize: a JSONL driver over flashdllm::Tokenizer and flashdllm::ChatTemplate, used by
 // the Python parity tests (which compare it with the HF `tokenizers` package and jinja2).
 //
-//   fdllm_tokenize [--tokenizer tokenizer.json] [--chat-config tokenizer_config.json] [--timing]
+//   fdllm_tokenize [--tokenizer tokenizer.json|DIR] [--chat-config tokenizer_config.json] [--timing]
+//   (a DIR is read as Tokenizer::from_model_dir reads a checkpoint directory)
 //
 // Reads one JSON request per line on stdin and writes one JSON reply per line on stdout:
 //   {"op":"encode","text":S,"add_special_tokens":B}      -> {"ids":[...]}
 //   {"op":"decode","ids":[...],"skip_special_tokens":B}  -> {"text":S}
-//   {"op":"chat","messages":[{"role":R,"content":C},...]} -> {"text":S}   (needs --chat-config)
+//   {"op":"chat","messages":[{"role":R,"content":C},...][,"add_generation_prompt":B]} -> {"text":S}
+//                                                                     (needs --chat-config)
 //   {"op":"token_to_id","token":S}                       -> {"id":N or null}
 //   {"op":"info"}                                         -> {"vocab_size":N}
 // A failing request answers {"error":message,"code":name}; the driver keeps going. Loading errors
@@ -14,6 +16,7 @@
 // With --timing, stderr gets one JSON line {"encode_seconds":T,"encode_calls":N} at the end.
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -36,7 +39,7 @@ json handle(const json& req, const std::optional<flashdllm::Tokenizer>& tok,
     for (const auto& m : req.at("messages")) {
       messages.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>()});
     }
-    return {{"text", chat->render(messages)}};
+    return {{"text", chat->render(messages, req.value("add_generation_prompt", true))}};
   }
   if (!tok) throw std::runtime_error(op + " needs --tokenizer");
   if (op == "encode") {
@@ -66,7 +69,7 @@ int main(int argc, char** argv) {
   CLI::App app{"JSONL driver over the flashdllm tokenizer and chat template (test tool)"};
   std::string tokenizer_path, config_path;
   bool timing = false;
-  app.add_option("--tokenizer", tokenizer_path, "tokenizer.json");
+  app.add_option("--tokenizer", tokenizer_path, "tokenizer.json, or a checkpoint directory");
   app.add_option("--chat-config", config_path, "tokenizer_config.json with the chat template");
   app.add_flag("--timing", timing, "print total encode time to stderr at the end");
   CLI11_PARSE(app, argc, argv);
@@ -74,7 +77,13 @@ int main(int argc, char** argv) {
   std::optional<flashdllm::Tokenizer> tok;
   std::optional<flashdllm::ChatTemplate> chat;
   try {
-    if (!tokenizer_path.empty()) tok.emplace(flashdllm::Tokenizer::from_file(tokenizer_path));
+    if (std::filesystem::is_directory(tokenizer_path)) {  // a checkpoint directory (e.g. Qwen2's slow files)
+      auto t = flashdllm::Tokenizer::from_model_dir(tokenizer_path);
+      if (!t) throw flashdllm::Error(flashdllm::ErrorCode::kIo, tokenizer_path + " holds no tokenizer files");
+      tok.emplace(std::move(*t));
+    } else if (!tokenizer_path.empty()) {
+      tok.emplace(flashdllm::Tokenizer::from_file(tokenizer_path));
+    }
     if (!config_path.empty()) chat.emplace(flashdllm::ChatTemplate::from_tokenizer_config(config_path));
   } catch (const flashdllm::Error& e) {
     std::cerr << flashdllm::error_code_name(e.code()) << ": " << e.what() << "\n";
