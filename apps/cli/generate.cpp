@@ -14,7 +14,7 @@
 
 #include "eval/progress.h"
 #include "live_view.h"
-#include "model/llada_config.h"
+#include "model/model_config.h"
 
 namespace flashdllm::cli {
 namespace {

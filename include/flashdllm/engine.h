@@ -48,7 +48,7 @@
 namespace flashdllm {
 
 class Tokenizer;
-struct LladaConfig;
+struct ModelConfig;
 
 struct EngineOptions {
   std::filesystem::path model_dir;     ///< HF checkpoint directory
@@ -242,7 +242,7 @@ class Engine {
   /// Decodes ids (special tokens skipped); "" when there is no tokenizer.
   std::string decode(std::span<const int32_t> ids) const;
 
-  const LladaConfig& config() const noexcept;
+  const ModelConfig& config() const noexcept;
   const std::filesystem::path& model_dir() const noexcept;
   bool has_tokenizer() const noexcept;
   bool has_chat_template() const noexcept;

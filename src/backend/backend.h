@@ -1,6 +1,6 @@
 // The small set of operations the LLaDA model and the denoisers need from a compute backend.
 //
-// The model code (src/model/llada.cpp) is written once against this interface; the CPU backend
+// The model code (src/model/model.cpp) is written once against this interface; the CPU backend
 // (src/backend/cpu, fp32, OpenBLAS, the oracle) always builds, the CUDA backend (src/backend/cuda,
 // bf16 storage, fp32 accumulation) builds with FLASHDLLM_CUDA=ON. Every op of the CUDA backend
 // has a CPU twin with the same signature and a test comparing the two (tests/kernels/).
@@ -149,7 +149,7 @@ class Backend {
   // ---------------------------------------------------------------- recorded op sequences
   /// Runs `ops`, a sequence of this backend's asynchronous ops (the model's layer loop), or replays
   /// a recording of it. `key` must determine every launch of the sequence: its shapes, its scalar
-  /// arguments and every device address it reads or writes (the caller lists them; llada.cpp's
+  /// arguments and every device address it reads or writes (the caller lists them; model.cpp's
   /// recording_key), so that a replay does what a new run would do with the data then in memory.
   /// `ops` must not copy between host and device, synchronise or allocate (data uploads belong
   /// before the call), and nothing it touches may be freed while the key can still be replayed
@@ -166,7 +166,7 @@ class Backend {
     (void)key;
     ops();
   }
-  /// Row counts a forward pads to on this backend (llada_forward / llada_verify_forward, through
+  /// Row counts a forward pads to on this backend (model_forward / model_verify_forward, through
   /// ForwardWorkspace::padding): query rows up to a multiple of `rows` (below it, the next power of
   /// two from 16), logit rows up to a multiple of `logit_rows`. Padding rows compute results that are
   /// discarded; their point is that forwards of nearby sizes share one run_recorded key (the scheduler's

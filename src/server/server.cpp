@@ -25,7 +25,7 @@
 
 #include "core/check.h"
 #include "core/log.h"
-#include "model/llada_config.h"
+#include "model/model_config.h"
 #include "server/metrics.h"
 #include "server/openai.h"
 #include "server/page.h"

@@ -1,5 +1,5 @@
 // Name and shape checks of a LLaDA checkpoint against its config (reference §A.2).
-#include "model/llada_checkpoint.h"
+#include "model/model_checkpoint.h"
 
 #include <set>
 #include <utility>
@@ -22,11 +22,11 @@ std::string shape_str(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
-int64_t llada_expected_tensor_count(const LladaConfig& cfg) noexcept { return 9 * cfg.n_layers + 3; }
+int64_t model_expected_tensor_count(const ModelConfig& cfg) noexcept { return 9 * cfg.n_layers + 3; }
 
-ExpectedTensor llada_expected_tensor(const LladaConfig& cfg, int64_t i) {
+ExpectedTensor model_expected_tensor(const ModelConfig& cfg, int64_t i) {
   const int64_t d = cfg.d_model, f = cfg.mlp_hidden_size, v = cfg.embedding_size;
-  const int64_t count = llada_expected_tensor_count(cfg);
+  const int64_t count = model_expected_tensor_count(cfg);
   FDLLM_CHECK_ARG(i >= 0 && i < count, "expected tensor index {} outside [0, {})", i, count);
   if (i == 0) return {"model.transformer.wte.weight", {v, d}};
   if (i == count - 2) return {"model.transformer.ln_f.weight", {d}};
@@ -46,23 +46,23 @@ ExpectedTensor llada_expected_tensor(const LladaConfig& cfg, int64_t i) {
   }
 }
 
-std::vector<ExpectedTensor> llada_expected_tensors(const LladaConfig& cfg) {
+std::vector<ExpectedTensor> model_expected_tensors(const ModelConfig& cfg) {
   std::vector<ExpectedTensor> out;
-  const int64_t count = llada_expected_tensor_count(cfg);
+  const int64_t count = model_expected_tensor_count(cfg);
   out.reserve(static_cast<size_t>(count));
-  for (int64_t i = 0; i < count; ++i) out.push_back(llada_expected_tensor(cfg, i));
+  for (int64_t i = 0; i < count; ++i) out.push_back(model_expected_tensor(cfg, i));
   return out;
 }
 
-void validate_llada_checkpoint(const Checkpoint& ckpt, const LladaConfig& cfg) {
+void validate_model_checkpoint(const Checkpoint& ckpt, const ModelConfig& cfg) {
   // Where a missing tensor should have been: the index of a sharded checkpoint, else the file.
   const std::string where =
       (ckpt.dir() / (ckpt.sharded() ? "model.safetensors.index.json" : "model.safetensors")).string();
   // Expected tensors are made one at a time and the walk stops at the first missing one, so a config
   // claiming 2^20 layers costs what the checkpoint holds, not 9 million names.
   std::set<std::string> names;
-  for (int64_t i = 0; i < llada_expected_tensor_count(cfg); ++i) {
-    const ExpectedTensor e = llada_expected_tensor(cfg, i);
+  for (int64_t i = 0; i < model_expected_tensor_count(cfg); ++i) {
+    const ExpectedTensor e = model_expected_tensor(cfg, i);
     const TensorInfo* t = ckpt.find(e.name);
     FDLLM_CHECK_CKPT(t != nullptr, "{}: missing tensor '{}' (expected shape {} from the config)", where, e.name,
                      shape_str(e.shape));
@@ -83,7 +83,7 @@ void validate_llada_checkpoint(const Checkpoint& ckpt, const LladaConfig& cfg) {
   }
 }
 
-void validate_llada_tokenizer(const Tokenizer& tok, const LladaConfig& cfg,
+void validate_llada_tokenizer(const Tokenizer& tok, const ModelConfig& cfg,
                               const std::filesystem::path& tokenizer_file) {
   const std::string src = tokenizer_file.string();
   constexpr const char* kShiftNote =
@@ -118,17 +118,17 @@ void validate_llada_tokenizer(const Tokenizer& tok, const LladaConfig& cfg,
                    tok.id_to_token(tok.vocab_size() - 1), tok.vocab_size() - 1, cfg.embedding_size);
 }
 
-int validate_llada_index(const std::filesystem::path& index_json, const LladaConfig& cfg) {
+int validate_model_index(const std::filesystem::path& index_json, const ModelConfig& cfg) {
   const std::string src = index_json.string();
   const nlohmann::json j = read_json_file(index_json, /*reject_duplicate_keys=*/true);
   FDLLM_CHECK_CKPT(j.is_object(), "{}: index must be a JSON object", src);
   auto wm = j.find("weight_map");
   FDLLM_CHECK_CKPT(wm != j.end() && wm->is_object(), "{}: missing or non-object 'weight_map'", src);
 
-  std::set<std::string> names;  // filled only with names the index holds (see validate_llada_checkpoint)
+  std::set<std::string> names;  // filled only with names the index holds (see validate_model_checkpoint)
   int64_t params = 0;
-  for (int64_t i = 0; i < llada_expected_tensor_count(cfg); ++i) {
-    const ExpectedTensor e = llada_expected_tensor(cfg, i);
+  for (int64_t i = 0; i < model_expected_tensor_count(cfg); ++i) {
+    const ExpectedTensor e = model_expected_tensor(cfg, i);
     auto it = wm->find(e.name);
     FDLLM_CHECK_CKPT(it != wm->end(), "{}: missing tensor '{}' in weight_map", src, e.name);
     FDLLM_CHECK_CKPT(it->is_string() && !it->get_ref<const std::string&>().empty(),

@@ -1,6 +1,6 @@
 // Parsing and validation of a LLaDA config.json (reference §A.1).
 //
-// Policy (decided here, documented in llada_config.h):
+// Policy (decided here, documented in model_config.h):
 //  * Sizes and special token ids have no meaningful default: they are required.
 //  * Architecture switches take the default of LLaDA's own `ModelConfig` dataclass
 //    (configuration_llada.py, the class HF instantiates) when absent, exactly as the reference
@@ -10,7 +10,7 @@
 //  * activation_type must be "silu": LLaDA's llama block computes act(ff_proj x) * up_proj x, so
 //    "silu" already gives SwiGLU. "swiglu" in that block would make the OLMo SwiGLU module split
 //    ff_proj's output in halves and change ff_out's input width — a different network, rejected.
-#include "model/llada_config.h"
+#include "model/model_config.h"
 
 #include <cmath>
 #include <cstring>
@@ -161,18 +161,18 @@ void check_architecture(FieldReader& r, const nlohmann::json& j, const std::stri
 
 }  // namespace
 
-int64_t LladaConfig::parameter_count() const noexcept {
+int64_t ModelConfig::parameter_count() const noexcept {
   const int64_t attn = 4 * d_model * d_model;         // q, k, v, attn_out (n_kv_heads == n_heads)
   const int64_t mlp = 3 * d_model * mlp_hidden_size;  // ff_proj, up_proj, ff_out
   const int64_t norms = 2 * d_model;                  // attn_norm, ff_norm
   return 2 * embedding_size * d_model + n_layers * (attn + mlp + norms) + d_model;
 }
 
-LladaConfig parse_llada_config(const nlohmann::json& j, const std::string& source) {
+ModelConfig parse_model_config(const nlohmann::json& j, const std::string& source) {
   const std::string& src = source;
   FDLLM_CHECK_CKPT(j.is_object(), "{}: config must be a JSON object", src);
   FieldReader r(j, src);
-  LladaConfig c;
+  ModelConfig c;
 
   // Model family and block type.
   c.model_type = r.string("model_type");
@@ -251,8 +251,8 @@ LladaConfig parse_llada_config(const nlohmann::json& j, const std::string& sourc
   return c;
 }
 
-LladaConfig load_llada_config(const std::filesystem::path& path) {
-  return parse_llada_config(read_json_file(path, /*reject_duplicate_keys=*/true), path.string());
+ModelConfig load_model_config(const std::filesystem::path& path) {
+  return parse_model_config(read_json_file(path, /*reject_duplicate_keys=*/true), path.string());
 }
 
 }  // namespace flashdllm

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "io/safetensors.h"
-#include "model/llada_config.h"
+#include "model/model_config.h"
 
 namespace flashdllm {
 
@@ -31,19 +31,19 @@ struct ExpectedTensor {
 
 /// Every tensor a LLaDA checkpoint with config `cfg` must hold, in a fixed order (wte, then per
 /// layer attn_norm, q/k/v_proj, attn_out, ff_norm, ff_proj, up_proj, ff_out, then ln_f, ff_out).
-std::vector<ExpectedTensor> llada_expected_tensors(const LladaConfig& cfg);
+std::vector<ExpectedTensor> model_expected_tensors(const ModelConfig& cfg);
 /// Their number: 9 per layer + 3.
-int64_t llada_expected_tensor_count(const LladaConfig& cfg) noexcept;
+int64_t model_expected_tensor_count(const ModelConfig& cfg) noexcept;
 /// The i-th of them, made on demand (checks walk these and stop at the first missing tensor instead
 /// of building a list whose size only the config claims). Throws Error(kInvalidArgument) for i
 /// outside [0, count).
-ExpectedTensor llada_expected_tensor(const LladaConfig& cfg, int64_t i);
+ExpectedTensor model_expected_tensor(const ModelConfig& cfg, int64_t i);
 
 /// Checks that `ckpt` holds exactly the expected tensors (no missing, no unexpected), each with
 /// the expected shape and a dtype in {F32, F16, BF16} (dtypes may differ between tensors).
 /// Throws one Error(kInvalidCheckpoint) naming the file and tensor at fault (for a missing tensor:
 /// the index of a sharded checkpoint, else model.safetensors), with actual and expected shapes.
-void validate_llada_checkpoint(const Checkpoint& ckpt, const LladaConfig& cfg);
+void validate_model_checkpoint(const Checkpoint& ckpt, const ModelConfig& cfg);
 
 /// Checks that the tokenizer `tok` (read from `tokenizer_file`) agrees with the config's special
 /// ids: the mask token "<|mdm_mask|>" exists at exactly mask_token_id; eos_token_id and pad_token_id
@@ -53,7 +53,7 @@ void validate_llada_checkpoint(const Checkpoint& ckpt, const LladaConfig& cfg);
 /// later ones (Hugging Face's assignment rule, which Tokenizer follows), and the model would then
 /// decode and commit the wrong ids; these checks refuse it. Throws Error(kInvalidCheckpoint) naming
 /// `tokenizer_file`, the token and the config field.
-void validate_llada_tokenizer(const Tokenizer& tok, const LladaConfig& cfg,
+void validate_llada_tokenizer(const Tokenizer& tok, const ModelConfig& cfg,
                               const std::filesystem::path& tokenizer_file);
 
 /// Checks a `model.safetensors.index.json` without its shards: the weight_map keys are exactly
@@ -61,7 +61,7 @@ void validate_llada_tokenizer(const Tokenizer& tok, const LladaConfig& cfg,
 /// for a 2-byte (BF16/F16) or 4-byte (F32) dtype — so a mixed-dtype index is rejected. Returns
 /// the bytes per parameter implied (2 or 4). Throws Error(kIo) if the file cannot be read,
 /// Error(kInvalidCheckpoint) naming the file and the first offending tensor (missing ones in
-/// llada_expected_tensors order).
-int validate_llada_index(const std::filesystem::path& index_json, const LladaConfig& cfg);
+/// model_expected_tensors order).
+int validate_model_index(const std::filesystem::path& index_json, const ModelConfig& cfg);
 
 }  // namespace flashdllm

@@ -1,6 +1,6 @@
 // LLaDA weights (checkpoint or seeded dummy values, tensor-parallel shards), RoPE tables and K/V
-// stores: the model's buffers, made once. See llada.h.
-#include "model/llada.h"
+// stores: the model's buffers, made once. See model.h.
+#include "model/model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,15 +12,15 @@
 #include "core/check.h"
 #include "core/log.h"
 #include "core/philox.h"
-#include "model/llada_carver.h"
-#include "model/llada_checkpoint.h"
+#include "model/model_carver.h"
+#include "model/model_checkpoint.h"
 
 namespace flashdllm {
 using model_detail::align_up;
 using model_detail::Carver;
 namespace {
 
-void for_each_weight(LladaWeights& w, const std::function<void(Tensor&)>& f) {
+void for_each_weight(ModelWeights& w, const std::function<void(Tensor&)>& f) {
   f(w.wte);
   for (auto& l : w.layers) {
     f(l.attn_norm);
@@ -36,9 +36,9 @@ void for_each_weight(LladaWeights& w, const std::function<void(Tensor&)>& f) {
 
 /// The layout of rank shard `s`'s weights in one buffer (tensor data = byte offsets until bound)
 /// and its size.
-LladaWeights plan_weights(DType wt, DeviceKind dev, const LladaConfig& c, const LladaShard& s) {
+ModelWeights plan_weights(DType wt, DeviceKind dev, const ModelConfig& c, const ModelShard& s) {
   Carver cv(dev);
-  LladaWeights w;
+  ModelWeights w;
   const int64_t D = c.d_model, Hl = s.heads * c.head_dim, Fl = s.mlp, E = c.embedding_size;
   w.wte = cv.take(wt, {E, D});
   w.layers.resize(static_cast<size_t>(c.n_layers));
@@ -56,8 +56,8 @@ LladaWeights plan_weights(DType wt, DeviceKind dev, const LladaConfig& c, const 
   return w;
 }
 
-LladaWeights allocate_weights(Backend& backend, const LladaConfig& c, const LladaShard& s) {
-  LladaWeights w = plan_weights(backend.weight_dtype(), backend.device(), c, s);
+ModelWeights allocate_weights(Backend& backend, const ModelConfig& c, const ModelShard& s) {
+  ModelWeights w = plan_weights(backend.weight_dtype(), backend.device(), c, s);
   w.storage = backend.alloc(w.bytes, "model weights");
   for_each_weight(w, [&](Tensor& t) { Carver::bind(t, w.storage); });
   return w;
@@ -67,7 +67,7 @@ std::string block(int64_t i, const char* name) { return fmt::format("model.trans
 
 }  // namespace
 
-LladaShard llada_shard(const LladaConfig& cfg, const TensorParallel& tp) {
+ModelShard model_shard(const ModelConfig& cfg, const TensorParallel& tp) {
   const int64_t N = tp.world;
   FDLLM_CHECK_ARG(N >= 1 && tp.rank >= 0 && tp.rank < N, "tensor parallel: rank {} outside [0, world size {})", tp.rank,
                   N);
@@ -81,7 +81,7 @@ LladaShard llada_shard(const LladaConfig& cfg, const TensorParallel& tp) {
                   "tensor parallel size {} must divide embedding_size = {} (the LM head's vocabulary rows are split "
                   "across ranks)",
                   N, cfg.embedding_size);
-  LladaShard s;
+  ModelShard s;
   s.heads = cfg.n_heads / N;
   s.head_begin = tp.rank * s.heads;
   s.mlp = cfg.mlp_hidden_size / N;
@@ -91,19 +91,19 @@ LladaShard llada_shard(const LladaConfig& cfg, const TensorParallel& tp) {
   return s;
 }
 
-size_t llada_weight_bytes(const Backend& backend, const LladaConfig& cfg, const TensorParallel& tp) {
-  return llada_weight_bytes(backend.weight_dtype(), cfg, tp);
+size_t model_weight_bytes(const Backend& backend, const ModelConfig& cfg, const TensorParallel& tp) {
+  return model_weight_bytes(backend.weight_dtype(), cfg, tp);
 }
 
-size_t llada_weight_bytes(DType weight, const LladaConfig& cfg, const TensorParallel& tp) {
-  return plan_weights(weight, DeviceKind::kCPU, cfg, llada_shard(cfg, tp)).bytes;
+size_t model_weight_bytes(DType weight, const ModelConfig& cfg, const TensorParallel& tp) {
+  return plan_weights(weight, DeviceKind::kCPU, cfg, model_shard(cfg, tp)).bytes;
 }
 
-LladaWeights load_llada_weights(Backend& backend, const Checkpoint& ckpt, const LladaConfig& cfg,
+ModelWeights load_model_weights(Backend& backend, const Checkpoint& ckpt, const ModelConfig& cfg,
                                 const TensorParallel& tp) {
-  validate_llada_checkpoint(ckpt, cfg);
-  const LladaShard sh = llada_shard(cfg, tp);
-  LladaWeights w = allocate_weights(backend, cfg, sh);
+  validate_model_checkpoint(ckpt, cfg);
+  const ModelShard sh = model_shard(cfg, tp);
+  ModelWeights w = allocate_weights(backend, cfg, sh);
   // Rows [begin, begin + dst.rows()) of a [rows, cols] checkpoint tensor: a contiguous run of the file.
   auto put_rows = [&](Tensor dst, const std::string& name, int64_t begin) {
     const TensorInfo& t = ckpt.get(name);
@@ -151,10 +151,10 @@ LladaWeights load_llada_weights(Backend& backend, const Checkpoint& ckpt, const 
   return w;
 }
 
-LladaWeights make_dummy_llada_weights(Backend& backend, const LladaConfig& cfg, uint64_t seed,
+ModelWeights make_dummy_weights(Backend& backend, const ModelConfig& cfg, uint64_t seed,
                                       const TensorParallel& tp) {
-  const LladaShard sh = llada_shard(cfg, tp);
-  LladaWeights w = allocate_weights(backend, cfg, sh);
+  const ModelShard sh = model_shard(cfg, tp);
+  ModelWeights w = allocate_weights(backend, cfg, sh);
   // Made on the device (Backend::fill_normal: Box-Muller on counter-based uniforms, stream = the
   // tensor's index in for_each_weight order, values keyed by the element index in the unsharded
   // tensor): N(0, 0.02²) matrices; norm weights exactly 1 like a fresh model. A rank fills the
@@ -184,7 +184,7 @@ LladaWeights make_dummy_llada_weights(Backend& backend, const LladaConfig& cfg, 
   return w;
 }
 
-RopeTables make_rope_tables(Backend& backend, const LladaConfig& cfg, int64_t max_positions) {
+RopeTables make_rope_tables(Backend& backend, const ModelConfig& cfg, int64_t max_positions) {
   const int64_t half = cfg.head_dim / 2;
   std::vector<float> inv_freq(static_cast<size_t>(half));
   const float theta = static_cast<float>(cfg.rope_theta);
@@ -211,11 +211,11 @@ RopeTables make_rope_tables(Backend& backend, const LladaConfig& cfg, int64_t ma
   return r;
 }
 
-KvStore make_kv_store(Backend& backend, const LladaConfig& cfg, int64_t rows, bool shared_across_layers,
+KvStore make_kv_store(Backend& backend, const ModelConfig& cfg, int64_t rows, bool shared_across_layers,
                       const TensorParallel& tp) {
   KvStore kv;
   kv.rows = rows;
-  const int64_t HD = llada_shard(cfg, tp).heads * cfg.head_dim;
+  const int64_t HD = model_shard(cfg, tp).heads * cfg.head_dim;
   const DType at = backend.activation_dtype();
   const size_t one = align_up(static_cast<size_t>(rows * HD) * dtype_size(at));
   kv.bytes = kv_store_bytes(at, cfg, rows, shared_across_layers, tp);
@@ -229,9 +229,9 @@ KvStore make_kv_store(Backend& backend, const LladaConfig& cfg, int64_t rows, bo
   return kv;
 }
 
-size_t kv_store_bytes(DType act, const LladaConfig& cfg, int64_t rows, bool shared_across_layers,
+size_t kv_store_bytes(DType act, const ModelConfig& cfg, int64_t rows, bool shared_across_layers,
                       const TensorParallel& tp) {
-  const int64_t HD = llada_shard(cfg, tp).heads * cfg.head_dim;
+  const int64_t HD = model_shard(cfg, tp).heads * cfg.head_dim;
   const size_t one = align_up(static_cast<size_t>(rows * HD) * dtype_size(act));
   return 2 * one * static_cast<size_t>(shared_across_layers ? 1 : cfg.n_layers);
 }

@@ -1,4 +1,4 @@
-// LladaConfig: the model hyper-parameters of a LLaDA checkpoint (reference §A.1), parsed from
+// ModelConfig: the model hyper-parameters of a LLaDA checkpoint (reference §A.1), parsed from
 // the Hugging Face `config.json` exactly as users download it.
 #pragma once
 
@@ -14,7 +14,7 @@ namespace flashdllm {
 /// the position range of every request) from it, so a config must not claim more than this.
 inline constexpr int64_t kMaxSequenceLength = int64_t{1} << 17;
 
-struct LladaConfig {
+struct ModelConfig {
   int64_t d_model = 0;              // hidden size (4096 for LLaDA-8B)
   int64_t n_layers = 0;             // 32
   int64_t n_heads = 0;              // 32
@@ -61,10 +61,10 @@ struct LladaConfig {
 /// Throws Error(kInvalidCheckpoint) whose message names `source`, the field and its value and
 /// says what is supported; integers must be JSON integers (4096.0 is rejected), booleans JSON
 /// booleans, strings JSON strings.
-LladaConfig parse_llada_config(const nlohmann::json& j, const std::string& source);
+ModelConfig parse_model_config(const nlohmann::json& j, const std::string& source);
 
 /// Reads and parses `path` (a config.json). Throws Error(kIo) if unreadable,
 /// Error(kInvalidCheckpoint) naming the file for invalid JSON, else as above.
-LladaConfig load_llada_config(const std::filesystem::path& path);
+ModelConfig load_model_config(const std::filesystem::path& path);
 
 }  // namespace flashdllm

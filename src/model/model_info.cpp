@@ -1,6 +1,6 @@
 // Checkpoint facts from metadata alone, their description, and the non-finite weight scan
-// (see llada_info.h).
-#include "model/llada_info.h"
+// (see model_info.h).
+#include "model/model_info.h"
 
 #include <algorithm>
 #include <cstring>
@@ -11,8 +11,8 @@
 #include "core/check.h"
 #include "io/chat_template.h"
 #include "io/tokenizer.h"
-#include "model/llada.h"
-#include "model/llada_checkpoint.h"
+#include "model/model.h"
+#include "model/model_checkpoint.h"
 
 namespace flashdllm {
 
@@ -24,17 +24,17 @@ void check_model_directory(const fs::path& dir) {
               fs::exists(dir, ec) ? "is not a directory" : "does not exist");
 }
 
-LladaModelFacts inspect_llada_checkpoint(const fs::path& dir, bool dummy_weights) {
+ModelFacts inspect_checkpoint(const fs::path& dir, bool dummy_weights) {
   check_model_directory(dir);
   std::error_code ec;
-  LladaModelFacts f;
+  ModelFacts f;
   f.dir = dir;
-  f.config = load_llada_config(dir / "config.json");
+  f.config = load_model_config(dir / "config.json");
   if (dummy_weights) {
     f.checkpoint_dtype = "random (dummy)";
   } else {
     const Checkpoint ckpt = Checkpoint::open(dir);  // headers only: the shards are mapped, not read
-    validate_llada_checkpoint(ckpt, f.config);
+    validate_model_checkpoint(ckpt, f.config);
     f.checkpoint_dtype = checkpoint_dtype_summary(ckpt);
     f.checkpoint_bytes = ckpt.total_bytes();
   }
@@ -62,12 +62,12 @@ std::string checkpoint_dtype_summary(const Checkpoint& ckpt) {
   return fmt::format("{} (mixed: {})", wte ? dtype_name(wte->dtype) : "?", parts);
 }
 
-std::string describe_llada_model(const LladaModelFacts& f, const Backend& backend, int tensor_parallel,
+std::string describe_model(const ModelFacts& f, const Backend& backend, int tensor_parallel,
                                  const std::string& backend_label) {
-  const LladaConfig& c = f.config;
+  const ModelConfig& c = f.config;
   const int64_t params = c.parameter_count();
   const double gib = 1024.0 * 1024.0 * 1024.0;
-  const size_t dev_bytes = llada_weight_bytes(backend, c, {0, tensor_parallel, nullptr});
+  const size_t dev_bytes = model_weight_bytes(backend, c, {0, tensor_parallel, nullptr});
   std::string s;
   s += fmt::format("model directory   {}\n", f.dir.string());
   s += fmt::format("architecture      LLaDA ({} / {} block), bidirectional, RoPE theta {}\n", c.model_type,

@@ -1,6 +1,6 @@
 // LLaDA forward batches' validation and the forward workspace (sized once, carved from one buffer).
-// See llada.h.
-#include "model/llada.h"
+// See model.h.
+#include "model/model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,8 +12,8 @@
 #include "core/check.h"
 #include "core/log.h"
 #include "core/philox.h"
-#include "model/llada_carver.h"
-#include "model/llada_checkpoint.h"
+#include "model/model_carver.h"
+#include "model/model_checkpoint.h"
 
 namespace flashdllm {
 using model_detail::align_up;
@@ -132,13 +132,13 @@ namespace {
 
 /// The layout of a forward workspace (tensor data = byte offsets until bound), see
 /// make_forward_workspace.
-ForwardWorkspace plan_forward_workspace(DType at, DeviceKind dev, const LladaConfig& c, int64_t max_tokens,
+ForwardWorkspace plan_forward_workspace(DType at, DeviceKind dev, const ModelConfig& c, int64_t max_tokens,
                                         int64_t max_logit_rows, int64_t max_tiles, int64_t max_verify_keys,
                                         const TensorParallel& tp) {
   FDLLM_CHECK_ARG(max_tokens > 0 && max_logit_rows > 0 && max_tiles > 0 && max_verify_keys >= 0,
                   "forward workspace: sizes must be positive (tokens {}, logit rows {}, tiles {}; verify keys {} >= 0)",
                   max_tokens, max_logit_rows, max_tiles, max_verify_keys);
-  const LladaShard sh = llada_shard(c, tp);
+  const ModelShard sh = model_shard(c, tp);
   const int64_t T = max_tokens, D = c.d_model, HD = sh.heads * c.head_dim, F = sh.mlp;
   const int64_t R = max_logit_rows;
   Carver cv(dev);
@@ -182,7 +182,7 @@ ForwardWorkspace plan_forward_workspace(DType at, DeviceKind dev, const LladaCon
 
 }  // namespace
 
-ForwardWorkspace make_forward_workspace(Backend& backend, const LladaConfig& c, int64_t max_tokens,
+ForwardWorkspace make_forward_workspace(Backend& backend, const ModelConfig& c, int64_t max_tokens,
                                         int64_t max_logit_rows, int64_t max_tiles, int64_t max_verify_keys,
                                         const TensorParallel& tp, const Buffer* shared) {
   ForwardWorkspace ws = plan_forward_workspace(backend.activation_dtype(), backend.device(), c, max_tokens,
@@ -206,7 +206,7 @@ ForwardWorkspace make_forward_workspace(Backend& backend, const LladaConfig& c, 
   return ws;
 }
 
-size_t forward_workspace_bytes(DType act, const LladaConfig& cfg, int64_t max_tokens, int64_t max_logit_rows,
+size_t forward_workspace_bytes(DType act, const ModelConfig& cfg, int64_t max_tokens, int64_t max_logit_rows,
                                int64_t max_tiles, int64_t max_verify_keys, const TensorParallel& tp) {
   return plan_forward_workspace(act, DeviceKind::kCPU, cfg, max_tokens, max_logit_rows, max_tiles, max_verify_keys, tp)
       .bytes;
