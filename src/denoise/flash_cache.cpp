@@ -153,7 +153,7 @@ void FlashCacheDenoiser::allocate_pool(const SlotPool& pool) {
                   L, T, bm, kt, model_.rope.table.cos.rows());
   FDLLM_CHECK_ARG(n * Ls + 1 < (int64_t{1} << 31), "flash-cache: {} slots × {} store rows (+ 1) exceed 2^31 store rows",
                   n, Ls);
-  // Flat K/V cache: per layer [n_slots·Ls + 1, n_heads·head_dim] (the last row: padding rows' K/V,
+  // Flat K/V cache: per layer [n_slots·Ls + 1, n_kv_heads·head_dim] (the last row: padding rows' K/V,
   // below); refuse what cannot fit. This rank's share: its heads (tensor parallelism splits the K/V
   // cache by heads).
   const auto world = static_cast<size_t>(model_.tp.world);

@@ -108,7 +108,7 @@ int64_t flash_slot_length(int64_t max_prompt_len, int64_t gen_length, int64_t bl
 /// seqlen_k = floor((prompt_len + gen_length) / key_tile) · key_tile + key_tile (> prompt_len + gen_length).
 int64_t flash_seqlen_k(int64_t prompt_len, int64_t gen_length, int64_t key_tile = FlashTiling{}.key_tile);
 
-/// Bytes of the flat K/V cache: 2 (K and V) · n_layers · n_slots · max_length · n_heads·head_dim ·
+/// Bytes of the flat K/V cache: 2 (K and V) · n_layers · n_slots · max_length · n_kv_heads·head_dim ·
 /// dtype_size(act) (LLaDA-8B, bf16, 32 slots × 1536: 25.8 GB).
 size_t flash_kv_cache_bytes(const ModelConfig& cfg, DType act, int64_t n_slots, int64_t max_length);
 

@@ -136,11 +136,16 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
   const fs::path dir = options.model_dir;
   check_model_directory(dir);
   const ModelConfig cfg = load_model_config(dir / "config.json");
+  // The denoisers implement LLaDA's samplers and caches; Dream's forward exists (model.h), its
+  // sampler (diffusion_generate) is not wired in yet.
+  FDLLM_CHECK(cfg.family == ModelFamily::kLlada, ErrorCode::kUnsupported,
+              "{}: {} checkpoints need the {} sampler (not built yet); `flashdllm info` describes them",
+              (dir / "config.json").string(), family_name(cfg.family), family_name(cfg.family));
 
   if (fs::exists(dir / "tokenizer.json")) {
     impl->tokenizer.emplace(Tokenizer::from_file(dir / "tokenizer.json"));
-    validate_llada_tokenizer(*impl->tokenizer, cfg, dir / "tokenizer.json");
-    if (auto id = impl->tokenizer->token_to_id("<|eot_id|>")) impl->eot_id = *id;
+    validate_tokenizer(*impl->tokenizer, cfg, dir / "tokenizer.json");
+    if (auto id = impl->tokenizer->token_to_id(end_of_turn_token_name(cfg))) impl->eot_id = *id;
   }
   // A missing or unusable template only matters when the chat template is asked for (or taken by
   // default: chat_by_default).
@@ -441,7 +446,7 @@ void Engine::start(const ServeOptions& options) {
     // activations) per slot against the free memory (the smallest of the replicas' devices; on
     // the CPU the replicas share it); fewer on an allocation failure.
     const int64_t act = static_cast<int64_t>(dtype_size(be.activation_dtype()));
-    const int64_t kv_row = 2 * cfg.n_layers * model_shard(cfg, impl_->model().tp).heads * cfg.head_dim * act;
+    const int64_t kv_row = 2 * cfg.n_layers * model_shard(cfg, impl_->model().tp).kv_heads * cfg.head_dim * act;
     const int64_t act_row = (7 * cfg.d_model + 3 * cfg.mlp_hidden_size) * act;
     const int64_t per_slot = so.max_model_len * (d.cache == CacheMode::kNone ? act_row + kv_row / cfg.n_layers
                                                                               : kv_row) +

@@ -1,5 +1,6 @@
-// LLaDA forward pass over the backend interface (reference §A.3; HF modeling_llada.py
-// LLaDALlamaBlock). See model.h for the data flow.
+// The forward pass of every family over the backend interface (LLaDA: reference §A.3, HF
+// modeling_llada.py LLaDALlamaBlock; Dream: modeling_dream.py DreamDecoderLayer, the same block with
+// GQA and q/k/v biases). See model.h for the data flow.
 #include "model/model.h"
 
 #include <algorithm>
@@ -59,7 +60,8 @@ std::vector<int64_t> recording_key(int64_t kind, const Model& model, const Forwa
                                    std::initializer_list<int64_t> shape) {
   const ModelConfig& c = model.config;
   auto addr = [](const void* p) { return static_cast<int64_t>(reinterpret_cast<uintptr_t>(p)); };
-  std::vector<int64_t> key{kind, c.n_layers, c.d_model, c.n_heads, c.head_dim, c.mlp_hidden_size, c.embedding_size};
+  std::vector<int64_t> key{kind,        c.n_layers,        c.d_model,        c.n_heads,          c.n_kv_heads,
+                           c.head_dim,  c.mlp_hidden_size, c.embedding_size, c.qkv_bias ? 1 : 0};
   key.insert(key.end(), shape);
   float eps = static_cast<float>(c.rms_norm_eps);
   int32_t eps_bits = 0;
@@ -159,7 +161,8 @@ void run_layer_loop(Backend& be, const Model& model, const std::vector<int64_t>&
 }
 
 /// Checks that the model's rank context, its weights and the K/V store / workspace agree (a store
-/// or workspace made for another rank shape would fail deep inside an op). Returns the local heads.
+/// or workspace made for another rank shape would fail deep inside an op). Returns the local query
+/// heads (the K/V heads follow from the store's width).
 int local_heads(const Model& model, const Tensor& kv_k, const ForwardWorkspace& ws, const char* what) {
   const ModelConfig& c = model.config;
   const TensorParallel& tp = model.tp;
@@ -169,13 +172,15 @@ int local_heads(const Model& model, const Tensor& kv_k, const ForwardWorkspace& 
   FDLLM_CHECK_ARG(tp.comm == nullptr || (tp.comm->rank() == tp.rank && tp.comm->world_size() == tp.world),
                   "{}: the communicator is rank {} of {}, the model rank {} of {}", what, tp.comm->rank(),
                   tp.comm->world_size(), tp.rank, tp.world);
-  const int64_t Hl = sh.heads * c.head_dim;
-  FDLLM_CHECK_ARG(model.weights.lm_head.rows() == sh.vocab && !model.weights.layers.empty() &&
-                      model.weights.layers[0].wqkv.rows() == 3 * Hl,
+  const int64_t Hl = sh.heads * c.head_dim, Kl = sh.kv_heads * c.head_dim;
+  const auto& layers = model.weights.layers;
+  FDLLM_CHECK_ARG(model.weights.lm_head.rows() == sh.vocab && !layers.empty() &&
+                      layers[0].wqkv.rows() == Hl + 2 * Kl && layers[0].bqkv.empty() == !c.qkv_bias,
                   "{}: the weights are not rank {} of {}'s shard", what, tp.rank, tp.world);
-  FDLLM_CHECK_ARG(kv_k.row_size() == Hl && ws.q.row_size() == Hl && (tp.comm == nullptr || !ws.gather.empty()),
-                  "{}: K/V store ({}) or workspace (q {}) not made for rank {} of {} ({} columns{})", what,
-                  kv_k.describe(), ws.q.describe(), tp.rank, tp.world, Hl,
+  FDLLM_CHECK_ARG(kv_k.row_size() == Kl && ws.q.row_size() == Hl && (tp.comm == nullptr || !ws.gather.empty()),
+                  "{}: K/V store ({}) or workspace (q {}) not made for rank {} of {} ({} K/V and {} query "
+                  "columns{})",
+                  what, kv_k.describe(), ws.q.describe(), tp.rank, tp.world, Kl, Hl,
                   tp.comm != nullptr && ws.gather.empty() ? ", with the gather staging" : "");
   return static_cast<int>(sh.heads);
 }
@@ -245,7 +250,7 @@ Tensor model_forward(Backend& be, const Model& model, const ForwardBatch& batch,
     run_layers(be, model, ws, Tp, ids, Rp,
                [&](int64_t l, const LayerWeights& lw, Tensor xn, Tensor q, Tensor attn) {
                  Tensor k = kv.k[static_cast<size_t>(l)], v = kv.v[static_cast<size_t>(l)];
-                 be.qkv_rope_store(xn, lw.wqkv, pos, rows, model.rope.table, n_heads, q, k, v, ws.scratch);
+                 be.qkv_rope_store(xn, lw.wqkv, lw.bqkv, pos, rows, model.rope.table, n_heads, q, k, v, ws.scratch);
                  const bool score = imp.on() && l >= imp.first_layer;
                  if (score && !imp.probability_mass) {  // raw q·k: fused into the attention pass
                    be.attention_with_importance(q, k, v, tiles, n_heads, scale, attn, scored, imp.weight, imp.scores);
@@ -315,7 +320,8 @@ Tensor model_verify_forward(Backend& be, const Model& model, const VerifyBatch& 
   run_layer_loop(be, model, recording_key(1, model, ws, kv, {Tp, Rp, n_tiles_p, Gp}), [&] {
     run_layers(be, model, ws, Tp, ids, Rp,
                [&](int64_t l, const LayerWeights& lw, Tensor xn, Tensor q, Tensor attn) {
-                 be.qkv_rope_store(xn, lw.wqkv, pos, rows, model.rope.table, n_heads, q, k_tile, v_tile, ws.scratch);
+                 be.qkv_rope_store(xn, lw.wqkv, lw.bqkv, pos, rows, model.rope.table, n_heads, q, k_tile, v_tile,
+                                   ws.scratch);
                  be.attention_verify(q, kv.k[static_cast<size_t>(l)], kv.v[static_cast<size_t>(l)], keys, k_tile,
                                      v_tile, tiles, n_heads, scale, attn);
                });

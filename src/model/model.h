@@ -1,9 +1,14 @@
-// LLaDA (reference §A.3): config + weights + one forward function, written once over backend.h.
+// The model: config + weights + one forward function for every family, written once over
+// backend.h (LLaDA reference §A.3; Dream = the same block with GQA and q/k/v biases).
 //
-//   h = wte[x]
-//   for each layer:  a = RMSNorm(h); [q|k|v] = a·Wqkvᵀ; q,k = RoPE(q,k); K/V -> store rows
-//                    h += Attn(q, K, V)·Woᵀ;  f = RMSNorm(h);  h += (SiLU(f·Wgateᵀ) ⊙ f·Wupᵀ)·Wdownᵀ
-//   logits = RMSNorm(h)[logit rows] · Wheadᵀ        (no shift: row t predicts position t)
+//   h = embed[x]
+//   for each layer:  a = RMSNorm(h); q = a·Wqᵀ (+bq); k = a·Wkᵀ (+bk); v = a·Wvᵀ (+bv)
+//                    q,k = RoPE(q,k); K/V -> store rows (n_kv_heads heads each)
+//                    h += Attn(q, K, V)·Woᵀ   (query head j reads K/V head j / (n_heads / n_kv_heads))
+//                    f = RMSNorm(h);  h += (SiLU(f·Wgateᵀ) ⊙ f·Wupᵀ)·Wdownᵀ
+//   logits = RMSNorm(h)[logit rows] · Wheadᵀ  (row t = the model's output at row t; a family with
+//                                             ModelConfig::logit_shift predicts position p from row p-1,
+//                                             which the denoiser applies, never the forward)
 //
 // The caller (a denoiser) describes one forward with a ForwardBatch: the query rows (token id,
 // RoPE position, K/V store row), an attention schedule (tiles of query rows x store rows) and the
@@ -11,10 +16,12 @@
 // cached modes (Fast-dLLM, Flash-Cache) query a subset and read the rest from a persistent KvCache.
 //
 // Tensor parallelism (Megatron-LM layout, Shoeybi et al. 2019 §3; SPMD ranks): rank r of N holds the
-// q/k/v rows of heads [r·H/N, (r+1)·H/N) (column-parallel) and attn_out's input columns of those
-// heads (row-parallel), the gate/up rows of mlp columns [r·F/N, (r+1)·F/N) and ff_out's matching
-// columns, the LM-head rows of vocabulary [r·V/N, (r+1)·V/N); embedding and norms are replicated.
-// Its K/V stores hold the local heads only. The forward all-reduces h after attn_out and after
+// q rows of query heads [r·H/N, (r+1)·H/N) and the k/v rows (and biases) of K/V heads
+// [r·Hkv/N, (r+1)·Hkv/N) (column-parallel; a query head's K/V head is on the same rank because
+// H/N is a multiple of H/Hkv), attn_out's input columns of its query heads (row-parallel), the
+// gate/up rows of mlp columns [r·F/N, (r+1)·F/N) and ff_out's matching columns, the LM-head rows of
+// vocabulary [r·V/N, (r+1)·V/N); embedding and norms are replicated.
+// Its K/V stores hold the local K/V heads only. The forward all-reduces h after attn_out and after
 // ff_out (rank 0 adds the residual, the others contribute their partial product alone), all-gathers
 // the logits' column blocks, and all-reduces Flash-Cache's attention importance once per forward.
 // With no communicator (Model::tp default) the forward is the unsharded one, op for op.
@@ -40,24 +47,26 @@ struct TensorParallel {
   Communicator* comm = nullptr;
 };
 
-/// The slice of the model a rank holds (see the file comment): local heads [head_begin, head_begin +
-/// heads), mlp columns [mlp_begin, mlp_begin + mlp), LM-head rows [vocab_begin, vocab_begin + vocab).
-/// World 1: everything.
+/// The slice of the model a rank holds (see the file comment): local query heads [head_begin,
+/// head_begin + heads), K/V heads [kv_head_begin, kv_head_begin + kv_heads), mlp columns [mlp_begin,
+/// mlp_begin + mlp), LM-head rows [vocab_begin, vocab_begin + vocab). World 1: everything.
 struct ModelShard {
   int64_t heads = 0, head_begin = 0;
+  int64_t kv_heads = 0, kv_head_begin = 0;
   int64_t mlp = 0, mlp_begin = 0;
   int64_t vocab = 0, vocab_begin = 0;
 };
 /// The shard of `tp.rank` of `tp.world`. Throws Error(kInvalidArgument) naming the size when
-/// n_heads, mlp_hidden_size or embedding_size is not divisible by the world size, or for a rank
-/// outside [0, world).
+/// n_kv_heads (hence n_heads), mlp_hidden_size or embedding_size is not divisible by the world
+/// size, or for a rank outside [0, world).
 ModelShard model_shard(const ModelConfig& cfg, const TensorParallel& tp);
 
-/// One rank's weights (the whole model at world 1); Hl = local heads · head_dim, Fl = local mlp
-/// columns, Vl = local LM-head rows (model_shard).
+/// One rank's weights (the whole model at world 1); Hl = local query heads · head_dim, Kl = local
+/// K/V heads · head_dim, Fl = local mlp columns, Vl = local LM-head rows (model_shard).
 struct LayerWeights {
   Tensor attn_norm;  // [d_model]
-  Tensor wqkv;       // [3·Hl, d_model]: rows q_proj | k_proj | v_proj of the local heads
+  Tensor wqkv;       // [Hl + 2·Kl, d_model]: rows q_proj | k_proj | v_proj of the local heads
+  Tensor bqkv;       // [Hl + 2·Kl]: their biases q | k | v (ModelConfig::qkv_bias), else empty
   Tensor attn_out;   // [d_model, Hl]: the local heads' input columns
   Tensor ff_norm;    // [d_model]
   Tensor w_gate_up;  // [2·Fl, d_model]: rows ff_proj (gate) | up_proj of the local mlp columns
@@ -69,7 +78,7 @@ struct ModelWeights {
   Tensor wte;      // [embedding_size, d_model] (replicated)
   std::vector<LayerWeights> layers;
   Tensor ln_f;     // [d_model]
-  Tensor lm_head;  // [Vl, d_model]  (model.transformer.ff_out rows of the local vocabulary)
+  Tensor lm_head;  // [Vl, d_model]  (the LM head's rows of the local vocabulary; the embedding's when tied)
   Buffer storage;
   size_t bytes = 0;
 };
@@ -106,10 +115,11 @@ struct RopeTables {
 /// angle = fp32(p) · inv_freq_i (fp32 product), cos/sin of that fp32 angle.
 RopeTables make_rope_tables(Backend& backend, const ModelConfig& cfg, int64_t max_positions);
 
-/// Persistent per-layer K/V stores of `rows` rows x (local heads·head_dim), activation dtype.
+/// Persistent per-layer K/V stores of `rows` rows x (local K/V heads·head_dim), activation dtype
+/// (Dream-7B: 4 heads · 128 = 512 values per row and layer, 1/7 of its query width).
 /// Full recompute uses one shared scratch store for all layers (`shared_across_layers`).
 struct KvStore {
-  std::vector<Tensor> k, v;  // per layer, [rows, Hl]
+  std::vector<Tensor> k, v;  // per layer, [rows, Kl]
   int64_t rows = 0;
   Buffer storage;
   size_t bytes = 0;
@@ -196,7 +206,7 @@ struct ForwardWorkspace {
   Tensor gather;                             // with a communicator: F32 [world · max_logit_rows · Vl], rank r's LM-head output is chunk r
   Tensor ids, positions, kv_rows, logit_rows, row_keys;  // plan, I32
   Tensor tiles;  // plan, I32 [max_tiles, 4]: the attention tiles, then the importance score tiles
-  Tensor k_tile, v_tile;                     // verify: fresh K/V of the query rows [max_tokens, H·Dh]
+  Tensor k_tile, v_tile;                     // verify: fresh K/V of the query rows [max_tokens, Kl]
   Tensor key_rows, verify_tiles;             // verify plan: I32 [max_verify_keys], I32 [max_tiles, 5]
   Buffer storage;
   size_t bytes = 0;

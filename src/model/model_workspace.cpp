@@ -1,4 +1,4 @@
-// LLaDA forward batches' validation and the forward workspace (sized once, carved from one buffer).
+// Forward batches' validation and the forward workspace (sized once, carved from one buffer).
 // See model.h.
 #include "model/model.h"
 
@@ -139,7 +139,8 @@ ForwardWorkspace plan_forward_workspace(DType at, DeviceKind dev, const ModelCon
                   "forward workspace: sizes must be positive (tokens {}, logit rows {}, tiles {}; verify keys {} >= 0)",
                   max_tokens, max_logit_rows, max_tiles, max_verify_keys);
   const ModelShard sh = model_shard(c, tp);
-  const int64_t T = max_tokens, D = c.d_model, HD = sh.heads * c.head_dim, F = sh.mlp;
+  const int64_t T = max_tokens, D = c.d_model, HD = sh.heads * c.head_dim, KD = sh.kv_heads * c.head_dim;
+  const int64_t F = sh.mlp;
   const int64_t R = max_logit_rows;
   Carver cv(dev);
   ForwardWorkspace ws;
@@ -153,10 +154,10 @@ ForwardWorkspace plan_forward_workspace(DType at, DeviceKind dev, const ModelCon
   const size_t stage = cv.bytes();
   ws.q = cv.take(at, {T, HD});
   ws.attn = cv.take(at, {T, HD});
-  ws.scratch = cv.take(at, {T, 3 * HD});
+  ws.scratch = cv.take(at, {T, HD + 2 * KD});
   if (max_verify_keys > 0) {
-    ws.k_tile = cv.take(at, {T, HD});
-    ws.v_tile = cv.take(at, {T, HD});
+    ws.k_tile = cv.take(at, {T, KD});
+    ws.v_tile = cv.take(at, {T, KD});
   }
   const size_t attention_end = cv.bytes();
   cv.seek(stage);

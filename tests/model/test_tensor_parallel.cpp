@@ -111,7 +111,7 @@ TEST(TensorParallelWeights, RefusesSizesTheRanksCannotSplit) {
   EXPECT_NE(message(cfg, 4).find("n_heads = 2"), std::string::npos);
   EXPECT_NE(message(cfg, 3).find("n_heads"), std::string::npos);
   ModelConfig odd_mlp = cfg;
-  odd_mlp.n_heads = 4;
+  odd_mlp.n_heads = odd_mlp.n_kv_heads = 4;  // LLaDA: as many K/V heads as query heads
   odd_mlp.mlp_hidden_size = 510;
   EXPECT_NE(message(odd_mlp, 4).find("mlp_hidden_size = 510"), std::string::npos);
   ModelConfig odd_vocab = cfg;
