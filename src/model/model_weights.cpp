@@ -71,10 +71,13 @@ ModelShard model_shard(const ModelConfig& cfg, const TensorParallel& tp) {
   const int64_t N = tp.world;
   FDLLM_CHECK_ARG(N >= 1 && tp.rank >= 0 && tp.rank < N, "tensor parallel: rank {} outside [0, world size {})", tp.rank,
                   N);
-  FDLLM_CHECK_ARG(cfg.n_kv_heads % N == 0 && cfg.n_heads % N == 0,
-                  "tensor parallel size {} must divide n_kv_heads = {} (and n_heads = {}): the K/V heads, each with "
-                  "its group of query heads, are split across ranks",
-                  N, cfg.n_kv_heads, cfg.n_heads);
+  FDLLM_CHECK_ARG(cfg.n_heads % N == 0,
+                  "tensor parallel size {} must divide n_heads = {} (attention heads are split across ranks)", N,
+                  cfg.n_heads);
+  FDLLM_CHECK_ARG(cfg.n_kv_heads % N == 0,
+                  "tensor parallel size {} must divide n_kv_heads = {} (the K/V heads, each with its group of "
+                  "query heads, are split across ranks)",
+                  N, cfg.n_kv_heads);
   FDLLM_CHECK_ARG(cfg.mlp_hidden_size % N == 0,
                   "tensor parallel size {} must divide mlp_hidden_size = {} (the MLP columns are split across ranks)",
                   N, cfg.mlp_hidden_size);
