@@ -159,5 +159,17 @@ TEST(Cli, InfoPrintsConfigAndParameterCount) {
   EXPECT_NE(r.out.find(fmt::format("n_layers          {}\n", c.n_layers)), std::string::npos) << r.out;
 }
 
+// A Dream checkpoint: `info` describes it (family, GQA, bias, shift, K/V per token).
+TEST(Cli, InfoDescribesDream) {
+  const std::filesystem::path dream = test_data_dir() / "golden" / "dream_a";
+  CliRun r = run_cli(fmt::format("info -m {}", dream.string()));
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* part : {"architecture      Dream (model_type Dream)", "n_kv_heads 2", "GQA: 2 query heads per K/V head",
+                           "q/k/v bias yes", "logit shift       yes"})
+    EXPECT_NE(r.out.find(part), std::string::npos) << "lacks '" << part << "':\n" << r.out;
+  const ModelConfig c = load_model_config(dream / "config.json");
+  EXPECT_NE(r.out.find(fmt::format("parameters        {} ", c.parameter_count())), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace flashdllm::test
