@@ -20,7 +20,7 @@
 
 #include "env_registry.h"
 #include "flashdllm/engine.h"
-#include "model/llada_config.h"
+#include "model/model_config.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// forward_bench: the whole LLaDA forward (full recompute, src/model/llada.h) at a config's shape —
+// forward_bench: the whole LLaDA forward (full recompute, src/model/model.h) at a config's shape —
 // by default LLaDA-8B (data/llada-8b-instruct/config.json) — with dummy weights made on the device
 // (Backend::fill_normal), on any backend (--device cuda | cpu; the CPU backend with a small config
 // such as tests/data/golden/g1/config.json makes it runnable anywhere).
@@ -55,8 +55,8 @@
 #include "backend/backend.h"
 #include "core/check.h"
 #include "env_registry.h"
-#include "model/llada.h"
-#include "model/llada_config.h"
+#include "model/model.h"
+#include "model/model_config.h"
 
 using namespace flashdllm;
 
@@ -318,7 +318,7 @@ int main(int argc, char** argv) {
     FDLLM_CHECK_ARG(o.peak_tflops > 0 && o.peak_gbps > 0, "--peak-tflops and --peak-gbps must be positive");
     const std::vector<int64_t> seqlens = parse_list(o.seqlens, "seqlens"), batches = parse_list(o.batches, "batches");
 
-    LladaConfig cfg = load_llada_config(o.config);
+    ModelConfig cfg = load_model_config(o.config);
     if (o.n_layers > 0) cfg.n_layers = o.n_layers;
     std::unique_ptr<Backend> be;
     const BackendOptions bo = cli::env_settings().backend;  // FLASHDLLM_* (flashdllm env)
@@ -345,9 +345,9 @@ int main(int argc, char** argv) {
     MemoryWatch mem(*be);
     const std::string commit = commit_id(), date = utc_now(), cmd = command_line(argc, argv);
     const auto t0 = Clock::now();
-    LladaModel model;
+    Model model;
     model.config = cfg;
-    model.weights = make_dummy_llada_weights(*be, cfg, o.seed);
+    model.weights = make_dummy_weights(*be, cfg, o.seed);
     const double dummy_s = std::chrono::duration<double>(Clock::now() - t0).count();
     mem.sample();
     const int64_t max_l = *std::max_element(seqlens.begin(), seqlens.end());
@@ -451,7 +451,7 @@ int main(int argc, char** argv) {
           p.workspace_gib = static_cast<double>(ws.bytes) / kGiB;
           p.kv_gib = static_cast<double>(kv.bytes) / kGiB;
           mem.sample_window();
-          auto forward = [&] { llada_forward(*be, model, batch, kv, ws); };
+          auto forward = [&] { model_forward(*be, model, batch, kv, ws); };
           p.fwd = time_it(*be, o.warmup, o.reps, forward);
           mem.sample_window();
 
@@ -473,7 +473,7 @@ int main(int argc, char** argv) {
             Tensor tiles = ws.tiles.slice_rows(0, B);
             const int n_heads = static_cast<int>(cfg.n_heads);
             auto gemms = [&] {
-              for (const LladaLayerWeights& lw : model.weights.layers) {
+              for (const LayerWeights& lw : model.weights.layers) {
                 be->matmul(xn, lw.wqkv, qkv, false);
                 be->matmul(attn, lw.attn_out, x, true);
                 be->matmul(xn, lw.w_gate_up, gate_up, false);

@@ -16,7 +16,7 @@
 #include "eval/progress.h"
 #include "io/file.h"
 #include "live_view.h"
-#include "model/llada_config.h"
+#include "model/model_config.h"
 
 namespace flashdllm::cli {
 namespace {

@@ -20,8 +20,8 @@
 #include "eval.h"
 #include "flashdllm/engine.h"
 #include "generate.h"
-#include "model/llada.h"
-#include "model/llada_info.h"
+#include "model/model.h"
+#include "model/model_info.h"
 #include "options.h"
 #include "serve.h"
 
@@ -41,13 +41,13 @@ int run_info(const CommonArgs& ca, bool check_weights) {
   const bool dummy = ca.load_format == "dummy";
   if (dummy && check_weights)
     throw Error(ErrorCode::kInvalidArgument, "--check-weights needs a checkpoint (not --load-format dummy)");
-  const flashdllm::LladaModelFacts facts = flashdllm::inspect_llada_checkpoint(ca.model_dir, dummy);
+  const flashdllm::ModelFacts facts = flashdllm::inspect_checkpoint(ca.model_dir, dummy);
   // --tensor-parallel: the sizes it splits must divide by it, as loading checks (it was ignored).
   flashdllm::TensorParallel tp;
   tp.world = ca.tensor_parallel;
-  flashdllm::llada_shard(facts.config, tp);
+  flashdllm::model_shard(facts.config, tp);
   const auto backend = flashdllm::make_backend(ca.device, ca.threads, 0, 1, flashdllm::cli::env_settings().backend);
-  std::cout << flashdllm::describe_llada_model(facts, *backend, ca.tensor_parallel);
+  std::cout << flashdllm::describe_model(facts, *backend, ca.tensor_parallel);
   if (!check_weights) return 0;
   const flashdllm::Checkpoint ckpt = flashdllm::Checkpoint::open(ca.model_dir);
   const auto bad = flashdllm::find_non_finite_weights(ckpt);

@@ -36,8 +36,8 @@ void add_common(CLI::App* app, CommonArgs& a) {
       ->capture_default_str();
   app->add_option("--tensor-parallel", a.tensor_parallel,
                   "split the model over N ranks (heads, MLP columns, vocabulary; Megatron layout): cpu: N rank "
-                  "threads; cuda[:K]: GPUs K..K+N-1 with NCCL. N must divide n_heads, mlp_hidden_size and "
-                  "embedding_size")
+                  "threads; cuda[:K]: GPUs K..K+N-1 with NCCL. N must divide n_heads, n_kv_heads, mlp_hidden_size "
+                  "and embedding_size")
       ->check(int_in_range(1, 64))
       ->capture_default_str();
   app->add_option("--data-parallel", a.data_parallel,

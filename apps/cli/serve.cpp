@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "model/llada_config.h"
+#include "model/model_config.h"
 #include "server/server.h"
 
 namespace flashdllm::cli {

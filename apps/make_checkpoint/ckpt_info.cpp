@@ -3,7 +3,7 @@
 //   flashdllm-ckpt-info DIR [--config CONFIG.json] [--json] [--dump OUTDIR]
 //
 // Opens DIR with Checkpoint::open (all safetensors / index checks), optionally validates it
-// against a LLaDA config (validate_llada_checkpoint), and prints one line per tensor (or, with
+// against a LLaDA config (validate_model_checkpoint), and prints one line per tensor (or, with
 // --json, one JSON document: {"dir", "sharded", "total_bytes", "validated",
 // "tensors": [{"name", "dtype", "shape", "nbytes", "file"}]}, "file" being the file name only).
 // --dump writes each tensor's raw bytes to OUTDIR/<name>.bin, exactly as mapped. The Python
@@ -19,8 +19,8 @@
 
 #include "core/check.h"
 #include "io/safetensors.h"
-#include "model/llada_checkpoint.h"
-#include "model/llada_config.h"
+#include "model/model_checkpoint.h"
+#include "model/model_config.h"
 
 namespace fs = std::filesystem;
 using namespace flashdllm;
@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
     const Checkpoint ck = Checkpoint::open(dir);
     bool validated = false;
     if (!config.empty()) {
-      validate_llada_checkpoint(ck, load_llada_config(config));
+      validate_model_checkpoint(ck, load_model_config(config));
       validated = true;
     }
     if (!dump.empty()) {

@@ -5,7 +5,7 @@
 //
 // With --index the output has exactly the tensor names and shard split of that
 // model.safetensors.index.json (each tensor in the shard the index names; shapes from the config,
-// which must agree with the index: validate_llada_index), plus a new index whose
+// which must agree with the index: validate_model_index), plus a new index whose
 // metadata.total_size matches the written dtype. Without --index it writes one model.safetensors.
 // config.json is copied byte for byte from CONFIG.json. Purpose: load/throughput tests of the
 // full-size model where the real weights are not available (16 GB for LLaDA-8B).
@@ -52,8 +52,8 @@
 #include "core/check.h"
 #include "core/dtype.h"
 #include "core/philox.h"
-#include "model/llada_checkpoint.h"
-#include "model/llada_config.h"
+#include "model/model_checkpoint.h"
+#include "model/model_config.h"
 
 namespace fs = std::filesystem;
 using namespace flashdllm;
@@ -211,10 +211,10 @@ DType parse_output_dtype(const std::string& name) {
 using ShardPlan = std::map<std::string, std::vector<const ExpectedTensor*>>;
 
 /// Shard plan: shard name -> tensors (in expected order); the index's split, else one file.
-ShardPlan plan_shards(const Options& o, const LladaConfig& cfg, const std::vector<ExpectedTensor>& expected) {
+ShardPlan plan_shards(const Options& o, const ModelConfig& cfg, const std::vector<ExpectedTensor>& expected) {
   ShardPlan by_shard;
   if (!o.index.empty()) {
-    validate_llada_index(o.index, cfg);  // exactly the expected names; total_size plausible
+    validate_model_index(o.index, cfg);  // exactly the expected names; total_size plausible
     const nlohmann::json idx = nlohmann::json::parse(read_file(o.index));
     const auto& wm = idx.at("weight_map");
     for (const ExpectedTensor& e : expected) {
@@ -358,8 +358,8 @@ int run(const Options& o) {
   FDLLM_CHECK_ARG(o.std_dev > 0 && std::isfinite(o.std_dev), "--std {} must be positive", o.std_dev);
   const unsigned n_threads = o.threads ? o.threads : std::max(1u, std::thread::hardware_concurrency());
 
-  const LladaConfig cfg = load_llada_config(o.config);
-  const std::vector<ExpectedTensor> expected = llada_expected_tensors(cfg);
+  const ModelConfig cfg = load_model_config(o.config);
+  const std::vector<ExpectedTensor> expected = model_expected_tensors(cfg);
   const ShardPlan by_shard = plan_shards(o, cfg, expected);
   const fs::path out(o.out);
   prepare_output_dir(o, out, by_shard);

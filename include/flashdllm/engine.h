@@ -48,7 +48,7 @@
 namespace flashdllm {
 
 class Tokenizer;
-struct LladaConfig;
+struct ModelConfig;
 
 struct EngineOptions {
   std::filesystem::path model_dir;     ///< HF checkpoint directory
@@ -251,7 +251,7 @@ class Engine {
   /// The tokenizer's max_bytes_per_token() (read once at load; 0: no bound or no tokenizer).
   size_t max_bytes_per_token() const noexcept;
 
-  const LladaConfig& config() const noexcept;
+  const ModelConfig& config() const noexcept;
   const std::filesystem::path& model_dir() const noexcept;
   bool has_tokenizer() const noexcept;
   bool has_chat_template() const noexcept;

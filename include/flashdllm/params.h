@@ -22,7 +22,7 @@
 
 namespace flashdllm {
 
-struct LladaConfig;
+struct ModelConfig;
 
 /// KV-cache strategy (= decoding method family).
 enum class CacheMode {
@@ -166,7 +166,7 @@ FlashPreset flash_preset(std::string_view task);
 /// engine and the denoisers' constructors all call it. Throws Error(kInvalidArgument) naming the
 /// parameter in its message and, by its key (the member's name, e.g. "gen_length", "n_slots"), in
 /// Error::field(); where a default caused the problem, the message names the flag to change.
-void validate(const DecodeSettings& d, const LladaConfig& cfg);
+void validate(const DecodeSettings& d, const ModelConfig& cfg);
 /// The checks of a request's own fields that need neither the engine's settings nor the model:
 /// gen_length >= 1, temperature in [0, 1e6], threshold in (0, 1], steps >= 0 (0 = the
 /// default), at most 16 stop strings of 1 to 1024 bytes. validate(s, d, cfg) starts with them; the
@@ -176,8 +176,8 @@ void validate_fields(const SamplingParams& s);
 /// Checks a request's parameters under `d` (validate(d) is assumed): validate_fields, then
 /// gen_length below max_sequence_length, its block divisibility when `exact_blocks` (otherwise the
 /// canvas is rounded up), steps and threshold against the mode. Throws as validate.
-void validate(const SamplingParams& s, const DecodeSettings& d, const LladaConfig& cfg, bool exact_blocks = true);
-inline void validate(const GenerateOptions& o, const LladaConfig& cfg) {
+void validate(const SamplingParams& s, const DecodeSettings& d, const ModelConfig& cfg, bool exact_blocks = true);
+inline void validate(const GenerateOptions& o, const ModelConfig& cfg) {
   validate(o.decode, cfg);
   validate(o.sampling, o.decode, cfg);
 }

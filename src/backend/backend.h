@@ -1,6 +1,6 @@
 // The small set of operations the LLaDA model and the denoisers need from a compute backend.
 //
-// The model code (src/model/llada.cpp) is written once against this interface; the CPU backend
+// The model code (src/model/model.cpp) is written once against this interface; the CPU backend
 // (src/backend/cpu, fp32, OpenBLAS, the oracle) always builds, the CUDA backend (src/backend/cuda,
 // bf16 storage, fp32 accumulation) builds with FLASHDLLM_CUDA=ON. Every op of the CUDA backend
 // has a CPU twin with the same signature and a test comparing the two (tests/kernels/).
@@ -149,7 +149,7 @@ class Backend {
   // ---------------------------------------------------------------- recorded op sequences
   /// Runs `ops`, a sequence of this backend's asynchronous ops (the model's layer loop), or replays
   /// a recording of it. `key` must determine every launch of the sequence: its shapes, its scalar
-  /// arguments and every device address it reads or writes (the caller lists them; llada.cpp's
+  /// arguments and every device address it reads or writes (the caller lists them; model.cpp's
   /// recording_key), so that a replay does what a new run would do with the data then in memory.
   /// `ops` must not copy between host and device, synchronise or allocate (data uploads belong
   /// before the call), and nothing it touches may be freed while the key can still be replayed
@@ -166,7 +166,7 @@ class Backend {
     (void)key;
     ops();
   }
-  /// Row counts a forward pads to on this backend (llada_forward / llada_verify_forward, through
+  /// Row counts a forward pads to on this backend (model_forward / model_verify_forward, through
   /// ForwardWorkspace::padding): query rows up to a multiple of `rows` (below it, the next power of
   /// two from 16), logit rows up to a multiple of `logit_rows`. Padding rows compute results that are
   /// discarded; their point is that forwards of nearby sizes share one run_recorded key (the scheduler's
@@ -234,13 +234,18 @@ class Backend {
   /// out dtype: activation dtype or F32 (for logits).
   virtual void matmul(Tensor x, Tensor w, Tensor out, bool accumulate) = 0;
 
-  /// Fused-or-not attention input stage (reference §A.3 and Flash-dLLM §D.5 step 2):
-  ///   [q | k | v] = xn · wqkvᵀ                       xn [T, D]; wqkv [3·H·Dh, D]
+  /// Fused-or-not attention input stage (reference §A.3 and Flash-dLLM §D.5 step 2), with H = n_heads
+  /// query heads and Hkv K/V heads of Dh = q_out's width / H values (Hkv = k_store's width / Dh,
+  /// dividing H; Hkv < H is grouped-query attention):
+  ///   [q | k | v] = xn · wqkvᵀ (+ bqkv)              xn [T, D]; wqkv [(H + 2·Hkv)·Dh, D]
   ///   q_out[t]         = rope(q_t, positions[t])     q_out [T, H·Dh]
-  ///   k_store[rows[t]] = rope(k_t, positions[t])     k_store, v_store [N, H·Dh]
+  ///   k_store[rows[t]] = rope(k_t, positions[t])     k_store, v_store [N, Hkv·Dh]
   ///   v_store[rows[t]] = v_t
-  /// positions, rows: I32 [T]; scratch: activation dtype [T, 3·H·Dh] (may be unused).
-  virtual void qkv_rope_store(Tensor xn, Tensor wqkv, Tensor positions, Tensor rows, const RopeTable& rope,
+  /// bqkv: weight dtype [(H + 2·Hkv)·Dh], added to every row before RoPE (Qwen2/Dream's q/k/v
+  /// biases), or empty (no bias). positions, rows: I32 [T]; scratch: activation dtype
+  /// [T, (H + 2·Hkv)·Dh] (may be unused). A backend without GQA or bias support throws
+  /// Error(kUnsupported) naming the op.
+  virtual void qkv_rope_store(Tensor xn, Tensor wqkv, Tensor bqkv, Tensor positions, Tensor rows, const RopeTable& rope,
                               int n_heads, Tensor q_out, Tensor k_store, Tensor v_store, Tensor scratch) = 0;
 
   /// Plans the attention over `table` (I32 [n_tiles, 4], AttentionTile rows) once for the calls that
@@ -269,7 +274,10 @@ class Backend {
 
   /// Bidirectional multi-head attention, softmax(q·kᵀ·scale)·v per head with fp32 online softmax,
   /// over the tiles of `table` (I32 [n_tiles, 4] = AttentionTile rows). q, out [Tq, H·Dh];
-  /// k_store, v_store [N, H·Dh]. Query rows not covered by a tile are left untouched.
+  /// k_store, v_store [N, Hkv·Dh] with Hkv dividing H = n_heads: query head h reads K/V head
+  /// h / (H / Hkv) (grouped-query attention; Hkv = H is plain multi-head attention; the same rule
+  /// holds for attention_verify's stores and tile K/V and attention_importance's keys). Query rows
+  /// not covered by a tile are left untouched. A backend without GQA throws Error(kUnsupported).
   virtual void attention(Tensor q, Tensor k_store, Tensor v_store, Tensor table, int n_heads, float scale,
                          Tensor out) = 0;
 
@@ -282,7 +290,7 @@ class Backend {
   /// folds the in-tile block in with the cache part's maximum, §F.8). Every row sees at least its
   /// own column, so an empty gather range is allowed. The tile's fresh K/V live in k_tile/v_tile
   /// (indexed like q), never in the stores: the verify pass does not write the KV cache (§F.7).
-  /// q, k_tile, v_tile, out [Tq, H·Dh]; k_store, v_store [N, H·Dh] (activation dtype); key_rows I32
+  /// q, out [Tq, H·Dh]; k_tile, v_tile [Tq, Hkv·Dh]; k_store, v_store [N, Hkv·Dh] (activation dtype); key_rows I32
   /// [G], entries in [0, N). Query rows outside every tile are left untouched. CPU: scores and
   /// softmax in double; CUDA: fp32 online softmax. Throws Error(kInvalidArgument) for bad shapes or
   /// dtypes, a tile outside [0, Tq) x [0, G) or with 2·n_cand > q_end − q_start, or (CPU; CUDA
@@ -298,7 +306,7 @@ class Backend {
   ///   probability mass (the paper's "captured attention"): f = softmax over the tile's keys t' of
   ///        scale · q[r,h] · k_store[t',h], evaluated at t (each tile's key range is taken as the whole
   ///        key set of its query rows, as in the Flash-Cache schedules).
-  /// q [Tq, H·Dh] and k_store [N, H·Dh] activation dtype (the operands attention() used); table I32
+  /// q [Tq, H·Dh] and k_store [N, Hkv·Dh] activation dtype (the operands attention() used); table I32
   /// [n_tiles, 4] AttentionTile rows (typically the masked-window tiles of the attention schedule);
   /// scores F32 [N], indexed by store row; keys outside every tile are left untouched. weight: finite.
   /// Dot products and sums at least in fp32 (CPU: double, one rounding per key and call; CUDA: fp32

@@ -43,12 +43,25 @@ inline void expect_disjoint(const Tensor& out, const Tensor& in, const char* op,
   FDLLM_CHECK_ARG(!overlap(out, in), "{}: operand '{}' must not overlap '{}'", op, out_name, in_name);
 }
 
+/// The K/V heads of an attention op's operands (backend.h, grouped-query attention): q [*, H·Dh]
+/// with H = n_heads, k [*, Hkv·Dh]; Hkv must be >= 1 and divide H. Throws Error(kInvalidArgument)
+/// naming `op` otherwise.
+inline int kv_heads_of(const Tensor& q, const Tensor& k, int n_heads, const char* op) {
+  const int64_t HD = q.row_size(), KD = k.row_size();
+  FDLLM_CHECK_ARG(n_heads > 0 && HD % n_heads == 0, "{}: {} columns of q not divisible by n_heads {}", op, HD, n_heads);
+  const int64_t Dh = HD / n_heads;
+  FDLLM_CHECK_ARG(Dh > 0 && KD > 0 && KD % Dh == 0 && n_heads % (KD / Dh) == 0,
+                  "{}: K/V width {} is not a whole number of K/V heads of head_dim {} dividing n_heads {} (q {}, k {})",
+                  op, KD, Dh, n_heads, q.describe(), k.describe());
+  return static_cast<int>(KD / Dh);
+}
+
 /// The operands of Backend::attention_verify on a backend of activation dtype `act` on `device`:
-/// q, k_tile, v_tile, out [Tq, H·Dh]; k_store, v_store [N, H·Dh]; key_rows I32; table I32 [n_tiles, 5]
-/// (VerifyTile rows); n_heads dividing H·Dh.
-inline void expect_verify_operands(const Tensor& q, const Tensor& k_store, const Tensor& v_store,
-                                   const Tensor& key_rows, const Tensor& k_tile, const Tensor& v_tile,
-                                   const Tensor& table, int n_heads, const Tensor& out, DType act, DeviceKind device) {
+/// q, out [Tq, H·Dh]; k_tile, v_tile [Tq, Hkv·Dh]; k_store, v_store [N, Hkv·Dh] (kv_heads_of);
+/// key_rows I32; table I32 [n_tiles, 5] (VerifyTile rows). Returns Hkv.
+inline int expect_verify_operands(const Tensor& q, const Tensor& k_store, const Tensor& v_store, const Tensor& key_rows,
+                                  const Tensor& k_tile, const Tensor& v_tile, const Tensor& table, int n_heads,
+                                  const Tensor& out, DType act, DeviceKind device) {
   static constexpr const char* kOp = "attention_verify";
   expect(q, act, device, kOp, "q");
   expect(k_store, act, device, kOp, "k_store");
@@ -59,15 +72,28 @@ inline void expect_verify_operands(const Tensor& q, const Tensor& k_store, const
   expect(table, DType::kI32, device, kOp, "table");
   expect(out, act, device, kOp, "out");
   const int64_t Tq = q.rows(), HD = q.row_size(), N = k_store.rows();
-  FDLLM_CHECK_ARG(n_heads > 0 && HD % n_heads == 0, "{}: {} columns of q not divisible by n_heads {}", kOp, HD,
-                  n_heads);
-  expect_matrix(k_store, N, HD, kOp, "k_store");
-  expect_matrix(v_store, N, HD, kOp, "v_store");
-  expect_matrix(k_tile, Tq, HD, kOp, "k_tile");
-  expect_matrix(v_tile, Tq, HD, kOp, "v_tile");
+  const int kv_heads = kv_heads_of(q, k_store, n_heads, kOp);
+  const int64_t KD = k_store.row_size();
+  expect_matrix(v_store, N, KD, kOp, "v_store");
+  expect_matrix(k_tile, Tq, KD, kOp, "k_tile");
+  expect_matrix(v_tile, Tq, KD, kOp, "v_tile");
   expect_matrix(out, Tq, HD, kOp, "out");
   FDLLM_CHECK_ARG(table.numel() % 5 == 0, "{}: table must be [n_tiles, 5] (VerifyTile rows), got {}", kOp,
                   table.describe());
+  return kv_heads;
+}
+
+/// Refuses grouped-query attention and q/k/v biases on a backend that implements neither (the
+/// CUDA backend today): Error(kUnsupported) naming `op` when k's width differs from q's or `bias`
+/// has elements.
+inline void expect_mha_without_bias(const Tensor& q, const Tensor& k, const Tensor& bias, const char* op,
+                                    const char* backend) {
+  FDLLM_CHECK(k.row_size() == q.row_size(), ErrorCode::kUnsupported,
+              "{}: grouped-query attention (K/V width {} < query width {}) is not implemented on the {} backend yet",
+              op, k.row_size(), q.row_size(), backend);
+  FDLLM_CHECK(bias.numel() == 0, ErrorCode::kUnsupported,
+              "{}: q/k/v projection biases ({}) are not implemented on the {} backend yet", op, bias.describe(),
+              backend);
 }
 
 }  // namespace flashdllm::opcheck

@@ -104,10 +104,11 @@ class ProfilingBackend final : public Backend {
   void plan_attention_verify(Tensor table, int64_t q_rows, int64_t n_keys) override {
     timed("plan_attention_verify", [&] { inner_->plan_attention_verify(table, q_rows, n_keys); });
   }
-  void qkv_rope_store(Tensor xn, Tensor wqkv, Tensor positions, Tensor rows, const RopeTable& rope, int n_heads,
-                      Tensor q_out, Tensor k_store, Tensor v_store, Tensor scratch) override {
-    timed("qkv_rope_store",
-          [&] { inner_->qkv_rope_store(xn, wqkv, positions, rows, rope, n_heads, q_out, k_store, v_store, scratch); });
+  void qkv_rope_store(Tensor xn, Tensor wqkv, Tensor bqkv, Tensor positions, Tensor rows, const RopeTable& rope,
+                      int n_heads, Tensor q_out, Tensor k_store, Tensor v_store, Tensor scratch) override {
+    timed("qkv_rope_store", [&] {
+      inner_->qkv_rope_store(xn, wqkv, bqkv, positions, rows, rope, n_heads, q_out, k_store, v_store, scratch);
+    });
   }
   void attention(Tensor q, Tensor k_store, Tensor v_store, Tensor table, int n_heads, float scale,
                  Tensor out) override {

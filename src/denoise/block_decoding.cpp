@@ -10,7 +10,7 @@
 
 namespace flashdllm {
 
-void validate_block_schedule(const BlockSchedule& o, double temperature, const LladaConfig& cfg, const char* source) {
+void validate_block_schedule(const BlockSchedule& o, double temperature, const ModelConfig& cfg, const char* source) {
   FDLLM_CHECK_ARG(o.gen_length > 0, "gen_length must be positive, got {}", o.gen_length);
   FDLLM_CHECK_ARG(o.block_length > 0, "block_length must be positive, got {}", o.block_length);
   FDLLM_CHECK_ARG(o.gen_length % o.block_length == 0,
@@ -33,7 +33,7 @@ void validate_block_schedule(const BlockSchedule& o, double temperature, const L
                   o.gen_length, cfg.max_sequence_length);
 }
 
-void validate_state_params(const SequenceState& s, int64_t block_length, const LladaConfig& cfg, const char* source) {
+void validate_state_params(const SequenceState& s, int64_t block_length, const ModelConfig& cfg, const char* source) {
   validate_block_schedule(s.schedule(block_length), s.temperature, cfg, source);
 }
 
@@ -44,7 +44,7 @@ void set_state_params(SequenceState& s, const SlotParams& p) {
   s.seed = p.seed;
 }
 
-void init_sequence(SequenceState& s, std::span<const int32_t> prompt, int64_t gen_length, const LladaConfig& c) {
+void init_sequence(SequenceState& s, std::span<const int32_t> prompt, int64_t gen_length, const ModelConfig& c) {
   FDLLM_CHECK_ARG(!prompt.empty(), "the prompt is empty (LLaDA needs at least one prompt token)");
   const int64_t total = static_cast<int64_t>(prompt.size()) + gen_length;
   FDLLM_CHECK_ARG(total <= c.max_sequence_length,

@@ -13,7 +13,7 @@
 #include "core/check.h"
 #include "denoise/denoiser.h"
 #include "flashdllm/params.h"  // Remasking
-#include "model/llada.h"
+#include "model/model.h"
 
 namespace flashdllm {
 
@@ -32,7 +32,7 @@ struct BlockSchedule {
 /// steps > 0 divisible by G / B; threshold in (0, 1]; temperature >= 0; G < max_sequence_length).
 /// `source` names the reference that asserts the same ("LLaDA generate.py", ...).
 /// Throws Error(kInvalidArgument) naming the parameter.
-void validate_block_schedule(const BlockSchedule& s, double temperature, const LladaConfig& cfg, const char* source);
+void validate_block_schedule(const BlockSchedule& s, double temperature, const ModelConfig& cfg, const char* source);
 
 
 
@@ -72,11 +72,11 @@ struct StepCommit {
 
 /// The parameters of state `s` as a schedule for blocks of block_length, validated like
 /// validate_block_schedule.
-void validate_state_params(const SequenceState& s, int64_t block_length, const LladaConfig& cfg, const char* source);
+void validate_state_params(const SequenceState& s, int64_t block_length, const ModelConfig& cfg, const char* source);
 
 /// Fills `s` with prompt + G masks after checking the prompt: non-empty, ids in the vocabulary, no
 /// mask id, prompt + G <= max_sequence_length. Throws Error(kInvalidArgument) naming the position.
-void init_sequence(SequenceState& s, std::span<const int32_t> prompt, int64_t gen_length, const LladaConfig& cfg);
+void init_sequence(SequenceState& s, std::span<const int32_t> prompt, int64_t gen_length, const ModelConfig& cfg);
 
 /// Starts the current block: step_in_block = 0 and, in quota mode, the block's quota schedule from
 /// the number of masks it holds now (LLaDA get_num_transfer_tokens).

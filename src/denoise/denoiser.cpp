@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "core/check.h"
-#include "model/llada_config.h"
+#include "model/model_config.h"
 
 namespace flashdllm {
 
@@ -20,7 +20,7 @@ SlotParams resolve_params(const SamplingParams& s, const DecodeSettings& d, bool
   return p;
 }
 
-void check_prompt_ids(std::span<const int32_t> prompt, const LladaConfig& cfg) {
+void check_prompt_ids(std::span<const int32_t> prompt, const ModelConfig& cfg) {
   FDLLM_CHECK_ARG(!prompt.empty(), "the prompt is empty (LLaDA needs at least one prompt token)");
   for (size_t i = 0; i < prompt.size(); ++i) {
     FDLLM_CHECK_ARG(prompt[i] >= 0 && prompt[i] < cfg.embedding_size,

@@ -29,7 +29,7 @@
 
 namespace flashdllm {
 
-struct LladaConfig;
+struct ModelConfig;
 
 /// A request's SamplingParams (params.h) as a denoiser runs them: resolved under the engine's
 /// DecodeSettings by resolve_params, the one place that applies their defaults (steps, threshold)
@@ -122,7 +122,7 @@ class Denoiser {
 
 /// Checks a prompt for any denoiser: non-empty, ids in [0, embedding_size), no mask id. Throws
 /// Error(kInvalidArgument) naming the position.
-void check_prompt_ids(std::span<const int32_t> prompt, const LladaConfig& cfg);
+void check_prompt_ids(std::span<const int32_t> prompt, const ModelConfig& cfg);
 
 /// Checks a selection of R rows (x0 I32 [R] or empty, conf F64 [R], as the token selection returned
 /// them): raises Error(kInternal) when a row with a finite confidence proposed no token or the mask

@@ -23,7 +23,7 @@ void check_fastdllm_settings(const DecodeSettings& d) {
 
 }  // namespace
 
-FastDllmCacheSampler::FastDllmCacheSampler(Backend& backend, const LladaModel& model, GenerateOptions options)
+FastDllmCacheSampler::FastDllmCacheSampler(Backend& backend, const Model& model, GenerateOptions options)
     : backend_(backend), model_(model), opt_(std::move(options)) {
   check_fastdllm_settings(opt_.decode);
   validate(opt_, model_.config);
@@ -31,7 +31,7 @@ FastDllmCacheSampler::FastDllmCacheSampler(Backend& backend, const LladaModel& m
   prefix_ = opt_.decode.cache == CacheMode::kPrefix;
 }
 
-FastDllmCacheSampler::FastDllmCacheSampler(Backend& backend, const LladaModel& model, GenerateOptions options,
+FastDllmCacheSampler::FastDllmCacheSampler(Backend& backend, const Model& model, GenerateOptions options,
                                            const SlotPool& pool)
     : backend_(backend), model_(model), opt_(std::move(options)) {
   check_fastdllm_settings(opt_.decode);
@@ -203,7 +203,7 @@ std::vector<SelectSegment> select_segments(const std::vector<CachedSequenceState
 
 std::vector<StepCommit> FastDllmCacheSampler::step_at(std::vector<CachedSequenceState>& batch,
                                                       const std::vector<int64_t>& base, int64_t store_rows) {
-  const LladaConfig& c = model_.config;
+  const ModelConfig& c = model_.config;
   const int32_t mask = c.mask_token_id;
   const int64_t B = B_;
   const size_t n = batch.size();
@@ -228,7 +228,7 @@ std::vector<StepCommit> FastDllmCacheSampler::step_at(std::vector<CachedSequence
   // --- forward and token choice on the device; only R ids + confidences come back
   std::vector<int32_t> x0;
   std::vector<double> conf;
-  Tensor logits = llada_forward(backend_, model_, fb, kv_, ws_);
+  Tensor logits = model_forward(backend_, model_, fb, kv_, ws_);
   ++passes_;
   const std::vector<SelectSegment> segments = select_segments(batch, cand, opt_.decode.confidence_f32, mask);
   selection_.run(backend_, logits, ws_.row_keys.slice_rows(0, R), segments, x0, conf);

@@ -37,7 +37,7 @@
 #include "backend/backend.h"
 #include "denoise/denoiser.h"
 #include "denoise/llada_sampler.h"
-#include "model/llada.h"
+#include "model/model.h"
 
 namespace flashdllm {
 
@@ -76,11 +76,11 @@ class FastDllmCacheSampler : public Denoiser {
  public:
   /// Validates the options (params.h validate, whole blocks; Error(kInvalidArgument)). Workspaces
   /// and the per-layer K/V stores are allocated lazily for the largest batch seen.
-  FastDllmCacheSampler(Backend& backend, const LladaModel& model, GenerateOptions options);
+  FastDllmCacheSampler(Backend& backend, const Model& model, GenerateOptions options);
   /// With a pool: K/V stores and workspaces for pool.n_slots slots of prompt + canvas <=
   /// pool.max_total_length, allocated now (Error(kOutOfMemory) when they do not fit). Validates
   /// options.decode only (the requests bring their own parameters).
-  FastDllmCacheSampler(Backend& backend, const LladaModel& model, GenerateOptions options, const SlotPool& pool);
+  FastDllmCacheSampler(Backend& backend, const Model& model, GenerateOptions options, const SlotPool& pool);
 
   const GenerateOptions& options() const noexcept { return opt_; }
 
@@ -122,7 +122,7 @@ class FastDllmCacheSampler : public Denoiser {
                                   int64_t store_rows);
 
   Backend& backend_;
-  const LladaModel& model_;
+  const Model& model_;
   GenerateOptions opt_;
   int64_t B_ = 0;                      // opt_.decode.effective_block_length()
   bool prefix_ = false;                // opt_.decode.cache == CacheMode::kPrefix (else dual)

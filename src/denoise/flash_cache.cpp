@@ -103,7 +103,7 @@ PoolShape pool_shape(const GenerateOptions& o, const FlashTiling& t, int64_t n, 
 }
 
 /// The one forward-workspace buffer of a pool: the main pass's layout, or the verify pass's if larger.
-size_t pool_workspace_bytes(const PoolShape& p, const GenerateOptions& o, const LladaConfig& c, DType act,
+size_t pool_workspace_bytes(const PoolShape& p, const GenerateOptions& o, const ModelConfig& c, DType act,
                             const TensorParallel& tp) {
   const size_t main = forward_workspace_bytes(act, c, p.tokens, p.logit_rows, p.tiles, 0, tp);
   if (!o.decode.verify) return main;
@@ -112,7 +112,7 @@ size_t pool_workspace_bytes(const PoolShape& p, const GenerateOptions& o, const 
 
 }  // namespace
 
-FlashPoolBytes flash_pool_bytes(const LladaConfig& cfg, DType act, const GenerateOptions& o, int64_t n_slots,
+FlashPoolBytes flash_pool_bytes(const ModelConfig& cfg, DType act, const GenerateOptions& o, int64_t n_slots,
                                 int64_t max_total_length, const TensorParallel& tp, const FlashTiling& t) {
   const PoolShape p = pool_shape(o, t, n_slots, max_total_length);
   FlashPoolBytes b;
@@ -125,7 +125,7 @@ FlashPoolBytes flash_pool_bytes(const LladaConfig& cfg, DType act, const Generat
   return b;
 }
 
-FlashCacheDenoiser::FlashCacheDenoiser(Backend& backend, const LladaModel& model, GenerateOptions options,
+FlashCacheDenoiser::FlashCacheDenoiser(Backend& backend, const Model& model, GenerateOptions options,
                                        const FlashTiling& t)
     : backend_(backend), model_(model), opt_(std::move(options)), tiling_(t) {
   check_flash_settings(opt_.decode, tiling_);
@@ -133,7 +133,7 @@ FlashCacheDenoiser::FlashCacheDenoiser(Backend& backend, const LladaModel& model
   bm_ = opt_.decode.effective_block_length();
 }
 
-FlashCacheDenoiser::FlashCacheDenoiser(Backend& backend, const LladaModel& model, GenerateOptions options,
+FlashCacheDenoiser::FlashCacheDenoiser(Backend& backend, const Model& model, GenerateOptions options,
                                        const SlotPool& pool, const FlashTiling& t)
     : backend_(backend), model_(model), opt_(std::move(options)), tiling_(t) {
   check_flash_settings(opt_.decode, tiling_);
@@ -143,7 +143,7 @@ FlashCacheDenoiser::FlashCacheDenoiser(Backend& backend, const LladaModel& model
 }
 
 void FlashCacheDenoiser::allocate_pool(const SlotPool& pool) {
-  const LladaConfig& c = model_.config;
+  const ModelConfig& c = model_.config;
   const int64_t n = pool.n_slots, T = pool.max_total_length, bm = bm_, kt = tiling_.key_tile;
   const PoolShape p = pool_shape(opt_, tiling_, n, T);
   const int64_t L = p.L, Ls = p.Ls;
@@ -153,7 +153,7 @@ void FlashCacheDenoiser::allocate_pool(const SlotPool& pool) {
                   L, T, bm, kt, model_.rope.table.cos.rows());
   FDLLM_CHECK_ARG(n * Ls + 1 < (int64_t{1} << 31), "flash-cache: {} slots × {} store rows (+ 1) exceed 2^31 store rows",
                   n, Ls);
-  // Flat K/V cache: per layer [n_slots·Ls + 1, n_heads·head_dim] (the last row: padding rows' K/V,
+  // Flat K/V cache: per layer [n_slots·Ls + 1, n_kv_heads·head_dim] (the last row: padding rows' K/V,
   // below); refuse what cannot fit. This rank's share: its heads (tensor parallelism splits the K/V
   // cache by heads).
   const auto world = static_cast<size_t>(model_.tp.world);
@@ -222,7 +222,7 @@ void FlashCacheDenoiser::allocate_pool(const SlotPool& pool) {
 // ---------------------------------------------------------------------------------- slot contract
 
 void FlashCacheDenoiser::check_request(std::span<const int32_t> prompt, const SlotParams& p) const {
-  const LladaConfig& c = model_.config;
+  const ModelConfig& c = model_.config;
   FDLLM_CHECK_ARG(!slots_.empty(), "flash-cache: no slot pool (construct the denoiser with a SlotPool)");
   check_prompt_ids(prompt, c);
   const int64_t P = static_cast<int64_t>(prompt.size());
@@ -243,7 +243,7 @@ void FlashCacheDenoiser::check_request(std::span<const int32_t> prompt, const Sl
 void FlashCacheDenoiser::admit(int64_t slot, std::span<const int32_t> prompt, const SlotParams& p) {
   FDLLM_CHECK_ARG(slot >= 0 && slot < n_slots() && !active(slot), "flash-cache: slot {} is not a free slot", slot);
   check_request(prompt, p);
-  const LladaConfig& c = model_.config;
+  const ModelConfig& c = model_.config;
   const auto P = static_cast<int64_t>(prompt.size());
   // Batch invariance: the host row of a request is its own L_max unless the released layout is asked for.
   const int64_t L = opt_.decode.reference_quirks ? L_ : flash_max_length(P, p.gen_length, bm_, tiling_.key_tile);
@@ -366,7 +366,7 @@ std::span<const float> FlashCacheDenoiser::slot_scores(size_t j) const {
 }
 
 int64_t FlashCacheDenoiser::main_pass(FlashPhaseClock& clock, std::vector<int32_t>& x0, std::vector<double>& conf) {
-  const LladaConfig& c = model_.config;
+  const ModelConfig& c = model_.config;
   const int64_t n = n_slots(), L = L_, Ls = Ls_;
   // One forward call per slot group (several only when the rows exceed max_forward_rows, i.e.
   // admission prefills); window predictions come back in slot order, one select call per run of
@@ -385,7 +385,7 @@ int64_t FlashCacheDenoiser::main_pass(FlashPhaseClock& clock, std::vector<int32_
     FDLLM_ASSERT_MSG(Tg <= ws_.max_tokens && R <= ws_.max_logit_rows && n_tiles <= ws_.max_tiles,
                      "flash-cache: an iteration of {} rows / {} logit rows / {} tiles exceeds the pool's workspace", Tg,
                      R, n_tiles);
-    Tensor logits = llada_forward(backend_, model_, fb, kv_, ws_);
+    Tensor logits = model_forward(backend_, model_, fb, kv_, ws_);
     ++passes_;
     std::vector<SelectSegment> segments;
     int64_t row = 0;
@@ -417,7 +417,7 @@ int64_t FlashCacheDenoiser::main_pass(FlashPhaseClock& clock, std::vector<int32_
 void FlashCacheDenoiser::decide(const FlashStepObserver& observer, int64_t forward, std::span<const int32_t> x0,
                                 std::span<const double> conf, std::vector<SlotPhase>& phases,
                                 std::vector<FlashVerifyTile>& tiles) {
-  const LladaConfig& c = model_.config;
+  const ModelConfig& c = model_.config;
   const std::vector<size_t> bad = check_selection(x0, conf, c.mask_token_id, "flash-cache");
   size_t r0 = 0;
   for (size_t j = 0; j < slots_.size(); ++j) {
@@ -531,7 +531,7 @@ std::vector<StepPhase> FlashCacheDenoiser::step_phases() const {
 
 FlashCacheResult FlashCacheDenoiser::generate(const std::vector<std::vector<int32_t>>& prompts,
                                               const FlashStepObserver& observer) {
-  const LladaConfig& c = model_.config;
+  const ModelConfig& c = model_.config;
   FDLLM_CHECK_ARG(!prompts.empty(), "flash-cache: no prompts");
   int64_t max_p = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {

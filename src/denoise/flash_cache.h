@@ -63,7 +63,7 @@
 #include "backend/backend.h"
 #include "denoise/denoiser.h"
 #include "flashdllm/params.h"
-#include "model/llada.h"
+#include "model/model.h"
 
 namespace flashdllm {
 
@@ -108,12 +108,12 @@ int64_t flash_slot_length(int64_t max_prompt_len, int64_t gen_length, int64_t bl
 /// seqlen_k = floor((prompt_len + gen_length) / key_tile) · key_tile + key_tile (> prompt_len + gen_length).
 int64_t flash_seqlen_k(int64_t prompt_len, int64_t gen_length, int64_t key_tile = FlashTiling{}.key_tile);
 
-/// Bytes of the flat K/V cache: 2 (K and V) · n_layers · n_slots · max_length · n_heads·head_dim ·
+/// Bytes of the flat K/V cache: 2 (K and V) · n_layers · n_slots · max_length · n_kv_heads·head_dim ·
 /// dtype_size(act) (LLaDA-8B, bf16, 32 slots × 1536: 25.8 GB).
-size_t flash_kv_cache_bytes(const LladaConfig& cfg, DType act, int64_t n_slots, int64_t max_length);
+size_t flash_kv_cache_bytes(const ModelConfig& cfg, DType act, int64_t n_slots, int64_t max_length);
 
 /// Number of slots whose K/V cache fits in `budget_bytes` (0 if not even one).
-int64_t flash_max_slots(const LladaConfig& cfg, DType act, int64_t max_length, size_t budget_bytes);
+int64_t flash_max_slots(const ModelConfig& cfg, DType act, int64_t max_length, size_t budget_bytes);
 
 /// Device bytes a FlashCacheDenoiser pool allocates (allocate_pool; FlashRunStats::pool_bytes), by
 /// part, for n_slots slots of prompt + gen_length <= max_total_length, without allocating anything.
@@ -126,8 +126,8 @@ struct FlashPoolBytes {
   size_t verify = 0;         ///< verify on: the verify pass's selection outputs (its workspace shares `workspace`)
   size_t total() const noexcept { return kv + workspace + selection + verify; }
 };
-/// Throws Error(kInvalidArgument) for n_slots < 1 or max_total_length < 2, as llada_shard.
-FlashPoolBytes flash_pool_bytes(const LladaConfig& cfg, DType act, const GenerateOptions& o, int64_t n_slots,
+/// Throws Error(kInvalidArgument) for n_slots < 1 or max_total_length < 2, as model_shard.
+FlashPoolBytes flash_pool_bytes(const ModelConfig& cfg, DType act, const GenerateOptions& o, int64_t n_slots,
                                 int64_t max_total_length, const TensorParallel& tp = {}, const FlashTiling& t = {});
 
 // ------------------------------------------------------------------------------ slot state
@@ -358,13 +358,13 @@ class FlashCacheDenoiser : public Denoiser {
   /// Validates the options against the model (params.h validate; Error(kInvalidArgument) naming the
   /// parameter) and the tiling (key_tile > 0, importance_first_layer >= 0); no pool yet (generate()
   /// sizes one for its prompts).
-  FlashCacheDenoiser(Backend& backend, const LladaModel& model, GenerateOptions options, const FlashTiling& t = {});
+  FlashCacheDenoiser(Backend& backend, const Model& model, GenerateOptions options, const FlashTiling& t = {});
   /// With a pool of pool.n_slots slots for prompt + gen_length <= pool.max_total_length: the K/V
   /// cache, the importance scores and every workspace are allocated now. Validates options.decode
   /// only (the requests bring their own parameters). Throws Error(kOutOfMemory) naming the slot
   /// count that would fit when the K/V cache exceeds the backend's free memory,
   /// Error(kInvalidArgument) when L_max exceeds the model's RoPE table.
-  FlashCacheDenoiser(Backend& backend, const LladaModel& model, GenerateOptions options, const SlotPool& pool,
+  FlashCacheDenoiser(Backend& backend, const Model& model, GenerateOptions options, const SlotPool& pool,
                      const FlashTiling& t = {});
 
   const GenerateOptions& options() const noexcept { return opt_; }
@@ -431,7 +431,7 @@ class FlashCacheDenoiser : public Denoiser {
   void finish_slot(size_t j);
 
   Backend& backend_;
-  const LladaModel& model_;
+  const Model& model_;
   GenerateOptions opt_;
   FlashTiling tiling_;
   int64_t bm_ = 0;  // opt_.decode.effective_block_length()

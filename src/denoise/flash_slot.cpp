@@ -82,12 +82,12 @@ int64_t flash_seqlen_k(int64_t prompt_len, int64_t gen_length, int64_t key_tile)
   return (prompt_len + gen_length) / key_tile * key_tile + key_tile;
 }
 
-size_t flash_kv_cache_bytes(const LladaConfig& cfg, DType act, int64_t n_slots, int64_t max_length) {
+size_t flash_kv_cache_bytes(const ModelConfig& cfg, DType act, int64_t n_slots, int64_t max_length) {
   return 2 * static_cast<size_t>(cfg.n_layers) * static_cast<size_t>(n_slots) * static_cast<size_t>(max_length) *
-         static_cast<size_t>(cfg.n_heads * cfg.head_dim) * dtype_size(act);
+         static_cast<size_t>(cfg.kv_width()) * dtype_size(act);
 }
 
-int64_t flash_max_slots(const LladaConfig& cfg, DType act, int64_t max_length, size_t budget_bytes) {
+int64_t flash_max_slots(const ModelConfig& cfg, DType act, int64_t max_length, size_t budget_bytes) {
   const size_t per_slot = flash_kv_cache_bytes(cfg, act, 1, max_length);
   return per_slot == 0 ? 0 : static_cast<int64_t>(budget_bytes / per_slot);
 }

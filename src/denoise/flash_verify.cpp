@@ -232,7 +232,7 @@ bool flash_verify_commit(FlashSlot& s, const FlashVerifyTile& v, std::span<const
 void FlashCacheDenoiser::verify(const FlashStepObserver& observer, int64_t forward, FlashPhaseClock& clock,
                                 const std::vector<FlashVerifyTile>& tiles, std::vector<SlotPhase>& phases,
                                 std::vector<int64_t>& ranked) {
-  const LladaConfig& c = model_.config;
+  const ModelConfig& c = model_.config;
   const int64_t Ls = Ls_;
   VerifyBatch vb = flash_verify_batch(slots_, tiles, Ls);
   const int64_t VT = vb.n_tokens(), VR = static_cast<int64_t>(vb.logit_rows.size());
@@ -248,7 +248,7 @@ void FlashCacheDenoiser::verify(const FlashStepObserver& observer, int64_t forwa
   const Tensor drafts_dev = vdrafts_.slice_rows(0, VR);
   if (VR > 0) backend_.copy_from_host(drafts_dev, drafts.data());  // none: tiles without candidates
   clock.lap(FlashPhase::kVerifyBatch);
-  Tensor vlogits = llada_verify_forward(backend_, model_, vb, kv_, vws_);
+  Tensor vlogits = model_verify_forward(backend_, model_, vb, kv_, vws_);
   ++passes_;
   stats_.verify_forwards += 1;
   stats_.verify_query_rows += VT;

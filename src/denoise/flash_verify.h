@@ -15,7 +15,7 @@
 //     only the phase-1 commits (by default the decoded positions whose cached K/V is still of the
 //     [MASK] state; not so with reference_quirks pinning or track_num 0), k1 + 2·S rows (params.h VerifyKept,
 //     docs/decisions.md).
-//  2. Verify pass (llada_verify_forward): query rows [kept | candidates with their drafts | the same
+//  2. Verify pass (model_verify_forward): query rows [kept | candidates with their drafts | the same
 //     candidates undecoded ([MASK]; an EOS-padding candidate, possible only with reference_quirks,
 //     keeps its padding token as in the released code)] at the candidates' own RoPE positions, both
 //     views at the same positions; keys = the slot's cached K/V minus

@@ -11,7 +11,7 @@ namespace {
 
 /// The settings that only the LLaDA sampler (cache none) runs with; the rest of their checks are
 /// params.cpp's (validate).
-void check_llada_settings(const DecodeSettings& d, const LladaConfig& cfg) {
+void check_llada_settings(const DecodeSettings& d, const ModelConfig& cfg) {
   FDLLM_CHECK_PARAM(d.cache == CacheMode::kNone, "cache", "the LLaDA sampler runs cache none, got cache {}",
                     cache_mode_name(d.cache));
   // The EOT id is the tokenizer's (resolved by the engine), not checked by params.cpp.
@@ -24,7 +24,7 @@ void check_llada_settings(const DecodeSettings& d, const LladaConfig& cfg) {
 
 }  // namespace
 
-LladaSampler::LladaSampler(Backend& backend, const LladaModel& model, GenerateOptions options)
+LladaSampler::LladaSampler(Backend& backend, const Model& model, GenerateOptions options)
     : backend_(backend), model_(model), opt_(std::move(options)) {
   check_llada_settings(opt_.decode, model_.config);
   validate(opt_, model_.config);
@@ -32,7 +32,7 @@ LladaSampler::LladaSampler(Backend& backend, const LladaModel& model, GenerateOp
   eot_ = opt_.decode.eot_token_id.value_or(-1);
 }
 
-LladaSampler::LladaSampler(Backend& backend, const LladaModel& model, GenerateOptions options, const SlotPool& pool)
+LladaSampler::LladaSampler(Backend& backend, const Model& model, GenerateOptions options, const SlotPool& pool)
     : backend_(backend), model_(model), opt_(std::move(options)) {
   check_llada_settings(opt_.decode, model_.config);
   validate(opt_.decode, model_.config);  // the requests are checked at admission (check_request)
@@ -58,7 +58,7 @@ SequenceState LladaSampler::init_state(std::span<const int32_t> prompt) const {
 }
 
 SequenceState LladaSampler::init_state(std::span<const int32_t> prompt, const SlotParams& params) const {
-  const LladaConfig& c = model_.config;
+  const ModelConfig& c = model_.config;
   SequenceState s;
   init_sequence(s, prompt, params.gen_length, c);
   set_state_params(s, params);
@@ -90,7 +90,7 @@ void LladaSampler::ensure_capacity(int64_t tokens, int64_t logit_rows, int64_t t
 }
 
 std::vector<StepCommit> LladaSampler::step(std::vector<SequenceState>& batch) {
-  const LladaConfig& c = model_.config;
+  const ModelConfig& c = model_.config;
   const int32_t mask = c.mask_token_id;
   const bool cfg = opt_.decode.cfg_scale > 0.0;
   std::vector<StepCommit> commits(batch.size());
@@ -139,7 +139,7 @@ std::vector<StepCommit> LladaSampler::step(std::vector<SequenceState>& batch) {
   std::vector<double> conf;
   std::vector<size_t> bad;  // rows with non-finite confidences: their sequences fail alone
   if (R > 0) {
-    Tensor logits = llada_forward(backend_, model_, fb, kv_, ws_);
+    Tensor logits = model_forward(backend_, model_, fb, kv_, ws_);
     ++passes_;
     Tensor cond = logits.slice_rows(0, R);
     if (cfg) backend_.cfg_combine(cond, logits.slice_rows(R, 2 * R), static_cast<float>(opt_.decode.cfg_scale), cond);

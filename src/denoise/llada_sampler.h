@@ -21,7 +21,7 @@
 #include "backend/backend.h"
 #include "denoise/block_decoding.h"
 #include "denoise/denoiser.h"
-#include "model/llada.h"
+#include "model/model.h"
 
 namespace flashdllm {
 
@@ -44,11 +44,11 @@ class LladaSampler : public Denoiser {
  public:
   /// Without a pool the workspaces grow lazily for the largest batch step(batch) sees. Validates
   /// the options (params.h validate, whole blocks) against the model; Error(kInvalidArgument).
-  LladaSampler(Backend& backend, const LladaModel& model, GenerateOptions options);
+  LladaSampler(Backend& backend, const Model& model, GenerateOptions options);
   /// With a pool: workspaces for pool.n_slots slots of prompt + canvas <= pool.max_total_length
   /// (plus the eos_pad_tile padding), allocated now. Validates options.decode only (the requests
   /// bring their own parameters). Throws Error(kOutOfMemory) when they do not fit.
-  LladaSampler(Backend& backend, const LladaModel& model, GenerateOptions options, const SlotPool& pool);
+  LladaSampler(Backend& backend, const Model& model, GenerateOptions options, const SlotPool& pool);
 
   const GenerateOptions& options() const noexcept { return opt_; }
 
@@ -84,7 +84,7 @@ class LladaSampler : public Denoiser {
   int64_t padded_length(int64_t total) const noexcept;
 
   Backend& backend_;
-  const LladaModel& model_;
+  const Model& model_;
   GenerateOptions opt_;
   int64_t B_ = 0;     // opt_.decode.effective_block_length()
   int32_t eot_ = -1;  // opt_.decode.eot_token_id, -1 = none

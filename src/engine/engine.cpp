@@ -23,10 +23,10 @@
 #include "io/chat_template.h"
 #include "io/safetensors.h"
 #include "io/tokenizer.h"
-#include "model/llada.h"
-#include "model/llada_checkpoint.h"
-#include "model/llada_config.h"
-#include "model/llada_info.h"
+#include "model/model.h"
+#include "model/model_checkpoint.h"
+#include "model/model_config.h"
+#include "model/model_info.h"
 
 namespace flashdllm {
 
@@ -37,11 +37,11 @@ namespace fs = std::filesystem;
 /// resized: denoisers hold references to the models).
 struct ModelReplica {
   std::unique_ptr<Backend> backend;  // rank 0's
-  LladaModel model;                  // rank 0's shard under tensor parallelism
+  Model model;                       // rank 0's shard under tensor parallelism
   std::vector<std::unique_ptr<Communicator>> comms;
   struct Peer {
     std::unique_ptr<Backend> backend;
-    LladaModel model;
+    Model model;
   };
   std::vector<Peer> peers;
 
@@ -97,7 +97,7 @@ struct Engine::Impl {
         if (t.joinable()) t.join();
     }
   }
-  const LladaModel& model() const { return replicas.front()->model; }
+  const Model& model() const { return replicas.front()->model; }
   Backend& backend() const { return *replicas.front()->backend; }
   TextCodec codec(const DecodeSettings& d) const;
   std::string backend_name() const;
@@ -136,12 +136,17 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
   impl->options = options;
   const fs::path dir = options.model_dir;
   check_model_directory(dir);
-  const LladaConfig cfg = load_llada_config(dir / "config.json");
+  const ModelConfig cfg = load_model_config(dir / "config.json");
+  // The denoisers implement LLaDA's samplers and caches; Dream's forward exists (model.h), its
+  // sampler (diffusion_generate) is not wired in yet.
+  FDLLM_CHECK(cfg.family == ModelFamily::kLlada, ErrorCode::kUnsupported,
+              "{}: {} checkpoints need the {} sampler (not built yet); `flashdllm info` describes them",
+              (dir / "config.json").string(), family_name(cfg.family), family_name(cfg.family));
 
   if (std::optional<Tokenizer> tok = Tokenizer::from_model_dir(dir)) {  // tokenizer.json, or Qwen2's slow files
     impl->tokenizer.emplace(std::move(*tok));
-    validate_llada_tokenizer(*impl->tokenizer, cfg, dir / "tokenizer.json");
-    if (auto id = impl->tokenizer->token_to_id("<|eot_id|>")) impl->eot_id = *id;
+    validate_tokenizer(*impl->tokenizer, cfg, dir / "tokenizer.json");
+    if (auto id = impl->tokenizer->token_to_id(end_of_turn_token_name(cfg))) impl->eot_id = *id;
     impl->max_bytes_per_token = impl->tokenizer->max_bytes_per_token();
   }
   // A missing or unusable template only matters when the chat template is asked for (or taken by
@@ -156,7 +161,7 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
   FDLLM_CHECK_ARG(world >= 1 && world <= 64, "tensor_parallel must be in [1, 64], got {}", world);
   FDLLM_CHECK_ARG(dp >= 1 && dp <= 64, "data_parallel must be in [1, 64], got {}", dp);
   FDLLM_CHECK_ARG(world * dp <= 64, "tensor_parallel x data_parallel = {} x {} exceeds 64 ranks", world, dp);
-  if (world > 1) llada_shard(cfg, {0, world, nullptr});  // refuse sizes the ranks cannot split before loading anything
+  if (world > 1) model_shard(cfg, {0, world, nullptr});  // refuse sizes the ranks cannot split before loading anything
   FDLLM_CHECK_ARG(!options.profile_ops || (world == 1 && dp == 1),
                   "profile_ops is not supported with tensor_parallel {} / data_parallel {} (one rank's profile "
                   "would not say where the group's time goes)",
@@ -170,7 +175,7 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
     rep->peers.reserve(static_cast<size_t>(world - 1));
     for (int r = 1; r < world; ++r)
       rep->peers.push_back(
-          {make_backend(options.device, options.threads, k * world + r, world * dp, options.backend), LladaModel{}});
+          {make_backend(options.device, options.threads, k * world + r, world * dp, options.backend), Model{}});
     if (world > 1) {
       std::vector<Backend*> bes{rep->backend.get()};
       for (auto& p : rep->peers) bes.push_back(p.backend.get());
@@ -193,11 +198,11 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
   for (auto& rep : impl->replicas)
     for (int r = 0; r < world; ++r) {
       Backend& be = r == 0 ? *rep->backend : *rep->peers[static_cast<size_t>(r - 1)].backend;
-      LladaModel& m = r == 0 ? rep->model : rep->peers[static_cast<size_t>(r - 1)].model;
+      Model& m = r == 0 ? rep->model : rep->peers[static_cast<size_t>(r - 1)].model;
       m.config = cfg;
       if (world > 1) m.tp = {r, world, rep->comms[static_cast<size_t>(r)].get()};
       m.weights =
-          ckpt ? load_llada_weights(be, *ckpt, cfg, m.tp) : make_dummy_llada_weights(be, cfg, options.dummy_seed, m.tp);
+          ckpt ? load_model_weights(be, *ckpt, cfg, m.tp) : make_dummy_weights(be, cfg, options.dummy_seed, m.tp);
       // Positions up to max_sequence_length plus one 128-row tile of padding (Flash-dLLM layout).
       m.rope = make_rope_tables(be, cfg, cfg.max_sequence_length + 256);
     }
@@ -356,7 +361,7 @@ std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>&
                                              const GenerateOptions& o, const ProgressCallback& progress) {
   FDLLM_CHECK_ARG(!requests.empty(), "generate: no requests");
   FDLLM_CHECK_ARG(!started(), "generate: the engine is started (serving); submit requests instead");
-  const LladaConfig& cfg = impl_->model().config;
+  const ModelConfig& cfg = impl_->model().config;
   validate(o.decode, cfg);
   validate(o.sampling, o.decode, cfg, /*exact_blocks=*/true);
   const DecodeSettings& d = o.decode;
@@ -440,7 +445,7 @@ std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>&
 void Engine::start(const ServeOptions& options) {
   std::lock_guard<std::mutex> lk(impl_->serve_mu);
   FDLLM_CHECK_ARG(!impl_->sched, "the engine is already started");
-  const LladaConfig& cfg = impl_->model().config;
+  const ModelConfig& cfg = impl_->model().config;
   ServeOptions so = options;
   validate(so.decode, cfg);
   if (so.max_model_len == 0) so.max_model_len = cfg.max_sequence_length;
@@ -465,7 +470,7 @@ void Engine::start(const ServeOptions& options) {
     // activations) per slot against the free memory (the smallest of the replicas' devices; on
     // the CPU the replicas share it); fewer on an allocation failure.
     const int64_t act = static_cast<int64_t>(dtype_size(be.activation_dtype()));
-    const int64_t kv_row = 2 * cfg.n_layers * llada_shard(cfg, impl_->model().tp).heads * cfg.head_dim * act;
+    const int64_t kv_row = 2 * cfg.n_layers * model_shard(cfg, impl_->model().tp).kv_heads * cfg.head_dim * act;
     const int64_t act_row = (7 * cfg.d_model + 3 * cfg.mlp_hidden_size) * act;
     const int64_t per_slot = so.max_model_len * (d.cache == CacheMode::kNone ? act_row + kv_row / cfg.n_layers
                                                                               : kv_row) +
@@ -513,7 +518,7 @@ std::shared_ptr<RequestStream> Engine::submit(const GenerateRequest& request, co
   std::shared_lock<std::shared_mutex> pool_lock(impl_->pool_mu);  // stop() cannot free the pool meanwhile
   Scheduler* sched = impl_->sched.get();
   FDLLM_CHECK(sched != nullptr, ErrorCode::kUnavailable, "the engine is not started (Engine::start)");
-  const LladaConfig& cfg = impl_->model().config;
+  const ModelConfig& cfg = impl_->model().config;
   const DecodeSettings& d = impl_->serve.decode;
   validate(params, d, cfg, /*exact_blocks=*/false);
   ScheduledRequest rq;
@@ -586,7 +591,7 @@ EngineMetrics Engine::metrics() const {
   return m;
 }
 
-const LladaConfig& Engine::config() const noexcept { return impl_->model().config; }
+const ModelConfig& Engine::config() const noexcept { return impl_->model().config; }
 bool Engine::has_tokenizer() const noexcept { return impl_->tokenizer.has_value(); }
 bool Engine::has_chat_template() const noexcept { return impl_->chat.has_value(); }
 bool Engine::chat_by_default() const {
@@ -626,7 +631,7 @@ std::string Engine::Impl::backend_name() const {
 }
 
 std::string Engine::info() const {
-  const LladaModelFacts f{.dir = impl_->options.model_dir,
+  const ModelFacts f{.dir = impl_->options.model_dir,
                           .config = impl_->model().config,
                           .checkpoint_dtype = impl_->weights_dtype,
                           .checkpoint_bytes = impl_->checkpoint_bytes,
@@ -634,7 +639,7 @@ std::string Engine::info() const {
                           .has_tokenizer = impl_->tokenizer.has_value(),
                           .has_chat_template = impl_->chat.has_value(),
                           .chat_template_problem = impl_->chat_unusable ? impl_->chat_error : std::string()};
-  return describe_llada_model(f, impl_->backend(), static_cast<int>(impl_->replicas.front()->peers.size()) + 1,
+  return describe_model(f, impl_->backend(), static_cast<int>(impl_->replicas.front()->peers.size()) + 1,
                               backend_name());
 }
 

@@ -9,7 +9,7 @@
 
 #include "core/check.h"
 #include "core/text.h"
-#include "model/llada_config.h"
+#include "model/model_config.h"
 
 namespace flashdllm {
 namespace {
@@ -102,7 +102,7 @@ FlashPreset flash_preset(std::string_view task) {
 namespace {
 
 
-void check_decode(const DecodeSettings& d, const LladaConfig* cfg) {
+void check_decode(const DecodeSettings& d, const ModelConfig* cfg) {
   FDLLM_CHECK_PARAM(d.cache == CacheMode::kNone || d.cache == CacheMode::kPrefix || d.cache == CacheMode::kDual ||
                         d.cache == CacheMode::kFlash,
                     "cache", "cache mode must be none, prefix, dual or flash, got {}", static_cast<int>(d.cache));
@@ -192,7 +192,7 @@ void check_decode(const DecodeSettings& d, const LladaConfig* cfg) {
   }
 }
 
-void check_sampling(const SamplingParams& s, const DecodeSettings& d, const LladaConfig* cfg, bool exact_blocks) {
+void check_sampling(const SamplingParams& s, const DecodeSettings& d, const ModelConfig* cfg, bool exact_blocks) {
   validate_fields(s);
   const char* mode = cache_mode_name(d.cache);
   const int64_t G = s.gen_length, B = d.effective_block_length();
@@ -262,9 +262,9 @@ void validate_fields(const SamplingParams& s) {
                       "stop[{}] must be a non-empty string of at most 1024 bytes", i);
 }
 
-void validate(const DecodeSettings& d, const LladaConfig& cfg) { check_decode(d, &cfg); }
+void validate(const DecodeSettings& d, const ModelConfig& cfg) { check_decode(d, &cfg); }
 
-void validate(const SamplingParams& s, const DecodeSettings& d, const LladaConfig& cfg, bool exact_blocks) {
+void validate(const SamplingParams& s, const DecodeSettings& d, const ModelConfig& cfg, bool exact_blocks) {
   check_sampling(s, d, &cfg, exact_blocks);
 }
 

@@ -9,7 +9,7 @@
 
 namespace flashdllm {
 
-std::unique_ptr<Denoiser> make_denoiser(Backend& be, const LladaModel& m, const DecodeSettings& d, int32_t eot,
+std::unique_ptr<Denoiser> make_denoiser(Backend& be, const Model& m, const DecodeSettings& d, int32_t eot,
                                         const SlotPool& pool) {
   // The settings go down as they are; only the EOT id is the engine's (the tokenizer's, or the
   // --eot-id override already in d), and the requests bring their own SamplingParams.

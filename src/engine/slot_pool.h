@@ -8,7 +8,7 @@
 #include "backend/backend.h"
 #include "denoise/denoiser.h"
 #include "flashdllm/params.h"
-#include "model/llada.h"
+#include "model/model.h"
 
 namespace flashdllm {
 
@@ -16,13 +16,13 @@ namespace flashdllm {
 /// FlashCacheDenoiser with d's settings as they are (the requests bring their own parameters);
 /// eot = the EOT id (-1 = none), set as d.eot_token_id. Throws what the denoisers' pool
 /// constructors throw (Error(kInvalidArgument), Error(kOutOfMemory)).
-std::unique_ptr<Denoiser> make_denoiser(Backend& backend, const LladaModel& model, const DecodeSettings& d, int32_t eot,
+std::unique_ptr<Denoiser> make_denoiser(Backend& backend, const Model& model, const DecodeSettings& d, int32_t eot,
                                         const SlotPool& pool);
 
 /// One tensor-parallel rank: its backend and its shard of the model (model->tp says which).
 struct ModelRank {
   Backend* backend = nullptr;
-  const LladaModel* model = nullptr;
+  const Model* model = nullptr;
 };
 
 /// The denoiser of d.cache over the ranks of a model: one rank = make_denoiser above; N ranks = a

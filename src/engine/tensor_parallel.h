@@ -2,7 +2,7 @@
 // denoiser that runs N rank denoisers in lockstep.
 //
 // Every rank holds a full denoiser (its own backend, model shard, K/V stores and slot pool) and runs
-// the same host logic on the same requests; the forward's collectives (model/llada.h) make their
+// the same host logic on the same requests; the forward's collectives (model/model.h) make their
 // logits identical, so their decisions are too (SPMD). TensorParallelDenoiser calls admit / step /
 // release on all ranks at once, one thread per rank, and reports
 // rank 0's events after checking that every rank produced the same ones. One process drives all

@@ -24,7 +24,7 @@
 
 #include "core/check.h"
 #include "core/log.h"
-#include "model/llada_config.h"
+#include "model/model_config.h"
 #include "server/http_connection.h"
 #include "server/metrics.h"
 #include "server/openai.h"

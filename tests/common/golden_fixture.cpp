@@ -23,7 +23,7 @@ const nlohmann::json& golden_json(const std::string& file) {
 GoldenFixture& golden_fixture(int cpu_threads) {
   static GoldenFixture f = [&] {
     auto backend = make_cpu_backend(cpu_threads);
-    LladaModel model = load_model(*backend, golden_dir());
+    Model model = load_model(*backend, golden_dir());
     return GoldenFixture{golden_dir(),
                          std::move(backend),
                          std::move(model),

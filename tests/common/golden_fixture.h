@@ -23,18 +23,18 @@
 #include "core/check.h"
 #include "flashdllm/params.h"
 #include "io/safetensors.h"
-#include "model/llada.h"
+#include "model/model.h"
 
 namespace flashdllm::test {
 
 struct GoldenFixture {
   std::filesystem::path dir;
   std::unique_ptr<Backend> backend;  // CPU
-  LladaModel model;
+  Model model;
   const nlohmann::json& llada;     // gen_llada.json
   const nlohmann::json& fastdllm;  // gen_fastdllm.json
   const nlohmann::json& flash;     // gen_flashdllm.json
-  const LladaConfig& config() const noexcept { return model.config; }
+  const ModelConfig& config() const noexcept { return model.config; }
 };
 
 /// The fixture, loaded on first use onto a CPU backend with `cpu_threads` threads (0 = OpenMP's

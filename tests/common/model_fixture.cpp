@@ -8,15 +8,15 @@
 #include "common/test_paths.h"
 #include "core/check.h"
 #include "io/safetensors.h"
-#include "model/llada_config.h"
+#include "model/model_config.h"
 
 namespace flashdllm::test {
 
-LladaModel load_model(Backend& backend, const std::filesystem::path& dir, const TensorParallel& tp) {
-  LladaModel m;
-  m.config = load_llada_config(dir / "config.json");
+Model load_model(Backend& backend, const std::filesystem::path& dir, const TensorParallel& tp) {
+  Model m;
+  m.config = load_model_config(dir / "config.json");
   Checkpoint ckpt = Checkpoint::open(dir);
-  m.weights = load_llada_weights(backend, ckpt, m.config, tp);
+  m.weights = load_model_weights(backend, ckpt, m.config, tp);
   m.rope = make_rope_tables(backend, m.config, m.config.max_sequence_length + 256);
   m.tp = tp;
   return m;
@@ -31,7 +31,7 @@ TpGroup load_tp_group(const std::filesystem::path& dir, int world, int threads, 
     comms.push_back(g.comms[static_cast<size_t>(r)].get());
   }
   g.models.reserve(static_cast<size_t>(world));  // denoisers keep references: no reallocation
-  const LladaConfig cfg = load_llada_config(dir / "config.json");
+  const ModelConfig cfg = load_model_config(dir / "config.json");
   for (int r = 0; r < world; ++r) {
     const TensorParallel tp{r, world, comms[static_cast<size_t>(r)]};
     Backend& be = *g.backends[static_cast<size_t>(r)];
@@ -39,9 +39,9 @@ TpGroup load_tp_group(const std::filesystem::path& dir, int world, int threads, 
       g.models.push_back(load_model(be, dir, tp));
       continue;
     }
-    LladaModel m;
+    Model m;
     m.config = cfg;
-    m.weights = make_dummy_llada_weights(be, cfg, seed, tp);
+    m.weights = make_dummy_weights(be, cfg, seed, tp);
     m.rope = make_rope_tables(be, cfg, cfg.max_sequence_length + 256);
     m.tp = tp;
     g.models.push_back(std::move(m));
@@ -105,13 +105,13 @@ ForwardBatch full_recompute_batch(const std::vector<std::vector<int32_t>>& seque
   return fb;
 }
 
-std::vector<float> forward_logits(Backend& backend, const LladaModel& model, const ForwardBatch& fb,
+std::vector<float> forward_logits(Backend& backend, const Model& model, const ForwardBatch& fb,
                                   std::vector<float>* last_k) {
   const int64_t T = fb.n_tokens();
   KvStore kv = make_kv_store(backend, model.config, T, true, model.tp);
   ForwardWorkspace ws = make_forward_workspace(backend, model.config, T, std::max<int64_t>(T, 1),
                                                static_cast<int64_t>(fb.tiles.size()), 0, model.tp);
-  Tensor logits = llada_forward(backend, model, fb, kv, ws);
+  Tensor logits = model_forward(backend, model, fb, kv, ws);
   std::vector<float> out(static_cast<size_t>(logits.numel()));
   if (!out.empty()) backend.copy_to_host(out.data(), logits);
   if (last_k != nullptr) {
@@ -121,12 +121,12 @@ std::vector<float> forward_logits(Backend& backend, const LladaModel& model, con
   return out;
 }
 
-std::vector<float> full_logits(Backend& backend, const LladaModel& model,
+std::vector<float> full_logits(Backend& backend, const Model& model,
                                const std::vector<std::vector<int32_t>>& sequences) {
   return forward_logits(backend, model, full_recompute_batch(sequences));
 }
 
-std::vector<GenerateRequest> random_id_requests(const LladaConfig& c, size_t n, uint32_t seed, int64_t first_length,
+std::vector<GenerateRequest> random_id_requests(const ModelConfig& c, size_t n, uint32_t seed, int64_t first_length,
                                                 int64_t step) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int32_t> id(5, std::min(c.mask_token_id, c.eos_token_id) - 1);

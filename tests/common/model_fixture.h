@@ -13,12 +13,12 @@
 #include "flashdllm/params.h"
 #include "flashdllm/request.h"
 #include "io/safetensors.h"
-#include "model/llada.h"
+#include "model/model.h"
 
 namespace flashdllm::test {
 
 /// Loads config + weights + RoPE tables of a checkpoint directory onto `backend` (rank `tp`'s shard).
-LladaModel load_model(Backend& backend, const std::filesystem::path& dir, const TensorParallel& tp = {});
+Model load_model(Backend& backend, const std::filesystem::path& dir, const TensorParallel& tp = {});
 
 /// A tensor-parallel group of a checkpoint on CPU backends of `threads` threads each, with
 /// in-process communicators (the CPU twin of tensor parallelism). dummy: seeded dummy weights
@@ -26,7 +26,7 @@ LladaModel load_model(Backend& backend, const std::filesystem::path& dir, const 
 struct TpGroup {
   std::vector<std::unique_ptr<Communicator>> comms;
   std::vector<std::unique_ptr<Backend>> backends;
-  std::vector<LladaModel> models;
+  std::vector<Model> models;
   std::unique_ptr<Lockstep> lockstep;
   int world() const noexcept { return static_cast<int>(models.size()); }
   /// fn(rank) on every rank at once (collectives need all ranks).
@@ -55,7 +55,7 @@ struct DecodeMode {
 
 /// `n` token-id requests of lengths first_length + i * step, ids drawn (std::mt19937(seed)) from the
 /// model's plain vocabulary [5, min(mask, eos)): engine tests whose prompts only need to differ.
-std::vector<GenerateRequest> random_id_requests(const LladaConfig& c, size_t n, uint32_t seed, int64_t first_length,
+std::vector<GenerateRequest> random_id_requests(const ModelConfig& c, size_t n, uint32_t seed, int64_t first_length,
                                                 int64_t step);
 
 /// Parses a JSON file (throws on error).
@@ -64,12 +64,12 @@ nlohmann::json load_json(const std::filesystem::path& path);
 /// A forward over whole sequences (full recompute, every row's logits), for parity tests.
 /// Returns logits [sum L, embedding_size] row-major on the host. Under tensor parallelism every
 /// rank calls it at once (TpGroup::run) and gets the gathered logits.
-std::vector<float> full_logits(Backend& backend, const LladaModel& model,
+std::vector<float> full_logits(Backend& backend, const Model& model,
                                const std::vector<std::vector<int32_t>>& sequences);
-/// llada_forward over `fb` on a fresh K/V store (fb.n_tokens() rows) and workspace: the logits
+/// model_forward over `fb` on a fresh K/V store (fb.n_tokens() rows) and workspace: the logits
 /// [R, embedding_size] of fb.logit_rows on the host (R <= n_tokens); last_k, when given, receives
 /// this rank's last-layer K store afterwards.
-std::vector<float> forward_logits(Backend& backend, const LladaModel& model, const ForwardBatch& fb,
+std::vector<float> forward_logits(Backend& backend, const Model& model, const ForwardBatch& fb,
                                   std::vector<float>* last_k = nullptr);
 /// The batch full_logits runs: every position a query row, its own store row and a logits row,
 /// one tile per sequence.

@@ -426,7 +426,7 @@ void expect_invalid(F&& f, const std::string& needle) {
 
 TEST(FastDllmOptions, RejectsBadParameters) {
   Golden& g = golden();
-  const LladaConfig& cfg = g.model.config;
+  const ModelConfig& cfg = g.model.config;
   // The settings are params.h's, validated once there (validate); the sampler's constructor calls it.
   auto with = [](auto edit) {
     GenerateOptions o;

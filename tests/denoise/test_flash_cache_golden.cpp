@@ -33,7 +33,7 @@
 #include "common/numerics.h"
 #include "common/test_paths.h"
 #include "denoise/flash_cache.h"
-#include "model/llada_config.h"
+#include "model/model_config.h"
 
 namespace flashdllm::test {
 namespace {
@@ -415,7 +415,7 @@ TEST(FlashLayout, MaxLengthAndSeqlenKMatchTheTraces) {
   EXPECT_EQ(flash_slot_length(112, 128, 16), 256);  // seqlen_k 256 = 112 + 128 + 16; L_max 384
   EXPECT_THROW(flash_slot_length(10, 20, 0), Error);
   // Paper setting: LLaDA-8B, bf16, 32 slots x 1536 rows = 25.8 GB (reference §D.2).
-  const LladaConfig c8 = load_llada_config(repo_data_dir() / "llada-8b-instruct" / "config.json");
+  const ModelConfig c8 = load_model_config(repo_data_dir() / "llada-8b-instruct" / "config.json");
   EXPECT_EQ(flash_kv_cache_bytes(c8, DType::kBF16, 32, 1536), size_t{25769803776});
   EXPECT_EQ(flash_max_slots(c8, DType::kBF16, 1536, size_t{25769803776}), 32);
   EXPECT_EQ(flash_max_slots(c8, DType::kBF16, 1536, size_t{25769803775}), 31);
@@ -453,7 +453,7 @@ struct NoCacheRun {
 NoCacheRun nocache_flash(const std::vector<int32_t>& prompt, const GenerateOptions& o, int64_t L) {
   Golden& g = golden();
   Backend& be = *g.backend;
-  const LladaConfig& c = g.model.config;
+  const ModelConfig& c = g.model.config;
   const int64_t P = static_cast<int64_t>(prompt.size()), G = o.sampling.gen_length;
   const int64_t seqlen_k = (P + G) / 128 * 128 + 128;
   std::vector<int32_t> x(static_cast<size_t>(L), c.eos_token_id);
@@ -488,7 +488,7 @@ NoCacheRun nocache_flash(const std::vector<int32_t>& prompt, const GenerateOptio
       fb.row_keys.push_back(0);
     }
     const auto w = static_cast<int64_t>(W.size());
-    Tensor logits = llada_forward(be, g.model, fb, kv, ws);
+    Tensor logits = model_forward(be, g.model, fb, kv, ws);
     be.select_tokens(logits, ws.row_keys.slice_rows(0, w), SelectParams{}, x0.slice_rows(0, w), cf.slice_rows(0, w));
     std::vector<int32_t> tok(static_cast<size_t>(w));
     std::vector<double> conf(static_cast<size_t>(w));
@@ -1160,7 +1160,7 @@ TEST(FlashBatching, ForwardGroupsBoundTheRowsPerCall) {
 TEST(FlashImportance, ForwardAccumulatesTheRequestedLayersAndTiles) {
   Golden& g = golden();
   Backend& be = *g.backend;
-  const LladaConfig& c = g.model.config;
+  const ModelConfig& c = g.model.config;
   if (c.n_layers <= 2)  // the released code counts a_t from layer 2
     GTEST_SKIP() << "the fixture has " << c.n_layers << " layers: none past layers 0 and 1 to count in a_t";
   const auto common = g.flash["prompts"]["common"].get<std::vector<std::vector<int32_t>>>();
@@ -1184,7 +1184,7 @@ TEST(FlashImportance, ForwardAccumulatesTheRequestedLayersAndTiles) {
     b.importance.weight = weight;
     b.importance.scores = scores;
     be.fill_zero(scores);
-    llada_forward(be, g.model, b, kv, ws);
+    model_forward(be, g.model, b, kv, ws);
     std::vector<float> out(static_cast<size_t>(2 * L));
     be.copy_to_host(out.data(), scores);
     return out;
@@ -1211,16 +1211,16 @@ TEST(FlashImportance, ForwardAccumulatesTheRequestedLayersAndTiles) {
   ForwardBatch b = fb;
   b.importance.scores = scores;
   b.importance.tiles.push_back(fb.importance.tiles.back());  // more score tiles than tiles
-  EXPECT_THROW(llada_forward(be, g.model, b, kv, ws), Error);
+  EXPECT_THROW(model_forward(be, g.model, b, kv, ws), Error);
   b.importance.tiles = fb.importance.tiles;
   b.importance.tiles[1].q_start = fb.tiles[0].q_start;  // not inside tile 1
-  EXPECT_THROW(llada_forward(be, g.model, b, kv, ws), Error);
+  EXPECT_THROW(model_forward(be, g.model, b, kv, ws), Error);
   b.importance.tiles = fb.importance.tiles;
   b.importance.tiles[0].k_end -= 1;  // other keys than tile 0's
-  EXPECT_THROW(llada_forward(be, g.model, b, kv, ws), Error);
+  EXPECT_THROW(model_forward(be, g.model, b, kv, ws), Error);
   b.importance.tiles = fb.importance.tiles;
   b.importance.scores = Tensor(buf.data(), DType::kF32, be.device(), {L});
-  EXPECT_THROW(llada_forward(be, g.model, b, kv, ws), Error);
+  EXPECT_THROW(model_forward(be, g.model, b, kv, ws), Error);
 }
 
 // ================================================================================ parameter errors
@@ -1275,7 +1275,7 @@ TEST(FlashOptions, ParameterErrorsNameTheParameter) {
       "outside the vocabulary");
   expect_invalid([&] { den.generate({{1, g.model.config.mask_token_id}}); }, "mask token");
   // L_max beyond the RoPE table of the model.
-  LladaModel small = load_model(*g.backend, golden_dir());
+  Model small = load_model(*g.backend, golden_dir());
   small.rope = make_rope_tables(*g.backend, small.config, 200);
   FlashCacheDenoiser d2(*g.backend, small, o);
   expect_invalid([&] { d2.generate({std::vector<int32_t>(100, 3)}); }, "RoPE table");

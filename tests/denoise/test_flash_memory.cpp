@@ -11,8 +11,8 @@
 #include "common/test_paths.h"
 #include "denoise/denoiser.h"
 #include "denoise/flash_cache.h"
-#include "model/llada.h"
-#include "model/llada_config.h"
+#include "model/model.h"
+#include "model/model_config.h"
 
 namespace flashdllm::test {
 namespace {
@@ -23,11 +23,11 @@ namespace {
 // sum (bench/results/2026-11-30-h200-8b-grid, flash column).
 constexpr size_t kOtherBytes = size_t{16} << 20;
 
-LladaConfig llada_8b() { return load_llada_config(repo_data_dir() / "llada-8b-instruct" / "config.json"); }
+ModelConfig llada_8b() { return load_model_config(repo_data_dir() / "llada-8b-instruct" / "config.json"); }
 
 TEST(FlashPoolBytes, MatchesThePoolsBuffers) {
   GoldenFixture& g = golden_fixture(1);
-  const LladaConfig& c = g.config();
+  const ModelConfig& c = g.config();
   struct Case {
     const char* name;
     int64_t slots, total, max_forward_rows, query_tile_rows;
@@ -61,15 +61,15 @@ TEST(FlashPoolBytes, WorkspaceRowsShareTheAttentionAndMlpBuffers) {
   // LLaDA-8B, bf16: a token row holds x and xn (8 KiB each) and the larger of the attention stage
   // (q, attn, qkv scratch: 40 KiB) and the MLP (gate_up, act: 72 KiB), 88 KiB, not their sum
   // (128 KiB), plus its plan entries (token id, position, K/V row: 3 x I32).
-  const LladaConfig c = llada_8b();
+  const ModelConfig c = llada_8b();
   const size_t one = forward_workspace_bytes(DType::kBF16, c, 1024, 16, 2);
   const size_t two = forward_workspace_bytes(DType::kBF16, c, 2048, 16, 2);
   EXPECT_EQ((two - one) / 1024, (size_t{88} << 10) + 12);
 }
 
 TEST(FlashPoolBytes, LladaEightBWithinThreePercentOfWeightsAndKv) {
-  const LladaConfig c = llada_8b();
-  const size_t weights = llada_weight_bytes(DType::kBF16, c);
+  const ModelConfig c = llada_8b();
+  const size_t weights = model_weight_bytes(DType::kBF16, c);
   EXPECT_EQ(weights, size_t{16031162368});  // 14.93 GiB, as the grid's peaks count them
   GenerateOptions o = flash_options();      // gen_length 512, block 16, max_forward_rows 4096
   // Flash-Verify too: its pass shares the workspace buffer (without that, 250-token prompts reach

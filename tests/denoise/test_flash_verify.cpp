@@ -1,5 +1,5 @@
 // Flash-Verify (src/denoise/flash_verify.*, the verify branch of FlashCacheDenoiser, and
-// llada_verify_forward) on the CPU backend:
+// model_verify_forward) on the CPU backend:
 //  * isolation property (exact cache): on random one-layer checkpoints (where a position's K/V does
 //    not depend on its context, so a cache refreshed from the current state is exact) the verify
 //    pass's mask-view logits for candidate i equal the logits of a separate full forward whose
@@ -60,9 +60,9 @@ Golden& golden() { return golden_fixture(1); }
 
 /// A random LLaDA checkpoint on the CPU backend with sharp, position-dependent attention (q/k
 /// weights N(0, (3/sqrt(d))²) as in the golden G1 init), so that contexts matter.
-LladaModel random_model(Backend& be, uint64_t seed, int64_t n_layers, int64_t d_model, int64_t n_heads, int64_t vocab) {
-  LladaModel m;
-  LladaConfig& c = m.config;
+Model random_model(Backend& be, uint64_t seed, int64_t n_layers, int64_t d_model, int64_t n_heads, int64_t vocab) {
+  Model m;
+  ModelConfig& c = m.config;
   c.d_model = d_model;
   c.n_layers = n_layers;
   c.n_heads = c.n_kv_heads = n_heads;
@@ -76,7 +76,7 @@ LladaModel random_model(Backend& be, uint64_t seed, int64_t n_layers, int64_t d_
   c.eos_token_id = c.pad_token_id = static_cast<int32_t>(vocab - 2);
   c.model_type = "llada";
   c.block_type = "llama";
-  m.weights = make_dummy_llada_weights(be, c, seed);
+  m.weights = make_dummy_weights(be, c, seed);
   std::mt19937_64 rng(seed);
   auto fill = [&](Tensor& t, float mean, float sd) {
     std::normal_distribution<float> n(mean, sd);
@@ -102,7 +102,7 @@ LladaModel random_model(Backend& be, uint64_t seed, int64_t n_layers, int64_t d_
 
 /// Writes the exact K/V of slot j's current row into the cache: one forward over [0, seqlen_k)
 /// (each position its own query row and store row j·L + t).
-void refresh_slot(Backend& be, const LladaModel& m, const FlashSlot& s, int64_t j, int64_t L, KvStore& kv) {
+void refresh_slot(Backend& be, const Model& m, const FlashSlot& s, int64_t j, int64_t L, KvStore& kv) {
   ForwardBatch fb;
   for (int32_t t = 0; t < static_cast<int32_t>(s.seqlen_k); ++t) {
     fb.token_ids.push_back(s.x[static_cast<size_t>(t)]);
@@ -112,7 +112,7 @@ void refresh_slot(Backend& be, const LladaModel& m, const FlashSlot& s, int64_t 
   fb.tiles.push_back({0, static_cast<int32_t>(s.seqlen_k), static_cast<int32_t>(j * L),
                       static_cast<int32_t>(j * L + s.seqlen_k)});
   ForwardWorkspace ws = make_forward_workspace(be, m.config, s.seqlen_k, 1, 1);
-  llada_forward(be, m, fb, kv, ws);
+  model_forward(be, m, fb, kv, ws);
 }
 
 std::vector<float> kv_bytes(const KvStore& kv) {
@@ -126,7 +126,7 @@ std::vector<float> kv_bytes(const KvStore& kv) {
 
 /// Commits `k` window entries of the slot with random tokens (never mask/eos), random order, then
 /// re-ranks with random scores: a realistic mid-run state.
-void advance(FlashSlot& s, const GenerateOptions& o, const LladaConfig& c, std::mt19937_64& rng, int64_t k) {
+void advance(FlashSlot& s, const GenerateOptions& o, const ModelConfig& c, std::mt19937_64& rng, int64_t k) {
   const size_t w = s.window.size();
   std::vector<double> conf(w);
   std::uniform_real_distribution<double> u(0.0, 0.8);
@@ -144,7 +144,7 @@ void advance(FlashSlot& s, const GenerateOptions& o, const LladaConfig& c, std::
 }
 
 /// Phase 1 on a slot: random confidences with `k1` of them >= ε, random drafts; returns the tile.
-FlashVerifyTile phase1(FlashSlot& s, int64_t j, const GenerateOptions& o, const LladaConfig& c, std::mt19937_64& rng,
+FlashVerifyTile phase1(FlashSlot& s, int64_t j, const GenerateOptions& o, const ModelConfig& c, std::mt19937_64& rng,
                        int64_t k1) {
   const size_t w = s.window.size();
   std::vector<double> conf(w);
@@ -178,8 +178,8 @@ class VerifyIsolation : public ::testing::TestWithParam<IsoCase> {};
 TEST_P(VerifyIsolation, MaskAndDraftRowsEqualSeparateFullForwards) {
   const IsoCase& ic = GetParam();
   auto be = make_cpu_backend(1);
-  const LladaModel m = random_model(*be, ic.seed, /*n_layers=*/1, ic.d_model, ic.n_heads, /*vocab=*/96);
-  const LladaConfig& c = m.config;
+  const Model m = random_model(*be, ic.seed, /*n_layers=*/1, ic.d_model, ic.n_heads, /*vocab=*/96);
+  const ModelConfig& c = m.config;
   GenerateOptions o = flash_options();
   o.sampling.gen_length = 24;
   o.decode.block_length = 8;
@@ -213,7 +213,7 @@ TEST_P(VerifyIsolation, MaskAndDraftRowsEqualSeparateFullForwards) {
   vb.row_keys.assign(vb.logit_rows.size(), 0);
   ForwardWorkspace ws = make_forward_workspace(*be, c, vb.n_tokens(), vb.n_tokens(), 4,
                                                static_cast<int64_t>(vb.key_rows.size()));
-  Tensor lg = llada_verify_forward(*be, m, vb, kv, ws);
+  Tensor lg = model_verify_forward(*be, m, vb, kv, ws);
   const int64_t V = c.embedding_size;
   std::vector<float> got(static_cast<size_t>(lg.numel()));
   be->copy_to_host(got.data(), lg);
@@ -267,7 +267,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(VerifyForward, TileWithoutCandidatesEqualsACachedMainPassOverTheKeptRows) {
   Golden& g = golden();
   Backend& be = *g.backend;
-  const LladaConfig& c = g.model.config;
+  const ModelConfig& c = g.model.config;
   GenerateOptions o = flash_options();
   o.sampling.gen_length = 32;
   o.decode.verify = true;
@@ -293,7 +293,7 @@ TEST(VerifyForward, TileWithoutCandidatesEqualsACachedMainPassOverTheKeptRows) {
   vb.row_keys.assign(vb.logit_rows.size(), 0);
   const std::vector<float> before = kv_bytes(kv);
   ForwardWorkspace ws = make_forward_workspace(be, c, vb.n_tokens(), vb.n_tokens(), 1, static_cast<int64_t>(vb.key_rows.size()));
-  Tensor lg = llada_verify_forward(be, g.model, vb, kv, ws);
+  Tensor lg = model_verify_forward(be, g.model, vb, kv, ws);
   std::vector<float> got(static_cast<size_t>(lg.numel()));
   be.copy_to_host(got.data(), lg);
   EXPECT_EQ(kv_bytes(kv), before) << "the verify pass wrote the K/V cache";
@@ -313,7 +313,7 @@ TEST(VerifyForward, TileWithoutCandidatesEqualsACachedMainPassOverTheKeptRows) {
   }
   fb.tiles.push_back({0, static_cast<int32_t>(v.kept.size()), 0, static_cast<int32_t>(s.seqlen_k)});
   ForwardWorkspace ws2 = make_forward_workspace(be, c, fb.n_tokens(), fb.n_tokens(), 1);
-  Tensor lr = llada_forward(be, g.model, fb, kv2, ws2);
+  Tensor lr = model_forward(be, g.model, fb, kv2, ws2);
   std::vector<float> want(static_cast<size_t>(lr.numel()));
   be.copy_to_host(want.data(), lr);
   EXPECT_LE(rel_max_err(got, want), kFp32OpRelTol);
@@ -322,7 +322,7 @@ TEST(VerifyForward, TileWithoutCandidatesEqualsACachedMainPassOverTheKeptRows) {
 TEST(VerifyForward, RejectsInconsistentBatches) {
   Golden& g = golden();
   Backend& be = *g.backend;
-  const LladaConfig& c = g.model.config;
+  const ModelConfig& c = g.model.config;
   KvStore kv = make_kv_store(be, c, 64, false);
   ForwardWorkspace ws = make_forward_workspace(be, c, 8, 8, 2, 64);
   auto base = [] {
@@ -335,10 +335,10 @@ TEST(VerifyForward, RejectsInconsistentBatches) {
     vb.row_keys = {0};
     return vb;
   };
-  EXPECT_NO_THROW(llada_verify_forward(be, g.model, base(), kv, ws));
+  EXPECT_NO_THROW(model_verify_forward(be, g.model, base(), kv, ws));
   auto expect_error = [&](VerifyBatch vb, const std::string& needle) {
     try {
-      llada_verify_forward(be, g.model, vb, kv, ws);
+      model_verify_forward(be, g.model, vb, kv, ws);
       ADD_FAILURE() << "expected an error mentioning " << needle;
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
@@ -369,7 +369,7 @@ TEST(VerifyForward, RejectsInconsistentBatches) {
   expect_error(vb, "positions");
   ForwardWorkspace plain = make_forward_workspace(be, c, 8, 8, 2);
   try {
-    llada_verify_forward(be, g.model, base(), kv, plain);
+    model_verify_forward(be, g.model, base(), kv, plain);
     ADD_FAILURE() << "a workspace without verify buffers must be refused";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("max_verify_keys"), std::string::npos) << e.what();
@@ -1041,7 +1041,7 @@ struct ShortWindowRun {
 
 ShortWindowRun run_short_window(int64_t slots) {
   Golden& g = golden();
-  const LladaConfig& c = g.model.config;
+  const ModelConfig& c = g.model.config;
   GenerateOptions o = flash_options();
   o.sampling.gen_length = 16;
   o.decode.block_length = 8;
@@ -1412,7 +1412,7 @@ TEST(VerifyOptions, PresetsDefaultsAndErrors) {
   EXPECT_DOUBLE_EQ(flash_preset("math").gamma, 0.85);
   EXPECT_DOUBLE_EQ(flash_preset("humaneval").gamma, 0.85);
   EXPECT_DOUBLE_EQ(flash_preset("mbpp").gamma, 0.8);
-  const LladaConfig& c = golden().model.config;
+  const ModelConfig& c = golden().model.config;
   // The verify settings are params.h's, validated once there (validate); they apply with verify on.
   auto expect_error = [&](GenerateOptions o, const std::string& needle) {
     try {

@@ -12,12 +12,12 @@
 namespace flashdllm::test {
 namespace {
 
-struct Model {
+struct LoadedModel {
   std::unique_ptr<Backend> backend = make_cpu_backend(1);
-  LladaModel model = load_model(*backend, golden_dir());
+  Model model = load_model(*backend, golden_dir());
 };
-Model& model() {
-  static Model m;
+LoadedModel& model() {
+  static LoadedModel m;
   return m;
 }
 
@@ -164,7 +164,7 @@ TEST(SamplerEosEot, ConfidenceEosEotInfHoldsAtAnyTemperature) {
   const auto dir = default_model_dir();
   if (!std::filesystem::exists(dir / "model.safetensors")) GTEST_SKIP() << "no default model";
   auto backend = make_cpu_backend(1);
-  const LladaModel m = load_model(*backend, dir);
+  const Model m = load_model(*backend, dir);
   const Tokenizer tok = Tokenizer::from_file(dir / "tokenizer.json");
   const ChatTemplate chat = ChatTemplate::from_tokenizer_config(dir / "tokenizer_config.json");
   const int32_t eot = tok.token_to_id("<|eot_id|>").value();

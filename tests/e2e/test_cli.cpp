@@ -16,8 +16,8 @@
 #include "common/numerics.h"
 #include "common/test_paths.h"
 #include "io/safetensors.h"
-#include "model/llada_config.h"
-#include "model/llada_info.h"
+#include "model/model_config.h"
+#include "model/model_info.h"
 
 namespace flashdllm::test {
 namespace {
@@ -152,11 +152,23 @@ TEST(Cli, InfoPrintsConfigAndParameterCount) {
   ASSERT_EQ(r.code, 0) << r.out;
   // The parameter count from the config's shapes (G1: 2*1024*256 + 3*(4*256^2 + 3*256*512 + 2*256) + 256
   // = 2,492,160), the dtype of the fixture's tensors, its layer count.
-  const LladaConfig c = load_llada_config(golden_dir() / "config.json");
+  const ModelConfig c = load_model_config(golden_dir() / "config.json");
   const Checkpoint ck = Checkpoint::open(golden_dir());
   EXPECT_NE(r.out.find(fmt::format("parameters        {} ", c.parameter_count())), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(fmt::format("checkpoint dtype  {}", checkpoint_dtype_summary(ck))), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(fmt::format("n_layers          {}\n", c.n_layers)), std::string::npos) << r.out;
+}
+
+// A Dream checkpoint: `info` describes it (family, GQA, bias, shift, K/V per token).
+TEST(Cli, InfoDescribesDream) {
+  const std::filesystem::path dream = test_data_dir() / "golden" / "dream_a";
+  CliRun r = run_cli(fmt::format("info -m {}", dream.string()));
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* part : {"architecture      Dream (model_type Dream)", "n_kv_heads 2", "GQA: 2 query heads per K/V head",
+                           "q/k/v bias yes", "logit shift       yes"})
+    EXPECT_NE(r.out.find(part), std::string::npos) << "lacks '" << part << "':\n" << r.out;
+  const ModelConfig c = load_model_config(dream / "config.json");
+  EXPECT_NE(r.out.find(fmt::format("parameters        {} ", c.parameter_count())), std::string::npos) << r.out;
 }
 
 }  // namespace

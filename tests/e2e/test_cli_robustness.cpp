@@ -21,8 +21,8 @@
 #include "common/model_fixture.h"
 #include "common/test_paths.h"
 #include "io/safetensors.h"
-#include "model/llada_checkpoint.h"
-#include "model/llada_config.h"
+#include "model/model_checkpoint.h"
+#include "model/model_config.h"
 
 namespace flashdllm::test {
 namespace {
@@ -124,7 +124,7 @@ TEST(CliRobustness, TokenizerLackingTheMaskTokenIsRefused) {
 }
 
 TEST(CliRobustness, TokenizerWhoseEosIsNotTheConfigsIsRefused) {
-  const LladaConfig cfg = load_llada_config(default_model_dir() / "config.json");
+  const ModelConfig cfg = load_model_config(default_model_dir() / "config.json");
   const fs::path dir = small_model_with_tokenizer("moved_eos", [&](json& t) {
     for (json& a : t["added_tokens"])  // swap the contents of the EOS and the next added token
       if (a["id"] == cfg.eos_token_id)
@@ -145,7 +145,7 @@ TEST(CliRobustness, MissingEmbeddingNamesTensorAndShape) {
   for (const auto& [name, t] : src->tensors())
     if (name != "model.transformer.wte.weight") keep.push_back({name, t.dtype, t.shape, t.data, t.nbytes});
   write_safetensors(dir / "model.safetensors", keep);
-  const LladaConfig cfg = load_llada_config(dir / "config.json");
+  const ModelConfig cfg = load_model_config(dir / "config.json");
   const std::string shape = fmt::format("[{}, {}]", cfg.embedding_size, cfg.d_model);
   for (const std::string& cmd : {ids_generate(dir), fmt::format("info -m '{}'", dir.string())})
     expect_refused(run_flashdllm(cmd, 30), 1,
@@ -162,7 +162,7 @@ TEST(CliRobustness, InfoOnAn8BCheckpointReadsMetadataOnly) {
                   (src / "model.safetensors.index.json").string(), dir.string()),
       60);
   ASSERT_EQ(made.exit_code, 0) << made.output;
-  const LladaConfig cfg = load_llada_config(src / "config.json");
+  const ModelConfig cfg = load_model_config(src / "config.json");
   const Checkpoint ck = Checkpoint::open(dir);
   EXPECT_EQ(ck.total_bytes(), static_cast<size_t>(2 * cfg.parameter_count()));
   const CommandResult r = run_flashdllm(fmt::format("info -m '{}'", dir.string()), 30);

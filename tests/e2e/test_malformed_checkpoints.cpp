@@ -23,8 +23,8 @@
 #include "common/cli_runner.h"
 #include "common/test_paths.h"
 #include "io/safetensors.h"
-#include "model/llada_checkpoint.h"
-#include "model/llada_config.h"
+#include "model/model_checkpoint.h"
+#include "model/model_config.h"
 
 namespace flashdllm::test {
 namespace {
@@ -81,7 +81,7 @@ struct Tensors {
 
 Tensors tiny_tensors(const json& cfg) {
   Tensors t;
-  t.specs = llada_expected_tensors(parse_llada_config(cfg, "config.json"));
+  t.specs = model_expected_tensors(parse_model_config(cfg, "config.json"));
   std::mt19937 rng(7);
   std::normal_distribution<float> n(0.f, 0.3f);
   for (const auto& s : t.specs) {

@@ -13,7 +13,7 @@
 #include "common/model_fixture.h"
 #include "common/test_paths.h"
 #include "flashdllm/engine.h"
-#include "model/llada_config.h"
+#include "model/model_config.h"
 
 namespace flashdllm {
 namespace {
@@ -62,7 +62,7 @@ EngineOptions options(int dp, int tp = 1) {
 }
 
 /// Five prompts of random ids of the model's plain vocabulary, of different lengths.
-std::vector<GenerateRequest> requests(const LladaConfig& c) { return test::random_id_requests(c, 5, 7, 4, 7); }
+std::vector<GenerateRequest> requests(const ModelConfig& c) { return test::random_id_requests(c, 5, 7, 4, 7); }
 
 TEST(DataParallelEngine, GenerateDealsTheBatchAndEqualsOneReplicaInEveryMode) {
   auto one = Engine::load(options(1));

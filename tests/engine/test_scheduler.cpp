@@ -25,7 +25,7 @@ namespace {
 
 struct SmallModel {
   std::unique_ptr<Backend> backend = make_cpu_backend(1);
-  LladaModel model;
+  Model model;
   std::optional<Tokenizer> tok;
   std::optional<ChatTemplate> chat;
   int32_t eot = -1;
@@ -230,7 +230,7 @@ TEST(AnswerInvariants, NoMaskIdAtAnyTemperature) {
 TEST(Scheduler, NonFiniteLogitsFailOnlyTheirOwnRequest) {
   if (!have_model()) GTEST_SKIP() << "no default model";
   SmallModel& sm = small();
-  LladaModel poisoned = test::load_model(*sm.backend, test::default_model_dir());
+  Model poisoned = test::load_model(*sm.backend, test::default_model_dir());
   const int32_t bad_id = 2060;  // <|reserved_token_8|>: in the vocabulary, never trained
   const std::vector<float> nan_row(static_cast<size_t>(poisoned.config.d_model), std::nanf(""));
   sm.backend->copy_from_host(poisoned.weights.wte.slice_rows(bad_id, bad_id + 1), nan_row.data());

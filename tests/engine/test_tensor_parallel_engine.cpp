@@ -12,7 +12,7 @@
 #include "common/model_fixture.h"
 #include "common/test_paths.h"
 #include "flashdllm/engine.h"
-#include "model/llada_config.h"
+#include "model/model_config.h"
 
 namespace flashdllm {
 namespace {
@@ -69,7 +69,7 @@ EngineOptions options(const std::filesystem::path& dir, int tp, bool dummy = fal
 }
 
 /// Three prompts of random ids of the model's plain vocabulary (below its special tokens).
-std::vector<GenerateRequest> requests(const LladaConfig& c) { return test::random_id_requests(c, 3, 3, 5, 9); }
+std::vector<GenerateRequest> requests(const ModelConfig& c) { return test::random_id_requests(c, 3, 3, 5, 9); }
 
 void expect_same_tokens(Engine& one, Engine& tp, const std::string& what) {
   const auto rq = requests(one.config());

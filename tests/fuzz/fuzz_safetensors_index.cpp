@@ -1,7 +1,7 @@
 // Fuzz target: model.safetensors.index.json. The index is read from the fuzzer's bytes; next to it
 // lie two fixed, valid shards ("a.safetensors": tensors x, y; "b.safetensors": tensor z), so the
 // fuzzer can reach every index check (shard names, mapping, duplicates, total_size) with shards that
-// exist. Each input also goes through validate_llada_index against a tiny LLaDA config.
+// exist. Each input also goes through validate_model_index against a tiny LLaDA config.
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -9,15 +9,15 @@
 #include "flashdllm/status.h"
 #include "fuzz/fuzz_common.h"
 #include "io/safetensors.h"
-#include "model/llada_checkpoint.h"
-#include "model/llada_config.h"
+#include "model/model_checkpoint.h"
+#include "model/model_config.h"
 
 using namespace flashdllm;
 
 namespace {
 
-const LladaConfig& tiny_config() {
-  static const LladaConfig cfg = [] {
+const ModelConfig& tiny_config() {
+  static const ModelConfig cfg = [] {
     nlohmann::json j = {{"model_type", "llada"},
                         {"block_type", "llama"},
                         {"activation_type", "silu"},
@@ -33,7 +33,7 @@ const LladaConfig& tiny_config() {
                         {"rope_theta", 10000.0},
                         {"mask_token_id", 31},
                         {"eos_token_id", 30}};
-    return parse_llada_config(j, "tiny config");
+    return parse_model_config(j, "tiny config");
   }();
   return cfg;
 }
@@ -61,7 +61,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const Error&) {
   }
   try {
-    const int per_param = validate_llada_index(index, tiny_config());
+    const int per_param = validate_model_index(index, tiny_config());
     fuzz::require(per_param == 2 || per_param == 4);
   } catch (const Error&) {
   }

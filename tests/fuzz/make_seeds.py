@@ -60,7 +60,8 @@ def main():
     put("safetensors_index", "llada_names", json.dumps(tiny))
     # config.json
     for name, path in [("llada8b", REPO / "data" / "llada-8b-instruct" / "config.json"),
-                       ("small_model", REPO / "models" / "llada-arith-12m" / "config.json")]:
+                       ("small_model", REPO / "models" / "llada-arith-12m" / "config.json"),
+                       ("dream7b", REPO / "data" / "dream-v0-instruct-7b" / "config.json")]:
         put("config", name, path.read_text())
     cfg = json.loads((REPO / "models" / "llada-arith-12m" / "config.json").read_text())
     cfg.update({"n_heads": 3, "mlp_hidden_size": None, "embedding_size": None, "rope_scaling": None})

@@ -27,8 +27,8 @@
 #include "io/file.h"
 #include "io/safetensors.h"
 #include "io/tokenizer.h"
-#include "model/llada_checkpoint.h"
-#include "model/llada_config.h"
+#include "model/model_checkpoint.h"
+#include "model/model_config.h"
 
 namespace flashdllm {
 namespace {
@@ -85,7 +85,7 @@ fs::path golden_copy() {
 
 TEST(CheckpointFiles, FifoConfigIsRefused) {
   const fs::path dir = test::temp_dir();
-  expect_fifo_refused(dir / "config.json", [&] { load_llada_config(dir / "config.json"); });
+  expect_fifo_refused(dir / "config.json", [&] { load_model_config(dir / "config.json"); });
 }
 
 TEST(CheckpointFiles, FifoTokenizerFilesAreRefused) {
@@ -103,10 +103,10 @@ TEST(CheckpointFiles, FifoSafetensorsFileIsRefused) {
 
 TEST(CheckpointFiles, FifoIndexAndShardAreRefused) {
   const fs::path dir = test::temp_dir();
-  const LladaConfig cfg = load_llada_config(test::golden_dir() / "config.json");
+  const ModelConfig cfg = load_model_config(test::golden_dir() / "config.json");
   expect_fifo_refused(dir / "model.safetensors.index.json", [&] { Checkpoint::open(dir); });
   expect_fifo_refused(dir / "model.safetensors.index.json",
-                      [&] { validate_llada_index(dir / "model.safetensors.index.json", cfg); });
+                      [&] { validate_model_index(dir / "model.safetensors.index.json", cfg); });
   fs::remove(dir / "model.safetensors.index.json");
   std::ofstream(dir / "model.safetensors.index.json")
       << R"({"weight_map": {"model.transformer.wte.weight": "model-00001-of-00001.safetensors"}})";
@@ -114,12 +114,12 @@ TEST(CheckpointFiles, FifoIndexAndShardAreRefused) {
 }
 
 TEST(CheckpointFiles, DeviceAndDirectoryAreRefused) {
-  test::expect_error([] { load_llada_config("/dev/zero"); }, ErrorCode::kIo,
+  test::expect_error([] { load_model_config("/dev/zero"); }, ErrorCode::kIo,
                      {"/dev/zero", "not a regular file", "character device"});
   test::expect_error([] { Tokenizer::from_file("/dev/zero"); }, ErrorCode::kIo, {"/dev/zero", "not a regular file"});
   const fs::path dir = test::temp_dir();
   fs::create_directories(dir / "config.json");
-  test::expect_error([&] { load_llada_config(dir / "config.json"); }, ErrorCode::kIo,
+  test::expect_error([&] { load_model_config(dir / "config.json"); }, ErrorCode::kIo,
                      {(dir / "config.json").string(), "not a regular file", "a directory"});
 }
 
@@ -138,7 +138,7 @@ TEST(CheckpointFiles, DuplicateKeysInConfigAndChatTemplateAreRefused) {
   std::string text = read_regular_file(dir / "config.json");
   text.insert(text.find('{') + 1, "\"d_model\": 7, ");
   std::ofstream(dir / "config.json", std::ios::trunc) << text;
-  test::expect_error([&] { load_llada_config(dir / "config.json"); }, ErrorCode::kInvalidCheckpoint,
+  test::expect_error([&] { load_model_config(dir / "config.json"); }, ErrorCode::kInvalidCheckpoint,
                      {(dir / "config.json").string(), "duplicate key 'd_model'"});
   std::ofstream(dir / "tokenizer_config.json") << R"({"chat_template": "a", "chat_template": "b"})";
   test::expect_error([&] { ChatTemplate::from_tokenizer_config(dir / "tokenizer_config.json"); },

@@ -1,6 +1,6 @@
 // Backend::fill_normal (the device-side generator of dummy weights, `--load-format dummy`):
 //   CpuFillNormal/...   the CPU backend against the definition in backend.h, its moments, seed and
-//                       stream separation, argument checks, and make_dummy_llada_weights on it;
+//                       stream separation, argument checks, and make_dummy_weights on it;
 //   Small/Sweep CudaFill/...  the CUDA backend against the CPU backend (twin, skip without a GPU),
 //                       whole tensors, windows of a parent (FillWindow) and a tensor-parallel shard.
 //
@@ -23,8 +23,8 @@
 #include "core/check.h"
 #include "core/philox.h"
 #include "kernels/cuda_twin.h"
-#include "model/llada.h"
-#include "model/llada_config.h"
+#include "model/model.h"
+#include "model/model_config.h"
 
 namespace flashdllm {
 namespace {
@@ -196,9 +196,9 @@ TEST(CpuFillNormal, RejectsBadArguments) {
 
 TEST(CpuFillNormal, DummyWeightsAreNormalMatricesAndUnitNorms) {
   auto cpu = make_cpu_backend(0);
-  const LladaConfig cfg = load_llada_config(test::golden_dir() / "config.json");
-  const LladaWeights w = make_dummy_llada_weights(*cpu, cfg, 5);
-  const LladaWeights w2 = make_dummy_llada_weights(*cpu, cfg, 6);
+  const ModelConfig cfg = load_model_config(test::golden_dir() / "config.json");
+  const ModelWeights w = make_dummy_weights(*cpu, cfg, 5);
+  const ModelWeights w2 = make_dummy_weights(*cpu, cfg, 6);
   ASSERT_EQ(w.layers.size(), static_cast<size_t>(cfg.n_layers));
   for (const Tensor* norm : {&w.ln_f, &w.layers[0].attn_norm, &w.layers.back().ff_norm})
     for (float x : host_f32(*cpu, *norm)) ASSERT_EQ(x, 1.0f) << "norm weights must be exactly 1";
@@ -290,9 +290,9 @@ TEST_P(CudaFill, MatchesCpuAfterRounding) {
 }
 
 TEST_P(CudaFill, DummyWeightsMatchCpu) {
-  const LladaConfig cfg = load_llada_config(test::golden_dir() / "config.json");
-  const LladaWeights a = make_dummy_llada_weights(*cpu_, cfg, 1234);
-  const LladaWeights b = make_dummy_llada_weights(*twin_, cfg, 1234);
+  const ModelConfig cfg = load_model_config(test::golden_dir() / "config.json");
+  const ModelWeights a = make_dummy_weights(*cpu_, cfg, 1234);
+  const ModelWeights b = make_dummy_weights(*twin_, cfg, 1234);
   EXPECT_TRUE(twin_agrees(*cpu_, *twin_, a.wte, b.wte, "wte"));
   EXPECT_TRUE(twin_agrees(*cpu_, *twin_, a.lm_head, b.lm_head, "lm_head"));
   EXPECT_TRUE(twin_agrees(*cpu_, *twin_, a.ln_f, b.ln_f, "ln_f"));
@@ -324,9 +324,9 @@ TEST_P(CudaFill, WindowsMatchCpu) {
       EXPECT_TRUE(twin_agrees(*cpu_, *twin_, r2, g2, std::string(dtype_name(dt)) + " offset " + std::to_string(offset)));
     }
   // A tensor-parallel rank's dummy shard (windows of every split tensor).
-  const LladaConfig cfg = load_llada_config(test::golden_dir() / "config.json");
+  const ModelConfig cfg = load_model_config(test::golden_dir() / "config.json");
   const TensorParallel tp{1, 2, nullptr};
-  const LladaWeights a = make_dummy_llada_weights(*cpu_, cfg, 99, tp), b = make_dummy_llada_weights(*twin_, cfg, 99, tp);
+  const ModelWeights a = make_dummy_weights(*cpu_, cfg, 99, tp), b = make_dummy_weights(*twin_, cfg, 99, tp);
   EXPECT_TRUE(twin_agrees(*cpu_, *twin_, a.lm_head, b.lm_head, "rank 1 lm_head"));
   EXPECT_TRUE(twin_agrees(*cpu_, *twin_, a.layers[0].wqkv, b.layers[0].wqkv, "rank 1 wqkv"));
   EXPECT_TRUE(twin_agrees(*cpu_, *twin_, a.layers[0].attn_out, b.layers[0].attn_out, "rank 1 attn_out"));

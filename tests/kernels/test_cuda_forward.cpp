@@ -62,7 +62,7 @@ double argmax_agreement(const std::vector<float>& a, const std::vector<float>& b
 // (tests/data/golden/g1_bf16_reference_error.json, measured with an independent PyTorch bf16
 // forward). The bound is a small multiple of that yardstick, per the numerics policy.
 TEST_F(CudaForward, GoldenLogitsWithinBf16Yardstick) {
-  LladaModel model = load_model(*gpu_, golden_dir());
+  Model model = load_model(*gpu_, golden_dir());
   auto fwd = SafetensorsFile::open(golden_dir() / "forward.safetensors");
   const auto yard = load_json(test_data_dir() / "golden" / "g1_bf16_reference_error.json");
   std::vector<std::vector<int32_t>> seqs;
@@ -94,8 +94,8 @@ TEST_F(CudaForward, GoldenLogitsWithinBf16Yardstick) {
 TEST_F(CudaForward, SmallModelCudaMatchesCpu) {
   const auto dir = default_model_dir();
   if (!std::filesystem::exists(dir / "model.safetensors")) GTEST_SKIP() << "no small model at " << dir;
-  LladaModel mc = load_model(*cpu_, dir);
-  LladaModel mg = load_model(*gpu_, dir);
+  Model mc = load_model(*cpu_, dir);
+  Model mg = load_model(*gpu_, dir);
   // A chat-like prefix of ordinary ids followed by a masked canvas, and a half-decoded canvas.
   std::vector<int32_t> a, b;
   for (int i = 0; i < 60; ++i) a.push_back(50 + (i * 37) % 1900);
@@ -117,8 +117,8 @@ TEST_F(CudaForward, SmallModelCudaMatchesCpu) {
 TEST_F(CudaForward, SamplerMatchesCpuAboveBf16Margin) {
   const auto dir = default_model_dir();
   if (!std::filesystem::exists(dir / "model.safetensors")) GTEST_SKIP() << "no small model at " << dir;
-  LladaModel mc = load_model(*cpu_, dir);
-  LladaModel mg = load_model(*gpu_, dir);
+  Model mc = load_model(*cpu_, dir);
+  Model mg = load_model(*gpu_, dir);
   Tokenizer tok = Tokenizer::from_file(dir / "tokenizer.json");
   ChatTemplate chat = ChatTemplate::from_tokenizer_config(dir / "tokenizer_config.json");
   GenerateOptions o;
@@ -221,8 +221,8 @@ std::unique_ptr<Backend> cuda_backend_with_graphs(bool graphs) {
 TEST_F(CudaForward, RecordedLayerLoopReplaysExactly) {
   auto eager = cuda_backend_with_graphs(false);
   auto graphs = cuda_backend_with_graphs(true);
-  LladaModel me = load_model(*eager, golden_dir());
-  LladaModel mg = load_model(*graphs, golden_dir());
+  Model me = load_model(*eager, golden_dir());
+  Model mg = load_model(*graphs, golden_dir());
   const int32_t V = static_cast<int32_t>(me.config.embedding_size);
   // Three batches of one shape (two sequences of 40 and 24 tokens), different tokens; one of another.
   auto batch = [&](int32_t salt, int32_t len) {
@@ -233,8 +233,8 @@ TEST_F(CudaForward, RecordedLayerLoopReplaysExactly) {
   };
   const std::vector<ForwardBatch> calls = {batch(1, 40), batch(2, 40), batch(3, 40),
                                            batch(1, 40), batch(2, 40), batch(4, 33)};
-  auto run = [](Backend& be, const LladaModel& m, const ForwardBatch& fb, KvStore& kv, ForwardWorkspace& ws) {
-    Tensor logits = llada_forward(be, m, fb, kv, ws);
+  auto run = [](Backend& be, const Model& m, const ForwardBatch& fb, KvStore& kv, ForwardWorkspace& ws) {
+    Tensor logits = model_forward(be, m, fb, kv, ws);
     std::vector<float> out(static_cast<size_t>(logits.numel()));
     be.copy_to_host(out.data(), logits);
     return out;

@@ -66,8 +66,8 @@ TEST_F(Nccl, WorldOneCollectivesAreIdentities) {
 TEST_F(Nccl, Tp1ThroughNcclIsBitIdentical) {
   auto gpu = make_cuda_backend(0);
   auto comms = make_nccl_communicators({gpu.get()});
-  const LladaModel plain = load_model(*gpu, default_model_dir());
-  const LladaModel via = load_model(*gpu, default_model_dir(), {0, 1, comms[0].get()});
+  const Model plain = load_model(*gpu, default_model_dir());
+  const Model via = load_model(*gpu, default_model_dir(), {0, 1, comms[0].get()});
   const std::vector<float> a = full_logits(*gpu, plain, prompts()), b = full_logits(*gpu, via, prompts());
   ASSERT_EQ(a.size(), b.size());
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
@@ -82,7 +82,7 @@ TEST_F(Nccl, Tp1ThroughNcclIsBitIdentical) {
     SlotPool pool;
     pool.n_slots = 2;
     pool.max_total_length = 64;
-    auto run = [&](const LladaModel& m) {
+    auto run = [&](const Model& m) {
       auto den = make_denoiser(*gpu, m, d, -1, pool);
       const auto ps = prompts();
       for (int64_t s = 0; s < 2; ++s) den->admit(s, ps[static_cast<size_t>(s)], p);
@@ -103,13 +103,13 @@ TEST_F(Nccl, Tp2AcrossTwoGpusMatchesOneGpu) {
   // In the test body: GTEST_SKIP in a helper would return from the helper only.
   if (cuda_device_count() < 2) GTEST_SKIP() << "needs 2 GPUs, " << cuda_device_count() << " present";
   auto one = make_cuda_backend(0);
-  const LladaModel full = load_model(*one, default_model_dir());
+  const Model full = load_model(*one, default_model_dir());
   const std::vector<float> want = full_logits(*one, full, prompts());
   std::vector<std::unique_ptr<Backend>> bes;
   bes.push_back(make_cuda_backend(0));
   bes.push_back(make_cuda_backend(1));
   auto comms = make_nccl_communicators({bes[0].get(), bes[1].get()});
-  std::vector<LladaModel> shards;
+  std::vector<Model> shards;
   for (int r = 0; r < 2; ++r) shards.push_back(load_model(*bes[r], default_model_dir(), {r, 2, comms[r].get()}));
   Lockstep ls(2, {comms[0].get(), comms[1].get()});
   std::vector<std::vector<float>> got(2);

@@ -21,7 +21,7 @@ namespace {
 struct Fixture {
   GoldenFixture& g = golden_fixture();
   Backend* backend = g.backend.get();
-  const LladaModel& model = g.model;
+  const Model& model = g.model;
   std::vector<int32_t> ids(const std::string& key) const {
     return i64_tensor_as_i32(golden_forward().tensors().at("input_ids." + key));
   }

@@ -1,4 +1,4 @@
-// Row padding of llada_forward / llada_verify_forward (ForwardWorkspace::padding, what the CUDA
+// Row padding of model_forward / model_verify_forward (ForwardWorkspace::padding, what the CUDA
 // backend asks for so that passes of nearby sizes share a recorded graph): the padded rows change
 // neither the returned logits nor any K/V row but ForwardBatch::pad_kv_row. On the CPU backend with
 // the padding set by hand or by BackendOptions::row_padding (the CUDA backend's is Backend::row_padding).
@@ -23,7 +23,7 @@
 #include "common/test_paths.h"
 #include "flashdllm/engine.h"
 #include "flashdllm/status.h"
-#include "model/llada.h"
+#include "model/model.h"
 
 namespace flashdllm::test {
 namespace {
@@ -69,7 +69,7 @@ std::vector<std::vector<int32_t>> sequences(int32_t vocab) {
 TEST(ForwardPadding, PaddedMainPassChangesOnlyThePadRow) {
   GoldenFixture& g = golden_fixture(1);
   Backend& be = *g.backend;
-  const LladaConfig& c = g.config();
+  const ModelConfig& c = g.config();
   ForwardBatch fb = full_recompute_batch(sequences(static_cast<int32_t>(c.embedding_size)));
   ASSERT_EQ(fb.n_tokens(), 57);
   fb.logit_rows = {0, 13, 39, 40, 56};
@@ -85,7 +85,7 @@ TEST(ForwardPadding, PaddedMainPassChangesOnlyThePadRow) {
     }
     ForwardWorkspace ws = make_forward_workspace(be, c, max_tokens, 16, 4);
     ws.padding = padding;
-    logits = host(be, llada_forward(be, g.model, fb, kv, ws));
+    logits = host(be, model_forward(be, g.model, fb, kv, ws));
     std::vector<std::vector<float>> stores;
     for (size_t l = 0; l < kv.k.size(); ++l) {
       stores.push_back(host(be, kv.k[l]));
@@ -129,7 +129,7 @@ TEST(ForwardPadding, PaddedMainPassChangesOnlyThePadRow) {
 
 TEST(ForwardPadding, PadRowMustBeOutsideWhatTheBatchTouches) {
   GoldenFixture& g = golden_fixture(1);
-  const LladaConfig& c = g.config();
+  const ModelConfig& c = g.config();
   ForwardBatch fb = full_recompute_batch(sequences(static_cast<int32_t>(c.embedding_size)));
   const int64_t V = c.embedding_size, P = c.max_sequence_length;
   fb.pad_kv_row = 64;
@@ -148,7 +148,7 @@ TEST(ForwardPadding, PadRowMustBeOutsideWhatTheBatchTouches) {
 TEST(ForwardPadding, PaddedVerifyPassGivesTheSameLogits) {
   GoldenFixture& g = golden_fixture(1);
   Backend& be = *g.backend;
-  const LladaConfig& c = g.config();
+  const ModelConfig& c = g.config();
   const auto seqs = sequences(static_cast<int32_t>(c.embedding_size));
   // The cache: both sequences' K/V at store rows [0, 40) and [40, 57).
   KvStore kv = make_kv_store(be, c, 57, /*shared_across_layers=*/false);
@@ -157,7 +157,7 @@ TEST(ForwardPadding, PaddedVerifyPassGivesTheSameLogits) {
     fb.logit_rows = {0};
     fb.row_keys = {0};
     ForwardWorkspace ws = make_forward_workspace(be, c, 57, 1, 2);
-    llada_forward(be, g.model, fb, kv, ws);
+    model_forward(be, g.model, fb, kv, ws);
   }
   // Per sequence a tile of 2 kept rows, one draft and its mask row; keys: the other positions.
   VerifyBatch vb;
@@ -180,7 +180,7 @@ TEST(ForwardPadding, PaddedVerifyPassGivesTheSameLogits) {
   auto run = [&](Backend::RowPadding padding, int64_t max_tokens, int64_t max_tiles) {
     ForwardWorkspace ws = make_forward_workspace(be, c, max_tokens, 16, max_tiles, G + 40);
     ws.padding = padding;
-    return host(be, llada_verify_forward(be, g.model, vb, kv, ws));
+    return host(be, model_verify_forward(be, g.model, vb, kv, ws));
   };
   const std::vector<float> plain = run({1, 1}, 64, 8);
   // 8 -> 16 rows, 4 -> 16 logit rows, 2 -> 8 tiles; then capped by the workspace: 12 rows, 3 tiles.
@@ -251,7 +251,7 @@ TEST(ForwardPadding, RowPaddingOptionKeepsOrOverridesTheDefault) {
 TEST(ForwardPadding, TensorParallelWorkspacesAreNotPadded) {
   const auto be = make_cpu_backend(1, padded_options());
   ASSERT_EQ(be->row_padding().rows, 64);
-  const LladaConfig& c = golden_fixture(1).config();
+  const ModelConfig& c = golden_fixture(1).config();
   const ForwardWorkspace plain = make_forward_workspace(*be, c, 64, 16, 4);
   EXPECT_EQ(plain.padding.rows, 64);
   EXPECT_EQ(plain.padding.logit_rows, 16);

@@ -13,7 +13,7 @@
 
 #include "common/test_paths.h"
 #include "core/check.h"
-#include "model/llada_checkpoint.h"
+#include "model/model_checkpoint.h"
 
 namespace flashdllm {
 namespace {
@@ -38,7 +38,7 @@ void expect_error(const std::function<void()>& fn, ErrorCode code, const std::ve
 }
 
 // A tiny config: d_model 8, 2 heads (head_dim 4), 2 layers, mlp 16, vocab 32 (+ 8 padding rows).
-LladaConfig tiny_config() {
+ModelConfig tiny_config() {
   json j = json::parse(std::ifstream(kInstructDir / "config.json"));
   j["d_model"] = 8;
   j["n_heads"] = 2;
@@ -50,7 +50,7 @@ LladaConfig tiny_config() {
   j["mask_token_id"] = 31;
   j["eos_token_id"] = 30;
   j["pad_token_id"] = 30;
-  return parse_llada_config(j, "tiny-config.json");
+  return parse_model_config(j, "tiny-config.json");
 }
 
 int64_t numel(const std::vector<int64_t>& s) {
@@ -61,9 +61,9 @@ int64_t numel(const std::vector<int64_t>& s) {
 
 // Writes every expected tensor of `cfg` (zeros) into dir/model.safetensors, after `edit` may
 // change the list (drop, reshape, retype, add).
-void write_tiny(const fs::path& dir, const LladaConfig& cfg, DType dt,
+void write_tiny(const fs::path& dir, const ModelConfig& cfg, DType dt,
                 const std::function<void(std::vector<ExpectedTensor>&, std::vector<DType>&)>& edit = {}) {
-  std::vector<ExpectedTensor> ts = llada_expected_tensors(cfg);
+  std::vector<ExpectedTensor> ts = model_expected_tensors(cfg);
   std::vector<DType> dts(ts.size(), dt);
   if (edit) edit(ts, dts);
   std::vector<std::vector<uint8_t>> bufs;
@@ -79,8 +79,8 @@ void write_tiny(const fs::path& dir, const LladaConfig& cfg, DType dt,
 // ---------------------------------------------------------------------------------------------
 
 TEST(LladaExpectedTensors, MatchReferenceA2) {
-  const LladaConfig cfg = load_llada_config(kInstructDir / "config.json");
-  const auto ts = llada_expected_tensors(cfg);
+  const ModelConfig cfg = load_model_config(kInstructDir / "config.json");
+  const auto ts = model_expected_tensors(cfg);
   ASSERT_EQ(ts.size(), 291u);  // 32 layers x 9 + wte + ln_f + ff_out
   std::set<std::string> names;
   int64_t params = 0;
@@ -113,11 +113,11 @@ TEST(LladaExpectedTensors, MatchReferenceA2) {
 
 TEST(LladaCheckpoint, GoldenG1) {
   const fs::path dir = test::golden_dir();
-  const LladaConfig cfg = load_llada_config(dir / "config.json");
+  const ModelConfig cfg = load_model_config(dir / "config.json");
   const Checkpoint ck = Checkpoint::open(dir);
   EXPECT_FALSE(ck.sharded());
-  validate_llada_checkpoint(ck, cfg);
-  EXPECT_EQ(ck.names().size(), llada_expected_tensors(cfg).size());
+  validate_model_checkpoint(ck, cfg);
+  EXPECT_EQ(ck.names().size(), model_expected_tensors(cfg).size());
   EXPECT_EQ(ck.total_bytes(), static_cast<size_t>(cfg.parameter_count()) * 4);
   using S = std::vector<int64_t>;
   const int64_t d = cfg.d_model, f = cfg.mlp_hidden_size, v = cfg.embedding_size;  // G1: 256, 512, 1024
@@ -132,9 +132,9 @@ TEST(LladaCheckpoint, GoldenG1) {
 }
 
 TEST(LladaIndex, RealInstructIndex) {
-  const LladaConfig cfg = load_llada_config(kInstructDir / "config.json");
+  const ModelConfig cfg = load_model_config(kInstructDir / "config.json");
   const fs::path index = kInstructDir / "model.safetensors.index.json";
-  EXPECT_EQ(validate_llada_index(index, cfg), 2);
+  EXPECT_EQ(validate_model_index(index, cfg), 2);
   const json j = json::parse(std::ifstream(index));
   EXPECT_EQ(j["weight_map"].size(), 291u);
   EXPECT_EQ(j["metadata"]["total_size"].get<uint64_t>(), 16031162368u);
@@ -146,18 +146,18 @@ TEST(LladaIndex, RealInstructIndex) {
 TEST(LladaIndex, RealLlada15IndexWithInstructConfig) {
   // LLaDA 1.5 has the Instruct architecture (reference §A.1/A.4); its third-party config is not
   // used, the Instruct config is.
-  const LladaConfig cfg = load_llada_config(kInstructDir / "config.json");
-  EXPECT_EQ(validate_llada_index(test::repo_data_dir() / "llada-1.5" / "model.safetensors.index.json", cfg), 2);
+  const ModelConfig cfg = load_model_config(kInstructDir / "config.json");
+  EXPECT_EQ(validate_model_index(test::repo_data_dir() / "llada-1.5" / "model.safetensors.index.json", cfg), 2);
 }
 
 TEST(LladaIndex, FourBytesPerParameter) {
-  const LladaConfig cfg = tiny_config();
+  const ModelConfig cfg = tiny_config();
   const fs::path p = test::temp_dir() / "model.safetensors.index.json";
   json j;
-  for (const auto& t : llada_expected_tensors(cfg)) j["weight_map"][t.name] = "model-1.safetensors";
+  for (const auto& t : model_expected_tensors(cfg)) j["weight_map"][t.name] = "model-1.safetensors";
   j["metadata"]["total_size"] = 4 * cfg.parameter_count();
   std::ofstream(p) << j.dump();
-  EXPECT_EQ(validate_llada_index(p, cfg), 4);
+  EXPECT_EQ(validate_model_index(p, cfg), 4);
 }
 
 class LladaIndexMalformed : public ::testing::Test {
@@ -170,12 +170,12 @@ class LladaIndexMalformed : public ::testing::Test {
     std::ofstream(p) << j.dump();
     return p;
   }
-  LladaConfig cfg_ = load_llada_config(kInstructDir / "config.json");
+  ModelConfig cfg_ = load_model_config(kInstructDir / "config.json");
 };
 
 TEST_F(LladaIndexMalformed, MissingTensor) {
   const fs::path p = write([](json& j) { j["weight_map"].erase("model.transformer.blocks.17.up_proj.weight"); });
-  expect_error([&] { validate_llada_index(p, cfg_); }, ErrorCode::kInvalidCheckpoint,
+  expect_error([&] { validate_model_index(p, cfg_); }, ErrorCode::kInvalidCheckpoint,
                {p.string(), "missing tensor 'model.transformer.blocks.17.up_proj.weight'"});
 }
 
@@ -183,48 +183,48 @@ TEST_F(LladaIndexMalformed, UnexpectedTensor) {
   const fs::path p = write([](json& j) {
     j["weight_map"]["model.transformer.blocks.0.q_proj.bias"] = "model-00001-of-00006.safetensors";
   });
-  expect_error([&] { validate_llada_index(p, cfg_); }, ErrorCode::kInvalidCheckpoint,
+  expect_error([&] { validate_model_index(p, cfg_); }, ErrorCode::kInvalidCheckpoint,
                {p.string(), "unexpected tensor 'model.transformer.blocks.0.q_proj.bias'"});
 }
 
 TEST_F(LladaIndexMalformed, WrongTotalSize) {
   const fs::path p = write([](json& j) { j["metadata"]["total_size"] = 16031162368 + 2; });
-  expect_error([&] { validate_llada_index(p, cfg_); }, ErrorCode::kInvalidCheckpoint,
+  expect_error([&] { validate_model_index(p, cfg_); }, ErrorCode::kInvalidCheckpoint,
                {p.string(), "total_size = 16031162370", "16031162368"});
 }
 
 TEST_F(LladaIndexMalformed, MissingTotalSize) {
   const fs::path p = write([](json& j) { j.erase("metadata"); });
-  expect_error([&] { validate_llada_index(p, cfg_); }, ErrorCode::kInvalidCheckpoint, {p.string(), "metadata"});
+  expect_error([&] { validate_model_index(p, cfg_); }, ErrorCode::kInvalidCheckpoint, {p.string(), "metadata"});
 }
 
 TEST_F(LladaIndexMalformed, ConfigOfAnotherSize) {
   // A 33-layer config does not match the 32-layer index: the first missing block-32 tensor is named.
-  LladaConfig big = cfg_;
+  ModelConfig big = cfg_;
   big.n_layers = 33;
   const fs::path p = kInstructDir / "model.safetensors.index.json";
-  expect_error([&] { validate_llada_index(p, big); }, ErrorCode::kInvalidCheckpoint,
+  expect_error([&] { validate_model_index(p, big); }, ErrorCode::kInvalidCheckpoint,
                {p.string(), "missing tensor 'model.transformer.blocks.32.attn_norm.weight'"});
 }
 
 // ---------------------------------------------------------------------------------------------
-// validate_llada_checkpoint on tiny checkpoints
+// validate_model_checkpoint on tiny checkpoints
 
 TEST(LladaCheckpoint, TinyValidInEveryWeightDtype) {
-  const LladaConfig cfg = tiny_config();
+  const ModelConfig cfg = tiny_config();
   for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
     const fs::path dir = test::temp_dir();
     write_tiny(dir, cfg, dt);
     const Checkpoint ck = Checkpoint::open(dir);
-    EXPECT_NO_THROW(validate_llada_checkpoint(ck, cfg)) << dtype_name(dt);
+    EXPECT_NO_THROW(validate_model_checkpoint(ck, cfg)) << dtype_name(dt);
     EXPECT_EQ(ck.total_bytes(), static_cast<size_t>(cfg.parameter_count()) * dtype_size(dt));
   }
 }
 
 TEST(LladaCheckpoint, TinyValidSharded) {
-  const LladaConfig cfg = tiny_config();
+  const ModelConfig cfg = tiny_config();
   const fs::path dir = test::temp_dir();
-  const auto ts = llada_expected_tensors(cfg);
+  const auto ts = model_expected_tensors(cfg);
   json idx;
   uint64_t total = 0;
   std::vector<std::vector<TensorToWrite>> shards(3);
@@ -239,14 +239,14 @@ TEST(LladaCheckpoint, TinyValidSharded) {
   for (int s = 0; s < 3; ++s) write_safetensors(dir / ("model-" + std::to_string(s) + ".safetensors"), shards[s]);
   idx["metadata"]["total_size"] = total;
   std::ofstream(dir / "model.safetensors.index.json") << idx.dump();
-  EXPECT_EQ(validate_llada_index(dir / "model.safetensors.index.json", cfg), 2);
+  EXPECT_EQ(validate_model_index(dir / "model.safetensors.index.json", cfg), 2);
   const Checkpoint ck = Checkpoint::open(dir);
   EXPECT_TRUE(ck.sharded());
-  EXPECT_NO_THROW(validate_llada_checkpoint(ck, cfg));
+  EXPECT_NO_THROW(validate_model_checkpoint(ck, cfg));
 }
 
 TEST(LladaCheckpointMalformed, MissingTensor) {
-  const LladaConfig cfg = tiny_config();
+  const ModelConfig cfg = tiny_config();
   const fs::path dir = test::temp_dir();
   write_tiny(dir, cfg, DType::kBF16, [](auto& ts, auto& dts) {
     for (size_t i = 0; i < ts.size(); ++i)
@@ -257,63 +257,64 @@ TEST(LladaCheckpointMalformed, MissingTensor) {
       }
   });
   const Checkpoint ck = Checkpoint::open(dir);
-  expect_error([&] { validate_llada_checkpoint(ck, cfg); }, ErrorCode::kInvalidCheckpoint,
-               {(dir / "model.safetensors").string(), "missing tensor 'model.transformer.blocks.1.v_proj.weight'", "[8, 8]"});
+  expect_error(
+      [&] { validate_model_checkpoint(ck, cfg); }, ErrorCode::kInvalidCheckpoint,
+      {(dir / "model.safetensors").string(), "missing tensor 'model.transformer.blocks.1.v_proj.weight'", "[8, 8]"});
 }
 
 TEST(LladaCheckpointMalformed, ShapeMismatch) {
-  const LladaConfig cfg = tiny_config();
+  const ModelConfig cfg = tiny_config();
   const fs::path dir = test::temp_dir();
   write_tiny(dir, cfg, DType::kBF16, [](auto& ts, auto&) {
     for (auto& t : ts)
       if (t.name == "model.transformer.blocks.0.ff_out.weight") t.shape = {16, 8};  // transposed
   });
   const Checkpoint ck = Checkpoint::open(dir);
-  expect_error([&] { validate_llada_checkpoint(ck, cfg); }, ErrorCode::kInvalidCheckpoint,
-               {(dir / "model.safetensors").string(), "'model.transformer.blocks.0.ff_out.weight'", "[16, 8]",
-                "[8, 16]"});
+  expect_error(
+      [&] { validate_model_checkpoint(ck, cfg); }, ErrorCode::kInvalidCheckpoint,
+      {(dir / "model.safetensors").string(), "'model.transformer.blocks.0.ff_out.weight'", "[16, 8]", "[8, 16]"});
 }
 
 TEST(LladaCheckpointMalformed, EmbeddingRowsMismatch) {
-  const LladaConfig cfg = tiny_config();
+  const ModelConfig cfg = tiny_config();
   const fs::path dir = test::temp_dir();
   write_tiny(dir, cfg, DType::kBF16, [](auto& ts, auto&) {
     for (auto& t : ts)
       if (t.name == "model.transformer.wte.weight") t.shape = {32, 8};  // vocab_size rows, not embedding_size
   });
   const Checkpoint ck = Checkpoint::open(dir);
-  expect_error([&] { validate_llada_checkpoint(ck, cfg); }, ErrorCode::kInvalidCheckpoint,
+  expect_error([&] { validate_model_checkpoint(ck, cfg); }, ErrorCode::kInvalidCheckpoint,
                {"model.safetensors", "'model.transformer.wte.weight'", "[32, 8]", "[40, 8]"});
 }
 
 TEST(LladaCheckpointMalformed, UnexpectedTensor) {
-  const LladaConfig cfg = tiny_config();
+  const ModelConfig cfg = tiny_config();
   const fs::path dir = test::temp_dir();
   write_tiny(dir, cfg, DType::kBF16, [](auto& ts, auto& dts) {
     ts.push_back({"model.transformer.blocks.0.q_proj.bias", {8}});
     dts.push_back(DType::kBF16);
   });
   const Checkpoint ck = Checkpoint::open(dir);
-  expect_error([&] { validate_llada_checkpoint(ck, cfg); }, ErrorCode::kInvalidCheckpoint,
+  expect_error([&] { validate_model_checkpoint(ck, cfg); }, ErrorCode::kInvalidCheckpoint,
                {"model.safetensors", "unexpected tensor 'model.transformer.blocks.0.q_proj.bias'"});
 }
 
 TEST(LladaCheckpointMalformed, UnsupportedWeightDtype) {
-  const LladaConfig cfg = tiny_config();
+  const ModelConfig cfg = tiny_config();
   const fs::path dir = test::temp_dir();
   write_tiny(dir, cfg, DType::kBF16, [](auto& ts, auto& dts) {
     for (size_t i = 0; i < ts.size(); ++i)
       if (ts[i].name == "model.transformer.ln_f.weight") dts[i] = DType::kF64;
   });
   const Checkpoint ck = Checkpoint::open(dir);
-  expect_error([&] { validate_llada_checkpoint(ck, cfg); }, ErrorCode::kInvalidCheckpoint,
+  expect_error([&] { validate_model_checkpoint(ck, cfg); }, ErrorCode::kInvalidCheckpoint,
                {"model.safetensors", "'model.transformer.ln_f.weight'", "F64"});
 }
 
 TEST(LladaCheckpointMalformed, GoldenAgainstTheWrongConfig) {
   const Checkpoint ck = Checkpoint::open(test::golden_dir());
-  const LladaConfig g = load_llada_config(test::golden_dir() / "config.json");
-  expect_error([&] { validate_llada_checkpoint(ck, load_llada_config(kInstructDir / "config.json")); },
+  const ModelConfig g = load_model_config(test::golden_dir() / "config.json");
+  expect_error([&] { validate_model_checkpoint(ck, load_model_config(kInstructDir / "config.json")); },
                ErrorCode::kInvalidCheckpoint,
                {(test::golden_dir() / "model.safetensors").string(), "'model.transformer.wte.weight'",
                 "[" + std::to_string(g.embedding_size) + ", " + std::to_string(g.d_model) + "]", "[126464, 4096]"});

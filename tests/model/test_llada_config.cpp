@@ -13,7 +13,7 @@
 
 #include "common/test_paths.h"
 #include "core/check.h"
-#include "model/llada_config.h"
+#include "model/model_config.h"
 
 namespace flashdllm {
 namespace {
@@ -28,8 +28,8 @@ json load_json(const fs::path& p) {
   return json::parse(in);
 }
 
-TEST(LladaConfig, RealInstructConfig) {
-  const LladaConfig c = load_llada_config(kInstructConfig);
+TEST(ModelConfig, RealInstructConfig) {
+  const ModelConfig c = load_model_config(kInstructConfig);
   EXPECT_EQ(c.model_type, "llada");
   EXPECT_EQ(c.block_type, "llama");
   EXPECT_EQ(c.d_model, 4096);
@@ -51,10 +51,10 @@ TEST(LladaConfig, RealInstructConfig) {
   EXPECT_EQ(2 * c.parameter_count(), 16031162368);
 }
 
-TEST(LladaConfig, GoldenConfigWithExtraKeys) {
+TEST(ModelConfig, GoldenConfigWithExtraKeys) {
   const fs::path p = test::golden_dir() / "config.json";
   ASSERT_TRUE(load_json(p).contains("golden_notes"));
-  const LladaConfig c = load_llada_config(p);
+  const ModelConfig c = load_model_config(p);
   // Every value as the file states it (G1: d_model 256, 3 layers, 2 heads, mlp 512, vocab 1024, mask
   // 1000, eos = pad 1001); the extra key golden_notes is ignored.
   const json j = load_json(p);
@@ -76,7 +76,7 @@ TEST(LladaConfig, GoldenConfigWithExtraKeys) {
   EXPECT_EQ(c.parameter_count(), 2 * c.embedding_size * d + c.n_layers * (4 * d * d + 3 * d * f + 2 * d) + d);
 }
 
-TEST(LladaConfig, NullableFieldsTakeTheirDefaults) {
+TEST(ModelConfig, NullableFieldsTakeTheirDefaults) {
   json j = load_json(kInstructConfig);
   j["n_kv_heads"] = nullptr;
   j["embedding_size"] = nullptr;
@@ -87,7 +87,7 @@ TEST(LladaConfig, NullableFieldsTakeTheirDefaults) {
   j["include_qkv_bias"] = nullptr;
   j["bias_for_layer_norm"] = nullptr;  // -> include_bias (false)
   j["embedding_size"] = nullptr;
-  const LladaConfig c = parse_llada_config(j, "cfg.json");
+  const ModelConfig c = parse_model_config(j, "cfg.json");
   EXPECT_EQ(c.n_kv_heads, 32);
   EXPECT_EQ(c.embedding_size, 126464);
   EXPECT_EQ(c.mlp_hidden_size, 4 * 4096);
@@ -95,20 +95,20 @@ TEST(LladaConfig, NullableFieldsTakeTheirDefaults) {
   EXPECT_EQ(c.rms_norm_eps, 1e-5f);
 }
 
-TEST(LladaConfig, EmbeddingSizeLargerThanVocabIsAccepted) {
+TEST(ModelConfig, EmbeddingSizeLargerThanVocabIsAccepted) {
   json j = load_json(kInstructConfig);
   j["embedding_size"] = 126464 + 128;
-  const LladaConfig c = parse_llada_config(j, "cfg.json");
+  const ModelConfig c = parse_model_config(j, "cfg.json");
   EXPECT_EQ(c.embedding_size, 126592);
   EXPECT_EQ(c.vocab_size, 126464);
 }
 
-TEST(LladaConfig, ThirdPartyLlada15ConfigIsRejected) {
+TEST(ModelConfig, ThirdPartyLlada15ConfigIsRejected) {
   // data/README.md: this copy was edited (rope: false, yarn ...); LLaDA 1.5 runs with the Instruct
   // architecture, and the engine must not silently accept a config without RoPE.
   const fs::path p = test::repo_data_dir() / "llada-1.5" / "config.third-party-modified.json";
   try {
-    load_llada_config(p);
+    load_model_config(p);
     FAIL() << "accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidCheckpoint);
@@ -117,10 +117,10 @@ TEST(LladaConfig, ThirdPartyLlada15ConfigIsRejected) {
   }
 }
 
-TEST(LladaConfig, FileErrors) {
+TEST(ModelConfig, FileErrors) {
   const fs::path dir = test::temp_dir();
   try {
-    load_llada_config(dir / "absent.json");
+    load_model_config(dir / "absent.json");
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kIo);
@@ -128,7 +128,7 @@ TEST(LladaConfig, FileErrors) {
   }
   std::ofstream(dir / "bad.json") << "{\"d_model\": 4096,";
   try {
-    load_llada_config(dir / "bad.json");
+    load_model_config(dir / "bad.json");
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidCheckpoint);
@@ -157,7 +157,7 @@ TEST_P(LladaConfigRejects, WithClearMessage) {
   b.mutate(j);
   const std::string source = "/models/under-test/config.json";
   try {
-    parse_llada_config(j, source);
+    parse_model_config(j, source);
     FAIL() << b.name << ": accepted";
   } catch (const Error& e) {
     std::printf("  %s: %s\n", b.name, e.what());

@@ -1,4 +1,4 @@
-// Checkpoint facts from metadata (model/llada_info.h) and the tokenizer / config agreement check
+// Checkpoint facts from metadata (model/model_info.h) and the tokenizer / config agreement check
 // (validate_llada_tokenizer): `flashdllm info` must print what a fully loaded engine prints, and a
 // tokenizer whose special tokens are not where config.json says is refused naming file and token.
 #include <gtest/gtest.h>
@@ -15,8 +15,8 @@
 #include "core/dtype.h"
 #include "flashdllm/engine.h"
 #include "io/tokenizer.h"
-#include "model/llada_checkpoint.h"
-#include "model/llada_info.h"
+#include "model/model_checkpoint.h"
+#include "model/model_info.h"
 
 namespace flashdllm {
 namespace {
@@ -25,23 +25,23 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 /// The real LLaDA-8B config with the special ids and embedding size replaced.
-LladaConfig config_with_ids(int32_t mask, int32_t eos, int32_t pad, int64_t embedding_size) {
+ModelConfig config_with_ids(int32_t mask, int32_t eos, int32_t pad, int64_t embedding_size) {
   json j = json::parse(std::ifstream(test::repo_data_dir() / "llada-8b-instruct" / "config.json"));
   j["mask_token_id"] = mask;
   j["eos_token_id"] = eos;
   j["pad_token_id"] = pad;
   j["vocab_size"] = j["embedding_size"] = embedding_size;
-  return parse_llada_config(j, "config.json");
+  return parse_model_config(j, "config.json");
 }
 
 const fs::path kRealIds = test::test_data_dir() / "tokenizer" / "llada_realids.tokenizer.json";
 
 TEST(LladaTokenizerCheck, RealLayoutAgreesWithTheRealConfig) {
   const Tokenizer tok = Tokenizer::from_file(kRealIds);
-  const LladaConfig cfg = load_llada_config(test::repo_data_dir() / "llada-8b-instruct" / "config.json");
+  const ModelConfig cfg = load_model_config(test::repo_data_dir() / "llada-8b-instruct" / "config.json");
   EXPECT_NO_THROW(validate_llada_tokenizer(tok, cfg, kRealIds));
   const Tokenizer small = Tokenizer::from_file(test::default_model_dir() / "tokenizer.json");
-  EXPECT_NO_THROW(validate_llada_tokenizer(small, load_llada_config(test::default_model_dir() / "config.json"),
+  EXPECT_NO_THROW(validate_llada_tokenizer(small, load_model_config(test::default_model_dir() / "config.json"),
                                            test::default_model_dir() / "tokenizer.json"));
 }
 
@@ -72,9 +72,9 @@ TEST(LladaInfo, MetadataDescriptionEqualsTheLoadedEngines) {
     eo.threads = 1;
     const auto engine = Engine::load(eo);
     const auto backend = make_cpu_backend(1);
-    EXPECT_EQ(describe_llada_model(inspect_llada_checkpoint(dir), *backend), engine->info()) << dir;
+    EXPECT_EQ(describe_model(inspect_checkpoint(dir), *backend), engine->info()) << dir;
   }
-  const LladaModelFacts dummy = inspect_llada_checkpoint(test::golden_dir(), /*dummy_weights=*/true);
+  const ModelFacts dummy = inspect_checkpoint(test::golden_dir(), /*dummy_weights=*/true);
   EXPECT_EQ(dummy.checkpoint_dtype, "random (dummy)");
   EXPECT_EQ(dummy.checkpoint_bytes, 0u);
 }

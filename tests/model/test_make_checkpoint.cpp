@@ -1,5 +1,5 @@
 // flashdllm-make-checkpoint (apps/make_checkpoint): runs the built tool on the golden g1 config
-// and round-trips its output through Checkpoint::open + validate_llada_checkpoint: names, shapes,
+// and round-trips its output through Checkpoint::open + validate_model_checkpoint: names, shapes,
 // dtypes, the shard split of a given index, determinism, the documented value construction
 // (Philox + Box-Muller, checked against an independent double-precision evaluation) and the
 // N(0, 0.02^2) / unit-norm statistics.
@@ -21,7 +21,7 @@
 #include "common/test_paths.h"
 #include "core/dtype.h"
 #include "core/philox.h"
-#include "model/llada_checkpoint.h"
+#include "model/model_checkpoint.h"
 
 namespace flashdllm {
 namespace {
@@ -99,12 +99,12 @@ TEST(MakeCheckpoint, ConfigModeRoundTrip) {
   const RunResult r = run_tool("--config '" + g1_config().string() + "' --out '" + (dir / "ck").string() + "' --seed 7",
                                dir);
   ASSERT_EQ(r.status, 0) << r.err;
-  const LladaConfig cfg = load_llada_config(dir / "ck" / "config.json");
+  const ModelConfig cfg = load_model_config(dir / "ck" / "config.json");
   EXPECT_EQ(file_bytes(dir / "ck" / "config.json"), file_bytes(g1_config()));  // copied byte for byte
   EXPECT_FALSE(fs::exists(dir / "ck" / "model.safetensors.index.json"));
   const Checkpoint ck = Checkpoint::open(dir / "ck");
   EXPECT_FALSE(ck.sharded());
-  validate_llada_checkpoint(ck, cfg);
+  validate_model_checkpoint(ck, cfg);
   EXPECT_EQ(ck.total_bytes(), static_cast<size_t>(cfg.parameter_count()) * 2);
 
   // Norm weights are exactly 1; matrices are N(0, 0.02^2) (bf16-rounded).
@@ -149,7 +149,7 @@ TEST(MakeCheckpoint, ValuesFollowTheDocumentedConstruction) {
   ASSERT_EQ(r.status, 0) << r.err;
   const Checkpoint ck = Checkpoint::open(dir / "ck");
   // The embedding and the last block's ff_out (blocks.2 on G1; the fixture may have fewer layers).
-  const int64_t last = load_llada_config(g1_config()).n_layers - 1;
+  const int64_t last = load_model_config(g1_config()).n_layers - 1;
   for (const std::string& name : {std::string("model.transformer.wte.weight"),
                                   "model.transformer.blocks." + std::to_string(last) + ".ff_out.weight"}) {
     const TensorInfo& t = ck.get(name);
@@ -213,11 +213,11 @@ TEST(MakeCheckpoint, DtypesRoundTheSameValues) {
 
 TEST(MakeCheckpoint, IndexModeReproducesTheShardSplit) {
   const fs::path dir = test::temp_dir();
-  const LladaConfig cfg = load_llada_config(g1_config());
+  const ModelConfig cfg = load_model_config(g1_config());
   // An irregular 3-shard placement, like the real index (e.g. ff_out of some blocks elsewhere).
   json idx;
   int k = 0;
-  for (const auto& t : llada_expected_tensors(cfg))
+  for (const auto& t : model_expected_tensors(cfg))
     idx["weight_map"][t.name] = "model-0000" + std::to_string(1 + (k++ * 5) % 3) + "-of-00003.safetensors";
   idx["metadata"]["total_size"] = 2 * cfg.parameter_count();
   std::ofstream(dir / "index.json") << idx.dump(2);
@@ -229,8 +229,8 @@ TEST(MakeCheckpoint, IndexModeReproducesTheShardSplit) {
 
   const Checkpoint ck = Checkpoint::open(dir / "sharded");
   ASSERT_TRUE(ck.sharded());
-  validate_llada_checkpoint(ck, cfg);
-  EXPECT_EQ(validate_llada_index(dir / "sharded" / "model.safetensors.index.json", cfg), 2);
+  validate_model_checkpoint(ck, cfg);
+  EXPECT_EQ(validate_model_index(dir / "sharded" / "model.safetensors.index.json", cfg), 2);
   const json written = json::parse(std::ifstream(dir / "sharded" / "model.safetensors.index.json"));
   EXPECT_EQ(written["weight_map"], idx["weight_map"]);
   EXPECT_EQ(written["metadata"]["total_size"].get<uint64_t>(), ck.total_bytes());
@@ -249,15 +249,15 @@ TEST(MakeCheckpoint, IndexModeReproducesTheShardSplit) {
 
   // F32 output from the same BF16 index: total_size follows the written dtype.
   ASSERT_EQ(run_tool(common + "/f32' --dtype f32 --index '" + (dir / "index.json").string() + "'", dir).status, 0);
-  EXPECT_EQ(validate_llada_index(dir / "f32" / "model.safetensors.index.json", cfg), 4);
+  EXPECT_EQ(validate_model_index(dir / "f32" / "model.safetensors.index.json", cfg), 4);
   fs::remove_all(dir);
 }
 
 TEST(MakeCheckpoint, Errors) {
   const fs::path dir = test::temp_dir();
-  const LladaConfig cfg = load_llada_config(g1_config());
+  const ModelConfig cfg = load_model_config(g1_config());
   json idx;
-  for (const auto& t : llada_expected_tensors(cfg)) idx["weight_map"][t.name] = "model-1.safetensors";
+  for (const auto& t : model_expected_tensors(cfg)) idx["weight_map"][t.name] = "model-1.safetensors";
   idx["weight_map"]["model.transformer.blocks.0.q_proj.bias"] = "model-1.safetensors";
   idx["metadata"]["total_size"] = 2 * cfg.parameter_count();
   std::ofstream(dir / "index.json") << idx.dump(2);

@@ -23,7 +23,7 @@ TEST(SmallModelParity, CppForwardMatchesPytorchTrainingForward) {
   ASSERT_TRUE(std::filesystem::exists(dir / "model.safetensors")) << "the default model must be committed";
   auto ref = SafetensorsFile::open(test_data_dir() / "small_model" / "reference_logits.safetensors");
   auto backend = make_cpu_backend(0);
-  LladaModel model = load_model(*backend, dir);
+  Model model = load_model(*backend, dir);
   const int n_cases = std::stoi(ref->metadata().at("n_cases"));
   ASSERT_GE(n_cases, 3);
   const int64_t V = model.config.embedding_size;

@@ -20,8 +20,8 @@
 #include "common/model_fixture.h"
 #include "common/numerics.h"
 #include "common/test_paths.h"
-#include "model/llada.h"
-#include "model/llada_config.h"
+#include "model/model.h"
+#include "model/model_config.h"
 
 namespace flashdllm::test {
 namespace {
@@ -41,12 +41,12 @@ std::vector<float> block(const Tensor& t, int64_t r0, int64_t n, int64_t c0, int
 }
 
 /// Every tensor of rank `tp`'s shard equals its slice of the unsharded weights, bitwise.
-void expect_shard_is_slice(const LladaModel& full, const LladaWeights& shard, const TensorParallel& tp) {
-  const LladaConfig& c = full.config;
-  const LladaShard s = llada_shard(c, tp);
+void expect_shard_is_slice(const Model& full, const ModelWeights& shard, const TensorParallel& tp) {
+  const ModelConfig& c = full.config;
+  const ModelShard s = model_shard(c, tp);
   const int64_t D = c.d_model, Dh = c.head_dim, H = c.n_heads * Dh, F = c.mlp_hidden_size;
   const int64_t Hl = s.heads * Dh, h0 = s.head_begin * Dh, Fl = s.mlp, f0 = s.mlp_begin;
-  const LladaWeights& w = full.weights;
+  const ModelWeights& w = full.weights;
   EXPECT_EQ(host_of(shard.wte), host_of(w.wte));
   EXPECT_EQ(host_of(shard.ln_f), host_of(w.ln_f));
   EXPECT_EQ(host_of(shard.lm_head), block(w.lm_head, s.vocab_begin, s.vocab, 0, D));
@@ -69,7 +69,7 @@ std::filesystem::path g1_4heads() { return checkpoint_with_heads(golden_dir(), 4
 TEST(TensorParallelWeights, CheckpointShardsAreSlicesOfTheUnshardedTensors) {
   const auto dir = g1_4heads();
   auto be = make_cpu_backend(1);
-  const LladaModel full = load_model(*be, dir);
+  const Model full = load_model(*be, dir);
   for (int world : {2, 4})
     for (int r = 0; r < world; ++r) {
       const TensorParallel tp{r, world, nullptr};
@@ -78,15 +78,15 @@ TEST(TensorParallelWeights, CheckpointShardsAreSlicesOfTheUnshardedTensors) {
 }
 
 TEST(TensorParallelWeights, DummyShardsAreSlicesOfTheUnshardedDummyModel) {
-  const LladaConfig cfg = load_llada_config(g1_4heads() / "config.json");
+  const ModelConfig cfg = load_model_config(g1_4heads() / "config.json");
   auto be = make_cpu_backend(1);
-  LladaModel full;
+  Model full;
   full.config = cfg;
-  full.weights = make_dummy_llada_weights(*be, cfg, /*seed=*/7);
+  full.weights = make_dummy_weights(*be, cfg, /*seed=*/7);
   for (int world : {2, 4})
     for (int r = 0; r < world; ++r) {
       const TensorParallel tp{r, world, nullptr};
-      expect_shard_is_slice(full, make_dummy_llada_weights(*be, cfg, 7, tp), tp);
+      expect_shard_is_slice(full, make_dummy_weights(*be, cfg, 7, tp), tp);
     }
   // The windowed fill of the shards is not the whole-tensor fill under another name: an odd window
   // offset (a split Box-Muller pair) gives the parent's sin value.
@@ -98,10 +98,10 @@ TEST(TensorParallelWeights, DummyShardsAreSlicesOfTheUnshardedDummyModel) {
 }
 
 TEST(TensorParallelWeights, RefusesSizesTheRanksCannotSplit) {
-  LladaConfig cfg = load_llada_config(golden_dir() / "config.json");  // n_heads 2, mlp 512, embedding 1024
-  auto message = [&](const LladaConfig& c, int world) -> std::string {
+  ModelConfig cfg = load_model_config(golden_dir() / "config.json");  // n_heads 2, mlp 512, embedding 1024
+  auto message = [&](const ModelConfig& c, int world) -> std::string {
     try {
-      llada_shard(c, {0, world, nullptr});
+      model_shard(c, {0, world, nullptr});
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
       return e.what();
@@ -110,15 +110,15 @@ TEST(TensorParallelWeights, RefusesSizesTheRanksCannotSplit) {
   };
   EXPECT_NE(message(cfg, 4).find("n_heads = 2"), std::string::npos);
   EXPECT_NE(message(cfg, 3).find("n_heads"), std::string::npos);
-  LladaConfig odd_mlp = cfg;
-  odd_mlp.n_heads = 4;
+  ModelConfig odd_mlp = cfg;
+  odd_mlp.n_heads = odd_mlp.n_kv_heads = 4;  // LLaDA: as many K/V heads as query heads
   odd_mlp.mlp_hidden_size = 510;
   EXPECT_NE(message(odd_mlp, 4).find("mlp_hidden_size = 510"), std::string::npos);
-  LladaConfig odd_vocab = cfg;
+  ModelConfig odd_vocab = cfg;
   odd_vocab.embedding_size = 1025;
   EXPECT_NE(message(odd_vocab, 2).find("embedding_size = 1025"), std::string::npos);
   EXPECT_EQ(message(cfg, 2), "");
-  EXPECT_THROW(llada_shard(cfg, {2, 2, nullptr}), Error);
+  EXPECT_THROW(model_shard(cfg, {2, 2, nullptr}), Error);
 }
 
 struct Case {
@@ -130,7 +130,7 @@ struct Case {
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 /// Two sequences of random ids (lengths 7 and 64; one forward, two tiles).
-std::vector<std::vector<int32_t>> sequences(const LladaConfig& c) {
+std::vector<std::vector<int32_t>> sequences(const ModelConfig& c) {
   std::mt19937 rng(11);
   std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(c.vocab_size) - 1);
   std::vector<std::vector<int32_t>> s = {std::vector<int32_t>(7), std::vector<int32_t>(64)};
@@ -153,7 +153,7 @@ TEST_P(TensorParallelForward, GatheredLogitsMatchTheUnshardedForward) {
   const Case& k = GetParam();
   const auto dir = k.dir();
   auto be = make_cpu_backend(1);
-  const LladaModel full = load_model(*be, dir);
+  const Model full = load_model(*be, dir);
   const auto seqs = sequences(full.config);
   const std::vector<float> want = full_logits(*be, full, seqs);
   TpGroup g = load_tp_group(dir, k.world);
@@ -188,9 +188,9 @@ INSTANTIATE_TEST_SUITE_P(Models, TensorParallelForward,
 TEST(TensorParallelForward, DummyWeightsTp4MatchTheUnshardedDummyModel) {
   const auto dir = g1_4heads();
   auto be = make_cpu_backend(1);
-  LladaModel full;
-  full.config = load_llada_config(dir / "config.json");
-  full.weights = make_dummy_llada_weights(*be, full.config, 3);
+  Model full;
+  full.config = load_model_config(dir / "config.json");
+  full.weights = make_dummy_weights(*be, full.config, 3);
   full.rope = make_rope_tables(*be, full.config, full.config.max_sequence_length + 256);
   const auto seqs = sequences(full.config);
   const std::vector<float> want = full_logits(*be, full, seqs);
@@ -202,9 +202,9 @@ TEST(TensorParallelForward, DummyWeightsTp4MatchTheUnshardedDummyModel) {
 
 TEST(TensorParallelForward, WorldOneThroughACommunicatorIsBitIdentical) {
   auto be = make_cpu_backend(1);
-  const LladaModel plain = load_model(*be, golden_dir());
+  const Model plain = load_model(*be, golden_dir());
   auto comms = make_local_communicators(1);
-  const LladaModel via = load_model(*be, golden_dir(), {0, 1, comms[0].get()});
+  const Model via = load_model(*be, golden_dir(), {0, 1, comms[0].get()});
   const auto seqs = sequences(plain.config);
   const std::vector<float> a = full_logits(*be, plain, seqs), b = full_logits(*be, via, seqs);
   ASSERT_EQ(a.size(), b.size());
@@ -214,13 +214,13 @@ TEST(TensorParallelForward, WorldOneThroughACommunicatorIsBitIdentical) {
 TEST(TensorParallelForward, ImportanceIsAllReducedOncePerForward) {
   const auto dir = g1_4heads();
   auto be = make_cpu_backend(1);
-  const LladaModel full = load_model(*be, dir);
+  const Model full = load_model(*be, dir);
   const auto seqs = sequences(full.config);
   const int64_t rows = 71;
   // Scores start non-zero (as between the slot groups of one Flash-Cache iteration): they must be
   // kept once, not once per rank. Both variants: raw q·k (fused) and probability mass.
   for (bool mass : {false, true}) {
-    auto scored = [&](Backend& b, const LladaModel& m) {
+    auto scored = [&](Backend& b, const Model& m) {
       ForwardBatch fb = full_recompute_batch(seqs);
       KvStore kv = make_kv_store(b, m.config, rows, true, m.tp);
       ForwardWorkspace ws = make_forward_workspace(b, m.config, rows, rows, 4, 0, m.tp);
@@ -234,7 +234,7 @@ TEST(TensorParallelForward, ImportanceIsAllReducedOncePerForward) {
       fb.importance.weight = 0.125f;
       fb.importance.probability_mass = mass;
       fb.importance.scores = scores;
-      llada_forward(b, m, fb, kv, ws);
+      model_forward(b, m, fb, kv, ws);
       return host_of(scores);
     };
     const std::vector<float> want = scored(*be, full);
@@ -248,8 +248,8 @@ TEST(TensorParallelForward, ImportanceIsAllReducedOncePerForward) {
 TEST(TensorParallelForward, VerifyPassLogitsMatchTheUnshardedPass) {
   const auto dir = g1_4heads();
   auto be = make_cpu_backend(1);
-  const LladaModel full = load_model(*be, dir);
-  const LladaConfig& c = full.config;
+  const Model full = load_model(*be, dir);
+  const ModelConfig& c = full.config;
   const std::vector<int32_t> prefix = sequences(c)[1];  // 64 cached positions
   const auto P = static_cast<int32_t>(prefix.size());
   // One tile: 2 kept rows, 2 candidates (draft rows, then mask rows), keys = the cached prefix.
@@ -260,13 +260,13 @@ TEST(TensorParallelForward, VerifyPassLogitsMatchTheUnshardedPass) {
   vb.tiles = {{0, 6, 0, P, 2}};
   vb.logit_rows = {0, 1, 2, 3, 4, 5};
   vb.row_keys.assign(6, 0);
-  auto verify = [&](Backend& b, const LladaModel& m) {
+  auto verify = [&](Backend& b, const Model& m) {
     KvStore kv = make_kv_store(b, c, P + 8, false, m.tp);
     ForwardWorkspace ws = make_forward_workspace(b, c, P, P, 1, 0, m.tp);
     ForwardBatch fill = full_recompute_batch({prefix});
-    llada_forward(b, m, fill, kv, ws);  // the cache the verify pass reads
+    model_forward(b, m, fill, kv, ws);  // the cache the verify pass reads
     ForwardWorkspace vws = make_forward_workspace(b, c, 6, 6, 1, P, m.tp);
-    return host_of(llada_verify_forward(b, m, vb, kv, vws));
+    return host_of(model_verify_forward(b, m, vb, kv, vws));
   };
   const std::vector<float> want = verify(*be, full);
   TpGroup g = load_tp_group(dir, 4);
@@ -278,13 +278,13 @@ TEST(TensorParallelForward, VerifyPassLogitsMatchTheUnshardedPass) {
 TEST(TensorParallelForward, StoresMadeForAnotherRankShapeAreRefused) {
   const auto dir = g1_4heads();
   TpGroup g = load_tp_group(dir, 2);
-  const LladaConfig& c = g.models[0].config;
+  const ModelConfig& c = g.models[0].config;
   auto be = make_cpu_backend(1);
   KvStore kv = make_kv_store(*be, c, 8, true);  // unsharded: 4 heads, the rank has 2
   ForwardWorkspace ws = make_forward_workspace(*be, c, 8, 8, 1, 0, g.models[0].tp);
   const ForwardBatch fb = full_recompute_batch({{1, 2, 3}});
   try {
-    llada_forward(*g.backends[0], g.models[0], fb, kv, ws);
+    model_forward(*g.backends[0], g.models[0], fb, kv, ws);
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("not made for rank 0 of 2"), std::string::npos) << e.what();

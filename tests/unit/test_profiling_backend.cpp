@@ -6,7 +6,7 @@
 
 #include "common/test_paths.h"
 #include "flashdllm/engine.h"
-#include "model/llada_config.h"
+#include "model/model_config.h"
 
 namespace flashdllm {
 namespace {

@@ -171,49 +171,52 @@ class CpuBackend final : public Backend {
                 accumulate ? 1.0f : 0.0f, out.ptr<float>(), static_cast<int>(N));
   }
 
-  void qkv_rope_store(Tensor xn, Tensor wqkv, Tensor positions, Tensor rows, const RopeTable& rope, int n_heads,
-                      Tensor q_out, Tensor k_store, Tensor v_store, Tensor scratch) override {
-    const int64_t T = xn.rows();
-    const int64_t HD = wqkv.rows() / 3;
-    FDLLM_CHECK_ARG(wqkv.rows() % 3 == 0 && n_heads > 0 && HD % n_heads == 0,
-                    "qkv_rope_store: wqkv {} is not [3*n_heads*head_dim, d_model] for n_heads {}", wqkv.describe(),
-                    n_heads);
-    const int64_t Dh = HD / n_heads;
-    check_dtype(positions, DType::kI32, "qkv_rope_store", "positions");
-    check_dtype(rows, DType::kI32, "qkv_rope_store", "rows");
-    FDLLM_CHECK_ARG(positions.numel() == T && rows.numel() == T, "qkv_rope_store: positions/rows must have {} entries",
-                    T);
-    expect_matrix(q_out, T, HD, "qkv_rope_store", "q_out");
-    FDLLM_CHECK_ARG(k_store.row_size() == HD && v_store.row_size() == HD && k_store.rows() == v_store.rows(),
-                    "qkv_rope_store: K/V stores must be [N, {}], got {} and {}", HD, k_store.describe(),
-                    v_store.describe());
-    FDLLM_CHECK_ARG(rope.cos.row_size() * 2 == Dh, "qkv_rope_store: RoPE table width {} does not match head_dim {}",
+  void qkv_rope_store(Tensor xn, Tensor wqkv, Tensor bqkv, Tensor positions, Tensor rows, const RopeTable& rope,
+                      int n_heads, Tensor q_out, Tensor k_store, Tensor v_store, Tensor scratch) override {
+    static constexpr const char* kOp = "qkv_rope_store";
+    const int64_t T = xn.rows(), HD = q_out.row_size();
+    const int n_kv = opcheck::kv_heads_of(q_out, k_store, n_heads, kOp);
+    const int64_t Dh = HD / n_heads, KD = n_kv * Dh, W = HD + 2 * KD;
+    FDLLM_CHECK_ARG(wqkv.rows() == W,
+                    "{}: wqkv {} is not [(n_heads + 2·n_kv_heads)·head_dim = {}, d_model] for n_heads {}, n_kv_heads "
+                    "{}, head_dim {}",
+                    kOp, wqkv.describe(), W, n_heads, n_kv, Dh);
+    FDLLM_CHECK_ARG(bqkv.numel() == 0 || bqkv.numel() == W, "{}: bias {} must be empty or have {} elements", kOp,
+                    bqkv.describe(), W);
+    if (bqkv.numel() > 0) check_dtype(bqkv, DType::kF32, kOp, "bqkv");
+    check_dtype(positions, DType::kI32, kOp, "positions");
+    check_dtype(rows, DType::kI32, kOp, "rows");
+    FDLLM_CHECK_ARG(positions.numel() == T && rows.numel() == T, "{}: positions/rows must have {} entries", kOp, T);
+    expect_matrix(q_out, T, HD, kOp, "q_out");
+    FDLLM_CHECK_ARG(v_store.row_size() == KD && k_store.rows() == v_store.rows(),
+                    "{}: K/V stores must be [N, {}], got {} and {}", kOp, KD, k_store.describe(), v_store.describe());
+    FDLLM_CHECK_ARG(rope.cos.row_size() * 2 == Dh, "{}: RoPE table width {} does not match head_dim {}", kOp,
                     rope.cos.row_size(), Dh);
-    FDLLM_CHECK_ARG(scratch.numel() >= T * 3 * HD, "qkv_rope_store: scratch too small ({} for {} rows)",
-                    scratch.describe(), T);
-    Tensor qkv = scratch.reshape({scratch.numel()}).slice_rows(0, T * 3 * HD).reshape({T, 3 * HD});
+    FDLLM_CHECK_ARG(scratch.numel() >= T * W, "{}: scratch too small ({} for {} rows)", kOp, scratch.describe(), T);
+    Tensor qkv = scratch.reshape({scratch.numel()}).slice_rows(0, T * W).reshape({T, W});
     matmul(xn, wqkv, qkv, false);
     const int32_t* pos = positions.ptr<int32_t>();
     const int32_t* row = rows.ptr<int32_t>();
     const int64_t n_store = k_store.rows(), n_pos = rope.cos.rows();
     for (int64_t t = 0; t < T; ++t) {
-      FDLLM_CHECK_ARG(pos[t] >= 0 && pos[t] < n_pos, "qkv_rope_store: position {} at row {} outside the RoPE table [0, {})",
+      FDLLM_CHECK_ARG(pos[t] >= 0 && pos[t] < n_pos, "{}: position {} at row {} outside the RoPE table [0, {})", kOp,
                       pos[t], t, n_pos);
-      FDLLM_CHECK_ARG(row[t] >= 0 && row[t] < n_store, "qkv_rope_store: store row {} at row {} outside [0, {})", row[t],
-                      t, n_store);
+      FDLLM_CHECK_ARG(row[t] >= 0 && row[t] < n_store, "{}: store row {} at row {} outside [0, {})", kOp, row[t], t,
+                      n_store);
     }
-#pragma omp parallel for num_threads(threads_) if (T * 3 * HD >= kParallelMinWork)
+    const float* bias = bqkv.numel() > 0 ? bqkv.ptr<float>() : nullptr;
+#pragma omp parallel for num_threads(threads_) if (T * W >= kParallelMinWork)
     for (int64_t t = 0; t < T; ++t) {
-      const float* src = qkv.ptr<float>() + t * 3 * HD;
+      float* src = qkv.ptr<float>() + t * W;
+      if (bias != nullptr)  // the projection's bias, before RoPE (nn.Linear, then rotary embedding)
+        for (int64_t i = 0; i < W; ++i) src[i] += bias[i];
       const float* c = rope.cos.ptr<float>() + static_cast<int64_t>(pos[t]) * (Dh / 2);
       const float* s = rope.sin.ptr<float>() + static_cast<int64_t>(pos[t]) * (Dh / 2);
-      float* kdst = k_store.ptr<float>() + static_cast<int64_t>(row[t]) * HD;
-      float* vdst = v_store.ptr<float>() + static_cast<int64_t>(row[t]) * HD;
-      for (int h = 0; h < n_heads; ++h) {
-        cpu::rope_head(src + h * Dh, c, s, Dh, q_out.ptr<float>() + t * HD + h * Dh);
-        cpu::rope_head(src + HD + h * Dh, c, s, Dh, kdst + h * Dh);
-      }
-      std::memcpy(vdst, src + 2 * HD, HD * sizeof(float));
+      float* kdst = k_store.ptr<float>() + static_cast<int64_t>(row[t]) * KD;
+      float* vdst = v_store.ptr<float>() + static_cast<int64_t>(row[t]) * KD;
+      for (int h = 0; h < n_heads; ++h) cpu::rope_head(src + h * Dh, c, s, Dh, q_out.ptr<float>() + t * HD + h * Dh);
+      for (int h = 0; h < n_kv; ++h) cpu::rope_head(src + HD + h * Dh, c, s, Dh, kdst + h * Dh);
+      std::memcpy(vdst, src + HD + KD, static_cast<size_t>(KD) * sizeof(float));
     }
   }
 
@@ -224,11 +227,10 @@ class CpuBackend final : public Backend {
     check_dtype(v_store, DType::kF32, "attention", "v_store");
     check_dtype(out, DType::kF32, "attention", "out");
     check_dtype(table, DType::kI32, "attention", "table");
-    const int64_t Tq = q.rows(), HD = q.row_size(), N = k_store.rows();
-    FDLLM_CHECK_ARG(n_heads > 0 && HD % n_heads == 0, "attention: {} columns not divisible by n_heads {}", HD, n_heads);
+    const int64_t Tq = q.rows(), HD = q.row_size(), N = k_store.rows(), KD = k_store.row_size();
+    const int group = n_heads / opcheck::kv_heads_of(q, k_store, n_heads, "attention");
     expect_matrix(out, Tq, HD, "attention", "out");
-    expect_matrix(k_store, N, HD, "attention", "k_store");
-    expect_matrix(v_store, N, HD, "attention", "v_store");
+    expect_matrix(v_store, N, KD, "attention", "v_store");
     FDLLM_CHECK_ARG(table.numel() % 4 == 0, "attention: table must be [n_tiles, 4], got {}", table.describe());
     const auto* tiles = reinterpret_cast<const AttentionTile*>(table.data);
     const int64_t n_tiles = table.numel() / 4;
@@ -258,8 +260,9 @@ class CpuBackend final : public Backend {
       for (size_t w = 0; w < work.size(); ++w) {
         const AttentionTile& a = tiles[work[w].tile];
         const int64_t r = work[w].row, h = work[w].head, rows = std::min<int64_t>(kRowsPerItem, a.q_end - r);
-        cpu::attend_rows(simd_, q.ptr<float>() + r * HD + h * Dh, HD, rows, k_store.ptr<float>() + h * Dh,
-                         v_store.ptr<float>() + h * Dh, HD, a.k_start, a.k_end, Dh, scale, scores.data(),
+        const int64_t kh = h / group;  // the K/V head of query head h
+        cpu::attend_rows(simd_, q.ptr<float>() + r * HD + h * Dh, HD, rows, k_store.ptr<float>() + kh * Dh,
+                         v_store.ptr<float>() + kh * Dh, KD, a.k_start, a.k_end, Dh, scale, scores.data(),
                          out.ptr<float>() + r * HD + h * Dh, HD);
       }
     }
@@ -268,9 +271,10 @@ class CpuBackend final : public Backend {
   void attention_verify(Tensor q, Tensor k_store, Tensor v_store, Tensor key_rows, Tensor k_tile, Tensor v_tile,
                         Tensor table, int n_heads, float scale, Tensor out) override {
     static constexpr const char* kOp = "attention_verify";
-    opcheck::expect_verify_operands(q, k_store, v_store, key_rows, k_tile, v_tile, table, n_heads, out, DType::kF32,
-                                    DeviceKind::kCPU);
+    const int n_kv = opcheck::expect_verify_operands(q, k_store, v_store, key_rows, k_tile, v_tile, table, n_heads, out,
+                                                     DType::kF32, DeviceKind::kCPU);
     const int64_t Tq = q.rows(), HD = q.row_size(), N = k_store.rows(), G = key_rows.numel();
+    const int64_t KD = k_store.row_size(), group = n_heads / n_kv;
     const auto* tiles = reinterpret_cast<const VerifyTile*>(table.data);
     const int64_t n_tiles = table.numel() / 5;
     const int32_t* gather = key_rows.ptr<int32_t>();
@@ -300,6 +304,7 @@ class CpuBackend final : public Backend {
         const int64_t r = work[w].second, rows = a.q_end - a.q_start, S = a.n_cand, T = rows - 2 * S;
         for (int h = 0; h < n_heads; ++h) {
           const float* qr = q.ptr<float>() + r * HD + h * Dh;
+          const int64_t kc = h / group * Dh;  // the columns of query head h's K/V head
           scores.clear();
           vrows.clear();
           auto add_key = [&](const float* kr, const float* vr) {
@@ -309,12 +314,11 @@ class CpuBackend final : public Backend {
             vrows.push_back(vr);
           };
           for (int32_t g = a.k_start; g < a.k_end; ++g)
-            add_key(k_store.ptr<float>() + static_cast<int64_t>(gather[g]) * HD + h * Dh,
-                    v_store.ptr<float>() + static_cast<int64_t>(gather[g]) * HD + h * Dh);
+            add_key(k_store.ptr<float>() + static_cast<int64_t>(gather[g]) * KD + kc,
+                    v_store.ptr<float>() + static_cast<int64_t>(gather[g]) * KD + kc);
           for (int64_t c = 0; c < rows; ++c)
             if (verify_may_attend(T, S, r - a.q_start, c))
-              add_key(k_tile.ptr<float>() + (a.q_start + c) * HD + h * Dh,
-                      v_tile.ptr<float>() + (a.q_start + c) * HD + h * Dh);
+              add_key(k_tile.ptr<float>() + (a.q_start + c) * KD + kc, v_tile.ptr<float>() + (a.q_start + c) * KD + kc);
           // One softmax over the cached and the in-tile keys (global maximum).
           double m = -std::numeric_limits<double>::infinity();
           for (double sc : scores) m = std::max(m, sc);
@@ -355,10 +359,8 @@ class CpuBackend final : public Backend {
     check_dtype(k_store, DType::kF32, kOp, "k_store");
     check_dtype(table, DType::kI32, kOp, "table");
     check_dtype(scores, DType::kF32, kOp, "scores");
-    const int64_t Tq = q.rows(), HD = q.row_size(), N = k_store.rows();
-    FDLLM_CHECK_ARG(n_heads > 0 && HD % n_heads == 0, "{}: {} columns of q not divisible by n_heads {}", kOp, HD,
-                    n_heads);
-    expect_matrix(k_store, N, HD, kOp, "k_store");
+    const int64_t Tq = q.rows(), HD = q.row_size(), N = k_store.rows(), KD = k_store.row_size();
+    const int group = n_heads / opcheck::kv_heads_of(q, k_store, n_heads, kOp);
     FDLLM_CHECK_ARG(scores.numel() == N, "{}: operand 'scores' must have {} elements (one per store row), got {}",
                     kOp, N, scores.describe());
     FDLLM_CHECK_ARG(table.numel() % 4 == 0, "{}: table must be [n_tiles, 4], got {}", kOp, table.describe());
@@ -382,7 +384,7 @@ class CpuBackend final : public Backend {
     std::vector<char> touched(static_cast<size_t>(N), 0);
     auto dot = [&](int64_t r, int h, int64_t t) {
       const float* a = qp + r * HD + h * Dh;
-      const float* b = kp + t * HD + h * Dh;
+      const float* b = kp + t * KD + h / group * Dh;  // query head h's K/V head
       double d = 0.0;
       for (int64_t i = 0; i < Dh; ++i) d += static_cast<double>(a[i]) * b[i];
       return d;

@@ -31,6 +31,7 @@ void CudaBackend::attention_with_importance(Tensor q, Tensor k_store, Tensor v_s
 // (flash path only).
 void CudaBackend::run_attention(const char* kOp, Tensor q, Tensor k_store, Tensor v_store, Tensor table, int n_heads,
                                 float scale, Tensor out, Tensor score_table, float weight, float* importance) {
+  opcheck::expect_mha_without_bias(q, k_store, Tensor{}, kOp, "CUDA");
   expect(q, DType::kBF16, kOp, "q");
   expect(k_store, DType::kBF16, kOp, "k_store");
   expect(v_store, DType::kBF16, kOp, "v_store");
@@ -100,6 +101,7 @@ void CudaBackend::run_attention(const char* kOp, Tensor q, Tensor k_store, Tenso
 void CudaBackend::attention_verify(Tensor q, Tensor k_store, Tensor v_store, Tensor key_rows, Tensor k_tile,
                                    Tensor v_tile, Tensor table, int n_heads, float scale, Tensor out) {
   static constexpr const char* kOp = "attention_verify";
+  opcheck::expect_mha_without_bias(q, k_store, Tensor{}, kOp, "CUDA");
   opcheck::expect_verify_operands(q, k_store, v_store, key_rows, k_tile, v_tile, table, n_heads, out, DType::kBF16,
                                   DeviceKind::kCUDA);
   const int64_t Tq = q.rows(), HD = q.row_size(), N = k_store.rows();
@@ -156,6 +158,7 @@ void CudaBackend::attention_verify(Tensor q, Tensor k_store, Tensor v_store, Ten
 void CudaBackend::attention_importance(Tensor q, Tensor k_store, Tensor table, int n_heads, float scale,
                                        bool probability_mass, float weight, Tensor scores) {
   static constexpr const char* kOp = "attention_importance";
+  opcheck::expect_mha_without_bias(q, k_store, Tensor{}, kOp, "CUDA");
   expect(q, DType::kBF16, kOp, "q");
   expect(k_store, DType::kBF16, kOp, "k_store");
   expect(table, DType::kI32, kOp, "table");

@@ -1,6 +1,7 @@
-// LLaDA forward pass over the backend interface (reference §A.3; HF modeling_llada.py
-// LLaDALlamaBlock). See llada.h for the data flow.
-#include "model/llada.h"
+// The forward pass of every family over the backend interface (LLaDA: reference §A.3, HF
+// modeling_llada.py LLaDALlamaBlock; Dream: modeling_dream.py DreamDecoderLayer, the same block with
+// GQA and q/k/v biases). See model.h for the data flow.
+#include "model/model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,8 +13,8 @@
 #include "core/check.h"
 #include "core/log.h"
 #include "core/philox.h"
-#include "model/llada_carver.h"
-#include "model/llada_checkpoint.h"
+#include "model/model_carver.h"
+#include "model/model_checkpoint.h"
 
 namespace flashdllm {
 using model_detail::align_up;
@@ -23,7 +24,7 @@ namespace {
 
 /// The attention stage of one layer: given the normalised input xn [T, D], writes q and the
 /// attention output attn [T, H·Dh] (and whatever K/V the mode keeps).
-using AttentionStage = std::function<void(int64_t layer, const LladaLayerWeights& lw, Tensor xn, Tensor q, Tensor attn)>;
+using AttentionStage = std::function<void(int64_t layer, const LayerWeights& lw, Tensor xn, Tensor q, Tensor attn)>;
 
 /// n rows padded as Backend::RowPadding describes for `multiple` (1: n), at most `cap` (and at
 /// least n): the next multiple of `multiple`, below it the next power of two from 16.
@@ -53,13 +54,14 @@ void upload_logit_rows(Backend& be, ForwardWorkspace& ws, const std::vector<int3
 }
 
 /// The key of a forward's layer loop for Backend::run_recorded: every shape, scalar and device
-/// address the loop's launches use. `kind` tells llada_forward (0) from llada_verify_forward (1);
+/// address the loop's launches use. `kind` tells model_forward (0) from model_verify_forward (1);
 /// `shape` holds the call's sizes and scalars (rows, logit rows, tiles, keys, importance settings).
-std::vector<int64_t> recording_key(int64_t kind, const LladaModel& model, const ForwardWorkspace& ws, const KvStore& kv,
+std::vector<int64_t> recording_key(int64_t kind, const Model& model, const ForwardWorkspace& ws, const KvStore& kv,
                                    std::initializer_list<int64_t> shape) {
-  const LladaConfig& c = model.config;
+  const ModelConfig& c = model.config;
   auto addr = [](const void* p) { return static_cast<int64_t>(reinterpret_cast<uintptr_t>(p)); };
-  std::vector<int64_t> key{kind, c.n_layers, c.d_model, c.n_heads, c.head_dim, c.mlp_hidden_size, c.embedding_size};
+  std::vector<int64_t> key{kind,        c.n_layers,        c.d_model,        c.n_heads,          c.n_kv_heads,
+                           c.head_dim,  c.mlp_hidden_size, c.embedding_size, c.qkv_bias ? 1 : 0};
   key.insert(key.end(), shape);
   float eps = static_cast<float>(c.rms_norm_eps);
   int32_t eps_bits = 0;
@@ -86,17 +88,17 @@ std::vector<int64_t> recording_key(int64_t kind, const LladaModel& model, const 
   return key;
 }
 
-/// The layer loop shared by llada_forward and llada_verify_forward: embedding of the uploaded ids,
+/// The layer loop shared by model_forward and model_verify_forward: embedding of the uploaded ids,
 /// per layer attn_norm -> attention stage -> attn_out (+residual) -> ff_norm -> SwiGLU MLP
 /// (+residual), then ln_f and the LM head over the R uploaded logit rows only (the largest GEMM).
 /// After the last layer's attention stage (which still writes every row's K/V) only the R logit
 /// rows continue: they are gathered first and attn_out, the MLP and ln_f run on R rows instead of
 /// T (none when R = 0, an admission prefill) - the same per-row arithmetic on fewer rows.
 /// Only asynchronous device ops (no upload, no synchronisation): Backend::run_recorded can record it.
-void run_layers(Backend& be, const LladaModel& model, ForwardWorkspace& ws, int64_t T, Tensor ids, int64_t R,
+void run_layers(Backend& be, const Model& model, ForwardWorkspace& ws, int64_t T, Tensor ids, int64_t R,
                 const AttentionStage& attention) {
-  const LladaConfig& c = model.config;
-  const LladaWeights& w = model.weights;
+  const ModelConfig& c = model.config;
+  const ModelWeights& w = model.weights;
   Communicator* comm = model.tp.comm;
   // Row-parallel products (attn_out, ff_out) give each rank a partial sum of h's update: rank 0
   // accumulates it onto the residual, the others overwrite h with theirs, and the all-reduce adds
@@ -106,7 +108,7 @@ void run_layers(Backend& be, const LladaModel& model, ForwardWorkspace& ws, int6
   Tensor attn = ws.attn.slice_rows(0, T), gate_up = ws.gate_up.slice_rows(0, T), act = ws.act.slice_rows(0, T);
   Tensor sel = ws.sel.slice_rows(0, R), logit_rows = ws.logit_rows.slice_rows(0, R);
   // h += attn_out(a); h += ff_out(SwiGLU(gate_up(ff_norm(h)))) over n rows.
-  auto finish_layer = [&](const LladaLayerWeights& lw, int64_t n, Tensor a, Tensor h, Tensor hn) {
+  auto finish_layer = [&](const LayerWeights& lw, int64_t n, Tensor a, Tensor h, Tensor hn) {
     be.matmul(a, lw.attn_out, h, /*accumulate=*/residual);
     if (comm != nullptr) comm->all_reduce_sum(h);
     be.rmsnorm(h, lw.ff_norm, c.rms_norm_eps, hn);
@@ -118,7 +120,7 @@ void run_layers(Backend& be, const LladaModel& model, ForwardWorkspace& ws, int6
   const bool trim = R < T;  // the last layer continues on the logit rows only
   be.embedding(w.wte, ids, x);
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    const LladaLayerWeights& lw = w.layers[static_cast<size_t>(l)];
+    const LayerWeights& lw = w.layers[static_cast<size_t>(l)];
     be.rmsnorm(x, lw.attn_norm, c.rms_norm_eps, xn);
     attention(l, lw, xn, q, attn);
     if (l + 1 < c.n_layers || !trim) {
@@ -150,7 +152,7 @@ void run_layers(Backend& be, const LladaModel& model, ForwardWorkspace& ws, int6
 
 /// Runs the layer loop `layers` through Backend::run_recorded under `key`; with a communicator
 /// (collectives inside the loop) op by op.
-void run_layer_loop(Backend& be, const LladaModel& model, const std::vector<int64_t>& key,
+void run_layer_loop(Backend& be, const Model& model, const std::vector<int64_t>& key,
                     const std::function<void()>& layers) {
   if (model.tp.comm != nullptr)
     layers();
@@ -159,34 +161,37 @@ void run_layer_loop(Backend& be, const LladaModel& model, const std::vector<int6
 }
 
 /// Checks that the model's rank context, its weights and the K/V store / workspace agree (a store
-/// or workspace made for another rank shape would fail deep inside an op). Returns the local heads.
-int local_heads(const LladaModel& model, const Tensor& kv_k, const ForwardWorkspace& ws, const char* what) {
-  const LladaConfig& c = model.config;
+/// or workspace made for another rank shape would fail deep inside an op). Returns the local query
+/// heads (the K/V heads follow from the store's width).
+int local_heads(const Model& model, const Tensor& kv_k, const ForwardWorkspace& ws, const char* what) {
+  const ModelConfig& c = model.config;
   const TensorParallel& tp = model.tp;
-  const LladaShard sh = llada_shard(c, tp);
+  const ModelShard sh = model_shard(c, tp);
   FDLLM_CHECK_ARG(tp.world == 1 || tp.comm != nullptr, "{}: tensor parallel world {} without a communicator", what,
                   tp.world);
   FDLLM_CHECK_ARG(tp.comm == nullptr || (tp.comm->rank() == tp.rank && tp.comm->world_size() == tp.world),
                   "{}: the communicator is rank {} of {}, the model rank {} of {}", what, tp.comm->rank(),
                   tp.comm->world_size(), tp.rank, tp.world);
-  const int64_t Hl = sh.heads * c.head_dim;
-  FDLLM_CHECK_ARG(model.weights.lm_head.rows() == sh.vocab && !model.weights.layers.empty() &&
-                      model.weights.layers[0].wqkv.rows() == 3 * Hl,
+  const int64_t Hl = sh.heads * c.head_dim, Kl = sh.kv_heads * c.head_dim;
+  const auto& layers = model.weights.layers;
+  FDLLM_CHECK_ARG(model.weights.lm_head.rows() == sh.vocab && !layers.empty() &&
+                      layers[0].wqkv.rows() == Hl + 2 * Kl && layers[0].bqkv.empty() == !c.qkv_bias,
                   "{}: the weights are not rank {} of {}'s shard", what, tp.rank, tp.world);
-  FDLLM_CHECK_ARG(kv_k.row_size() == Hl && ws.q.row_size() == Hl && (tp.comm == nullptr || !ws.gather.empty()),
-                  "{}: K/V store ({}) or workspace (q {}) not made for rank {} of {} ({} columns{})", what,
-                  kv_k.describe(), ws.q.describe(), tp.rank, tp.world, Hl,
+  FDLLM_CHECK_ARG(kv_k.row_size() == Kl && ws.q.row_size() == Hl && (tp.comm == nullptr || !ws.gather.empty()),
+                  "{}: K/V store ({}) or workspace (q {}) not made for rank {} of {} ({} K/V and {} query "
+                  "columns{})",
+                  what, kv_k.describe(), ws.q.describe(), tp.rank, tp.world, Kl, Hl,
                   tp.comm != nullptr && ws.gather.empty() ? ", with the gather staging" : "");
   return static_cast<int>(sh.heads);
 }
 
-float attention_scale(const LladaConfig& c) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim))); }
+float attention_scale(const ModelConfig& c) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim))); }
 
 }  // namespace
 
-Tensor llada_forward(Backend& be, const LladaModel& model, const ForwardBatch& batch, KvStore& kv,
+Tensor model_forward(Backend& be, const Model& model, const ForwardBatch& batch, KvStore& kv,
                      ForwardWorkspace& ws) {
-  const LladaConfig& c = model.config;
+  const ModelConfig& c = model.config;
   const int64_t T = batch.n_tokens();
   const int64_t R = static_cast<int64_t>(batch.logit_rows.size());
   const int64_t n_tiles = static_cast<int64_t>(batch.tiles.size());
@@ -243,9 +248,9 @@ Tensor llada_forward(Backend& be, const LladaModel& model, const ForwardBatch& b
                      static_cast<int64_t>(reinterpret_cast<uintptr_t>(imp.scores.data))});
   run_layer_loop(be, model, key, [&] {
     run_layers(be, model, ws, Tp, ids, Rp,
-               [&](int64_t l, const LladaLayerWeights& lw, Tensor xn, Tensor q, Tensor attn) {
+               [&](int64_t l, const LayerWeights& lw, Tensor xn, Tensor q, Tensor attn) {
                  Tensor k = kv.k[static_cast<size_t>(l)], v = kv.v[static_cast<size_t>(l)];
-                 be.qkv_rope_store(xn, lw.wqkv, pos, rows, model.rope.table, n_heads, q, k, v, ws.scratch);
+                 be.qkv_rope_store(xn, lw.wqkv, lw.bqkv, pos, rows, model.rope.table, n_heads, q, k, v, ws.scratch);
                  const bool score = imp.on() && l >= imp.first_layer;
                  if (score && !imp.probability_mass) {  // raw q·k: fused into the attention pass
                    be.attention_with_importance(q, k, v, tiles, n_heads, scale, attn, scored, imp.weight, imp.scores);
@@ -260,9 +265,9 @@ Tensor llada_forward(Backend& be, const LladaModel& model, const ForwardBatch& b
   return ws.logits.slice_rows(0, R);
 }
 
-Tensor llada_verify_forward(Backend& be, const LladaModel& model, const VerifyBatch& batch, const KvStore& kv,
+Tensor model_verify_forward(Backend& be, const Model& model, const VerifyBatch& batch, const KvStore& kv,
                             ForwardWorkspace& ws) {
-  const LladaConfig& c = model.config;
+  const ModelConfig& c = model.config;
   const int64_t T = batch.n_tokens();
   const auto R = static_cast<int64_t>(batch.logit_rows.size());
   const auto n_tiles = static_cast<int64_t>(batch.tiles.size());
@@ -314,8 +319,9 @@ Tensor llada_verify_forward(Backend& be, const LladaModel& model, const VerifyBa
   const float scale = attention_scale(c);
   run_layer_loop(be, model, recording_key(1, model, ws, kv, {Tp, Rp, n_tiles_p, Gp}), [&] {
     run_layers(be, model, ws, Tp, ids, Rp,
-               [&](int64_t l, const LladaLayerWeights& lw, Tensor xn, Tensor q, Tensor attn) {
-                 be.qkv_rope_store(xn, lw.wqkv, pos, rows, model.rope.table, n_heads, q, k_tile, v_tile, ws.scratch);
+               [&](int64_t l, const LayerWeights& lw, Tensor xn, Tensor q, Tensor attn) {
+                 be.qkv_rope_store(xn, lw.wqkv, lw.bqkv, pos, rows, model.rope.table, n_heads, q, k_tile, v_tile,
+                                   ws.scratch);
                  be.attention_verify(q, kv.k[static_cast<size_t>(l)], kv.v[static_cast<size_t>(l)], keys, k_tile,
                                      v_tile, tiles, n_heads, scale, attn);
                });

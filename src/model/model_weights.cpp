@@ -1,6 +1,6 @@
-// LLaDA weights (checkpoint or seeded dummy values, tensor-parallel shards), RoPE tables and K/V
-// stores: the model's buffers, made once. See llada.h.
-#include "model/llada.h"
+// Model weights (checkpoint or seeded dummy values, tensor-parallel shards), RoPE tables and K/V
+// stores: the model's buffers, made once. See model.h.
+#include "model/model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,19 +12,20 @@
 #include "core/check.h"
 #include "core/log.h"
 #include "core/philox.h"
-#include "model/llada_carver.h"
-#include "model/llada_checkpoint.h"
+#include "model/model_carver.h"
+#include "model/model_checkpoint.h"
 
 namespace flashdllm {
 using model_detail::align_up;
 using model_detail::Carver;
 namespace {
 
-void for_each_weight(LladaWeights& w, const std::function<void(Tensor&)>& f) {
+void for_each_weight(ModelWeights& w, const std::function<void(Tensor&)>& f) {
   f(w.wte);
   for (auto& l : w.layers) {
     f(l.attn_norm);
     f(l.wqkv);
+    if (!l.bqkv.empty()) f(l.bqkv);
     f(l.attn_out);
     f(l.ff_norm);
     f(l.w_gate_up);
@@ -36,15 +37,16 @@ void for_each_weight(LladaWeights& w, const std::function<void(Tensor&)>& f) {
 
 /// The layout of rank shard `s`'s weights in one buffer (tensor data = byte offsets until bound)
 /// and its size.
-LladaWeights plan_weights(DType wt, DeviceKind dev, const LladaConfig& c, const LladaShard& s) {
+ModelWeights plan_weights(DType wt, DeviceKind dev, const ModelConfig& c, const ModelShard& s) {
   Carver cv(dev);
-  LladaWeights w;
-  const int64_t D = c.d_model, Hl = s.heads * c.head_dim, Fl = s.mlp, E = c.embedding_size;
-  w.wte = cv.take(wt, {E, D});
+  ModelWeights w;
+  const int64_t D = c.d_model, Hl = s.heads * c.head_dim, Kl = s.kv_heads * c.head_dim, Fl = s.mlp;
+  w.wte = cv.take(wt, {c.embedding_size, D});
   w.layers.resize(static_cast<size_t>(c.n_layers));
   for (auto& l : w.layers) {
     l.attn_norm = cv.take(wt, {D});
-    l.wqkv = cv.take(wt, {3 * Hl, D});
+    l.wqkv = cv.take(wt, {Hl + 2 * Kl, D});
+    if (c.qkv_bias) l.bqkv = cv.take(wt, {Hl + 2 * Kl});
     l.attn_out = cv.take(wt, {D, Hl});
     l.ff_norm = cv.take(wt, {D});
     l.w_gate_up = cv.take(wt, {2 * Fl, D});
@@ -56,24 +58,26 @@ LladaWeights plan_weights(DType wt, DeviceKind dev, const LladaConfig& c, const 
   return w;
 }
 
-LladaWeights allocate_weights(Backend& backend, const LladaConfig& c, const LladaShard& s) {
-  LladaWeights w = plan_weights(backend.weight_dtype(), backend.device(), c, s);
+ModelWeights allocate_weights(Backend& backend, const ModelConfig& c, const ModelShard& s) {
+  ModelWeights w = plan_weights(backend.weight_dtype(), backend.device(), c, s);
   w.storage = backend.alloc(w.bytes, "model weights");
   for_each_weight(w, [&](Tensor& t) { Carver::bind(t, w.storage); });
   return w;
 }
 
-std::string block(int64_t i, const char* name) { return fmt::format("model.transformer.blocks.{}.{}.weight", i, name); }
-
 }  // namespace
 
-LladaShard llada_shard(const LladaConfig& cfg, const TensorParallel& tp) {
+ModelShard model_shard(const ModelConfig& cfg, const TensorParallel& tp) {
   const int64_t N = tp.world;
   FDLLM_CHECK_ARG(N >= 1 && tp.rank >= 0 && tp.rank < N, "tensor parallel: rank {} outside [0, world size {})", tp.rank,
                   N);
   FDLLM_CHECK_ARG(cfg.n_heads % N == 0,
                   "tensor parallel size {} must divide n_heads = {} (attention heads are split across ranks)", N,
                   cfg.n_heads);
+  FDLLM_CHECK_ARG(cfg.n_kv_heads % N == 0,
+                  "tensor parallel size {} must divide n_kv_heads = {} (the K/V heads, each with its group of "
+                  "query heads, are split across ranks)",
+                  N, cfg.n_kv_heads);
   FDLLM_CHECK_ARG(cfg.mlp_hidden_size % N == 0,
                   "tensor parallel size {} must divide mlp_hidden_size = {} (the MLP columns are split across ranks)",
                   N, cfg.mlp_hidden_size);
@@ -81,9 +85,11 @@ LladaShard llada_shard(const LladaConfig& cfg, const TensorParallel& tp) {
                   "tensor parallel size {} must divide embedding_size = {} (the LM head's vocabulary rows are split "
                   "across ranks)",
                   N, cfg.embedding_size);
-  LladaShard s;
+  ModelShard s;
   s.heads = cfg.n_heads / N;
   s.head_begin = tp.rank * s.heads;
+  s.kv_heads = cfg.n_kv_heads / N;
+  s.kv_head_begin = tp.rank * s.kv_heads;
   s.mlp = cfg.mlp_hidden_size / N;
   s.mlp_begin = tp.rank * s.mlp;
   s.vocab = cfg.embedding_size / N;
@@ -91,19 +97,19 @@ LladaShard llada_shard(const LladaConfig& cfg, const TensorParallel& tp) {
   return s;
 }
 
-size_t llada_weight_bytes(const Backend& backend, const LladaConfig& cfg, const TensorParallel& tp) {
-  return llada_weight_bytes(backend.weight_dtype(), cfg, tp);
+size_t model_weight_bytes(const Backend& backend, const ModelConfig& cfg, const TensorParallel& tp) {
+  return model_weight_bytes(backend.weight_dtype(), cfg, tp);
 }
 
-size_t llada_weight_bytes(DType weight, const LladaConfig& cfg, const TensorParallel& tp) {
-  return plan_weights(weight, DeviceKind::kCPU, cfg, llada_shard(cfg, tp)).bytes;
+size_t model_weight_bytes(DType weight, const ModelConfig& cfg, const TensorParallel& tp) {
+  return plan_weights(weight, DeviceKind::kCPU, cfg, model_shard(cfg, tp)).bytes;
 }
 
-LladaWeights load_llada_weights(Backend& backend, const Checkpoint& ckpt, const LladaConfig& cfg,
+ModelWeights load_model_weights(Backend& backend, const Checkpoint& ckpt, const ModelConfig& cfg,
                                 const TensorParallel& tp) {
-  validate_llada_checkpoint(ckpt, cfg);
-  const LladaShard sh = llada_shard(cfg, tp);
-  LladaWeights w = allocate_weights(backend, cfg, sh);
+  validate_model_checkpoint(ckpt, cfg);
+  const ModelShard sh = model_shard(cfg, tp);
+  ModelWeights w = allocate_weights(backend, cfg, sh);
   // Rows [begin, begin + dst.rows()) of a [rows, cols] checkpoint tensor: a contiguous run of the file.
   auto put_rows = [&](Tensor dst, const std::string& name, int64_t begin) {
     const TensorInfo& t = ckpt.get(name);
@@ -131,30 +137,38 @@ LladaWeights load_llada_weights(Backend& backend, const Checkpoint& ckpt, const 
     backend.upload_weight(dst, t.dtype, staging.data());
     backend.synchronize();  // the staging buffer is reused by the next slice
   };
-  put_rows(w.wte, "model.transformer.wte.weight", 0);
-  const int64_t Dh = cfg.head_dim, Hl = sh.heads * Dh, Fl = sh.mlp;
+  using R = WeightRole;
+  auto name = [&](WeightRole role, int64_t i) { return weight_name(cfg, role, i); };
+  put_rows(w.wte, name(R::kEmbedding, 0), 0);
+  const int64_t Dh = cfg.head_dim, Hl = sh.heads * Dh, Kl = sh.kv_heads * Dh, Fl = sh.mlp;
+  const int64_t q0 = sh.head_begin * Dh, k0 = sh.kv_head_begin * Dh;
   for (int64_t i = 0; i < cfg.n_layers; ++i) {
     auto& l = w.layers[static_cast<size_t>(i)];
-    put_rows(l.attn_norm, block(i, "attn_norm"), 0);
-    put_rows(l.wqkv.slice_rows(0, Hl), block(i, "q_proj"), sh.head_begin * Dh);
-    put_rows(l.wqkv.slice_rows(Hl, 2 * Hl), block(i, "k_proj"), sh.head_begin * Dh);
-    put_rows(l.wqkv.slice_rows(2 * Hl, 3 * Hl), block(i, "v_proj"), sh.head_begin * Dh);
-    put_cols(l.attn_out, block(i, "attn_out"), sh.head_begin * Dh);
-    put_rows(l.ff_norm, block(i, "ff_norm"), 0);
-    put_rows(l.w_gate_up.slice_rows(0, Fl), block(i, "ff_proj"), sh.mlp_begin);
-    put_rows(l.w_gate_up.slice_rows(Fl, 2 * Fl), block(i, "up_proj"), sh.mlp_begin);
-    put_cols(l.ff_out, block(i, "ff_out"), sh.mlp_begin);
+    put_rows(l.attn_norm, name(R::kAttnNorm, i), 0);
+    put_rows(l.wqkv.slice_rows(0, Hl), name(R::kQ, i), q0);
+    put_rows(l.wqkv.slice_rows(Hl, Hl + Kl), name(R::kK, i), k0);
+    put_rows(l.wqkv.slice_rows(Hl + Kl, Hl + 2 * Kl), name(R::kV, i), k0);
+    if (cfg.qkv_bias) {
+      put_rows(l.bqkv.slice_rows(0, Hl), name(R::kQBias, i), q0);
+      put_rows(l.bqkv.slice_rows(Hl, Hl + Kl), name(R::kKBias, i), k0);
+      put_rows(l.bqkv.slice_rows(Hl + Kl, Hl + 2 * Kl), name(R::kVBias, i), k0);
+    }
+    put_cols(l.attn_out, name(R::kAttnOut, i), q0);
+    put_rows(l.ff_norm, name(R::kFfNorm, i), 0);
+    put_rows(l.w_gate_up.slice_rows(0, Fl), name(R::kGate, i), sh.mlp_begin);
+    put_rows(l.w_gate_up.slice_rows(Fl, 2 * Fl), name(R::kUp, i), sh.mlp_begin);
+    put_cols(l.ff_out, name(R::kDown, i), sh.mlp_begin);
   }
-  put_rows(w.ln_f, "model.transformer.ln_f.weight", 0);
-  put_rows(w.lm_head, "model.transformer.ff_out.weight", sh.vocab_begin);
+  put_rows(w.ln_f, name(R::kFinalNorm, 0), 0);
+  put_rows(w.lm_head, name(R::kLmHead, 0), sh.vocab_begin);  // the embedding's name when tied
   backend.synchronize();
   return w;
 }
 
-LladaWeights make_dummy_llada_weights(Backend& backend, const LladaConfig& cfg, uint64_t seed,
+ModelWeights make_dummy_weights(Backend& backend, const ModelConfig& cfg, uint64_t seed,
                                       const TensorParallel& tp) {
-  const LladaShard sh = llada_shard(cfg, tp);
-  LladaWeights w = allocate_weights(backend, cfg, sh);
+  const ModelShard sh = model_shard(cfg, tp);
+  ModelWeights w = allocate_weights(backend, cfg, sh);
   // Made on the device (Backend::fill_normal: Box-Muller on counter-based uniforms, stream = the
   // tensor's index in for_each_weight order, values keyed by the element index in the unsharded
   // tensor): N(0, 0.02²) matrices; norm weights exactly 1 like a fresh model. A rank fills the
@@ -165,14 +179,21 @@ LladaWeights make_dummy_llada_weights(Backend& backend, const LladaConfig& cfg, 
     ++stream;
   };
   auto norm = [&](Tensor t) { backend.fill_normal(t, seed, stream++, 1.0f, 0.0f); };
-  const int64_t D = cfg.d_model, Dh = cfg.head_dim, H = cfg.n_heads * Dh, F = cfg.mlp_hidden_size;
-  const int64_t Hl = sh.heads * Dh, h0 = sh.head_begin * Dh, Fl = sh.mlp, f0 = sh.mlp_begin;
+  // The unsharded q|k|v matrix is [H + 2·K, D] (and its bias [H + 2·K]): rank pieces are keyed
+  // by their offsets in it, so at K = H (LLaDA) the values are those of the [3H, D] layout.
+  const int64_t D = cfg.d_model, Dh = cfg.head_dim, H = cfg.n_heads * Dh, K = cfg.kv_width(), F = cfg.mlp_hidden_size;
+  const int64_t Hl = sh.heads * Dh, h0 = sh.head_begin * Dh, Kl = sh.kv_heads * Dh, k0 = sh.kv_head_begin * Dh;
+  const int64_t Fl = sh.mlp, f0 = sh.mlp_begin;
   matrix({{w.wte, {}}});
   for (auto& l : w.layers) {
     norm(l.attn_norm);
     matrix({{l.wqkv.slice_rows(0, Hl), {h0 * D, 0}},
-            {l.wqkv.slice_rows(Hl, 2 * Hl), {(H + h0) * D, 0}},
-            {l.wqkv.slice_rows(2 * Hl, 3 * Hl), {(2 * H + h0) * D, 0}}});
+            {l.wqkv.slice_rows(Hl, Hl + Kl), {(H + k0) * D, 0}},
+            {l.wqkv.slice_rows(Hl + Kl, Hl + 2 * Kl), {(H + K + k0) * D, 0}}});
+    if (!l.bqkv.empty())  // N(0, 0.02²) like the matrices, its own stream after the q|k|v matrix's
+      matrix({{l.bqkv.slice_rows(0, Hl), {h0, 0}},
+              {l.bqkv.slice_rows(Hl, Hl + Kl), {H + k0, 0}},
+              {l.bqkv.slice_rows(Hl + Kl, Hl + 2 * Kl), {H + K + k0, 0}}});
     matrix({{l.attn_out, {h0, H}}});
     norm(l.ff_norm);
     matrix({{l.w_gate_up.slice_rows(0, Fl), {f0 * D, 0}}, {l.w_gate_up.slice_rows(Fl, 2 * Fl), {(F + f0) * D, 0}}});
@@ -184,7 +205,7 @@ LladaWeights make_dummy_llada_weights(Backend& backend, const LladaConfig& cfg, 
   return w;
 }
 
-RopeTables make_rope_tables(Backend& backend, const LladaConfig& cfg, int64_t max_positions) {
+RopeTables make_rope_tables(Backend& backend, const ModelConfig& cfg, int64_t max_positions) {
   const int64_t half = cfg.head_dim / 2;
   std::vector<float> inv_freq(static_cast<size_t>(half));
   const float theta = static_cast<float>(cfg.rope_theta);
@@ -211,11 +232,11 @@ RopeTables make_rope_tables(Backend& backend, const LladaConfig& cfg, int64_t ma
   return r;
 }
 
-KvStore make_kv_store(Backend& backend, const LladaConfig& cfg, int64_t rows, bool shared_across_layers,
+KvStore make_kv_store(Backend& backend, const ModelConfig& cfg, int64_t rows, bool shared_across_layers,
                       const TensorParallel& tp) {
   KvStore kv;
   kv.rows = rows;
-  const int64_t HD = llada_shard(cfg, tp).heads * cfg.head_dim;
+  const int64_t HD = model_shard(cfg, tp).kv_heads * cfg.head_dim;
   const DType at = backend.activation_dtype();
   const size_t one = align_up(static_cast<size_t>(rows * HD) * dtype_size(at));
   kv.bytes = kv_store_bytes(at, cfg, rows, shared_across_layers, tp);
@@ -229,9 +250,9 @@ KvStore make_kv_store(Backend& backend, const LladaConfig& cfg, int64_t rows, bo
   return kv;
 }
 
-size_t kv_store_bytes(DType act, const LladaConfig& cfg, int64_t rows, bool shared_across_layers,
+size_t kv_store_bytes(DType act, const ModelConfig& cfg, int64_t rows, bool shared_across_layers,
                       const TensorParallel& tp) {
-  const int64_t HD = llada_shard(cfg, tp).heads * cfg.head_dim;
+  const int64_t HD = model_shard(cfg, tp).kv_heads * cfg.head_dim;
   const size_t one = align_up(static_cast<size_t>(rows * HD) * dtype_size(act));
   return 2 * one * static_cast<size_t>(shared_across_layers ? 1 : cfg.n_layers);
 }

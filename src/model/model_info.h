@@ -12,14 +12,14 @@
 
 #include "backend/backend.h"
 #include "io/safetensors.h"
-#include "model/llada_config.h"
+#include "model/model_config.h"
 
 namespace flashdllm {
 
 /// The facts a description of a LLaDA model prints.
-struct LladaModelFacts {
+struct ModelFacts {
   std::filesystem::path dir;
-  LladaConfig config;
+  ModelConfig config;
   std::string checkpoint_dtype;   // checkpoint_dtype_summary(), or "random (dummy)"
   uint64_t checkpoint_bytes = 0;  // sum of the tensors' bytes in the safetensors files (0 for dummy)
   int32_t eot_id = -1;            // <|eot_id|> of the tokenizer, -1 without one
@@ -32,20 +32,20 @@ struct LladaModelFacts {
 void check_model_directory(const std::filesystem::path& dir);
 
 /// Gathers the facts of the checkpoint directory `dir` without reading weights: config.json
-/// (load_llada_config), unless `dummy_weights` the safetensors headers (Checkpoint::open, then
-/// validate_llada_checkpoint against the config), tokenizer.json when present
+/// (load_model_config), unless `dummy_weights` the safetensors headers (Checkpoint::open, then
+/// validate_model_checkpoint against the config), tokenizer.json when present
 /// (validate_llada_tokenizer), and whether tokenizer_config.json holds the LLaDA chat template.
 /// Throws as those functions and check_model_directory do.
-LladaModelFacts inspect_llada_checkpoint(const std::filesystem::path& dir, bool dummy_weights = false);
+ModelFacts inspect_checkpoint(const std::filesystem::path& dir, bool dummy_weights = false);
 
 /// "F32" / "BF16" / "F16" when every tensor has that dtype, else e.g. "BF16 (mixed: BF16 x 290, F32 x 1)".
 std::string checkpoint_dtype_summary(const Checkpoint& ckpt);
 
 /// Multi-line description: config, parameter count, checkpoint dtype and size, the weight memory
-/// `backend` needs (llada_weight_bytes; per rank of `tensor_parallel`) and its K/V cache per token,
+/// `backend` needs (model_weight_bytes; per rank of `tensor_parallel`) and its K/V cache per token,
 /// tokenizer and chat template. `backend_label` names where it runs (empty: backend.name()).
-/// Throws as llada_shard when `tensor_parallel` does not divide the model.
-std::string describe_llada_model(const LladaModelFacts& facts, const Backend& backend, int tensor_parallel = 1,
+/// Throws as model_shard when `tensor_parallel` does not divide the model.
+std::string describe_model(const ModelFacts& facts, const Backend& backend, int tensor_parallel = 1,
                                  const std::string& backend_label = {});
 
 /// One tensor holding NaN or ±Inf values.

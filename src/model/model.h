@@ -1,9 +1,14 @@
-// LLaDA (reference §A.3): config + weights + one forward function, written once over backend.h.
+// The model: config + weights + one forward function for every family, written once over
+// backend.h (LLaDA reference §A.3; Dream = the same block with GQA and q/k/v biases).
 //
-//   h = wte[x]
-//   for each layer:  a = RMSNorm(h); [q|k|v] = a·Wqkvᵀ; q,k = RoPE(q,k); K/V -> store rows
-//                    h += Attn(q, K, V)·Woᵀ;  f = RMSNorm(h);  h += (SiLU(f·Wgateᵀ) ⊙ f·Wupᵀ)·Wdownᵀ
-//   logits = RMSNorm(h)[logit rows] · Wheadᵀ        (no shift: row t predicts position t)
+//   h = embed[x]
+//   for each layer:  a = RMSNorm(h); q = a·Wqᵀ (+bq); k = a·Wkᵀ (+bk); v = a·Wvᵀ (+bv)
+//                    q,k = RoPE(q,k); K/V -> store rows (n_kv_heads heads each)
+//                    h += Attn(q, K, V)·Woᵀ   (query head j reads K/V head j / (n_heads / n_kv_heads))
+//                    f = RMSNorm(h);  h += (SiLU(f·Wgateᵀ) ⊙ f·Wupᵀ)·Wdownᵀ
+//   logits = RMSNorm(h)[logit rows] · Wheadᵀ  (row t = the model's output at row t; a family with
+//                                             ModelConfig::logit_shift predicts position p from row p-1,
+//                                             which the denoiser applies, never the forward)
 //
 // The caller (a denoiser) describes one forward with a ForwardBatch: the query rows (token id,
 // RoPE position, K/V store row), an attention schedule (tiles of query rows x store rows) and the
@@ -11,13 +16,15 @@
 // cached modes (Fast-dLLM, Flash-Cache) query a subset and read the rest from a persistent KvCache.
 //
 // Tensor parallelism (Megatron-LM layout, Shoeybi et al. 2019 §3; SPMD ranks): rank r of N holds the
-// q/k/v rows of heads [r·H/N, (r+1)·H/N) (column-parallel) and attn_out's input columns of those
-// heads (row-parallel), the gate/up rows of mlp columns [r·F/N, (r+1)·F/N) and ff_out's matching
-// columns, the LM-head rows of vocabulary [r·V/N, (r+1)·V/N); embedding and norms are replicated.
-// Its K/V stores hold the local heads only. The forward all-reduces h after attn_out and after
+// q rows of query heads [r·H/N, (r+1)·H/N) and the k/v rows (and biases) of K/V heads
+// [r·Hkv/N, (r+1)·Hkv/N) (column-parallel; a query head's K/V head is on the same rank because
+// H/N is a multiple of H/Hkv), attn_out's input columns of its query heads (row-parallel), the
+// gate/up rows of mlp columns [r·F/N, (r+1)·F/N) and ff_out's matching columns, the LM-head rows of
+// vocabulary [r·V/N, (r+1)·V/N); embedding and norms are replicated.
+// Its K/V stores hold the local K/V heads only. The forward all-reduces h after attn_out and after
 // ff_out (rank 0 adds the residual, the others contribute their partial product alone), all-gathers
 // the logits' column blocks, and all-reduces Flash-Cache's attention importance once per forward.
-// With no communicator (LladaModel::tp default) the forward is the unsharded one, op for op.
+// With no communicator (Model::tp default) the forward is the unsharded one, op for op.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +32,7 @@
 
 #include "backend/backend.h"
 #include "io/safetensors.h"
-#include "model/llada_config.h"
+#include "model/model_config.h"
 
 namespace flashdllm {
 
@@ -40,24 +47,26 @@ struct TensorParallel {
   Communicator* comm = nullptr;
 };
 
-/// The slice of the model a rank holds (see the file comment): local heads [head_begin, head_begin +
-/// heads), mlp columns [mlp_begin, mlp_begin + mlp), LM-head rows [vocab_begin, vocab_begin + vocab).
-/// World 1: everything.
-struct LladaShard {
+/// The slice of the model a rank holds (see the file comment): local query heads [head_begin,
+/// head_begin + heads), K/V heads [kv_head_begin, kv_head_begin + kv_heads), mlp columns [mlp_begin,
+/// mlp_begin + mlp), LM-head rows [vocab_begin, vocab_begin + vocab). World 1: everything.
+struct ModelShard {
   int64_t heads = 0, head_begin = 0;
+  int64_t kv_heads = 0, kv_head_begin = 0;
   int64_t mlp = 0, mlp_begin = 0;
   int64_t vocab = 0, vocab_begin = 0;
 };
 /// The shard of `tp.rank` of `tp.world`. Throws Error(kInvalidArgument) naming the size when
-/// n_heads, mlp_hidden_size or embedding_size is not divisible by the world size, or for a rank
-/// outside [0, world).
-LladaShard llada_shard(const LladaConfig& cfg, const TensorParallel& tp);
+/// n_kv_heads (hence n_heads), mlp_hidden_size or embedding_size is not divisible by the world
+/// size, or for a rank outside [0, world).
+ModelShard model_shard(const ModelConfig& cfg, const TensorParallel& tp);
 
-/// One rank's weights (the whole model at world 1); Hl = local heads · head_dim, Fl = local mlp
-/// columns, Vl = local LM-head rows (llada_shard).
-struct LladaLayerWeights {
+/// One rank's weights (the whole model at world 1); Hl = local query heads · head_dim, Kl = local
+/// K/V heads · head_dim, Fl = local mlp columns, Vl = local LM-head rows (model_shard).
+struct LayerWeights {
   Tensor attn_norm;  // [d_model]
-  Tensor wqkv;       // [3·Hl, d_model]: rows q_proj | k_proj | v_proj of the local heads
+  Tensor wqkv;       // [Hl + 2·Kl, d_model]: rows q_proj | k_proj | v_proj of the local heads
+  Tensor bqkv;       // [Hl + 2·Kl]: their biases q | k | v (ModelConfig::qkv_bias), else empty
   Tensor attn_out;   // [d_model, Hl]: the local heads' input columns
   Tensor ff_norm;    // [d_model]
   Tensor w_gate_up;  // [2·Fl, d_model]: rows ff_proj (gate) | up_proj of the local mlp columns
@@ -65,35 +74,35 @@ struct LladaLayerWeights {
 };
 
 /// All weights on the backend's device, in its weight dtype, in one allocation.
-struct LladaWeights {
+struct ModelWeights {
   Tensor wte;      // [embedding_size, d_model] (replicated)
-  std::vector<LladaLayerWeights> layers;
+  std::vector<LayerWeights> layers;
   Tensor ln_f;     // [d_model]
-  Tensor lm_head;  // [Vl, d_model]  (model.transformer.ff_out rows of the local vocabulary)
+  Tensor lm_head;  // [Vl, d_model]  (the LM head's rows of the local vocabulary; the embedding's when tied)
   Buffer storage;
   size_t bytes = 0;
 };
 
 /// Bytes of device memory the weights of `cfg` (rank `tp`'s shard of them) take on `backend` (its
-/// weight dtype, packed and aligned as load_llada_weights lays them out), without allocating
-/// anything. Throws as llada_shard.
-size_t llada_weight_bytes(const Backend& backend, const LladaConfig& cfg, const TensorParallel& tp = {});
+/// weight dtype, packed and aligned as load_model_weights lays them out), without allocating
+/// anything. Throws as model_shard.
+size_t model_weight_bytes(const Backend& backend, const ModelConfig& cfg, const TensorParallel& tp = {});
 /// The same for weights of dtype `weight` (e.g. bf16 on a machine without the device).
-size_t llada_weight_bytes(DType weight, const LladaConfig& cfg, const TensorParallel& tp = {});
+size_t model_weight_bytes(DType weight, const ModelConfig& cfg, const TensorParallel& tp = {});
 
 /// Copies (and converts to the backend's weight dtype) the tensors of a validated checkpoint, or the
 /// slices of them rank `tp` holds: row slices (q/k/v, gate/up, LM head) straight from the mapped
 /// file, column slices (attn_out, ff_out) through a host staging copy of the strided rows.
-/// Throws as validate_llada_checkpoint and llada_shard, or Error(kOutOfMemory) when the device
+/// Throws as validate_model_checkpoint and model_shard, or Error(kOutOfMemory) when the device
 /// cannot hold them.
-LladaWeights load_llada_weights(Backend& backend, const Checkpoint& ckpt, const LladaConfig& cfg,
+ModelWeights load_model_weights(Backend& backend, const Checkpoint& ckpt, const ModelConfig& cfg,
                                 const TensorParallel& tp = {});
 
 /// Seeded random weights of the config's shapes (N(0, 0.02) matrices, norm weights 1), for
 /// benchmarks without a checkpoint (`--load-format dummy`). Each tensor's values are keyed by its
 /// element index in the unsharded tensor (Backend::fill_normal with a FillWindow), so rank `tp`
-/// gets exactly its slice of the unsharded dummy model. Throws as llada_shard.
-LladaWeights make_dummy_llada_weights(Backend& backend, const LladaConfig& cfg, uint64_t seed,
+/// gets exactly its slice of the unsharded dummy model. Throws as model_shard.
+ModelWeights make_dummy_weights(Backend& backend, const ModelConfig& cfg, uint64_t seed,
                                       const TensorParallel& tp = {});
 
 /// RoPE cos/sin tables for positions [0, max_positions) on the backend's device.
@@ -104,21 +113,22 @@ struct RopeTables {
 
 /// Builds the tables as upstream modeling_llada.py does: inv_freq_i = 1 / theta^(2i/Dh) in fp32,
 /// angle = fp32(p) · inv_freq_i (fp32 product), cos/sin of that fp32 angle.
-RopeTables make_rope_tables(Backend& backend, const LladaConfig& cfg, int64_t max_positions);
+RopeTables make_rope_tables(Backend& backend, const ModelConfig& cfg, int64_t max_positions);
 
-/// Persistent per-layer K/V stores of `rows` rows x (local heads·head_dim), activation dtype.
+/// Persistent per-layer K/V stores of `rows` rows x (local K/V heads·head_dim), activation dtype
+/// (Dream-7B: 4 heads · 128 = 512 values per row and layer, 1/7 of its query width).
 /// Full recompute uses one shared scratch store for all layers (`shared_across_layers`).
 struct KvStore {
-  std::vector<Tensor> k, v;  // per layer, [rows, Hl]
+  std::vector<Tensor> k, v;  // per layer, [rows, Kl]
   int64_t rows = 0;
   Buffer storage;
   size_t bytes = 0;
 };
-/// The stores of rank `tp` (its local heads). Throws as llada_shard, Error(kOutOfMemory).
-KvStore make_kv_store(Backend& backend, const LladaConfig& cfg, int64_t rows, bool shared_across_layers,
+/// The stores of rank `tp` (its local heads). Throws as model_shard, Error(kOutOfMemory).
+KvStore make_kv_store(Backend& backend, const ModelConfig& cfg, int64_t rows, bool shared_across_layers,
                       const TensorParallel& tp = {});
 /// KvStore::bytes of make_kv_store with activation dtype `act`, without allocating anything.
-size_t kv_store_bytes(DType act, const LladaConfig& cfg, int64_t rows, bool shared_across_layers,
+size_t kv_store_bytes(DType act, const ModelConfig& cfg, int64_t rows, bool shared_across_layers,
                       const TensorParallel& tp = {});
 
 /// Optional attention-importance output of a forward (Flash-Cache a_t, reference §D.6): after the
@@ -148,7 +158,7 @@ struct ForwardBatch {
   std::vector<int32_t> logit_rows;  // [R] query rows whose logits are returned, in order
   std::vector<int32_t> row_keys;    // [R] Gumbel-noise keys of those rows (stable per position)
   ImportanceSpec importance;        // optional attention-importance output (off by default)
-  /// A K/V store row that no tile reads and no query row writes, where llada_forward may write the
+  /// A K/V store row that no tile reads and no query row writes, where model_forward may write the
   /// K/V of its padding rows (ForwardWorkspace::padding); -1 (default): the batch's query rows are
   /// not padded. Flash-Cache keeps such a row after its slots' rows.
   int32_t pad_kv_row = -1;
@@ -182,12 +192,12 @@ struct VerifyBatch {
 
 /// Preallocated activations for forwards of up to `max_tokens` query rows and `max_logit_rows`
 /// logits rows, plus the device copy of the current ForwardBatch (the "plan"). A workspace made
-/// with max_verify_keys > 0 can also run llada_verify_forward (tile K/V and the key gather list).
+/// with max_verify_keys > 0 can also run model_verify_forward (tile K/V and the key gather list).
 struct ForwardWorkspace {
   int64_t max_tokens = 0, max_logit_rows = 0, max_tiles = 0, max_verify_keys = 0;
   /// How forwards on this workspace pad their row counts (Backend::row_padding of the backend it was
-  /// made on; {1, 1}: none). Query rows are padded only where the batch allows it (llada_forward:
-  /// ForwardBatch::pad_kv_row; llada_verify_forward: always), never beyond the capacities above,
+  /// made on; {1, 1}: none). Query rows are padded only where the batch allows it (model_forward:
+  /// ForwardBatch::pad_kv_row; model_verify_forward: always), never beyond the capacities above,
   /// and not under tensor parallelism (its layer loop is not recorded).
   Backend::RowPadding padding;
   Tensor x, xn, q, attn, gate_up, act, sel;  // activations
@@ -196,7 +206,7 @@ struct ForwardWorkspace {
   Tensor gather;                             // with a communicator: F32 [world · max_logit_rows · Vl], rank r's LM-head output is chunk r
   Tensor ids, positions, kv_rows, logit_rows, row_keys;  // plan, I32
   Tensor tiles;  // plan, I32 [max_tiles, 4]: the attention tiles, then the importance score tiles
-  Tensor k_tile, v_tile;                     // verify: fresh K/V of the query rows [max_tokens, H·Dh]
+  Tensor k_tile, v_tile;                     // verify: fresh K/V of the query rows [max_tokens, Kl]
   Tensor key_rows, verify_tiles;             // verify plan: I32 [max_verify_keys], I32 [max_tiles, 5]
   Buffer storage;
   size_t bytes = 0;
@@ -211,19 +221,19 @@ struct ForwardWorkspace {
 /// it stays the caller's, ForwardWorkspace::storage is left empty) instead of allocating one, e.g.
 /// two workspaces that are never in use at the same time (Flash-Cache's main and verify passes).
 /// Throws Error(kInvalidArgument) for non-positive sizes or a too small shared buffer, as
-/// llada_shard, Error(kOutOfMemory).
-ForwardWorkspace make_forward_workspace(Backend& backend, const LladaConfig& cfg, int64_t max_tokens,
+/// model_shard, Error(kOutOfMemory).
+ForwardWorkspace make_forward_workspace(Backend& backend, const ModelConfig& cfg, int64_t max_tokens,
                                         int64_t max_logit_rows, int64_t max_tiles, int64_t max_verify_keys = 0,
                                         const TensorParallel& tp = {}, const Buffer* shared = nullptr);
 /// ForwardWorkspace::bytes of make_forward_workspace with activation dtype `act`, without allocating.
-size_t forward_workspace_bytes(DType act, const LladaConfig& cfg, int64_t max_tokens, int64_t max_logit_rows,
+size_t forward_workspace_bytes(DType act, const ModelConfig& cfg, int64_t max_tokens, int64_t max_logit_rows,
                                int64_t max_tiles, int64_t max_verify_keys = 0, const TensorParallel& tp = {});
 
 /// Loaded model (one rank's shard of it under tensor parallelism): config (always the whole
 /// model's), device weights, RoPE tables and the rank's place.
-struct LladaModel {
-  LladaConfig config;
-  LladaWeights weights;
+struct Model {
+  ModelConfig config;
+  ModelWeights weights;
   RopeTables rope;
   TensorParallel tp;
 };
@@ -234,17 +244,17 @@ struct LladaModel {
 /// Under tensor parallelism every rank of model.tp calls it with the same batch (their logits and
 /// importance scores come out identical). Throws Error(kInvalidArgument) if the batch exceeds the
 /// workspace or is inconsistent, or kv / ws were made for another rank shape; collectives' errors.
-Tensor llada_forward(Backend& backend, const LladaModel& model, const ForwardBatch& batch, KvStore& kv,
+Tensor model_forward(Backend& backend, const Model& model, const ForwardBatch& batch, KvStore& kv,
                      ForwardWorkspace& ws);
 
 /// Runs a Flash-Verify pass (reference §D.8) and returns the logits of batch.logit_rows (a view of
 /// ws.logits, F32 [R, embedding_size], valid until the next call; the denoiser asks for the mask
-/// rows, tests for any row). Same layer stack as llada_forward (one shared layer loop), except the
+/// rows, tests for any row). Same layer stack as model_forward (one shared layer loop), except the
 /// attention stage: q/k/v + RoPE of the query rows go to the workspace's k_tile/v_tile (not to the
 /// K/V cache `kv`, which is only read) and Backend::attention_verify applies the tiles.
 /// Throws Error(kInvalidArgument) if the batch is inconsistent or exceeds the workspace (which must
 /// have been made with max_verify_keys >= batch.key_rows.size()).
-Tensor llada_verify_forward(Backend& backend, const LladaModel& model, const VerifyBatch& batch, const KvStore& kv,
+Tensor model_verify_forward(Backend& backend, const Model& model, const VerifyBatch& batch, const KvStore& kv,
                             ForwardWorkspace& ws);
 
 }  // namespace flashdllm

@@ -1,6 +1,6 @@
-// LLaDA forward batches' validation and the forward workspace (sized once, carved from one buffer).
-// See llada.h.
-#include "model/llada.h"
+// Forward batches' validation and the forward workspace (sized once, carved from one buffer).
+// See model.h.
+#include "model/model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,8 +12,8 @@
 #include "core/check.h"
 #include "core/log.h"
 #include "core/philox.h"
-#include "model/llada_carver.h"
-#include "model/llada_checkpoint.h"
+#include "model/model_carver.h"
+#include "model/model_checkpoint.h"
 
 namespace flashdllm {
 using model_detail::align_up;
@@ -132,14 +132,15 @@ namespace {
 
 /// The layout of a forward workspace (tensor data = byte offsets until bound), see
 /// make_forward_workspace.
-ForwardWorkspace plan_forward_workspace(DType at, DeviceKind dev, const LladaConfig& c, int64_t max_tokens,
+ForwardWorkspace plan_forward_workspace(DType at, DeviceKind dev, const ModelConfig& c, int64_t max_tokens,
                                         int64_t max_logit_rows, int64_t max_tiles, int64_t max_verify_keys,
                                         const TensorParallel& tp) {
   FDLLM_CHECK_ARG(max_tokens > 0 && max_logit_rows > 0 && max_tiles > 0 && max_verify_keys >= 0,
                   "forward workspace: sizes must be positive (tokens {}, logit rows {}, tiles {}; verify keys {} >= 0)",
                   max_tokens, max_logit_rows, max_tiles, max_verify_keys);
-  const LladaShard sh = llada_shard(c, tp);
-  const int64_t T = max_tokens, D = c.d_model, HD = sh.heads * c.head_dim, F = sh.mlp;
+  const ModelShard sh = model_shard(c, tp);
+  const int64_t T = max_tokens, D = c.d_model, HD = sh.heads * c.head_dim, KD = sh.kv_heads * c.head_dim;
+  const int64_t F = sh.mlp;
   const int64_t R = max_logit_rows;
   Carver cv(dev);
   ForwardWorkspace ws;
@@ -153,10 +154,10 @@ ForwardWorkspace plan_forward_workspace(DType at, DeviceKind dev, const LladaCon
   const size_t stage = cv.bytes();
   ws.q = cv.take(at, {T, HD});
   ws.attn = cv.take(at, {T, HD});
-  ws.scratch = cv.take(at, {T, 3 * HD});
+  ws.scratch = cv.take(at, {T, HD + 2 * KD});
   if (max_verify_keys > 0) {
-    ws.k_tile = cv.take(at, {T, HD});
-    ws.v_tile = cv.take(at, {T, HD});
+    ws.k_tile = cv.take(at, {T, KD});
+    ws.v_tile = cv.take(at, {T, KD});
   }
   const size_t attention_end = cv.bytes();
   cv.seek(stage);
@@ -182,7 +183,7 @@ ForwardWorkspace plan_forward_workspace(DType at, DeviceKind dev, const LladaCon
 
 }  // namespace
 
-ForwardWorkspace make_forward_workspace(Backend& backend, const LladaConfig& c, int64_t max_tokens,
+ForwardWorkspace make_forward_workspace(Backend& backend, const ModelConfig& c, int64_t max_tokens,
                                         int64_t max_logit_rows, int64_t max_tiles, int64_t max_verify_keys,
                                         const TensorParallel& tp, const Buffer* shared) {
   ForwardWorkspace ws = plan_forward_workspace(backend.activation_dtype(), backend.device(), c, max_tokens,
@@ -206,7 +207,7 @@ ForwardWorkspace make_forward_workspace(Backend& backend, const LladaConfig& c, 
   return ws;
 }
 
-size_t forward_workspace_bytes(DType act, const LladaConfig& cfg, int64_t max_tokens, int64_t max_logit_rows,
+size_t forward_workspace_bytes(DType act, const ModelConfig& cfg, int64_t max_tokens, int64_t max_logit_rows,
                                int64_t max_tiles, int64_t max_verify_keys, const TensorParallel& tp) {
   return plan_forward_workspace(act, DeviceKind::kCPU, cfg, max_tokens, max_logit_rows, max_tiles, max_verify_keys, tp)
       .bytes;

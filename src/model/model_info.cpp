@@ -1,6 +1,6 @@
 // Checkpoint facts from metadata alone, their description, and the non-finite weight scan
-// (see llada_info.h).
-#include "model/llada_info.h"
+// (see model_info.h).
+#include "model/model_info.h"
 
 #include <algorithm>
 #include <cstring>
@@ -11,8 +11,8 @@
 #include "core/check.h"
 #include "io/chat_template.h"
 #include "io/tokenizer.h"
-#include "model/llada.h"
-#include "model/llada_checkpoint.h"
+#include "model/model.h"
+#include "model/model_checkpoint.h"
 
 namespace flashdllm {
 
@@ -24,25 +24,25 @@ void check_model_directory(const fs::path& dir) {
               fs::exists(dir, ec) ? "is not a directory" : "does not exist");
 }
 
-LladaModelFacts inspect_llada_checkpoint(const fs::path& dir, bool dummy_weights) {
+ModelFacts inspect_checkpoint(const fs::path& dir, bool dummy_weights) {
   check_model_directory(dir);
   std::error_code ec;
-  LladaModelFacts f;
+  ModelFacts f;
   f.dir = dir;
-  f.config = load_llada_config(dir / "config.json");
+  f.config = load_model_config(dir / "config.json");
   if (dummy_weights) {
     f.checkpoint_dtype = "random (dummy)";
   } else {
     const Checkpoint ckpt = Checkpoint::open(dir);  // headers only: the shards are mapped, not read
-    validate_llada_checkpoint(ckpt, f.config);
+    validate_model_checkpoint(ckpt, f.config);
     f.checkpoint_dtype = checkpoint_dtype_summary(ckpt);
     f.checkpoint_bytes = ckpt.total_bytes();
   }
   if (fs::exists(dir / "tokenizer.json", ec)) {
     const Tokenizer tok = Tokenizer::from_file(dir / "tokenizer.json");
-    validate_llada_tokenizer(tok, f.config, dir / "tokenizer.json");
+    validate_tokenizer(tok, f.config, dir / "tokenizer.json");
     f.has_tokenizer = true;
-    if (auto id = tok.token_to_id("<|eot_id|>")) f.eot_id = *id;
+    if (auto id = tok.token_to_id(end_of_turn_token_name(f.config))) f.eot_id = *id;
   }
   // As Engine::load: a missing or foreign template only matters when the chat template is asked for;
   // one the checkpoint asks for but this build cannot use is named.
@@ -58,23 +58,36 @@ std::string checkpoint_dtype_summary(const Checkpoint& ckpt) {
   if (counts.size() == 1) return counts.begin()->first;
   std::string parts;
   for (const auto& [name, n] : counts) parts += fmt::format("{}{} x {}", parts.empty() ? "" : ", ", name, n);
-  const TensorInfo* wte = ckpt.find("model.transformer.wte.weight");
+  const TensorInfo* wte = ckpt.find("model.transformer.wte.weight");  // the embedding's dtype: LLaDA, else Dream
+  if (wte == nullptr) wte = ckpt.find("model.embed_tokens.weight");
   return fmt::format("{} (mixed: {})", wte ? dtype_name(wte->dtype) : "?", parts);
 }
 
-std::string describe_llada_model(const LladaModelFacts& f, const Backend& backend, int tensor_parallel,
+std::string describe_model(const ModelFacts& f, const Backend& backend, int tensor_parallel,
                                  const std::string& backend_label) {
-  const LladaConfig& c = f.config;
+  const ModelConfig& c = f.config;
   const int64_t params = c.parameter_count();
   const double gib = 1024.0 * 1024.0 * 1024.0;
-  const size_t dev_bytes = llada_weight_bytes(backend, c, {0, tensor_parallel, nullptr});
+  const size_t dev_bytes = model_weight_bytes(backend, c, {0, tensor_parallel, nullptr});
   std::string s;
   s += fmt::format("model directory   {}\n", f.dir.string());
-  s += fmt::format("architecture      LLaDA ({} / {} block), bidirectional, RoPE theta {}\n", c.model_type,
-                   c.block_type, c.rope_theta);
+  if (c.family == ModelFamily::kLlada)
+    s += fmt::format("architecture      LLaDA ({} / {} block), bidirectional, RoPE theta {}\n", c.model_type,
+                     c.block_type, c.rope_theta);
+  else
+    s += fmt::format("architecture      {} (model_type {}), bidirectional, RoPE theta {}\n", family_name(c.family),
+                     c.model_type, c.rope_theta);
   s += fmt::format("d_model           {}\n", c.d_model);
   s += fmt::format("n_layers          {}\n", c.n_layers);
   s += fmt::format("n_heads           {} (head_dim {}, n_kv_heads {})\n", c.n_heads, c.head_dim, c.n_kv_heads);
+  if (c.family != ModelFamily::kLlada) {  // LLaDA's lines stay as they were (scripts read them)
+    s += fmt::format("attention         {}, q/k/v bias {}, {} LM head\n",
+                     c.kv_group() > 1 ? fmt::format("GQA: {} query heads per K/V head", c.kv_group()) : "MHA",
+                     c.qkv_bias ? "yes" : "no", c.tied_head ? "tied" : "untied");
+    s += fmt::format("logit shift       {}\n", c.logit_shift ? "yes: position p is predicted by logits row p - 1 "
+                                                                "(row 0 for p = 0)"
+                                                              : "no");
+  }
   s += fmt::format("mlp_hidden_size   {}\n", c.mlp_hidden_size);
   s += fmt::format("vocab_size        {} (embedding_size {})\n", c.vocab_size, c.embedding_size);
   s += fmt::format("max_sequence_len  {}\n", c.max_sequence_length);
@@ -86,10 +99,15 @@ std::string describe_llada_model(const LladaModelFacts& f, const Backend& backen
   s += fmt::format("backend           {}\n", backend_label.empty() ? backend.name() : backend_label);
   s += fmt::format("weights in memory {:.3f} GiB ({}){}\n", static_cast<double>(dev_bytes) / gib,
                    dtype_name(backend.weight_dtype()), tensor_parallel > 1 ? " per rank" : "");
-  const int64_t kv_per_token =
-      2 * c.n_layers * c.n_heads * c.head_dim * static_cast<int64_t>(dtype_size(backend.activation_dtype()));
-  s += fmt::format("KV cache / token  {} bytes (e.g. {:.3f} GiB for 32 slots x 1536 positions, all layers)\n",
-                   kv_per_token, static_cast<double>(kv_per_token) * 32 * 1536 / gib);
+  // K and V of every layer, n_kv_heads heads each (Dream-7B at bf16: 56 KiB; LLaDA-8B: 512 KiB).
+  const int64_t act = static_cast<int64_t>(dtype_size(backend.activation_dtype()));
+  const int64_t kv_per_token = 2 * c.n_layers * c.kv_width() * act;
+  auto kib = [](int64_t b) { return b % 1024 == 0 ? fmt::format(" = {} KiB", b / 1024) : std::string(); };
+  s += fmt::format("KV cache / token  {} bytes{}{} (e.g. {:.3f} GiB for 32 slots x 1536 positions, all layers)\n",
+                   kv_per_token, kib(kv_per_token),
+                   act == 2 ? std::string() : fmt::format(" ({} bytes{} at bf16)", kv_per_token / act * 2,
+                                                          kib(kv_per_token / act * 2)),
+                   static_cast<double>(kv_per_token) * 32 * 1536 / gib);
   s += fmt::format("tokenizer         {}\n", f.has_tokenizer ? "tokenizer.json" : "none (token ids only)");
   s +=
       fmt::format("chat template     {}\n", f.has_chat_template               ? "LLaDA"

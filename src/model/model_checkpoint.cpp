@@ -1,0 +1,262 @@
+// The weight maps (model_checkpoint.h) and the checks of a checkpoint against its config.
+#include "model/model_checkpoint.h"
+
+#include <set>
+#include <span>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/check.h"
+#include "io/file.h"
+#include "io/tokenizer.h"
+
+namespace flashdllm {
+
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+constexpr WeightRole kLladaLayer[] = {WeightRole::kAttnNorm, WeightRole::kQ,       WeightRole::kK,
+                                      WeightRole::kV,        WeightRole::kAttnOut, WeightRole::kFfNorm,
+                                      WeightRole::kGate,     WeightRole::kUp,      WeightRole::kDown};
+constexpr WeightRole kBiasedLayer[] = {WeightRole::kAttnNorm, WeightRole::kQ,       WeightRole::kQBias,
+                                       WeightRole::kK,        WeightRole::kKBias,   WeightRole::kV,
+                                       WeightRole::kVBias,    WeightRole::kAttnOut, WeightRole::kFfNorm,
+                                       WeightRole::kGate,     WeightRole::kUp,      WeightRole::kDown};
+
+std::span<const WeightRole> layer_roles(const ModelConfig& cfg) {
+  if (cfg.qkv_bias) return kBiasedLayer;
+  return kLladaLayer;
+}
+
+std::vector<int64_t> role_shape(const ModelConfig& cfg, WeightRole role) {
+  const int64_t d = cfg.d_model, f = cfg.mlp_hidden_size, v = cfg.embedding_size;
+  const int64_t hq = cfg.n_heads * cfg.head_dim, hkv = cfg.kv_width();
+  switch (role) {
+    case WeightRole::kEmbedding:
+    case WeightRole::kLmHead: return {v, d};
+    case WeightRole::kQ: return {hq, d};
+    case WeightRole::kK:
+    case WeightRole::kV: return {hkv, d};
+    case WeightRole::kQBias: return {hq};
+    case WeightRole::kKBias:
+    case WeightRole::kVBias: return {hkv};
+    case WeightRole::kAttnOut: return {d, hq};
+    case WeightRole::kGate:
+    case WeightRole::kUp: return {f, d};
+    case WeightRole::kDown: return {d, f};
+    default: return {d};  // the norms
+  }
+}
+
+std::string llada_name(WeightRole role, int64_t i) {
+  const auto block = [i](const char* n) { return fmt::format("model.transformer.blocks.{}.{}.weight", i, n); };
+  switch (role) {
+    case WeightRole::kEmbedding: return "model.transformer.wte.weight";
+    case WeightRole::kAttnNorm: return block("attn_norm");
+    case WeightRole::kQ: return block("q_proj");
+    case WeightRole::kK: return block("k_proj");
+    case WeightRole::kV: return block("v_proj");
+    case WeightRole::kAttnOut: return block("attn_out");
+    case WeightRole::kFfNorm: return block("ff_norm");
+    case WeightRole::kGate: return block("ff_proj");
+    case WeightRole::kUp: return block("up_proj");
+    case WeightRole::kDown: return block("ff_out");
+    case WeightRole::kFinalNorm: return "model.transformer.ln_f.weight";
+    case WeightRole::kLmHead: return "model.transformer.ff_out.weight";
+    default: FDLLM_FAIL(ErrorCode::kInternal, "LLaDA has no q/k/v biases");
+  }
+}
+
+std::string dream_name(WeightRole role, int64_t i) {
+  const auto layer = [i](const char* n) { return fmt::format("model.layers.{}.{}", i, n); };
+  switch (role) {
+    case WeightRole::kEmbedding: return "model.embed_tokens.weight";
+    case WeightRole::kAttnNorm: return layer("input_layernorm.weight");
+    case WeightRole::kQ: return layer("self_attn.q_proj.weight");
+    case WeightRole::kQBias: return layer("self_attn.q_proj.bias");
+    case WeightRole::kK: return layer("self_attn.k_proj.weight");
+    case WeightRole::kKBias: return layer("self_attn.k_proj.bias");
+    case WeightRole::kV: return layer("self_attn.v_proj.weight");
+    case WeightRole::kVBias: return layer("self_attn.v_proj.bias");
+    case WeightRole::kAttnOut: return layer("self_attn.o_proj.weight");
+    case WeightRole::kFfNorm: return layer("post_attention_layernorm.weight");
+    case WeightRole::kGate: return layer("mlp.gate_proj.weight");
+    case WeightRole::kUp: return layer("mlp.up_proj.weight");
+    case WeightRole::kDown: return layer("mlp.down_proj.weight");
+    case WeightRole::kFinalNorm: return "model.norm.weight";
+    default: return "lm_head.weight";
+  }
+}
+
+}  // namespace
+
+std::string weight_name(const ModelConfig& cfg, WeightRole role, int64_t layer) {
+  if (role == WeightRole::kLmHead && cfg.tied_head) role = WeightRole::kEmbedding;
+  return cfg.family == ModelFamily::kDream ? dream_name(role, layer) : llada_name(role, layer);
+}
+
+int64_t model_expected_tensor_count(const ModelConfig& cfg) noexcept {
+  return static_cast<int64_t>(layer_roles(cfg).size()) * cfg.n_layers + (cfg.tied_head ? 2 : 3);
+}
+
+ExpectedTensor model_expected_tensor(const ModelConfig& cfg, int64_t i) {
+  const int64_t count = model_expected_tensor_count(cfg);
+  FDLLM_CHECK_ARG(i >= 0 && i < count, "expected tensor index {} outside [0, {})", i, count);
+  const std::span<const WeightRole> per_layer = layer_roles(cfg);
+  const auto n = static_cast<int64_t>(per_layer.size());
+  WeightRole role = WeightRole::kEmbedding;
+  int64_t layer = 0;
+  if (i == 0) {
+    role = WeightRole::kEmbedding;
+  } else if (i <= n * cfg.n_layers) {
+    layer = (i - 1) / n;
+    role = per_layer[static_cast<size_t>((i - 1) % n)];
+  } else {
+    role = i == n * cfg.n_layers + 1 ? WeightRole::kFinalNorm : WeightRole::kLmHead;
+  }
+  return {weight_name(cfg, role, layer), role_shape(cfg, role)};
+}
+
+std::vector<ExpectedTensor> model_expected_tensors(const ModelConfig& cfg) {
+  std::vector<ExpectedTensor> out;
+  const int64_t count = model_expected_tensor_count(cfg);
+  out.reserve(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) out.push_back(model_expected_tensor(cfg, i));
+  return out;
+}
+
+void validate_model_checkpoint(const Checkpoint& ckpt, const ModelConfig& cfg) {
+  // Where a missing tensor should have been: the index of a sharded checkpoint, else the file.
+  const std::string where =
+      (ckpt.dir() / (ckpt.sharded() ? "model.safetensors.index.json" : "model.safetensors")).string();
+  // Expected tensors are made one at a time and the walk stops at the first missing one, so a config
+  // claiming 2^20 layers costs what the checkpoint holds, not 9 million names.
+  std::set<std::string> names;
+  for (int64_t i = 0; i < model_expected_tensor_count(cfg); ++i) {
+    const ExpectedTensor e = model_expected_tensor(cfg, i);
+    const TensorInfo* t = ckpt.find(e.name);
+    FDLLM_CHECK_CKPT(t != nullptr, "{}: missing tensor '{}' (expected shape {} from the config)", where, e.name,
+                     shape_str(e.shape));
+    FDLLM_CHECK_CKPT(t->shape == e.shape, "{}: tensor '{}' has shape {}, but the config implies {}", t->file, e.name,
+                     shape_str(t->shape), shape_str(e.shape));
+    FDLLM_CHECK_CKPT(t->dtype == DType::kF32 || t->dtype == DType::kF16 || t->dtype == DType::kBF16,
+                     "{}: tensor '{}' has dtype {} (supported weight dtypes: F32, F16, BF16)", t->file, e.name,
+                     dtype_name(t->dtype));
+    names.insert(e.name);
+  }
+  for (const std::string& n : ckpt.names()) {
+    if (names.count(n) != 0) continue;
+    const TensorInfo* t = ckpt.find(n);
+    FDLLM_FAIL(ErrorCode::kInvalidCheckpoint,
+               "{}: unexpected tensor '{}' (not part of a {} checkpoint with this config: biases, tied or extra "
+               "weights it does not describe are not supported)",
+               t->file, n, family_name(cfg.family));
+  }
+}
+
+namespace {
+
+/// validate_tokenizer with the family's token names: the mask token `mask_name`, the end-of-turn
+/// token `eot_name`.
+void check_tokenizer(const Tokenizer& tok, const ModelConfig& cfg, const std::filesystem::path& tokenizer_file,
+                     const std::string& mask_name, const std::string& eot_name) {
+  const std::string src = tokenizer_file.string();
+  constexpr const char* kShiftNote =
+      " (a tokenizer.json that lacks an added token shifts the ids of every later one; use the tokenizer "
+      "files of this checkpoint)";
+  const auto mask = tok.token_to_id(mask_name);
+  FDLLM_CHECK_CKPT(mask.has_value(), "{}: the mask token '{}' is missing, but config.json has mask_token_id = {}{}",
+                   src, mask_name, cfg.mask_token_id, kShiftNote);
+  FDLLM_CHECK_CKPT(*mask == cfg.mask_token_id,
+                   "{}: the mask token '{}' has id {}, but config.json has mask_token_id = {}{}", src, mask_name, *mask,
+                   cfg.mask_token_id, kShiftNote);
+  const std::pair<const char*, int32_t> special_ids[] = {{"eos_token_id", cfg.eos_token_id},
+                                                         {"pad_token_id", cfg.pad_token_id}};
+  for (const auto& [field, id] : special_ids) {
+    const std::string token = tok.id_to_token(id);
+    FDLLM_CHECK_CKPT(!token.empty(), "{}: config.json has {} = {}, but the tokenizer has no token with that id{}", src,
+                     field, id, kShiftNote);
+    FDLLM_CHECK_CKPT(tok.is_special(id),
+                     "{}: config.json has {} = {}, but that id is '{}', not a special token of the tokenizer{}", src,
+                     field, id, token, kShiftNote);
+  }
+  if (const auto eos = tok.token_to_id("<|endoftext|>"))
+    FDLLM_CHECK_CKPT(*eos == cfg.eos_token_id,
+                     "{}: the token '<|endoftext|>' has id {}, but config.json has eos_token_id = {}{}", src, *eos,
+                     cfg.eos_token_id, kShiftNote);
+  if (const auto eot = tok.token_to_id(eot_name))
+    FDLLM_CHECK_CKPT(tok.is_special(*eot), "{}: the end-of-turn token '{}' (id {}) is not a special token", src,
+                     eot_name, *eot);
+  FDLLM_CHECK_CKPT(tok.vocab_size() <= cfg.embedding_size,
+                   "{}: token '{}' has id {}, outside the embedding table (config.json embedding_size = {})", src,
+                   tok.id_to_token(tok.vocab_size() - 1), tok.vocab_size() - 1, cfg.embedding_size);
+}
+
+}  // namespace
+
+const char* mask_token_name(const ModelConfig& cfg) noexcept {
+  return cfg.family == ModelFamily::kDream ? "<|mask|>" : "<|mdm_mask|>";
+}
+const char* end_of_turn_token_name(const ModelConfig& cfg) noexcept {
+  return cfg.family == ModelFamily::kDream ? "<|im_end|>" : "<|eot_id|>";
+}
+
+void validate_llada_tokenizer(const Tokenizer& tok, const ModelConfig& cfg,
+                              const std::filesystem::path& tokenizer_file) {
+  check_tokenizer(tok, cfg, tokenizer_file, "<|mdm_mask|>", "<|eot_id|>");
+}
+
+void validate_tokenizer(const Tokenizer& tok, const ModelConfig& cfg, const std::filesystem::path& tokenizer_file) {
+  check_tokenizer(tok, cfg, tokenizer_file, mask_token_name(cfg), end_of_turn_token_name(cfg));
+}
+
+int validate_model_index(const std::filesystem::path& index_json, const ModelConfig& cfg) {
+  const std::string src = index_json.string();
+  const nlohmann::json j = read_json_file(index_json, /*reject_duplicate_keys=*/true);
+  FDLLM_CHECK_CKPT(j.is_object(), "{}: index must be a JSON object", src);
+  auto wm = j.find("weight_map");
+  FDLLM_CHECK_CKPT(wm != j.end() && wm->is_object(), "{}: missing or non-object 'weight_map'", src);
+
+  std::set<std::string> names;  // filled only with names the index holds (see validate_model_checkpoint)
+  int64_t params = 0;
+  for (int64_t i = 0; i < model_expected_tensor_count(cfg); ++i) {
+    const ExpectedTensor e = model_expected_tensor(cfg, i);
+    auto it = wm->find(e.name);
+    FDLLM_CHECK_CKPT(it != wm->end(), "{}: missing tensor '{}' in weight_map", src, e.name);
+    FDLLM_CHECK_CKPT(it->is_string() && !it->get_ref<const std::string&>().empty(),
+                     "{}: weight_map entry of tensor '{}' must be a shard file name", src, e.name);
+    names.insert(e.name);
+    int64_t n = 1;
+    for (int64_t s : e.shape) n *= s;
+    params += n;
+  }
+  for (const auto& [name, shard] : wm->items())
+    FDLLM_CHECK_CKPT(names.count(name) != 0,
+                     "{}: unexpected tensor '{}' in weight_map (not part of a {} checkpoint "
+                     "with this config)",
+                     src, name, family_name(cfg.family));
+
+  auto meta = j.find("metadata");
+  FDLLM_CHECK_CKPT(meta != j.end() && meta->is_object(), "{}: missing 'metadata' object (with total_size)", src);
+  auto ts = meta->find("total_size");
+  FDLLM_CHECK_CKPT(ts != meta->end() && ts->is_number_unsigned(),
+                   "{}: metadata.total_size missing or not a non-negative integer", src);
+  const uint64_t total = ts->get<uint64_t>();
+  const auto p = static_cast<uint64_t>(params);
+  if (total == 2 * p) return 2;
+  if (total == 4 * p) return 4;
+  FDLLM_FAIL(ErrorCode::kInvalidCheckpoint,
+             "{}: metadata.total_size = {} matches neither 2 bytes ({}) nor 4 bytes ({}) per parameter for the {} "
+             "parameters the config implies",
+             src, total, 2 * p, 4 * p, params);
+}
+
+}  // namespace flashdllm

@@ -1,0 +1,101 @@
+// The weight map of each family (tensor names and shapes, reference §A.2 for LLaDA) and the checks
+// of a checkpoint against its config. PyTorch nn.Linear layout [out, in]; Hq = n_heads·head_dim,
+// Hkv = n_kv_heads·head_dim, F = mlp_hidden_size, E = embedding_size, D = d_model.
+//
+//   role          LLaDA (model.transformer.)            Dream                                      shape
+//   embedding     wte.weight                            model.embed_tokens.weight                  [E, D]
+//   attn_norm     blocks.{i}.attn_norm.weight           model.layers.{i}.input_layernorm.weight    [D]
+//   q / k / v     blocks.{i}.{q,k,v}_proj.weight        model.layers.{i}.self_attn.{q,k,v}_proj.weight [Hq|Hkv, D]
+//   q/k/v bias    -                                     model.layers.{i}.self_attn.{q,k,v}_proj.bias   [Hq|Hkv]
+//   attn_out      blocks.{i}.attn_out.weight            model.layers.{i}.self_attn.o_proj.weight   [D, Hq]
+//   ff_norm       blocks.{i}.ff_norm.weight             model.layers.{i}.post_attention_layernorm.weight [D]
+//   gate / up     blocks.{i}.{ff_proj,up_proj}.weight   model.layers.{i}.mlp.{gate,up}_proj.weight [F, D]
+//   down          blocks.{i}.ff_out.weight              model.layers.{i}.mlp.down_proj.weight      [D, F]
+//   final_norm    ln_f.weight                           model.norm.weight                          [D]
+//   lm_head       ff_out.weight                         lm_head.weight (absent when tied)          [E, D]
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "model/model_config.h"
+
+namespace flashdllm {
+
+class Tokenizer;
+
+struct ExpectedTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+
+/// What a weight tensor is, whatever its family calls it.
+enum class WeightRole {
+  kEmbedding,
+  kAttnNorm,
+  kQ,
+  kQBias,
+  kK,
+  kKBias,
+  kV,
+  kVBias,
+  kAttnOut,
+  kFfNorm,
+  kGate,
+  kUp,
+  kDown,
+  kFinalNorm,
+  kLmHead,
+};
+/// The checkpoint name of `role` in cfg.family's weight map (`layer` for the per-layer roles).
+/// A tied head (cfg.tied_head) is read from the embedding's name.
+std::string weight_name(const ModelConfig& cfg, WeightRole role, int64_t layer = 0);
+
+/// Every tensor a checkpoint with config `cfg` must hold, in a fixed order: the embedding, then
+/// per layer attn_norm, q, (q bias), k, (k bias), v, (v bias), attn_out, ff_norm, gate, up, down,
+/// then the final norm and (untied) the LM head.
+std::vector<ExpectedTensor> model_expected_tensors(const ModelConfig& cfg);
+/// Their number: (9, or 12 with q/k/v biases) per layer + 2, + 1 for an untied head.
+int64_t model_expected_tensor_count(const ModelConfig& cfg) noexcept;
+/// The i-th of them, made on demand (checks walk these and stop at the first missing tensor instead
+/// of building a list whose size only the config claims). Throws Error(kInvalidArgument) for i
+/// outside [0, count).
+ExpectedTensor model_expected_tensor(const ModelConfig& cfg, int64_t i);
+
+/// Checks that `ckpt` holds exactly the expected tensors (no missing, no unexpected), each with
+/// the expected shape and a dtype in {F32, F16, BF16} (dtypes may differ between tensors).
+/// Throws one Error(kInvalidCheckpoint) naming the file and tensor at fault (for a missing tensor:
+/// the index of a sharded checkpoint, else model.safetensors), with actual and expected shapes.
+void validate_model_checkpoint(const Checkpoint& ckpt, const ModelConfig& cfg);
+
+/// The family's mask token ("<|mdm_mask|>" for LLaDA, "<|mask|>" for Dream) and end-of-turn
+/// token ("<|eot_id|>", "<|im_end|>"; their ids come from the tokenizer).
+const char* mask_token_name(const ModelConfig& cfg) noexcept;
+const char* end_of_turn_token_name(const ModelConfig& cfg) noexcept;
+
+/// Checks that the tokenizer `tok` (read from `tokenizer_file`) agrees with the config's special
+/// ids: the family's mask token (mask_token_name) exists at exactly mask_token_id; eos_token_id and
+/// pad_token_id are special tokens of the tokenizer, and "<|endoftext|>", when present, is
+/// eos_token_id; the end-of-turn token (end_of_turn_token_name), when present, is a special token;
+/// and every token id is inside the embedding table (vocab_size() <= embedding_size). A
+/// tokenizer.json lacking one added token shifts the ids of all later ones (Hugging Face's
+/// assignment rule, which Tokenizer follows), and the model would then decode and commit the wrong
+/// ids; these checks refuse it. Throws Error(kInvalidCheckpoint) naming `tokenizer_file`, the token
+/// and the config field.
+void validate_tokenizer(const Tokenizer& tok, const ModelConfig& cfg, const std::filesystem::path& tokenizer_file);
+/// validate_tokenizer with LLaDA's token names whatever cfg.family says.
+void validate_llada_tokenizer(const Tokenizer& tok, const ModelConfig& cfg,
+                              const std::filesystem::path& tokenizer_file);
+
+/// Checks a `model.safetensors.index.json` without its shards: the weight_map keys are exactly
+/// the expected tensors and metadata.total_size (required) equals the expected parameter bytes
+/// for a 2-byte (BF16/F16) or 4-byte (F32) dtype — so a mixed-dtype index is rejected. Returns
+/// the bytes per parameter implied (2 or 4). Throws Error(kIo) if the file cannot be read,
+/// Error(kInvalidCheckpoint) naming the file and the first offending tensor (missing ones in
+/// model_expected_tensors order).
+int validate_model_index(const std::filesystem::path& index_json, const ModelConfig& cfg);
+
+}  // namespace flashdllm
