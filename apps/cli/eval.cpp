@@ -150,6 +150,7 @@ int run_eval(const CommonArgs& ca, EvalArgs& ea) {
   const nlohmann::json baseline = read_baseline(ea);
 
   auto engine = load_engine(ca);
+  ea.dec.fit_to_model(go, engine->config());
   const bool flash = go.decode.cache == flashdllm::CacheMode::kFlash;
   if (flash && ea.app->get_option("--slots")->count() == 0)
     go.decode.n_slots = ea.batch;  // --batch = slots, as lm-eval's batch_size

@@ -311,6 +311,7 @@ int run_generate(const CommonArgs& ca, GenerateArgs& ga) {
                 "--chat / --raw apply to text prompts (-p, --prompt-file), not to --prompt-ids");
 
   auto engine = load_engine(ca);
+  ga.dec.fit_to_model(ga.go, engine->config());
   const std::vector<GenerateRequest> reqs = make_requests(ca, ga, *engine);
   const std::vector<GenerateResult> results = generate_with_display(*engine, reqs, ga);
   if (ga.json) {

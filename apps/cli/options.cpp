@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "env_registry.h"
+#include "model/model_config.h"
 #include "eval/runner.h"
 
 namespace flashdllm::cli {
@@ -144,12 +145,58 @@ std::string ids_to_string(const std::vector<int32_t>& ids) {
   return s;
 }
 
+void DecodeArgs::check_scope(const flashdllm::DecodeSettings& d, bool cache_chosen) const {
+  using flashdllm::CacheMode;
+  struct Scope {
+    const char* flag;
+    std::vector<CacheMode> modes;
+    const char* names;
+  };
+  const std::vector<CacheMode> flash = {CacheMode::kFlash}, none = {CacheMode::kNone},
+                               blocks = {CacheMode::kNone, CacheMode::kPrefix, CacheMode::kDual};
+  const Scope scopes[] = {{"--slots", flash, "flash"},
+                          {"--track-num", flash, "flash"},
+                          {"--mask-num", flash, "flash"},
+                          {"--tokens-per-step", flash, "flash"},
+                          {"--forced-schedule", flash, "flash"},
+                          {"--importance", flash, "flash"},
+                          {"--max-forward-rows", flash, "flash"},
+                          {"--query-tile-rows", flash, "flash"},
+                          {"--verify", flash, "flash"},
+                          {"--steps", blocks, "none/prefix/dual"}, {"--remasking", blocks, "none/prefix/dual"},
+                          {"--confidence-f32", blocks, "none/prefix/dual"}, {"--cfg-scale", none, "none"},
+                          {"--logits-eos-inf", none, "none"},    {"--confidence-eos-eot-inf", none, "none"},
+                          {"--eos-pad-tile", none, "none"},      {"--sampler", none, "none"},
+                          {"--alg", none, "none"},               {"--alg-temp", none, "none"},
+                          {"--timestep-eps", none, "none"},      {"--top-p", none, "none"},
+                          {"--top-k", none, "none"}};
+  for (const Scope& sc : scopes) {
+    auto in = [&](CacheMode m) { return std::find(sc.modes.begin(), sc.modes.end(), m) != sc.modes.end(); };
+    if (given(sc.flag) && !in(d.cache) && !(serving && std::string(sc.flag) == "--slots") &&
+        (cache_chosen || !in(CacheMode::kNone)))
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("{} applies to --cache {} only (cache is '{}'{})", sc.flag, sc.names,
+                              flashdllm::cache_mode_name(d.cache),
+                              given("--cache") || preset.size()                ? ""
+                              : d.cache == flashdllm::DecodeSettings{}.cache ? ", the default"
+                                                                               : ", this model's default"));
+  }
+}
+
+void DecodeArgs::fit_to_model(flashdllm::GenerateOptions& o, const flashdllm::ModelConfig& cfg) const {
+  if (cfg.logit_shift && !given("--cache") && preset.empty()) o.decode.cache = flashdllm::CacheMode::kNone;
+  if (o.decode.cache == flashdllm::CacheMode::kNone) o.decode.sampler = flashdllm::effective_sampler(o.decode, cfg);
+  check_scope(o.decode, /*cache_chosen=*/true);
+}
+
 flashdllm::GenerateOptions DecodeArgs::options(bool one_mode) const {
   flashdllm::GenerateOptions o = go;
   flashdllm::DecodeSettings& d = o.decode;
   flashdllm::SamplingParams& sp = o.sampling;
   d.cache = flashdllm::parse_cache_mode(cache, "--cache");
   d.remasking = flashdllm::parse_remasking(remasking, "--remasking");
+  d.sampler = flashdllm::parse_sampler(sampler, "--sampler");
+  d.dream_alg = flashdllm::parse_dream_alg(alg, "--alg");
   d.verify_rule = flashdllm::parse_verify_rule(verify_rule, "--verify-rule");
   d.verify_kept = flashdllm::parse_verify_kept(verify_kept, "--verify-kept");
   if (!preset.empty()) {
@@ -163,37 +210,10 @@ flashdllm::GenerateOptions DecodeArgs::options(bool one_mode) const {
     if (!given("--gamma") && d.verify) d.gamma = p.gamma;
   }
   if (given("--threshold")) sp.threshold = threshold;  // params.h checks (0, 1]
-  // Options of one mode given to another are refused rather than silently ignored.
-  if (one_mode) {
-    using flashdllm::CacheMode;
-    struct Scope {
-      const char* flag;
-      std::vector<CacheMode> modes;
-      const char* names;
-    };
-    const std::vector<CacheMode> flash = {CacheMode::kFlash}, none = {CacheMode::kNone},
-                                 blocks = {CacheMode::kNone, CacheMode::kPrefix, CacheMode::kDual};
-    const Scope scopes[] = {{"--slots", flash, "flash"},
-                            {"--track-num", flash, "flash"},
-                            {"--mask-num", flash, "flash"},
-                            {"--tokens-per-step", flash, "flash"},
-                            {"--forced-schedule", flash, "flash"},
-                            {"--importance", flash, "flash"},
-                            {"--max-forward-rows", flash, "flash"},
-                            {"--query-tile-rows", flash, "flash"},
-                            {"--verify", flash, "flash"},
-                            {"--steps", blocks, "none/prefix/dual"}, {"--remasking", blocks, "none/prefix/dual"},
-                            {"--confidence-f32", blocks, "none/prefix/dual"}, {"--cfg-scale", none, "none"},
-                            {"--logits-eos-inf", none, "none"},    {"--confidence-eos-eot-inf", none, "none"},
-                            {"--eos-pad-tile", none, "none"}};
-    for (const Scope& sc : scopes)
-      if (given(sc.flag) && std::find(sc.modes.begin(), sc.modes.end(), d.cache) == sc.modes.end() &&
-          !(serving && std::string(sc.flag) == "--slots"))
-        throw Error(ErrorCode::kInvalidArgument,
-                    fmt::format("{} applies to --cache {} only (cache is '{}'{})", sc.flag, sc.names,
-                                flashdllm::cache_mode_name(d.cache),
-                                given("--cache") || preset.size() ? "" : ", the default"));
-  }
+  // Options of one mode given to another are refused rather than silently ignored; where neither
+  // --cache nor --preset chose the mode, a shifted-logit model may still take cache none
+  // (fit_to_model checks again then).
+  if (one_mode) check_scope(d, given("--cache") || !preset.empty());
   if (one_mode && !d.verify)
     for (const char* f : {"--gamma", "--verify-rule", "--max-candidates", "--verify-kept", "--forced-acceptance"})
       if (given(f)) throw Error(ErrorCode::kInvalidArgument, fmt::format("{} applies to --verify only", f));
@@ -236,7 +256,7 @@ void add_decode_options(CLI::App* app, DecodeArgs& a) {
   if (!a.serving)
     app->add_option("--steps", sp.steps,
                     "none/prefix/dual quota decoding: forward passes (default: 128, at most gen_length, a multiple of the "
-                    "block count)")
+                    "block count; Dream's sampler: gen_length)")
         ->check(int_in_range(1, std::numeric_limits<int32_t>::max()));
   app->add_option("--remasking", a.remasking, "none/prefix/dual: low_confidence | random")->capture_default_str();
   if (!a.serving)
@@ -252,6 +272,24 @@ void add_decode_options(CLI::App* app, DecodeArgs& a) {
                 "none: EOS and EOT get confidence 0, so they are committed last in their block (at any temperature; "
                 "--reference-quirks: upstream's ordering, where at temperature > 0 only EOT does)");
   app->add_flag("--confidence-f32", d.confidence_f32, "none/prefix/dual: float32 softmax confidences (default float64)");
+  app->add_option("--sampler", a.sampler,
+                  "none: auto (the model family's own) | llada (semi-autoregressive blocks) | dream (Dream's "
+                  "whole-canvas schedule)")
+      ->capture_default_str();
+  app->add_option("--alg", a.alg, "none, Dream's sampler: entropy | maskgit_plus | topk_margin | origin")
+      ->capture_default_str();
+  app->add_option("--alg-temp", d.alg_temp,
+                  "none, Dream's sampler: > 0 draws the committed positions from softmax(confidence / alg-temp)")
+      ->capture_default_str();
+  app->add_option("--timestep-eps", d.timestep_eps, "none, Dream's sampler: the schedule's last timestep eps")
+      ->capture_default_str();
+  if (!a.serving) {
+    app->add_option("--top-p", sp.top_p, "Dream's sampler: nucleus filtering of the token distribution (1 = off)")
+        ->capture_default_str();
+    app->add_option("--top-k", sp.top_k, "Dream's sampler: keep the top-k logits (0 = off)")
+        ->check(kNonNegativeInt)
+        ->capture_default_str();
+  }
   app->add_option("--eot-id", a.eot_id, "end-of-turn token id for checkpoints without a tokenizer");
   app->add_option("--eos-pad-tile", d.eos_pad_tile,
                   "none: Flash-dLLM row layout, EOS padding after the canvas to the next multiple of this tile (e.g. 128)")

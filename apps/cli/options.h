@@ -57,6 +57,8 @@ struct DecodeArgs {
   GenerateOptions go;
   std::string cache = cache_mode_name(DecodeSettings{}.cache);
   std::string remasking = "low_confidence";
+  std::string sampler = sampler_name(DecodeSettings{}.sampler);
+  std::string alg = dream_alg_name(DecodeSettings{}.dream_alg);
   std::string verify_rule = "product";
   std::string verify_kept = "released";
   double threshold = -1.0;
@@ -73,6 +75,13 @@ struct DecodeArgs {
     const CLI::Option* o = app->get_option_no_throw(flag);
     return o != nullptr && o->count() > 0;
   }
+  /// The family's own method where the command line names none: a shifted-logit model (Dream) takes
+  /// cache none (Dream's sampler) unless --cache or --preset was given (ModelConfig::logit_shift).
+  /// Then refuses the flags of another mode (as options() does where --cache or --preset chose it).
+  void fit_to_model(GenerateOptions& o, const ModelConfig& cfg) const;
+  /// Refuses a flag given for a cache mode other than d.cache; with !cache_chosen (the default
+  /// mode, which a Dream model turns into none) the flags of cache none pass until fit_to_model.
+  void check_scope(const DecodeSettings& d, bool cache_chosen) const;
   /// The options as given, a --preset filling what the command line left unset. With `one_mode`
   /// (generate, eval, serve) flags of another decoding mode are refused; bench's base options serve
   /// several methods and pass false.

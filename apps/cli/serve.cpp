@@ -61,7 +61,7 @@ void add_serve_subcommand(CLI::App& app, CommonArgs& ca, ServeArgs& sa, CLI::App
 }
 
 int run_serve(const CommonArgs& ca, ServeArgs& sa) {
-  const GenerateOptions go = sa.dec.options();
+  GenerateOptions go = sa.dec.options();
   // SIGINT / SIGTERM go to a watcher thread (blocked everywhere else, before any thread exists).
   sigset_t sigs;
   sigemptyset(&sigs);
@@ -71,6 +71,7 @@ int run_serve(const CommonArgs& ca, ServeArgs& sa) {
   signal(SIGPIPE, SIG_IGN);  // a client that went away must not end the server
 
   auto engine = load_engine(ca);
+  sa.dec.fit_to_model(go, engine->config());
   ServeOptions so;
   so.decode = go.decode;
   so.max_model_len = sa.max_model_len;

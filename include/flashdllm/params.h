@@ -41,6 +41,22 @@ enum class Remasking { kLowConfidence, kRandom };
 const char* remasking_name(Remasking r) noexcept;  ///< "low_confidence" | "random"
 Remasking parse_remasking(std::string_view name, std::string_view what = "remasking");
 
+/// The full-recompute sampler of cache none: LLaDA's semi-autoregressive blocks (§B, ML-GSAI/LLaDA
+/// generate.py) or Dream's whole-canvas schedule (Dream-org `generation_utils.py` `_sample`:
+/// timesteps linspace(1, eps, steps + 1), k = ⌊n_masked·(1 − s/t)⌋ commits per step, docs/decisions.md).
+/// Either runs on any family (the logit shift is the model's); kAuto is the family's own.
+enum class Sampler { kAuto, kLlada, kDream };
+const char* sampler_name(Sampler s) noexcept;  ///< "auto" | "llada" | "dream"
+Sampler parse_sampler(std::string_view name, std::string_view what = "sampler");
+
+/// The confidence by which Dream's sampler ranks the masked positions (`alg` of diffusion_generate):
+/// origin commits each masked position with probability 1 − s/t (random, no confidence);
+/// maskgit_plus: the probability of the chosen token; topk_margin: top-1 − top-2 probability;
+/// entropy: Σ p·log(p + 1e-10) (the negative entropy).
+enum class DreamAlg { kOrigin, kMaskgitPlus, kTopkMargin, kEntropy };
+const char* dream_alg_name(DreamAlg a) noexcept;  ///< "origin" | "maskgit_plus" | "topk_margin" | "entropy"
+DreamAlg parse_dream_alg(std::string_view name, std::string_view what = "alg");
+
 /// Acceptance rule of Flash-Verify (§D.8, §F.1).
 enum class VerifyRule {
   kProduct,  ///< released code: the longest prefix whose running product of mask-view p(draft) is >= γ
@@ -80,6 +96,12 @@ struct SamplingParams {
   std::optional<double> threshold;
   double temperature = 0.0;  ///< Gumbel-max sampling temperature, >= 0 (0 = greedy argmax)
   uint64_t seed = 0;         ///< noise seed (temperature > 0, random remasking)
+  /// Nucleus filtering (OpenAI / Dream `top_p`) in (0, 1]: the token distribution keeps the most
+  /// probable tokens up to cumulative probability top_p (and the first one past it); 1 = off. Only
+  /// Dream's sampler applies it (validate refuses it elsewhere).
+  double top_p = 1.0;
+  /// Keep the top_k largest logits (Dream `top_k`; ties with the k-th kept); 0 = off. Dream's sampler only.
+  int64_t top_k = 0;
   /// Stop strings: the answer ends before the first occurrence of any of them in the stable text
   /// (finish_reason "stop"). Only Engine::submit honours them; Engine::generate ignores them.
   std::vector<std::string> stop;
@@ -106,6 +128,14 @@ struct DecodeSettings {
   /// output-slice bugs (§D.9, §F.11); none, confidence_eos_eot_inf's ordering (at temperature > 0
   /// only EOT loses its confidence, §B quirk).
   bool reference_quirks = false;
+
+  // Cache none: which sampler, and Dream's options (sampler dream).
+  Sampler sampler = Sampler::kAuto;
+  DreamAlg dream_alg = DreamAlg::kEntropy;  ///< the Dream model card's choice (upstream's default is origin)
+  /// > 0: the committed positions are drawn from softmax(confidence / alg_temp) without replacement
+  /// instead of the k most confident (Dream `alg_temp`); 0 = the top k.
+  double alg_temp = 0.0;
+  double timestep_eps = 1e-3;  ///< Dream `eps`: the schedule's last timestep, in (0, 1)
 
   // Flash-Cache (cache == kFlash), §D.
   int64_t track_num = 4;   ///< tracked budget β_t = track_num · block_length; < 0 = full recompute
@@ -141,10 +171,18 @@ struct GenerateOptions {
   SamplingParams sampling;
 };
 
+/// `d.sampler`, kAuto resolved to the family's own sampler (Dream: kDream, else kLlada).
+Sampler effective_sampler(const DecodeSettings& d, const ModelConfig& cfg) noexcept;
+
 /// The quota-mode default of `steps` for a canvas of gen_length in blocks of block_length: LLaDA's
 /// demo value 128, at most gen_length (one token per step), rounded down to a multiple of the block
 /// count (gen_length / block_length), at least one step per block.
 int64_t default_steps(int64_t gen_length, int64_t block_length) noexcept;
+
+/// The steps a request of `steps` (0 = the default) runs on a canvas of `canvas` positions: its own,
+/// else gen_length for Dream's sampler (one token per step, as Dream's demo runs it; d.sampler must be
+/// resolved, effective_sampler), else default_steps(canvas, block length).
+int64_t effective_steps(const DecodeSettings& d, int64_t steps, int64_t canvas) noexcept;
 
 /// The threshold a request decodes with: its own, else 0.9 for flash (the paper), else none (quota).
 std::optional<double> effective_threshold(const DecodeSettings& d, const SamplingParams& s) noexcept;
@@ -187,7 +225,7 @@ void validate_without_model(const GenerateOptions& o);
 
 /// The option keys that option_text / set_option know (sweeps, grid files): threshold, gamma,
 /// track_num, mask_num, block_length, gen_length, steps, verify_rule, max_candidates, verify_kept,
-/// tokens_per_step, temperature, seed.
+/// tokens_per_step, temperature, seed, top_p, top_k, alg, alg_temp.
 const std::vector<std::string>& option_keys();
 /// The canonical spelling of an option key ('-' accepted for '_'). Throws Error(kInvalidArgument)
 /// listing the keys for an unknown key.

@@ -79,6 +79,10 @@ struct RopeTable {
   Tensor sin;  // F32 [max_positions, head_dim/2]
 };
 
+/// What a selected row's confidence is (Dream `alg`): p(x0) (maskgit_plus, and LLaDA's rule); the
+/// top-1 − top-2 probability (topk_margin); Σ_v p_v·log(p_v + 1e-10), the negative entropy (entropy).
+enum class SelectConfidence { kProbability, kMargin, kNegEntropy };
+
 /// Parameters of the token-selection op (reference §B, LLaDA generate.py).
 struct SelectParams {
   /// Gumbel-max temperature; 0 = plain argmax. Noise is float64, drawn from a counter-based
@@ -99,6 +103,16 @@ struct SelectParams {
   /// Softmax precision for the confidence: true = float64 (Fast-dLLM, Flash-dLLM, LLaDA HEAD),
   /// false = float32 (the precision the golden LLaDA trace margins were computed in).
   bool confidence_f64 = true;
+
+  // Dream's sample_tokens (Dream-org generation_utils.py): the row's distribution is
+  // p = softmax(filter(logits / T)) (T = temperature when > 0; filter = top_p, then top_k; removed
+  // logits get probability 0), x0 its argmax (T = 0) or a draw from it (Gumbel-max over the kept
+  // tokens with the noise above), and the confidence is read from p, as `confidence` says. Off (the
+  // defaults): LLaDA's rule above (confidence = the unscaled softmax of x0).
+  bool dream_rule = false;
+  SelectConfidence confidence = SelectConfidence::kProbability;  ///< dream_rule only
+  int32_t top_k = 0;    ///< keep logits >= the k-th largest; 0 = all (dream_rule only)
+  double top_p = 1.0;   ///< nucleus: keep tokens up to cumulative probability top_p; 1 = all (dream_rule only)
 };
 
 /// Where a fill's destination lies in its parent tensor (Backend::fill_normal).

@@ -12,11 +12,14 @@ namespace flashdllm {
 SlotParams resolve_params(const SamplingParams& s, const DecodeSettings& d, bool exact_blocks) {
   SlotParams p;
   const int64_t B = d.effective_block_length();
-  p.gen_length = d.cache == CacheMode::kFlash || exact_blocks ? s.gen_length : (s.gen_length + B - 1) / B * B;
+  const bool whole_canvas = d.cache == CacheMode::kFlash || (d.cache == CacheMode::kNone && d.sampler == Sampler::kDream);
+  p.gen_length = whole_canvas || exact_blocks ? s.gen_length : (s.gen_length + B - 1) / B * B;
   p.threshold = effective_threshold(d, s);
-  p.steps = s.steps > 0 ? s.steps : default_steps(p.gen_length, B);
+  p.steps = effective_steps(d, s.steps, p.gen_length);
   p.temperature = s.temperature;
   p.seed = s.seed;
+  p.top_p = s.top_p;
+  p.top_k = s.top_k;
   return p;
 }
 

@@ -40,11 +40,13 @@ struct SlotParams {
   std::optional<double> threshold;  ///< confidence threshold ε; flash: always set
   double temperature = 0.0;         ///< Gumbel-max temperature (0 = greedy)
   uint64_t seed = 0;                ///< noise seed
+  double top_p = 1.0;               ///< Dream's sampler: nucleus filtering (1 = off)
+  int64_t top_k = 0;                ///< Dream's sampler: top-k filtering (0 = off)
 };
 
-/// A request's SlotParams under `d`: the canvas is gen_length (exact_blocks, or flash) or
-/// gen_length rounded up to the block (the block samplers need whole blocks); steps default to
-/// default_steps(canvas, block), the threshold to effective_threshold(d, s) (params.h).
+/// A request's SlotParams under `d` (d.sampler resolved: effective_sampler): the canvas is gen_length
+/// (exact_blocks, flash, or Dream's sampler) or gen_length rounded up to the block (the block samplers
+/// need whole blocks); steps default to effective_steps, the threshold to effective_threshold (params.h).
 SlotParams resolve_params(const SamplingParams& s, const DecodeSettings& d, bool exact_blocks);
 
 /// What one iteration did to one active slot.

@@ -137,12 +137,6 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
   const fs::path dir = options.model_dir;
   check_model_directory(dir);
   const ModelConfig cfg = load_model_config(dir / "config.json");
-  // The denoisers implement LLaDA's samplers and caches; Dream's forward exists (model.h), its
-  // sampler (diffusion_generate) is not wired in yet.
-  FDLLM_CHECK(cfg.family == ModelFamily::kLlada, ErrorCode::kUnsupported,
-              "{}: {} checkpoints need the {} sampler (not built yet); `flashdllm info` describes them",
-              (dir / "config.json").string(), family_name(cfg.family), family_name(cfg.family));
-
   if (std::optional<Tokenizer> tok = Tokenizer::from_model_dir(dir)) {  // tokenizer.json, or Qwen2's slow files
     impl->tokenizer.emplace(std::move(*tok));
     validate_tokenizer(*impl->tokenizer, cfg, dir / "tokenizer.json");
@@ -364,7 +358,8 @@ std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>&
   const ModelConfig& cfg = impl_->model().config;
   validate(o.decode, cfg);
   validate(o.sampling, o.decode, cfg, /*exact_blocks=*/true);
-  const DecodeSettings& d = o.decode;
+  DecodeSettings d = o.decode;
+  d.sampler = effective_sampler(d, cfg);  // the model's own when auto (resolve_params' step default)
   const int32_t eot = d.eot_token_id.value_or(impl_->eot_id);
 
   std::vector<std::vector<int32_t>> prompts;
@@ -448,6 +443,7 @@ void Engine::start(const ServeOptions& options) {
   const ModelConfig& cfg = impl_->model().config;
   ServeOptions so = options;
   validate(so.decode, cfg);
+  so.decode.sampler = effective_sampler(so.decode, cfg);  // the model's own when auto
   if (so.max_model_len == 0) so.max_model_len = cfg.max_sequence_length;
   FDLLM_CHECK_ARG(so.max_model_len >= 2 && so.max_model_len <= cfg.max_sequence_length,
                   "max_model_len must be in [2, max_sequence_length = {}], got {}", cfg.max_sequence_length,

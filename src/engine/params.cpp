@@ -67,6 +67,46 @@ VerifyKept parse_verify_kept(std::string_view name, std::string_view what) {
              what, name);
 }
 
+const char* sampler_name(Sampler s) noexcept {
+  switch (s) {
+    case Sampler::kAuto: return "auto";
+    case Sampler::kLlada: return "llada";
+    case Sampler::kDream: return "dream";
+  }
+  return "?";
+}
+
+Sampler parse_sampler(std::string_view name, std::string_view what) {
+  for (Sampler s : {Sampler::kAuto, Sampler::kLlada, Sampler::kDream})
+    if (name == sampler_name(s)) return s;
+  FDLLM_FAIL(ErrorCode::kInvalidArgument,
+             "{} must be auto (the model family's own), llada (LLaDA's semi-autoregressive blocks) or dream "
+             "(Dream's whole-canvas schedule), got '{}'",
+             what, name);
+}
+
+const char* dream_alg_name(DreamAlg a) noexcept {
+  switch (a) {
+    case DreamAlg::kOrigin: return "origin";
+    case DreamAlg::kMaskgitPlus: return "maskgit_plus";
+    case DreamAlg::kTopkMargin: return "topk_margin";
+    case DreamAlg::kEntropy: return "entropy";
+  }
+  return "?";
+}
+
+DreamAlg parse_dream_alg(std::string_view name, std::string_view what) {
+  for (DreamAlg a : {DreamAlg::kOrigin, DreamAlg::kMaskgitPlus, DreamAlg::kTopkMargin, DreamAlg::kEntropy})
+    if (name == dream_alg_name(a)) return a;
+  FDLLM_FAIL(ErrorCode::kInvalidArgument, "{} must be origin, maskgit_plus, topk_margin or entropy, got '{}'", what,
+             name);
+}
+
+Sampler effective_sampler(const DecodeSettings& d, const ModelConfig& cfg) noexcept {
+  if (d.sampler != Sampler::kAuto) return d.sampler;
+  return cfg.family == ModelFamily::kDream ? Sampler::kDream : Sampler::kLlada;
+}
+
 int64_t DecodeSettings::effective_block_length() const noexcept {
   return block_length > 0 ? block_length : (cache == CacheMode::kFlash ? 16 : 32);
 }
@@ -76,6 +116,12 @@ int64_t default_steps(int64_t gen_length, int64_t block_length) noexcept {
   const int64_t blocks = std::max<int64_t>(1, gen_length / block_length);
   const int64_t s = std::min<int64_t>(128, gen_length) / blocks * blocks;
   return std::max(s, blocks);
+}
+
+int64_t effective_steps(const DecodeSettings& d, int64_t steps, int64_t canvas) noexcept {
+  if (steps > 0) return steps;
+  if (d.cache == CacheMode::kNone && d.sampler == Sampler::kDream) return canvas;
+  return default_steps(canvas, d.effective_block_length());
 }
 
 std::optional<double> effective_threshold(const DecodeSettings& d, const SamplingParams& s) noexcept {
@@ -102,6 +148,62 @@ FlashPreset flash_preset(std::string_view task) {
 namespace {
 
 
+/// The sampler of `d` where it is known: kAuto stays kAuto without a model.
+Sampler known_sampler(const DecodeSettings& d, const ModelConfig* cfg) noexcept {
+  return cfg ? effective_sampler(d, *cfg) : d.sampler;
+}
+
+/// The sampler choice and Dream's options: Dream's options need sampler dream, LLaDA's block
+/// options need sampler llada (checked where the sampler is known).
+void check_sampler_settings(const DecodeSettings& d, const ModelConfig* cfg) {
+  FDLLM_CHECK_PARAM(d.sampler == Sampler::kAuto || d.sampler == Sampler::kLlada || d.sampler == Sampler::kDream,
+                    "sampler", "unknown sampler {}", static_cast<int>(d.sampler));
+  FDLLM_CHECK_PARAM(d.dream_alg == DreamAlg::kOrigin || d.dream_alg == DreamAlg::kMaskgitPlus ||
+                        d.dream_alg == DreamAlg::kTopkMargin || d.dream_alg == DreamAlg::kEntropy,
+                    "alg", "unknown alg {}", static_cast<int>(d.dream_alg));
+  FDLLM_CHECK_PARAM(d.sampler == Sampler::kAuto || d.cache == CacheMode::kNone, "sampler",
+                    "sampler {} applies to cache none (the full-recompute samplers); cache is {}",
+                    sampler_name(d.sampler), cache_mode_name(d.cache));
+  FDLLM_CHECK_PARAM(std::isfinite(d.alg_temp) && d.alg_temp >= 0.0 && d.alg_temp <= 1e6, "alg_temp",
+                    "alg_temp must be in [0, 1e6] (0 = the most confident positions), got {}", d.alg_temp);
+  FDLLM_CHECK_PARAM(std::isfinite(d.timestep_eps) && d.timestep_eps > 0.0 && d.timestep_eps < 1.0, "timestep_eps",
+                    "timestep_eps must be in (0, 1) (Dream's eps, the schedule's last timestep), got {}",
+                    d.timestep_eps);
+  const Sampler sampler = known_sampler(d, cfg);
+  if (sampler == Sampler::kAuto) return;  // no model yet: the engine checks again with one
+  const bool dream = d.cache == CacheMode::kNone && sampler == Sampler::kDream;
+  // LLaDA's block sampler and the prefix/dual/flash denoisers read logits row p for position p; a
+  // shifted-logit model (Dream) runs only with Dream's sampler so far.
+  FDLLM_CHECK(dream || !cfg || !cfg->logit_shift, ErrorCode::kUnsupported,
+              "{} checkpoints run with cache none and Dream's sampler (--cache none, sampler auto or dream) so "
+              "far; cache {} with sampler {} does not read their shifted logits yet",
+              family_name(cfg->family), cache_mode_name(d.cache), sampler_name(sampler));
+  if (!dream) {
+    const DecodeSettings defaults;
+    FDLLM_CHECK_PARAM(d.dream_alg == defaults.dream_alg && d.alg_temp == 0.0 && d.timestep_eps == defaults.timestep_eps,
+                      d.dream_alg != defaults.dream_alg ? "alg"
+                      : d.alg_temp != 0.0               ? "alg_temp"
+                                                        : "timestep_eps",
+                      "alg / alg_temp / timestep_eps apply to Dream's sampler only (cache none with sampler dream; "
+                      "cache is {}, sampler {})",
+                      cache_mode_name(d.cache), sampler_name(sampler));
+    return;
+  }
+  // Dream's sampler decodes the whole canvas: none of the block sampler's options apply.
+  const char* bad = d.block_length != 0                            ? "block_length"
+                    : d.remasking != Remasking::kLowConfidence     ? "remasking"
+                    : d.cfg_scale != 0.0                           ? "cfg_scale"
+                    : d.logits_eos_inf                             ? "logits_eos_inf"
+                    : d.confidence_eos_eot_inf                     ? "confidence_eos_eot_inf"
+                    : d.confidence_f32                             ? "confidence_f32"
+                    : d.eos_pad_tile != 0                          ? "eos_pad_tile"
+                                                                   : nullptr;
+  FDLLM_CHECK_PARAM(bad == nullptr, bad ? bad : "",
+                    "{} applies to LLaDA's block sampler; Dream's sampler (sampler dream) decodes the whole canvas "
+                    "with --alg / --alg-temp / --top-p / --top-k",
+                    bad ? bad : "");
+}
+
 void check_decode(const DecodeSettings& d, const ModelConfig* cfg) {
   FDLLM_CHECK_PARAM(d.cache == CacheMode::kNone || d.cache == CacheMode::kPrefix || d.cache == CacheMode::kDual ||
                         d.cache == CacheMode::kFlash,
@@ -113,6 +215,7 @@ void check_decode(const DecodeSettings& d, const ModelConfig* cfg) {
   FDLLM_CHECK_PARAM(d.verify_kept == VerifyKept::kReleased || d.verify_kept == VerifyKept::kCommits, "verify_kept",
                     "unknown verify_kept {}", static_cast<int>(d.verify_kept));
   const char* mode = cache_mode_name(d.cache);
+  check_sampler_settings(d, cfg);
   FDLLM_CHECK_PARAM(d.block_length >= 0 && d.block_length <= kMaxCount, "block_length",
                     "block_length must be in [0, {}] (0 = the mode's "
                     "default), got {}",
@@ -199,6 +302,20 @@ void check_sampling(const SamplingParams& s, const DecodeSettings& d, const Mode
   const int64_t max_len = cfg ? cfg->max_sequence_length : kMaxCount;
   FDLLM_CHECK_PARAM(G < max_len, "gen_length",
                     "gen_length must be in [1, max_sequence_length = {}) of this model, got {}", max_len, G);
+  const Sampler sampler = known_sampler(d, cfg);
+  const bool dream = d.cache == CacheMode::kNone && sampler == Sampler::kDream;
+  if (sampler != Sampler::kAuto && !dream)
+    FDLLM_CHECK_PARAM(s.top_p == 1.0 && s.top_k == 0, s.top_p != 1.0 ? "top_p" : "top_k",
+                      "top_p / top_k apply to Dream's sampler only (cache none with sampler dream; cache is {}, "
+                      "sampler {})",
+                      mode, sampler_name(sampler));
+  if (dream) {
+    FDLLM_CHECK_PARAM(!s.threshold, "threshold",
+                      "Dream's sampler commits a scheduled number of tokens per step (steps); it has no threshold");
+    FDLLM_CHECK_PARAM(s.steps <= G, "steps", "steps must be in [1, gen_length = {}] or 0 (= gen_length), got {}", G,
+                      s.steps);
+    return;
+  }
   if (d.cache == CacheMode::kFlash) {
     FDLLM_CHECK_PARAM(s.steps == 0, "steps",
                       "steps applies to quota decoding (cache none/prefix/dual without a threshold); "
@@ -254,6 +371,10 @@ void validate_fields(const SamplingParams& s) {
   if (s.threshold)
     FDLLM_CHECK_PARAM(std::isfinite(*s.threshold) && *s.threshold > 0.0 && *s.threshold <= 1.0, "threshold",
                       "threshold must be in (0, 1], got {}", *s.threshold);
+  FDLLM_CHECK_PARAM(std::isfinite(s.top_p) && s.top_p > 0.0 && s.top_p <= 1.0, "top_p",
+                    "top_p must be in (0, 1] (1 = off), got {}", s.top_p);
+  FDLLM_CHECK_PARAM(s.top_k >= 0 && s.top_k <= kMaxCount, "top_k", "top_k must be in [0, {}] (0 = off), got {}",
+                    kMaxCount, s.top_k);
   FDLLM_CHECK_PARAM(s.steps >= 0, "steps", "steps must be in [1, gen_length = {}] or 0 (the default), got {}", G,
                     s.steps);
   FDLLM_CHECK_PARAM(s.stop.size() <= 16, "stop", "at most 16 stop strings are supported, got {}", s.stop.size());
@@ -278,7 +399,8 @@ void validate_without_model(const GenerateOptions& o) {
 const std::vector<std::string>& option_keys() {
   static const std::vector<std::string> keys = {
       "threshold",   "gamma",          "track_num",   "mask_num",        "block_length", "gen_length", "steps",
-      "verify_rule", "max_candidates", "verify_kept", "tokens_per_step", "temperature",  "seed"};
+      "verify_rule", "max_candidates", "verify_kept", "tokens_per_step", "temperature",  "seed",
+      "top_p",       "top_k",          "alg",         "alg_temp"};
   return keys;
 }
 
@@ -306,8 +428,11 @@ std::string option_text(const GenerateOptions& o, std::string_view key) {
   if (key == "mask_num") return std::to_string(d.mask_num);
   if (key == "block_length") return std::to_string(d.effective_block_length());
   if (key == "gen_length") return std::to_string(s.gen_length);
-  if (key == "steps")
-    return std::to_string(s.steps > 0 ? s.steps : default_steps(s.gen_length, d.effective_block_length()));
+  if (key == "steps") return std::to_string(effective_steps(d, s.steps, s.gen_length));
+  if (key == "top_p") return number_text(s.top_p);
+  if (key == "top_k") return std::to_string(s.top_k);
+  if (key == "alg") return dream_alg_name(d.dream_alg);
+  if (key == "alg_temp") return number_text(d.alg_temp);
   if (key == "verify_rule") return verify_rule_name(d.verify_rule);
   if (key == "max_candidates") return std::to_string(d.max_candidates);
   if (key == "verify_kept") return verify_kept_name(d.verify_kept);
@@ -365,6 +490,14 @@ void set_option(GenerateOptions& o, std::string_view key, std::string_view value
     s.temperature = real(0.0, 1e6, false);
   } else if (k == "seed") {
     s.seed = static_cast<uint64_t>(count(0));
+  } else if (k == "top_p") {
+    s.top_p = real(0.0, 1.0, true);
+  } else if (k == "top_k") {
+    s.top_k = count(0);
+  } else if (k == "alg") {
+    d.dream_alg = parse_dream_alg(v, "option alg");
+  } else if (k == "alg_temp") {
+    d.alg_temp = real(0.0, 1e6, false);
   }
 }
 
@@ -385,17 +518,25 @@ nlohmann::ordered_json to_json(const GenerateOptions& o) {
     j["decoding"] = d.tokens_per_step > 0 ? "fixed_count" : "forced_schedule";
   } else {
     j["decoding"] = "quota";
-    j["steps"] = s.steps > 0 ? s.steps : default_steps(s.gen_length, d.effective_block_length());
+    j["steps"] = effective_steps(d, s.steps, s.gen_length);
   }
   j["temperature"] = s.temperature;
   j["seed"] = s.seed;
   if (!s.stop.empty()) j["stop"] = s.stop;
   if (d.reference_quirks) j["reference_quirks"] = true;
-  if (d.cache != CacheMode::kFlash) {
+  if (d.cache == CacheMode::kNone) j["sampler"] = sampler_name(d.sampler);
+  if (d.cache == CacheMode::kNone && d.sampler == Sampler::kDream) {
+    j.erase("block_length");
+    j["alg"] = dream_alg_name(d.dream_alg);
+    j["alg_temp"] = d.alg_temp;
+    j["timestep_eps"] = d.timestep_eps;
+    j["top_p"] = s.top_p;
+    j["top_k"] = s.top_k;
+  } else if (d.cache != CacheMode::kFlash) {
     j["remasking"] = remasking_name(d.remasking);
     j["confidence"] = d.confidence_f32 ? "float32" : "float64";
   }
-  if (d.cache == CacheMode::kNone) {
+  if (d.cache == CacheMode::kNone && d.sampler != Sampler::kDream) {
     j["cfg_scale"] = d.cfg_scale;
     j["logits_eos_inf"] = d.logits_eos_inf;
     j["confidence_eos_eot_inf"] = d.confidence_eos_eot_inf;

@@ -2,6 +2,7 @@
 #include "engine/slot_pool.h"
 
 #include "core/check.h"
+#include "denoise/dream_sampler.h"
 #include "denoise/fastdllm_cache.h"
 #include "denoise/flash_cache.h"
 #include "denoise/llada_sampler.h"
@@ -17,7 +18,9 @@ std::unique_ptr<Denoiser> make_denoiser(Backend& be, const Model& m, const Decod
   o.decode = d;
   if (eot >= 0) o.decode.eot_token_id = eot;
   switch (d.cache) {
-    case CacheMode::kNone: return std::make_unique<LladaSampler>(be, m, std::move(o), pool);
+    case CacheMode::kNone:
+      if (effective_sampler(d, m.config) == Sampler::kDream) return std::make_unique<DreamSampler>(be, m, std::move(o), pool);
+      return std::make_unique<LladaSampler>(be, m, std::move(o), pool);
     case CacheMode::kPrefix:
     case CacheMode::kDual: return std::make_unique<FastDllmCacheSampler>(be, m, std::move(o), pool);
     case CacheMode::kFlash: return std::make_unique<FlashCacheDenoiser>(be, m, std::move(o), pool);

@@ -155,7 +155,8 @@ std::string api_param_of(std::string_view key) {
   // The SamplingParams keys a request sets (parse_request below); the rest are the engine's.
   static constexpr std::pair<std::string_view, const char*> kRequestFields[] = {
       {"gen_length", "max_tokens"},   {"steps", "steps"}, {"threshold", "threshold"},
-      {"temperature", "temperature"}, {"seed", "seed"},   {"stop", "stop"}};
+      {"temperature", "temperature"}, {"seed", "seed"},   {"stop", "stop"},
+      {"top_p", "top_p"},             {"top_k", "top_k"}};
   for (const auto& [k, api] : kRequestFields)
     if (k == key) return api;
   return {};
@@ -300,6 +301,11 @@ std::optional<ApiError> parse_sampling(const Fields& f, bool chat, const ParseLi
     p.threshold = threshold;
   }
   if (auto e = read_into(f.integer("steps"), p.steps)) return e;
+  // Nucleus and top-k filtering (Dream's sampler; the engine refuses them for the others). top_k is
+  // no OpenAI field, but clients of vLLM and Hugging Face send it; -1 and 0 mean "off" there.
+  if (auto e = read_into(f.number("top_p"), p.top_p)) return e;
+  if (auto e = read_into(f.integer("top_k"), p.top_k)) return e;
+  if (p.top_k == -1) p.top_k = 0;
   if (const json* v = f.get("seed")) {
     if (v->is_number_unsigned())
       p.seed = v->get<uint64_t>();
@@ -349,15 +355,6 @@ bool is_empty(const json& v) { return (v.is_object() || v.is_array() || v.is_str
 /// The fields both endpoints accept only with the value that asks for nothing.
 std::optional<ApiError> refuse_common_options(const Fields& f) {
   if (auto e = f.only("n", is_one, "one choice per prompt: n must be 1")) return e;
-  if (auto e = f.only(
-          "top_p", [](const json& v) { return v.is_number() && v.get<double>() == 1.0; },
-          "nucleus sampling: top_p must be 1"))
-    return e;
-  // top_k is no OpenAI field, but clients of vLLM and Hugging Face send it; -1 and 0 mean "off" there.
-  if (auto e = f.only(
-          "top_k", [](const json& v) { return as_int(v) == -1 || as_int(v) == 0; },
-          "top-k sampling: the sampler draws from the whole distribution; top_k must be absent, -1 or 0"))
-    return e;
   if (auto e = f.only("presence_penalty", is_zero, "penalties must be 0")) return e;
   if (auto e = f.only("frequency_penalty", is_zero, "penalties must be 0")) return e;
   if (auto e = f.only("logit_bias", is_empty, "logit_bias must be empty")) return e;

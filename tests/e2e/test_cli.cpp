@@ -171,5 +171,34 @@ TEST(Cli, InfoDescribesDream) {
   EXPECT_NE(r.out.find(fmt::format("parameters        {} ", c.parameter_count())), std::string::npos) << r.out;
 }
 
+// A Dream checkpoint generates with Dream's sampler when the command line names no cache; the
+// caches that do not read shifted logits yet are refused naming the family, not run wrongly.
+TEST(Cli, GenerateOnDreamTakesDreamsSampler) {
+  const std::filesystem::path dream = test_data_dir() / "golden" / "dream_a";
+  CliRun r = run_cli(fmt::format("generate -m {} --prompt-ids 5,6,7 --gen-length 16 --steps 8 --top-k 50 --json",
+                                 dream.string()));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  EXPECT_EQ(j["options"]["cache"], "none");
+  EXPECT_EQ(j["options"]["sampler"], "dream");
+  EXPECT_EQ(j["options"]["top_k"], 50);
+  EXPECT_EQ(j["results"][0]["nfe"], 8);
+  EXPECT_EQ(j["results"][0]["canvas_ids"].size(), 16u);  // the whole canvas (the answer ends at its EOS)
+  for (const char* bad : {"--cache flash", "--cache none --sampler llada"}) {
+    r = run_cli(fmt::format("generate -m {} --prompt-ids 5,6 {}", dream.string(), bad));
+    EXPECT_NE(r.code, 0) << bad;
+    EXPECT_NE(r.out.find("Dream checkpoints run with cache none and Dream's sampler"), std::string::npos) << r.out;
+  }
+  r = run_cli(fmt::format("generate -m {} --prompt-ids 5,6 --verify", dream.string()));
+  EXPECT_NE(r.out.find("--verify applies to --cache flash only (cache is 'none', this model's default)"),
+            std::string::npos)
+      << r.out;
+  // LLaDA's default stays flash: Dream's flags given without --cache are refused there.
+  r = run_cli(fmt::format("generate -m {} --prompt-ids 5,6 --alg maskgit_plus", golden_dir().string()));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("--alg applies to --cache none only (cache is 'flash', the default)"), std::string::npos)
+      << r.out;
+}
+
 }  // namespace
 }  // namespace flashdllm::test

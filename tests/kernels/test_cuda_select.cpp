@@ -197,6 +197,66 @@ TEST_P(CudaSelect, SelectTokensMatchesCpu) {
                 static_cast<long long>(near_ties), static_cast<long long>(rows_checked));
 }
 
+// Dream's rule (SelectParams::dream_rule): temperature-scaled confidences, top-1 − top-2 margin and
+// the negative entropy, with the mask id excluded, against the CPU's definition (cpu_select.cpp).
+TEST_P(CudaSelect, DreamRuleMatchesCpu) {
+  struct Case {
+    int64_t R, V;
+    float logit_scale;
+  };
+  const std::vector<Case> cases = small() ? std::vector<Case>{{3, 1000, 3.0f}, {3, 40001, 3.0f}}
+                                          : std::vector<Case>{{17, 152064, 4.0f}, {5, 1024, 8.0f}, {4, 2, 1.0f}};
+  for (const Case& c : cases) {
+    const std::vector<float> logits = randn_bf16(static_cast<size_t>(c.R * c.V), 91 + c.V, c.logit_scale);
+    std::vector<int32_t> keys(static_cast<size_t>(c.R));
+    for (size_t i = 0; i < keys.size(); ++i) keys[i] = static_cast<int32_t>(1000 + 7 * i);
+    Dev lc = make(*cpu_, DType::kF32, c.R, c.V), kc = make(*cpu_, DType::kI32, c.R), xc = make(*cpu_, DType::kI32, c.R),
+        fc = make(*cpu_, DType::kF64, c.R);
+    Dev lt = make(*twin_, DType::kF32, c.R, c.V), kt = make(*twin_, DType::kI32, c.R),
+        xt = make(*twin_, DType::kI32, c.R), ft = make(*twin_, DType::kF64, c.R);
+    put(*cpu_, lc.t, logits);
+    put(*twin_, lt.t, logits);
+    put_i32(*cpu_, kc.t, keys);
+    put_i32(*twin_, kt.t, keys);
+    for (SelectConfidence kind : {SelectConfidence::kProbability, SelectConfidence::kMargin,
+                                  SelectConfidence::kNegEntropy})
+      for (double tau : {0.0, 0.5}) {
+        SelectParams p;
+        p.dream_rule = true;
+        p.confidence = kind;
+        p.temperature = tau;
+        p.seed = 42;
+        p.exclude_token = c.V > 2 ? 1 : -1;
+        SCOPED_TRACE("dream rule R=" + std::to_string(c.R) + " V=" + std::to_string(c.V) + " confidence " +
+                     std::to_string(static_cast<int>(kind)) + " tau " + std::to_string(tau));
+        twin::poison(*twin_, xt.t);
+        twin::poison(*twin_, ft.t);
+        cpu_->select_tokens(lc.t, kc.t, p, xc.t, fc.t);
+        twin_->select_tokens(lt.t, kt.t, p, xt.t, ft.t);
+        std::vector<int32_t> x_cpu(static_cast<size_t>(c.R)), x_twin(x_cpu.size());
+        std::vector<double> f_cpu(x_cpu.size()), f_twin(x_cpu.size());
+        cpu_->copy_to_host(x_cpu.data(), xc.t);
+        cpu_->copy_to_host(f_cpu.data(), fc.t);
+        twin_->copy_to_host(x_twin.data(), xt.t);
+        twin_->copy_to_host(f_twin.data(), ft.t);
+        for (size_t r = 0; r < x_cpu.size(); ++r) {
+          EXPECT_EQ(x_twin[r], x_cpu[r]) << "row " << r;
+          // Probabilities (and their difference): the f64 softmax tolerance on a scale of 1. Negative
+          // entropy: that on |H|, plus what Dream's +1e-10 inside the log may add per token (select.h).
+          const double tol = kind == SelectConfidence::kNegEntropy
+                                 ? twin::kConfidenceF64RelTol * std::max(1.0, std::fabs(f_cpu[r])) +
+                                       1e-10 * static_cast<double>(c.V)
+                                 : twin::kConfidenceF64RelTol;
+          EXPECT_NEAR(f_twin[r], f_cpu[r], tol) << "row " << r;
+        }
+      }
+    SelectParams filtered;
+    filtered.dream_rule = true;
+    filtered.top_k = 50;
+    EXPECT_THROW(twin_->select_tokens(lt.t, kt.t, filtered, xt.t, ft.t), Error) << "top_k has no CUDA kernel yet";
+  }
+}
+
 // A NaN logit makes the confidence NaN on both backends (the denoiser's check_selection rejects
 // non-finite confidences): row 0 has a whole 16384-logit chunk of NaN beside finite chunks (a chunk
 // without a finite logit, whose partial must still carry the NaN), row 1 one NaN among finite logits.

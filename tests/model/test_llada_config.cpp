@@ -149,9 +149,9 @@ struct BadConfig {
 
 std::ostream& operator<<(std::ostream& os, const BadConfig& b) { return os << b.name; }
 
-class LladaConfigRejects : public ::testing::TestWithParam<BadConfig> {};
+class ModelConfigRejects : public ::testing::TestWithParam<BadConfig> {};
 
-TEST_P(LladaConfigRejects, WithClearMessage) {
+TEST_P(ModelConfigRejects, WithClearMessage) {
   const BadConfig& b = GetParam();
   json j = load_json(kInstructConfig);
   b.mutate(j);
@@ -243,7 +243,7 @@ const BadConfig kBadConfigs[] = {
     {"not_an_object", [](json& j) { j = json::array({1, 2}); }, {"must be a JSON object"}},
 };
 
-INSTANTIATE_TEST_SUITE_P(AllOptions, LladaConfigRejects, ::testing::ValuesIn(kBadConfigs),
+INSTANTIATE_TEST_SUITE_P(AllOptions, ModelConfigRejects, ::testing::ValuesIn(kBadConfigs),
                          [](const ::testing::TestParamInfo<BadConfig>& info) { return std::string(info.param.name); });
 
 }  // namespace

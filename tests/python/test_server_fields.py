@@ -72,8 +72,9 @@ TOOL = {"type": "function", "function": {"name": "add", "parameters": {"type": "
 
 
 @pytest.mark.parametrize("kw,param,needle", [
-    ({"top_p": 0.95}, "top_p", "top_p must be 1"),
-    ({"extra_body": {"top_k": 40}}, "top_k", "top_k must be absent, -1 or 0"),
+    ({"top_p": 0.95}, "top_p", "apply to Dream's sampler only"),
+    ({"extra_body": {"top_k": 40}}, "top_k", "apply to Dream's sampler only"),
+    ({"extra_body": {"top_k": -2}}, "top_k", "top_k must be in [0,"),
     ({"tools": [TOOL]}, "tools", "no tool calling"),
     ({"tool_choice": "required"}, "tool_choice", "no tool calling"),
     ({"service_tier": "flex"}, "service_tier", "'auto' or 'default'"),

@@ -86,7 +86,14 @@ struct SelectResult {
 /// Token choice and confidence of one logits row (reference §B; see SelectParams):
 /// token = first argmax of logit (+ Gumbel term when τ > 0), suppress_token and exclude_token excluded;
 /// confidence = softmax(logits without suppressed entries)[token], in f64 or f32.
+/// Dream's rule (SelectParams::dream_rule; Dream-org generation_utils.py sample_tokens): z = logits / T
+/// (T > 0), top_p then top_k filtering, p = softmax of the kept z in double; token = first argmax of
+/// the kept z (T = 0) or of logits + Gumbel term (T > 0; the same draw as from p), exclude_token never
+/// chosen; confidence p(token), top-1 − top-2 of p, or Σ p·log(p + 1e-10). NaN for a non-finite row.
+SelectResult select_row_dream(const float* logits, int64_t V, uint32_t row_key, const SelectParams& p);
+
 inline SelectResult select_row(const float* logits, int64_t V, uint32_t row_key, const SelectParams& p) {
+  if (p.dream_rule) return select_row_dream(logits, V, row_key, p);
   SelectResult r;
   double best = -std::numeric_limits<double>::infinity();
   for (int64_t v = 0; v < V; ++v) {

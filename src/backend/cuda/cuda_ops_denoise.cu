@@ -30,6 +30,14 @@ void CudaBackend::select_tokens(Tensor logits, Tensor row_keys, const SelectPara
   expect_numel(conf, R, kOp, "conf");
   FDLLM_CHECK_ARG(p.temperature >= 0.0 && std::isfinite(p.temperature),
                   "select_tokens: temperature {} must be finite and >= 0", p.temperature);
+  // Dream's rule runs on the same kernel (temperature-scaled confidence logits, margin, entropy);
+  // its top-p / top-k filtering has no kernel yet.
+  FDLLM_CHECK(!p.dream_rule || (p.top_k == 0 && p.top_p >= 1.0), ErrorCode::kUnsupported,
+              "select_tokens: Dream's top_p / top_k filtering has no CUDA kernel yet (top_p {}, top_k {}; use "
+              "--device cpu, or top_p 1 and top_k 0)",
+              p.top_p, p.top_k);
+  FDLLM_CHECK_ARG(!p.dream_rule || p.confidence == SelectConfidence::kProbability || p.confidence_f64,
+                  "select_tokens: Dream's margin / entropy confidences are computed in float64 (confidence_f64)");
   if (R == 0) return;
   FDLLM_CHECK_ARG(V > 0 && V < (int64_t{1} << 31), "select_tokens: vocabulary size {} outside [1, 2^31)", V);
   kernels::SelectArgs a;
@@ -47,6 +55,11 @@ void CudaBackend::select_tokens(Tensor logits, Tensor row_keys, const SelectPara
   a.conf_suppress_a = p.conf_suppress_a;
   a.conf_suppress_b = p.conf_suppress_b;
   a.confidence_f64 = p.confidence_f64;
+  a.scaled_confidence = p.dream_rule;
+  a.confidence = !p.dream_rule                                  ? kernels::SelectConfidenceKind::kProbability
+                 : p.confidence == SelectConfidence::kMargin     ? kernels::SelectConfidenceKind::kMargin
+                 : p.confidence == SelectConfidence::kNegEntropy ? kernels::SelectConfidenceKind::kNegEntropy
+                                                                 : kernels::SelectConfidenceKind::kProbability;
   CUDA_CHECK(cudaSetDevice(device_));
   ensure_select_scratch(R, kernels::select_chunks(V));
   a.partials = static_cast<kernels::SelectPartial*>(select_partials_.get());

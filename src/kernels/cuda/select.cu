@@ -88,6 +88,36 @@ __device__ __forceinline__ void for_each_logit(const float* __restrict__ l, int3
   for (int32_t v = head + 4 * n4 + threadIdx.x; v < V; v += kSelectThreads) f(v, l[v]);
 }
 
+// The block's second largest value given each thread's largest `hi` and second largest `lo`
+// (kMargin): merges the pairs over the warps through `scratch` (32 floats, reused afterwards).
+// Every thread of the block calls it; every thread gets the result.
+__device__ __forceinline__ float block_second_max(float hi, float lo, float* scratch) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ohi = __shfl_xor_sync(0xffffffffu, hi, o), olo = __shfl_xor_sync(0xffffffffu, lo, o);
+    lo = fmaxf(fmaxf(lo, olo), fminf(hi, ohi));
+    hi = fmaxf(hi, ohi);
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  constexpr int kWarps = kSelectThreads / 32;
+  __syncthreads();  // scratch may still be read by an earlier reduction
+  if (lane == 0) {
+    scratch[warp] = hi;
+    scratch[kWarps + warp] = lo;
+  }
+  __syncthreads();
+  hi = lane < kWarps ? scratch[lane] : -__int_as_float(0x7f800000);
+  lo = lane < kWarps ? scratch[kWarps + lane] : -__int_as_float(0x7f800000);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ohi = __shfl_xor_sync(0xffffffffu, hi, o), olo = __shfl_xor_sync(0xffffffffu, lo, o);
+    lo = fmaxf(fmaxf(lo, olo), fminf(hi, ohi));
+    hi = fmaxf(hi, ohi);
+  }
+  __syncthreads();  // every thread has read scratch before the caller reuses it
+  return lo;
+}
+
 // A row is cut into chunks of kSelectChunk logits (select_chunks), one block each: a chunk is one
 // step of for_each_logit, so a row's blocks read it at the bandwidth of many SMs (one block per row
 // took ~80 us for the 16 rows of a one-slot iteration, 16 blocks on 132 SMs). Each block writes its
@@ -104,6 +134,7 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectArgs a) {
   __shared__ int32_t s_best;  // separate slot: warp 0 reads s_idx while lane 0 publishes the result
   __shared__ float s_max[32];
   __shared__ Sum s_sum[32];
+  __shared__ double s_tsum[32];
   __shared__ bool s_last;
   const int64_t r = blockIdx.y;
   const auto chunks = static_cast<int32_t>(gridDim.x);
@@ -113,9 +144,16 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectArgs a) {
   const float kNegInf = -__int_as_float(0x7f800000);
   const Key kNoKey = static_cast<Key>(kNegInf);
   const uint32_t row_key = static_cast<uint32_t>(a.row_keys[r]);
-  // Pass 1 over the chunk: argmax of the (noised) key and the max of the confidence logits.
+  // Confidence logits: the logit, or Dream's temperature-scaled logit (an fp32 division, as upstream).
+  const bool scaled = a.scaled_confidence && a.temperature > 0.0;
+  const float conf_t = static_cast<float>(a.temperature);
+  const bool margin = a.confidence == SelectConfidenceKind::kMargin;
+  const bool entropy = a.confidence == SelectConfidenceKind::kNegEntropy;
+  auto conf_logit = [&](float lv) { return scaled ? lv / conf_t : lv; };
+  // Pass 1 over the chunk: argmax of the (noised) key and the max (and, for kMargin, the second
+  // largest) of the confidence logits.
   Best<Key> best{kNoKey, kNoCandidate};
-  float cmax = kNegInf;
+  float cmax = kNegInf, c2 = kNegInf;
   bool nan_seen = false;  // a NaN confidence logit (fmaxf skips it; its softmax term is NaN)
   for_each_logit(l + v0, n, [&](int32_t i, float lv) {
     const int32_t v = v0 + i;
@@ -129,7 +167,9 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectArgs a) {
       best = better(best, Best<Key>{key, v});
     }
     if (v != a.conf_suppress_a && v != a.conf_suppress_b) {
-      cmax = fmaxf(cmax, lv);
+      const float c = conf_logit(lv);
+      if (margin) c2 = fmaxf(c2, fminf(cmax, c));
+      cmax = fmaxf(cmax, c);
       nan_seen |= lv != lv;
     }
   });
@@ -149,10 +189,12 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectArgs a) {
       s_key[0] = b.key;  // read by thread 0 after the block_max barriers below
     }
   }
+  if (margin) c2 = block_second_max(cmax, c2, s_max);  // before cmax becomes the block's maximum
   cmax = detail::block_max<kSelectThreads>(cmax, s_max);
   // Pass 2: the chunk's softmax terms exp(c_v − cmax) in Sum's precision. Without a finite confidence
   // logit the chunk's terms relative to a finite row maximum are 0 (−inf logits) or NaN (a NaN logit).
   Sum sum = 0;
+  double tsum = 0.0;  // kNegEntropy: Σ exp(c_v − cmax)·(c_v − cmax)
   if (cmax == kNegInf) {
     if (__syncthreads_or(nan_seen)) sum = static_cast<Sum>(NAN);
   } else {
@@ -160,16 +202,20 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectArgs a) {
     for_each_logit(l + v0, n, [&](int32_t i, float lv) {
       const int32_t v = v0 + i;
       if (v == a.suppress_token || v == a.conf_suppress_a || v == a.conf_suppress_b) return;
-      if constexpr (kF64)
-        sum += exp(static_cast<double>(lv) - m);
-      else
-        sum += expf(lv - m);
+      if constexpr (kF64) {
+        const double d = static_cast<double>(conf_logit(lv)) - m, e = exp(d);
+        sum += e;
+        if (entropy) tsum += e * d;
+      } else {
+        sum += expf(conf_logit(lv) - m);
+      }
     });
     sum = detail::block_sum<kSelectThreads>(sum, s_sum);
+    if (entropy) tsum = detail::block_sum<kSelectThreads>(tsum, s_tsum);
   }
   SelectPartial* const part = a.partials + r * chunks;
   if (threadIdx.x == 0) {
-    part[blockIdx.x] = SelectPartial{static_cast<double>(s_key[0]), static_cast<double>(sum), cmax, s_best};
+    part[blockIdx.x] = SelectPartial{static_cast<double>(s_key[0]), static_cast<double>(sum), tsum, cmax, c2, s_best};
     __threadfence();  // the partial is visible before the arrival is counted
     s_last = atomicAdd(&a.arrivals[r], 1u) == static_cast<uint32_t>(chunks - 1);
   }
@@ -201,14 +247,41 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectArgs a) {
       total += static_cast<float>(vp[c].sum) * expf(cm - m);
   }
   a.arrivals[r] = 0;  // ready for the next launch (kernels on the stream run in order)
+  if constexpr (kF64) {
+    if (margin || entropy) {  // Dream's confidences (SelectParams::dream_rule, confidence_f64 only)
+      const int32_t xm = b.index == kNoCandidate ? -1 : b.index;
+      a.x0[r] = xm;
+      double conf_r = 0.0;
+      if (margin) {
+        float c1 = kNegInf, c2r = kNegInf;  // the row's two largest c, merged in chunk order
+        for (int32_t c = 0; c < chunks; ++c) {
+          const float hi = vp[c].cmax, lo = vp[c].c2;
+          c2r = fmaxf(fmaxf(c2r, lo), fminf(c1, hi));
+          c1 = fmaxf(c1, hi);
+        }
+        conf_r = (exp(static_cast<double>(c1) - m) - exp(static_cast<double>(c2r) - m)) / total;
+      } else {
+        double x = 0.0;
+        for (int32_t c = 0; c < chunks; ++c) {
+          const float cm = vp[c].cmax;
+          if (cm == kNegInf) continue;  // no finite term (a NaN row is NaN through total)
+          const double shift = static_cast<double>(cm) - m;
+          x += exp(shift) * (vp[c].tsum + shift * vp[c].sum);
+        }
+        conf_r = x / total - log(total);
+      }
+      a.conf[r] = xm < 0 || m_f == kNegInf ? static_cast<double>(NAN) : conf_r;
+      return;
+    }
+  }
   // No candidate at all (the whole vocabulary is suppressed / excluded): x0 = −1, confidence 0.
   const int32_t x0 = b.index == kNoCandidate ? -1 : b.index;
   const bool x0_masked = x0 < 0 || x0 == a.suppress_token || x0 == a.conf_suppress_a || x0 == a.conf_suppress_b;
   a.x0[r] = x0;
   if constexpr (kF64)
-    a.conf[r] = x0_masked ? 0.0 : exp(static_cast<double>(l[x0]) - m) / total;
+    a.conf[r] = x0_masked ? 0.0 : exp(static_cast<double>(conf_logit(l[x0])) - m) / total;
   else
-    a.conf[r] = x0_masked ? 0.0 : static_cast<double>(expf(l[x0] - m) / total);
+    a.conf[r] = x0_masked ? 0.0 : static_cast<double>(expf(conf_logit(l[x0]) - m) / total);
 }
 
 // Rows go in launches of at most 65535 (the grid's y limit), each with its rows' slices of every array.

@@ -19,9 +19,15 @@ void cfg_combine_f32(const float* cond, const float* uncond, float scale, int64_
 struct SelectPartial {
   double key;
   double sum;
+  double tsum;  ///< Σ exp(c_v − cmax)·(c_v − cmax) (SelectArgs::confidence kNegEntropy)
   float cmax;
+  float c2;     ///< the chunk's second largest confidence logit (kMargin)
   int32_t index;
 };
+
+/// What conf[r] holds (Backend's SelectConfidence): p(x0), top-1 − top-2 probability, or
+/// Σ_v p_v·log p_v (the negative entropy).
+enum class SelectConfidenceKind : int32_t { kProbability = 0, kMargin = 1, kNegEntropy = 2 };
 
 /// Parameters of select_tokens_f32 (see Backend's SelectParams for the meaning of each field).
 struct SelectArgs {
@@ -38,6 +44,11 @@ struct SelectArgs {
   int32_t conf_suppress_a = -1;  ///< probability zeroed for the confidence only; −1 = none
   int32_t conf_suppress_b = -1;
   bool confidence_f64 = true;  ///< softmax in float64 (true) or float32 (false)
+  /// Dream's rule (SelectParams::dream_rule): the confidence logits are c_v = l_v / temperature (an fp32
+  /// division, as upstream scales the logits) when temperature > 0, and conf[r] is `confidence` of
+  /// softmax(c). kMargin / kNegEntropy need confidence_f64.
+  bool scaled_confidence = false;
+  SelectConfidenceKind confidence = SelectConfidenceKind::kProbability;
   /// Device scratch: [rows · select_chunks(vocab)] partials and [rows] arrival counters; the counters
   /// must be zero before a call and every completed call leaves them zero (the CUDA backend keeps both).
   SelectPartial* partials = nullptr;
@@ -54,8 +65,14 @@ int64_t select_chunks(int64_t vocab) noexcept;
 /// which is the log of upstream's exp(l)/(−ln u)^τ in float64, so both have the same argmax;
 ///   x0[r]   = argmax_v key_v over v != suppress_token, exclude_token (the smallest v among equal maxima; −1
 ///             when no token is left);
-///   conf[r] = exp(c_{x0} − m) / Σ_v exp(c_v − m), c = l with conf_suppress_a/b also −inf,
-///             m = max_v c_v, computed in float64 or float32 (confidence_f64); 0 when c_{x0} = −inf.
+///   conf[r] = exp(c_{x0} − m) / Σ_v exp(c_v − m), c = l with conf_suppress_a/b also −inf (divided by
+///             the temperature when scaled_confidence), m = max_v c_v, computed in float64 or float32
+///             (confidence_f64); 0 when c_{x0} = −inf;
+///   kMargin:  (exp(c1 − m) − exp(c2 − m)) / S with c1 >= c2 the two largest c (S the sum above);
+///   kNegEntropy: Σ_v p_v·(c_v − m − ln S) = (Σ_c e^{cmax_c − m}·(tsum_c + (cmax_c − m)·sum_c)) / S − ln S,
+///             i.e. Σ p·log p. Dream's Σ p·log(p + 1e-10) exceeds it by at most 1e-10 per token of the
+///             vocabulary (p·log(1 + 1e-10/p) <= 1e-10): 1.5e-5 nats at Dream's 152,064, far below the
+///             fp32 noise of the logits the upstream code computes it from.
 /// select_chunks(vocab) 512-thread blocks per row, each reading its chunk twice; the row's last block
 /// combines the chunks in chunk order, so results do not depend on the block schedule: Σ_v exp(c_v − m)
 /// is Σ over chunks of (Σ_chunk exp(c_v − m_chunk)) · exp(m_chunk − m). rows == 0 is a no-op.
