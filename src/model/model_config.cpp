@@ -43,13 +43,6 @@ void check_architectures(const nlohmann::json& j, const FamilyEntry& fam, const 
 
 }  // namespace
 
-const char* family_name(ModelFamily f) noexcept {
-  switch (f) {
-    case ModelFamily::kDream: return "Dream";
-    default: return "LLaDA";
-  }
-}
-
 const char* supported_model_types() noexcept { return "\"llada\" (LLaDA), \"Dream\" (Dream)"; }
 
 int64_t ModelConfig::parameter_count() const noexcept {

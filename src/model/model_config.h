@@ -25,8 +25,13 @@ enum class ModelFamily {
   kDream,  ///< model_type "Dream": Dream-v0 7B, DiffuCoder, Dream-Coder (Qwen2.5 layout)
   // kLladaMoe (LLaDA-MoE-7B-A1B, model_type "llada" with a MoE block) is not implemented yet.
 };
-/// "LLaDA" / "Dream".
-const char* family_name(ModelFamily f) noexcept;
+/// "LLaDA" / "Dream". Inline: params.cpp names the family without linking the model library.
+inline const char* family_name(ModelFamily f) noexcept {
+  switch (f) {
+    case ModelFamily::kDream: return "Dream";
+    default: return "LLaDA";
+  }
+}
 /// The model_type values parse_model_config accepts, as its error lists them: "\"llada\", \"Dream\"".
 const char* supported_model_types() noexcept;
 
