@@ -10,7 +10,7 @@
 #     out to fit the device tool's 64 MiB);
 #   - exports FLASHDLLM_COMMIT=<label> (results are labelled with it) only if the copy's `git
 #     write-tree` equals <tree>, else prints "dirty" (compare with `git rev-parse <commit>^{tree}`);
-#   - unpacks the carried .carry/cudnn-frontend.tar.xz and .carry/cutlass.tar.xz into .deps/ and builds
+#   - unpacks the carried .carry/{cudnn-frontend,cutlass,minja}.tar.xz into .deps/ and builds
 #     with `scripts/gpu_check.sh --build-only` (exits 1 with the log's tail on failure) within
 #     BUILD_BUDGET seconds (default 200), its gpu_check.sh output going to BUILD_OUT (default $OUT);
 #     PRELUDE_BUILD=0 leaves the build to the script (one that builds two trees, or extra targets);
@@ -32,6 +32,7 @@ git reset -q 2>/dev/null
 mkdir -p .deps
 [[ -f .deps/cudnn-frontend/include/cudnn_frontend.h ]] || tar -xJf .carry/cudnn-frontend.tar.xz -C .deps
 [[ -f .deps/cutlass/include/cute/tensor.hpp ]] || tar -xJf .carry/cutlass.tar.xz -C .deps
+[[ -f .deps/minja/include/minja/minja.hpp ]] || tar -xJf .carry/minja.tar.xz -C .deps
 t0=$(date +%s)
 left() { echo $((${LIMIT:-300} - ($(date +%s) - t0))); }
 if [[ "${PRELUDE_BUILD:-1}" != 0 ]]; then

@@ -146,7 +146,7 @@ fdllm_use_carried_deps
 fdllm_configure_cmd "$BUILD"
 run_step configure 180 "${CONFIGURE_CMD[@]}" || finish
 run_step build 330 cmake --build "$BUILD" -j "$JOBS" --target gpu_tests flashdllm attention_bench gemm_bench \
-  batch_invariance || finish
+  batch_invariance attention_variants_bench || finish
 [[ $MODE == build ]] && finish
 mapfile -t TESTS < <(gpu_tests "$BUILD")
 if ((${#TESTS[@]} == 0)); then
@@ -167,6 +167,8 @@ if nvidia-smi > /dev/null 2>&1 && ((skipped_all == ${#TESTS[@]})); then
   FAILED=1
 fi
 
+# The tile shapes no policy picks (bench/kernels/) against the reference kernel, so they stay correct.
+run_step attention_variants_check 120 "$BUILD/bench/attention_variants_bench" --check-only
 run_step cli_generate_cuda 60 "$BUILD/flashdllm" generate --device cuda -m "$ROOT/tests/data/golden/g1" --cache none \
   --prompt-ids 1,2,3,4,5,6,7,8 --gen-length 32 --block-length 8 --steps 32 --json
 run_step cli_generate_cuda_flash 60 "$BUILD/flashdllm" generate --device cuda -m "$ROOT/tests/data/golden/g1" \
