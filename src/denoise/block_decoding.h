@@ -36,6 +36,14 @@ void validate_block_schedule(const BlockSchedule& s, double temperature, const M
 
 
 
+/// The position whose output row holds the logits of position `p`: p − 1 under the model's logit
+/// shift (ModelConfig::logit_shift; Dream's generation_utils.py `cat([logits[:, :1], logits[:, :-1]], 1)`,
+/// so the first canvas position reads the last prompt token's row), else p. Every denoiser maps its
+/// logits rows and widens its query sets through this one function; p >= 1 wherever it is used
+/// (candidates lie after a non-empty prompt).
+inline int64_t logits_source(bool logit_shift, int64_t p) noexcept { return logit_shift ? p - 1 : p; }
+inline int64_t logits_source(const ModelConfig& cfg, int64_t p) noexcept { return logits_source(cfg.logit_shift, p); }
+
 /// One sequence being denoised, with its own decoding parameters (a batch may mix them).
 struct SequenceState {
   std::vector<int32_t> x;  ///< prompt + canvas (mask_token_id where undecoded) [+ EOS padding]

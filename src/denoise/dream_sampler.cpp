@@ -167,7 +167,7 @@ std::vector<StepCommit> DreamSampler::step(std::vector<DreamState>& batch) {
     fb.tiles.push_back({static_cast<int32_t>(T), static_cast<int32_t>(T + L), static_cast<int32_t>(T),
                         static_cast<int32_t>(T + L)});
     for (int64_t p : cand[i]) {
-      fb.logit_rows.push_back(static_cast<int32_t>(T + (c.logit_shift ? p - 1 : p)));
+      fb.logit_rows.push_back(static_cast<int32_t>(T + logits_source(c, p)));
       fb.row_keys.push_back(static_cast<int32_t>(noise_key(s.seed, s.nfe, p)));
     }
     T += L;

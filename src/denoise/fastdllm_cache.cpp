@@ -131,13 +131,17 @@ bool plan_call_kinds(const std::vector<CachedSequenceState>& batch, const std::v
   return any_active;
 }
 
-/// The forward batch of one step: F = whole sequence; S = x[block_start:]; B = x[block_start :
-/// block_start + B]. Every call attends to the sequence's whole row range: rows it writes now are
-/// fresh, the others are what the block's F call left there. Fills cand[i] with the block's
-/// candidate positions of sequence i and one logit row + noise key per candidate.
+/// The forward batch of one step: F = whole sequence; S = x[q0:]; B = x[q0 : block_start + B], where
+/// q0 = logits_source(block_start): the block start, or under a logit shift the token before it,
+/// whose row predicts the block's first position (Fast-dLLM's Dream variant instead commits that
+/// position at the F call; docs/decisions.md). Every call attends to the sequence's whole row range:
+/// rows it writes now are fresh, the others are what the block's F call left there. Fills cand[i]
+/// with the block's candidate positions of sequence i and one logit row (that of
+/// logits_source(p)) + noise key per candidate.
 void plan_forward_batch(const std::vector<CachedSequenceState>& batch, const std::vector<int64_t>& base,
-                        const std::vector<char>& kind, int64_t B, int32_t mask, ForwardBatch& fb,
+                        const std::vector<char>& kind, int64_t B, const ModelConfig& cfg, ForwardBatch& fb,
                         std::vector<std::vector<int64_t>>& cand) {
+  const int32_t mask = cfg.mask_token_id;
   const size_t n = batch.size();
   std::vector<int64_t> q_first(n, 0);  // first query row of each sequence in fb
   std::vector<int64_t> q_pos0(n, 0);   // position of that row
@@ -146,7 +150,7 @@ void plan_forward_batch(const std::vector<CachedSequenceState>& batch, const std
     const CachedSequenceState& s = batch[i];
     const int64_t L = static_cast<int64_t>(s.x.size());
     const int64_t b0 = s.prompt_len + s.block * B, b1 = b0 + B;
-    const int64_t p_begin = kind[i] == kCallFull ? 0 : b0;
+    const int64_t p_begin = kind[i] == kCallFull ? 0 : logits_source(cfg, b0);
     const int64_t p_end = kind[i] == kCallBlock ? b1 : L;
     q_first[i] = fb.n_tokens();
     q_pos0[i] = p_begin;
@@ -161,7 +165,7 @@ void plan_forward_batch(const std::vector<CachedSequenceState>& batch, const std
   }
   for (size_t i = 0; i < n; ++i)
     for (int64_t p : cand[i]) {
-      fb.logit_rows.push_back(static_cast<int32_t>(q_first[i] + p - q_pos0[i]));
+      fb.logit_rows.push_back(static_cast<int32_t>(q_first[i] + logits_source(cfg, p) - q_pos0[i]));
       fb.row_keys.push_back(static_cast<int32_t>(noise_key(batch[i].seed, batch[i].nfe, p)));
     }
 }
@@ -220,7 +224,7 @@ std::vector<StepCommit> FastDllmCacheSampler::step_at(std::vector<CachedSequence
 
   ForwardBatch fb;
   std::vector<std::vector<int64_t>> cand(n);
-  plan_forward_batch(batch, base, kind, B, mask, fb, cand);
+  plan_forward_batch(batch, base, kind, B, c, fb, cand);
   const int64_t R = static_cast<int64_t>(fb.logit_rows.size());
   ensure_capacity(store_rows, fb.n_tokens(), std::max<int64_t>(R, 1), static_cast<int64_t>(fb.tiles.size()));
   stamp_full_calls(batch, base, kind, row_epoch_, next_epoch_);

@@ -10,6 +10,9 @@
 //   * dual cache: every further step queries only the current block's block_length positions
 //     (call 'B'); keys = the whole sequence: cached prefix, fresh block rows (they overwrite the
 //     block's cached rows), cached later blocks.
+// Under a logit shift (Dream: position p is predicted by output row p − 1, logits_source in
+// block_decoding.h) the S and B calls start one position earlier, at block_start − 1, so that the
+// block's first position has its row; that row's K/V is rewritten fresh like the block's.
 // The cache is refreshed only by the next block's F call. Commits happen only inside the current
 // block. Token choice per step: quota mode (threshold unset; steps / n_blocks steps per block with
 // LLaDA's quota split) or threshold mode (commit {conf >= threshold} ∪ {top-1}); both loop until the

@@ -250,6 +250,8 @@ void FlashCacheDenoiser::admit(int64_t slot, std::span<const int32_t> prompt, co
   const auto j = static_cast<size_t>(slot);
   const int64_t request = stats_.admitted++;
   slots_[j] = flash_init_slot(request, prompt, L, opt_, p, c.mask_token_id, c.eos_token_id, tiling_);
+  slots_[j].logit_shift = c.logit_shift;
+  flash_map_logit_rows(slots_[j]);
   FlashRequestResult& rr = results_[j];
   rr = FlashRequestResult{};
   rr.request = request;

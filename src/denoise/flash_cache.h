@@ -154,6 +154,13 @@ struct FlashSlot {
   std::vector<int32_t> full_pos; ///< [L_max] permutation of [0, L_max), see the file comment
   std::vector<int32_t> window;   ///< masked window of the next iteration (query order)
   std::vector<int32_t> tracked;  ///< tracked query positions of the next iteration (query order)
+  /// ModelConfig::logit_shift of the model (set at admission): window position p is predicted by
+  /// the query row of position p − 1 (logits_source), which flash_prepare_queries adds to the
+  /// tracked set when neither the window nor the tracked set holds it.
+  bool logit_shift = false;
+  /// Per window entry, the slot's query row (index into [window | tracked]) whose logits predict it;
+  /// empty = row r for window entry r (no shift).
+  std::vector<int32_t> logit_rows;
   bool active() const noexcept { return request >= 0; }
 };
 
@@ -170,8 +177,14 @@ FlashSlot flash_init_slot(int64_t request, std::span<const int32_t> prompt, int6
                           const FlashTiling& t = {});
 
 /// Rebuilds slot.window and slot.tracked from full_pos and nd (§D.4, formulas above; slices are
-/// clipped like Python slices).
+/// clipped like Python slices), then flash_map_logit_rows.
 void flash_prepare_queries(FlashSlot& slot, const GenerateOptions& o);
+
+/// Under slot.logit_shift: appends to slot.tracked every source position logits_source(p) of a
+/// window position p that neither the window nor the tracked set queries (in window order), and
+/// fills slot.logit_rows; without it clears logit_rows. The added rows write fresh K/V like every
+/// query row (they are selective-refresh rows like the tracked ones).
+void flash_map_logit_rows(FlashSlot& slot);
 
 /// The main-pass ForwardBatch of one iteration over slots [first, min(last, slots.size())) (inactive
 /// ones skipped; store rows stay absolute): per active slot, query rows [window | tracked set] with

@@ -153,6 +153,30 @@ void flash_prepare_queries(FlashSlot& s, const GenerateOptions& o) {
     append_slice(s.full_pos, std::max<int64_t>(0, nd - o.decode.track_num * bm), nd, s.tracked);
     append_slice(s.full_pos, nd + bm, std::min(s.seqlen_k, nd + o.decode.mask_num * bm), s.tracked);
   }
+  flash_map_logit_rows(s);
+}
+
+void flash_map_logit_rows(FlashSlot& s) {
+  s.logit_rows.clear();
+  if (!s.logit_shift) return;
+  // Query row of each position (-1: not queried); window rows first, then the tracked set.
+  std::vector<int32_t> row(s.x.size(), -1);
+  auto note = [&](int32_t pos, size_t r) {
+    if (pos >= 0 && static_cast<size_t>(pos) < row.size() && row[static_cast<size_t>(pos)] < 0)
+      row[static_cast<size_t>(pos)] = static_cast<int32_t>(r);
+  };
+  for (size_t r = 0; r < s.window.size(); ++r) note(s.window[r], r);
+  for (size_t r = 0; r < s.tracked.size(); ++r) note(s.tracked[r], s.window.size() + r);
+  for (int32_t p : s.window) {
+    const auto src = static_cast<int32_t>(logits_source(true, p));
+    FDLLM_CHECK_ARG(src >= 0 && static_cast<size_t>(src) < row.size(),
+                    "flash-cache: window position {} has no source row under the logit shift", p);
+    if (row[static_cast<size_t>(src)] < 0) {
+      s.tracked.push_back(src);
+      row[static_cast<size_t>(src)] = static_cast<int32_t>(s.window.size() + s.tracked.size() - 1);
+    }
+    s.logit_rows.push_back(row[static_cast<size_t>(src)]);
+  }
 }
 
 int64_t flash_query_rows(const FlashSlot& s) {
@@ -224,7 +248,7 @@ ForwardBatch flash_plan(const std::vector<FlashSlot>& slots, int64_t store_strid
     add_rows(s, static_cast<int64_t>(j), s.tracked);
     const auto n = static_cast<int32_t>(s.window.size()), m = static_cast<int32_t>(s.tracked.size());
     for (int32_t r = 0; r < n; ++r) {
-      fb.logit_rows.push_back(q + r);
+      fb.logit_rows.push_back(q + (s.logit_rows.empty() ? r : s.logit_rows[static_cast<size_t>(r)]));
       // Greedy (Flash-dLLM): no noise. Sampling: a key per (seed, iteration, position), as the LLaDA sampler.
       fb.row_keys.push_back(
           s.temperature > 0.0 ? static_cast<int32_t>(noise_key(s.seed, s.iterations, s.window[static_cast<size_t>(r)]))

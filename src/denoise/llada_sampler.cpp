@@ -127,7 +127,7 @@ std::vector<StepCommit> LladaSampler::step(std::vector<SequenceState>& batch) {
   for (int copy = 0; copy < n_copies; ++copy)
     for (size_t i = 0; i < batch.size(); ++i)
       for (int64_t p : cand[i]) {
-        fb.logit_rows.push_back(static_cast<int32_t>(offset[i] + copy * n_cond + p));
+        fb.logit_rows.push_back(static_cast<int32_t>(offset[i] + copy * n_cond + logits_source(c, p)));
         fb.row_keys.push_back(static_cast<int32_t>(noise_key(batch[i].seed, batch[i].nfe, p)));
       }
   const int64_t R = static_cast<int64_t>(fb.logit_rows.size()) / n_copies;

@@ -172,12 +172,12 @@ void check_sampler_settings(const DecodeSettings& d, const ModelConfig* cfg) {
   const Sampler sampler = known_sampler(d, cfg);
   if (sampler == Sampler::kAuto) return;  // no model yet: the engine checks again with one
   const bool dream = d.cache == CacheMode::kNone && sampler == Sampler::kDream;
-  // LLaDA's block sampler and the prefix/dual/flash denoisers read logits row p for position p; a
-  // shifted-logit model (Dream) runs only with Dream's sampler so far.
-  FDLLM_CHECK(dream || !cfg || !cfg->logit_shift, ErrorCode::kUnsupported,
-              "{} checkpoints run with cache none and Dream's sampler (--cache none, sampler auto or dream) so "
-              "far; cache {} with sampler {} does not read their shifted logits yet",
-              family_name(cfg->family), cache_mode_name(d.cache), sampler_name(sampler));
+  // Every denoiser reads the logits of position p from row logits_source(p) (block_decoding.h): p − 1
+  // on a shifted-logit model (Dream). Flash-Verify's draft and mask views do not map it yet.
+  FDLLM_CHECK(!cfg || !cfg->logit_shift || d.cache != CacheMode::kFlash || !d.verify, ErrorCode::kUnsupported,
+              "{} checkpoints run cache flash without verify so far: Flash-Verify's views do not read their "
+              "shifted logits yet (--verify off)",
+              family_name(cfg->family));
   if (!dream) {
     const DecodeSettings defaults;
     FDLLM_CHECK_PARAM(d.dream_alg == defaults.dream_alg && d.alg_temp == 0.0 && d.timestep_eps == defaults.timestep_eps,

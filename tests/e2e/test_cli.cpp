@@ -171,8 +171,8 @@ TEST(Cli, InfoDescribesDream) {
   EXPECT_NE(r.out.find(fmt::format("parameters        {} ", c.parameter_count())), std::string::npos) << r.out;
 }
 
-// A Dream checkpoint generates with Dream's sampler when the command line names no cache; the
-// caches that do not read shifted logits yet are refused naming the family, not run wrongly.
+// A Dream checkpoint generates with Dream's sampler when the command line names no cache; the block
+// denoisers run on it, a cache that does not read shifted logits yet is refused naming the family.
 TEST(Cli, GenerateOnDreamTakesDreamsSampler) {
   const std::filesystem::path dream = test_data_dir() / "golden" / "dream_a";
   CliRun r = run_cli(fmt::format("generate -m {} --prompt-ids 5,6,7 --gen-length 16 --steps 8 --top-k 50 --json",
@@ -184,10 +184,18 @@ TEST(Cli, GenerateOnDreamTakesDreamsSampler) {
   EXPECT_EQ(j["options"]["top_k"], 50);
   EXPECT_EQ(j["results"][0]["nfe"], 8);
   EXPECT_EQ(j["results"][0]["canvas_ids"].size(), 16u);  // the whole canvas (the answer ends at its EOS)
-  for (const char* bad : {"--cache flash", "--cache none --sampler llada"}) {
-    r = run_cli(fmt::format("generate -m {} --prompt-ids 5,6 {}", dream.string(), bad));
-    EXPECT_NE(r.code, 0) << bad;
-    EXPECT_NE(r.out.find("Dream checkpoints run with cache none and Dream's sampler"), std::string::npos) << r.out;
+  r = run_cli(fmt::format("generate -m {} --prompt-ids 5,6 --cache flash --verify", dream.string()));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("Dream checkpoints run cache flash without verify so far"), std::string::npos) << r.out;
+  // The other denoisers read the shifted logits (tests/denoise/test_dream_caches.cpp).
+  for (const char* mode : {"--cache prefix", "--cache dual", "--cache none --sampler llada", "--cache flash"}) {
+    r = run_cli(
+        fmt::format("generate -m {} --prompt-ids 5,6 {} --gen-length 16 --block-length 8 --threshold 0.9 --json",
+                    dream.string(), mode));
+    ASSERT_EQ(r.code, 0) << mode << ": " << r.out;
+    const nlohmann::json g = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+    const size_t n = g["results"][0]["canvas_ids"].size();  // flash: up to its finishing EOS
+    EXPECT_TRUE(n > 0 && n <= 16u) << mode << ": " << n;
   }
   r = run_cli(fmt::format("generate -m {} --prompt-ids 5,6 --verify", dream.string()));
   EXPECT_NE(r.out.find("--verify applies to --cache flash only (cache is 'none', this model's default)"),
