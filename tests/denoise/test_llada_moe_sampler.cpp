@@ -34,18 +34,7 @@ const json& moe_json() {
   return j;
 }
 
-struct MoeGolden {
-  std::unique_ptr<Backend> backend;
-  Model model;
-};
-MoeGolden& moe_golden() {
-  static MoeGolden g = [] {
-    auto backend = make_cpu_backend(0);
-    Model model = load_model(*backend, moe_dir());
-    return MoeGolden{std::move(backend), std::move(model)};
-  }();
-  return g;
-}
+CpuCheckpoint& moe_golden() { return cpu_checkpoint(moe_dir()); }
 
 GenerateOptions options_of(const json& r) {
   GenerateOptions o;
@@ -84,7 +73,7 @@ std::vector<Case> cases(bool free_run_only) {
 class LladaMoeTeacherForced : public ::testing::TestWithParam<Case> {};
 
 TEST_P(LladaMoeTeacherForced, EveryStepMatchesAboveNoiseMargin) {
-  MoeGolden& g = moe_golden();
+  CpuCheckpoint& g = moe_golden();
   const json& r = moe_json()["runs"][GetParam().index];
   const json& trace = r["trace"];
   const std::vector<int32_t> out = r["output_ids"].get<std::vector<int32_t>>();
@@ -131,7 +120,7 @@ INSTANTIATE_TEST_SUITE_P(Golden, LladaMoeTeacherForced, ::testing::ValuesIn(case
 class LladaMoeFreeRun : public ::testing::TestWithParam<Case> {};
 
 TEST_P(LladaMoeFreeRun, ReproducesTheOutput) {
-  MoeGolden& g = moe_golden();
+  CpuCheckpoint& g = moe_golden();
   const json& r = moe_json()["runs"][GetParam().index];
   LladaSampler sampler(*g.backend, g.model, options_of(r));
   const std::vector<int32_t> prompt = golden_prompt(moe_json(), r);
@@ -155,7 +144,7 @@ INSTANTIATE_TEST_SUITE_P(Golden, LladaMoeFreeRun, ::testing::ValuesIn(cases(true
                          [](const auto& info) { return info.param.name; });
 
 TEST(LladaMoeSampler, BatchOfTwoEqualsEachAloneAndUpstream) {
-  MoeGolden& g = moe_golden();
+  CpuCheckpoint& g = moe_golden();
   const json& runs = moe_json()["runs"];
   std::vector<size_t> pair;
   for (size_t i = 0; i < runs.size(); ++i)

@@ -46,14 +46,8 @@ const SafetensorsFile& fixture() {
 const TensorInfo& fx(const std::string& name) { return fixture().tensors().at(name); }
 std::vector<int32_t> ids(const std::string& key) { return i64_tensor_as_i32(fx("input_ids." + key)); }
 
-struct Loaded {
-  std::unique_ptr<Backend> backend = make_cpu_backend(0);
-  Model model = load_model(*backend, moe_dir());
-};
-Loaded& loaded() {
-  static Loaded l;
-  return l;
-}
+using Loaded = CpuCheckpoint;
+Loaded& loaded() { return cpu_checkpoint(moe_dir()); }
 
 int64_t argmax_row(const float* r, int64_t V) { return std::max_element(r, r + V) - r; }
 
@@ -121,39 +115,16 @@ TEST(LladaMoeConfig, RealShapeCountsAndMaskDefault) {
   EXPECT_EQ(load_model_config(golden_dir() / "config.json").family, ModelFamily::kLlada);
 }
 
-struct BadMoe {
-  const char* name;
-  std::function<void(json&)> mutate;
-  std::vector<std::string> parts;
-};
-void PrintTo(const BadMoe& b, std::ostream* os) { *os << b.name; }
-
-class LladaMoeConfigRejects : public ::testing::TestWithParam<BadMoe> {};
+class LladaMoeConfigRejects : public ::testing::TestWithParam<BadConfig> {};
 
 TEST_P(LladaMoeConfigRejects, WithClearMessage) {
-  const BadMoe& b = GetParam();
-  json j = real_shape();
-  b.mutate(j);
-  const std::string source = "/models/llada-moe/config.json";
-  try {
-    parse_model_config(j, source);
-    FAIL() << b.name << ": accepted";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidCheckpoint) << e.what();
-    const std::string msg = e.what();
-    EXPECT_NE(msg.find(source), std::string::npos) << msg;
-    for (const std::string& p : b.parts) EXPECT_NE(msg.find(p), std::string::npos) << "lacks '" << p << "': " << msg;
-  }
+  expect_config_refused(real_shape(), GetParam(), "/models/llada-moe/config.json");
 }
 
-auto set(const char* key, json v) {
-  return [key, v](json& j) { j[key] = v; };
-}
-auto erase(const char* key) {
-  return [key](json& j) { j.erase(key); };
-}
+auto set = set_key;
+auto erase = erase_key;
 
-const BadMoe kBadMoe[] = {
+const BadConfig kBadMoe[] = {
     {"arch_dream", set("architectures", json::array({"LLaDAMoEModelLM", "DreamModel"})), {"DreamModel", "contradicts"}},
     {"experts_missing", erase("num_experts"), {"missing required field 'num_experts'"}},
     {"topk_above_experts", set("num_experts_per_tok", 65), {"num_experts_per_tok = 65", "num_experts = 64"}},
@@ -406,34 +377,7 @@ TEST(LladaMoeForward, BatchMatesDoNotChangeARow) {
 // gives the full forward's logits (QK-norm and the MoE FFN on the verify path).
 TEST(LladaMoeVerify, KeptRowsOverAFullCacheEqualTheFullForward) {
   Loaded& l = loaded();
-  Backend& be = *l.backend;
-  const Model& m = l.model;
-  const std::vector<int32_t> x = ids("L64");
-  const auto T = static_cast<int64_t>(x.size());
-  KvStore kv = make_kv_store(be, m.config, T, /*shared_across_layers=*/false);
-  ForwardWorkspace ws = make_forward_workspace(be, m.config, T, T, 1);
-  Tensor lg = model_forward(be, m, full_recompute_batch({x}), kv, ws);
-  const int64_t V = m.config.embedding_size;
-  std::vector<float> full(static_cast<size_t>(lg.numel()));
-  be.copy_to_host(full.data(), lg);
-  const int32_t a = 20, b = 37;
-  VerifyBatch vb;
-  for (int32_t p = a; p < b; ++p) {
-    vb.token_ids.push_back(x[static_cast<size_t>(p)]);
-    vb.positions.push_back(p);
-    vb.logit_rows.push_back(p - a);
-    vb.row_keys.push_back(0);
-  }
-  for (int32_t p = 0; p < T; ++p)
-    if (p < a || p >= b) vb.key_rows.push_back(p);
-  vb.tiles.push_back({0, b - a, 0, static_cast<int32_t>(vb.key_rows.size()), 0});
-  ForwardWorkspace vws =
-      make_forward_workspace(be, m.config, b - a, b - a, 1, static_cast<int64_t>(vb.key_rows.size()));
-  Tensor vl = model_verify_forward(be, m, vb, kv, vws);
-  std::vector<float> got(static_cast<size_t>(vl.numel()));
-  be.copy_to_host(got.data(), vl);
-  const std::vector<float> want(full.begin() + a * V, full.begin() + b * V);
-  EXPECT_LE(rel_max_err(got, want), kFp32OpRelTol);
+  EXPECT_LE(verify_vs_full_forward(*l.backend, l.model, ids("L64"), 20, 37), kFp32OpRelTol);
 }
 
 TEST(LladaMoeDummy, DummyWeightsRunAndInfoDescribesTheFamily) {
