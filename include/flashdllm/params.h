@@ -171,8 +171,7 @@ struct GenerateOptions {
   SamplingParams sampling;
 };
 
-/// `d.sampler`, kAuto resolved to the family's own sampler (Dream: kDream, else kLlada) under cache
-/// none; the cached modes keep kAuto (they are their own denoiser).
+/// `d.sampler`, kAuto resolved to the family's own sampler (Dream: kDream, else kLlada).
 Sampler effective_sampler(const DecodeSettings& d, const ModelConfig& cfg) noexcept;
 
 /// The quota-mode default of `steps` for a canvas of gen_length in blocks of block_length: LLaDA's

@@ -359,7 +359,9 @@ std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>&
   validate(o.decode, cfg);
   validate(o.sampling, o.decode, cfg, /*exact_blocks=*/true);
   DecodeSettings d = o.decode;
-  d.sampler = effective_sampler(d, cfg);  // the model's own when auto (resolve_params' step default)
+  // The model's own when auto (resolve_params' step default); only cache none has a sampler to
+  // choose: a cached mode's denoiser is its own, and "llada" there fails its validation.
+  if (d.cache == CacheMode::kNone) d.sampler = effective_sampler(d, cfg);
   const int32_t eot = d.eot_token_id.value_or(impl_->eot_id);
 
   std::vector<std::vector<int32_t>> prompts;
@@ -443,7 +445,7 @@ void Engine::start(const ServeOptions& options) {
   const ModelConfig& cfg = impl_->model().config;
   ServeOptions so = options;
   validate(so.decode, cfg);
-  so.decode.sampler = effective_sampler(so.decode, cfg);  // the model's own when auto
+  if (so.decode.cache == CacheMode::kNone) so.decode.sampler = effective_sampler(so.decode, cfg);  // as generate
   if (so.max_model_len == 0) so.max_model_len = cfg.max_sequence_length;
   FDLLM_CHECK_ARG(so.max_model_len >= 2 && so.max_model_len <= cfg.max_sequence_length,
                   "max_model_len must be in [2, max_sequence_length = {}], got {}", cfg.max_sequence_length,

@@ -103,9 +103,7 @@ DreamAlg parse_dream_alg(std::string_view name, std::string_view what) {
 }
 
 Sampler effective_sampler(const DecodeSettings& d, const ModelConfig& cfg) noexcept {
-  // Only cache none chooses between full-recompute samplers; the cached modes are their own
-  // denoiser and keep kAuto (a resolved kLlada there fails validate's "applies to cache none").
-  if (d.sampler != Sampler::kAuto || d.cache != CacheMode::kNone) return d.sampler;
+  if (d.sampler != Sampler::kAuto) return d.sampler;
   return cfg.family == ModelFamily::kDream ? Sampler::kDream : Sampler::kLlada;
 }
 
