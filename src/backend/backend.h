@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "core/moe_routing.h"
 #include "core/tensor.h"
 #include "core/verify_mask.h"
 #include "flashdllm/backend_options.h"
@@ -77,6 +78,22 @@ struct VerifyTile {
 struct RopeTable {
   Tensor cos;  // F32 [max_positions, head_dim/2]
   Tensor sin;  // F32 [max_positions, head_dim/2]
+};
+
+/// The optional parts of Backend::qkv_rope_store's projection, each off when its tensors are empty:
+///  * bias: weight dtype [(H + 2·Hkv)·Dh], added to every projected row before anything else
+///    (Qwen2 / Dream's q/k/v biases);
+///  * q_norm, k_norm: weight dtype [Dh] each (both or neither): per-head QK RMSNorm before RoPE
+///    (OLMoE / LLaDA-MoE `qk_layernorm`, upstream `q_norm(q.reshape(-1, head_dim))`): every query head
+///    vector u becomes rmsnorm(u)·q_norm and every key head vector rmsnorm(u)·k_norm, with the
+///    cast order of Backend::rmsnorm and epsilon norm_eps (the model's rms_norm_eps).
+struct QkvExtras {
+  Tensor bias;
+  Tensor q_norm;
+  Tensor k_norm;
+  float norm_eps = 0.0f;
+
+  bool qk_norm() const noexcept { return q_norm.numel() > 0 || k_norm.numel() > 0; }
 };
 
 /// What a selected row's confidence is (Dream `alg`): p(x0) (maskgit_plus, and LLaDA's rule); the
@@ -251,16 +268,17 @@ class Backend {
   /// Fused-or-not attention input stage (reference §A.3 and Flash-dLLM §D.5 step 2), with H = n_heads
   /// query heads and Hkv K/V heads of Dh = q_out's width / H values (Hkv = k_store's width / Dh,
   /// dividing H; Hkv < H is grouped-query attention):
-  ///   [q | k | v] = xn · wqkvᵀ (+ bqkv)              xn [T, D]; wqkv [(H + 2·Hkv)·Dh, D]
+  ///   [q | k | v] = xn · wqkvᵀ (+ extra.bias)        xn [T, D]; wqkv [(H + 2·Hkv)·Dh, D]
+  ///   q_h, k_h     = RMSNorm(q_h)·q_norm, RMSNorm(k_h)·k_norm   per head (when extra.qk_norm())
   ///   q_out[t]         = rope(q_t, positions[t])     q_out [T, H·Dh]
   ///   k_store[rows[t]] = rope(k_t, positions[t])     k_store, v_store [N, Hkv·Dh]
   ///   v_store[rows[t]] = v_t
-  /// bqkv: weight dtype [(H + 2·Hkv)·Dh], added to every row before RoPE (Qwen2/Dream's q/k/v
-  /// biases), or empty (no bias). positions, rows: I32 [T]; scratch: activation dtype
-  /// [T, (H + 2·Hkv)·Dh] (may be unused). A backend without GQA or bias support throws
-  /// Error(kUnsupported) naming the op.
-  virtual void qkv_rope_store(Tensor xn, Tensor wqkv, Tensor bqkv, Tensor positions, Tensor rows, const RopeTable& rope,
-                              int n_heads, Tensor q_out, Tensor k_store, Tensor v_store, Tensor scratch) = 0;
+  /// See QkvExtras for the bias and the QK-norm. positions, rows: I32 [T]; scratch: activation dtype
+  /// [T, (H + 2·Hkv)·Dh] (may be unused). A backend without GQA, bias or QK-norm support throws
+  /// Error(kUnsupported) naming the op and the feature.
+  virtual void qkv_rope_store(Tensor xn, Tensor wqkv, const QkvExtras& extra, Tensor positions, Tensor rows,
+                              const RopeTable& rope, int n_heads, Tensor q_out, Tensor k_store, Tensor v_store,
+                              Tensor scratch) = 0;
 
   /// Plans the attention over `table` (I32 [n_tiles, 4], AttentionTile rows) once for the calls that
   /// follow: every attention() / attention_with_importance() call over this table tensor (same data
@@ -360,6 +378,46 @@ class Backend {
   /// device, so that they come back in the selection's one copy (denoise/flash_cache.cpp).
   virtual void gather_columns(Tensor x, Tensor cols, Tensor out) = 0;
 
+  // ---------------------------------------------------------------- mixture of experts
+  /// Routing of a mixture-of-experts FFN (core/moe_routing.h has the algorithm): per row t of
+  /// router_logits (F32 [T, E], E = routing.n_experts), the top_k experts and their weights:
+  /// expert_ids I32 [T, k] (descending selection key; ties: the lower expert first), expert_weights
+  /// F32 [T, k]. expert_bias: F32 [E] when routing.expert_bias, else empty. A non-finite logit gives
+  /// NaN weights (no error: the confidences turn non-finite and the denoiser reports the slot).
+  /// CPU: softmax in double, rounded to fp32 (upstream: fp32). Throws Error(kInvalidArgument) for bad
+  /// shapes or dtypes, Error(kUnsupported) naming the switch for a routing the backend lacks.
+  /// Default: Error(kUnsupported) (a backend without MoE).
+  virtual void moe_route(Tensor router_logits, Tensor expert_bias, const MoeRouting& routing, Tensor expert_ids,
+                         Tensor expert_weights) {
+    (void)router_logits, (void)expert_bias, (void)routing, (void)expert_ids, (void)expert_weights;
+    unsupported_op("moe_route", "mixture-of-experts routing");
+  }
+
+  /// The routed experts of a mixture-of-experts FFN (SwiGLU experts, OLMoE / Mixtral layout):
+  ///   y_t = Σ_{j < k, in ascending expert order} expert_weights[t, j] ·
+  ///         (SiLU(x_t·G_eᵀ) ⊙ x_t·U_eᵀ)·W_eᵀ          e = expert_ids[t, j]
+  ///   out[t] = y_t (accumulate: out[t] += y_t, the sum y_t formed first, as upstream adds the
+  ///   expert sum to the residual)
+  /// x [T, D] activation dtype; w_gate_up [E, 2F, D] weight dtype (expert e's gate rows, then its
+  /// up rows); w_down [E, D, F]; expert_ids I32 / expert_weights F32 [T, k] (moe_route's output);
+  /// out [T, D] activation dtype (must not alias x); scratch activation dtype with at least
+  /// moe_scratch_elements(T, k, D, F) elements: the rows permuted into per-expert groups and their
+  /// gate/up, SwiGLU and down outputs (an expert that receives no row costs nothing).
+  /// Throws Error(kInvalidArgument) for bad shapes, dtypes or an expert id outside [0, E).
+  /// Default: Error(kUnsupported).
+  virtual void moe_experts(Tensor x, Tensor expert_ids, Tensor expert_weights, Tensor w_gate_up, Tensor w_down,
+                           Tensor out, bool accumulate, Tensor scratch) {
+    (void)x, (void)expert_ids, (void)expert_weights, (void)w_gate_up, (void)w_down, (void)out, (void)accumulate;
+    (void)scratch;
+    unsupported_op("moe_experts", "mixture-of-experts FFNs");
+  }
+
+  /// Elements of moe_experts' scratch for T rows, top_k experts each, width D and expert width F:
+  /// T·k·(2·D + 3·F) (permuted rows, gate|up, SwiGLU output, expert outputs) + T·D (the sums).
+  static constexpr int64_t moe_scratch_elements(int64_t T, int64_t top_k, int64_t D, int64_t F) noexcept {
+    return T * top_k * (2 * D + 3 * F) + T * D;
+  }
+
   // ---------------------------------------------------------------- denoiser ops
   /// Classifier-free guidance (reference §B): out = uncond + (scale + 1)·(cond − uncond). F32 [R, V].
   /// out may alias cond.
@@ -372,6 +430,10 @@ class Backend {
   virtual void select_tokens(Tensor logits, Tensor row_keys, const SelectParams& params, Tensor x0, Tensor conf) = 0;
 
  protected:
+  /// Throws Error(kUnsupported): `op` (doing `what`) is not implemented on this backend.
+  [[noreturn]] void unsupported_op(const char* op, const char* what) const {
+    FDLLM_FAIL(ErrorCode::kUnsupported, "{}: {} not implemented on the {} backend yet", op, what, name());
+  }
   /// The argument checks of plan_attention / plan_attention_verify (tile_ints 4 or 5 I32 per tile).
   static void check_plan_args(const Tensor& table, int64_t tile_ints, int64_t q_rows, int64_t kv_rows, int n_heads,
                               const char* op) {

@@ -104,11 +104,21 @@ class ProfilingBackend final : public Backend {
   void plan_attention_verify(Tensor table, int64_t q_rows, int64_t n_keys) override {
     timed("plan_attention_verify", [&] { inner_->plan_attention_verify(table, q_rows, n_keys); });
   }
-  void qkv_rope_store(Tensor xn, Tensor wqkv, Tensor bqkv, Tensor positions, Tensor rows, const RopeTable& rope,
-                      int n_heads, Tensor q_out, Tensor k_store, Tensor v_store, Tensor scratch) override {
+  void qkv_rope_store(Tensor xn, Tensor wqkv, const QkvExtras& extra, Tensor positions, Tensor rows,
+                      const RopeTable& rope, int n_heads, Tensor q_out, Tensor k_store, Tensor v_store,
+                      Tensor scratch) override {
     timed("qkv_rope_store", [&] {
-      inner_->qkv_rope_store(xn, wqkv, bqkv, positions, rows, rope, n_heads, q_out, k_store, v_store, scratch);
+      inner_->qkv_rope_store(xn, wqkv, extra, positions, rows, rope, n_heads, q_out, k_store, v_store, scratch);
     });
+  }
+  void moe_route(Tensor router_logits, Tensor expert_bias, const MoeRouting& routing, Tensor expert_ids,
+                 Tensor expert_weights) override {
+    timed("moe_route", [&] { inner_->moe_route(router_logits, expert_bias, routing, expert_ids, expert_weights); });
+  }
+  void moe_experts(Tensor x, Tensor expert_ids, Tensor expert_weights, Tensor w_gate_up, Tensor w_down, Tensor out,
+                   bool accumulate, Tensor scratch) override {
+    timed("moe_experts",
+          [&] { inner_->moe_experts(x, expert_ids, expert_weights, w_gate_up, w_down, out, accumulate, scratch); });
   }
   void attention(Tensor q, Tensor k_store, Tensor v_store, Tensor table, int n_heads, float scale,
                  Tensor out) override {

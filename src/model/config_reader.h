@@ -105,8 +105,13 @@ void check_sizes_and_eps(ModelConfig& c, const std::string& src, const char* len
 /// `v` (field `key`) as a token id: inside [0, c.embedding_size), else Error(kInvalidCheckpoint).
 int32_t token_id(const ModelConfig& c, const std::string& src, const char* key, int64_t v);
 
+/// Error(kInvalidCheckpoint) when mask_token_id equals eos_token_id or pad_token_id.
+void check_mask_not_eos(const ModelConfig& c, const std::string& src);
+
 /// model_type "llada" (family_llada.cpp) and "Dream" (family_dream.cpp); see parse_model_config.
 ModelConfig parse_llada_config(const json& j, const std::string& source);
 ModelConfig parse_dream_config(const json& j, const std::string& source);
+/// LLaDA-MoE's LLaDAConfig keys (family_llada_moe.cpp).
+ModelConfig parse_llada_moe_config(const json& j, const std::string& source);
 
 }  // namespace flashdllm::model_detail

@@ -88,10 +88,7 @@ ModelConfig parse_dream_config(const json& j, const std::string& source) {
   c.eos_token_id = token_id(c, src, "eos_token_id", r.integer("eos_token_id"));
   c.pad_token_id = token_id(c, src, "pad_token_id", r.integer_or("pad_token_id", c.eos_token_id));
   if (r.find("bos_token_id") != nullptr) c.bos_token_id = token_id(c, src, "bos_token_id", r.integer("bos_token_id"));
-  FDLLM_CHECK_CKPT(c.mask_token_id != c.eos_token_id && c.mask_token_id != c.pad_token_id,
-                   "{}: mask_token_id = {} equals eos_token_id / pad_token_id ({} / {}); the sampler must tell masks "
-                   "from padding",
-                   src, c.mask_token_id, c.eos_token_id, c.pad_token_id);
+  check_mask_not_eos(c, src);
   return c;
 }
 

@@ -80,6 +80,9 @@ std::vector<int64_t> recording_key(int64_t kind, const Model& model, const Forwa
         &ws.scratch,    &ws.logits,   &ws.gather, &ws.ids,    &ws.positions, &ws.kv_rows,     &ws.tiles,
         &ws.logit_rows, &ws.row_keys, &ws.k_tile, &ws.v_tile, &ws.key_rows,  &ws.verify_tiles})
     key.push_back(addr(t->data));
+  // Architecture switches the loop reads (QK-norm; the MoE routing) and the MoE buffers.
+  key.insert(key.end(), {c.qk_norm ? 1 : 0, c.moe.n_experts, c.moe.top_k, static_cast<int64_t>(c.moe.score),
+                         c.moe.renormalize ? 1 : 0, addr(ws.router_logits.data), addr(ws.moe_scratch.data)});
   key.push_back(kv.rows);
   for (size_t l = 0; l < kv.k.size(); ++l) {  // per layer: stores may be shared across layers or not
     key.push_back(addr(kv.k[l].data));
@@ -105,13 +108,22 @@ void run_layers(Backend& be, const Model& model, ForwardWorkspace& ws, int64_t T
   // them (the residual counted once). Without a communicator this is the unsharded h += ... .
   const bool residual = model.tp.rank == 0;
   Tensor x = ws.x.slice_rows(0, T), xn = ws.xn.slice_rows(0, T), q = ws.q.slice_rows(0, T);
-  Tensor attn = ws.attn.slice_rows(0, T), gate_up = ws.gate_up.slice_rows(0, T), act = ws.act.slice_rows(0, T);
+  Tensor attn = ws.attn.slice_rows(0, T), gate_up = ws.gate_up, act = ws.act;  // dense FFN: [>= T, ·]
   Tensor sel = ws.sel.slice_rows(0, R), logit_rows = ws.logit_rows.slice_rows(0, R);
-  // h += attn_out(a); h += ff_out(SwiGLU(gate_up(ff_norm(h)))) over n rows.
+  // h += attn_out(a); h += ff_out(SwiGLU(gate_up(ff_norm(h)))) over n rows; a MoE model's FFN is
+  // its routed experts instead (ModelConfig::moe: world 1, so no collective).
   auto finish_layer = [&](const LayerWeights& lw, int64_t n, Tensor a, Tensor h, Tensor hn) {
     be.matmul(a, lw.attn_out, h, /*accumulate=*/residual);
     if (comm != nullptr) comm->all_reduce_sum(h);
     be.rmsnorm(h, lw.ff_norm, c.rms_norm_eps, hn);
+    if (c.moe.on()) {
+      Tensor logits = ws.router_logits.slice_rows(0, n), ids = ws.expert_ids.slice_rows(0, n);
+      Tensor weights = ws.expert_weights.slice_rows(0, n);
+      be.matmul(hn, lw.router, logits, false);  // F32 router logits
+      be.moe_route(logits, Tensor{}, c.moe, ids, weights);
+      be.moe_experts(hn, ids, weights, lw.w_gate_up, lw.ff_out, h, /*accumulate=*/true, ws.moe_scratch);
+      return;
+    }
     be.matmul(hn, lw.w_gate_up, gate_up.slice_rows(0, n), false);
     be.swiglu(gate_up.slice_rows(0, n), act.slice_rows(0, n));
     be.matmul(act.slice_rows(0, n), lw.ff_out, h, /*accumulate=*/residual);
@@ -185,6 +197,11 @@ int local_heads(const Model& model, const Tensor& kv_k, const ForwardWorkspace& 
   return static_cast<int>(sh.heads);
 }
 
+/// The optional parts of a layer's q/k/v stage: biases, QK-norm weights (empty when off).
+QkvExtras qkv_extras(const ModelConfig& c, const LayerWeights& lw) {
+  return QkvExtras{lw.bqkv, lw.q_norm, lw.k_norm, c.rms_norm_eps};
+}
+
 float attention_scale(const ModelConfig& c) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim))); }
 
 }  // namespace
@@ -250,7 +267,8 @@ Tensor model_forward(Backend& be, const Model& model, const ForwardBatch& batch,
     run_layers(be, model, ws, Tp, ids, Rp,
                [&](int64_t l, const LayerWeights& lw, Tensor xn, Tensor q, Tensor attn) {
                  Tensor k = kv.k[static_cast<size_t>(l)], v = kv.v[static_cast<size_t>(l)];
-                 be.qkv_rope_store(xn, lw.wqkv, lw.bqkv, pos, rows, model.rope.table, n_heads, q, k, v, ws.scratch);
+                 be.qkv_rope_store(xn, lw.wqkv, qkv_extras(c, lw), pos, rows, model.rope.table, n_heads, q, k, v,
+                                   ws.scratch);
                  const bool score = imp.on() && l >= imp.first_layer;
                  if (score && !imp.probability_mass) {  // raw q·k: fused into the attention pass
                    be.attention_with_importance(q, k, v, tiles, n_heads, scale, attn, scored, imp.weight, imp.scores);
@@ -318,13 +336,12 @@ Tensor model_verify_forward(Backend& be, const Model& model, const VerifyBatch& 
   be.plan_attention_verify(tiles, Tp, Gp);  // every layer's verify attention reuses this plan
   const float scale = attention_scale(c);
   run_layer_loop(be, model, recording_key(1, model, ws, kv, {Tp, Rp, n_tiles_p, Gp}), [&] {
-    run_layers(be, model, ws, Tp, ids, Rp,
-               [&](int64_t l, const LayerWeights& lw, Tensor xn, Tensor q, Tensor attn) {
-                 be.qkv_rope_store(xn, lw.wqkv, lw.bqkv, pos, rows, model.rope.table, n_heads, q, k_tile, v_tile,
-                                   ws.scratch);
-                 be.attention_verify(q, kv.k[static_cast<size_t>(l)], kv.v[static_cast<size_t>(l)], keys, k_tile,
-                                     v_tile, tiles, n_heads, scale, attn);
-               });
+    run_layers(be, model, ws, Tp, ids, Rp, [&](int64_t l, const LayerWeights& lw, Tensor xn, Tensor q, Tensor attn) {
+      be.qkv_rope_store(xn, lw.wqkv, qkv_extras(c, lw), pos, rows, model.rope.table, n_heads, q, k_tile, v_tile,
+                        ws.scratch);
+      be.attention_verify(q, kv.k[static_cast<size_t>(l)], kv.v[static_cast<size_t>(l)], keys, k_tile, v_tile, tiles,
+                          n_heads, scale, attn);
+    });
   });
   return ws.logits.slice_rows(0, R);
 }

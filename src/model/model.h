@@ -3,9 +3,12 @@
 //
 //   h = embed[x]
 //   for each layer:  a = RMSNorm(h); q = a·Wqᵀ (+bq); k = a·Wkᵀ (+bk); v = a·Wvᵀ (+bv)
+//                    q,k = per-head RMSNorm(q,k) (ModelConfig::qk_norm: LLaDA-MoE)
 //                    q,k = RoPE(q,k); K/V -> store rows (n_kv_heads heads each)
 //                    h += Attn(q, K, V)·Woᵀ   (query head j reads K/V head j / (n_heads / n_kv_heads))
 //                    f = RMSNorm(h);  h += (SiLU(f·Wgateᵀ) ⊙ f·Wupᵀ)·Wdownᵀ
+//                      MoE (ModelConfig::moe): experts, weights = route(f·Wrouterᵀ) (Backend::moe_route);
+//                      h += Σ_experts weight · SwiGLU_e(f) (Backend::moe_experts)
 //   logits = RMSNorm(h)[logit rows] · Wheadᵀ  (row t = the model's output at row t; a family with
 //                                             ModelConfig::logit_shift predicts position p from row p-1,
 //                                             which the denoiser applies, never the forward)
@@ -58,19 +61,25 @@ struct ModelShard {
 };
 /// The shard of `tp.rank` of `tp.world`. Throws Error(kInvalidArgument) naming the size when
 /// n_kv_heads (hence n_heads), mlp_hidden_size or embedding_size is not divisible by the world
-/// size, or for a rank outside [0, world).
+/// size, or for a rank outside [0, world); Error(kUnsupported) for a mixture-of-experts model at
+/// world > 1 (its experts are not split yet).
 ModelShard model_shard(const ModelConfig& cfg, const TensorParallel& tp);
 
 /// One rank's weights (the whole model at world 1); Hl = local query heads · head_dim, Kl = local
 /// K/V heads · head_dim, Fl = local mlp columns, Vl = local LM-head rows (model_shard).
+/// MoE (ModelConfig::moe, world 1 only): w_gate_up and ff_out hold every expert, e first.
 struct LayerWeights {
   Tensor attn_norm;  // [d_model]
   Tensor wqkv;       // [Hl + 2·Kl, d_model]: rows q_proj | k_proj | v_proj of the local heads
   Tensor bqkv;       // [Hl + 2·Kl]: their biases q | k | v (ModelConfig::qkv_bias), else empty
+  Tensor q_norm;     // [head_dim]: per-head q RMSNorm weight (ModelConfig::qk_norm), else empty
+  Tensor k_norm;     // [head_dim]: per-head k RMSNorm weight (ModelConfig::qk_norm), else empty
   Tensor attn_out;   // [d_model, Hl]: the local heads' input columns
   Tensor ff_norm;    // [d_model]
-  Tensor w_gate_up;  // [2·Fl, d_model]: rows ff_proj (gate) | up_proj of the local mlp columns
-  Tensor ff_out;     // [d_model, Fl] (down projection, the local input columns)
+  Tensor router;     // MoE: [n_experts, d_model] (mlp.gate); dense: empty
+  Tensor w_gate_up;  // dense: [2·Fl, d_model]: rows ff_proj (gate) | up_proj of the local mlp columns;
+                     // MoE: [n_experts, 2·F, d_model]: expert e's gate rows | up rows
+  Tensor ff_out;     // dense: [d_model, Fl] (down projection, the local input columns); MoE: [n_experts, d_model, F]
 };
 
 /// All weights on the backend's device, in its weight dtype, in one allocation.
@@ -200,7 +209,10 @@ struct ForwardWorkspace {
   /// ForwardBatch::pad_kv_row; model_verify_forward: always), never beyond the capacities above,
   /// and not under tensor parallelism (its layer loop is not recorded).
   Backend::RowPadding padding;
-  Tensor x, xn, q, attn, gate_up, act, sel;  // activations
+  Tensor x, xn, q, attn, gate_up, act, sel;  // activations (gate_up, act: dense FFN only)
+  /// MoE FFN (ModelConfig::moe), in the MLP stage's region: router logits F32 [max_tokens, E], the
+  /// routing I32 / F32 [max_tokens, top_k], Backend::moe_experts' scratch. Empty for a dense model.
+  Tensor router_logits, expert_ids, expert_weights, moe_scratch;
   Tensor scratch;                            // qkv_rope_store scratch
   Tensor logits;                             // F32 [max_logit_rows, embedding_size] (all-gathered)
   Tensor gather;                             // with a communicator: F32 [world · max_logit_rows · Vl], rank r's LM-head output is chunk r

@@ -2,7 +2,6 @@
 #include "model/model_checkpoint.h"
 
 #include <set>
-#include <span>
 #include <utility>
 
 #include <fmt/format.h>
@@ -23,18 +22,25 @@ std::string shape_str(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-constexpr WeightRole kLladaLayer[] = {WeightRole::kAttnNorm, WeightRole::kQ,       WeightRole::kK,
-                                      WeightRole::kV,        WeightRole::kAttnOut, WeightRole::kFfNorm,
-                                      WeightRole::kGate,     WeightRole::kUp,      WeightRole::kDown};
-constexpr WeightRole kBiasedLayer[] = {WeightRole::kAttnNorm, WeightRole::kQ,       WeightRole::kQBias,
-                                       WeightRole::kK,        WeightRole::kKBias,   WeightRole::kV,
-                                       WeightRole::kVBias,    WeightRole::kAttnOut, WeightRole::kFfNorm,
-                                       WeightRole::kGate,     WeightRole::kUp,      WeightRole::kDown};
-
-std::span<const WeightRole> layer_roles(const ModelConfig& cfg) {
-  if (cfg.qkv_bias) return kBiasedLayer;
-  return kLladaLayer;
+/// The fixed roles of one layer (the expert roles follow them, 3 per expert, for a MoE model).
+std::vector<WeightRole> layer_roles(const ModelConfig& cfg) {
+  using R = WeightRole;
+  std::vector<WeightRole> r = {R::kAttnNorm, R::kQ};
+  if (cfg.qkv_bias) r.push_back(R::kQBias);
+  r.push_back(R::kK);
+  if (cfg.qkv_bias) r.push_back(R::kKBias);
+  r.push_back(R::kV);
+  if (cfg.qkv_bias) r.push_back(R::kVBias);
+  if (cfg.qk_norm) r.insert(r.end(), {R::kQNorm, R::kKNorm});
+  r.insert(r.end(), {R::kAttnOut, R::kFfNorm});
+  if (cfg.moe.on())
+    r.push_back(R::kRouter);
+  else
+    r.insert(r.end(), {R::kGate, R::kUp, R::kDown});
+  return r;
 }
+constexpr WeightRole kExpertRoles[] = {WeightRole::kExpertGate, WeightRole::kExpertUp, WeightRole::kExpertDown};
+int64_t expert_tensors(const ModelConfig& cfg) noexcept { return cfg.moe.on() ? 3 * int64_t{cfg.moe.n_experts} : 0; }
 
 std::vector<int64_t> role_shape(const ModelConfig& cfg, WeightRole role) {
   const int64_t d = cfg.d_model, f = cfg.mlp_hidden_size, v = cfg.embedding_size;
@@ -50,8 +56,14 @@ std::vector<int64_t> role_shape(const ModelConfig& cfg, WeightRole role) {
     case WeightRole::kVBias: return {hkv};
     case WeightRole::kAttnOut: return {d, hq};
     case WeightRole::kGate:
-    case WeightRole::kUp: return {f, d};
-    case WeightRole::kDown: return {d, f};
+    case WeightRole::kUp:
+    case WeightRole::kExpertGate:
+    case WeightRole::kExpertUp: return {f, d};
+    case WeightRole::kDown:
+    case WeightRole::kExpertDown: return {d, f};
+    case WeightRole::kQNorm:
+    case WeightRole::kKNorm: return {cfg.head_dim};
+    case WeightRole::kRouter: return {cfg.moe.n_experts, d};
     default: return {d};  // the norms
   }
 }
@@ -75,9 +87,17 @@ std::string llada_name(WeightRole role, int64_t i) {
   }
 }
 
-std::string dream_name(WeightRole role, int64_t i) {
+/// The Hugging Face layout of Dream and LLaDA-MoE (model.layers.{i}.…); expert roles take `e`.
+std::string hf_name(WeightRole role, int64_t i, int64_t e) {
   const auto layer = [i](const char* n) { return fmt::format("model.layers.{}.{}", i, n); };
+  const auto expert = [i, e](const char* n) { return fmt::format("model.layers.{}.mlp.experts.{}.{}", i, e, n); };
   switch (role) {
+    case WeightRole::kQNorm: return layer("self_attn.q_norm.weight");
+    case WeightRole::kKNorm: return layer("self_attn.k_norm.weight");
+    case WeightRole::kRouter: return layer("mlp.gate.weight");
+    case WeightRole::kExpertGate: return expert("gate_proj.weight");
+    case WeightRole::kExpertUp: return expert("up_proj.weight");
+    case WeightRole::kExpertDown: return expert("down_proj.weight");
     case WeightRole::kEmbedding: return "model.embed_tokens.weight";
     case WeightRole::kAttnNorm: return layer("input_layernorm.weight");
     case WeightRole::kQ: return layer("self_attn.q_proj.weight");
@@ -98,31 +118,38 @@ std::string dream_name(WeightRole role, int64_t i) {
 
 }  // namespace
 
-std::string weight_name(const ModelConfig& cfg, WeightRole role, int64_t layer) {
+std::string weight_name(const ModelConfig& cfg, WeightRole role, int64_t layer, int64_t expert) {
   if (role == WeightRole::kLmHead && cfg.tied_head) role = WeightRole::kEmbedding;
-  return cfg.family == ModelFamily::kDream ? dream_name(role, layer) : llada_name(role, layer);
+  return cfg.family == ModelFamily::kLlada ? llada_name(role, layer) : hf_name(role, layer, expert);
 }
 
 int64_t model_expected_tensor_count(const ModelConfig& cfg) noexcept {
-  return static_cast<int64_t>(layer_roles(cfg).size()) * cfg.n_layers + (cfg.tied_head ? 2 : 3);
+  const auto per_layer = static_cast<int64_t>(layer_roles(cfg).size()) + expert_tensors(cfg);
+  return per_layer * cfg.n_layers + (cfg.tied_head ? 2 : 3);
 }
 
 ExpectedTensor model_expected_tensor(const ModelConfig& cfg, int64_t i) {
   const int64_t count = model_expected_tensor_count(cfg);
   FDLLM_CHECK_ARG(i >= 0 && i < count, "expected tensor index {} outside [0, {})", i, count);
-  const std::span<const WeightRole> per_layer = layer_roles(cfg);
-  const auto n = static_cast<int64_t>(per_layer.size());
+  const std::vector<WeightRole> fixed = layer_roles(cfg);
+  const auto nf = static_cast<int64_t>(fixed.size()), n = nf + expert_tensors(cfg);
   WeightRole role = WeightRole::kEmbedding;
-  int64_t layer = 0;
+  int64_t layer = 0, expert = 0;
   if (i == 0) {
     role = WeightRole::kEmbedding;
   } else if (i <= n * cfg.n_layers) {
     layer = (i - 1) / n;
-    role = per_layer[static_cast<size_t>((i - 1) % n)];
+    const int64_t j = (i - 1) % n;
+    if (j < nf) {
+      role = fixed[static_cast<size_t>(j)];
+    } else {
+      expert = (j - nf) / 3;
+      role = kExpertRoles[(j - nf) % 3];
+    }
   } else {
     role = i == n * cfg.n_layers + 1 ? WeightRole::kFinalNorm : WeightRole::kLmHead;
   }
-  return {weight_name(cfg, role, layer), role_shape(cfg, role)};
+  return {weight_name(cfg, role, layer, expert), role_shape(cfg, role)};
 }
 
 std::vector<ExpectedTensor> model_expected_tensors(const ModelConfig& cfg) {
@@ -203,10 +230,14 @@ void check_tokenizer(const Tokenizer& tok, const ModelConfig& cfg, const std::fi
 }  // namespace
 
 const char* mask_token_name(const ModelConfig& cfg) noexcept {
-  return cfg.family == ModelFamily::kDream ? "<|mask|>" : "<|mdm_mask|>";
+  return cfg.family == ModelFamily::kLlada ? "<|mdm_mask|>" : "<|mask|>";  // Dream; LLaDA-MoE's Ling tokenizer
 }
 const char* end_of_turn_token_name(const ModelConfig& cfg) noexcept {
-  return cfg.family == ModelFamily::kDream ? "<|im_end|>" : "<|eot_id|>";
+  switch (cfg.family) {
+    case ModelFamily::kDream: return "<|im_end|>";
+    case ModelFamily::kLladaMoe: return "<|role_end|>";  // the Ling chat template's turn end
+    default: return "<|eot_id|>";
+  }
 }
 
 void validate_llada_tokenizer(const Tokenizer& tok, const ModelConfig& cfg,

@@ -13,6 +13,13 @@
 //   down          blocks.{i}.ff_out.weight              model.layers.{i}.mlp.down_proj.weight      [D, F]
 //   final_norm    ln_f.weight                           model.norm.weight                          [D]
 //   lm_head       ff_out.weight                         lm_head.weight (absent when tied)          [E, D]
+//
+// LLaDA-MoE uses Dream's names (the HF layout: model.layers.{i}.…, no biases) plus
+//   q_norm / k_norm    model.layers.{i}.self_attn.{q,k}_norm.weight           [Dh]   (ModelConfig::qk_norm)
+//   router             model.layers.{i}.mlp.gate.weight                       [n_experts, D]
+//   expert gate / up   model.layers.{i}.mlp.experts.{e}.{gate,up}_proj.weight [F, D]
+//   expert down        model.layers.{i}.mlp.experts.{e}.down_proj.weight      [D, F]
+// in place of the dense gate / up / down (F = the expert width, mlp_hidden_size).
 #pragma once
 
 #include <cstdint>
@@ -49,16 +56,24 @@ enum class WeightRole {
   kDown,
   kFinalNorm,
   kLmHead,
+  kQNorm,       ///< per-head q RMSNorm weight (ModelConfig::qk_norm)
+  kKNorm,       ///< per-head k RMSNorm weight
+  kRouter,      ///< MoE router [n_experts, D]
+  kExpertGate,  ///< MoE expert `expert`'s gate [F, D]
+  kExpertUp,    ///< ... up [F, D]
+  kExpertDown,  ///< ... down [D, F]
 };
-/// The checkpoint name of `role` in cfg.family's weight map (`layer` for the per-layer roles).
-/// A tied head (cfg.tied_head) is read from the embedding's name.
-std::string weight_name(const ModelConfig& cfg, WeightRole role, int64_t layer = 0);
+/// The checkpoint name of `role` in cfg.family's weight map (`layer` for the per-layer roles,
+/// `expert` for the expert roles). A tied head (cfg.tied_head) is read from the embedding's name.
+std::string weight_name(const ModelConfig& cfg, WeightRole role, int64_t layer = 0, int64_t expert = 0);
 
 /// Every tensor a checkpoint with config `cfg` must hold, in a fixed order: the embedding, then
-/// per layer attn_norm, q, (q bias), k, (k bias), v, (v bias), attn_out, ff_norm, gate, up, down,
-/// then the final norm and (untied) the LM head.
+/// per layer attn_norm, q, (q bias), k, (k bias), v, (v bias), (q_norm, k_norm), attn_out, ff_norm,
+/// then gate, up, down (dense) or the router and per expert gate, up, down (MoE), then the final
+/// norm and (untied) the LM head.
 std::vector<ExpectedTensor> model_expected_tensors(const ModelConfig& cfg);
-/// Their number: (9, or 12 with q/k/v biases) per layer + 2, + 1 for an untied head.
+/// Their number: per layer 9 (+3 with q/k/v biases, +2 with QK-norm; MoE: the 3 dense FFN tensors
+/// become 1 + 3·n_experts) + 2, + 1 for an untied head.
 int64_t model_expected_tensor_count(const ModelConfig& cfg) noexcept;
 /// The i-th of them, made on demand (checks walk these and stop at the first missing tensor instead
 /// of building a list whose size only the config claims). Throws Error(kInvalidArgument) for i

@@ -20,12 +20,42 @@ struct FamilyEntry {
   const char* architecture;  // the upstream class named in "architectures"
   ModelFamily family;
   ModelConfig (*parse)(const nlohmann::json&, const std::string&);
+  /// Families sharing a model_type ("llada": LLaDA and LLaDA-MoE) are told apart by architectures,
+  /// or without one by this key being present (nullptr: the family taken when none decides).
+  const char* marker_key;
 };
 
 constexpr FamilyEntry kFamilies[] = {
-    {"llada", "LLaDAModelLM", ModelFamily::kLlada, model_detail::parse_llada_config},
-    {"Dream", "DreamModel", ModelFamily::kDream, model_detail::parse_dream_config},
+    {"llada", "LLaDAModelLM", ModelFamily::kLlada, model_detail::parse_llada_config, nullptr},
+    {"llada", "LLaDAMoEModelLM", ModelFamily::kLladaMoe, model_detail::parse_llada_moe_config, "num_experts"},
+    {"Dream", "DreamModel", ModelFamily::kDream, model_detail::parse_dream_config, nullptr},
 };
+
+/// True when `architectures` (a list, when present) names `arch`.
+bool names_architecture(const nlohmann::json& j, const char* arch) {
+  auto it = j.find("architectures");
+  if (it == j.end() || !it->is_array()) return false;
+  for (const auto& a : *it)
+    if (a.is_string() && a.get<std::string>() == arch) return true;
+  return false;
+}
+
+/// The family of model_type `type`: the only entry, or among several the one architectures names,
+/// else the one whose marker key is present, else the one without a marker. nullptr: none.
+const FamilyEntry* select_family(const nlohmann::json& j, const std::string& type) {
+  const FamilyEntry* fallback = nullptr;
+  const FamilyEntry* marked = nullptr;
+  for (const FamilyEntry& fam : kFamilies) {
+    if (type != fam.model_type) continue;
+    if (names_architecture(j, fam.architecture)) return &fam;
+    if (fam.marker_key == nullptr) {
+      if (fallback == nullptr) fallback = &fam;
+    } else if (marked == nullptr && j.contains(fam.marker_key)) {
+      marked = &fam;
+    }
+  }
+  return marked != nullptr ? marked : fallback;
+}
 
 /// `architectures`, when present: a list of strings naming no other family's upstream class.
 void check_architectures(const nlohmann::json& j, const FamilyEntry& fam, const std::string& src) {
@@ -43,14 +73,22 @@ void check_architectures(const nlohmann::json& j, const FamilyEntry& fam, const 
 
 }  // namespace
 
-const char* supported_model_types() noexcept { return "\"llada\" (LLaDA), \"Dream\" (Dream)"; }
+const char* supported_model_types() noexcept {
+  return "\"llada\" (LLaDA; LLaDA-MoE with architectures LLaDAMoEModelLM), \"Dream\" (Dream)";
+}
 
 int64_t ModelConfig::parameter_count() const noexcept {
   const int64_t q = n_heads * head_dim, kv = n_kv_heads * head_dim;
   const int64_t attn = 2 * d_model * q + 2 * d_model * kv + (qkv_bias ? q + 2 * kv : 0);  // q, o; k, v; biases
-  const int64_t mlp = 3 * d_model * mlp_hidden_size;                                      // gate, up, down
-  const int64_t norms = 2 * d_model;                                                      // attention, MLP norms
+  const int64_t experts = moe.on() ? moe.n_experts : 1;
+  const int64_t mlp = experts * 3 * d_model * mlp_hidden_size + (moe.on() ? moe.n_experts * d_model : 0);  // + router
+  const int64_t norms = 2 * d_model + (qk_norm ? 2 * head_dim : 0);  // attention, MLP norms; q/k norms
   return (tied_head ? 1 : 2) * embedding_size * d_model + n_layers * (attn + mlp + norms) + d_model;
+}
+
+int64_t ModelConfig::active_parameter_count() const noexcept {
+  const int64_t idle = moe.on() ? int64_t{moe.n_experts - moe.top_k} * 3 * d_model * mlp_hidden_size : 0;
+  return parameter_count() - (tied_head ? 0 : embedding_size * d_model) - n_layers * idle;
 }
 
 namespace model_detail {
@@ -85,16 +123,22 @@ int32_t token_id(const ModelConfig& c, const std::string& src, const char* key, 
   return static_cast<int32_t>(v);
 }
 
+void check_mask_not_eos(const ModelConfig& c, const std::string& src) {
+  FDLLM_CHECK_CKPT(c.mask_token_id != c.eos_token_id && c.mask_token_id != c.pad_token_id,
+                   "{}: mask_token_id = {} equals eos_token_id / pad_token_id ({} / {}); the sampler must tell masks "
+                   "from padding",
+                   src, c.mask_token_id, c.eos_token_id, c.pad_token_id);
+}
+
 }  // namespace model_detail
 
 ModelConfig parse_model_config(const nlohmann::json& j, const std::string& source) {
   FDLLM_CHECK_CKPT(j.is_object(), "{}: config must be a JSON object", source);
   const model_detail::FieldReader r(j, source, "");
   const std::string type = r.string("model_type");
-  for (const FamilyEntry& fam : kFamilies) {
-    if (type != fam.model_type) continue;
-    check_architectures(j, fam, source);
-    return fam.parse(j, source);
+  if (const FamilyEntry* fam = select_family(j, type)) {
+    check_architectures(j, *fam, source);
+    return fam->parse(j, source);
   }
   FDLLM_FAIL(ErrorCode::kInvalidCheckpoint, "{}: unsupported model_type '{}' (supported: {})", source, type,
              supported_model_types());

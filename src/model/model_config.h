@@ -1,6 +1,7 @@
 // ModelConfig: the architecture description of a checkpoint, parsed from the Hugging Face
 // `config.json` exactly as users download it and dispatched on its `model_type` to one parser per
-// family (LLaDA: family_llada.cpp, reference §A.1; Dream: family_dream.cpp). Everything the one
+// family (LLaDA: family_llada.cpp, reference §A.1; Dream: family_dream.cpp; LLaDA-MoE:
+// family_llada_moe.cpp). Everything the one
 // forward function (model.h) and the weight map (model_checkpoint.h) need is a field here; nothing
 // downstream asks which family it runs except where an algorithm differs (the samplers).
 #pragma once
@@ -10,6 +11,8 @@
 #include <string>
 
 #include <nlohmann/json_fwd.hpp>
+
+#include "core/moe_routing.h"
 
 namespace flashdllm {
 
@@ -23,16 +26,19 @@ inline constexpr int64_t kMaxSequenceLength = int64_t{1} << 17;
 enum class ModelFamily {
   kLlada,  ///< model_type "llada": LLaDA-8B / LLaDA-1.5 (GSAI-ML), OLMo-style names
   kDream,  ///< model_type "Dream": Dream-v0 7B, DiffuCoder, Dream-Coder (Qwen2.5 layout)
-  // kLladaMoe (LLaDA-MoE-7B-A1B, model_type "llada" with a MoE block) is not implemented yet.
+  /// model_type "llada" with architectures LLaDAMoEModelLM (or, without architectures, a
+  /// `num_experts` key): LLaDA-MoE-7B-A1B Base/Instruct (OLMoE layout, QK-norm, MoE FFNs)
+  kLladaMoe,
 };
 /// "LLaDA" / "Dream". Inline: params.cpp names the family without linking the model library.
 inline const char* family_name(ModelFamily f) noexcept {
   switch (f) {
     case ModelFamily::kDream: return "Dream";
+    case ModelFamily::kLladaMoe: return "LLaDA-MoE";
     default: return "LLaDA";
   }
 }
-/// The model_type values parse_model_config accepts, as its error lists them: "\"llada\", \"Dream\"".
+/// The model_type values parse_model_config accepts, as its error lists them.
 const char* supported_model_types() noexcept;
 
 struct ModelConfig {
@@ -42,7 +48,7 @@ struct ModelConfig {
   int64_t n_heads = 0;              // query heads: 32; 28
   int64_t n_kv_heads = 0;           // K/V heads (GQA when < n_heads; divides n_heads): 32; 4
   int64_t head_dim = 0;             // d_model / n_heads: 128; 128
-  int64_t mlp_hidden_size = 0;      // gate/up width: 12288; 18944
+  int64_t mlp_hidden_size = 0;      // gate/up width: 12288; 18944; MoE: each expert's (LLaDA-MoE 1024)
   int64_t vocab_size = 0;           // 126464; 152064
   int64_t embedding_size = 0;       // rows of the embedding and the LM head (>= vocab_size)
   int64_t max_sequence_length = 0;  // longest prompt + canvas the engine accepts: 4096; 131072
@@ -59,6 +65,16 @@ struct ModelConfig {
   /// reads the logits of position p from the row of position p - 1 (the row of position 0 for
   /// p = 0), so that row must be among its logit rows (and a query row of the forward).
   bool logit_shift = false;
+  /// Per-head RMSNorm of q and k (weights [head_dim] each, eps rms_norm_eps) after the projection and
+  /// before RoPE (LLaDA-MoE's qk_layernorm; Backend::qkv_rope_store's QkvExtras).
+  bool qk_norm = false;
+  /// The FFN of every layer is a mixture of SwiGLU experts when moe.on(): moe.n_experts experts of
+  /// width mlp_hidden_size, routed as core/moe_routing.h says (LLaDA-MoE-7B: 64 experts, top 8,
+  /// softmax, no renormalisation). Off (n_experts 0): the dense SwiGLU MLP.
+  MoeRouting moe;
+  /// Width of a shared expert every token runs beside the routed ones (LLaDA2: 512); 0 = none.
+  /// Parsed so that the switch exists; no family with one is implemented yet (refused).
+  int64_t shared_expert_size = 0;
   int32_t mask_token_id = -1;  // LLaDA 126336 (<|mdm_mask|>); Dream 151666 (<|mask|>)
   int32_t eos_token_id = -1;   // LLaDA 126081 (<|endoftext|>); Dream 151643 (<|endoftext|>)
   int32_t pad_token_id = -1;   // = eos in both
@@ -79,6 +95,12 @@ struct ModelConfig {
   /// 3·d_model·mlp_hidden_size and 2 norms. LLaDA-8B: 8,015,581,184 (reference §A.2); Dream-7B:
   /// 7,615,616,512 (its index's total_size / 2).
   int64_t parameter_count() const noexcept;
+  /// Parameters one token's forward uses (MoE: the "active" count of model cards): parameter_count
+  /// without the embedding matrix (a token reads one row; with a tied head it is the LM head and
+  /// counts) and without the n_experts − top_k experts a token does not run, per layer.
+  /// LLaDA-MoE-7B-A1B (vocabulary 157184): 1,397,823,488 of 7,356,880,896. Dense: parameter_count
+  /// minus the embedding.
+  int64_t active_parameter_count() const noexcept;
 };
 
 /// Parses and validates a `config.json` object, dispatched on its `model_type` (required):
@@ -112,6 +134,20 @@ struct ModelConfig {
 /// o bias whatever they say; true would claim an o bias), head_dim absent or hidden_size /
 /// num_attention_heads, num_attention_heads % num_key_value_heads == 0, plus the sizes, eps and
 /// id checks above. qkv_bias and logit_shift are set; tied_head = tie_word_embeddings.
+///
+/// LLaDA-MoE (family_llada_moe.cpp; the keys of LLaDAConfig, configuration_lladamoe.py, model_type
+/// "llada"; selected over LLaDA by architectures "LLaDAMoEModelLM" or, without architectures, by a
+/// `num_experts` key). Required: hidden_size, num_hidden_layers, num_attention_heads, vocab_size,
+/// rope_theta, num_experts, num_experts_per_tok, expert_intermediate_size, eos_token_id,
+/// partial_rotary_factor (1.0: the class default -1 breaks upstream RoPE), moe_layer_freq (one
+/// non-zero entry per layer: every FFN is MoE). Defaults (LLaDAConfig's): num_key_value_heads ->
+/// num_attention_heads, max_position_embeddings 4096, rms_norm_eps 1e-5, qk_layernorm false,
+/// tie_word_embeddings false, pad_token_id -> eos_token_id; mask_token_id (not in the real file)
+/// -> 156895, the model card's. Refused: hidden_act other than "silu", rope_scaling, attention_bias
+/// true, clip_qkv, shared_expert_intermediate_size other than null, moe_router_enable_expert_bias
+/// true, dense layers (a 0 in moe_layer_freq). norm_topk_prob, moe_router_score_function,
+/// routed_scaling_factor and router_*_group are ignored as the upstream block ignores them (softmax,
+/// no renormalisation, scaling 1, no groups).
 ///
 /// Other keys (training options, dropouts, "golden_notes", ...) are ignored. Throws
 /// Error(kInvalidCheckpoint) whose message names `source`, the field and its value and says what

@@ -88,12 +88,26 @@ std::string describe_model(const ModelFacts& f, const Backend& backend, int tens
                                                                 "(row 0 for p = 0)"
                                                               : "no");
   }
-  s += fmt::format("mlp_hidden_size   {}\n", c.mlp_hidden_size);
+  if (c.qk_norm) s += "QK-norm           yes (per-head RMSNorm of q and k before RoPE)\n";
+  if (c.moe.on()) {
+    s += fmt::format("experts           {}, top-{} per token ({} router, {}renormalised), expert width {}\n",
+                     c.moe.n_experts, c.moe.top_k, router_score_name(c.moe.score), c.moe.renormalize ? "" : "not ",
+                     c.mlp_hidden_size);
+  } else {
+    s += fmt::format("mlp_hidden_size   {}\n", c.mlp_hidden_size);
+  }
   s += fmt::format("vocab_size        {} (embedding_size {})\n", c.vocab_size, c.embedding_size);
   s += fmt::format("max_sequence_len  {}\n", c.max_sequence_length);
   s += fmt::format("special ids       mask {}, eos {}, pad {}, eot {}\n", c.mask_token_id, c.eos_token_id,
                    c.pad_token_id, f.eot_id);
   s += fmt::format("parameters        {} ({:.3f} B)\n", params, static_cast<double>(params) / 1e9);
+  if (c.moe.on()) {
+    const int64_t active = c.active_parameter_count();
+    s += fmt::format(
+        "active parameters {} ({:.3f} B per token: the top-{} experts, attention, norms, LM head; "
+        "not the embedding matrix)\n",
+        active, static_cast<double>(active) / 1e9, c.moe.top_k);
+  }
   s += fmt::format("checkpoint dtype  {} ({:.3f} GiB on disk)\n", f.checkpoint_dtype,
                    static_cast<double>(f.checkpoint_bytes) / gib);
   s += fmt::format("backend           {}\n", backend_label.empty() ? backend.name() : backend_label);

@@ -26,8 +26,11 @@ void for_each_weight(ModelWeights& w, const std::function<void(Tensor&)>& f) {
     f(l.attn_norm);
     f(l.wqkv);
     if (!l.bqkv.empty()) f(l.bqkv);
+    if (!l.q_norm.empty()) f(l.q_norm);
+    if (!l.k_norm.empty()) f(l.k_norm);
     f(l.attn_out);
     f(l.ff_norm);
+    if (!l.router.empty()) f(l.router);
     f(l.w_gate_up);
     f(l.ff_out);
   }
@@ -47,10 +50,21 @@ ModelWeights plan_weights(DType wt, DeviceKind dev, const ModelConfig& c, const 
     l.attn_norm = cv.take(wt, {D});
     l.wqkv = cv.take(wt, {Hl + 2 * Kl, D});
     if (c.qkv_bias) l.bqkv = cv.take(wt, {Hl + 2 * Kl});
+    if (c.qk_norm) {
+      l.q_norm = cv.take(wt, {c.head_dim});
+      l.k_norm = cv.take(wt, {c.head_dim});
+    }
     l.attn_out = cv.take(wt, {D, Hl});
     l.ff_norm = cv.take(wt, {D});
-    l.w_gate_up = cv.take(wt, {2 * Fl, D});
-    l.ff_out = cv.take(wt, {D, Fl});
+    if (c.moe.on()) {  // world 1 only (model_shard): every expert whole
+      const int64_t E = c.moe.n_experts;
+      l.router = cv.take(wt, {E, D});
+      l.w_gate_up = cv.take(wt, {E, 2 * Fl, D});
+      l.ff_out = cv.take(wt, {E, D, Fl});
+    } else {
+      l.w_gate_up = cv.take(wt, {2 * Fl, D});
+      l.ff_out = cv.take(wt, {D, Fl});
+    }
   }
   w.ln_f = cv.take(wt, {D});
   w.lm_head = cv.take(wt, {s.vocab, D});
@@ -59,6 +73,12 @@ ModelWeights plan_weights(DType wt, DeviceKind dev, const ModelConfig& c, const 
 }
 
 ModelWeights allocate_weights(Backend& backend, const ModelConfig& c, const ModelShard& s) {
+  // The CUDA backend has neither op yet (Backend::moe_route / moe_experts, QkvExtras' QK-norm):
+  // refused at load, not deep in the first forward.
+  const char* missing = c.moe.on() ? "the mixture-of-experts FFN" : c.qk_norm ? "per-head QK-norm" : nullptr;
+  FDLLM_CHECK(backend.device() != DeviceKind::kCUDA || missing == nullptr, ErrorCode::kUnsupported,
+              "{} checkpoints need {}, which the CUDA backend does not implement yet (run them with --device cpu)",
+              family_name(c.family), missing);
   ModelWeights w = plan_weights(backend.weight_dtype(), backend.device(), c, s);
   w.storage = backend.alloc(w.bytes, "model weights");
   for_each_weight(w, [&](Tensor& t) { Carver::bind(t, w.storage); });
@@ -71,6 +91,10 @@ ModelShard model_shard(const ModelConfig& cfg, const TensorParallel& tp) {
   const int64_t N = tp.world;
   FDLLM_CHECK_ARG(N >= 1 && tp.rank >= 0 && tp.rank < N, "tensor parallel: rank {} outside [0, world size {})", tp.rank,
                   N);
+  FDLLM_CHECK(N == 1 || !cfg.moe.on(), ErrorCode::kUnsupported,
+              "tensor parallel size {}: mixture-of-experts models ({}, {} experts) run on one rank only so far (the "
+              "experts are not split across ranks yet)",
+              N, family_name(cfg.family), cfg.moe.n_experts);
   FDLLM_CHECK_ARG(cfg.n_heads % N == 0,
                   "tensor parallel size {} must divide n_heads = {} (attention heads are split across ranks)", N,
                   cfg.n_heads);
@@ -153,8 +177,22 @@ ModelWeights load_model_weights(Backend& backend, const Checkpoint& ckpt, const 
       put_rows(l.bqkv.slice_rows(Hl, Hl + Kl), name(R::kKBias, i), k0);
       put_rows(l.bqkv.slice_rows(Hl + Kl, Hl + 2 * Kl), name(R::kVBias, i), k0);
     }
+    if (cfg.qk_norm) {
+      put_rows(l.q_norm, name(R::kQNorm, i), 0);
+      put_rows(l.k_norm, name(R::kKNorm, i), 0);
+    }
     put_cols(l.attn_out, name(R::kAttnOut, i), q0);
     put_rows(l.ff_norm, name(R::kFfNorm, i), 0);
+    if (cfg.moe.on()) {  // world 1: each expert's tensors whole, into its slice of the stacked ones
+      put_rows(l.router, name(R::kRouter, i), 0);
+      for (int64_t e = 0; e < cfg.moe.n_experts; ++e) {
+        const Tensor gu = l.w_gate_up.slice_rows(e, e + 1).reshape({2 * Fl, cfg.d_model});
+        put_rows(gu.slice_rows(0, Fl), weight_name(cfg, R::kExpertGate, i, e), 0);
+        put_rows(gu.slice_rows(Fl, 2 * Fl), weight_name(cfg, R::kExpertUp, i, e), 0);
+        put_rows(l.ff_out.slice_rows(e, e + 1).reshape({cfg.d_model, Fl}), weight_name(cfg, R::kExpertDown, i, e), 0);
+      }
+      continue;
+    }
     put_rows(l.w_gate_up.slice_rows(0, Fl), name(R::kGate, i), sh.mlp_begin);
     put_rows(l.w_gate_up.slice_rows(Fl, 2 * Fl), name(R::kUp, i), sh.mlp_begin);
     put_cols(l.ff_out, name(R::kDown, i), sh.mlp_begin);
@@ -194,8 +232,18 @@ ModelWeights make_dummy_weights(Backend& backend, const ModelConfig& cfg, uint64
       matrix({{l.bqkv.slice_rows(0, Hl), {h0, 0}},
               {l.bqkv.slice_rows(Hl, Hl + Kl), {H + k0, 0}},
               {l.bqkv.slice_rows(Hl + Kl, Hl + 2 * Kl), {H + K + k0, 0}}});
+    if (!l.q_norm.empty()) {  // QK-norm weights 1, like the other norms
+      norm(l.q_norm);
+      norm(l.k_norm);
+    }
     matrix({{l.attn_out, {h0, H}}});
     norm(l.ff_norm);
+    if (!l.router.empty()) {  // MoE (world 1): router and the stacked experts, whole
+      matrix({{l.router, {}}});
+      matrix({{l.w_gate_up, {}}});
+      matrix({{l.ff_out, {}}});
+      continue;
+    }
     matrix({{l.w_gate_up.slice_rows(0, Fl), {f0 * D, 0}}, {l.w_gate_up.slice_rows(Fl, 2 * Fl), {(F + f0) * D, 0}}});
     matrix({{l.ff_out, {f0, F}}});
   }

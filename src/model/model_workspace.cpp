@@ -161,8 +161,16 @@ ForwardWorkspace plan_forward_workspace(DType at, DeviceKind dev, const ModelCon
   }
   const size_t attention_end = cv.bytes();
   cv.seek(stage);
-  ws.gate_up = cv.take(at, {T, 2 * F});
-  ws.act = cv.take(at, {T, F});
+  if (c.moe.on()) {  // the MoE FFN's buffers take the dense MLP's place
+    const int64_t E = c.moe.n_experts, k = c.moe.top_k;
+    ws.router_logits = cv.take(DType::kF32, {T, E});
+    ws.expert_ids = cv.take(DType::kI32, {T, k});
+    ws.expert_weights = cv.take(DType::kF32, {T, k});
+    ws.moe_scratch = cv.take(at, {Backend::moe_scratch_elements(T, k, D, F)});
+  } else {
+    ws.gate_up = cv.take(at, {T, 2 * F});
+    ws.act = cv.take(at, {T, F});
+  }
   cv.seek(std::max(attention_end, cv.bytes()));
   ws.sel = cv.take(at, {R, D});
   ws.logits = cv.take(DType::kF32, {R, c.embedding_size});
@@ -198,9 +206,11 @@ ForwardWorkspace make_forward_workspace(Backend& backend, const ModelConfig& c, 
   // padding rows would only cost.
   ws.padding = tp.comm == nullptr ? backend.row_padding() : Backend::RowPadding{};
   const Buffer& storage = shared != nullptr ? *shared : ws.storage;
-  for (Tensor* t : {&ws.x, &ws.xn, &ws.q, &ws.attn, &ws.gate_up, &ws.act, &ws.sel, &ws.scratch, &ws.logits, &ws.ids,
-                    &ws.positions, &ws.kv_rows, &ws.tiles, &ws.logit_rows, &ws.row_keys})
+  for (Tensor* t : {&ws.x, &ws.xn, &ws.q, &ws.attn, &ws.sel, &ws.scratch, &ws.logits, &ws.ids, &ws.positions,
+                    &ws.kv_rows, &ws.tiles, &ws.logit_rows, &ws.row_keys})
     Carver::bind(*t, storage);
+  for (Tensor* t : {&ws.gate_up, &ws.act, &ws.router_logits, &ws.expert_ids, &ws.expert_weights, &ws.moe_scratch})
+    if (t->ndim > 0) Carver::bind(*t, storage);  // the dense MLP's or the MoE FFN's
   if (tp.comm != nullptr) Carver::bind(ws.gather, storage);
   if (max_verify_keys > 0)
     for (Tensor* t : {&ws.k_tile, &ws.v_tile, &ws.key_rows, &ws.verify_tiles}) Carver::bind(*t, storage);

@@ -1,10 +1,14 @@
 #include "common/model_fixture.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <random>
 
+#include "common/numerics.h"
 #include "common/test_paths.h"
 #include "core/check.h"
 #include "io/safetensors.h"
@@ -136,6 +140,65 @@ std::vector<GenerateRequest> random_id_requests(const ModelConfig& c, size_t n, 
     for (auto& t : rq[i].prompt_ids) t = id(rng);
   }
   return rq;
+}
+
+CpuCheckpoint& cpu_checkpoint(const std::filesystem::path& dir, int threads) {
+  static std::map<std::filesystem::path, std::unique_ptr<CpuCheckpoint>> loaded;
+  std::unique_ptr<CpuCheckpoint>& c = loaded[dir];
+  if (!c) {
+    auto backend = make_cpu_backend(threads);
+    Model model = load_model(*backend, dir);
+    c = std::make_unique<CpuCheckpoint>(CpuCheckpoint{std::move(backend), std::move(model)});
+  }
+  return *c;
+}
+
+std::function<void(nlohmann::json&)> set_key(const char* key, nlohmann::json v) {
+  return [key, v](nlohmann::json& j) { j[key] = v; };
+}
+std::function<void(nlohmann::json&)> erase_key(const char* key) {
+  return [key](nlohmann::json& j) { j.erase(key); };
+}
+
+void expect_config_refused(const nlohmann::json& config, const BadConfig& b, const std::string& source) {
+  nlohmann::json j = config;
+  b.mutate(j);
+  try {
+    parse_model_config(j, source);
+    ADD_FAILURE() << b.name << ": accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidCheckpoint) << e.what();
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(source), std::string::npos) << msg;
+    for (const std::string& p : b.parts) EXPECT_NE(msg.find(p), std::string::npos) << "lacks '" << p << "': " << msg;
+  }
+}
+
+double verify_vs_full_forward(Backend& be, const Model& m, const std::vector<int32_t>& x, int32_t a, int32_t b) {
+  const auto T = static_cast<int64_t>(x.size());
+  KvStore kv = make_kv_store(be, m.config, T, /*shared_across_layers=*/false);
+  ForwardWorkspace ws = make_forward_workspace(be, m.config, T, T, 1);
+  Tensor lg = model_forward(be, m, full_recompute_batch({x}), kv, ws);
+  const int64_t V = m.config.embedding_size;
+  std::vector<float> full(static_cast<size_t>(lg.numel()));
+  be.copy_to_host(full.data(), lg);
+  VerifyBatch vb;
+  for (int32_t p = a; p < b; ++p) {
+    vb.token_ids.push_back(x[static_cast<size_t>(p)]);
+    vb.positions.push_back(p);
+    vb.logit_rows.push_back(p - a);
+    vb.row_keys.push_back(0);
+  }
+  for (int32_t p = 0; p < T; ++p)
+    if (p < a || p >= b) vb.key_rows.push_back(p);
+  vb.tiles.push_back({0, b - a, 0, static_cast<int32_t>(vb.key_rows.size()), 0});
+  ForwardWorkspace vws =
+      make_forward_workspace(be, m.config, b - a, b - a, 1, static_cast<int64_t>(vb.key_rows.size()));
+  Tensor vl = model_verify_forward(be, m, vb, kv, vws);
+  std::vector<float> got(static_cast<size_t>(vl.numel()));
+  be.copy_to_host(got.data(), vl);
+  const std::vector<float> want(full.begin() + a * V, full.begin() + b * V);
+  return rel_max_err(got, want);
 }
 
 }  // namespace flashdllm::test

@@ -4,6 +4,9 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -74,5 +77,32 @@ std::vector<float> forward_logits(Backend& backend, const Model& model, const Fo
 /// The batch full_logits runs: every position a query row, its own store row and a logits row,
 /// one tile per sequence.
 ForwardBatch full_recompute_batch(const std::vector<std::vector<int32_t>>& sequences);
+
+/// A checkpoint on a CPU backend, loaded once per process and directory (the family golden suites).
+struct CpuCheckpoint {
+  std::unique_ptr<Backend> backend;
+  Model model;
+};
+/// The checkpoint `dir` on a CPU backend of `threads` threads (0 = all), loaded on the first call
+/// for `dir`; later calls return the same object whatever `threads` they pass.
+CpuCheckpoint& cpu_checkpoint(const std::filesystem::path& dir, int threads = 0);
+
+/// A config.json mutation and the parts the refusal's message must hold (config-refusal tables).
+struct BadConfig {
+  const char* name;
+  std::function<void(nlohmann::json&)> mutate;
+  std::vector<std::string> parts;
+};
+inline void PrintTo(const BadConfig& b, std::ostream* os) { *os << b.name; }
+/// Mutations for BadConfig tables: set `key` to `v`; erase `key`.
+std::function<void(nlohmann::json&)> set_key(const char* key, nlohmann::json v);
+std::function<void(nlohmann::json&)> erase_key(const char* key);
+/// Applies b.mutate to a copy of `config` and expects parse_model_config to refuse it with
+/// Error(kInvalidCheckpoint) naming `source` and every one of b.parts (gtest failures otherwise).
+void expect_config_refused(const nlohmann::json& config, const BadConfig& b, const std::string& source);
+
+/// The verify pass (model_verify_forward) over the kept positions [a, b) of `x`, the others read
+/// from a full forward's K/V cache, against that full forward's rows: the max relative error.
+double verify_vs_full_forward(Backend& be, const Model& m, const std::vector<int32_t>& x, int32_t a, int32_t b);
 
 }  // namespace flashdllm::test

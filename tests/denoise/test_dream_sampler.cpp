@@ -34,18 +34,7 @@ const json& dream_json() {
   return j;
 }
 
-struct DreamGolden {
-  std::unique_ptr<Backend> backend;
-  Model model;
-};
-DreamGolden& dream_golden() {
-  static DreamGolden g = [] {
-    auto backend = make_cpu_backend(1);
-    Model model = load_model(*backend, dream_dir());
-    return DreamGolden{std::move(backend), std::move(model)};
-  }();
-  return g;
-}
+CpuCheckpoint& dream_golden() { return cpu_checkpoint(dream_dir(), 1); }
 
 DreamAlg alg_of(const json& run) { return parse_dream_alg(run["alg"].get<std::string>()); }
 
@@ -212,7 +201,7 @@ std::vector<Case> cases(bool free_run_only) {
 class DreamTeacherForced : public ::testing::TestWithParam<Case> {};
 
 TEST_P(DreamTeacherForced, EveryStepMatchesAboveNoiseMargin) {
-  DreamGolden& g = dream_golden();
+  CpuCheckpoint& g = dream_golden();
   const json& r = dream_json()["runs"][GetParam().index];
   const json& trace = r["trace"];
   const std::vector<int32_t> out = r["output_ids"].get<std::vector<int32_t>>();
@@ -254,7 +243,7 @@ INSTANTIATE_TEST_SUITE_P(Golden, DreamTeacherForced, ::testing::ValuesIn(cases(f
 class DreamFreeRun : public ::testing::TestWithParam<Case> {};
 
 TEST_P(DreamFreeRun, ReproducesTheOutput) {
-  DreamGolden& g = dream_golden();
+  CpuCheckpoint& g = dream_golden();
   const json& r = dream_json()["runs"][GetParam().index];
   DreamSampler sampler(*g.backend, g.model, options_of(r));
   std::vector<int64_t> ks;
@@ -272,7 +261,7 @@ INSTANTIATE_TEST_SUITE_P(Golden, DreamFreeRun, ::testing::ValuesIn(cases(true)),
                          [](const auto& info) { return info.param.name; });
 
 TEST(DreamGolden, BatchOfTwoEqualsEachAloneAndUpstream) {
-  DreamGolden& g = dream_golden();
+  CpuCheckpoint& g = dream_golden();
   const json& runs = dream_json()["runs"];
   std::vector<size_t> pair;
   for (size_t i = 0; i < runs.size(); ++i)

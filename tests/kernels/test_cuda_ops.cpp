@@ -357,7 +357,7 @@ TEST_P(CudaOps, QkvRopeStoreMatchesCpu) {
         be.fill_zero(ks.t);
         be.fill_zero(vs.t);
       }
-      be.qkv_rope_store(xd.t, wd.t, Tensor{}, pd.t, rd.t, RopeTable{cd.t, sd.t}, c.H, q.t, ks.t, vs.t, scratch.t);
+      be.qkv_rope_store(xd.t, wd.t, QkvExtras{}, pd.t, rd.t, RopeTable{cd.t, sd.t}, c.H, q.t, ks.t, vs.t, scratch.t);
       be.synchronize();
     };
     Dev qc, kc, vc;
@@ -415,7 +415,7 @@ TEST_P(CudaOps, QkvRopeStoreReportsBadPositionAndRow) {
   put_i32(*twin_, rd.t, {0, 1});
   put_i32(*twin_, pd.t, {0, 8});  // position 8 outside [0, 8)
   auto call = [&] {
-    twin_->qkv_rope_store(xd.t, wd.t, Tensor{}, pd.t, rd.t, RopeTable{cd.t, sd.t}, H, q.t, ks.t, vs.t, scratch.t);
+    twin_->qkv_rope_store(xd.t, wd.t, QkvExtras{}, pd.t, rd.t, RopeTable{cd.t, sd.t}, H, q.t, ks.t, vs.t, scratch.t);
   };
   EXPECT_TRUE(twin::throws_error(*twin_, call, ErrorCode::kInvalidArgument, "position"));
   put_i32(*twin_, pd.t, {0, 7});

@@ -109,39 +109,16 @@ TEST(DreamConfig, GoldenConfigAndLladaUnchanged) {
   EXPECT_EQ(l.n_kv_heads, l.n_heads);
 }
 
-struct BadDream {
-  const char* name;
-  std::function<void(json&)> mutate;
-  std::vector<std::string> parts;
-};
-void PrintTo(const BadDream& b, std::ostream* os) { *os << b.name; }
-
-class DreamConfigRejects : public ::testing::TestWithParam<BadDream> {};
+class DreamConfigRejects : public ::testing::TestWithParam<BadConfig> {};
 
 TEST_P(DreamConfigRejects, WithClearMessage) {
-  const BadDream& b = GetParam();
-  json j = load_json(real_dream_dir() / "config.json");
-  b.mutate(j);
-  const std::string source = "/models/dream/config.json";
-  try {
-    parse_model_config(j, source);
-    FAIL() << b.name << ": accepted";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidCheckpoint) << e.what();
-    const std::string msg = e.what();
-    EXPECT_NE(msg.find(source), std::string::npos) << msg;
-    for (const std::string& p : b.parts) EXPECT_NE(msg.find(p), std::string::npos) << "lacks '" << p << "': " << msg;
-  }
+  expect_config_refused(load_json(real_dream_dir() / "config.json"), GetParam(), "/models/dream/config.json");
 }
 
-auto set(const char* key, json v) {
-  return [key, v](json& j) { j[key] = v; };
-}
-auto erase(const char* key) {
-  return [key](json& j) { j.erase(key); };
-}
+auto set = set_key;
+auto erase = erase_key;
 
-const BadDream kBadDream[] = {
+const BadConfig kBadDream[] = {
     {"model_type_qwen2", set("model_type", "qwen2"), {"'qwen2'", "\"llada\"", "\"Dream\""}},
     {"model_type_lowercase", set("model_type", "dream"), {"'dream'", "\"Dream\""}},
     {"architectures_llada", set("architectures", json::array({"LLaDAModelLM"})), {"LLaDAModelLM", "contradicts"}},
@@ -278,35 +255,7 @@ TEST(DreamGoldenHidden, EmbeddingsLayerZeroAndFinalNormMatchUpstream) {
 // cache sees the same keys as the full forward: same logits (GQA + biases on the verify path).
 TEST(DreamVerify, KeptRowsOverAFullCacheEqualTheFullForward) {
   Loaded& l = loaded();
-  Backend& be = *l.backend;
-  const Model& m = l.model;
-  const std::vector<int32_t> x = ids("L64");
-  const auto T = static_cast<int64_t>(x.size());
-  const ForwardBatch fb = full_recompute_batch({x});
-  KvStore kv = make_kv_store(be, m.config, T, /*shared_across_layers=*/false);
-  ForwardWorkspace ws = make_forward_workspace(be, m.config, T, T, 1);
-  Tensor lg = model_forward(be, m, fb, kv, ws);
-  const int64_t V = m.config.embedding_size;
-  std::vector<float> full(static_cast<size_t>(lg.numel()));
-  be.copy_to_host(full.data(), lg);
-  const int32_t a = 20, b = 37;
-  VerifyBatch vb;
-  for (int32_t p = a; p < b; ++p) {
-    vb.token_ids.push_back(x[static_cast<size_t>(p)]);
-    vb.positions.push_back(p);
-    vb.logit_rows.push_back(p - a);
-    vb.row_keys.push_back(0);
-  }
-  for (int32_t p = 0; p < T; ++p)
-    if (p < a || p >= b) vb.key_rows.push_back(p);
-  vb.tiles.push_back({0, b - a, 0, static_cast<int32_t>(vb.key_rows.size()), 0});
-  ForwardWorkspace vws =
-      make_forward_workspace(be, m.config, b - a, b - a, 1, static_cast<int64_t>(vb.key_rows.size()));
-  Tensor vl = model_verify_forward(be, m, vb, kv, vws);
-  std::vector<float> got(static_cast<size_t>(vl.numel()));
-  be.copy_to_host(got.data(), vl);
-  const std::span<const float> want(full.data() + a * V, static_cast<size_t>((b - a) * V));
-  EXPECT_LE(rel_max_err(got, want), kFp32OpRelTol);
+  EXPECT_LE(verify_vs_full_forward(*l.backend, l.model, ids("L64"), 20, 37), kFp32OpRelTol);
 }
 
 TEST(DreamTensorParallel, TwoRanksEqualOneAndWorldMustDivideKvHeads) {

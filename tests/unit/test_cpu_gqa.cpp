@@ -20,6 +20,13 @@
 namespace flashdllm {
 namespace {
 
+/// qkv_rope_store's extras with a q/k/v bias only.
+QkvExtras bias_only(Tensor bias) {
+  QkvExtras e;
+  e.bias = bias;
+  return e;
+}
+
 constexpr int64_t kDh = 24;  // not a multiple of 8: the blocked kernel's column tail runs too
 
 std::vector<float> randn(size_t n, uint32_t seed, float sd = 1.0f) {
@@ -153,9 +160,10 @@ TEST_P(CpuGqa, QkvRopeStoreAddsTheBiasBeforeRope) {
   } got{std::vector<float>(T * HD), std::vector<float>(N * KD, 9.f), std::vector<float>(N * KD, 9.f),
         std::vector<float>(T * W)},
       want = got;
-  be->qkv_rope_store(host(x, T, D), host(w, W, D), Tensor(b.data(), DType::kF32, DeviceKind::kCPU, {W}), tpos, trows,
-                     rope, H, host(got.q, T, HD), host(got.k, N, KD), host(got.v, N, KD), host(got.scratch, T, W));
-  be->qkv_rope_store(host(x1, T, D + 1), host(wb, W, D + 1), Tensor{}, tpos, trows, rope, H, host(want.q, T, HD),
+  be->qkv_rope_store(host(x, T, D), host(w, W, D), bias_only(Tensor(b.data(), DType::kF32, DeviceKind::kCPU, {W})),
+                     tpos, trows, rope, H, host(got.q, T, HD), host(got.k, N, KD), host(got.v, N, KD),
+                     host(got.scratch, T, W));
+  be->qkv_rope_store(host(x1, T, D + 1), host(wb, W, D + 1), QkvExtras{}, tpos, trows, rope, H, host(want.q, T, HD),
                      host(want.k, N, KD), host(want.v, N, KD), host(want.scratch, T, W));
   // One fp32 GEMM each, summed in different orders: a few ulps of the |b| ~ 1 values.
   EXPECT_LE(test::rel_max_err(got.q, want.q), 1e-6);
@@ -163,10 +171,11 @@ TEST_P(CpuGqa, QkvRopeStoreAddsTheBiasBeforeRope) {
   EXPECT_LE(test::rel_max_err(got.v, want.v), 1e-6);
   EXPECT_EQ(got.k[2 * KD], 9.f) << "store row 2 is written by no query row";
   // Wrong shapes are refused naming the op: a bias of the wrong length, K/V heads not dividing H.
-  EXPECT_THROW(be->qkv_rope_store(host(x, T, D), host(w, W, D),
-                                  Tensor(b.data(), DType::kF32, DeviceKind::kCPU, {W - 1}), tpos, trows, rope, H,
-                                  host(got.q, T, HD), host(got.k, N, KD), host(got.v, N, KD), host(got.scratch, T, W)),
-               Error);
+  EXPECT_THROW(
+      be->qkv_rope_store(host(x, T, D), host(w, W, D),
+                         bias_only(Tensor(b.data(), DType::kF32, DeviceKind::kCPU, {W - 1})), tpos, trows, rope, H,
+                         host(got.q, T, HD), host(got.k, N, KD), host(got.v, N, KD), host(got.scratch, T, W)),
+      Error);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ratios, CpuGqa, ::testing::Values(Ratio{3, 3}, Ratio{8, 2}, Ratio{7, 1}),

@@ -19,6 +19,7 @@
 #include "backend/backend.h"
 #include "backend/backend_policy.h"
 #include "backend/cpu/cpu_attention.h"
+#include "backend/cpu/cpu_moe.h"
 #include "backend/cpu/cpu_ops.h"
 #include "backend/operand_checks.h"
 #include "core/check.h"
@@ -171,9 +172,11 @@ class CpuBackend final : public Backend {
                 accumulate ? 1.0f : 0.0f, out.ptr<float>(), static_cast<int>(N));
   }
 
-  void qkv_rope_store(Tensor xn, Tensor wqkv, Tensor bqkv, Tensor positions, Tensor rows, const RopeTable& rope,
-                      int n_heads, Tensor q_out, Tensor k_store, Tensor v_store, Tensor scratch) override {
+  void qkv_rope_store(Tensor xn, Tensor wqkv, const QkvExtras& extra, Tensor positions, Tensor rows,
+                      const RopeTable& rope, int n_heads, Tensor q_out, Tensor k_store, Tensor v_store,
+                      Tensor scratch) override {
     static constexpr const char* kOp = "qkv_rope_store";
+    const Tensor& bqkv = extra.bias;
     const int64_t T = xn.rows(), HD = q_out.row_size();
     const int n_kv = opcheck::kv_heads_of(q_out, k_store, n_heads, kOp);
     const int64_t Dh = HD / n_heads, KD = n_kv * Dh, W = HD + 2 * KD;
@@ -184,6 +187,14 @@ class CpuBackend final : public Backend {
     FDLLM_CHECK_ARG(bqkv.numel() == 0 || bqkv.numel() == W, "{}: bias {} must be empty or have {} elements", kOp,
                     bqkv.describe(), W);
     if (bqkv.numel() > 0) check_dtype(bqkv, DType::kF32, kOp, "bqkv");
+    const bool qk_norm = extra.qk_norm();
+    if (qk_norm) {
+      check_dtype(extra.q_norm, DType::kF32, kOp, "q_norm");
+      check_dtype(extra.k_norm, DType::kF32, kOp, "k_norm");
+      FDLLM_CHECK_ARG(extra.q_norm.numel() == Dh && extra.k_norm.numel() == Dh,
+                      "{}: q_norm {} and k_norm {} must both have head_dim = {} elements", kOp, extra.q_norm.describe(),
+                      extra.k_norm.describe(), Dh);
+    }
     check_dtype(positions, DType::kI32, kOp, "positions");
     check_dtype(rows, DType::kI32, kOp, "rows");
     FDLLM_CHECK_ARG(positions.numel() == T && rows.numel() == T, "{}: positions/rows must have {} entries", kOp, T);
@@ -210,6 +221,12 @@ class CpuBackend final : public Backend {
       float* src = qkv.ptr<float>() + t * W;
       if (bias != nullptr)  // the projection's bias, before RoPE (nn.Linear, then rotary embedding)
         for (int64_t i = 0; i < W; ++i) src[i] += bias[i];
+      if (qk_norm) {  // per-head RMSNorm of q and k, before RoPE (LLaDA-MoE's q_norm / k_norm)
+        for (int h = 0; h < n_heads; ++h)
+          cpu::rmsnorm_row(src + h * Dh, extra.q_norm.ptr<float>(), Dh, extra.norm_eps, src + h * Dh);
+        for (int h = 0; h < n_kv; ++h)
+          cpu::rmsnorm_row(src + HD + h * Dh, extra.k_norm.ptr<float>(), Dh, extra.norm_eps, src + HD + h * Dh);
+      }
       const float* c = rope.cos.ptr<float>() + static_cast<int64_t>(pos[t]) * (Dh / 2);
       const float* s = rope.sin.ptr<float>() + static_cast<int64_t>(pos[t]) * (Dh / 2);
       float* kdst = k_store.ptr<float>() + static_cast<int64_t>(row[t]) * KD;
@@ -424,6 +441,15 @@ class CpuBackend final : public Backend {
     for (int64_t t = 0; t < N; ++t)
       if (touched[static_cast<size_t>(t)])
         out[t] = static_cast<float>(static_cast<double>(out[t]) + static_cast<double>(weight) * acc[static_cast<size_t>(t)]);
+  }
+
+  void moe_route(Tensor router_logits, Tensor expert_bias, const MoeRouting& routing, Tensor expert_ids,
+                 Tensor expert_weights) override {
+    cpu::moe_route(threads_, router_logits, expert_bias, routing, expert_ids, expert_weights);
+  }
+  void moe_experts(Tensor x, Tensor expert_ids, Tensor expert_weights, Tensor w_gate_up, Tensor w_down, Tensor out,
+                   bool accumulate, Tensor scratch) override {
+    cpu::moe_experts(threads_, x, expert_ids, expert_weights, w_gate_up, w_down, out, accumulate, scratch);
   }
 
   void swiglu(Tensor gate_up, Tensor out) override {

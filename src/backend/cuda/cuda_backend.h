@@ -209,9 +209,11 @@ class CudaBackend final : public Backend {
 
   void matmul(Tensor x, Tensor w, Tensor out, bool accumulate) override;
 
-  /// GQA (K/V narrower than q) and q/k/v biases: Error(kUnsupported) (opcheck::expect_mha_without_bias).
-  void qkv_rope_store(Tensor xn, Tensor wqkv, Tensor bqkv, Tensor positions, Tensor rows, const RopeTable& rope,
-                      int n_heads, Tensor q_out, Tensor k_store, Tensor v_store, Tensor scratch) override;
+  /// GQA (K/V narrower than q), q/k/v biases and QK-norm: Error(kUnsupported)
+  /// (opcheck::expect_mha_without_bias). The MoE ops keep Backend's kUnsupported defaults.
+  void qkv_rope_store(Tensor xn, Tensor wqkv, const QkvExtras& extra, Tensor positions, Tensor rows,
+                      const RopeTable& rope, int n_heads, Tensor q_out, Tensor k_store, Tensor v_store,
+                      Tensor scratch) override;
 
   void attention(Tensor q, Tensor k_store, Tensor v_store, Tensor table, int n_heads, float scale, Tensor out) override;
 

@@ -25,11 +25,13 @@ void CudaBackend::matmul(Tensor x, Tensor w, Tensor out, bool accumulate) {
   after_op(kOp);
 }
 
-void CudaBackend::qkv_rope_store(Tensor xn, Tensor wqkv, Tensor bqkv, Tensor positions, Tensor rows,
+void CudaBackend::qkv_rope_store(Tensor xn, Tensor wqkv, const QkvExtras& extra, Tensor positions, Tensor rows,
                                  const RopeTable& rope, int n_heads, Tensor q_out, Tensor k_store, Tensor v_store,
                                  Tensor scratch) {
   static constexpr const char* kOp = "qkv_rope_store";
-  opcheck::expect_mha_without_bias(q_out, k_store, bqkv, kOp, "CUDA");
+  opcheck::expect_mha_without_bias(q_out, k_store, extra.bias, kOp, "CUDA");
+  FDLLM_CHECK(!extra.qk_norm(), ErrorCode::kUnsupported,
+              "{}: per-head QK-norm (q_norm / k_norm) is not implemented on the CUDA backend yet", kOp);
   expect(xn, DType::kBF16, kOp, "xn");
   expect(wqkv, DType::kBF16, kOp, "wqkv");
   expect(positions, DType::kI32, kOp, "positions");

@@ -1,0 +1,176 @@
+// The CPU oracle of the mixture-of-experts FFN (cpu_moe.h): routing, then the rows permuted into
+// per-expert groups (a counting sort by expert), each group's SwiGLU expert as two matrix products
+// (dot products summed in double), and the weighted un-permutation. Every row's result is computed from its own values
+// in a fixed order (its experts ascending, as upstream's index_add_ loop over experts), so it does not depend on its
+// batch mates: the same tokens alone or in any batch (the engine's batch invariance).
+#include "backend/cpu/cpu_moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+#include "backend/operand_checks.h"
+#include "core/check.h"
+
+namespace flashdllm::cpu {
+namespace {
+
+void check(const Tensor& t, DType want, const char* op, const char* operand) {
+  opcheck::expect(t, want, DeviceKind::kCPU, op, operand);
+}
+
+/// out [n, N] = x [n, K] · w [N, K]ᵀ, each element one dot_f64 (double sums, one rounding): an
+/// element depends on its own row and weight row only, never on n (an SGEMM may change its kernel,
+/// hence its summation order, with the group's row count, and the group is the batch's business).
+void gemm_nt(int threads, const float* x, const float* w, float* out, int64_t n, int64_t N, int64_t K) {
+#pragma omp parallel for num_threads(threads) if (n * N * K >= (int64_t{1} << 16))
+  for (int64_t j = 0; j < N; ++j)  // a weight row stays in cache while the group's rows pass it
+    for (int64_t r = 0; r < n; ++r) out[r * N + j] = static_cast<float>(dot_f64(x + r * K, w + j * K, K));
+}
+
+}  // namespace
+
+void moe_route(int threads, Tensor router_logits, Tensor expert_bias, const MoeRouting& routing, Tensor expert_ids,
+               Tensor expert_weights) {
+  static constexpr const char* kOp = "moe_route";
+  check(router_logits, DType::kF32, kOp, "router_logits");
+  check(expert_ids, DType::kI32, kOp, "expert_ids");
+  check(expert_weights, DType::kF32, kOp, "expert_weights");
+  const int64_t T = router_logits.rows(), E = router_logits.row_size(), k = routing.top_k;
+  FDLLM_CHECK_ARG(E == routing.n_experts && k >= 1 && k <= E,
+                  "{}: router_logits {} for {} experts, top_k {} (must be in [1, n_experts])", kOp,
+                  router_logits.describe(), routing.n_experts, k);
+  opcheck::expect_matrix(expert_ids, T, k, kOp, "expert_ids");
+  opcheck::expect_matrix(expert_weights, T, k, kOp, "expert_weights");
+  FDLLM_CHECK(routing.score == RouterScore::kSoftmax, ErrorCode::kUnsupported,
+              "{}: router score '{}' is not implemented on the CPU backend yet (supported: softmax)", kOp,
+              router_score_name(routing.score));
+  FDLLM_CHECK(!routing.expert_bias && expert_bias.numel() == 0, ErrorCode::kUnsupported,
+              "{}: an expert bias is not implemented on the CPU backend yet", kOp);
+  FDLLM_CHECK(routing.n_groups == 1 && routing.topk_groups == 1, ErrorCode::kUnsupported,
+              "{}: group-limited routing ({} groups, top {}) is not implemented on the CPU backend yet", kOp,
+              routing.n_groups, routing.topk_groups);
+  FDLLM_CHECK_ARG(std::isfinite(routing.scaling), "{}: scaling {} must be finite", kOp, routing.scaling);
+#pragma omp parallel num_threads(threads) if (T * E >= (int64_t{1} << 14))
+  {
+    std::vector<double> e(static_cast<size_t>(E));
+    std::vector<float> p(static_cast<size_t>(E));
+    std::vector<int32_t> order(static_cast<size_t>(E));
+#pragma omp for
+    for (int64_t t = 0; t < T; ++t) {
+      const float* z = router_logits.ptr<float>() + t * E;
+      int32_t* ids = expert_ids.ptr<int32_t>() + t * k;
+      float* w = expert_weights.ptr<float>() + t * k;
+      double m = -std::numeric_limits<double>::infinity(), sum = 0.0;
+      bool finite = true;
+      for (int64_t i = 0; i < E; ++i) {
+        finite = finite && std::isfinite(z[i]);
+        m = std::max(m, static_cast<double>(z[i]));
+      }
+      if (!finite) {  // NaN weights: the logits turn non-finite and the denoiser reports the slot
+        for (int64_t j = 0; j < k; ++j) {
+          ids[j] = static_cast<int32_t>(j);
+          w[j] = std::numeric_limits<float>::quiet_NaN();
+        }
+        continue;
+      }
+      for (int64_t i = 0; i < E; ++i) sum += (e[static_cast<size_t>(i)] = std::exp(static_cast<double>(z[i]) - m));
+      for (int64_t i = 0; i < E; ++i) p[static_cast<size_t>(i)] = static_cast<float>(e[static_cast<size_t>(i)] / sum);
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+        const float pa = p[static_cast<size_t>(a)], pb = p[static_cast<size_t>(b)];
+        return pa > pb || (pa == pb && a < b);
+      });
+      float total = 0.0f;
+      for (int64_t j = 0; j < k; ++j) {
+        ids[j] = order[static_cast<size_t>(j)];
+        w[j] = p[static_cast<size_t>(ids[j])];
+        total += w[j];
+      }
+      for (int64_t j = 0; j < k; ++j) {
+        if (routing.renormalize) w[j] /= total;
+        w[j] *= routing.scaling;
+      }
+    }
+  }
+}
+
+void moe_experts(int threads, Tensor x, Tensor expert_ids, Tensor expert_weights, Tensor w_gate_up, Tensor w_down,
+                 Tensor out, bool accumulate, Tensor scratch) {
+  static constexpr const char* kOp = "moe_experts";
+  check(x, DType::kF32, kOp, "x");
+  check(expert_ids, DType::kI32, kOp, "expert_ids");
+  check(expert_weights, DType::kF32, kOp, "expert_weights");
+  check(w_gate_up, DType::kF32, kOp, "w_gate_up");
+  check(w_down, DType::kF32, kOp, "w_down");
+  check(out, DType::kF32, kOp, "out");
+  check(scratch, DType::kF32, kOp, "scratch");
+  const int64_t T = x.rows(), D = x.row_size(), k = expert_ids.row_size();
+  FDLLM_CHECK_ARG(w_gate_up.ndim == 3 && w_down.ndim == 3 && w_gate_up.shape[0] == w_down.shape[0] &&
+                      w_gate_up.shape[1] % 2 == 0 && w_gate_up.shape[2] == D && w_down.shape[1] == D &&
+                      w_down.shape[2] * 2 == w_gate_up.shape[1],
+                  "{}: w_gate_up {} and w_down {} are not [E, 2F, D] and [E, D, F] for D = {}", kOp,
+                  w_gate_up.describe(), w_down.describe(), D);
+  const int64_t E = w_gate_up.shape[0], F = w_down.shape[2];
+  FDLLM_CHECK_ARG(expert_ids.rows() == T && k >= 1, "{}: expert_ids {} is not [{}, top_k]", kOp, expert_ids.describe(),
+                  T);
+  opcheck::expect_matrix(expert_weights, T, k, kOp, "expert_weights");
+  opcheck::expect_matrix(out, T, D, kOp, "out");
+  FDLLM_CHECK_ARG(out.data != x.data, "{}: out must not alias x", kOp);
+  FDLLM_CHECK_ARG(scratch.numel() >= Backend::moe_scratch_elements(T, k, D, F),
+                  "{}: scratch {} holds fewer than the {} elements of {} rows x top_k {}", kOp, scratch.describe(),
+                  Backend::moe_scratch_elements(T, k, D, F), T, k);
+  if (T == 0) return;
+  const int32_t* ids = expert_ids.ptr<int32_t>();
+  // Counting sort of the T·k (row, choice) pairs by expert: slot[t·k + j] = its row in the groups.
+  std::vector<int64_t> start(static_cast<size_t>(E) + 1, 0), slot(static_cast<size_t>(T * k));
+  for (int64_t i = 0; i < T * k; ++i) {
+    FDLLM_CHECK_ARG(ids[i] >= 0 && ids[i] < E, "{}: expert id {} at row {} is outside [0, {})", kOp, ids[i], i / k, E);
+    ++start[static_cast<size_t>(ids[i]) + 1];
+  }
+  std::partial_sum(start.begin(), start.end(), start.begin());
+  {
+    std::vector<int64_t> next(start.begin(), start.end() - 1);
+    for (int64_t i = 0; i < T * k; ++i) slot[static_cast<size_t>(i)] = next[static_cast<size_t>(ids[i])]++;
+  }
+  const int64_t M = T * k;
+  float* xp = scratch.ptr<float>();  // [M, D] the permuted rows
+  float* gu = xp + M * D;            // [M, 2F]
+  float* act = gu + M * 2 * F;       // [M, F]
+  float* y = act + M * F;            // [M, D] expert outputs
+  float* acc = y + M * D;            // [T, D] the weighted sums
+#pragma omp parallel for num_threads(threads) if (M * D >= (int64_t{1} << 16))
+  for (int64_t i = 0; i < M; ++i)
+    std::memcpy(xp + slot[static_cast<size_t>(i)] * D, x.ptr<float>() + (i / k) * D, static_cast<size_t>(D) * 4);
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t b = start[static_cast<size_t>(e)], n = start[static_cast<size_t>(e) + 1] - b;
+    if (n == 0) continue;  // an expert no row chose
+    gemm_nt(threads, xp + b * D, w_gate_up.ptr<float>() + e * 2 * F * D, gu + b * 2 * F, n, 2 * F, D);
+#pragma omp parallel for num_threads(threads) if (n * F >= (int64_t{1} << 16))
+    for (int64_t r = b; r < b + n; ++r)
+      for (int64_t f = 0; f < F; ++f) act[r * F + f] = silu(gu[r * 2 * F + f]) * gu[r * 2 * F + F + f];
+    gemm_nt(threads, act + b * F, w_down.ptr<float>() + e * D * F, y + b * D, n, D, F);
+  }
+  // Un-permutation: each row's weighted expert outputs summed in ascending expert order, from 0.
+#pragma omp parallel for num_threads(threads) if (T * D * k >= (int64_t{1} << 16))
+  for (int64_t t = 0; t < T; ++t) {
+    float* a = acc + t * D;
+    std::fill(a, a + D, 0.0f);
+    std::vector<std::pair<int32_t, int64_t>> order;
+    for (int64_t j = 0; j < k; ++j) order.emplace_back(ids[t * k + j], j);
+    std::sort(order.begin(), order.end());
+    for (const auto& [e, j] : order) {
+      const float w = expert_weights.ptr<float>()[t * k + j];
+      const float* ye = y + slot[static_cast<size_t>(t * k + j)] * D;
+      for (int64_t i = 0; i < D; ++i) a[i] += ye[i] * w;
+    }
+    float* o = out.ptr<float>() + t * D;
+    for (int64_t i = 0; i < D; ++i) o[i] = accumulate ? o[i] + a[i] : a[i];
+  }
+}
+
+}  // namespace flashdllm::cpu

@@ -1,0 +1,50 @@
+// The router of a mixture-of-experts FFN as typed switches, shared by the model config (what a
+// checkpoint's router is, model_config.h) and the backend op that runs it (Backend::moe_route).
+// One description covers the routers of the families in view, so a new one is a configuration:
+//
+//   family        score    top-k  renormalise  expert bias        groups (n / top)  scaling  shared expert
+//   LLaDA-MoE     softmax  8/64   no           no (flag, unused)  1 / 1             1        none
+//   LLaDA2-mini   sigmoid  8/256  yes          yes (selection)    8 / 4             2.5      1 (width 512)
+//
+// Sources: LLaDA-MoE's LLaDAMoESparseMoeBlock (InfiniTensor/InfiniLM @ 0a7e522 modeling_lladamoe.py,
+// OLMoE's block: softmax over all experts in fp32, top-k of the probabilities, norm_topk_prob
+// hard-coded False, weights = the k probabilities); LLaDA2's config (shared/data/llada2-mini).
+#pragma once
+
+#include <cstdint>
+
+namespace flashdllm {
+
+/// How a router turns its logits into scores.
+enum class RouterScore : uint8_t {
+  kSoftmax,  ///< softmax over all experts (LLaDA-MoE, OLMoE, Mixtral)
+  kSigmoid,  ///< independent sigmoid per expert (DeepSeek-V3, LLaDA2)
+};
+
+/// "softmax" / "sigmoid".
+constexpr const char* router_score_name(RouterScore s) noexcept {
+  return s == RouterScore::kSigmoid ? "sigmoid" : "softmax";
+}
+
+/// One MoE layer's routing. Per token t with router logits z_t [n_experts]:
+///   s = score(z_t)                                   (softmax or sigmoid, fp32 or better)
+///   selection key = s (+ expert_bias when expert_bias; group-limited: only experts in the
+///                   topk_groups best of n_groups groups are candidates)
+///   experts = the top_k keys (ties: the lower expert index first)
+///   weights = s[experts] (renormalise: divided by their sum), times scaling
+/// The backend implements what a family needs and refuses the rest (Error(kUnsupported) naming
+/// the switch); the config parser refuses unsupported values first, naming the config.json field.
+struct MoeRouting {
+  int32_t n_experts = 0;  ///< routed experts E (0 = a dense FFN)
+  int32_t top_k = 0;      ///< experts per token k, in [1, E]
+  RouterScore score = RouterScore::kSoftmax;
+  bool renormalize = false;  ///< weights divided by their sum over the k (norm_topk_prob)
+  bool expert_bias = false;  ///< a learned per-expert bias on the selection key
+  int32_t n_groups = 1;      ///< group-limited selection: experts split into n_groups groups ...
+  int32_t topk_groups = 1;   ///< ... of which the topk_groups best hold the candidates (1 / 1 = off)
+  float scaling = 1.0f;      ///< routed_scaling_factor: multiplies the weights
+
+  bool on() const noexcept { return n_experts > 0; }
+};
+
+}  // namespace flashdllm
