@@ -209,7 +209,8 @@ class CudaBackend final : public Backend {
 
   void matmul(Tensor x, Tensor w, Tensor out, bool accumulate) override;
 
-  /// GQA (K/V narrower than q) and q/k/v biases: Error(kUnsupported) (opcheck::expect_mha_without_bias).
+  /// GQA (K/V narrower than q) and the q/k/v bias (bqkv BF16, the weight dtype; added in rope_store's
+  /// fp32 epilogue before RoPE, no extra pass).
   void qkv_rope_store(Tensor xn, Tensor wqkv, Tensor bqkv, Tensor positions, Tensor rows, const RopeTable& rope,
                       int n_heads, Tensor q_out, Tensor k_store, Tensor v_store, Tensor scratch) override;
 
