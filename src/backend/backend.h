@@ -47,10 +47,10 @@ constexpr bool score_tile_inside(const AttentionTile& s, const AttentionTile& a)
 /// 256 query rows (BackendOptions::cudnn_attention auto or prefill, the default) or every tile
 /// (all) run in cuDNN's fused attention, their score tiles' importance in a separate kernel.
 /// head_dim, scale and kv_heads (the K/V heads of the stores; 0: as many as the query heads) are
-/// those of the calls to come (a call with others runs every tile on the backend's own kernel). The arrays must stay valid for the plan_attention() call only; the
-/// calls' score tables must hold `score_tiles` (the CUDA backend keeps its own copy of the routed
-/// tiles' score tiles).
-/// (Pointer + count rather than std::span: the header is also compiled as C++17 by nvcc.)
+/// those of the calls to come (a call with others runs every tile on the backend's own kernel). The arrays must stay
+/// valid for the plan_attention() call only; the calls' score tables must hold `score_tiles` (the CUDA backend keeps
+/// its own copy of the routed tiles' score tiles). (Pointer + count rather than std::span: the header is also compiled
+/// as C++17 by nvcc.)
 struct HostAttentionPlan {
   const AttentionTile* tiles = nullptr;
   size_t n_tiles = 0;

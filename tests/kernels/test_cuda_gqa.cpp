@@ -83,7 +83,8 @@ class CudaGqa : public twin::TwinTest {
 TEST_F(CudaGqa, AttentionAndFusedImportanceEveryVariant) {
   const int64_t Tq = 240, N = 768;
   // Two packed sequences (70, 130 rows: prefills) and two Flash-Cache-like windows over slots.
-  const std::vector<AttentionTile> tiles = {{0, 70, 0, 70}, {70, 200, 70, 200}, {200, 216, 300, 500}, {216, 240, 600, 729}};
+  const std::vector<AttentionTile> tiles = {
+      {0, 70, 0, 70}, {70, 200, 70, 200}, {200, 216, 300, 500}, {216, 240, 600, 729}};
   const std::vector<AttentionTile> scored = {{10, 40, 0, 70}, {70, 200, 70, 200}, {200, 216, 300, 500}};
   std::vector<std::pair<std::string, std::unique_ptr<Backend>>> impls;
   if (is_cuda_) {

@@ -11,7 +11,7 @@ namespace flashdllm::cuda_impl {
 std::optional<CudaBackend::CudnnRoute> CudaBackend::route_to_cudnn(const HostAttentionPlan& host, int64_t q_rows,
                                                                    int64_t kv_rows, int n_heads) {
   if (cudnn_.min_rows == 0 || host.n_tiles == 0 || host.head_dim <= 0 || !(host.scale > 0.f)) return std::nullopt;
-  const int kv_heads = host.kv_heads > 0 ? host.kv_heads : n_heads;  // grouped-query attention when fewer
+  const int kv_heads = host.kv_heads > 0 ? host.kv_heads : n_heads;        // grouped-query attention when fewer
   if (kv_heads > n_heads || n_heads % kv_heads != 0) return std::nullopt;  // the calls' checks report it
   const int64_t HD = static_cast<int64_t>(n_heads) * host.head_dim, KD = static_cast<int64_t>(kv_heads) * host.head_dim;
   if (host.head_dim % 8 != 0 || host.head_dim > 256 || std::max(q_rows, kv_rows) * HD >= (int64_t{1} << 31))

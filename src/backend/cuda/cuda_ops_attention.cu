@@ -101,7 +101,7 @@ void CudaBackend::attention_verify(Tensor q, Tensor k_store, Tensor v_store, Ten
                                    Tensor v_tile, Tensor table, int n_heads, float scale, Tensor out) {
   static constexpr const char* kOp = "attention_verify";
   const int kv_heads = opcheck::expect_verify_operands(q, k_store, v_store, key_rows, k_tile, v_tile, table, n_heads,
-                                                      out, DType::kBF16, DeviceKind::kCUDA);
+                                                       out, DType::kBF16, DeviceKind::kCUDA);
   const int64_t Tq = q.rows(), HD = q.row_size(), N = k_store.rows();
   FDLLM_CHECK_ARG(std::isfinite(scale) && scale > 0.f, "attention_verify: scale {} must be finite and > 0", scale);
   for (const Tensor* t : {&q, &k_store, &v_store, &k_tile, &v_tile, &key_rows, &table})

@@ -41,7 +41,8 @@ struct CudnnSdpaShape {
 
 /// Device operands of one run. seq_q / seq_kv: I32 [batch]; q_offsets / kv_offsets: I32 [batch + 1]
 /// element offsets of each tile's first query row in q and out (row · n_heads · head_dim), and of
-/// its first key row in k and v (row · n_kv_heads · head_dim). Every pointer 16-byte aligned (cuDNN selects engines assuming it).
+/// its first key row in k and v (row · n_kv_heads · head_dim). Every pointer 16-byte aligned (cuDNN selects engines
+/// assuming it).
 struct CudnnSdpaOperands {
   const void* q = nullptr;  ///< bf16 [Tq, H·Dh]
   const void* k = nullptr;  ///< bf16 [N, Hkv·Dh]

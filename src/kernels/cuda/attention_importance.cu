@@ -84,10 +84,10 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Raw variant by linearity: Σ_rows Σ_heads q[r,h]·k[t,h/g] = q̄·k[t] over the whole K row (all K/V
-// heads), q̄[j] = Σ_rows Σ_{h of K/V head j's group} q[r,h] (fp32; g = n_heads / n_kv_heads). grid = (tiles, kRawChunkCtas); a CTA sums q̄ of its tile once into shared
-// memory, then its warps take the tile's keys kRawKeys at a time (chunk blockIdx.y, then every
-// gridDim.y-th): one fp32 dot of the width-long rows per key (16-byte loads when width % 8 == 0),
-// one atomicAdd per (key, tile). Reads each key row once instead of once per head and 16-row pass.
+// heads), q̄[j] = Σ_rows Σ_{h of K/V head j's group} q[r,h] (fp32; g = n_heads / n_kv_heads). grid = (tiles,
+// kRawChunkCtas); a CTA sums q̄ of its tile once into shared memory, then its warps take the tile's keys kRawKeys at a
+// time (chunk blockIdx.y, then every gridDim.y-th): one fp32 dot of the width-long rows per key (16-byte loads when
+// width % 8 == 0), one atomicAdd per (key, tile). Reads each key row once instead of once per head and 16-row pass.
 constexpr int kRawKeys = 64;
 constexpr int kRawChunkCtas = 128;
 constexpr size_t kRawMaxWidth = 12288;  // wider rows (none in LLaDA: 4096) take the per-head kernel
@@ -110,7 +110,8 @@ __global__ void __launch_bounds__(kThreads)
     const int j = i / a.head_dim, d = i - j * a.head_dim;  // K/V head, dimension
     float s = 0.f;
     for (int32_t r = qs; r < qe; ++r) {
-      const __nv_bfloat16* qr = a.q + static_cast<int64_t>(r) * q_width + static_cast<int64_t>(j) * group * a.head_dim + d;
+      const __nv_bfloat16* qr =
+          a.q + static_cast<int64_t>(r) * q_width + static_cast<int64_t>(j) * group * a.head_dim + d;
       for (int h = 0; h < group; ++h) s += __bfloat162float(qr[h * a.head_dim]);
     }
     qbar[i] = s;

@@ -1,6 +1,7 @@
 // Reference attention: one warp per (query row, head), scalar fp32, straight from the block
-// table; query head h reads K/V head AttentionArgs::kv_head_of(h) (grouped-query attention). Deliberately simple (see attention.h); used as a second oracle for the flash kernel and
-// selectable in the backend with FLASHDLLM_ATTENTION=reference.
+// table; query head h reads K/V head AttentionArgs::kv_head_of(h) (grouped-query attention). Deliberately simple (see
+// attention.h); used as a second oracle for the flash kernel and selectable in the backend with
+// FLASHDLLM_ATTENTION=reference.
 #include <string>
 
 #include "kernels/cuda/attention.h"
@@ -29,8 +30,8 @@ __global__ void __launch_bounds__(kRefThreads)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   constexpr int kWarps = kRefThreads / 32;
   const int dpl = a.head_dim / 32;  // dims per lane; lane owns dims lane + 32·i
-  const int64_t ld = static_cast<int64_t>(a.n_heads) * a.head_dim;              // q / out row pitch
-  const int64_t kv_ld = static_cast<int64_t>(a.kv_heads()) * a.head_dim;        // K/V row pitch
+  const int64_t ld = static_cast<int64_t>(a.n_heads) * a.head_dim;        // q / out row pitch
+  const int64_t kv_ld = static_cast<int64_t>(a.kv_heads()) * a.head_dim;  // K/V row pitch
   const int64_t hoff = static_cast<int64_t>(head) * a.head_dim;
   const int64_t kv_off = static_cast<int64_t>(a.kv_head_of(head)) * a.head_dim;
 

@@ -29,8 +29,8 @@ namespace flashdllm::kernels {
 /// grouped-query attention: query head h reads K/V head h / (n_heads / n_kv_heads)).
 struct VerifyAttentionArgs {
   const __nv_bfloat16* q = nullptr;       ///< [q_rows, n_heads·head_dim]
-  const __nv_bfloat16* k_store = nullptr; ///< [kv_rows, n_kv_heads·head_dim] (the layer's K cache)
-  const __nv_bfloat16* v_store = nullptr; ///< [kv_rows, n_kv_heads·head_dim]
+  const __nv_bfloat16* k_store = nullptr;  ///< [kv_rows, n_kv_heads·head_dim] (the layer's K cache)
+  const __nv_bfloat16* v_store = nullptr;  ///< [kv_rows, n_kv_heads·head_dim]
   const int32_t* key_rows = nullptr;      ///< [n_keys] gather list of store rows
   const __nv_bfloat16* k_tile = nullptr;  ///< [q_rows, n_kv_heads·head_dim] fresh K of the query rows
   const __nv_bfloat16* v_tile = nullptr;  ///< [q_rows, n_kv_heads·head_dim]

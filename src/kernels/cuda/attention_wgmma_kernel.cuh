@@ -561,7 +561,8 @@ void launch_wgmma(const AttentionArgs& a, const AttentionWorkItem* work, const i
   // No rows: the plan admits no tile (attention_tile_valid), and a map needs at least one row.
   if (a.q_rows <= 0 || a.kv_rows <= 0) return;
   detail::ensure_smem_opt_in<kernel>(kSmem);
-  const int64_t cols = static_cast<int64_t>(a.n_heads) * kHeadDim, kv_cols = static_cast<int64_t>(a.kv_heads()) * kHeadDim;
+  const int64_t cols = static_cast<int64_t>(a.n_heads) * kHeadDim,
+                kv_cols = static_cast<int64_t>(a.kv_heads()) * kHeadDim;
   const CUtensorMap tm_q = tensor_map("q", a.q, a.q_rows, cols, 64);
   const CUtensorMap tm_k = tensor_map("k_store", a.k, a.kv_rows, kv_cols, kBlockN);
   const CUtensorMap tm_v = tensor_map("v_store", a.v, a.kv_rows, kv_cols, kBlockN);

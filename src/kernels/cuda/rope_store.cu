@@ -139,10 +139,9 @@ void rope_store_bf16(const RopeStoreArgs& in, cudaStream_t stream) {
   // 16-byte accesses when every row (q, k, v, q_out, store rows, bias: multiples of Dh bf16; cos / sin
   // rows: Dh/2 fp32) and every 8-pair group starts 16-byte aligned.
   const bool vec = (args.head_dim / 2) % 8 == 0 && detail::is_aligned(args.qkv, 16) &&
-                   detail::is_aligned(args.bias, 16) &&
-                   detail::is_aligned(args.q_out, 16) && detail::is_aligned(args.k_store, 16) &&
-                   detail::is_aligned(args.v_store, 16) && detail::is_aligned(args.cos, 16) &&
-                   detail::is_aligned(args.sin, 16);
+                   detail::is_aligned(args.bias, 16) && detail::is_aligned(args.q_out, 16) &&
+                   detail::is_aligned(args.k_store, 16) && detail::is_aligned(args.v_store, 16) &&
+                   detail::is_aligned(args.cos, 16) && detail::is_aligned(args.sin, 16);
   if (vec)
     rope_store_kernel<true><<<static_cast<unsigned>(args.tokens), kThreads, 0, stream>>>(args);
   else

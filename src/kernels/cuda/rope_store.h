@@ -11,7 +11,7 @@ namespace flashdllm::kernels {
 
 /// Arguments of rope_store_bf16. All pointers are device memory.
 struct RopeStoreArgs {
-  const __nv_bfloat16* qkv = nullptr;  ///< [T, (H + 2·Hkv)·Dh]: q | k | v columns (the GEMM output, bf16)
+  const __nv_bfloat16* qkv = nullptr;   ///< [T, (H + 2·Hkv)·Dh]: q | k | v columns (the GEMM output, bf16)
   const __nv_bfloat16* bias = nullptr;  ///< [(H + 2·Hkv)·Dh] q | k | v biases (weight dtype bf16), or null
   const int32_t* positions = nullptr;  ///< [T] RoPE positions, each in [0, max_positions)
   const int32_t* rows = nullptr;       ///< [T] destination rows of the K/V stores, each in [0, store_rows)
@@ -37,9 +37,9 @@ struct RopeStoreArgs {
 /// `q*cos + rotate_half(q)*sin` in fp32. Same for the Hkv heads of k, written to k_store[rows[t]];
 /// v (+ bias, rounded to bf16) is copied to v_store[rows[t]]. The bias thus costs no extra pass; the
 /// GEMM's bf16 rounding comes before the bias add (upstream's bf16 nn.Linear adds it in the GEMM's
-/// fp32 epilogue: at most one bf16 ulp of the sum apart). A position out of range poisons q_out[t] with NaN and skips the store rows;
-/// a row out of range skips the store rows; both set their bit in *error_flags.
-/// tokens == 0 is a no-op. Throws Error(kDevice) on launch failure.
+/// fp32 epilogue: at most one bf16 ulp of the sum apart). A position out of range poisons q_out[t] with NaN and skips
+/// the store rows; a row out of range skips the store rows; both set their bit in *error_flags. tokens == 0 is a no-op.
+/// Throws Error(kDevice) on launch failure.
 void rope_store_bf16(const RopeStoreArgs& args, cudaStream_t stream);
 
 }  // namespace flashdllm::kernels
