@@ -82,8 +82,9 @@ class CudnnSdpaImpl final : public CudnnSdpa {
 
   Entry& entry(const CudnnSdpaShape& s) {
     if (auto it = graphs_.find(key(s)); it != graphs_.end()) return it->second;
-    if (s.batch < 1 || s.max_q < 1 || s.max_kv < 1 || s.n_heads < 1 || s.n_kv_heads < 1 ||
-        s.n_heads % s.n_kv_heads != 0 || s.head_dim < 8 || s.head_dim % 8 != 0 || s.head_dim > 256 || !(s.scale > 0.f))
+    const int32_t hk = s.n_kv_heads > 0 ? s.n_kv_heads : s.n_heads;
+    if (s.batch < 1 || s.max_q < 1 || s.max_kv < 1 || s.n_heads < 1 || s.n_kv_heads < 0 || s.n_heads % hk != 0 ||
+        s.head_dim < 8 || s.head_dim % 8 != 0 || s.head_dim > 256 || !(s.scale > 0.f))
       cuda::throw_invalid_argument("cudnn attention: bad shape (batch " + std::to_string(s.batch) + ", max_q " +
                                    std::to_string(s.max_q) + ", max_kv " + std::to_string(s.max_kv) + ", heads " +
                                    std::to_string(s.n_heads) + ", kv heads " + std::to_string(s.n_kv_heads) +
@@ -98,7 +99,8 @@ class CudnnSdpaImpl final : public CudnnSdpa {
   }
 
   std::shared_ptr<fe::graph::Graph> build(const CudnnSdpaShape& s) {
-    const int64_t b = s.batch, h = s.n_heads, hk = s.n_kv_heads, d = s.head_dim, sq = s.max_q, skv = s.max_kv;
+    const int64_t b = s.batch, h = s.n_heads, hk = s.n_kv_heads > 0 ? s.n_kv_heads : s.n_heads, d = s.head_dim,
+                  sq = s.max_q, skv = s.max_kv;
     const int64_t hd = h * d;  // q / out row width
     auto g = std::make_shared<fe::graph::Graph>();
     g->set_io_data_type(fe::DataType_t::BFLOAT16)

@@ -34,9 +34,10 @@ struct CudnnSdpaShape {
   int32_t max_q = 0;   ///< >= every tile's query rows
   int32_t max_kv = 0;  ///< >= every tile's key count
   int32_t n_heads = 0;
-  int32_t n_kv_heads = 0;  ///< K/V heads, dividing n_heads (grouped-query attention when fewer)
-  int32_t head_dim = 0;    ///< cuDNN: a multiple of 8, <= 256
+  int32_t head_dim = 0;  ///< cuDNN: a multiple of 8, <= 256
   float scale = 0.f;     ///< softmax scale, finite > 0
+  /// K/V heads, dividing n_heads (grouped-query attention when fewer); 0 means n_heads.
+  int32_t n_kv_heads = 0;
 };
 
 /// Device operands of one run. seq_q / seq_kv: I32 [batch]; q_offsets / kv_offsets: I32 [batch + 1]
