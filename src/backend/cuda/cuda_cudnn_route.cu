@@ -128,11 +128,11 @@ void CudaBackend::run_cudnn(const kernels::AttentionArgs& a) {
                                    a.q_rows,
                                    a.kv_rows,
                                    a.n_heads,
-                                   a.kv_heads(),
                                    a.head_dim,
                                    a.scale,
                                    a.importance_weight,
-                                   /*probability_mass=*/false};
+                                   /*probability_mass=*/false,
+                                   a.kv_heads()};
   kernels::attention_importance_bf16(ia, buf + 4 * S, r.n_scored, flags(), stream_);
 }
 

@@ -39,11 +39,12 @@ struct ImportanceArgs {
   int64_t q_rows = 0;
   int64_t kv_rows = 0;
   int n_heads = 0;
-  int n_kv_heads = 0;  ///< K/V heads dividing n_heads (0: n_heads); query head h reads h / (n_heads / n_kv_heads)
   int head_dim = 0;
   float scale = 0.f;              ///< softmax scale (probability-mass variant only)
   float weight = 1.f;             ///< multiplier of every contribution
   bool probability_mass = false;  ///< false: raw q·k (released code); true: softmax probabilities
+  /// K/V heads dividing n_heads (0: n_heads); query head h reads K/V head h / (n_heads / n_kv_heads).
+  int n_kv_heads = 0;
 };
 
 /// scores[t] += weight · Σ_{tile} Σ_{rows} Σ_{heads} f(q_row, k_t) for keys t of each tile (see

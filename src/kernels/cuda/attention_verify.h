@@ -39,9 +39,9 @@ struct VerifyAttentionArgs {
   int64_t kv_rows = 0;
   int64_t n_keys = 0;
   int n_heads = 0;
-  int n_kv_heads = 0;  ///< K/V heads dividing n_heads (0: n_heads)
   int head_dim = 0;
-  float scale = 0.f;  ///< softmax scale (> 0), applied to q·k in fp32
+  float scale = 0.f;   ///< softmax scale (> 0), applied to q·k in fp32
+  int n_kv_heads = 0;  ///< K/V heads dividing n_heads (0: n_heads)
 };
 
 /// Runs the verify attention over `table` (device I32 [n_tiles, 5] = VerifyTile rows). Invalid
