@@ -114,11 +114,22 @@ TEST_F(CudaGqa, AttentionAndFusedImportanceEveryVariant) {
     check("default", *twin_, false);
     check("default, planned", *twin_, true);
     for (auto& [name, be] : impls) {
-      const int64_t routed = be->routed_attention_calls();
-      check(name, *be, name == "cudnn");
-      if (name == "cudnn") {
-        EXPECT_GT(be->routed_attention_calls(), routed) << "cuDNN ran no tile";
+      if (name != "cudnn") {
+        check(name, *be, false);
+        continue;
       }
+      // The route exists on sm_90 builds with cuDNN; elsewhere its first plan says why not.
+      const int64_t routed = be->routed_attention_calls();
+      try {
+        check(name, *be, true);
+      } catch (const Error& e) {
+        const std::string what = e.what();
+        if (what.find("built without cuDNN") == std::string::npos && what.find("needs sm_90") == std::string::npos)
+          throw;
+        std::fprintf(stderr, "[note] cuDNN route not run: %s\n", e.what());
+        continue;
+      }
+      EXPECT_GT(be->routed_attention_calls(), routed) << "cuDNN ran no tile";
     }
   }
 }
