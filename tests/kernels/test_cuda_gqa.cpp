@@ -7,7 +7,8 @@
 //  * attention_importance, raw and probability mass (summed over every query head, as the CPU);
 //  * attention_verify (the flash verify mode and the scalar kernel of the reference mode);
 //  * the Dream golden checkpoint (tests/data/golden/dream_a: 4/2 heads, head_dim 64, biases) through
-//    the whole forward on the reference attention (the flash kernels are head_dim 128 only).
+//    the whole forward on the reference attention (the flash kernels are head_dim 128 only), and a
+//    Dream-layout model of dummy weights at 14/2 heads of head_dim 128 on the default kernels.
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -262,6 +263,42 @@ TEST_F(CudaGqa, DreamGoldenForward) {
     std::printf("dream_a %s: CUDA vs CPU %.3e, vs upstream %.3e\n", key, err_cpu, err_up);
     EXPECT_LE(err_cpu, test::kBf16LogitRelTol);
     EXPECT_LE(err_up, test::kBf16LogitRelTol);
+  }
+}
+
+// Dream's layout at GQA 7 (14/2 heads, head_dim 128, biases; dummy weights, 2 layers) through the whole
+// forward on the CUDA backend's own kernels (default choice and m64n64) vs the CPU: bf16 forward vs
+// fp32 forward within the logit tolerance (the weights are bf16-rounded on CUDA, fp32 on the CPU).
+TEST_F(CudaGqa, DreamLayoutGqa7DummyForward) {
+  const auto dir = test::test_data_dir() / "golden" / "dream_a";
+  ModelConfig c = load_model_config(dir / "config.json");
+  c.n_heads = 14;
+  c.n_kv_heads = 2;
+  c.head_dim = kDh;
+  c.n_layers = 2;
+  auto model_on = [&](Backend& be) {
+    Model m;
+    m.config = c;
+    m.weights = make_dummy_weights(be, c, 11);
+    m.rope = make_rope_tables(be, c, 256);
+    return m;
+  };
+  auto fwd = SafetensorsFile::open(dir / "forward.safetensors");
+  const std::vector<int32_t> ids = test::i64_tensor_as_i32(fwd->tensors().at("input_ids.L130"));
+  Model mc = model_on(*cpu_);
+  const std::vector<float> ref =
+      test::full_logits(*cpu_, mc, {ids, std::vector<int32_t>(ids.begin(), ids.begin() + 33)});
+  ASSERT_GT(test::max_abs(ref), 0.0);
+  std::vector<std::pair<std::string, Backend*>> impls = {{"default", twin_.get()}};
+  std::unique_ptr<Backend> m64 = is_cuda_ ? cuda_with_attention("m64n64") : nullptr;
+  if (m64) impls.emplace_back("m64n64", m64.get());
+  for (auto& [name, be] : impls) {
+    Model mg = model_on(*be);
+    const std::vector<float> got =
+        test::full_logits(*be, mg, {ids, std::vector<int32_t>(ids.begin(), ids.begin() + 33)});
+    const double err = test::rel_max_err(got, ref);
+    std::printf("dream layout 14/2 heads [%s]: CUDA vs CPU %.3e\n", name.c_str(), err);
+    EXPECT_LE(err, test::kBf16LogitRelTol) << name;
   }
 }
 
