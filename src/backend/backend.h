@@ -47,11 +47,11 @@ constexpr bool score_tile_inside(const AttentionTile& s, const AttentionTile& a)
 /// CUDA backend reads it to route tiles without waiting for the device: tiles of at least
 /// 256 query rows (BackendOptions::cudnn_attention auto or prefill, the default) or every tile
 /// (all) run in cuDNN's fused attention, their score tiles' importance in a separate kernel.
-/// head_dim and scale are those of the calls to come (a call with others runs every tile on the
-/// backend's own kernel). The arrays must stay valid for the plan_attention() call only; the
-/// calls' score tables must hold `score_tiles` (the CUDA backend keeps its own copy of the routed
-/// tiles' score tiles).
-/// (Pointer + count rather than std::span: the header is also compiled as C++17 by nvcc.)
+/// head_dim, scale and kv_heads (the K/V heads of the stores; 0: as many as the query heads) are
+/// those of the calls to come (a call with others runs every tile on the backend's own kernel). The arrays must stay
+/// valid for the plan_attention() call only; the calls' score tables must hold `score_tiles` (the CUDA backend keeps
+/// its own copy of the routed tiles' score tiles). (Pointer + count rather than std::span: the header is also compiled
+/// as C++17 by nvcc.)
 struct HostAttentionPlan {
   const AttentionTile* tiles = nullptr;
   size_t n_tiles = 0;
@@ -59,6 +59,7 @@ struct HostAttentionPlan {
   size_t n_score_tiles = 0;
   int head_dim = 0;
   float scale = 0.f;
+  int kv_heads = 0;
 };
 
 /// One tile of a Flash-Verify pass (reference §D.8), stored as 5 consecutive I32. Query rows
@@ -309,7 +310,7 @@ class Backend {
   /// k_store, v_store [N, Hkv·Dh] with Hkv dividing H = n_heads: query head h reads K/V head
   /// h / (H / Hkv) (grouped-query attention; Hkv = H is plain multi-head attention; the same rule
   /// holds for attention_verify's stores and tile K/V and attention_importance's keys). Query rows
-  /// not covered by a tile are left untouched. A backend without GQA throws Error(kUnsupported).
+  /// not covered by a tile are left untouched.
   virtual void attention(Tensor q, Tensor k_store, Tensor v_store, Tensor table, int n_heads, float scale,
                          Tensor out) = 0;
 

@@ -83,17 +83,4 @@ inline int expect_verify_operands(const Tensor& q, const Tensor& k_store, const 
   return kv_heads;
 }
 
-/// Refuses grouped-query attention and q/k/v biases on a backend that implements neither (the
-/// CUDA backend today): Error(kUnsupported) naming `op` when k's width differs from q's or `bias`
-/// has elements.
-inline void expect_mha_without_bias(const Tensor& q, const Tensor& k, const Tensor& bias, const char* op,
-                                    const char* backend) {
-  FDLLM_CHECK(k.row_size() == q.row_size(), ErrorCode::kUnsupported,
-              "{}: grouped-query attention (K/V width {} < query width {}) is not implemented on the {} backend yet",
-              op, k.row_size(), q.row_size(), backend);
-  FDLLM_CHECK(bias.numel() == 0, ErrorCode::kUnsupported,
-              "{}: q/k/v projection biases ({}) are not implemented on the {} backend yet", op, bias.describe(),
-              backend);
-}
-
 }  // namespace flashdllm::opcheck

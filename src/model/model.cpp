@@ -250,9 +250,10 @@ Tensor model_forward(Backend& be, const Model& model, const ForwardBatch& batch,
   const float scale = attention_scale(c);
   // Every layer's attention reuses this plan; the host copy lets the backend route tiles (prefills
   // to cuDNN on the CUDA backend) without reading the device table back.
-  be.plan_attention(tiles, Tp, kv.rows, n_heads,
-                    HostAttentionPlan{batch.tiles.data(), batch.tiles.size(), imp.tiles.data(), imp.tiles.size(),
-                                      static_cast<int>(c.head_dim), scale});
+  be.plan_attention(
+      tiles, Tp, kv.rows, n_heads,
+      HostAttentionPlan{batch.tiles.data(), batch.tiles.size(), imp.tiles.data(), imp.tiles.size(),
+                        static_cast<int>(c.head_dim), scale, static_cast<int>(kv.k[0].row_size() / c.head_dim)});
   // Importance sums over heads, i.e. over ranks: rank 0 keeps what scores held before this forward,
   // the others start from zero, and one all-reduce after the layers adds the ranks' head sums.
   Communicator* comm = model.tp.comm;

@@ -209,8 +209,9 @@ class CudaBackend final : public Backend {
 
   void matmul(Tensor x, Tensor w, Tensor out, bool accumulate) override;
 
-  /// GQA (K/V narrower than q), q/k/v biases and QK-norm: Error(kUnsupported)
-  /// (opcheck::expect_mha_without_bias). The MoE ops keep Backend's kUnsupported defaults.
+  /// GQA (K/V narrower than q) and the q/k/v bias (extra.bias BF16, the weight dtype; added in
+  /// rope_store's fp32 epilogue before RoPE, no extra pass). QK-norm: Error(kUnsupported). The MoE
+  /// ops keep Backend's kUnsupported defaults.
   void qkv_rope_store(Tensor xn, Tensor wqkv, const QkvExtras& extra, Tensor positions, Tensor rows,
                       const RopeTable& rope, int n_heads, Tensor q_out, Tensor k_store, Tensor v_store,
                       Tensor scratch) override;

@@ -11,9 +11,11 @@ namespace flashdllm::cuda_impl {
 std::optional<CudaBackend::CudnnRoute> CudaBackend::route_to_cudnn(const HostAttentionPlan& host, int64_t q_rows,
                                                                    int64_t kv_rows, int n_heads) {
   if (cudnn_.min_rows == 0 || host.n_tiles == 0 || host.head_dim <= 0 || !(host.scale > 0.f)) return std::nullopt;
-  const int64_t HD = static_cast<int64_t>(n_heads) * host.head_dim;
+  const int kv_heads = host.kv_heads > 0 ? host.kv_heads : n_heads;        // grouped-query attention when fewer
+  if (kv_heads > n_heads || n_heads % kv_heads != 0) return std::nullopt;  // the calls' checks report it
+  const int64_t HD = static_cast<int64_t>(n_heads) * host.head_dim, KD = static_cast<int64_t>(kv_heads) * host.head_dim;
   if (host.head_dim % 8 != 0 || host.head_dim > 256 || std::max(q_rows, kv_rows) * HD >= (int64_t{1} << 31))
-    return std::nullopt;  // cuDNN's head dims; I32 element offsets
+    return std::nullopt;  // cuDNN's head dims; I32 element offsets (KD <= HD)
   const int32_t min_rows = cudnn_.min_rows;
   std::vector<size_t> routed;
   int32_t max_q = 0, max_kv = 0;
@@ -36,6 +38,7 @@ std::optional<CudaBackend::CudnnRoute> CudaBackend::route_to_cudnn(const HostAtt
   r.shape.max_q = pow2_at_least(std::max(max_q, 64));
   r.shape.max_kv = pow2_at_least(std::max(max_kv, 64));
   r.shape.n_heads = n_heads;
+  r.shape.n_kv_heads = kv_heads;
   r.shape.head_dim = host.head_dim;
   r.shape.scale = host.scale;
   const std::array<int32_t, 3> bucket{r.shape.batch, r.shape.max_q, r.shape.max_kv};
@@ -62,14 +65,14 @@ std::optional<CudaBackend::CudnnRoute> CudaBackend::route_to_cudnn(const HostAtt
       seq_q[j] = t.q_end - t.q_start;
       seq_kv[j] = t.k_end - t.k_start;
       q_off[j] = static_cast<int32_t>(t.q_start * HD);
-      kv_off[j] = static_cast<int32_t>(t.k_start * HD);
+      kv_off[j] = static_cast<int32_t>(t.k_start * KD);
     } else {  // padding entries: no rows, no keys
       q_off[j] = q_off[j - 1] + seq_q[j - 1] * static_cast<int32_t>(HD);
-      kv_off[j] = kv_off[j - 1] + seq_kv[j - 1] * static_cast<int32_t>(HD);
+      kv_off[j] = kv_off[j - 1] + seq_kv[j - 1] * static_cast<int32_t>(KD);
     }
   }
   q_off[B] = q_off[B - 1] + seq_q[B - 1] * static_cast<int32_t>(HD);
-  kv_off[B] = kv_off[B - 1] + seq_kv[B - 1] * static_cast<int32_t>(HD);
+  kv_off[B] = kv_off[B - 1] + seq_kv[B - 1] * static_cast<int32_t>(KD);
   for (size_t i : routed)
     if (i < host.n_score_tiles) {
       const AttentionTile& s = host.score_tiles[i];
@@ -128,7 +131,8 @@ void CudaBackend::run_cudnn(const kernels::AttentionArgs& a) {
                                    a.head_dim,
                                    a.scale,
                                    a.importance_weight,
-                                   /*probability_mass=*/false};
+                                   /*probability_mass=*/false,
+                                   a.kv_heads()};
   kernels::attention_importance_bf16(ia, buf + 4 * S, r.n_scored, flags(), stream_);
 }
 

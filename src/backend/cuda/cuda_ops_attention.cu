@@ -31,18 +31,15 @@ void CudaBackend::attention_with_importance(Tensor q, Tensor k_store, Tensor v_s
 // (flash path only).
 void CudaBackend::run_attention(const char* kOp, Tensor q, Tensor k_store, Tensor v_store, Tensor table, int n_heads,
                                 float scale, Tensor out, Tensor score_table, float weight, float* importance) {
-  opcheck::expect_mha_without_bias(q, k_store, Tensor{}, kOp, "CUDA");
   expect(q, DType::kBF16, kOp, "q");
   expect(k_store, DType::kBF16, kOp, "k_store");
   expect(v_store, DType::kBF16, kOp, "v_store");
   expect(table, DType::kI32, kOp, "table");
   expect(out, DType::kBF16, kOp, "out");
   const int64_t Tq = q.rows(), HD = q.row_size(), N = k_store.rows();
-  FDLLM_CHECK_ARG(n_heads > 0 && HD % n_heads == 0, "attention: {} columns of q not divisible by n_heads {}", HD,
-                  n_heads);
+  const int kv_heads = opcheck::kv_heads_of(q, k_store, n_heads, kOp);  // grouped-query attention when < n_heads
   expect_matrix(out, Tq, HD, kOp, "out");
-  expect_matrix(k_store, N, HD, kOp, "k_store");
-  expect_matrix(v_store, N, HD, kOp, "v_store");
+  expect_matrix(v_store, N, k_store.row_size(), kOp, "v_store");
   FDLLM_CHECK_ARG(table.numel() % 4 == 0, "attention: table must be [n_tiles, 4], got {}", table.describe());
   FDLLM_CHECK_ARG(std::isfinite(scale) && scale > 0.f, "attention: scale {} must be finite and > 0", scale);
   for (const Tensor* t : {&q, &k_store, &v_store})
@@ -57,6 +54,7 @@ void CudaBackend::run_attention(const char* kOp, Tensor q, Tensor k_store, Tenso
   a.q_rows = Tq;
   a.kv_rows = N;
   a.n_heads = n_heads;
+  a.n_kv_heads = kv_heads;
   a.head_dim = static_cast<int>(HD / n_heads);
   a.scale = scale;
   a.importance = importance;
@@ -85,7 +83,8 @@ void CudaBackend::run_attention(const char* kOp, Tensor q, Tensor k_store, Tenso
   bool cudnn_call = false;
   if (plan_ && plan_->same_table(key)) {
     cudnn_call = plan_->skip_min_rows > 0 && route_ && route_->shape.n_heads == n_heads &&
-                 route_->shape.head_dim == a.head_dim && route_->shape.scale == scale &&
+                 route_->shape.n_kv_heads == kv_heads && route_->shape.head_dim == a.head_dim &&
+                 route_->shape.scale == scale &&
                  (importance == nullptr || score_table.numel() / 4 == route_->n_score_tiles);
     lists = plan_->skip_min_rows > 0 && !cudnn_call ? make_plan(key) : planned_work(*plan_);
   } else {
@@ -101,9 +100,8 @@ void CudaBackend::run_attention(const char* kOp, Tensor q, Tensor k_store, Tenso
 void CudaBackend::attention_verify(Tensor q, Tensor k_store, Tensor v_store, Tensor key_rows, Tensor k_tile,
                                    Tensor v_tile, Tensor table, int n_heads, float scale, Tensor out) {
   static constexpr const char* kOp = "attention_verify";
-  opcheck::expect_mha_without_bias(q, k_store, Tensor{}, kOp, "CUDA");
-  opcheck::expect_verify_operands(q, k_store, v_store, key_rows, k_tile, v_tile, table, n_heads, out, DType::kBF16,
-                                  DeviceKind::kCUDA);
+  const int kv_heads = opcheck::expect_verify_operands(q, k_store, v_store, key_rows, k_tile, v_tile, table, n_heads,
+                                                       out, DType::kBF16, DeviceKind::kCUDA);
   const int64_t Tq = q.rows(), HD = q.row_size(), N = k_store.rows();
   FDLLM_CHECK_ARG(std::isfinite(scale) && scale > 0.f, "attention_verify: scale {} must be finite and > 0", scale);
   for (const Tensor* t : {&q, &k_store, &v_store, &k_tile, &v_tile, &key_rows, &table})
@@ -122,6 +120,7 @@ void CudaBackend::attention_verify(Tensor q, Tensor k_store, Tensor v_store, Ten
   a.kv_rows = N;
   a.n_keys = key_rows.numel();
   a.n_heads = n_heads;
+  a.n_kv_heads = kv_heads;
   a.head_dim = static_cast<int>(HD / n_heads);
   a.scale = scale;
   CUDA_CHECK(cudaSetDevice(device_));
@@ -139,6 +138,7 @@ void CudaBackend::attention_verify(Tensor q, Tensor k_store, Tensor v_store, Ten
   fa.q_rows = Tq;
   fa.kv_rows = N;
   fa.n_heads = n_heads;
+  fa.n_kv_heads = kv_heads;
   fa.head_dim = a.head_dim;
   fa.scale = scale;
   kernels::VerifyKeys vk;
@@ -158,15 +158,12 @@ void CudaBackend::attention_verify(Tensor q, Tensor k_store, Tensor v_store, Ten
 void CudaBackend::attention_importance(Tensor q, Tensor k_store, Tensor table, int n_heads, float scale,
                                        bool probability_mass, float weight, Tensor scores) {
   static constexpr const char* kOp = "attention_importance";
-  opcheck::expect_mha_without_bias(q, k_store, Tensor{}, kOp, "CUDA");
   expect(q, DType::kBF16, kOp, "q");
   expect(k_store, DType::kBF16, kOp, "k_store");
   expect(table, DType::kI32, kOp, "table");
   expect(scores, DType::kF32, kOp, "scores");
   const int64_t Tq = q.rows(), HD = q.row_size(), N = k_store.rows();
-  FDLLM_CHECK_ARG(n_heads > 0 && HD % n_heads == 0, "attention_importance: {} columns of q not divisible by n_heads {}",
-                  HD, n_heads);
-  expect_matrix(k_store, N, HD, kOp, "k_store");
+  const int kv_heads = opcheck::kv_heads_of(q, k_store, n_heads, kOp);
   expect_numel(scores, N, kOp, "scores");
   FDLLM_CHECK_ARG(table.numel() % 4 == 0, "attention_importance: table must be [n_tiles, 4], got {}", table.describe());
   FDLLM_CHECK_ARG(std::isfinite(weight), "attention_importance: weight {} must be finite", weight);
@@ -183,6 +180,7 @@ void CudaBackend::attention_importance(Tensor q, Tensor k_store, Tensor table, i
   a.q_rows = Tq;
   a.kv_rows = N;
   a.n_heads = n_heads;
+  a.n_kv_heads = kv_heads;
   a.head_dim = static_cast<int>(HD / n_heads);
   a.scale = scale;
   a.weight = weight;

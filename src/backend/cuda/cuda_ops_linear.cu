@@ -29,9 +29,9 @@ void CudaBackend::qkv_rope_store(Tensor xn, Tensor wqkv, const QkvExtras& extra,
                                  const RopeTable& rope, int n_heads, Tensor q_out, Tensor k_store, Tensor v_store,
                                  Tensor scratch) {
   static constexpr const char* kOp = "qkv_rope_store";
-  opcheck::expect_mha_without_bias(q_out, k_store, extra.bias, kOp, "CUDA");
   FDLLM_CHECK(!extra.qk_norm(), ErrorCode::kUnsupported,
               "{}: per-head QK-norm (q_norm / k_norm) is not implemented on the CUDA backend yet", kOp);
+  const Tensor bqkv = extra.bias;
   expect(xn, DType::kBF16, kOp, "xn");
   expect(wqkv, DType::kBF16, kOp, "wqkv");
   expect(positions, DType::kI32, kOp, "positions");
@@ -42,33 +42,39 @@ void CudaBackend::qkv_rope_store(Tensor xn, Tensor wqkv, const QkvExtras& extra,
   expect(k_store, DType::kBF16, kOp, "k_store");
   expect(v_store, DType::kBF16, kOp, "v_store");
   expect(scratch, DType::kBF16, kOp, "scratch");
-  const int64_t T = xn.rows(), D = xn.row_size();
-  FDLLM_CHECK_ARG(n_heads > 0 && wqkv.rows() % 3 == 0 && (wqkv.rows() / 3) % n_heads == 0,
-                  "qkv_rope_store: wqkv {} is not [3·n_heads·head_dim, d_model] for n_heads {}", wqkv.describe(),
-                  n_heads);
+  const int64_t T = xn.rows(), D = xn.row_size(), HD = q_out.row_size();
+  const int n_kv = opcheck::kv_heads_of(q_out, k_store, n_heads, kOp);
+  const int64_t Dh = HD / n_heads, KD = n_kv * Dh, W = HD + 2 * KD;
+  FDLLM_CHECK_ARG(wqkv.rows() == W,
+                  "{}: wqkv {} is not [(n_heads + 2·n_kv_heads)·head_dim = {}, d_model] for n_heads {}, n_kv_heads "
+                  "{}, head_dim {}",
+                  kOp, wqkv.describe(), W, n_heads, n_kv, Dh);
   FDLLM_CHECK_ARG(wqkv.row_size() == D, "qkv_rope_store: xn is {} but wqkv is {} (inner dimensions differ)",
                   xn.describe(), wqkv.describe());
-  const int64_t HD = wqkv.rows() / 3, Dh = HD / n_heads;
+  FDLLM_CHECK_ARG(bqkv.numel() == 0 || bqkv.numel() == W, "{}: bias {} must be empty or have {} elements", kOp,
+                  bqkv.describe(), W);
+  if (bqkv.numel() > 0) expect(bqkv, DType::kBF16, kOp, "bqkv");
   FDLLM_CHECK_ARG(Dh % 2 == 0, "qkv_rope_store: head_dim {} must be even", Dh);
   expect_numel(positions, T, kOp, "positions");
   expect_numel(rows, T, kOp, "rows");
   expect_matrix(q_out, T, HD, kOp, "q_out");
-  FDLLM_CHECK_ARG(k_store.row_size() == HD && v_store.row_size() == HD && k_store.rows() == v_store.rows(),
-                  "qkv_rope_store: K/V stores must both be [N, {}], got {} and {}", HD, k_store.describe(),
+  FDLLM_CHECK_ARG(v_store.row_size() == KD && k_store.rows() == v_store.rows(),
+                  "qkv_rope_store: K/V stores must both be [N, {}], got {} and {}", KD, k_store.describe(),
                   v_store.describe());
   FDLLM_CHECK_ARG(rope.cos.row_size() * 2 == Dh && rope.sin.row_size() * 2 == Dh && rope.cos.rows() == rope.sin.rows(),
                   "qkv_rope_store: RoPE tables must be [max_positions, {}], got cos {} and sin {}", Dh / 2,
                   rope.cos.describe(), rope.sin.describe());
-  FDLLM_CHECK_ARG(scratch.numel() >= T * 3 * HD, "qkv_rope_store: scratch {} holds fewer than {}·{} elements",
-                  scratch.describe(), T, 3 * HD);
+  FDLLM_CHECK_ARG(scratch.numel() >= T * W, "qkv_rope_store: scratch {} holds fewer than {}·{} elements",
+                  scratch.describe(), T, W);
   if (T == 0) return;
   CUDA_CHECK(cudaSetDevice(device_));
-  Tensor qkv(scratch.data, DType::kBF16, DeviceKind::kCUDA, {T, 3 * HD});
-  for (const Tensor* t : {&xn, &wqkv, &q_out, &k_store, &v_store})
+  Tensor qkv(scratch.data, DType::kBF16, DeviceKind::kCUDA, {T, W});
+  for (const Tensor* t : {&xn, &wqkv, &bqkv, &q_out, &k_store, &v_store})
     FDLLM_CHECK_ARG(!overlap(qkv, *t), "qkv_rope_store: 'scratch' overlaps another operand ({})", t->describe());
-  gemm_->matmul(bf16(xn), bf16(wqkv), qkv.data, kernels::GemmOut::kBF16, T, 3 * HD, D, false, stream_);
+  gemm_->matmul(bf16(xn), bf16(wqkv), qkv.data, kernels::GemmOut::kBF16, T, W, D, false, stream_);
   kernels::RopeStoreArgs a;
   a.qkv = bf16(qkv);
+  a.bias = bqkv.numel() > 0 ? bf16(bqkv) : nullptr;
   a.positions = positions.ptr<int32_t>();
   a.rows = rows.ptr<int32_t>();
   a.cos = rope.cos.ptr<float>();
@@ -78,6 +84,7 @@ void CudaBackend::qkv_rope_store(Tensor xn, Tensor wqkv, const QkvExtras& extra,
   a.v_store = bf16(v_store);
   a.tokens = T;
   a.n_heads = n_heads;
+  a.n_kv_heads = n_kv;
   a.head_dim = static_cast<int>(Dh);
   a.max_positions = rope.cos.rows();
   a.store_rows = k_store.rows();

@@ -30,15 +30,17 @@
 namespace flashdllm::kernels {
 
 /// Operands shared by both implementations (all device memory, row-major, head h of a row in
-/// columns [h·head_dim, (h+1)·head_dim)).
+/// columns [h·head_dim, (h+1)·head_dim)). Grouped-query attention (Backend::attention): query head h
+/// reads K/V head kv_head_of(h) = h / (n_heads / Hkv) of the Hkv = kv_heads() heads of a K/V row.
 struct AttentionArgs {
   const __nv_bfloat16* q = nullptr;  ///< [q_rows, n_heads·head_dim]
-  const __nv_bfloat16* k = nullptr;  ///< [kv_rows, n_heads·head_dim] (the K store)
-  const __nv_bfloat16* v = nullptr;  ///< [kv_rows, n_heads·head_dim] (the V store)
+  const __nv_bfloat16* k = nullptr;  ///< [kv_rows, Hkv·head_dim] (the K store)
+  const __nv_bfloat16* v = nullptr;  ///< [kv_rows, Hkv·head_dim] (the V store)
   __nv_bfloat16* out = nullptr;      ///< [q_rows, n_heads·head_dim]; rows outside every tile untouched
   int64_t q_rows = 0;
   int64_t kv_rows = 0;
   int n_heads = 0;
+  int n_kv_heads = 0;  ///< Hkv, dividing n_heads; 0 means n_heads (multi-head attention)
   int head_dim = 0;
   float scale = 0.f;  ///< softmax scale (> 0), applied to q·k in fp32
   /// Flash kernel only, optional: raw importance (Backend::attention_importance, probability_mass
@@ -53,6 +55,11 @@ struct AttentionArgs {
   const int32_t* score_tiles = nullptr;  ///< device I32 [n_score_tiles, 4]
   int32_t n_score_tiles = 0;
   int* error_flags = nullptr;  ///< kErrAttentionTile for a bad score tile (may be null)
+
+  /// Hkv: the K/V heads of a K/V row.
+  __host__ __device__ int kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
+  /// The K/V head that query head h reads.
+  __host__ __device__ int kv_head_of(int h) const { return h / (n_heads / kv_heads()); }
 };
 
 /// One CTA's share of a tile: query rows [q_begin, q_end) (at most block_m) against keys [k_begin,
@@ -68,8 +75,8 @@ struct AttentionWorkItem {
 struct VerifyKeys {
   const int32_t* table = nullptr;         ///< device I32 [n_tiles, 5] VerifyTile rows
   const int32_t* key_rows = nullptr;      ///< device I32 gather list of store rows
-  const __nv_bfloat16* k_tile = nullptr;  ///< [q_rows, n_heads·head_dim] fresh K of the query rows
-  const __nv_bfloat16* v_tile = nullptr;  ///< [q_rows, n_heads·head_dim]
+  const __nv_bfloat16* k_tile = nullptr;  ///< [q_rows, Hkv·head_dim] fresh K of the query rows
+  const __nv_bfloat16* v_tile = nullptr;  ///< [q_rows, Hkv·head_dim]
   int* error_flags = nullptr;             ///< kErrAttentionTile for a gathered row outside [0, kv_rows)
 };
 

@@ -77,16 +77,18 @@ class CudnnSdpaImpl final : public CudnnSdpa {
   };
 
   static auto key(const CudnnSdpaShape& s) {
-    return std::make_tuple(s.batch, s.max_q, s.max_kv, s.n_heads, s.head_dim, s.scale);
+    return std::make_tuple(s.batch, s.max_q, s.max_kv, s.n_heads, s.n_kv_heads, s.head_dim, s.scale);
   }
 
   Entry& entry(const CudnnSdpaShape& s) {
     if (auto it = graphs_.find(key(s)); it != graphs_.end()) return it->second;
-    if (s.batch < 1 || s.max_q < 1 || s.max_kv < 1 || s.n_heads < 1 || s.head_dim < 8 || s.head_dim % 8 != 0 ||
-        s.head_dim > 256 || !(s.scale > 0.f))
+    const int32_t hk = s.n_kv_heads > 0 ? s.n_kv_heads : s.n_heads;
+    if (s.batch < 1 || s.max_q < 1 || s.max_kv < 1 || s.n_heads < 1 || s.n_kv_heads < 0 || s.n_heads % hk != 0 ||
+        s.head_dim < 8 || s.head_dim % 8 != 0 || s.head_dim > 256 || !(s.scale > 0.f))
       cuda::throw_invalid_argument("cudnn attention: bad shape (batch " + std::to_string(s.batch) + ", max_q " +
                                    std::to_string(s.max_q) + ", max_kv " + std::to_string(s.max_kv) + ", heads " +
-                                   std::to_string(s.n_heads) + ", head_dim " + std::to_string(s.head_dim) + ")");
+                                   std::to_string(s.n_heads) + ", kv heads " + std::to_string(s.n_kv_heads) +
+                                   ", head_dim " + std::to_string(s.head_dim) + ")");
     Entry e;
     e.graph = build(s);
     int64_t ws = 0;
@@ -97,7 +99,9 @@ class CudnnSdpaImpl final : public CudnnSdpa {
   }
 
   std::shared_ptr<fe::graph::Graph> build(const CudnnSdpaShape& s) {
-    const int64_t b = s.batch, h = s.n_heads, d = s.head_dim, sq = s.max_q, skv = s.max_kv, hd = h * d;
+    const int64_t b = s.batch, h = s.n_heads, hk = s.n_kv_heads > 0 ? s.n_kv_heads : s.n_heads, d = s.head_dim,
+                  sq = s.max_q, skv = s.max_kv;
+    const int64_t hd = h * d;  // q / out row width
     auto g = std::make_shared<fe::graph::Graph>();
     g->set_io_data_type(fe::DataType_t::BFLOAT16)
         .set_intermediate_data_type(fe::DataType_t::FLOAT)
@@ -112,17 +116,18 @@ class CudnnSdpaImpl final : public CudnnSdpa {
     };
     auto off_q = i32("q_offsets", kOffQ, b + 1), off_kv = i32("kv_offsets", kOffKv, b + 1);
     auto seq_q = i32("seq_q", kSeqQ, b), seq_kv = i32("seq_kv", kSeqKv, b);
-    // [b, h, s, d] views of token-major rows (BSHD strides); the ragged offsets place each batch.
-    auto rows = [&](const char* name, Uid uid, int64_t s_len,
+    // [b, heads, s, d] views of token-major rows (BSHD strides); the ragged offsets place each batch.
+    // K and V have hk heads (grouped-query attention when hk < h: cuDNN's SDPA maps the groups).
+    auto rows = [&](const char* name, Uid uid, int64_t heads, int64_t s_len,
                     const std::shared_ptr<fe::graph::Tensor_attributes>& off) {
       return g->tensor(fe::graph::Tensor_attributes()
                            .set_name(name)
                            .set_uid(uid)
-                           .set_dim({b, h, s_len, d})
-                           .set_stride({s_len * hd, d, hd, 1})
+                           .set_dim({b, heads, s_len, d})
+                           .set_stride({s_len * heads * d, d, heads * d, 1})
                            .set_ragged_offset(off));
     };
-    auto Q = rows("Q", kQ, sq, off_q), K = rows("K", kK, skv, off_kv), V = rows("V", kV, skv, off_kv);
+    auto Q = rows("Q", kQ, h, sq, off_q), K = rows("K", kK, hk, skv, off_kv), V = rows("V", kV, hk, skv, off_kv);
     auto opts = fe::graph::SDPA_attributes()
                     .set_name("flashdllm_sdpa")
                     .set_generate_stats(false)
@@ -137,12 +142,12 @@ class CudnnSdpaImpl final : public CudnnSdpa {
     if (!err.is_good())
       cuda::throw_unsupported("cudnn attention: cuDNN cannot run ragged SDPA (batch " + std::to_string(b) + ", max_q " +
                               std::to_string(sq) + ", max_kv " + std::to_string(skv) + ", heads " + std::to_string(h) +
-                              ", head_dim " + std::to_string(d) + "): " + err.get_message());
+                              "/" + std::to_string(hk) + ", head_dim " + std::to_string(d) + "): " + err.get_message());
     return g;
   }
 
   cudnnHandle_t handle_;
-  std::map<std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t, float>, Entry> graphs_;
+  std::map<std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t, int32_t, float>, Entry> graphs_;
 };
 
 }  // namespace

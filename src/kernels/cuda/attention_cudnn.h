@@ -11,8 +11,9 @@
 //
 // Layout: every tile i is one "batch" of a ragged (THD) SDPA: its query rows are rows
 // [q_start, q_end) of q / out ([Tq, H·Dh] bf16, row-major), its keys rows [k_start, k_end) of the
-// K and V stores ([N, H·Dh] bf16); cuDNN reads per tile the element offsets q_start·H·Dh and
-// k_start·H·Dh and the lengths from device arrays, so one built graph serves every table with the
+// K and V stores ([N, Hkv·Dh] bf16; Hkv < H is grouped-query attention, which cuDNN's SDPA takes
+// natively: query head h reads K/V head h / (H / Hkv)); cuDNN reads per tile the element offsets
+// q_start·H·Dh and k_start·Hkv·Dh and the lengths from device arrays, so one built graph serves every table with the
 // same (batch, max rows, max keys) bucket. Numerics: bf16 in/out, fp32 scores, softmax and
 // accumulation (cuDNN's online softmax), scale applied to q·k.
 #pragma once
@@ -35,15 +36,18 @@ struct CudnnSdpaShape {
   int32_t n_heads = 0;
   int32_t head_dim = 0;  ///< cuDNN: a multiple of 8, <= 256
   float scale = 0.f;     ///< softmax scale, finite > 0
+  /// K/V heads, dividing n_heads (grouped-query attention when fewer); 0 means n_heads.
+  int32_t n_kv_heads = 0;
 };
 
 /// Device operands of one run. seq_q / seq_kv: I32 [batch]; q_offsets / kv_offsets: I32 [batch + 1]
-/// element offsets (row · n_heads · head_dim) of each tile's first query row in q and out, and of
-/// its first key row in k and v. Every pointer 16-byte aligned (cuDNN selects engines assuming it).
+/// element offsets of each tile's first query row in q and out (row · n_heads · head_dim), and of
+/// its first key row in k and v (row · n_kv_heads · head_dim). Every pointer 16-byte aligned (cuDNN selects engines
+/// assuming it).
 struct CudnnSdpaOperands {
   const void* q = nullptr;  ///< bf16 [Tq, H·Dh]
-  const void* k = nullptr;  ///< bf16 [N, H·Dh]
-  const void* v = nullptr;  ///< bf16 [N, H·Dh]
+  const void* k = nullptr;  ///< bf16 [N, Hkv·Dh]
+  const void* v = nullptr;  ///< bf16 [N, Hkv·Dh]
   void* out = nullptr;      ///< bf16 [Tq, H·Dh]; rows outside every tile untouched
   const int32_t* seq_q = nullptr;
   const int32_t* seq_kv = nullptr;

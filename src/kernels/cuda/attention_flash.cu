@@ -56,6 +56,9 @@ void detail::check_flash_args(const char* op, const AttentionArgs& a, int64_t ca
                             " has no flash kernel (supported: 128)");
   if (a.n_heads <= 0 || a.n_heads > 65535)
     cuda::throw_invalid_argument(std::string(op) + ": n_heads " + std::to_string(a.n_heads) + " outside [1, 65535]");
+  if (a.kv_heads() <= 0 || a.n_heads % a.kv_heads() != 0)
+    cuda::throw_invalid_argument(std::string(op) + ": n_kv_heads " + std::to_string(a.n_kv_heads) +
+                                 " does not divide n_heads " + std::to_string(a.n_heads));
   if (!detail::is_aligned(a.q, 16) || !detail::is_aligned(a.k, 16) || !detail::is_aligned(a.v, 16) ||
       !detail::is_aligned(a.out, 16))
     cuda::throw_invalid_argument(std::string(op) + ": q, k_store, v_store and out must be 16-byte aligned");

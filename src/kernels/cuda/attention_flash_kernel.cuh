@@ -3,7 +3,8 @@
 // Flash-Verify shapes) and bench/kernels/attention_mma_variants.cu (128-row shapes that no policy
 // picks: bench/kernels/README.md). Include from .cu files only; see attention.h for the contract.
 //
-// Per CTA: one work item (≤ kBlockM query rows of one tile) × one head; kBlockM/16 warps, each
+// Per CTA: one work item (≤ kBlockM query rows of one tile) × one query head (its K/V from K/V head
+// AttentionArgs::kv_head_of: grouped-query attention); kBlockM/16 warps, each
 // owning 16 query rows (the verify mode's key split: twice that, see the kernel). Per warp and key
 // tile of kBlockN keys:
 //   S = Q·Kᵀ      mma.sync m16n8k16 (A = Q fragments kept in registers, B = K via ldmatrix)
@@ -130,9 +131,10 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN, kKeySplit>::kThr
   detail::warp_score_rows(a, w, row_warp * 16, tid == 0 && head == 0, &score_lo, &score_hi);
   const bool scored = score_lo < score_hi;  // uniform over the warp
   const int64_t ld = static_cast<int64_t>(a.n_heads) * kHeadDim;
+  const int64_t kv_col = static_cast<int64_t>(a.kv_head_of(head)) * kHeadDim;  // grouped-query attention
   const __nv_bfloat16* const qg = a.q + static_cast<int64_t>(head) * kHeadDim;
-  const __nv_bfloat16* const kg = a.k + static_cast<int64_t>(head) * kHeadDim;
-  const __nv_bfloat16* const vg = a.v + static_cast<int64_t>(head) * kHeadDim;
+  const __nv_bfloat16* const kg = a.k + kv_col;
+  const __nv_bfloat16* const vg = a.v + kv_col;
   // Key count: the key range, or (verify) the gathered keys + the tile's own rows.
   int n_gather = w.k_end - w.k_begin, n_keys = n_gather, tile_q0 = 0, n_kept = 0, n_cand = 0;
   if constexpr (kVerify) {
@@ -152,7 +154,7 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN, kKeySplit>::kThr
   static_assert(kThreads % kChunksPerRow == 0 && kRowsPerIter % 8 == 0, "K/V tile rows per thread");
   const int ld_ch = tid % kChunksPerRow, r0 = tid / kChunksPerRow;
   const uint32_t kv_smem0 = smem_addr(smem + swizzle(r0, ld_ch));
-  const uint32_t ld_bytes = static_cast<uint32_t>(a.n_heads) * kRowBytes;  // row pitch
+  const uint32_t ld_bytes = static_cast<uint32_t>(a.kv_heads()) * kRowBytes;  // K/V row pitch
   const __nv_bfloat16* const kg_ch = kg + ld_ch * 8;
   const __nv_bfloat16* const vg_ch = vg + ld_ch * 8;
 
@@ -204,8 +206,7 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN, kKeySplit>::kThr
         if (key < n_gather)
           copy_gathered(it, b);
         else  // the tile's own fresh rows
-          copy_kv_row(it, b, vk.k_tile + static_cast<int64_t>(head) * kHeadDim + ld_ch * 8,
-                      vk.v_tile + static_cast<int64_t>(head) * kHeadDim + ld_ch * 8, tile_q0 + (key - n_gather),
+          copy_kv_row(it, b, vk.k_tile + kv_col + ld_ch * 8, vk.v_tile + kv_col + ld_ch * 8, tile_q0 + (key - n_gather),
                       key < n_keys);
       } else {
         copy_kv_row(it, b, kg_ch, vg_ch, w.k_begin + key, key < n_keys);

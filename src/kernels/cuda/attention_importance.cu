@@ -34,6 +34,8 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t ld = static_cast<int64_t>(a.n_heads) * a.head_dim;
   const int64_t hoff = static_cast<int64_t>(head) * a.head_dim;
+  const int64_t kv_ld = static_cast<int64_t>(a.n_kv_heads) * a.head_dim;  // K row pitch
+  const int64_t kv_off = static_cast<int64_t>(head / (a.n_heads / a.n_kv_heads)) * a.head_dim;
   const int dh = a.head_dim;
 
   for (int32_t r0 = qs; r0 < qe; r0 += kRowsPerPass) {
@@ -49,7 +51,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int r = warp; r < nr; r += kWarps) {
         float m = -__int_as_float(0x7f800000), l = 0.f;
         for (int64_t t = ks; t < ke; ++t) {
-          const __nv_bfloat16* kr = a.k + t * ld + hoff;
+          const __nv_bfloat16* kr = a.k + t * kv_ld + kv_off;
           float d = 0.f;
           for (int i = lane; i < dh; i += 32) d += q_s[r * dh + i] * __bfloat162float(kr[i]);
           const float sc = detail::warp_sum(d) * a.scale;
@@ -65,7 +67,7 @@ __global__ void __launch_bounds__(kThreads)
       float dots[kRowsPerPass];
 #pragma unroll
       for (int r = 0; r < kRowsPerPass; ++r) dots[r] = 0.f;
-      const __nv_bfloat16* kr = a.k + t * ld + hoff;
+      const __nv_bfloat16* kr = a.k + t * kv_ld + kv_off;
       for (int i = 0; i < dh; ++i) {
         const float kv = __bfloat162float(kr[i]);
 #pragma unroll
@@ -81,11 +83,11 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Raw variant by linearity: Σ_rows Σ_heads q[r,h]·k[t,h] = q̄·k[t] over the whole row (all heads),
-// q̄ = Σ_rows q[r] (fp32). grid = (tiles, kRawChunkCtas); a CTA sums q̄ of its tile once into shared
-// memory, then its warps take the tile's keys kRawKeys at a time (chunk blockIdx.y, then every
-// gridDim.y-th): one fp32 dot of the width-long rows per key (16-byte loads when width % 8 == 0),
-// one atomicAdd per (key, tile). Reads each key row once instead of once per head and 16-row pass.
+// Raw variant by linearity: Σ_rows Σ_heads q[r,h]·k[t,h/g] = q̄·k[t] over the whole K row (all K/V
+// heads), q̄[j] = Σ_rows Σ_{h of K/V head j's group} q[r,h] (fp32; g = n_heads / n_kv_heads). grid = (tiles,
+// kRawChunkCtas); a CTA sums q̄ of its tile once into shared memory, then its warps take the tile's keys kRawKeys at a
+// time (chunk blockIdx.y, then every gridDim.y-th): one fp32 dot of the width-long rows per key (16-byte loads when
+// width % 8 == 0), one atomicAdd per (key, tile). Reads each key row once instead of once per head and 16-row pass.
 constexpr int kRawKeys = 64;
 constexpr int kRawChunkCtas = 128;
 constexpr size_t kRawMaxWidth = 12288;  // wider rows (none in LLaDA: 4096) take the per-head kernel
@@ -102,10 +104,16 @@ __global__ void __launch_bounds__(kThreads)
   }
   if (qs == qe || static_cast<int64_t>(ks) + static_cast<int64_t>(blockIdx.y) * kRawKeys >= ke) return;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int width = a.n_heads * a.head_dim;
+  const int q_width = a.n_heads * a.head_dim, width = a.n_kv_heads * a.head_dim;  // q / K rows
+  const int group = a.n_heads / a.n_kv_heads;
   for (int i = threadIdx.x; i < width; i += kThreads) {
+    const int j = i / a.head_dim, d = i - j * a.head_dim;  // K/V head, dimension
     float s = 0.f;
-    for (int32_t r = qs; r < qe; ++r) s += __bfloat162float(a.q[static_cast<int64_t>(r) * width + i]);
+    for (int32_t r = qs; r < qe; ++r) {
+      const __nv_bfloat16* qr =
+          a.q + static_cast<int64_t>(r) * q_width + static_cast<int64_t>(j) * group * a.head_dim + d;
+      for (int h = 0; h < group; ++h) s += __bfloat162float(qr[h * a.head_dim]);
+    }
     qbar[i] = s;
   }
   __syncthreads();
@@ -137,17 +145,22 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-void attention_importance_bf16(const ImportanceArgs& a, const int32_t* table, int64_t n_tiles, int* error_flags,
+void attention_importance_bf16(const ImportanceArgs& args, const int32_t* table, int64_t n_tiles, int* error_flags,
                                cudaStream_t stream) {
+  ImportanceArgs a = args;
+  if (a.n_kv_heads == 0) a.n_kv_heads = a.n_heads;
   if (a.head_dim <= 0 || a.head_dim > kMaxHeadDim)
     cuda::throw_unsupported("attention_importance: head_dim " + std::to_string(a.head_dim) +
                             " unsupported (needs 1..256)");
   if (a.n_heads <= 0 || a.n_heads > 65535)
     cuda::throw_invalid_argument("attention_importance: n_heads " + std::to_string(a.n_heads) +
                                  " outside [1, 65535]");
+  if (a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0)
+    cuda::throw_invalid_argument("attention_importance: n_kv_heads " + std::to_string(a.n_kv_heads) +
+                                 " does not divide n_heads " + std::to_string(a.n_heads));
   if (n_tiles <= 0) return;
   if (n_tiles > 0x7fffffff) cuda::throw_invalid_argument("attention_importance: more than 2^31-1 tiles");
-  const size_t width = static_cast<size_t>(a.n_heads) * a.head_dim;
+  const size_t width = static_cast<size_t>(a.n_kv_heads) * a.head_dim;  // q̄ is one K row wide
   if (!a.probability_mass && width <= kRawMaxWidth) {  // q̄ in the default 48 KiB of shared memory
     const size_t smem = width * sizeof(float);
     const int64_t chunks = (a.kv_rows + kRawKeys - 1) / kRawKeys;

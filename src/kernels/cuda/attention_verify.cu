@@ -62,6 +62,8 @@ __global__ void __launch_bounds__(kThreads)
   const int hd = a.head_dim, dpl = hd / 32;
   const int64_t ld = static_cast<int64_t>(a.n_heads) * hd;
   const int64_t hoff = static_cast<int64_t>(head) * hd;
+  const int64_t kv_ld = static_cast<int64_t>(a.n_kv_heads) * hd;  // K/V rows (stores and tile)
+  const int64_t kv_off = static_cast<int64_t>(head / (a.n_heads / a.n_kv_heads)) * hd;
   const int n_cache = ke - ks;
   const int n_chunks = (n_cache + kChunk - 1) / kChunk + (rows + kChunk - 1) / kChunk;
   const int vec_per_row = hd / 8;  // 16-byte vectors per key row of the head
@@ -111,8 +113,8 @@ __global__ void __launch_bounds__(kThreads)
           if (row >= 0) {
             const __nv_bfloat16* kb = in_tile ? a.k_tile : a.k_store;
             const __nv_bfloat16* vb = in_tile ? a.v_tile : a.v_store;
-            kv4 = *reinterpret_cast<const uint4*>(kb + row * ld + hoff + 8 * v);
-            vv4 = *reinterpret_cast<const uint4*>(vb + row * ld + hoff + 8 * v);
+            kv4 = *reinterpret_cast<const uint4*>(kb + row * kv_ld + kv_off + 8 * v);
+            vv4 = *reinterpret_cast<const uint4*>(vb + row * kv_ld + kv_off + 8 * v);
           }
         }
         *reinterpret_cast<uint4*>(k_sh + j * hd + 8 * v) = kv4;
@@ -172,13 +174,18 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-void attention_verify_bf16(const VerifyAttentionArgs& a, const int32_t* table, int64_t n_tiles, int* error_flags,
+void attention_verify_bf16(const VerifyAttentionArgs& args, const int32_t* table, int64_t n_tiles, int* error_flags,
                            cudaStream_t stream) {
+  VerifyAttentionArgs a = args;
+  if (a.n_kv_heads == 0) a.n_kv_heads = a.n_heads;
   if (a.head_dim <= 0 || a.head_dim % 32 != 0 || a.head_dim > 32 * kMaxDimsPerLane)
     cuda::throw_unsupported("attention_verify: head_dim " + std::to_string(a.head_dim) +
                             " unsupported (needs a multiple of 32, at most 256)");
   if (a.n_heads <= 0 || a.n_heads > 65535)
     cuda::throw_invalid_argument("attention_verify: n_heads " + std::to_string(a.n_heads) + " outside [1, 65535]");
+  if (a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0)
+    cuda::throw_invalid_argument("attention_verify: n_kv_heads " + std::to_string(a.n_kv_heads) +
+                                 " does not divide n_heads " + std::to_string(a.n_heads));
   if (a.q_rows > 0x7fffffff || a.n_keys > 0x7fffffff)
     cuda::throw_invalid_argument("attention_verify: more than 2^31-1 query rows or gathered keys");
   if (n_tiles <= 0) return;

@@ -25,27 +25,29 @@
 
 namespace flashdllm::kernels {
 
-/// Operands (device memory, row-major; head h of a row in columns [h·head_dim, (h+1)·head_dim)).
+/// Operands (device memory, row-major; head h of a row in columns [h·head_dim, (h+1)·head_dim);
+/// grouped-query attention: query head h reads K/V head h / (n_heads / n_kv_heads)).
 struct VerifyAttentionArgs {
   const __nv_bfloat16* q = nullptr;       ///< [q_rows, n_heads·head_dim]
-  const __nv_bfloat16* k_store = nullptr; ///< [kv_rows, n_heads·head_dim] (the layer's K cache)
-  const __nv_bfloat16* v_store = nullptr; ///< [kv_rows, n_heads·head_dim]
+  const __nv_bfloat16* k_store = nullptr;  ///< [kv_rows, n_kv_heads·head_dim] (the layer's K cache)
+  const __nv_bfloat16* v_store = nullptr;  ///< [kv_rows, n_kv_heads·head_dim]
   const int32_t* key_rows = nullptr;      ///< [n_keys] gather list of store rows
-  const __nv_bfloat16* k_tile = nullptr;  ///< [q_rows, n_heads·head_dim] fresh K of the query rows
-  const __nv_bfloat16* v_tile = nullptr;  ///< [q_rows, n_heads·head_dim]
+  const __nv_bfloat16* k_tile = nullptr;  ///< [q_rows, n_kv_heads·head_dim] fresh K of the query rows
+  const __nv_bfloat16* v_tile = nullptr;  ///< [q_rows, n_kv_heads·head_dim]
   __nv_bfloat16* out = nullptr;           ///< [q_rows, n_heads·head_dim]; rows outside every tile untouched
   int64_t q_rows = 0;
   int64_t kv_rows = 0;
   int64_t n_keys = 0;
   int n_heads = 0;
   int head_dim = 0;
-  float scale = 0.f;  ///< softmax scale (> 0), applied to q·k in fp32
+  float scale = 0.f;   ///< softmax scale (> 0), applied to q·k in fp32
+  int n_kv_heads = 0;  ///< K/V heads dividing n_heads (0: n_heads)
 };
 
 /// Runs the verify attention over `table` (device I32 [n_tiles, 5] = VerifyTile rows). Invalid
 /// tiles (outside [0, q_rows) × [0, n_keys), reversed, or 2·n_cand > q_end − q_start) are skipped
 /// and gather entries outside [0, kv_rows) are ignored; both set kErrAttentionTile in *error_flags.
-/// head_dim must be a multiple of 32 and <= 256, n_heads in [1, 65535]: Error(kUnsupported /
+/// head_dim must be a multiple of 32 and <= 256, n_heads in [1, 65535], n_kv_heads dividing it: Error(kUnsupported /
 /// kInvalidArgument) otherwise; Error(kDevice) on launch failure.
 void attention_verify_bf16(const VerifyAttentionArgs& args, const int32_t* table, int64_t n_tiles, int* error_flags,
                            cudaStream_t stream);

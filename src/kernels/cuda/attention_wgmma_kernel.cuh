@@ -335,7 +335,7 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
       const int n_kv = (w.k_end - w.k_begin + kBlockN - 1) / kBlockN;  // <= 0: the plan gives none
       int s0 = 0, s1 = 0;
       detail::score_rows(a, w, head == 0, &s0, &s1);
-      const int col = head * kHeadDim;
+      const int col = head * kHeadDim, kv_col = a.kv_head_of(head) * kHeadDim;  // q / K, V (grouped-query)
       // Tile t of K (is_v false) or V into the next stage of its ring once the consumers freed it.
       auto load = [&](bool is_v, int t) {
         int& count = is_v ? v_tiles : k_tiles;
@@ -346,7 +346,7 @@ __global__ void __launch_bounds__(kThreadsOf<kConsumers>, 1)
         TxBar::arrive_and_expect_tx(bar, T::kKVTxBytes);
         Elem* const dst = is_v ? v_smem(stage) : k_smem(stage);
         for (int h = 0; h < 2; ++h)
-          SM90_TMA_LOAD_2D::copy(is_v ? &tm_v : &tm_k, bar, kEvict, dst + h * kBlockN * kHalf, col + h * kHalf,
+          SM90_TMA_LOAD_2D::copy(is_v ? &tm_v : &tm_k, bar, kEvict, dst + h * kBlockN * kHalf, kv_col + h * kHalf,
                                  w.k_begin + t * kBlockN);
         ++count;
       };
@@ -561,10 +561,11 @@ void launch_wgmma(const AttentionArgs& a, const AttentionWorkItem* work, const i
   // No rows: the plan admits no tile (attention_tile_valid), and a map needs at least one row.
   if (a.q_rows <= 0 || a.kv_rows <= 0) return;
   detail::ensure_smem_opt_in<kernel>(kSmem);
-  const int64_t cols = static_cast<int64_t>(a.n_heads) * kHeadDim;
+  const int64_t cols = static_cast<int64_t>(a.n_heads) * kHeadDim,
+                kv_cols = static_cast<int64_t>(a.kv_heads()) * kHeadDim;
   const CUtensorMap tm_q = tensor_map("q", a.q, a.q_rows, cols, 64);
-  const CUtensorMap tm_k = tensor_map("k_store", a.k, a.kv_rows, cols, kBlockN);
-  const CUtensorMap tm_v = tensor_map("v_store", a.v, a.kv_rows, cols, kBlockN);
+  const CUtensorMap tm_k = tensor_map("k_store", a.k, a.kv_rows, kv_cols, kBlockN);
+  const CUtensorMap tm_v = tensor_map("v_store", a.v, a.kv_rows, kv_cols, kBlockN);
   // Persistent: one CTA per SM (its shared memory), each walking units gridDim.x apart; the grid
   // depends on the capacity only, so recorded graphs keep it.
   const int64_t units = capacity * a.n_heads;
