@@ -31,7 +31,7 @@ void CudaBackend::qkv_rope_store(Tensor xn, Tensor wqkv, const QkvExtras& extra,
   static constexpr const char* kOp = "qkv_rope_store";
   FDLLM_CHECK(!extra.qk_norm(), ErrorCode::kUnsupported,
               "{}: per-head QK-norm (q_norm / k_norm) is not implemented on the CUDA backend yet", kOp);
-  const Tensor bqkv = extra.bias;
+  Tensor bqkv = extra.bias;
   expect(xn, DType::kBF16, kOp, "xn");
   expect(wqkv, DType::kBF16, kOp, "wqkv");
   expect(positions, DType::kI32, kOp, "positions");
