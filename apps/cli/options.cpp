@@ -163,12 +163,18 @@ void DecodeArgs::check_scope(const flashdllm::DecodeSettings& d, bool cache_chos
                           {"--max-forward-rows", flash, "flash"},
                           {"--query-tile-rows", flash, "flash"},
                           {"--verify", flash, "flash"},
-                          {"--steps", blocks, "none/prefix/dual"}, {"--remasking", blocks, "none/prefix/dual"},
-                          {"--confidence-f32", blocks, "none/prefix/dual"}, {"--cfg-scale", none, "none"},
-                          {"--logits-eos-inf", none, "none"},    {"--confidence-eos-eot-inf", none, "none"},
-                          {"--eos-pad-tile", none, "none"},      {"--sampler", none, "none"},
-                          {"--alg", none, "none"},               {"--alg-temp", none, "none"},
-                          {"--timestep-eps", none, "none"},      {"--top-p", none, "none"},
+                          {"--steps", blocks, "none/prefix/dual"},
+                          {"--remasking", blocks, "none/prefix/dual"},
+                          {"--confidence-f32", blocks, "none/prefix/dual"},
+                          {"--cfg-scale", none, "none"},
+                          {"--logits-eos-inf", none, "none"},
+                          {"--confidence-eos-eot-inf", none, "none"},
+                          {"--eos-pad-tile", none, "none"},
+                          {"--sampler", none, "none"},
+                          {"--alg", none, "none"},
+                          {"--alg-temp", none, "none"},
+                          {"--timestep-eps", none, "none"},
+                          {"--top-p", none, "none"},
                           {"--top-k", none, "none"}};
   for (const Scope& sc : scopes) {
     auto in = [&](CacheMode m) { return std::find(sc.modes.begin(), sc.modes.end(), m) != sc.modes.end(); };
@@ -177,9 +183,9 @@ void DecodeArgs::check_scope(const flashdllm::DecodeSettings& d, bool cache_chos
       throw Error(ErrorCode::kInvalidArgument,
                   fmt::format("{} applies to --cache {} only (cache is '{}'{})", sc.flag, sc.names,
                               flashdllm::cache_mode_name(d.cache),
-                              given("--cache") || preset.size()                ? ""
+                              given("--cache") || preset.size()              ? ""
                               : d.cache == flashdllm::DecodeSettings{}.cache ? ", the default"
-                                                                               : ", this model's default"));
+                                                                             : ", this model's default"));
   }
 }
 
@@ -254,9 +260,10 @@ void add_decode_options(CLI::App* app, DecodeArgs& a) {
       ->check(kNonNegativeInt)
       ->capture_default_str();
   if (!a.serving)
-    app->add_option("--steps", sp.steps,
-                    "none/prefix/dual quota decoding: forward passes (default: 128, at most gen_length, a multiple of the "
-                    "block count; Dream's sampler: gen_length)")
+    app->add_option(
+           "--steps", sp.steps,
+           "none/prefix/dual quota decoding: forward passes (default: 128, at most gen_length, a multiple of the "
+           "block count; Dream's sampler: gen_length)")
         ->check(int_in_range(1, std::numeric_limits<int32_t>::max()));
   app->add_option("--remasking", a.remasking, "none/prefix/dual: low_confidence | random")->capture_default_str();
   if (!a.serving)

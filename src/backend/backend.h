@@ -129,8 +129,8 @@ struct SelectParams {
   // defaults): LLaDA's rule above (confidence = the unscaled softmax of x0).
   bool dream_rule = false;
   SelectConfidence confidence = SelectConfidence::kProbability;  ///< dream_rule only
-  int32_t top_k = 0;    ///< keep logits >= the k-th largest; 0 = all (dream_rule only)
-  double top_p = 1.0;   ///< nucleus: keep tokens up to cumulative probability top_p; 1 = all (dream_rule only)
+  int32_t top_k = 0;   ///< keep logits >= the k-th largest; 0 = all (dream_rule only)
+  double top_p = 1.0;  ///< nucleus: keep tokens up to cumulative probability top_p; 1 = all (dream_rule only)
 };
 
 /// Where a fill's destination lies in its parent tensor (Backend::fill_normal).

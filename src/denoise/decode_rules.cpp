@@ -42,7 +42,8 @@ std::vector<int64_t> threshold_indices(std::span<const double> conf, double thre
 }
 
 std::vector<float> dream_timesteps(int64_t steps, float eps) {
-  FDLLM_CHECK_ARG(steps > 0 && steps < (int64_t{1} << 24), "dream_timesteps: steps must be in [1, 2^24), got {}", steps);
+  FDLLM_CHECK_ARG(steps > 0 && steps < (int64_t{1} << 24), "dream_timesteps: steps must be in [1, 2^24), got {}",
+                  steps);
   FDLLM_CHECK_ARG(eps > 0.0f && eps < 1.0f, "dream_timesteps: eps must be in (0, 1), got {}", eps);
   const int64_t n = steps + 1;
   const float start = 1.0f, end = eps;
@@ -50,8 +51,8 @@ std::vector<float> dream_timesteps(int64_t steps, float eps) {
   const int64_t half = n / 2;
   std::vector<float> t(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i)
-    t[static_cast<size_t>(i)] = i < half ? std::fma(step, static_cast<float>(i), start)
-                                         : std::fma(-step, static_cast<float>(n - i - 1), end);
+    t[static_cast<size_t>(i)] =
+        i < half ? std::fma(step, static_cast<float>(i), start) : std::fma(-step, static_cast<float>(n - i - 1), end);
   return t;
 }
 

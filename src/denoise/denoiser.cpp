@@ -12,7 +12,8 @@ namespace flashdllm {
 SlotParams resolve_params(const SamplingParams& s, const DecodeSettings& d, bool exact_blocks) {
   SlotParams p;
   const int64_t B = d.effective_block_length();
-  const bool whole_canvas = d.cache == CacheMode::kFlash || (d.cache == CacheMode::kNone && d.sampler == Sampler::kDream);
+  const bool whole_canvas =
+      d.cache == CacheMode::kFlash || (d.cache == CacheMode::kNone && d.sampler == Sampler::kDream);
   p.gen_length = whole_canvas || exact_blocks ? s.gen_length : (s.gen_length + B - 1) / B * B;
   p.threshold = effective_threshold(d, s);
   p.steps = effective_steps(d, s.steps, p.gen_length);

@@ -164,8 +164,8 @@ std::vector<StepCommit> DreamSampler::step(std::vector<DreamState>& batch) {
       fb.positions.push_back(static_cast<int32_t>(p));
       fb.kv_rows.push_back(static_cast<int32_t>(T + p));
     }
-    fb.tiles.push_back({static_cast<int32_t>(T), static_cast<int32_t>(T + L), static_cast<int32_t>(T),
-                        static_cast<int32_t>(T + L)});
+    fb.tiles.push_back(
+        {static_cast<int32_t>(T), static_cast<int32_t>(T + L), static_cast<int32_t>(T), static_cast<int32_t>(T + L)});
     for (int64_t p : cand[i]) {
       fb.logit_rows.push_back(static_cast<int32_t>(T + logits_source(c, p)));
       fb.row_keys.push_back(static_cast<int32_t>(noise_key(s.seed, s.nfe, p)));
@@ -205,8 +205,8 @@ std::vector<StepCommit> DreamSampler::step(std::vector<DreamState>& batch) {
     if (!commits[i].error.empty()) {
       s.done = true;
     } else {
-      commits[i] = commit(s, cand[i], std::span<const int32_t>(x0).subspan(r0, n),
-                          std::span<const double>(conf).subspan(r0, n));
+      commits[i] =
+          commit(s, cand[i], std::span<const int32_t>(x0).subspan(r0, n), std::span<const double>(conf).subspan(r0, n));
     }
     r0 += n;
   }

@@ -62,8 +62,9 @@ class DreamSampler : public Denoiser {
   std::vector<StepCommit> step(std::vector<DreamState>& batch);
 
   /// Runs every prompt to completion; returns the final states.
-  std::vector<DreamState> generate(const std::vector<std::vector<int32_t>>& prompts,
-                                   const std::function<void(size_t, const DreamState&, const StepCommit&)>& observer = {});
+  std::vector<DreamState> generate(
+      const std::vector<std::vector<int32_t>>& prompts,
+      const std::function<void(size_t, const DreamState&, const StepCommit&)>& observer = {});
 
   // The slot contract (denoiser.h); needs the pool constructor.
   int64_t n_slots() const noexcept override { return slots_.size(); }
@@ -72,7 +73,9 @@ class DreamSampler : public Denoiser {
   std::vector<SlotStep> step() override;
   void release(int64_t slot) override { slots_.release(slot); }
   bool active(int64_t slot) const noexcept override { return slots_.active(slot); }
-  std::span<const int32_t> canvas(int64_t slot) const override { return state_canvas(slots_.at(slot, "Dream sampler")); }
+  std::span<const int32_t> canvas(int64_t slot) const override {
+    return state_canvas(slots_.at(slot, "Dream sampler"));
+  }
   SlotOutput output(int64_t slot) const override { return state_output(slots_.at(slot, "Dream sampler")); }
   int64_t model_passes() const noexcept override { return passes_; }
 

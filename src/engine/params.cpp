@@ -190,14 +190,14 @@ void check_sampler_settings(const DecodeSettings& d, const ModelConfig* cfg) {
     return;
   }
   // Dream's sampler decodes the whole canvas: none of the block sampler's options apply.
-  const char* bad = d.block_length != 0                            ? "block_length"
-                    : d.remasking != Remasking::kLowConfidence     ? "remasking"
-                    : d.cfg_scale != 0.0                           ? "cfg_scale"
-                    : d.logits_eos_inf                             ? "logits_eos_inf"
-                    : d.confidence_eos_eot_inf                     ? "confidence_eos_eot_inf"
-                    : d.confidence_f32                             ? "confidence_f32"
-                    : d.eos_pad_tile != 0                          ? "eos_pad_tile"
-                                                                   : nullptr;
+  const char* bad = d.block_length != 0                        ? "block_length"
+                    : d.remasking != Remasking::kLowConfidence ? "remasking"
+                    : d.cfg_scale != 0.0                       ? "cfg_scale"
+                    : d.logits_eos_inf                         ? "logits_eos_inf"
+                    : d.confidence_eos_eot_inf                 ? "confidence_eos_eot_inf"
+                    : d.confidence_f32                         ? "confidence_f32"
+                    : d.eos_pad_tile != 0                      ? "eos_pad_tile"
+                                                               : nullptr;
   FDLLM_CHECK_PARAM(bad == nullptr, bad ? bad : "",
                     "{} applies to LLaDA's block sampler; Dream's sampler (sampler dream) decodes the whole canvas "
                     "with --alg / --alg-temp / --top-p / --top-k",
@@ -398,9 +398,9 @@ void validate_without_model(const GenerateOptions& o) {
 
 const std::vector<std::string>& option_keys() {
   static const std::vector<std::string> keys = {
-      "threshold",   "gamma",          "track_num",   "mask_num",        "block_length", "gen_length", "steps",
-      "verify_rule", "max_candidates", "verify_kept", "tokens_per_step", "temperature",  "seed",
-      "top_p",       "top_k",          "alg",         "alg_temp"};
+      "threshold", "gamma",       "track_num",      "mask_num",    "block_length",    "gen_length",
+      "steps",     "verify_rule", "max_candidates", "verify_kept", "tokens_per_step", "temperature",
+      "seed",      "top_p",       "top_k",          "alg",         "alg_temp"};
   return keys;
 }
 

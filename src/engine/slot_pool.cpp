@@ -19,7 +19,8 @@ std::unique_ptr<Denoiser> make_denoiser(Backend& be, const Model& m, const Decod
   if (eot >= 0) o.decode.eot_token_id = eot;
   switch (d.cache) {
     case CacheMode::kNone:
-      if (effective_sampler(d, m.config) == Sampler::kDream) return std::make_unique<DreamSampler>(be, m, std::move(o), pool);
+      if (effective_sampler(d, m.config) == Sampler::kDream)
+        return std::make_unique<DreamSampler>(be, m, std::move(o), pool);
       return std::make_unique<LladaSampler>(be, m, std::move(o), pool);
     case CacheMode::kPrefix:
     case CacheMode::kDual: return std::make_unique<FastDllmCacheSampler>(be, m, std::move(o), pool);

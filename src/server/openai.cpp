@@ -153,10 +153,14 @@ int64_t json_value_limit(int64_t max_prompts, int64_t max_model_len) {
 
 std::string api_param_of(std::string_view key) {
   // The SamplingParams keys a request sets (parse_request below); the rest are the engine's.
-  static constexpr std::pair<std::string_view, const char*> kRequestFields[] = {
-      {"gen_length", "max_tokens"},   {"steps", "steps"}, {"threshold", "threshold"},
-      {"temperature", "temperature"}, {"seed", "seed"},   {"stop", "stop"},
-      {"top_p", "top_p"},             {"top_k", "top_k"}};
+  static constexpr std::pair<std::string_view, const char*> kRequestFields[] = {{"gen_length", "max_tokens"},
+                                                                                {"steps", "steps"},
+                                                                                {"threshold", "threshold"},
+                                                                                {"temperature", "temperature"},
+                                                                                {"seed", "seed"},
+                                                                                {"stop", "stop"},
+                                                                                {"top_p", "top_p"},
+                                                                                {"top_k", "top_k"}};
   for (const auto& [k, api] : kRequestFields)
     if (k == key) return api;
   return {};

@@ -97,10 +97,9 @@ Picked select_one(std::vector<float> logits, const SelectParams& p) {
   const auto V = static_cast<int64_t>(logits.size());
   int32_t key = 7, token = -1;
   double conf = 0.0;
-  be->select_tokens(Tensor(logits.data(), DType::kF32, DeviceKind::kCPU, {1, V}),
-                    Tensor(&key, DType::kI32, DeviceKind::kCPU, {1}), p,
-                    Tensor(&token, DType::kI32, DeviceKind::kCPU, {1}),
-                    Tensor(&conf, DType::kF64, DeviceKind::kCPU, {1}));
+  be->select_tokens(
+      Tensor(logits.data(), DType::kF32, DeviceKind::kCPU, {1, V}), Tensor(&key, DType::kI32, DeviceKind::kCPU, {1}), p,
+      Tensor(&token, DType::kI32, DeviceKind::kCPU, {1}), Tensor(&conf, DType::kF64, DeviceKind::kCPU, {1}));
   return {token, conf};
 }
 
@@ -247,10 +246,9 @@ TEST_P(DreamFreeRun, ReproducesTheOutput) {
   const json& r = dream_json()["runs"][GetParam().index];
   DreamSampler sampler(*g.backend, g.model, options_of(r));
   std::vector<int64_t> ks;
-  const std::vector<DreamState> done =
-      sampler.generate({prompt_of(r)}, [&](size_t, const DreamState&, const StepCommit& c) {
-        ks.push_back(static_cast<int64_t>(c.positions.size()));
-      });
+  const std::vector<DreamState> done = sampler.generate(
+      {prompt_of(r)},
+      [&](size_t, const DreamState&, const StepCommit& c) { ks.push_back(static_cast<int64_t>(c.positions.size())); });
   const auto P = static_cast<int64_t>(prompt_of(r).size());
   const std::vector<int32_t> got(done[0].x.begin() + P, done[0].x.end());
   EXPECT_EQ(got, r["output_ids"].get<std::vector<int32_t>>());

@@ -164,8 +164,8 @@ TEST(Cli, InfoDescribesDream) {
   const std::filesystem::path dream = test_data_dir() / "golden" / "dream_a";
   CliRun r = run_cli(fmt::format("info -m {}", dream.string()));
   ASSERT_EQ(r.code, 0) << r.out;
-  for (const char* part : {"architecture      Dream (model_type Dream)", "n_kv_heads 2", "GQA: 2 query heads per K/V head",
-                           "q/k/v bias yes", "logit shift       yes"})
+  for (const char* part : {"architecture      Dream (model_type Dream)", "n_kv_heads 2",
+                           "GQA: 2 query heads per K/V head", "q/k/v bias yes", "logit shift       yes"})
     EXPECT_NE(r.out.find(part), std::string::npos) << "lacks '" << part << "':\n" << r.out;
   const ModelConfig c = load_model_config(dream / "config.json");
   EXPECT_NE(r.out.find(fmt::format("parameters        {} ", c.parameter_count())), std::string::npos) << r.out;
@@ -175,8 +175,8 @@ TEST(Cli, InfoDescribesDream) {
 // denoisers run on it, a cache that does not read shifted logits yet is refused naming the family.
 TEST(Cli, GenerateOnDreamTakesDreamsSampler) {
   const std::filesystem::path dream = test_data_dir() / "golden" / "dream_a";
-  CliRun r = run_cli(fmt::format("generate -m {} --prompt-ids 5,6,7 --gen-length 16 --steps 8 --top-k 50 --json",
-                                 dream.string()));
+  CliRun r = run_cli(
+      fmt::format("generate -m {} --prompt-ids 5,6,7 --gen-length 16 --steps 8 --top-k 50 --json", dream.string()));
   ASSERT_EQ(r.code, 0) << r.out;
   const nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
   EXPECT_EQ(j["options"]["cache"], "none");

@@ -236,7 +236,8 @@ TEST_F(CudaGqa, QkvRopeStoreWithBias) {
       put_i32(be, rd.t, rows);
       be.fill_zero(ks.t);
       be.fill_zero(vs.t);
-      be.qkv_rope_store(xd.t, wd.t, QkvExtras{bd.t, {}, {}, 0.0f}, pd.t, rd.t, rope.table, g.h, qd.t, ks.t, vs.t, scratch.t);
+      be.qkv_rope_store(xd.t, wd.t, QkvExtras{bd.t, {}, {}, 0.0f}, pd.t, rd.t, rope.table, g.h, qd.t, ks.t, vs.t,
+                        scratch.t);
       return Res{get(be, qd.t), get(be, ks.t), get(be, vs.t)};
     };
     const Res ref = run(*cpu_), got = run(*twin_);

@@ -218,8 +218,8 @@ TEST_P(CudaSelect, DreamRuleMatchesCpu) {
     put(*twin_, lt.t, logits);
     put_i32(*cpu_, kc.t, keys);
     put_i32(*twin_, kt.t, keys);
-    for (SelectConfidence kind : {SelectConfidence::kProbability, SelectConfidence::kMargin,
-                                  SelectConfidence::kNegEntropy})
+    for (SelectConfidence kind :
+         {SelectConfidence::kProbability, SelectConfidence::kMargin, SelectConfidence::kNegEntropy})
       for (double tau : {0.0, 0.5}) {
         SelectParams p;
         p.dream_rule = true;
@@ -243,10 +243,10 @@ TEST_P(CudaSelect, DreamRuleMatchesCpu) {
           EXPECT_EQ(x_twin[r], x_cpu[r]) << "row " << r;
           // Probabilities (and their difference): the f64 softmax tolerance on a scale of 1. Negative
           // entropy: that on |H|, plus what Dream's +1e-10 inside the log may add per token (select.h).
-          const double tol = kind == SelectConfidence::kNegEntropy
-                                 ? twin::kConfidenceF64RelTol * std::max(1.0, std::fabs(f_cpu[r])) +
-                                       1e-10 * static_cast<double>(c.V)
-                                 : twin::kConfidenceF64RelTol;
+          const double tol =
+              kind == SelectConfidence::kNegEntropy
+                  ? twin::kConfidenceF64RelTol * std::max(1.0, std::fabs(f_cpu[r])) + 1e-10 * static_cast<double>(c.V)
+                  : twin::kConfidenceF64RelTol;
           EXPECT_NEAR(f_twin[r], f_cpu[r], tol) << "row " << r;
         }
       }

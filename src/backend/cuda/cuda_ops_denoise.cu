@@ -56,7 +56,7 @@ void CudaBackend::select_tokens(Tensor logits, Tensor row_keys, const SelectPara
   a.conf_suppress_b = p.conf_suppress_b;
   a.confidence_f64 = p.confidence_f64;
   a.scaled_confidence = p.dream_rule;
-  a.confidence = !p.dream_rule                                  ? kernels::SelectConfidenceKind::kProbability
+  a.confidence = !p.dream_rule                                   ? kernels::SelectConfidenceKind::kProbability
                  : p.confidence == SelectConfidence::kMargin     ? kernels::SelectConfidenceKind::kMargin
                  : p.confidence == SelectConfidence::kNegEntropy ? kernels::SelectConfidenceKind::kNegEntropy
                                                                  : kernels::SelectConfidenceKind::kProbability;

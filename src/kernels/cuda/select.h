@@ -21,7 +21,7 @@ struct SelectPartial {
   double sum;
   double tsum;  ///< Σ exp(c_v − cmax)·(c_v − cmax) (SelectArgs::confidence kNegEntropy)
   float cmax;
-  float c2;     ///< the chunk's second largest confidence logit (kMargin)
+  float c2;  ///< the chunk's second largest confidence logit (kMargin)
   int32_t index;
 };
 
