@@ -14,7 +14,9 @@ grep -E "FAILED|Failure" /tmp/gc.log | head -30
 for args in "" "--cache flash"; do
   for dev in cuda cpu; do
     echo "### dream_a $dev $args"
-    build-gpu/flashdllm generate --device $dev -m tests/data/golden/dream_a --prompt-ids 5,6,7,8 --gen-length 32 \
-      --no-live $args --json 2>&1 | python3 -c 'import json,sys; t=sys.stdin.read(); j=json.loads(t[t.index("{"):]); r=j["results"][0]; print(r["output_ids"], r["nfe"])' 2>&1 | tail -3
+    o=$(build-gpu/flashdllm generate --device $dev -m tests/data/golden/dream_a --prompt-ids 5,6,7,8 --gen-length 32 \
+      --no-live $args --json 2>&1)
+    echo "$o" | python3 -c 'import json,sys; t=sys.stdin.read(); j=json.loads(t[t.index("{"):]); r=j["results"][0]; print(r["output_ids"], r["nfe"])' 2>/dev/null ||
+      echo "$o" | tail -3
   done
 done
