@@ -9,11 +9,13 @@
 //  * the Dream golden checkpoint (tests/data/golden/dream_a: 4/2 heads, head_dim 64, biases) through
 //    the whole forward on the reference attention (the flash kernels are head_dim 128 only), and a
 //    Dream-layout model of dummy weights at 14/2 heads of head_dim 128 on the default kernels.
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
 
 #include "common/model_fixture.h"
+#include "common/numerics.h"
 #include "common/test_paths.h"
 #include "io/safetensors.h"
 #include "kernels/cuda_twin.h"
@@ -247,23 +249,37 @@ TEST_F(CudaGqa, QkvRopeStoreWithBias) {
   }
 }
 
-// The whole Dream forward (GQA 2:1, biases, untied head) on CUDA against the CPU and the recorded
-// upstream fp32 logits: within the bf16 logit tolerance of the LLaDA CUDA forward tests.
+// The whole Dream forward (GQA 2:1, biases, untied head) on CUDA against the recorded upstream fp32
+// logits and the CPU. dream_a's attention is deliberately sharp, so any bf16 forward moves its logits
+// by 3-20% of max|logit| (tests/data/golden/dream_a_bf16_reference_error.json, an independent bf16
+// forward: tools/diag/dream_bf16_reference_error.py); the bound is a small multiple of that
+// yardstick, per the numerics policy, as CudaForward.GoldenLogitsWithinBf16Yardstick does for g1.
 TEST_F(CudaGqa, DreamGoldenForward) {
   const auto dir = test::test_data_dir() / "golden" / "dream_a";
   std::unique_ptr<Backend> gpu = is_cuda_ ? cuda_with_attention("reference") : make_cpu_backend(0);
   Model mc = test::load_model(*cpu_, dir);
   Model mg = test::load_model(*gpu, dir);
   auto fwd = SafetensorsFile::open(dir / "forward.safetensors");
+  const auto yard = test::load_json(test::test_data_dir() / "golden" / "dream_a_bf16_reference_error.json");
+  const int64_t V = mc.config.embedding_size;
   for (const char* key : {"L7", "L33", "L130"}) {
     SCOPED_TRACE(key);
     const std::vector<int32_t> ids = test::i64_tensor_as_i32(fwd->tensors().at(std::string("input_ids.") + key));
     const std::vector<float> up = test::f32_tensor(fwd->tensors().at(std::string("logits.") + key));
     const std::vector<float> lc = test::full_logits(*cpu_, mc, {ids}), lg = test::full_logits(*gpu, mg, {ids});
     const double err_cpu = test::rel_max_err(lg, lc), err_up = test::rel_max_err(lg, up);
-    std::printf("dream_a %s: CUDA vs CPU %.3e, vs upstream %.3e\n", key, err_cpu, err_up);
-    EXPECT_LE(err_cpu, test::kBf16LogitRelTol);
-    EXPECT_LE(err_up, test::kBf16LogitRelTol);
+    int64_t same = 0;
+    for (size_t r = 0; r < ids.size(); ++r) {
+      const float* a = &lg[r * V];
+      const float* b = &up[r * V];
+      same += std::max_element(a, a + V) - a == std::max_element(b, b + V) - b;
+    }
+    const double agree = static_cast<double>(same) / static_cast<double>(ids.size());
+    std::printf("dream_a %s: CUDA vs CPU %.3e, vs upstream %.3e, argmax agreement %.4f\n", key, err_cpu, err_up, agree);
+    const double bound = test::kBf16YardstickFactor * yard["rel_max_err"][key].get<double>();
+    EXPECT_LE(err_cpu, bound);
+    EXPECT_LE(err_up, bound);
+    EXPECT_GE(agree, yard["argmax_agreement"][key].get<double>() - test::kBf16YardstickArgmaxSlack);
   }
 }
 

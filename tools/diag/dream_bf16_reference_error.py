@@ -1,0 +1,109 @@
+"""How far a straightforward bf16 Dream forward lands from the fp32 golden logits of dream_a.
+
+The Dream counterpart of tools/diag/bf16_reference_error.py, in NumPy (no PyTorch needed): an
+independent Dream/Qwen2 forward (embedding, RMSNorm, q/k/v projections with biases, RoPE
+rotate-half with theta from config.json, grouped-query attention without a causal mask, SwiGLU, final
+norm, untied head; Dream-org modeling_dream.py's layout) run twice on the golden fixture inputs:
+
+* fp32, which must land on the upstream logits (a check of this script: max|Δ|/max|ref| <= 1e-4);
+* bf16 as a PyTorch bf16 model computes: bf16 weights, every op's output rounded to bf16 (round to
+  nearest even), fp32 accumulation inside matmuls, RMSNorm's statistics and softmax in fp32, RoPE's
+  cos/sin rounded to bf16 (Qwen2's rotary embedding casts them to the activation dtype).
+
+The bf16 numbers are the yardstick of the CUDA backend's bf16 error on this deliberately sharp
+checkpoint (tests/kernels/test_cuda_gqa.cpp reads tests/data/golden/dream_a_bf16_reference_error.json).
+
+    python3 tools/diag/dream_bf16_reference_error.py [golden_dir] [--json OUT]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import load_file
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def bf16(x: np.ndarray) -> np.ndarray:
+    """Rounds float32 values to bfloat16 (nearest, ties to even) and returns them as float32."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
+    return u.astype(np.uint32).view(np.float32)
+
+
+def forward(w: dict, cfg: dict, ids: np.ndarray, low: bool) -> np.ndarray:
+    """Logits [L, V] (float32) of one sequence; `low`: bf16 as described in the module docstring."""
+    r = bf16 if low else (lambda x: x.astype(np.float32))
+    W = {k: r(v.astype(np.float32)) for k, v in w.items()}
+    H, Hkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    D = cfg["hidden_size"]
+    Dh, eps = D // H, cfg["rms_norm_eps"]
+    L = len(ids)
+    inv = 1.0 / (cfg["rope_theta"] ** (np.arange(0, Dh, 2, dtype=np.float32) / Dh))
+    ang = np.outer(np.arange(L, dtype=np.float32), inv).astype(np.float32)
+    cos, sin = r(np.cos(np.concatenate([ang, ang], 1))), r(np.sin(np.concatenate([ang, ang], 1)))
+
+    def norm(x, g):  # fp32 statistics, output in the activation dtype, times the weight
+        v = (x.astype(np.float32) ** 2).mean(-1, keepdims=True)
+        return r(g * r(x / np.sqrt(v + eps)))
+
+    def lin(x, name, bias=True):
+        y = r(x @ W[name + ".weight"].T)
+        b = name + ".bias"
+        return r(y + W[b]) if bias and b in W else y
+
+    def rope(x):  # x [L, heads, Dh]
+        half = Dh // 2
+        rot = np.concatenate([-x[..., half:], x[..., :half]], -1)
+        return r(r(x * cos[:, None]) + r(rot * sin[:, None]))
+
+    h = W["model.embed_tokens.weight"][ids]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        x = norm(h, W[p + "input_layernorm.weight"])
+        q = rope(lin(x, p + "self_attn.q_proj").reshape(L, H, Dh))
+        k = rope(lin(x, p + "self_attn.k_proj").reshape(L, Hkv, Dh))
+        v = lin(x, p + "self_attn.v_proj").reshape(L, Hkv, Dh)
+        k, v = np.repeat(k, H // Hkv, 1), np.repeat(v, H // Hkv, 1)
+        s = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(Dh)  # fp32 scores and softmax
+        s = np.exp(s - s.max(-1, keepdims=True))
+        a = r(np.einsum("hqk,khd->qhd", s / s.sum(-1, keepdims=True), v).reshape(L, D))
+        h = r(h + lin(a, p + "self_attn.o_proj", bias=False))
+        x = norm(h, W[p + "post_attention_layernorm.weight"])
+        g, u = lin(x, p + "mlp.gate_proj"), lin(x, p + "mlp.up_proj")
+        h = r(h + lin(r(r(g / (1 + np.exp(-g))) * u), p + "mlp.down_proj"))
+    return r(norm(h, W["model.norm.weight"]) @ W["lm_head.weight"].T)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("golden", nargs="?", default=str(REPO / "tests/data/golden/dream_a"))
+    ap.add_argument("--json", help="write the bf16 numbers here")
+    a = ap.parse_args()
+    g = Path(a.golden)
+    cfg = json.loads((g / "config.json").read_text())
+    w, fx = load_file(str(g / "model.safetensors")), load_file(str(g / "forward.safetensors"))
+    keys = sorted((k.split(".", 1)[1] for k in fx if k.startswith("input_ids.")), key=lambda k: int(k[1:]))
+    out = {"rel_max_err": {}, "argmax_agreement": {}}
+    for low in (False, True):
+        for key in keys:
+            ids = fx[f"input_ids.{key}"].reshape(-1).astype(np.int64)
+            ref = fx[f"logits.{key}"].reshape(len(ids), -1)
+            got = forward(w, cfg, ids, low)
+            err = float(np.abs(got - ref).max() / np.abs(ref).max())
+            agree = float((got.argmax(-1) == ref.argmax(-1)).mean())
+            print(f"{'bf16' if low else 'fp32':5s} {key:5s} rel max err {err:.3e}  argmax agreement {agree:.4f}")
+            if not low and err > 1e-4:
+                raise SystemExit(f"the fp32 forward misses the upstream logits at {key}: this script is wrong")
+            if low:
+                out["rel_max_err"][key], out["argmax_agreement"][key] = err, agree
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
