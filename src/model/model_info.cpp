@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -38,8 +39,8 @@ ModelFacts inspect_checkpoint(const fs::path& dir, bool dummy_weights) {
     f.checkpoint_dtype = checkpoint_dtype_summary(ckpt);
     f.checkpoint_bytes = ckpt.total_bytes();
   }
-  if (fs::exists(dir / "tokenizer.json", ec)) {
-    const Tokenizer tok = Tokenizer::from_file(dir / "tokenizer.json");
+  if (std::optional<Tokenizer> found = Tokenizer::from_model_dir(dir)) {  // as Engine::load: or Qwen2's files
+    const Tokenizer& tok = *found;
     validate_tokenizer(tok, f.config, dir / "tokenizer.json");
     f.has_tokenizer = true;
     if (auto id = tok.token_to_id(end_of_turn_token_name(f.config))) f.eot_id = *id;
@@ -122,9 +123,12 @@ std::string describe_model(const ModelFacts& f, const Backend& backend, int tens
                    act == 2 ? std::string() : fmt::format(" ({} bytes{} at bf16)", kv_per_token / act * 2,
                                                           kib(kv_per_token / act * 2)),
                    static_cast<double>(kv_per_token) * 32 * 1536 / gib);
-  s += fmt::format("tokenizer         {}\n", f.has_tokenizer ? "tokenizer.json" : "none (token ids only)");
+  std::error_code ec;
+  s += fmt::format("tokenizer         {}\n", !f.has_tokenizer                                     ? "none (token ids only)"
+                                            : std::filesystem::exists(f.dir / "tokenizer.json", ec) ? "tokenizer.json"
+                                                                                                   : "vocab.json + merges.txt (Qwen2 BPE)");
   s +=
-      fmt::format("chat template     {}\n", f.has_chat_template               ? "LLaDA"
+      fmt::format("chat template     {}\n", f.has_chat_template               ? "the checkpoint's own (Jinja, tokenizer_config.json)"
                                             : f.chat_template_problem.empty() ? "none"
                                                                               : "unusable: " + f.chat_template_problem);
   return s;
