@@ -56,15 +56,11 @@ DreamState DreamSampler::init_state(std::span<const int32_t> prompt, const SlotP
   set_state_params(s, params);
   s.top_p = params.top_p;
   s.top_k = params.top_k;
-  FDLLM_CHECK_PARAM(!s.threshold, "threshold",
-                    "Dream's sampler commits a scheduled number of tokens per step (steps); it has no threshold");
+  // threshold, temperature, top_p and top_k were validated with the request (params.cpp); the
+  // schedule below needs steps in [1, gen_length] whatever the caller resolved.
   FDLLM_CHECK_PARAM(s.steps >= 1 && s.steps <= s.gen_length, "steps", "steps must be in [1, gen_length = {}], got {}",
                     s.gen_length, s.steps);
-  FDLLM_CHECK_PARAM(std::isfinite(s.temperature) && s.temperature >= 0.0, "temperature",
-                    "temperature must be >= 0, got {}", s.temperature);
-  FDLLM_CHECK_PARAM(std::isfinite(s.top_p) && s.top_p > 0.0 && s.top_p <= 1.0, "top_p",
-                    "top_p must be in (0, 1], got {}", s.top_p);
-  FDLLM_CHECK_PARAM(s.top_k >= 0, "top_k", "top_k must be >= 0, got {}", s.top_k);
+  s.timesteps = dream_timesteps(s.steps, static_cast<float>(opt_.decode.timestep_eps));
   return s;
 }
 
@@ -102,7 +98,7 @@ StepCommit DreamSampler::commit(DreamState& s, std::span<const int64_t> cand, st
                                 std::span<const double> conf) const {
   StepCommit sc;
   sc.candidates.assign(cand.begin(), cand.end());
-  const std::vector<float> t = dream_timesteps(s.steps, static_cast<float>(opt_.decode.timestep_eps));
+  const std::vector<float>& t = s.timesteps;
   const int64_t i = s.step_in_block, n = static_cast<int64_t>(cand.size());
   std::vector<int64_t> pick;
   if (opt_.decode.dream_alg == DreamAlg::kOrigin) {

@@ -33,6 +33,7 @@ namespace flashdllm {
 struct DreamState : SequenceState {
   double top_p = 1.0;
   int64_t top_k = 0;
+  std::vector<float> timesteps;  ///< dream_timesteps(steps, timestep_eps): steps + 1 values, made once
 };
 
 /// Dream's sampler runs `GenerateOptions` as they are (params.h, validated there): decode.cache none,
