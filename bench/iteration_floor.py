@@ -47,11 +47,29 @@ import sys
 import synthetic_prompt_args
 
 
+def model_shape(cfg):
+    """The floor's view of a checkpoint's config.json, LLaDA's keys (d_model, n_heads, n_kv_heads,
+    mlp_hidden_size, embedding_size, n_layers) or Qwen2/Dream's (hidden_size, num_attention_heads,
+    num_key_value_heads, intermediate_size, vocab_size, num_hidden_layers): d_model, n_heads,
+    n_kv_heads (GQA: fewer K/V heads), head_dim, n_layers, mlp_hidden_size, embedding_size."""
+    if "d_model" in cfg:
+        d, h = cfg["d_model"], cfg["n_heads"]
+        kv = cfg.get("n_kv_heads") or h
+        f, v, n = cfg["mlp_hidden_size"], cfg["embedding_size"], cfg["n_layers"]
+    else:
+        d, h = cfg["hidden_size"], cfg["num_attention_heads"]
+        kv = cfg.get("num_key_value_heads") or h
+        f, v, n = cfg["intermediate_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
+    return {"d_model": d, "n_heads": h, "n_kv_heads": kv, "head_dim": d // h, "n_layers": n, "mlp_hidden_size": f,
+            "embedding_size": v}
+
+
 def gemm_shapes(cfg, T, R):
-    """(name, T, N, K, out_bytes_per_element, per_layer) of one iteration's GEMMs."""
+    """(name, T, N, K, out_bytes_per_element, per_layer) of one iteration's GEMMs (cfg: model_shape();
+    q|k|v is (n_heads + 2 n_kv_heads) head_dim wide under GQA; biases count as free)."""
     D, F, V = cfg["d_model"], cfg["mlp_hidden_size"], cfg["embedding_size"]
-    HD = cfg["n_heads"] * (D // cfg["n_heads"])
-    return [("qkv", T, 3 * HD, D, 2, True), ("attn_out", T, D, HD, 2, True), ("gate_up", T, 2 * F, D, 2, True),
+    HD, KVD = cfg["n_heads"] * cfg["head_dim"], cfg["n_kv_heads"] * cfg["head_dim"]
+    return [("qkv", T, HD + 2 * KVD, D, 2, True), ("attn_out", T, D, HD, 2, True), ("gate_up", T, 2 * F, D, 2, True),
             ("down", T, D, F, 2, True), ("lm_head", R, V, D, 4, False)]
 
 
@@ -114,9 +132,11 @@ def timed_graph(fn, reps, warmup, iters):
     return timed(graph.replay, 1, warmup, iters) / reps
 
 
-def measure_device(shapes, heads, head_dim, warmup, iters, sdpa_timing="graph"):
+def measure_device(shapes, heads, head_dim, warmup, iters, sdpa_timing="graph", kv_heads=None):
     """Peak bf16 GEMM TFLOP/s, copy GB/s, cuDNN SDPA ms per (S, Q, K) (the way each was timed per
-    shape: "graph" or "eager", see the module docstring), all in this process."""
+    shape: "graph" or "eager", see the module docstring), all in this process. kv_heads < heads (GQA):
+    K/V hold kv_heads heads and SDPA runs with enable_gqa (cuDNN when it takes it, else the
+    FlashAttention backend, which reads each K/V head once for its query group; said per shape)."""
     import torch
     import torch.nn.functional as Fn
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -134,12 +154,25 @@ def measure_device(shapes, heads, head_dim, warmup, iters, sdpa_timing="graph"):
     del src, dst
     torch.cuda.empty_cache()
     sdpa, how = {}, {}
+    kv_heads = kv_heads or heads
+    gqa = {"enable_gqa": True} if kv_heads != heads else {}
+    backend = SDPBackend.CUDNN_ATTENTION
+    if gqa:
+        q = torch.randn(1, heads, 16, head_dim, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(1, kv_heads, 128, head_dim, device="cuda", dtype=torch.bfloat16)
+        try:
+            with sdpa_kernel(backend):
+                Fn.scaled_dot_product_attention(q, k, k, **gqa)
+        except RuntimeError as e:
+            print(f"cuDNN SDPA refuses GQA ({str(e)[:120]}); the floor uses the FlashAttention backend", file=sys.stderr)
+            backend = SDPBackend.FLASH_ATTENTION
     for S, Q, K in shapes:
         q = torch.randn(S, heads, Q, head_dim, device="cuda", dtype=torch.bfloat16)
-        k = torch.randn(S, heads, K, head_dim, device="cuda", dtype=torch.bfloat16)
-        v = torch.randn(S, heads, K, head_dim, device="cuda", dtype=torch.bfloat16)
-        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            call = lambda: Fn.scaled_dot_product_attention(q, k, v, is_causal=False, scale=1.0 / math.sqrt(head_dim))
+        k = torch.randn(S, kv_heads, K, head_dim, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(S, kv_heads, K, head_dim, device="cuda", dtype=torch.bfloat16)
+        with sdpa_kernel(backend):
+            call = lambda: Fn.scaled_dot_product_attention(q, k, v, is_causal=False, scale=1.0 / math.sqrt(head_dim),
+                                                          **gqa)
             how[(S, Q, K)] = "eager"
             if sdpa_timing == "graph":
                 try:
@@ -226,14 +259,15 @@ def main():
     a = ap.parse_args()
 
     with open(os.path.join(a.model, "config.json")) as f:
-        cfg = json.load(f)
-    heads, head_dim = cfg["n_heads"], cfg["d_model"] // cfg["n_heads"]
+        cfg = model_shape(json.load(f))
+    heads, head_dim = cfg["n_heads"], cfg["head_dim"]
     slots = [int(s) for s in a.slots.split(",")]
     K = seqlen_k(a.prompt, a.gen)
     shapes = [(S, a.rows_per_slot, K) for S in slots]
     if a.verify_rows_per_slot > 0:
         shapes += [(S, a.verify_rows_per_slot, K) for S in slots]
-    peak, gbps, sdpa, how = measure_device(shapes, heads, head_dim, a.warmup, a.iters, a.sdpa_timing)
+    peak, gbps, sdpa, how = measure_device(shapes, heads, head_dim, a.warmup, a.iters, a.sdpa_timing,
+                                           cfg["n_kv_heads"])
     print(f"measured: bf16 GEMM {peak:.1f} TFLOP/s (8192^3), copy {gbps:.0f} GB/s (read + write), cuDNN SDPA "
           + ", ".join(f"{S}:{Q}:{Kk} {v * 1e3:.1f} us ({how[(S, Q, Kk)]})" for (S, Q, Kk), v in sdpa.items()))
 
@@ -263,7 +297,8 @@ def main():
         rows.append(row)
 
     target = {1: 1.3}
-    print(f"\nLLaDA-8B shape, {a.prompt}-token prompts, gen {a.gen}, forced {a.per_iter}/iteration, "
+    print(f"\n{os.path.basename(os.path.normpath(a.model))} shape ({cfg['n_heads']}/{cfg['n_kv_heads']} heads), "
+          f"{a.prompt}-token prompts, gen {a.gen}, forced {a.per_iter}/iteration, "
           f"{a.rows_per_slot} query rows per slot, keys [0, {K})")
     for side, (binary, env_kv, extra) in sides.items():
         print(f"{side}: {binary} {' '.join(extra)} {' '.join(f'{k}={v}' for k, v in env_kv.items())}".rstrip())
@@ -302,8 +337,7 @@ def main():
                   f"{d / r['A_median_ms']:.3f} | {r['verify_floor_ms'] / r['floor_ms']:.3f} | {passes} |")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"peak_tflops": peak, "copy_gbps": gbps, "config": {k: cfg[k] for k in (
-                "d_model", "n_heads", "n_layers", "mlp_hidden_size", "embedding_size")}, "rows": rows,
+            json.dump({"peak_tflops": peak, "copy_gbps": gbps, "config": cfg, "rows": rows,
                 "sdpa_ms": {f"{S}:{Q}:{Kk}": v for (S, Q, Kk), v in sdpa.items()},
                 "sdpa_timing": {f"{S}:{Q}:{Kk}": v for (S, Q, Kk), v in how.items()}}, f, indent=1)
         print(f"wrote {a.json}")
