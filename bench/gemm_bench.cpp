@@ -1,10 +1,12 @@
 // gemm_bench: the CUDA backend's cuBLASLt GEMM (kernels/cuda/gemm.h: bf16 in, fp32 accumulate)
-// at LLaDA-8B layer shapes, out[T, N] = x[T, K]·w[N, K]ᵀ:
-//   qkv      N 12288 (3·4096 fused q|k|v), K 4096, bf16 out
-//   attn_out N 4096,  K 4096,  bf16 out, accumulate (residual add in the epilogue)
-//   gate_up  N 24576 (2·12288 fused gate|up), K 4096, bf16 out
-//   down     N 4096,  K 12288, bf16 out, accumulate
-//   lm_head  N 126464, K 4096, fp32 out (logits)
+// at one model's layer shapes (--model-config, a config.json any family parse_model_config reads;
+// default LLaDA-8B-Instruct's), out[T, N] = x[T, K]·w[N, K]ᵀ, with D = d_model, F = mlp_hidden_size,
+// H / Hkv query / K/V heads of head_dim hd (LLaDA-8B: D 4096, F 12288, 32 / 32 heads of 128):
+//   qkv      N (H + 2·Hkv)·hd (fused q|k|v), K D, bf16 out
+//   attn_out N D, K H·hd, bf16 out, accumulate (residual add in the epilogue)
+//   gate_up  N 2·F (fused gate|up), K D, bf16 out
+//   down     N D, K F, bf16 out, accumulate
+//   lm_head  N embedding_size, K D, fp32 out (logits)
 // for T in --tokens. TFLOP/s = 2·T·N·K / t against --peak-tflops; roofline floor
 // max(flops / peak, bytes(x, w, out[, out read]) / bandwidth). Median of --iters measurements.
 // --tune K also times a GemmLt that picks the fastest of cuBLASLt's first K heuristic algorithms
@@ -35,6 +37,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/fill.h"
 #include "kernels/cuda/gemm.h"
+#include "model/model_config.h"
 
 using namespace flashdllm;
 using namespace flashdllm::kernels;
@@ -51,14 +54,15 @@ struct Shape {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"cuBLASLt GEMM microbenchmark at LLaDA-8B shapes"};
+  CLI::App app{"cuBLASLt GEMM microbenchmark at a model's layer shapes"};
   std::string tokens = "256,512,1024,2048,4096,8192,16384", shapes_sel = "qkv,attn_out,gate_up,down,lm_head";
   int warmup = 3, iters = 10, tune = 0;
   double peak_tflops = 989.4, peak_gbps = 4800.0;
-  std::string json_path, buckets_sel, picks_path;
+  std::string json_path, buckets_sel, picks_path, model_config = FDLLM_BENCH_DEFAULT_CONFIG;
   int pick_candidates = 8;
   double pick_margin = 0.03;
   app.add_option("--tokens", tokens, "comma-separated T (rows of x)");
+  app.add_option("--model-config", model_config, "config.json whose layer shapes are measured (any family)");
   app.add_option("--shapes", shapes_sel, "subset of qkv,attn_out,gate_up,down,lm_head");
   app.add_option("--warmup", warmup, "warm-up launches");
   app.add_option("--iters", iters, "timed measurements (median reported)");
@@ -84,12 +88,15 @@ int main(int argc, char** argv) {
     }
   }
 
-  const std::vector<Shape> all = {{"qkv", 12288, 4096, GemmOut::kBF16, false},
-                                  {"attn_out", 4096, 4096, GemmOut::kBF16, true},
-                                  {"gate_up", 24576, 4096, GemmOut::kBF16, false},
-                                  {"down", 4096, 12288, GemmOut::kBF16, true},
-                                  {"lm_head", 126464, 4096, GemmOut::kF32, false}};
   try {
+    const flashdllm::ModelConfig m = flashdllm::load_model_config(model_config);
+    const int64_t hd = m.head_dim, D = m.d_model, F = m.mlp_hidden_size;
+    const std::vector<Shape> all = {{"qkv", (m.n_heads + 2 * m.n_kv_heads) * hd, D, GemmOut::kBF16, false},
+                                    {"attn_out", D, m.n_heads * hd, GemmOut::kBF16, true},
+                                    {"gate_up", 2 * F, D, GemmOut::kBF16, false},
+                                    {"down", D, F, GemmOut::kBF16, true},
+                                    {"lm_head", m.embedding_size, D, GemmOut::kF32, false}};
+    std::printf("shapes of %s (%s)\n", model_config.c_str(), flashdllm::family_name(m.family));
     const bench::DeviceInfo dev = bench::device_info();
     cudaStream_t stream;
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
