@@ -402,7 +402,7 @@ class Backend {
   /// x [T, D] activation dtype; w_gate_up [E, 2F, D] weight dtype (expert e's gate rows, then its
   /// up rows); w_down [E, D, F]; expert_ids I32 / expert_weights F32 [T, k] (moe_route's output);
   /// out [T, D] activation dtype (must not alias x); scratch activation dtype with at least
-  /// moe_scratch_elements(T, k, D, F) elements: the rows permuted into per-expert groups and their
+  /// moe_scratch_elements(T, k, E, D, F) elements: the rows permuted into per-expert groups and their
   /// gate/up, SwiGLU and down outputs (an expert that receives no row costs nothing).
   /// Throws Error(kInvalidArgument) for bad shapes, dtypes or an expert id outside [0, E).
   /// Default: Error(kUnsupported).
@@ -413,10 +413,12 @@ class Backend {
     unsupported_op("moe_experts", "mixture-of-experts FFNs");
   }
 
-  /// Elements of moe_experts' scratch for T rows, top_k experts each, width D and expert width F:
-  /// T·k·(2·D + 3·F) (permuted rows, gate|up, SwiGLU output, expert outputs) + T·D (the sums).
-  static constexpr int64_t moe_scratch_elements(int64_t T, int64_t top_k, int64_t D, int64_t F) noexcept {
-    return T * top_k * (2 * D + 3 * F) + T * D;
+  /// Elements of moe_experts' scratch for T rows, top_k experts each, E experts, width D and expert
+  /// width F: T·k·(2·D + 3·F) (CPU: permuted rows, gate|up, SwiGLU output, expert outputs; CUDA: fp32
+  /// expert outputs, gate|up, SwiGLU output) + T·D (CPU: the sums) + 8·(T·k + E) + 32 (CUDA: the
+  /// int32 sort and tile list of kernels/cuda/moe.h, 16-byte aligned regions).
+  static constexpr int64_t moe_scratch_elements(int64_t T, int64_t top_k, int64_t E, int64_t D, int64_t F) noexcept {
+    return T * top_k * (2 * D + 3 * F) + T * D + 8 * (T * top_k + E) + 32;
   }
 
   // ---------------------------------------------------------------- denoiser ops

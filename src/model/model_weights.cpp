@@ -73,12 +73,6 @@ ModelWeights plan_weights(DType wt, DeviceKind dev, const ModelConfig& c, const 
 }
 
 ModelWeights allocate_weights(Backend& backend, const ModelConfig& c, const ModelShard& s) {
-  // The CUDA backend has neither op yet (Backend::moe_route / moe_experts, QkvExtras' QK-norm):
-  // refused at load, not deep in the first forward.
-  const char* missing = c.moe.on() ? "the mixture-of-experts FFN" : c.qk_norm ? "per-head QK-norm" : nullptr;
-  FDLLM_CHECK(backend.device() != DeviceKind::kCUDA || missing == nullptr, ErrorCode::kUnsupported,
-              "{} checkpoints need {}, which the CUDA backend does not implement yet (run them with --device cpu)",
-              family_name(c.family), missing);
   ModelWeights w = plan_weights(backend.weight_dtype(), backend.device(), c, s);
   w.storage = backend.alloc(w.bytes, "model weights");
   for_each_weight(w, [&](Tensor& t) { Carver::bind(t, w.storage); });

@@ -166,7 +166,7 @@ ForwardWorkspace plan_forward_workspace(DType at, DeviceKind dev, const ModelCon
     ws.router_logits = cv.take(DType::kF32, {T, E});
     ws.expert_ids = cv.take(DType::kI32, {T, k});
     ws.expert_weights = cv.take(DType::kF32, {T, k});
-    ws.moe_scratch = cv.take(at, {Backend::moe_scratch_elements(T, k, D, F)});
+    ws.moe_scratch = cv.take(at, {Backend::moe_scratch_elements(T, k, E, D, F)});
   } else {
     ws.gate_up = cv.take(at, {T, 2 * F});
     ws.act = cv.take(at, {T, F});

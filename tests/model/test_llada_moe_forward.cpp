@@ -244,7 +244,7 @@ TEST(MoeOps, RouteAndExpertsMatchANaiveReference) {
     r.top_k = k;
     r.renormalize = renorm;
     std::vector<int32_t> ids(T * k);
-    std::vector<float> w(T * k), out(T * D, 1.f), scratch(Backend::moe_scratch_elements(T, k, D, F));
+    std::vector<float> w(T * k), out(T * D, 1.f), scratch(Backend::moe_scratch_elements(T, k, E, D, F));
     be->moe_route(host(logits, {T, E}), Tensor{}, r, host_i(ids, {T, k}), host(w, {T, k}));
     for (int64_t t = 0; t < T; ++t) {
       // Reference routing: softmax in double, the two largest (the lower index first on ties).
@@ -279,7 +279,7 @@ TEST(MoeOps, RouteAndExpertsMatchANaiveReference) {
   // An expert id outside [0, E) is refused naming the op.
   std::vector<int32_t> bad(T * k, 0);
   bad[3] = static_cast<int32_t>(E);
-  std::vector<float> w(T * k, 0.5f), out(T * D), scratch(Backend::moe_scratch_elements(T, k, D, F));
+  std::vector<float> w(T * k, 0.5f), out(T * D), scratch(Backend::moe_scratch_elements(T, k, E, D, F));
   expect_error(
       [&] {
         be->moe_experts(host(x, {T, D}), host_i(bad, {T, k}), host(w, {T, k}), host(gu, {E, 2 * F, D}),

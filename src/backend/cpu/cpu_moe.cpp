@@ -121,9 +121,9 @@ void moe_experts(int threads, Tensor x, Tensor expert_ids, Tensor expert_weights
   opcheck::expect_matrix(expert_weights, T, k, kOp, "expert_weights");
   opcheck::expect_matrix(out, T, D, kOp, "out");
   FDLLM_CHECK_ARG(out.data != x.data, "{}: out must not alias x", kOp);
-  FDLLM_CHECK_ARG(scratch.numel() >= Backend::moe_scratch_elements(T, k, D, F),
+  FDLLM_CHECK_ARG(scratch.numel() >= Backend::moe_scratch_elements(T, k, E, D, F),
                   "{}: scratch {} holds fewer than the {} elements of {} rows x top_k {}", kOp, scratch.describe(),
-                  Backend::moe_scratch_elements(T, k, D, F), T, k);
+                  Backend::moe_scratch_elements(T, k, E, D, F), T, k);
   if (T == 0) return;
   const int32_t* ids = expert_ids.ptr<int32_t>();
   // Counting sort of the T·k (row, choice) pairs by expert: slot[t·k + j] = its row in the groups.

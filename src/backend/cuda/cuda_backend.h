@@ -27,6 +27,7 @@
 //   cuda_ops_linear.cu       matmul (cuBLASLt), qkv_rope_store (fused or GEMM + RoPE + K/V store)
 //   cuda_ops_elementwise.cu  embedding, rmsnorm, swiglu, gather_rows, gather_columns
 //   cuda_ops_denoise.cu      cfg_combine, select_tokens
+//   cuda_ops_moe.cu          moe_route, moe_experts (kernels/cuda/moe.h: no host synchronisation)
 // Operand checks are shared with the CPU backend (backend/operand_checks.h). Private to
 // src/backend/cuda: include it first in a .cu (it carries the fmt workaround below).
 #pragma once
@@ -76,6 +77,7 @@
 #include "kernels/cuda/gather.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/kernel_errors.h"
+#include "kernels/cuda/moe.h"
 #include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/rope_store.h"
 #include "kernels/cuda/select.h"
@@ -210,8 +212,8 @@ class CudaBackend final : public Backend {
   void matmul(Tensor x, Tensor w, Tensor out, bool accumulate) override;
 
   /// GQA (K/V narrower than q) and the q/k/v bias (extra.bias BF16, the weight dtype; added in
-  /// rope_store's fp32 epilogue before RoPE, no extra pass). QK-norm: Error(kUnsupported). The MoE
-  /// ops keep Backend's kUnsupported defaults.
+  /// rope_store's fp32 epilogue before RoPE, no extra pass) and the per-head QK-norm (extra.q_norm /
+  /// k_norm BF16 [Dh]: rope_store's warp-per-head variant, normalised before RoPE, no extra pass).
   void qkv_rope_store(Tensor xn, Tensor wqkv, const QkvExtras& extra, Tensor positions, Tensor rows,
                       const RopeTable& rope, int n_heads, Tensor q_out, Tensor k_store, Tensor v_store,
                       Tensor scratch) override;
@@ -244,6 +246,21 @@ class CudaBackend final : public Backend {
   void gather_rows(Tensor x, Tensor rows, Tensor out) override;
 
   void gather_columns(Tensor x, Tensor cols, Tensor out) override;
+
+  // --------------------------------------------------------------------------- mixture of experts
+
+  /// Softmax or sigmoid scores (evaluated in double, rounded to fp32, as the CPU op), top-k,
+  /// renormalise and scaling; an expert bias and group-limited selection: Error(kUnsupported) naming
+  /// the switch. At most kernels::kMoeMaxExperts experts.
+  void moe_route(Tensor router_logits, Tensor expert_bias, const MoeRouting& routing, Tensor expert_ids,
+                 Tensor expert_weights) override;
+
+  /// Device-side counting sort into per-expert groups, grouped WMMA GEMMs over one-expert row tiles
+  /// (gate|up, SwiGLU, down to fp32) and the fp32 weighted combine (kernels/cuda/moe.h): the grids
+  /// are bounded from T, k and E alone, so a recorded layer loop replays it. An expert id outside
+  /// [0, E) is reported at the next synchronising call (the token's row turns NaN). top_k <= 64.
+  void moe_experts(Tensor x, Tensor expert_ids, Tensor expert_weights, Tensor w_gate_up, Tensor w_down, Tensor out,
+                   bool accumulate, Tensor scratch) override;
 
   // --------------------------------------------------------------------------- denoiser ops
 

@@ -29,8 +29,6 @@ void CudaBackend::qkv_rope_store(Tensor xn, Tensor wqkv, const QkvExtras& extra,
                                  const RopeTable& rope, int n_heads, Tensor q_out, Tensor k_store, Tensor v_store,
                                  Tensor scratch) {
   static constexpr const char* kOp = "qkv_rope_store";
-  FDLLM_CHECK(!extra.qk_norm(), ErrorCode::kUnsupported,
-              "{}: per-head QK-norm (q_norm / k_norm) is not implemented on the CUDA backend yet", kOp);
   Tensor bqkv = extra.bias;
   expect(xn, DType::kBF16, kOp, "xn");
   expect(wqkv, DType::kBF16, kOp, "wqkv");
@@ -54,6 +52,15 @@ void CudaBackend::qkv_rope_store(Tensor xn, Tensor wqkv, const QkvExtras& extra,
   FDLLM_CHECK_ARG(bqkv.numel() == 0 || bqkv.numel() == W, "{}: bias {} must be empty or have {} elements", kOp,
                   bqkv.describe(), W);
   if (bqkv.numel() > 0) expect(bqkv, DType::kBF16, kOp, "bqkv");
+  if (extra.qk_norm()) {
+    expect(extra.q_norm, DType::kBF16, kOp, "q_norm");
+    expect(extra.k_norm, DType::kBF16, kOp, "k_norm");
+    FDLLM_CHECK_ARG(extra.q_norm.numel() == Dh && extra.k_norm.numel() == Dh,
+                    "{}: q_norm {} and k_norm {} must both have head_dim = {} elements", kOp, extra.q_norm.describe(),
+                    extra.k_norm.describe(), Dh);
+    FDLLM_CHECK_ARG(std::isfinite(extra.norm_eps) && extra.norm_eps >= 0.0f,
+                    "{}: QK-norm epsilon {} must be finite and non-negative", kOp, extra.norm_eps);
+  }
   FDLLM_CHECK_ARG(Dh % 2 == 0, "qkv_rope_store: head_dim {} must be even", Dh);
   expect_numel(positions, T, kOp, "positions");
   expect_numel(rows, T, kOp, "rows");
@@ -69,12 +76,16 @@ void CudaBackend::qkv_rope_store(Tensor xn, Tensor wqkv, const QkvExtras& extra,
   if (T == 0) return;
   CUDA_CHECK(cudaSetDevice(device_));
   Tensor qkv(scratch.data, DType::kBF16, DeviceKind::kCUDA, {T, W});
-  for (const Tensor* t : {&xn, &wqkv, &bqkv, &q_out, &k_store, &v_store})
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&xn, &wqkv, &bqkv, &extra.q_norm, &extra.k_norm, &q_out,
+                                                              &k_store, &v_store})
     FDLLM_CHECK_ARG(!overlap(qkv, *t), "qkv_rope_store: 'scratch' overlaps another operand ({})", t->describe());
   gemm_->matmul(bf16(xn), bf16(wqkv), qkv.data, kernels::GemmOut::kBF16, T, W, D, false, stream_);
   kernels::RopeStoreArgs a;
   a.qkv = bf16(qkv);
   a.bias = bqkv.numel() > 0 ? bf16(bqkv) : nullptr;
+  a.q_norm = extra.qk_norm() ? bf16(extra.q_norm) : nullptr;
+  a.k_norm = extra.qk_norm() ? bf16(extra.k_norm) : nullptr;
+  a.norm_eps = extra.norm_eps;
   a.positions = positions.ptr<int32_t>();
   a.rows = rows.ptr<int32_t>();
   a.cos = rope.cos.ptr<float>();

@@ -41,6 +41,7 @@ std::string describe_kernel_errors(int flags) {
        "attention: a block-table tile is outside [0, q rows) x [0, K/V store rows), reversed, or has an empty key "
        "range"},
       {kErrAttentionWork, "attention: block-table tiles overlap (work list overflow)"},
+      {kErrMoeExpert, "moe_experts: expert id outside [0, n_experts)"},
   };
   std::string out;
   for (const auto& e : kErrors) {
@@ -50,7 +51,7 @@ std::string describe_kernel_errors(int flags) {
     }
   }
   const int known = kErrEmbeddingId | kErrGatherRow | kErrRopePosition | kErrStoreRow | kErrAttentionTile |
-                    kErrAttentionWork;
+                    kErrAttentionWork | kErrMoeExpert;
   if (flags & ~known) out += fmt::format("{}unknown kernel error bits {:#x}", out.empty() ? "" : "; ", flags & ~known);
   return out;
 }

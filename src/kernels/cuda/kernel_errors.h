@@ -18,6 +18,7 @@ enum KernelErrorBit : int {
   kErrStoreRow = 1 << 3,       ///< qkv_rope_store: a K/V store row outside [0, store rows)
   kErrAttentionTile = 1 << 4,  ///< attention: a tile outside the q / K/V row ranges, or with keys empty
   kErrAttentionWork = 1 << 5,  ///< attention: tiles overlap so much that the work list overflowed
+  kErrMoeExpert = 1 << 6,      ///< moe_experts: an expert id outside [0, n_experts)
 };
 
 /// Human-readable list of the errors whose bits are set in `flags` ("" when flags == 0).

@@ -70,6 +70,30 @@ __device__ __forceinline__ void rotate_heads(const __nv_bfloat16* x, const __nv_
   }
 }
 
+// v (+ bias b, rounded to bf16) of kw columns into the store row vo; threads stride over the columns.
+template <bool kVec>
+__device__ __forceinline__ void store_v(const __nv_bfloat16* v, const __nv_bfloat16* bv, int64_t kw,
+                                        __nv_bfloat16* vo) {
+  constexpr int kStep = kVec ? 8 : 1;
+  for (int64_t j = threadIdx.x * kStep; j < kw; j += kThreads * kStep) {
+    if constexpr (kVec) {
+      if (bv == nullptr) {
+        *reinterpret_cast<uint4*>(vo + j) = *reinterpret_cast<const uint4*>(v + j);
+      } else {
+        float f[8];
+        load8(v + j, bv + j, f);
+        uint4 r;
+        auto* rv = reinterpret_cast<__nv_bfloat16*>(&r);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) rv[e] = __float2bfloat16_rn(f[e]);
+        *reinterpret_cast<uint4*>(vo + j) = r;
+      }
+    } else {
+      vo[j] = bv == nullptr ? v[j] : __float2bfloat16_rn(biased(v, bv, j));
+    }
+  }
+}
+
 // One block per token: RoPE on the H query heads into q_out and the Hkv key heads into the K store
 // row, then v (+ bias) into the V store row. kVec: 16-byte accesses; needs Dh/2 % 8 == 0 and 16-byte
 // aligned rows.
@@ -102,25 +126,61 @@ __global__ void __launch_bounds__(kThreads) rope_store_kernel(RopeStoreArgs a) {
   rotate_heads<kVec>(q, bq, a.n_heads, a.head_dim, cr, sr, qo);
   if (!row_ok) return;
   rotate_heads<kVec>(k, bk, a.n_kv_heads, a.head_dim, cr, sr, a.k_store + static_cast<int64_t>(row) * kw);
-  __nv_bfloat16* vo = a.v_store + static_cast<int64_t>(row) * kw;
-  constexpr int kStep = kVec ? 8 : 1;
-  for (int64_t j = threadIdx.x * kStep; j < kw; j += kThreads * kStep) {
-    if constexpr (kVec) {
-      if (bv == nullptr) {
-        *reinterpret_cast<uint4*>(vo + j) = *reinterpret_cast<const uint4*>(v + j);
-      } else {
-        float f[8];
-        load8(v + j, bv + j, f);
-        uint4 r;
-        auto* rv = reinterpret_cast<__nv_bfloat16*>(&r);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) rv[e] = __float2bfloat16_rn(f[e]);
-        *reinterpret_cast<uint4*>(vo + j) = r;
-      }
-    } else {
-      vo[j] = bv == nullptr ? v[j] : __float2bfloat16_rn(biased(v, bv, j));
+  store_v<kVec>(v, bv, kw, a.v_store + static_cast<int64_t>(row) * kw);
+}
+
+// The QK-norm variant (RopeStoreArgs::q_norm): one block per token, one warp per head (the H query
+// heads, then the Hkv key heads when the store row is valid). A lane holds the pairs (i, i + Dh/2)
+// for i = lane, lane + 32, ...: the head's fp32 sum of squares is a warp sum, then each pair is
+// normalised (Backend::rmsnorm's cast order), scaled by its weights and rotated.
+__global__ void __launch_bounds__(kThreads) rope_store_qknorm_kernel(RopeStoreArgs a) {
+  constexpr int kWarps = kThreads / 32;
+  const int64_t t = blockIdx.x;
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t qw = static_cast<int64_t>(a.n_heads) * a.head_dim;     // H·Dh
+  const int64_t kw = static_cast<int64_t>(a.n_kv_heads) * a.head_dim;  // Hkv·Dh
+  const __nv_bfloat16* q = a.qkv + t * (qw + 2 * kw);
+  const __nv_bfloat16* bq = a.bias;
+  const int32_t pos = a.positions[t];
+  const int32_t row = a.rows[t];
+  const bool pos_ok = pos >= 0 && pos < a.max_positions;
+  const bool row_ok = row >= 0 && row < a.store_rows;
+  if (threadIdx.x == 0 && a.error_flags) {
+    if (!pos_ok) atomicOr(a.error_flags, kErrRopePosition);
+    if (!row_ok) atomicOr(a.error_flags, kErrStoreRow);
+  }
+  __nv_bfloat16* qo = a.q_out + t * qw;
+  if (!pos_ok) {
+    for (int64_t j = threadIdx.x; j < qw; j += kThreads) qo[j] = detail::bf16_nan();
+    return;
+  }
+  const int half = a.head_dim / 2;
+  const float* cr = a.cos + static_cast<int64_t>(pos) * half;
+  const float* sr = a.sin + static_cast<int64_t>(pos) * half;
+  const int heads = a.n_heads + (row_ok ? a.n_kv_heads : 0);
+  for (int h = warp; h < heads; h += kWarps) {
+    const bool is_q = h < a.n_heads;
+    const int64_t col = static_cast<int64_t>(h) * a.head_dim;  // q | k columns of the row (and bias)
+    const __nv_bfloat16* w = is_q ? a.q_norm : a.k_norm;
+    __nv_bfloat16* o = is_q ? qo + col : a.k_store + static_cast<int64_t>(row) * kw + (col - qw);
+    float ss = 0.f;
+    for (int i = lane; i < half; i += 32) {
+      const float x1 = biased(q, bq, col + i), x2 = biased(q, bq, col + i + half);
+      ss = fmaf(x1, x1, ss);
+      ss = fmaf(x2, x2, ss);
+    }
+    ss = detail::warp_sum(ss);
+    const float inv_rms = 1.0f / sqrtf(ss / static_cast<float>(a.head_dim) + a.norm_eps);
+    for (int i = lane; i < half; i += 32) {
+      const float n1 =
+          detail::round_bf16(detail::round_bf16(biased(q, bq, col + i) * inv_rms) * __bfloat162float(w[i]));
+      const float n2 = detail::round_bf16(detail::round_bf16(biased(q, bq, col + i + half) * inv_rms) *
+                                          __bfloat162float(w[i + half]));
+      detail::rope_rotate(n1, n2, cr[i], sr[i], &o[i], &o[i + half]);
     }
   }
+  if (!row_ok) return;
+  store_v<false>(q + qw + kw, bq ? bq + qw + kw : nullptr, kw, a.v_store + static_cast<int64_t>(row) * kw);
 }
 
 }  // namespace
@@ -142,7 +202,11 @@ void rope_store_bf16(const RopeStoreArgs& in, cudaStream_t stream) {
                    detail::is_aligned(args.bias, 16) && detail::is_aligned(args.q_out, 16) &&
                    detail::is_aligned(args.k_store, 16) && detail::is_aligned(args.v_store, 16) &&
                    detail::is_aligned(args.cos, 16) && detail::is_aligned(args.sin, 16);
-  if (vec)
+  if ((args.q_norm == nullptr) != (args.k_norm == nullptr))
+    cuda::throw_invalid_argument("qkv_rope_store: q_norm and k_norm must both be given or both be null");
+  if (args.q_norm != nullptr)
+    rope_store_qknorm_kernel<<<static_cast<unsigned>(args.tokens), kThreads, 0, stream>>>(args);
+  else if (vec)
     rope_store_kernel<true><<<static_cast<unsigned>(args.tokens), kThreads, 0, stream>>>(args);
   else
     rope_store_kernel<false><<<static_cast<unsigned>(args.tokens), kThreads, 0, stream>>>(args);

@@ -1,0 +1,134 @@
+// Mixture-of-experts ops: moe_route and moe_experts (kernels/cuda/moe.h). Nothing here waits for
+// the device: the sort, the tile list and the grouped GEMMs' work all stay on it, and every grid is
+// bounded from T, k and E alone, so Backend::run_recorded captures and replays a MoE layer loop.
+#include "backend/cuda/cuda_backend.h"
+
+namespace flashdllm::cuda_impl {
+namespace {
+
+// Byte offset `off` rounded up to 16.
+constexpr size_t align16(size_t off) noexcept { return (off + 15) / 16 * 16; }
+
+}  // namespace
+
+void CudaBackend::moe_route(Tensor router_logits, Tensor expert_bias, const MoeRouting& routing, Tensor expert_ids,
+                            Tensor expert_weights) {
+  static constexpr const char* kOp = "moe_route";
+  expect(router_logits, DType::kF32, kOp, "router_logits");
+  expect(expert_ids, DType::kI32, kOp, "expert_ids");
+  expect(expert_weights, DType::kF32, kOp, "expert_weights");
+  const int64_t T = router_logits.rows(), E = router_logits.row_size(), k = routing.top_k;
+  FDLLM_CHECK_ARG(E == routing.n_experts && k >= 1 && k <= E,
+                  "{}: router_logits {} for {} experts, top_k {} (must be in [1, n_experts])", kOp,
+                  router_logits.describe(), routing.n_experts, k);
+  expect_matrix(expert_ids, T, k, kOp, "expert_ids");
+  expect_matrix(expert_weights, T, k, kOp, "expert_weights");
+  FDLLM_CHECK(!routing.expert_bias && expert_bias.numel() == 0, ErrorCode::kUnsupported,
+              "{}: an expert bias is not implemented on the CUDA backend yet", kOp);
+  FDLLM_CHECK(routing.n_groups == 1 && routing.topk_groups == 1, ErrorCode::kUnsupported,
+              "{}: group-limited routing ({} groups, top {}) is not implemented on the CUDA backend yet", kOp,
+              routing.n_groups, routing.topk_groups);
+  FDLLM_CHECK(E <= kernels::kMoeMaxExperts, ErrorCode::kUnsupported,
+              "{}: {} experts (the CUDA router supports at most {})", kOp, E, kernels::kMoeMaxExperts);
+  FDLLM_CHECK_ARG(std::isfinite(routing.scaling), "{}: scaling {} must be finite", kOp, routing.scaling);
+  if (T == 0) return;
+  CUDA_CHECK(cudaSetDevice(device_));
+  kernels::MoeRouteArgs a;
+  a.logits = router_logits.ptr<float>();
+  a.ids = expert_ids.ptr<int32_t>();
+  a.weights = expert_weights.ptr<float>();
+  a.tokens = T;
+  a.n_experts = static_cast<int>(E);
+  a.top_k = static_cast<int>(k);
+  a.sigmoid = routing.score == RouterScore::kSigmoid;
+  a.renormalize = routing.renormalize;
+  a.scaling = routing.scaling;
+  kernels::moe_route_f32(a, stream_);
+  after_op(kOp);
+}
+
+void CudaBackend::moe_experts(Tensor x, Tensor expert_ids, Tensor expert_weights, Tensor w_gate_up, Tensor w_down,
+                              Tensor out, bool accumulate, Tensor scratch) {
+  static constexpr const char* kOp = "moe_experts";
+  expect(x, DType::kBF16, kOp, "x");
+  expect(expert_ids, DType::kI32, kOp, "expert_ids");
+  expect(expert_weights, DType::kF32, kOp, "expert_weights");
+  expect(w_gate_up, DType::kBF16, kOp, "w_gate_up");
+  expect(w_down, DType::kBF16, kOp, "w_down");
+  expect(out, DType::kBF16, kOp, "out");
+  expect(scratch, DType::kBF16, kOp, "scratch");
+  const int64_t T = x.rows(), D = x.row_size(), k = expert_ids.row_size();
+  FDLLM_CHECK_ARG(w_gate_up.ndim == 3 && w_down.ndim == 3 && w_gate_up.shape[0] == w_down.shape[0] &&
+                      w_gate_up.shape[1] % 2 == 0 && w_gate_up.shape[2] == D && w_down.shape[1] == D &&
+                      w_down.shape[2] * 2 == w_gate_up.shape[1],
+                  "{}: w_gate_up {} and w_down {} are not [E, 2F, D] and [E, D, F] for D = {}", kOp,
+                  w_gate_up.describe(), w_down.describe(), D);
+  const int64_t E = w_gate_up.shape[0], F = w_down.shape[2];
+  FDLLM_CHECK_ARG(expert_ids.rows() == T && k >= 1, "{}: expert_ids {} is not [{}, top_k]", kOp, expert_ids.describe(),
+                  T);
+  expect_matrix(expert_weights, T, k, kOp, "expert_weights");
+  expect_matrix(out, T, D, kOp, "out");
+  FDLLM_CHECK_ARG(!overlap(out, x), "{}: out must not alias x", kOp);
+  FDLLM_CHECK(E >= 1 && E <= kernels::kMoeMaxExperts && k <= kernels::kMoeMaxTopK, ErrorCode::kUnsupported,
+              "{}: {} experts, top_k {} (the CUDA kernels support at most {} experts and top_k {})", kOp, E, k,
+              kernels::kMoeMaxExperts, kernels::kMoeMaxTopK);
+  const int64_t need = Backend::moe_scratch_elements(T, k, E, D, F);
+  FDLLM_CHECK_ARG(scratch.numel() >= need, "{}: scratch {} holds fewer than the {} elements of {} rows x top_k {}", kOp,
+                  scratch.describe(), need, T, k);
+  if (T == 0) return;
+  // Scratch (16-byte aligned regions): y F32 [M, D] | gate|up BF16 [M, 2F] | SwiGLU BF16 [M, F] | the
+  // int32 sort and tile list (moe_meta_ints). moe_scratch_elements covers it (backend.h).
+  const int64_t M = T * k;
+  auto* base = static_cast<char*>(scratch.data);
+  const size_t gu_off = align16(static_cast<size_t>(M * D) * 4);
+  const size_t act_off = align16(gu_off + static_cast<size_t>(M * 2 * F) * 2);
+  const size_t meta_off = align16(act_off + static_cast<size_t>(M * F) * 2);
+  FDLLM_CHECK_ARG(meta_off + static_cast<size_t>(kernels::moe_meta_ints(M, E)) * 4 <= scratch.nbytes(),
+                  "{}: scratch {} is too small for the device sort of {} pairs over {} experts", kOp,
+                  scratch.describe(), M, E);
+  for (const Tensor* t : {&x, &expert_ids, &expert_weights, &w_gate_up, &w_down, &out})
+    FDLLM_CHECK_ARG(!overlap(scratch, *t), "{}: 'scratch' overlaps another operand ({})", kOp, t->describe());
+  auto* y = reinterpret_cast<float*>(base);
+  auto* gu = reinterpret_cast<__nv_bfloat16*>(base + gu_off);
+  auto* act = reinterpret_cast<__nv_bfloat16*>(base + act_off);
+  auto* meta = reinterpret_cast<int32_t*>(base + meta_off);
+  const kernels::MoeMeta m = kernels::moe_meta_view(meta, M);
+  CUDA_CHECK(cudaSetDevice(device_));
+  kernels::moe_plan(expert_ids.ptr<int32_t>(), M, static_cast<int>(E), meta, flags(), stream_);
+  kernels::MoeGemmArgs g;
+  g.tiles = m.tiles;
+  g.n_tiles = m.n_tiles;
+  g.max_tiles = kernels::moe_max_tiles(M, E);
+  g.a = bf16(x);  // gate|up: x's rows gathered through the sort
+  g.pair_of_slot = m.pair_of_slot;
+  g.top_k = static_cast<int>(k);
+  g.w = bf16(w_gate_up);
+  g.out = gu;
+  g.out_f32 = false;
+  g.n = 2 * F;
+  g.k = D;
+  kernels::moe_grouped_gemm_bf16(g, stream_);
+  kernels::swiglu_bf16(gu, M, F, act, stream_);
+  g.a = act;  // down: the SwiGLU rows in group order, fp32 out
+  g.pair_of_slot = nullptr;
+  g.w = bf16(w_down);
+  g.out = y;
+  g.out_f32 = true;
+  g.n = D;
+  g.k = F;
+  kernels::moe_grouped_gemm_bf16(g, stream_);
+  kernels::MoeCombineArgs c;
+  c.y = y;
+  c.ids = expert_ids.ptr<int32_t>();
+  c.weights = expert_weights.ptr<float>();
+  c.slot_of_pair = m.slot_of_pair;
+  c.out = bf16(out);
+  c.accumulate = accumulate;
+  c.tokens = T;
+  c.top_k = static_cast<int>(k);
+  c.d = D;
+  kernels::moe_combine_bf16(c, stream_);
+  after_op(kOp);
+}
+
+}  // namespace flashdllm::cuda_impl
