@@ -1,0 +1,375 @@
+// LLaDA-MoE's operations on the CUDA backend (issue 47) against the CPU backend:
+//  * qkv_rope_store with the per-head QK-norm (with and without a bias, GQA, head_dim 64 and 128);
+//  * moe_route at 4 and 64 experts, top-k 1 / 2 / 8, 1 to 300 tokens, renormalise and scaling, every
+//    row on one expert, a non-finite row; sigmoid scores against a host computation (the CPU op has
+//    softmax only); the refused switches;
+//  * moe_experts at the same shapes (experts that receive no row, every row on one expert: groups of
+//    several 64-row tiles), 16-byte and scalar load paths, accumulate on and off; a row's result alone
+//    and in a batch (bitwise); a bad expert id reported at the next synchronisation;
+//  * the llada_moe_a golden checkpoint through the whole forward and the verify pass, against the
+//    recorded upstream fp32 logits and the CPU, with bounds from its bf16 yardstick
+//    (tests/data/golden/llada_moe_a_bf16_reference_error.json, as CudaGqa.DreamGoldenForward).
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <random>
+
+#include "common/model_fixture.h"
+#include "common/numerics.h"
+#include "common/test_paths.h"
+#include "io/safetensors.h"
+#include "kernels/cuda_twin.h"
+#include "model/model.h"
+#include "model/model_config.h"
+
+namespace flashdllm {
+namespace {
+
+using twin::close;
+using twin::Dev;
+using twin::get;
+using twin::make;
+using twin::put;
+using twin::put_i32;
+using twin::randn_bf16;
+
+std::vector<int32_t> get_i32(Backend& be, const Tensor& t) {
+  std::vector<int32_t> v(static_cast<size_t>(t.numel()));
+  be.copy_to_host(v.data(), t);
+  return v;
+}
+
+MoeRouting routing(int32_t E, int32_t k, bool renormalize = false, float scaling = 1.0f) {
+  MoeRouting r;
+  r.n_experts = E;
+  r.top_k = k;
+  r.renormalize = renormalize;
+  r.scaling = scaling;
+  return r;
+}
+
+struct Routed {
+  std::vector<int32_t> ids;
+  std::vector<float> w;
+};
+
+Routed route(Backend& be, const std::vector<float>& logits, int64_t T, const MoeRouting& r) {
+  Dev z = make(be, DType::kF32, T, r.n_experts), ids = make(be, DType::kI32, T, r.top_k);
+  Dev w = make(be, DType::kF32, T, r.top_k);
+  put(be, z.t, logits);
+  twin::poison(be, ids.t);
+  twin::poison(be, w.t);
+  be.moe_route(z.t, Tensor{}, r, ids.t, w.t);
+  return {get_i32(be, ids.t), get(be, w.t)};
+}
+
+/// Rows whose k + 1 largest logits hold two distinct values within kFp32RankNearTie of each other:
+/// their scores (softmax or sigmoid, monotonic) may round to the same fp32 value on one side and
+/// not on the other (the softmax denominators are summed in different orders), so CPU and CUDA may
+/// order them differently. Equal logits are no near tie: both sides give them equal scores and pick
+/// the lower expert.
+std::vector<bool> near_ties(const std::vector<float>& logits, int64_t T, int64_t E, int64_t k) {
+  std::vector<bool> tie(static_cast<size_t>(T), false);
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<float> s(logits.begin() + t * E, logits.begin() + (t + 1) * E);
+    std::sort(s.begin(), s.end(), std::greater<>());
+    for (int64_t j = 0; j + 1 < E && j < k; ++j) {
+      const double d = static_cast<double>(s[j]) - s[j + 1];
+      if (d > 0.0 && d < test::kFp32RankNearTie) tie[t] = true;
+    }
+  }
+  return tie;
+}
+
+/// Expects `got` to pick the experts of `ref` and their weights within kFp32OpRelTol of max|ref|;
+/// NaN rows (a non-finite logit) must be NaN on both sides with ids 0..k-1. Near-tie rows are
+/// reported, not compared.
+void expect_same_routing(const Routed& got, const Routed& ref, const std::vector<bool>& tie, int64_t k) {
+  double max_w = 0.0;
+  for (float v : ref.w)
+    if (std::isfinite(v)) max_w = std::max(max_w, static_cast<double>(std::fabs(v)));
+  int64_t skipped = 0;
+  for (size_t t = 0; t < tie.size(); ++t) {
+    if (tie[t] && !std::isnan(ref.w[t * k])) {
+      ++skipped;
+      continue;
+    }
+    for (int64_t j = 0; j < k; ++j) {
+      const size_t i = t * static_cast<size_t>(k) + static_cast<size_t>(j);
+      ASSERT_EQ(got.ids[i], ref.ids[i]) << "row " << t << " choice " << j;
+      if (std::isnan(ref.w[i])) {
+        EXPECT_TRUE(std::isnan(got.w[i])) << "row " << t << " choice " << j;
+        continue;
+      }
+      EXPECT_LE(std::fabs(static_cast<double>(got.w[i]) - ref.w[i]), test::kFp32OpRelTol * max_w)
+          << "row " << t << " choice " << j << ": got " << got.w[i] << ", ref " << ref.w[i];
+    }
+  }
+  if (skipped > 0) std::printf("[note] %lld near-tie rows not compared\n", static_cast<long long>(skipped));
+}
+
+struct Shape {
+  int32_t E, k;
+};
+const Shape kShapes[] = {{4, 1}, {4, 2}, {4, 4}, {64, 1}, {64, 2}, {64, 8}};
+const int64_t kTokens[] = {1, 37, 300};
+
+class CudaMoe : public twin::TwinTest {};
+
+TEST_F(CudaMoe, SmallRouteMatchesCpu) {
+  for (const Shape& s : kShapes)
+    for (int64_t T : kTokens)
+      for (int variant = 0; variant < 3; ++variant) {
+        SCOPED_TRACE("E " + std::to_string(s.E) + " k " + std::to_string(s.k) + " T " + std::to_string(T) +
+                     " variant " + std::to_string(variant));
+        std::vector<float> z = randn_bf16(static_cast<size_t>(T * s.E), 100 + T + s.E * 7 + s.k, 2.0f);
+        if (variant == 1)  // every row on expert E-1 (the others still ranked)
+          for (int64_t t = 0; t < T; ++t) z[static_cast<size_t>(t * s.E + s.E - 1)] = 40.0f;
+        if (variant == 2 && T > 1) z[static_cast<size_t>((T - 1) * s.E)] = std::numeric_limits<float>::infinity();
+        const MoeRouting r = routing(s.E, s.k, variant == 2, variant == 2 ? 2.5f : 1.0f);
+        const Routed ref = route(*cpu_, z, T, r), got = route(*twin_, z, T, r);
+        expect_same_routing(got, ref, near_ties(z, T, s.E, s.k), s.k);
+      }
+}
+
+// Sigmoid scores (LLaDA2's router; the CPU op has softmax only): a host fp64 computation rounded
+// to fp32, top-k with ties to the lower expert, renormalised and scaled.
+TEST_F(CudaMoe, SmallRouteSigmoidAndRefusals) {
+  const int64_t T = 50, E = 64, k = 8;
+  const std::vector<float> z = randn_bf16(static_cast<size_t>(T * E), 77, 2.0f);
+  MoeRouting r = routing(E, k, true, 2.5f);
+  r.score = RouterScore::kSigmoid;
+  if (is_cuda_) {
+    const Routed got = route(*twin_, z, T, r);
+    Routed ref{std::vector<int32_t>(static_cast<size_t>(T * k)), std::vector<float>(static_cast<size_t>(T * k))};
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<float> p(static_cast<size_t>(E));
+      for (int64_t e = 0; e < E; ++e) p[e] = static_cast<float>(1.0 / (1.0 + std::exp(-double{z[t * E + e]})));
+      std::vector<int32_t> order(static_cast<size_t>(E));
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return p[a] > p[b]; });
+      float total = 0.0f;
+      for (int64_t j = 0; j < k; ++j) total += p[order[j]];
+      for (int64_t j = 0; j < k; ++j) {
+        ref.ids[t * k + j] = order[j];
+        ref.w[t * k + j] = p[order[j]] / total * 2.5f;
+      }
+    }
+    const std::vector<bool> tie = near_ties(z, T, E, k);
+    expect_same_routing(got, ref, tie, k);
+  }
+  Dev zd = make(*twin_, DType::kF32, T, E), ids = make(*twin_, DType::kI32, T, k);
+  Dev w = make(*twin_, DType::kF32, T, k), bias = make(*twin_, DType::kF32, E);
+  MoeRouting biased = routing(E, k);
+  biased.expert_bias = true;
+  EXPECT_TRUE(twin::throws_error(
+      *twin_, [&] { twin_->moe_route(zd.t, bias.t, biased, ids.t, w.t); }, ErrorCode::kUnsupported, "expert bias"));
+  MoeRouting grouped = routing(E, k);
+  grouped.n_groups = 8;
+  grouped.topk_groups = 4;
+  EXPECT_TRUE(twin::throws_error(
+      *twin_, [&] { twin_->moe_route(zd.t, Tensor{}, grouped, ids.t, w.t); }, ErrorCode::kUnsupported,
+      "group-limited"));
+}
+
+/// One moe_experts case: inputs on the host (bf16-rounded), run on any backend.
+struct ExpertsCase {
+  int64_t T, E, k, D, F;
+  std::vector<float> x, gu, dn, w, out0;
+  std::vector<int32_t> ids;
+
+  /// k distinct experts per row (`one`: expert 3 first on every row), weights in (0, 1).
+  ExpertsCase(int64_t T_, int64_t E_, int64_t k_, int64_t D_, int64_t F_, bool one, uint64_t seed)
+      : T(T_), E(E_), k(k_), D(D_), F(F_) {
+    x = randn_bf16(static_cast<size_t>(T * D), seed);
+    gu = randn_bf16(static_cast<size_t>(E * 2 * F * D), seed + 1, 1.0f / std::sqrt(static_cast<float>(D)));
+    dn = randn_bf16(static_cast<size_t>(E * D * F), seed + 2, 1.0f / std::sqrt(static_cast<float>(F)));
+    out0 = randn_bf16(static_cast<size_t>(T * D), seed + 3);
+    std::mt19937 rng(static_cast<uint32_t>(seed));
+    std::uniform_real_distribution<float> u(0.05f, 1.0f);
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<int32_t> perm(static_cast<size_t>(E));
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), rng);
+      if (one) std::iter_swap(perm.begin(), std::find(perm.begin(), perm.end(), std::min<int32_t>(3, E - 1)));
+      ids.insert(ids.end(), perm.begin(), perm.begin() + k);
+      for (int64_t j = 0; j < k; ++j) w.push_back(u(rng));
+    }
+  }
+
+  std::vector<float> run(Backend& be, bool accumulate, const std::vector<int32_t>* bad_ids = nullptr) const {
+    const DType at = be.activation_dtype(), wt = be.weight_dtype();
+    Dev xd = make(be, at, T, D), od = make(be, at, T, D), idd = make(be, DType::kI32, T, k);
+    Dev wd = make(be, DType::kF32, T, k);
+    Dev gud = make(be, wt, E * 2 * F, D), dnd = make(be, wt, E * D, F);
+    Dev sd = make(be, at, Backend::moe_scratch_elements(T, k, E, D, F));
+    put(be, xd.t, x);
+    put(be, gud.t, gu);
+    put(be, dnd.t, dn);
+    put(be, wd.t, w);
+    put_i32(be, idd.t, bad_ids != nullptr ? *bad_ids : ids);
+    if (accumulate)
+      put(be, od.t, out0);
+    else
+      twin::poison(be, od.t);
+    twin::poison(be, sd.t);
+    const Tensor g3(gud.t.data, wt, be.device(), {E, 2 * F, D}), d3(dnd.t.data, wt, be.device(), {E, D, F});
+    be.moe_experts(xd.t, idd.t, wd.t, g3, d3, od.t, accumulate, sd.t);
+    return get(be, od.t);
+  }
+};
+
+// The expert FFN vs the CPU (fp32 products summed in double): bf16 gate|up and SwiGLU outputs and the
+// bf16 output, each one rounding of about 2^-9 relative: within the bf16 op tolerance of max|ref|.
+TEST_F(CudaMoe, SmallExpertsMatchCpu) {
+  struct Dims {
+    int64_t D, F;
+  };
+  for (const Dims dims : {Dims{128, 96}, Dims{36, 20}})  // 16-byte loads; K % 8 != 0: scalar loads
+    for (const Shape& s : kShapes)
+      for (int64_t T : kTokens)
+        for (bool one : {false, true}) {
+          if (dims.D == 36 && T == 300) continue;
+          const std::string name = "D " + std::to_string(dims.D) + " E " + std::to_string(s.E) + " k " +
+                                   std::to_string(s.k) + " T " + std::to_string(T) + (one ? " one expert" : "");
+          SCOPED_TRACE(name);
+          const ExpertsCase c(T, s.E, s.k, dims.D, dims.F, one, 500 + T + s.E + s.k);
+          for (bool acc : {false, true}) {
+            const std::vector<float> ref = c.run(*cpu_, acc), got = c.run(*twin_, acc);
+            ASSERT_GT(test::max_abs(ref), 0.0);
+            EXPECT_TRUE(close(name + (acc ? " accumulate" : ""), got, ref, dims.D, test::kBf16OpRelTol));
+          }
+        }
+}
+
+// A row's output does not depend on its batch mates (the sort's row order inside a group is
+// unspecified): bitwise the same alone, in a batch of 300, and in a second run of that batch.
+TEST_F(CudaMoe, SmallExpertsRowIndependentOfBatch) {
+  const ExpertsCase all(300, 64, 8, 128, 96, false, 900);
+  const std::vector<float> a = all.run(*twin_, false), b = all.run(*twin_, false);
+  EXPECT_EQ(a, b);
+  for (int64_t t : {0, 17, 299}) {
+    ExpertsCase one = all;
+    one.T = 1;
+    one.x.assign(all.x.begin() + t * all.D, all.x.begin() + (t + 1) * all.D);
+    one.ids.assign(all.ids.begin() + t * all.k, all.ids.begin() + (t + 1) * all.k);
+    one.w.assign(all.w.begin() + t * all.k, all.w.begin() + (t + 1) * all.k);
+    const std::vector<float> alone = one.run(*twin_, false);
+    EXPECT_TRUE(std::equal(alone.begin(), alone.end(), a.begin() + t * all.D)) << "row " << t;
+  }
+}
+
+TEST_F(CudaMoe, SmallExpertsBadIdReported) {
+  const ExpertsCase c(5, 8, 2, 64, 32, false, 42);
+  std::vector<int32_t> bad = c.ids;
+  bad[3] = 8;
+  EXPECT_TRUE(twin::throws_error(
+      *twin_, [&] { c.run(*twin_, false, &bad); }, ErrorCode::kInvalidArgument, "expert id"));
+  const std::vector<float> ok = c.run(*twin_, false);  // the backend is usable afterwards
+  EXPECT_TRUE(std::all_of(ok.begin(), ok.end(), [](float v) { return std::isfinite(v); }));
+}
+
+// qkv_rope_store with QK-norm (weights ~1.8 as llada_moe_a's, eps 1e-6) vs the CPU: the GEMM, the
+// normalised head and its weight product, and RoPE each round to bf16 once: the bf16 op tolerance.
+TEST_F(CudaMoe, SmallQkvRopeStoreQkNorm) {
+  struct Heads {
+    int h, kv;
+    int64_t dh;
+  };
+  const int64_t T = 37, D = 256, N = 64, P = 128;
+  for (const Heads g : {Heads{4, 4, 64}, Heads{8, 2, 128}, Heads{4, 4, 40}})
+    for (bool with_bias : {false, true}) {
+      SCOPED_TRACE(std::to_string(g.h) + "/" + std::to_string(g.kv) + " heads of " + std::to_string(g.dh) +
+                   (with_bias ? ", bias" : ""));
+      const int64_t HD = g.h * g.dh, KD = g.kv * g.dh, W = HD + 2 * KD;
+      const std::vector<float> xn = randn_bf16(static_cast<size_t>(T * D), 31);
+      const std::vector<float> w = randn_bf16(static_cast<size_t>(W * D), 32, 1.0f / 16.0f);
+      const std::vector<float> bias = randn_bf16(static_cast<size_t>(W), 33, 0.5f);
+      std::vector<float> qn = randn_bf16(static_cast<size_t>(g.dh), 34, 0.05f), kn = qn;
+      for (size_t i = 0; i < qn.size(); ++i) {
+        qn[i] = bf16_to_f32(f32_to_bf16(1.8f * (1.0f + qn[i])));
+        kn[i] = bf16_to_f32(f32_to_bf16(1.8f * (1.0f - kn[i])));
+      }
+      std::mt19937 rng(5);
+      std::vector<int32_t> pos(static_cast<size_t>(T)), rows(static_cast<size_t>(N));
+      for (auto& p : pos) p = static_cast<int32_t>(rng() % P);
+      std::iota(rows.begin(), rows.end(), 0);
+      std::shuffle(rows.begin(), rows.end(), rng);
+      rows.resize(static_cast<size_t>(T));
+      ModelConfig rc;
+      rc.head_dim = g.dh;
+      rc.rope_theta = 50000;
+      struct Res {
+        std::vector<float> q, k, v;
+      };
+      auto run = [&](Backend& be) {
+        const DType at = be.activation_dtype(), wt = be.weight_dtype();
+        Dev xd = make(be, at, T, D), wd = make(be, wt, W, D), bd = make(be, wt, W);
+        Dev qnd = make(be, wt, g.dh), knd = make(be, wt, g.dh);
+        Dev pd = make(be, DType::kI32, T), rd = make(be, DType::kI32, T), scratch = make(be, at, T, W);
+        Dev qd = make(be, at, T, HD), ks = make(be, at, N, KD), vs = make(be, at, N, KD);
+        const RopeTables rope = make_rope_tables(be, rc, P);
+        put(be, xd.t, xn);
+        put(be, wd.t, w);
+        put(be, bd.t, bias);
+        put(be, qnd.t, qn);
+        put(be, knd.t, kn);
+        put_i32(be, pd.t, pos);
+        put_i32(be, rd.t, rows);
+        be.fill_zero(ks.t);
+        be.fill_zero(vs.t);
+        twin::poison(be, qd.t);
+        const QkvExtras extra{with_bias ? bd.t : Tensor{}, qnd.t, knd.t, 1e-6f};
+        be.qkv_rope_store(xd.t, wd.t, extra, pd.t, rd.t, rope.table, g.h, qd.t, ks.t, vs.t, scratch.t);
+        return Res{get(be, qd.t), get(be, ks.t), get(be, vs.t)};
+      };
+      const Res ref = run(*cpu_), got = run(*twin_);
+      EXPECT_TRUE(close("q_out", got.q, ref.q, HD, test::kBf16OpRelTol));
+      EXPECT_TRUE(close("k_store", got.k, ref.k, KD, test::kBf16OpRelTol));
+      EXPECT_TRUE(close("v_store", got.v, ref.v, KD, test::kBf16OpRelTol));
+    }
+}
+
+// The whole LLaDA-MoE forward (QK-norm, 8 experts top-2; head_dim 64, so the reference attention)
+// on CUDA against the recorded upstream fp32 logits and the CPU, within a small multiple of the
+// error of an independent bf16 forward (the yardstick file; its L64 is large: llada_moe_a's QK-norm
+// weights of ~1.8 make the attention sharp), and the verify pass against the full forward (two bf16
+// computations of the same rows: the same bound).
+TEST_F(CudaMoe, LladaMoeGoldenForward) {
+  const auto dir = test::test_data_dir() / "golden" / "llada_moe_a";
+  std::unique_ptr<Backend> gpu = is_cuda_ ? cuda_with_attention("reference") : make_cpu_backend(0);
+  Model mc = test::load_model(*cpu_, dir);
+  Model mg = test::load_model(*gpu, dir);
+  auto fwd = SafetensorsFile::open(dir / "forward.safetensors");
+  const auto yard = test::load_json(test::test_data_dir() / "golden" / "llada_moe_a_bf16_reference_error.json");
+  const int64_t V = mc.config.embedding_size;
+  for (const char* key : {"L7", "L33", "L64", "L130"}) {
+    SCOPED_TRACE(key);
+    const std::vector<int32_t> ids = test::i64_tensor_as_i32(fwd->tensors().at(std::string("input_ids.") + key));
+    const std::vector<float> up = test::f32_tensor(fwd->tensors().at(std::string("logits.") + key));
+    const std::vector<float> lc = test::full_logits(*cpu_, mc, {ids}), lg = test::full_logits(*gpu, mg, {ids});
+    const double err_cpu = test::rel_max_err(lg, lc), err_up = test::rel_max_err(lg, up);
+    int64_t same = 0;
+    for (size_t r = 0; r < ids.size(); ++r) {
+      const float* a = &lg[r * V];
+      const float* b = &up[r * V];
+      same += std::max_element(a, a + V) - a == std::max_element(b, b + V) - b;
+    }
+    const double agree = static_cast<double>(same) / static_cast<double>(ids.size());
+    std::printf("llada_moe_a %s: CUDA vs CPU %.3e, vs upstream %.3e, argmax agreement %.4f\n", key, err_cpu, err_up,
+                agree);
+    const double bound = test::kBf16YardstickFactor * yard["rel_max_err"][key].get<double>();
+    EXPECT_LE(err_cpu, bound);
+    EXPECT_LE(err_up, bound);
+    EXPECT_GE(agree, yard["argmax_agreement"][key].get<double>() - test::kBf16YardstickArgmaxSlack);
+  }
+  const std::vector<int32_t> x = test::i64_tensor_as_i32(fwd->tensors().at("input_ids.L64"));
+  const double verify = test::verify_vs_full_forward(*gpu, mg, x, 20, 37);
+  std::printf("llada_moe_a L64 verify [20, 37) vs full forward: %.3e\n", verify);
+  EXPECT_LE(verify, test::kBf16YardstickFactor * yard["rel_max_err"]["L64"].get<double>());
+}
+
+}  // namespace
+}  // namespace flashdllm
