@@ -61,6 +61,7 @@ if [[ "${1:-}" == --sanitize ]]; then
     [[ $t == test_cuda_importance ]] && filter='*/Small'
     [[ $t == test_cuda_verify ]] && filter='*/Small:CudaVerifyLaunch.*'  # both CTA shapes
     [[ $t == test_cuda_gemm ]] && filter='CudaGemm.*'  # small shapes only
+    [[ $t == test_cuda_moe ]] && filter='CudaMoe.Small*'
     # racecheck does not follow the TMA / mbarrier synchronisation of cuDNN's Hopper attention kernel
     # (it reports hazards inside cudnn_generated_*_sdpa_sm90_* that memcheck and every result check
     # contradict): racecheck runs our kernels only, memcheck includes the cuDNN route (its offsets).
