@@ -244,6 +244,14 @@ TEST_F(CudaMoe, SmallExpertsMatchCpu) {
         }
 }
 
+// LLaDA-MoE-7B-A1B's expert shape (64 experts, top-8, D 2048, F 1024): K loops of 64 and 32 tiles,
+// 32 column tiles per GEMM, groups of a few rows each. Same bound as the small shapes.
+TEST_F(CudaMoe, ExpertsLladaMoe7bShape) {
+  const ExpertsCase c(40, 64, 8, 2048, 1024, false, 7);
+  const std::vector<float> ref = c.run(*cpu_, true), got = c.run(*twin_, true);
+  EXPECT_TRUE(close("7B-A1B shape", got, ref, c.D, test::kBf16OpRelTol));
+}
+
 // A row's output does not depend on its batch mates (the sort's row order inside a group is
 // unspecified): bitwise the same alone, in a batch of 300, and in a second run of that batch.
 TEST_F(CudaMoe, SmallExpertsRowIndependentOfBatch) {
