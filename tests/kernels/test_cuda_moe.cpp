@@ -10,6 +10,7 @@
 //    recorded upstream fp32 logits and the CPU, with bounds from its bf16 yardstick
 //    (tests/data/golden/llada_moe_a_bf16_reference_error.json, as CudaGqa.DreamGoldenForward).
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -377,6 +378,48 @@ TEST_F(CudaMoe, LladaMoeGoldenForward) {
   const double verify = test::verify_vs_full_forward(*gpu, mg, x, 20, 37);
   std::printf("llada_moe_a L64 verify [20, 37) vs full forward: %.3e\n", verify);
   EXPECT_LE(verify, test::kBf16YardstickFactor * yard["rel_max_err"]["L64"].get<double>());
+}
+
+// The MoE layer loop recorded as a CUDA graph (run_recorded: op by op at a key's first sighting,
+// captured at the second, replayed after): the device-side sort and tile list make each call's
+// expert groups anew, so every call equals the op-by-op backend's bit for bit although each brings
+// other tokens (other groups, other tile counts under the same grid bound).
+TEST_F(CudaMoe, LladaMoeRecordedLoopReplaysExactly) {
+  if (!is_cuda_) GTEST_SKIP() << "CUDA graphs only";
+  const auto dir = test::test_data_dir() / "golden" / "llada_moe_a";
+  BackendOptions o = attention_options("reference");
+  o.cuda_graphs = false;
+  std::unique_ptr<Backend> eager = cuda_with(o);
+  o.cuda_graphs = true;
+  std::unique_ptr<Backend> graphs = cuda_with(o);
+  Model me = test::load_model(*eager, dir), mg = test::load_model(*graphs, dir);
+  const int32_t V = static_cast<int32_t>(me.config.embedding_size);
+  auto batch = [&](int32_t salt) {
+    std::vector<int32_t> a, b;
+    for (int32_t i = 0; i < 40; ++i) a.push_back((7 + 31 * i + salt * 13) % (V - 64) + 1);
+    for (int32_t i = 0; i < 24; ++i) b.push_back((3 + 17 * i + salt * 29) % (V - 64) + 1);
+    return test::full_recompute_batch({a, b});
+  };
+  auto run = [](Backend& be, const Model& m, const ForwardBatch& fb, KvStore& kv, ForwardWorkspace& ws) {
+    Tensor logits = model_forward(be, m, fb, kv, ws);
+    std::vector<float> out(static_cast<size_t>(logits.numel()));
+    be.copy_to_host(out.data(), logits);
+    return out;
+  };
+  KvStore kve = make_kv_store(*eager, me.config, 64, true), kvg = make_kv_store(*graphs, mg.config, 64, true);
+  ForwardWorkspace wse = make_forward_workspace(*eager, me.config, 64, 64, 4);
+  ForwardWorkspace wsg = make_forward_workspace(*graphs, mg.config, 64, 64, 4);
+  for (int32_t salt : {1, 2, 3, 4, 1}) {
+    SCOPED_TRACE("salt " + std::to_string(salt));
+    const ForwardBatch fb = batch(salt);
+    const std::vector<float> want = run(*eager, me, fb, kve, wse), got = run(*graphs, mg, fb, kvg, wsg);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+  }
+  const Backend::RecordingStats st = graphs->recording_stats();
+  EXPECT_EQ(st.failed, 0);
+  EXPECT_EQ(st.captures, 1);
+  EXPECT_EQ(st.replays, 3);
 }
 
 }  // namespace
