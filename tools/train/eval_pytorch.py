@@ -1,4 +1,9 @@
-"""PyTorch evaluation of an exported small LLaDA checkpoint on the arithmetic test split.
+"""PyTorch evaluation of an exported small LLaDA or Dream checkpoint on the arithmetic test split.
+
+Predictions come from model.prediction_hidden: for Dream the prediction of position p is output row
+p - 1 (the logit shift, Dream generation_utils.py); the engine's Dream path runs the same LLaDA block
+sampler and threshold decoder on these shifted logits. Prompts use the family's chat template
+(LLaDA's, or Dream's ChatML); outputs are cut at the family's EOS / end-of-turn id.
 
 Decoders (greedy, semi-autoregressive blocks inside the gen_length region, chat-template prompts):
   * LLaDA sampler (reference §B, ML-GSAI/LLaDA generate.py): `steps` forward passes; block b gets
@@ -33,7 +38,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import arith_data  # noqa: E402
 import llada_format as fmt  # noqa: E402
-from model import LladaModel, load_checkpoint  # noqa: E402
+from model import MaskPredictor, load_checkpoint  # noqa: E402
+from tokenizer_dream import load_tokenizer  # noqa: E402
 
 
 def _num_transfer(n: int, steps: int) -> list[int]:
@@ -43,7 +49,7 @@ def _num_transfer(n: int, steps: int) -> list[int]:
 
 
 @torch.no_grad()
-def generate(model: LladaModel, prompts: list[list[int]], *, gen_length: int = 128, block_length: int = 32,
+def generate(model: MaskPredictor, prompts: list[list[int]], *, gen_length: int = 128, block_length: int = 32,
              steps: int | None = 128, threshold: float | None = None, layout: str = "llada",
              mask_id: int, eos_id: int, batch_size: int = 256) -> tuple[list[list[int]], list[int]]:
     """Decode every prompt; returns (generated ids [G] per prompt, forward passes per prompt).
@@ -92,7 +98,7 @@ def _generate_batch(model, prompts, G, BL, steps, threshold, layout, mask_id, eo
     def block_logits(rows, blk):
         """Logits [len(rows), BL, V] of block blk[r] of each row r (forward over those rows only)."""
         kv = None if key_valid is None else key_valid[rows]
-        h = model.hidden(x[rows], kv)
+        h = model.prediction_hidden(x[rows], kv)
         bpos = (P[rows] + blk * BL)[:, None] + offs                    # [R, BL]
         hb = h.gather(1, bpos[:, :, None].expand(-1, -1, h.shape[-1]))
         return model.head(hb).double(), bpos
@@ -155,16 +161,17 @@ def cut_at_end(ids: list[int], stop_ids: set[int]) -> list[int]:
     return ids
 
 
-def evaluate(model: LladaModel, tokenizer, n_regular: int, problems: list[dict], *, gen_length: int = 128,
+def evaluate(model: MaskPredictor, tokenizer, n_regular: int, problems: list[dict], *, gen_length: int = 128,
              block_length: int = 32, steps: int = 128, threshold: float = 0.9, batch_size: int = 256,
              log=print) -> dict:
     """Accuracy of the LLaDA sampler in both layouts, and threshold decoding in both layouts.
 
     Returns a dict of metrics per decoder: accuracy, empty-output rate, tokens per forward pass."""
-    ids = fmt.SpecialIds(n_regular)
-    prompts = [tokenizer.encode(fmt.chat_prompt(p["question"])).ids for p in problems]
+    f = fmt.format_of(getattr(model, "family", "llada"))
+    ids = f.SpecialIds(n_regular)
+    prompts = [tokenizer.encode(f.chat_prompt(p["question"])).ids for p in problems]
     gold = [arith_data.final_answer(p["answer"]) for p in problems]
-    stop = {ids.eos, ids.eot}
+    stop = ids.stop
     res: dict = {"n": len(problems), "gen_length": gen_length, "block_length": block_length}
     runs = [("llada_sampler", dict(steps=steps, threshold=None, layout="llada")),
             ("llada_sampler_flash_layout", dict(steps=steps, threshold=None, layout="flash")),
@@ -193,8 +200,6 @@ def evaluate(model: LladaModel, tokenizer, n_regular: int, problems: list[dict],
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tokenizers import Tokenizer
-
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model_dir", type=Path)
     ap.add_argument("--test", type=Path, default=fmt.REPO / "data" / "arith" / "test.jsonl")
@@ -208,8 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="also write the metrics here")
     args = ap.parse_args(argv)
     model = load_checkpoint(args.model_dir, device=args.device, dtype=getattr(torch, args.dtype))
-    tok = Tokenizer.from_file(str(args.model_dir / "tokenizer.json"))
-    n_regular = model.cfg.eos_token_id - 1
+    tok = load_tokenizer(args.model_dir)
+    n_regular = tok.get_vocab_size(with_added_tokens=False)
     probs = arith_data.read_jsonl(args.test)
     if args.n:
         probs = probs[:args.n]
