@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Reproduce the small LLaDA model end to end: data -> tokenizer -> training (two stages) -> export ->
-# evaluation -> reference logits.
+# Reproduce the small LLaDA (default) or Dream (--family dream) model end to end: data -> tokenizer ->
+# training (LLaDA: two stages; Dream: one) -> export -> evaluation -> reference logits.
 #
 #   tools/train/run.sh OUT_DIR [--family llada|dream] [--smoke | --exact] [--budget SECONDS]
 #
 # --family dream (default llada): the Dream-v0-layout model (model_dream.py, Qwen2 tokenizer files,
 # ChatML, logit shift) in ONE stage that fits one 600 s device call: GQA 2 query / 1 KV heads
 # (head_dim 128), d_model 256, 13 layers (11.3M parameters, model dir dream-arith-11m), peak lr 1.5e-3,
-# inference-state rows 60%, training budget 410 s (--budget), eval on 200 test problems (about
-# 9-9.5 minutes in all on one H100/H200: data ~45 s, tokenizer ~10 s, setup ~30 s, training <= 1.05 x
-# budget, eval + reference logits ~40 s).
+# inference-state rows 60%, training budget 400 s (--budget), eval on 200 test problems (about
+# 9-9.5 minutes in all on one H100/H200: data ~45 s, tokenizer ~10 s, setup ~30 s, training about the
+# budget and at most 1.05 x budget, eval + reference logits ~60 s).
 #
 # Full run (GPU, about 15 minutes on one H200, of which 12.5 training): 400k train problems, 2048-token
 # BPE, d_model 256, 13 layers (12.3M parameters, model dir llada-arith-12m).
@@ -104,7 +104,7 @@ export PYTHONUNBUFFERED=1
     if [[ $SMOKE == 1 ]]; then
       DREAM=(--n-kv-heads 1 --time-budget "${BUDGET:-15}" --warmup 10 --suffix-frac 0.6 --eval-n 4)
     else
-      DREAM=(--n-kv-heads 1 --time-budget "${BUDGET:-410}" --suffix-frac 0.6)
+      DREAM=(--n-kv-heads 1 --time-budget "${BUDGET:-400}" --suffix-frac 0.6)
     fi
     "$PY" tools/train/train.py --family dream --data "$OUT/data" --test data/arith/test.jsonl \
         --tokenizer "$OUT/tokenizer" --out "$OUT" "${TRAIN_FLAGS[@]}" "${DREAM[@]}"

@@ -651,6 +651,7 @@ def main(argv: list[str] | None = None) -> int:
         "AMP": "bf16 autocast" if amp else "fp32",
         "EVAL_N": ev.get("n", 0),
         "ACC_LLADA": pct("llada_sampler"), "ACC_FLASH": pct("llada_sampler_flash_layout"),
+        "ACC_DREAM": pct("dream_sampler_entropy"),
         "ACC_THR": pct("threshold_0.9"), "ACC_THR_FLASH": pct("threshold_0.9_flash_layout"),
         "TPF_THR": f"{ev['threshold_0.9']['tokens_per_forward']:.2f}" if ev else "n/a",
         "TPF_THR_FLASH": f"{ev['threshold_0.9_flash_layout']['tokens_per_forward']:.2f}" if ev else "n/a",

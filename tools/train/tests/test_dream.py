@@ -146,7 +146,8 @@ def test_decoders_apply_the_shift(dream_tok):
     prompts = [tok.encode(dfmt.chat_prompt(p["question"])).ids for p in probs]
     targets = [tok.encode(p["answer"]).ids for p in probs]
     res = eval_pytorch.evaluate(ShiftOracle(prompts, targets), tok, 2048, probs, log=lambda *a: None)
-    for k in ("llada_sampler", "llada_sampler_flash_layout", "threshold_0.9", "threshold_0.9_flash_layout"):
+    for k in ("llada_sampler", "llada_sampler_flash_layout", "threshold_0.9", "threshold_0.9_flash_layout",
+              "dream_sampler_entropy"):
         assert res[k]["accuracy"] == 1.0, k
     # generated tokens equal the gold answer; without the shift the oracle is read one token late
     for shift in (True, False):
@@ -156,6 +157,40 @@ def test_decoders_apply_the_shift(dream_tok):
             outs, _ = eval_pytorch.generate(oracle, prompts, mask_id=IDS.mask, eos_id=IDS.eos, **kw)
             right = [o[:len(t) + 1] == t + [IDS.eos] for o, t in zip(outs, targets)]
             assert all(right) if shift else not any(right), (shift, kw)
+        for alg in ("entropy", "maskgit_plus", "topk_margin"):
+            outs, nfe = eval_pytorch.dream_generate(oracle, prompts, steps=16, alg=alg, mask_id=IDS.mask)
+            right = [o[:len(t) + 1] == t + [IDS.eos] for o, t in zip(outs, targets)]
+            assert all(right) if shift else not any(right), (shift, alg)
+            assert nfe == [16] * len(prompts)
+
+
+def test_dream_sampler_schedule(dream_tok):
+    """Dream's transfer counts: int(n * (1 - t[i+1]/t[i])) masks per step in fp32, the rest at the last
+    step (t = linspace(1, 1e-3, steps + 1)); counted from the masks each forward pass sees."""
+    from tokenizer_dream import load_tokenizer
+
+    tok = load_tokenizer(dream_tok)
+    probs = arith_data.read_jsonl(dfmt.REPO / "data" / "arith" / "validation.jsonl")[:2]
+    prompts = [tok.encode(dfmt.chat_prompt(p["question"])).ids for p in probs]
+    seen = []
+
+    class Spy(ShiftOracle):
+        def hidden(self, x, key_valid=None):
+            seen.append(int((x[0, :len(prompts[0]) + 40] == IDS.mask).sum()))
+            return super().hidden(x, key_valid)
+
+    targets = [tok.encode(p["answer"]).ids for p in probs]
+    eval_pytorch.dream_generate(Spy(prompts, targets), prompts, gen_length=40, steps=4, mask_id=IDS.mask)
+    t = np.linspace(1, 1e-3, 5).astype(np.float32)
+    n, want = 40, []
+    for i in range(4):
+        want.append(n)
+        n -= n if i == 3 else int(np.float32(n) * (np.float32(1) - t[i + 1] / t[i]))
+    assert seen == want and want[1] == 31  # 40 * (1 - 0.75025) = 9.99 -> 9
+    with pytest.raises(ValueError, match="alg"):
+        eval_pytorch.dream_generate(None, [[1]], alg="origin", mask_id=0)
+    with pytest.raises(ValueError, match="steps"):
+        eval_pytorch.dream_generate(None, [[1]], gen_length=8, steps=9, mask_id=0)
 
 
 def test_dream_tokenizer_files(dream_tok):
