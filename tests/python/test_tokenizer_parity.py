@@ -40,14 +40,13 @@ import unicodedata
 from pathlib import Path
 
 import pytest
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+from tokenizers import Tokenizer, normalizers
 
 REPO = Path(os.environ.get("FLASHDLLM_SOURCE_DIR") or Path(__file__).resolve().parents[2])
 DATA = REPO / "tests" / "data" / "tokenizer"
 CORPUS = DATA / "parity_corpus.jsonl"
 LLADA_FIRST_SPECIAL = 126080
 DREAM_DIR = Path(os.environ.get("FLASHDLLM_SHARED_DIR") or REPO.parent / "shared") / "data" / "dream-v0-instruct-7b"
-QWEN2_PATTERN = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 
 
 def driver() -> Path:
@@ -98,26 +97,15 @@ def unicode14_sweep() -> list[str]:
 
 
 def hf_qwen2(d: Path) -> Tokenizer:
-    """The fast tokenizer transformers' Qwen2Converter builds from the slow files (convert_slow_tokenizer.py)."""
-    vocab = json.loads((d / "vocab.json").read_text(encoding="utf-8"))
-    lines = (d / "merges.txt").read_text(encoding="utf-8").split("\n")
-    merges = [tuple(l.split(" ")) for i, l in enumerate(lines) if l.strip() and not (i == 0 and l.startswith("#version"))]
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, dropout=None, unk_token=None, continuing_subword_prefix="",
-                               end_of_word_suffix="", fuse_unk=False, byte_fallback=False))
-    tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    cfg = json.loads((d / "tokenizer_config.json").read_text(encoding="utf-8"))
-    for i, t in sorted(cfg["added_tokens_decoder"].items(), key=lambda kv: int(kv[0])):
-        at = AddedToken(t["content"], single_word=t["single_word"], lstrip=t["lstrip"], rstrip=t["rstrip"],
-                        normalized=t["normalized"], special=t["special"])
-        (tok.add_special_tokens if t["special"] else tok.add_tokens)([at])
-        assert tok.token_to_id(t["content"]) == int(i), (i, t)
-    return tok
+    """The fast tokenizer transformers' Qwen2Converter builds from the slow files (convert_slow_tokenizer.py),
+    as tools/common/qwen2_tokenizer.py builds it (the training tools use the same construction)."""
+    import sys
+
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from tools.common.qwen2_tokenizer import load_qwen2_slow
+
+    return load_qwen2_slow(d)
 
 
 def chatml_texts(d: Path, corpus: list[str]) -> list[str]:

@@ -1,4 +1,7 @@
-"""Train the byte-level BPE tokenizer of the small LLaDA model and write its HF files.
+"""Train the byte-level BPE tokenizer of the small LLaDA / Dream model and write its HF files.
+
+--family dream: the same BPE, written as Qwen2's slow files with Dream's added tokens
+(tokenizer_dream.py). The rest of this docstring is the LLaDA layout (the default).
 
 Output directory gets (the same file set LLaDA-8B-Instruct ships for its tokenizer):
   tokenizer.json           BPE model with `--vocab-size` regular tokens (ids 0..N-1), LLaDA's
@@ -14,7 +17,7 @@ and (if present) the GSM8K train questions/answers in data/gsm8k_train.jsonl, wh
 list so the vocabulary reaches a few thousand entries instead of only the templates' words.
 The BPE trainer is deterministic for a given input order.
 
-Usage: python3 tools/train/build_tokenizer.py --train DIR/train.jsonl --out MODEL_DIR [--vocab-size 2048]
+Usage: python3 tools/train/build_tokenizer.py --train DIR/train.jsonl --out MODEL_DIR [--vocab-size 2048] [--family dream]
 """
 
 from __future__ import annotations
@@ -52,12 +55,11 @@ def _corpus(train_jsonl: Path, use_gsm8k: bool, max_problems: int):
                     n += 1
 
 
-def train_tokenizer(train_jsonl: Path, vocab_size: int, use_gsm8k: bool = True,
-                    max_problems: int = 50_000) -> Tokenizer:
-    """Train the BPE model on the corpus and return the complete tokenizer (added tokens included).
+def train_bpe(train_jsonl: Path, vocab_size: int, use_gsm8k: bool = True, max_problems: int = 50_000) -> Tokenizer:
+    """The BPE model alone (no added tokens): `vocab_size` regular tokens, the project's pre-tokenizer
+    (one digit per piece; the same split regex as Qwen2's), ByteLevel decoder, no normalizer.
 
-    Raises RuntimeError if the corpus cannot supply `vocab_size` regular tokens or if the added
-    tokens do not land at ids vocab_size..vocab_size+268."""
+    Raises RuntimeError if the corpus cannot supply `vocab_size` regular tokens."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(spec.SPLIT_PATTERN), behavior="isolated", invert=False),
@@ -72,14 +74,21 @@ def train_tokenizer(train_jsonl: Path, vocab_size: int, use_gsm8k: bool = True,
     if n != vocab_size:
         raise RuntimeError(f"BPE training produced {n} regular tokens, wanted {vocab_size}: "
                            f"the corpus is too small; lower --vocab-size")
-
     # Re-load through JSON so the pre_tokenizer is exactly the project's one definition.
     obj = json.loads(tok.to_str())
     obj["pre_tokenizer"] = spec.pre_tokenizer_json()
     obj["normalizer"] = None
     obj["post_processor"] = None
-    tok = Tokenizer.from_str(json.dumps(obj))
+    return Tokenizer.from_str(json.dumps(obj))
 
+
+def train_tokenizer(train_jsonl: Path, vocab_size: int, use_gsm8k: bool = True,
+                    max_problems: int = 50_000) -> Tokenizer:
+    """Train the BPE model on the corpus and return the complete LLaDA tokenizer (added tokens included).
+
+    Raises RuntimeError if the corpus cannot supply `vocab_size` regular tokens or if the added
+    tokens do not land at ids vocab_size..vocab_size+268."""
+    tok = train_bpe(train_jsonl, vocab_size, use_gsm8k, max_problems)
     added = [AddedToken(c, single_word=False, lstrip=False, rstrip=False, normalized=False, special=True)
              for _, c in spec.llada_added_tokens()]
     tok.add_special_tokens(added)
@@ -136,7 +145,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vocab-size", type=int, default=2048, help="regular BPE tokens (N)")
     ap.add_argument("--no-gsm8k", action="store_true", help="train on the arithmetic data only")
     ap.add_argument("--max-problems", type=int, default=50_000, help="arithmetic train problems used")
+    ap.add_argument("--family", choices=["llada", "dream"], default="llada",
+                    help="llada: tokenizer.json with LLaDA's added tokens; dream: Qwen2 slow files with Dream's "
+                         "(tokenizer_dream.py)")
     args = ap.parse_args(argv)
+    if args.family == "dream":
+        import tokenizer_dream
+
+        bpe = train_bpe(args.train, args.vocab_size, use_gsm8k=not args.no_gsm8k, max_problems=args.max_problems)
+        ids = tokenizer_dream.write_qwen2_files(bpe, args.out)
+        print(f"tokenizer (Qwen2 files): {args.vocab_size} regular + {ids.n_added} added tokens -> {args.out} "
+              f"(eos/pad {ids.eos}, im_start {ids.im_start}, im_end {ids.eot}, mask {ids.mask}, "
+              f"vocab_size {ids.embedding_size})")
+        return 0
     tok = train_tokenizer(args.train, args.vocab_size, use_gsm8k=not args.no_gsm8k, max_problems=args.max_problems)
     write_tokenizer_files(tok, args.vocab_size, args.out)
     ids = fmt.SpecialIds(args.vocab_size)

@@ -1,4 +1,9 @@
-"""PyTorch evaluation of an exported small LLaDA checkpoint on the arithmetic test split.
+"""PyTorch evaluation of an exported small LLaDA or Dream checkpoint on the arithmetic test split.
+
+Predictions come from model.prediction_hidden: for Dream the prediction of position p is output row
+p - 1 (the logit shift, Dream generation_utils.py); the engine's Dream path runs the same LLaDA block
+sampler and threshold decoder on these shifted logits. Prompts use the family's chat template
+(LLaDA's, or Dream's ChatML); outputs are cut at the family's EOS / end-of-turn id.
 
 Decoders (greedy, semi-autoregressive blocks inside the gen_length region, chat-template prompts):
   * LLaDA sampler (reference §B, ML-GSAI/LLaDA generate.py): `steps` forward passes; block b gets
@@ -13,6 +18,9 @@ Layouts:
   * "flash": the Flash-dLLM slot layout (reference §D.3): row = prompt + G masks + EOS up to
     seqlen_k = floor((P+G)/128)*128 + 128; the EOS pad is visible context, never decoded.
 Rows of a batch have different lengths; a key-padding mask makes each row behave as if run alone.
+
+Dream models also get Dream's own sampler (dream_generate: whole canvas, entropy confidence, steps =
+gen_length), the engine's default decoder for Dream with --cache none.
 
 Scoring: the generated region is cut at the first EOS or EOT, decoded without special tokens, and the
 number after the first `#### ` (GSM8K strict match) must equal the gold `#### ` number (exact match).
@@ -33,7 +41,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import arith_data  # noqa: E402
 import llada_format as fmt  # noqa: E402
-from model import LladaModel, load_checkpoint  # noqa: E402
+from model import MaskPredictor, load_checkpoint  # noqa: E402
+from tokenizer_dream import load_tokenizer  # noqa: E402
 
 
 def _num_transfer(n: int, steps: int) -> list[int]:
@@ -43,7 +52,7 @@ def _num_transfer(n: int, steps: int) -> list[int]:
 
 
 @torch.no_grad()
-def generate(model: LladaModel, prompts: list[list[int]], *, gen_length: int = 128, block_length: int = 32,
+def generate(model: MaskPredictor, prompts: list[list[int]], *, gen_length: int = 128, block_length: int = 32,
              steps: int | None = 128, threshold: float | None = None, layout: str = "llada",
              mask_id: int, eos_id: int, batch_size: int = 256) -> tuple[list[list[int]], list[int]]:
     """Decode every prompt; returns (generated ids [G] per prompt, forward passes per prompt).
@@ -92,7 +101,7 @@ def _generate_batch(model, prompts, G, BL, steps, threshold, layout, mask_id, eo
     def block_logits(rows, blk):
         """Logits [len(rows), BL, V] of block blk[r] of each row r (forward over those rows only)."""
         kv = None if key_valid is None else key_valid[rows]
-        h = model.hidden(x[rows], kv)
+        h = model.prediction_hidden(x[rows], kv)
         bpos = (P[rows] + blk * BL)[:, None] + offs                    # [R, BL]
         hb = h.gather(1, bpos[:, :, None].expand(-1, -1, h.shape[-1]))
         return model.head(hb).double(), bpos
@@ -147,6 +156,63 @@ def _generate_batch(model, prompts, G, BL, steps, threshold, layout, mask_id, eo
     return out, nfe.tolist()
 
 
+@torch.no_grad()
+def dream_generate(model: MaskPredictor, prompts: list[list[int]], *, gen_length: int = 128, steps: int = 128,
+                   alg: str = "entropy", eps: float = 1e-3, mask_id: int, batch_size: int = 256
+                   ) -> tuple[list[list[int]], list[int]]:
+    """Dream's own sampler, greedy (Dream-v0 generation_utils.py _sample with temperature 0, alg_temp
+    None; the engine's src/denoise/dream_sampler.cpp): the whole canvas of gen_length masks is decoded
+    in `steps` passes; timesteps t = linspace(1, eps, steps + 1) (fp32); step i commits
+    k = int(n_masked * (1 - t[i+1]/t[i])) (fp32, truncated; all at the last step) masked positions,
+    those of highest confidence: alg "maskgit_plus" the argmax probability, "topk_margin" top-1 minus
+    top-2 probability, "entropy" sum p log(p + 1e-10) (negative entropy). Returns (generated ids per
+    prompt, forward passes per prompt). Raises ValueError on a bad alg or steps."""
+    if alg not in ("maskgit_plus", "topk_margin", "entropy"):
+        raise ValueError(f"alg must be maskgit_plus, topk_margin or entropy, got {alg!r}")
+    if not 1 <= steps <= gen_length:
+        raise ValueError(f"steps {steps} must be in [1, gen_length {gen_length}]")
+    t = torch.linspace(1, eps, steps + 1, dtype=torch.float32)
+    outs: list[list[int]] = []
+    for s0 in range(0, len(prompts), batch_size):
+        chunk = prompts[s0:s0 + batch_size]
+        dev = next(model.parameters()).device
+        B = len(chunk)
+        P = torch.tensor([len(p) for p in chunk], device=dev)
+        Lmax = int((P + gen_length).max())
+        pos = torch.arange(Lmax, device=dev)[None, :]
+        x = torch.full((B, Lmax), mask_id, dtype=torch.long, device=dev)
+        for i, p in enumerate(chunk):
+            x[i, :len(p)] = torch.tensor(p, device=dev)
+        key_valid = pos < (P + gen_length)[:, None]
+        kv = None if bool(key_valid.all()) else key_valid
+        for i in range(steps):
+            masked = (x == mask_id) & key_valid
+            n = masked.sum(1)
+            if int(n.max()) == 0:
+                break
+            prob = torch.softmax(model.head(model.prediction_hidden(x, kv)).double(), dim=-1)
+            top2 = prob.topk(2, dim=-1)
+            x0 = top2.indices[..., 0]
+            if alg == "maskgit_plus":
+                conf = top2.values[..., 0]
+            elif alg == "topk_margin":
+                conf = top2.values[..., 0] - top2.values[..., 1]
+            else:
+                conf = (prob * torch.log(prob + 1e-10)).sum(-1)
+            conf = torch.where(masked, conf, torch.full_like(conf, -float("inf")))
+            if i == steps - 1:
+                k = n
+            else:
+                k = (n.float() * (1 - t[i + 1] / t[i])).long()
+            order = conf.argsort(dim=1, descending=True)
+            rank = torch.empty_like(order)
+            rank.scatter_(1, order, torch.arange(Lmax, device=dev).expand(B, -1))
+            sel = masked & (rank < k[:, None])
+            x = torch.where(sel, x0, x)
+        outs += [x[i, int(P[i]):int(P[i]) + gen_length].tolist() for i in range(B)]
+    return outs, [steps] * len(prompts)
+
+
 def cut_at_end(ids: list[int], stop_ids: set[int]) -> list[int]:
     """Tokens before the first stop token (EOS or EOT)."""
     for i, t in enumerate(ids):
@@ -155,26 +221,33 @@ def cut_at_end(ids: list[int], stop_ids: set[int]) -> list[int]:
     return ids
 
 
-def evaluate(model: LladaModel, tokenizer, n_regular: int, problems: list[dict], *, gen_length: int = 128,
+def evaluate(model: MaskPredictor, tokenizer, n_regular: int, problems: list[dict], *, gen_length: int = 128,
              block_length: int = 32, steps: int = 128, threshold: float = 0.9, batch_size: int = 256,
              log=print) -> dict:
     """Accuracy of the LLaDA sampler in both layouts, and threshold decoding in both layouts.
 
     Returns a dict of metrics per decoder: accuracy, empty-output rate, tokens per forward pass."""
-    ids = fmt.SpecialIds(n_regular)
-    prompts = [tokenizer.encode(fmt.chat_prompt(p["question"])).ids for p in problems]
+    f = fmt.format_of(getattr(model, "family", "llada"))
+    ids = f.SpecialIds(n_regular)
+    prompts = [tokenizer.encode(f.chat_prompt(p["question"])).ids for p in problems]
     gold = [arith_data.final_answer(p["answer"]) for p in problems]
-    stop = {ids.eos, ids.eot}
+    stop = ids.stop
     res: dict = {"n": len(problems), "gen_length": gen_length, "block_length": block_length}
     runs = [("llada_sampler", dict(steps=steps, threshold=None, layout="llada")),
             ("llada_sampler_flash_layout", dict(steps=steps, threshold=None, layout="flash")),
             (f"threshold_{threshold}", dict(steps=None, threshold=threshold, layout="llada")),
             (f"threshold_{threshold}_flash_layout", dict(steps=None, threshold=threshold, layout="flash"))]
+    if getattr(model, "family", "llada") == "dream":
+        runs.append(("dream_sampler_entropy", dict(dream=True)))
     samples = {}
     for name, kw in runs:
         t0 = time.time()
-        outs, nfes = generate(model, prompts, gen_length=gen_length, block_length=block_length,
-                              mask_id=ids.mask, eos_id=ids.eos, batch_size=batch_size, **kw)
+        if kw.pop("dream", False):  # Dream's own sampler: steps = gen_length, as the engine's default
+            outs, nfes = dream_generate(model, prompts, gen_length=gen_length, steps=gen_length, alg="entropy",
+                                        mask_id=ids.mask, batch_size=batch_size)
+        else:
+            outs, nfes = generate(model, prompts, gen_length=gen_length, block_length=block_length,
+                                  mask_id=ids.mask, eos_id=ids.eos, batch_size=batch_size, **kw)
         texts = [tokenizer.decode(cut_at_end(o, stop), skip_special_tokens=True) for o in outs]
         correct = [arith_data.final_answer(t) == g for t, g in zip(texts, gold)]
         m = {"accuracy": sum(correct) / len(correct),
@@ -193,8 +266,6 @@ def evaluate(model: LladaModel, tokenizer, n_regular: int, problems: list[dict],
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tokenizers import Tokenizer
-
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model_dir", type=Path)
     ap.add_argument("--test", type=Path, default=fmt.REPO / "data" / "arith" / "test.jsonl")
@@ -208,8 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="also write the metrics here")
     args = ap.parse_args(argv)
     model = load_checkpoint(args.model_dir, device=args.device, dtype=getattr(torch, args.dtype))
-    tok = Tokenizer.from_file(str(args.model_dir / "tokenizer.json"))
-    n_regular = model.cfg.eos_token_id - 1
+    tok = load_tokenizer(args.model_dir)
+    n_regular = tok.get_vocab_size(with_added_tokens=False)
     probs = arith_data.read_jsonl(args.test)
     if args.n:
         probs = probs[:args.n]

@@ -40,10 +40,58 @@ def _added_offsets() -> dict[str, int]:
 
 
 @dataclass(frozen=True)
-class SpecialIds:
-    """Ids of LLaDA's special tokens in a vocabulary with `n_regular` BPE tokens before them."""
+class FamilySpecialIds:
+    """Special ids of a family whose added tokens follow `n_regular` BPE tokens. A subclass sets the
+    token contents (EOS, MASK, EOT), `n_added` and implements `of(content)`."""
 
     n_regular: int
+    EOS = MASK = EOT = ""
+
+    def of(self, content: str) -> int:
+        raise NotImplementedError
+
+    @property
+    def eos(self) -> int:
+        return self.of(self.EOS)
+
+    @property
+    def pad(self) -> int:
+        return self.eos
+
+    @property
+    def mask(self) -> int:
+        return self.of(self.MASK)
+
+    @property
+    def eot(self) -> int:
+        return self.of(self.EOT)
+
+    @property
+    def stop(self) -> set[int]:
+        """Ids that end an answer (decoders cut the output at the first): EOS, end of turn."""
+        return {self.eos, self.eot}
+
+    @property
+    def n_added(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def n_tokens(self) -> int:
+        """Tokens the tokenizer can produce: regular + added."""
+        return self.n_regular + self.n_added
+
+    @property
+    def embedding_size(self) -> int:
+        """Embedding / LM-head rows: n_tokens rounded up to a multiple of 64."""
+        m = EMBEDDING_MULTIPLE
+        return (self.n_tokens + m - 1) // m * m
+
+
+@dataclass(frozen=True)
+class SpecialIds(FamilySpecialIds):
+    """Ids of LLaDA's special tokens in a vocabulary with `n_regular` BPE tokens before them."""
+
+    EOS, MASK, EOT = "<|endoftext|>", "<|mdm_mask|>", "<|eot_id|>"
 
     def of(self, content: str) -> int:
         """Id of the added token `content` (e.g. '<|mdm_mask|>'); KeyError if it is not one."""
@@ -53,24 +101,12 @@ class SpecialIds:
         return self.n_regular + offset
 
     @property
+    def n_added(self) -> int:
+        return N_ADDED
+
+    @property
     def bos(self) -> int:
         return self.of("<|startoftext|>")
-
-    @property
-    def eos(self) -> int:
-        return self.of("<|endoftext|>")
-
-    @property
-    def pad(self) -> int:
-        return self.eos
-
-    @property
-    def mask(self) -> int:
-        return self.of("<|mdm_mask|>")
-
-    @property
-    def eot(self) -> int:
-        return self.of("<|eot_id|>")
 
     @property
     def start_header(self) -> int:
@@ -79,17 +115,6 @@ class SpecialIds:
     @property
     def end_header(self) -> int:
         return self.of("<|end_header_id|>")
-
-    @property
-    def n_tokens(self) -> int:
-        """Tokens the tokenizer can produce: regular + added."""
-        return self.n_regular + N_ADDED
-
-    @property
-    def embedding_size(self) -> int:
-        """Embedding / LM-head rows: n_tokens rounded up to a multiple of 64."""
-        m = EMBEDDING_MULTIPLE
-        return (self.n_tokens + m - 1) // m * m
 
 
 @functools.lru_cache(maxsize=1)
@@ -117,28 +142,49 @@ _SENTINEL = "\x00QUESTION\x00"
 
 @functools.lru_cache(maxsize=1)
 def _chat_frame() -> tuple[str, str]:
-    """(text before, text after) the user message in a rendered one-message chat."""
-    before, sep, after = chat_prompt(_SENTINEL).partition(_SENTINEL)
-    if not sep:
-        raise RuntimeError("LLaDA chat template dropped the user message")
-    return before, after
+    return chat_frame(chat_prompt)
 
 
 def chat_prompts(questions: list[str]) -> list[str]:
-    """chat_prompt() of many questions (training-set scale): the template is rendered once and the
-    question spliced in; every question is checked against jinja2 where splicing could differ (the
-    template trims the content), and the first few always are. Raises RuntimeError on a mismatch."""
-    before, after = _chat_frame()
+    """chat_prompt() of many questions (training-set scale), see splice_prompts."""
+    return splice_prompts(questions, chat_prompt, _chat_frame())
+
+
+def splice_prompts(questions: list[str], render, frame: tuple[str, str]) -> list[str]:
+    """render(q) of many questions: the template is rendered once (`frame` = the text before and after
+    the user message) and each question spliced in; every question is checked against `render`
+    (jinja2) where splicing could differ (templates may trim the content), and the first few always
+    are. Raises RuntimeError on a mismatch. Shared by the LLaDA and Dream formats."""
+    before, after = frame
     out = []
     for i, q in enumerate(questions):
         fast = before + q + after
         if i < 8 or q != q.strip():
-            slow = chat_prompt(q)
+            slow = render(q)
             if slow != fast and q == q.strip():
                 raise RuntimeError(f"chat template splice differs from jinja2 for {q!r}")
             fast = slow
         out.append(fast)
     return out
+
+
+def chat_frame(render) -> tuple[str, str]:
+    """(text before, text after) the user message in render(question) of a one-message chat."""
+    before, sep, after = render(_SENTINEL).partition(_SENTINEL)
+    if not sep:
+        raise RuntimeError("chat template dropped the user message")
+    return before, after
+
+
+def format_of(family: str):
+    """The conventions module of a model family: this module ("llada") or dream_format ("dream")."""
+    if family == "dream":
+        import dream_format
+
+        return dream_format
+    if family != "llada":
+        raise ValueError(f"unknown model family {family!r} (llada, dream)")
+    return sys.modules[__name__]
 
 
 def flash_seqlen_k(prompt_len: int, gen_length: int, tile: int = 128) -> int:

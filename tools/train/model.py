@@ -17,6 +17,8 @@ computed in fp32 then cast back to the input dtype and multiplied by the weight,
 ("rotate_half") RoPE applied in fp32 with tables cat(freqs, freqs) built in fp32 from
 inv_freq_i = theta^(-2i/head_dim), bidirectional (non-causal) softmax attention scaled 1/sqrt(head_dim),
 SwiGLU MLP SiLU(ff_proj x) * up_proj x, untied head. Logits row t predicts token t (no shift).
+The layer (block_forward) and the layer loop / logit shift (MaskPredictor) are shared with Dream's
+model (model_dream.py), which differs in tensor names, q/k/v biases, GQA and the logit shift.
 Only the optional key-padding mask (`key_valid`) deviates from a plain full attention: it is used
 by training/eval batches whose rows have different lengths and equals running each row alone.
 """
@@ -57,14 +59,8 @@ class LladaConfig:
 
     def validate(self) -> None:
         """Raise ValueError naming the field if the shape is not one this model supports."""
-        for f in fields(self):
-            v = getattr(self, f.name)
-            want = float if f.type in (float, "float") else int
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or (want is int and not isinstance(v, int)):
-                raise ValueError(f"field {f.name} = {v!r} must be {want.__name__}")
-            if f.name in ("d_model", "n_heads", "n_kv_heads", "n_layers", "mlp_hidden_size", "vocab_size",
-                          "embedding_size", "max_sequence_length") and v <= 0:
-                raise ValueError(f"field {f.name} = {v} must be positive")
+        check_field_types(self, ("d_model", "n_heads", "n_kv_heads", "n_layers", "mlp_hidden_size", "vocab_size",
+                                 "embedding_size", "max_sequence_length"))
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model {self.d_model} not divisible by n_heads {self.n_heads}")
         if self.n_kv_heads != self.n_heads:
@@ -77,29 +73,48 @@ class LladaConfig:
     @classmethod
     def from_json(cls, path: Path) -> "LladaConfig":
         """Read the used fields from an HF config.json; checks LLaDA's fixed-architecture flags."""
-        try:
-            raw = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"{path}: cannot read the config: {e}") from e
-        if not isinstance(raw, dict):
-            raise ValueError(f"{path}: expected a JSON object")
         fixed = {"block_type": "llama", "activation_type": "silu", "layer_norm_type": "rms", "rope": True,
                  "alibi": False, "weight_tying": False, "include_bias": False, "include_qkv_bias": False,
                  "attention_layer_norm": False, "scale_logits": False, "input_emb_norm": False,
                  "block_group_size": 1}
-        for k, v in fixed.items():
-            if raw.get(k) != v:
-                raise ValueError(f"{path}: field {k} = {raw.get(k)!r}, this model supports only {v!r}")
-        names = {f.name for f in fields(cls)}
-        missing = names - raw.keys()
-        if missing:
-            raise ValueError(f"{path}: missing fields {sorted(missing)}")
-        cfg = cls(**{k: raw[k] for k in names})
-        try:
-            cfg.validate()
-        except ValueError as e:
-            raise ValueError(f"{path}: {e}") from e
-        return cfg
+        return config_from_json(cls, path, fixed, absent_ok=False)
+
+
+def check_field_types(cfg, positive: tuple[str, ...]) -> None:
+    """Raise ValueError naming the field unless every dataclass field of `cfg` is an int (a number for
+    float fields; never a bool) and the fields named in `positive` are > 0."""
+    for f in fields(cfg):
+        v = getattr(cfg, f.name)
+        want = float if f.type in (float, "float") else int
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (want is int and not isinstance(v, int)):
+            raise ValueError(f"field {f.name} = {v!r} must be {want.__name__}")
+        if f.name in positive and v <= 0:
+            raise ValueError(f"field {f.name} = {v} must be positive")
+
+
+def config_from_json(cls, path: Path, fixed: dict, absent_ok: bool):
+    """An instance of the config dataclass `cls` from the HF config.json at `path`: every dataclass field
+    is required; each key of `fixed` must hold its value (absent_ok: or be absent); then cls.validate().
+    Raises ValueError naming the file and the field."""
+    try:
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: cannot read the config: {e}") from e
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    for k, v in fixed.items():
+        if raw.get(k, v if absent_ok else None) != v:
+            raise ValueError(f"{path}: field {k} = {raw.get(k)!r}, this model supports only {v!r}")
+    names = {f.name for f in fields(cls)}
+    missing = names - raw.keys()
+    if missing:
+        raise ValueError(f"{path}: missing fields {sorted(missing)}")
+    cfg = cls(**{k: raw[k] for k in names})
+    try:
+        cfg.validate()
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from e
+    return cfg
 
 
 class RMSNorm(nn.Module):
@@ -154,20 +169,38 @@ class LladaBlock(nn.Module):
 
     def forward(self, h: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor,
                 attn_mask: torch.Tensor | None) -> torch.Tensor:
-        B, L, _ = h.shape
-        a = self.attn_norm(h)
+        return block_forward(h, sin, cos, attn_mask, self.n_heads, self.n_heads, self.head_dim,
+                             (self.attn_norm, self.q_proj, self.k_proj, self.v_proj, self.attn_out),
+                             (self.ff_norm, self.ff_proj, self.up_proj, self.ff_out))
 
-        def heads(t: torch.Tensor) -> torch.Tensor:
-            return t.view(B, L, self.n_heads, self.head_dim).transpose(1, 2)
 
-        q = apply_rope(heads(self.q_proj(a)), sin, cos)
-        k = apply_rope(heads(self.k_proj(a)), sin, cos)
-        v = heads(self.v_proj(a))
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=False,
-                                           scale=1.0 / math.sqrt(self.head_dim))
-        h = h + self.attn_out(o.transpose(1, 2).reshape(B, L, -1))
-        f = self.ff_norm(h)
-        return h + self.ff_out(F.silu(self.ff_proj(f)) * self.up_proj(f))
+def block_forward(h: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor, attn_mask: torch.Tensor | None,
+                  n_heads: int, n_kv_heads: int, head_dim: int, attn: tuple, mlp: tuple) -> torch.Tensor:
+    """One pre-norm transformer layer, the same for LLaDA (§A.3) and Dream (Qwen2, bidirectional).
+
+    h [B, L, d]; attn = (norm, q, k, v, o) modules, mlp = (norm, gate, up, down) modules (biases, if
+    any, live in the Linear modules). Grouped-query attention: K/V head j serves query heads
+    j*g .. j*g+g-1 with g = n_heads / n_kv_heads (HF repeat_kv). Non-causal softmax attention
+    scaled 1/sqrt(head_dim); SwiGLU MLP down(SiLU(gate f) * up f)."""
+    B, L, _ = h.shape
+    norm, qp, kp, vp, op = attn
+    a = norm(h)
+
+    def heads(t: torch.Tensor, n: int) -> torch.Tensor:
+        return t.view(B, L, n, head_dim).transpose(1, 2)
+
+    q = apply_rope(heads(qp(a), n_heads), sin, cos)
+    k = apply_rope(heads(kp(a), n_kv_heads), sin, cos)
+    v = heads(vp(a), n_kv_heads)
+    if n_kv_heads != n_heads:
+        k = k.repeat_interleave(n_heads // n_kv_heads, dim=1)
+        v = v.repeat_interleave(n_heads // n_kv_heads, dim=1)
+    o = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=False,
+                                       scale=1.0 / math.sqrt(head_dim))
+    h = h + op(o.transpose(1, 2).reshape(B, L, -1))
+    fnorm, gate, up, down = mlp
+    f = fnorm(h)
+    return h + down(F.silu(gate(f)) * up(f))
 
 
 class LladaTransformer(nn.Module):
@@ -181,25 +214,24 @@ class LladaTransformer(nn.Module):
         ))
 
 
-class LladaModel(nn.Module):
-    """LLaDA mask predictor. `forward(ids)` -> logits [B, L, embedding_size]."""
+class MaskPredictor(nn.Module):
+    """What LLaDA and Dream share: weight init, RoPE cache, the layer loop, the logit shift.
 
-    def __init__(self, cfg: LladaConfig):
-        super().__init__()
-        cfg.validate()
-        self.cfg = cfg
-        self.model = LladaTransformer(cfg)
-        self._rope_cache: dict = {}
+    A subclass sets `cfg` (with head_dim, n_layers, max_sequence_length, rope_theta), `logit_shift`
+    and implements `_parts()` -> (embedding, blocks, final norm, LM head) and `_residual_out(name)`."""
+
+    logit_shift = False  # Dream: position p is predicted by output row p - 1
+    family = "llada"
 
     def init_weights(self, seed: int, std: float = 0.02) -> None:
-        """Normal(0, std) for matrices (output projections scaled by 1/sqrt(2 n_layers)), ones for norms."""
+        """Normal(0, std) for matrices (output projections scaled by 1/sqrt(2 n_layers)), ones for norms,
+        zeros for biases."""
         g = torch.Generator().manual_seed(seed)
         for name, p in self.named_parameters():
             if p.ndim == 1:
-                nn.init.ones_(p)
+                nn.init.zeros_(p) if name.endswith(".bias") else nn.init.ones_(p)
                 continue
-            residual_out = name.endswith(".attn_out.weight") or (".blocks." in name and name.endswith(".ff_out.weight"))
-            s = std / math.sqrt(2 * self.cfg.n_layers) if residual_out else std
+            s = std / math.sqrt(2 * self.cfg.n_layers) if self._residual_out(name) else std
             with torch.no_grad():
                 p.copy_(torch.randn(p.shape, generator=g) * s)
 
@@ -214,7 +246,7 @@ class LladaModel(nn.Module):
         return self._rope_cache[key]
 
     def hidden(self, ids: torch.Tensor, key_valid: torch.Tensor | None = None) -> torch.Tensor:
-        """Final-norm hidden states [B, L, d_model] for token ids [B, L] (int64).
+        """Final-norm hidden states [B, L, d_model] for token ids [B, L] (int64); row p = output at p.
 
         key_valid: optional bool [B, L]; False marks padding keys no query may attend to."""
         if ids.dim() != 2:
@@ -226,34 +258,63 @@ class LladaModel(nn.Module):
             extra = 16 - L % 16
             ids = F.pad(ids, (0, extra), value=0)
             key_valid = F.pad(key_valid, (0, extra), value=False)
-        t = self.model.transformer
-        h = t.wte(ids)
+        emb, blocks, norm, _ = self._parts()
+        h = emb(ids)
         sin, cos = self._rope(ids.shape[1], ids.device)
         mask = None if key_valid is None else key_valid[:, None, None, :]
-        for blk in t.blocks:
+        for blk in blocks:
             h = blk(h, sin, cos, mask)
-        return t.ln_f(h[:, :L])
+        return norm(h[:, :L])
+
+    def prediction_hidden(self, ids: torch.Tensor, key_valid: torch.Tensor | None = None) -> torch.Tensor:
+        """[B, L, d_model]: row p is the hidden state whose logits predict the token at position p.
+
+        LLaDA: hidden(ids). Dream (logit_shift): cat(h[:, :1], h[:, :-1]) — position p from output row
+        p - 1, position 0 from row 0 (Dream generation_utils.py). The one place the shift is applied:
+        training loss, result probe and decoders all read predictions through this."""
+        h = self.hidden(ids, key_valid)
+        return torch.cat([h[:, :1], h[:, :-1]], dim=1) if self.logit_shift else h
 
     def head(self, h: torch.Tensor) -> torch.Tensor:
-        """LM head: logits = h @ ff_out.weight^T."""
-        return self.model.transformer.ff_out(h)
+        """LM head: logits = h @ W^T (untied)."""
+        return self._parts()[3](h)
 
     def forward(self, ids: torch.Tensor, key_valid: torch.Tensor | None = None) -> torch.Tensor:
+        """Output rows [B, L, V] (row p = the network's output at position p; no shift applied)."""
         return self.head(self.hidden(ids, key_valid))
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
 
-def load_checkpoint(model_dir: Path, device="cpu", dtype=torch.float32) -> LladaModel:
-    """Build a LladaModel from an exported HF dir (config.json + model.safetensors) in `dtype`.
+class LladaModel(MaskPredictor):
+    """LLaDA mask predictor. `forward(ids)` -> logits [B, L, embedding_size]."""
+
+    def __init__(self, cfg: LladaConfig):
+        super().__init__()
+        cfg.validate()
+        self.cfg = cfg
+        self.model = LladaTransformer(cfg)
+        self._rope_cache: dict = {}
+
+    def _parts(self):
+        t = self.model.transformer
+        return t.wte, t.blocks, t.ln_f, t.ff_out
+
+    @staticmethod
+    def _residual_out(name: str) -> bool:
+        return name.endswith(".attn_out.weight") or (".blocks." in name and name.endswith(".ff_out.weight"))
+
+
+def load_checkpoint(model_dir: Path, device="cpu", dtype=torch.float32) -> MaskPredictor:
+    """Build the model of an exported HF dir (config.json + model.safetensors) in `dtype`: a DreamModel
+    when config.json's model_type is "Dream", else a LladaModel.
 
     Raises ValueError naming the tensor if a name or shape differs from the model's."""
     from safetensors.torch import load_file
 
     model_dir = Path(model_dir)
-    cfg = LladaConfig.from_json(model_dir / "config.json")
-    model = LladaModel(cfg)
+    model = build_from_config(model_dir / "config.json")
     sd = load_file(str(model_dir / "model.safetensors"))
     want = model.state_dict()
     if set(sd) != set(want):
@@ -265,3 +326,16 @@ def load_checkpoint(model_dir: Path, device="cpu", dtype=torch.float32) -> Llada
                              f"config implies {tuple(want[k].shape)}")
     model.load_state_dict({k: v.to(torch.float32) for k, v in sd.items()})
     return model.to(device=device, dtype=dtype).eval()
+
+
+def build_from_config(config_json: Path) -> MaskPredictor:
+    """An uninitialised model of the family config.json names (model_type "Dream" or LLaDA's)."""
+    try:
+        raw = json.loads(Path(config_json).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{config_json}: cannot read the config: {e}") from e
+    if isinstance(raw, dict) and raw.get("model_type") == "Dream":
+        from model_dream import DreamConfig, DreamModel
+
+        return DreamModel(DreamConfig.from_json(config_json))
+    return LladaModel(LladaConfig.from_json(config_json))

@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
-# Reproduce the small LLaDA model end to end: data -> tokenizer -> training (two stages) -> export ->
-# evaluation -> reference logits.
+# Reproduce the small LLaDA (default) or Dream (--family dream) model end to end: data -> tokenizer ->
+# training (LLaDA: two stages; Dream: one) -> export -> evaluation -> reference logits.
 #
-#   tools/train/run.sh OUT_DIR [--smoke | --exact]
+#   tools/train/run.sh OUT_DIR [--family llada|dream] [--smoke | --exact] [--budget SECONDS]
+#
+# --family dream (default llada): the Dream-v0-layout model (model_dream.py, Qwen2 tokenizer files,
+# ChatML, logit shift) in ONE stage that fits one 600 s device call: GQA 2 query / 1 KV heads
+# (head_dim 128), d_model 256, 13 layers (11.3M parameters, model dir dream-arith-11m), peak lr 1.5e-3,
+# inference-state rows 60%, training budget 400 s (--budget), eval on 200 test problems (about
+# 9-9.5 minutes in all on one H100/H200: data ~45 s, tokenizer ~10 s, setup ~30 s, training about the
+# budget and at most 1.05 x budget, eval + reference logits ~60 s).
 #
 # Full run (GPU, about 15 minutes on one H200, of which 12.5 training): 400k train problems, 2048-token
 # BPE, d_model 256, 13 layers (12.3M parameters, model dir llada-arith-12m).
@@ -13,6 +20,7 @@
 # --smoke: 2000 problems, a 2-layer d_model-128 model, 15 s per stage, eval on 4 problems; runs on the
 # CPU (a few minutes on a busy 2-core machine); it checks the plumbing only, the model learns nothing.
 #
+# Dream writes the same files without OUT_DIR/stage1/.
 # Writes: OUT_DIR/data/{train,validation,test}.jsonl, OUT_DIR/tokenizer/, OUT_DIR/stage1/ (stage 1's
 # log, loss curve and model dir), OUT_DIR/train_log.jsonl (both stages, stage 2's steps continue stage
 # 1's), OUT_DIR/loss_curve.png (both stages), OUT_DIR/eval.json, OUT_DIR/<model name>/ (the HF-layout
@@ -27,12 +35,32 @@ OUT=$1
 shift
 SMOKE=0
 EXACT=0
-case "${1:-}" in
-  --smoke) SMOKE=1; shift ;;
-  --exact) EXACT=1; shift ;;
-esac
-if [[ $# -gt 0 ]]; then
-  echo "run.sh: unexpected argument '$1' (usage: run.sh OUT_DIR [--smoke | --exact], one mode at most)" >&2
+FAMILY=llada
+BUDGET=
+USAGE="usage: run.sh OUT_DIR [--family llada|dream] [--smoke | --exact] [--budget SECONDS]"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --smoke) SMOKE=1; shift ;;
+    --exact) EXACT=1; shift ;;
+    --family) FAMILY=${2:-}; shift 2 || { echo "run.sh: --family needs a value ($USAGE)" >&2; exit 2; } ;;
+    --budget) BUDGET=${2:-}; shift 2 || { echo "run.sh: --budget needs a value ($USAGE)" >&2; exit 2; } ;;
+    *) echo "run.sh: unexpected argument '$1' ($USAGE)" >&2; exit 2 ;;
+  esac
+done
+if [[ $SMOKE == 1 && $EXACT == 1 ]]; then
+  echo "run.sh: --smoke and --exact exclude each other ($USAGE)" >&2
+  exit 2
+fi
+if [[ $FAMILY != llada && $FAMILY != dream ]]; then
+  echo "run.sh: --family must be llada or dream, got '$FAMILY'" >&2
+  exit 2
+fi
+if [[ -n $BUDGET && ! $BUDGET =~ ^[0-9]+$ ]]; then
+  echo "run.sh: --budget must be a whole number of seconds, got '$BUDGET'" >&2
+  exit 2
+fi
+if [[ $FAMILY == dream && $EXACT == 1 ]]; then
+  echo "run.sh: --exact fixes the committed LLaDA model's step counts; no Dream model is committed yet" >&2
   exit 2
 fi
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -43,7 +71,7 @@ cd "$REPO"
 export PYTHONUNBUFFERED=1
 
 {
-  echo "== flashdllm small-model pipeline: $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo n/a), smoke=$SMOKE"
+  echo "== flashdllm small-model pipeline: $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo n/a), family=$FAMILY smoke=$SMOKE"
   T0=$(date +%s)
   STAGE2=(--lr 1e-3 --warmup 100 --suffix-frac 0.7)
   if [[ $SMOKE == 1 ]]; then
@@ -69,14 +97,26 @@ export PYTHONUNBUFFERED=1
   "$PY" tools/train/arith_data.py --out "$OUT/data" --n-train "$NTRAIN"
 
   echo "== 2/4 tokenizer"
-  "$PY" tools/train/build_tokenizer.py --train "$OUT/data/train.jsonl" --out "$OUT/tokenizer"
+  "$PY" tools/train/build_tokenizer.py --train "$OUT/data/train.jsonl" --out "$OUT/tokenizer" --family "$FAMILY"
 
+  if [[ $FAMILY == dream ]]; then
+    echo "== 3/4 training (one stage, from scratch), export, evaluation"
+    if [[ $SMOKE == 1 ]]; then
+      DREAM=(--n-kv-heads 1 --time-budget "${BUDGET:-15}" --warmup 10 --suffix-frac 0.6 --eval-n 4)
+    else
+      DREAM=(--n-kv-heads 1 --time-budget "${BUDGET:-400}" --suffix-frac 0.6)
+    fi
+    "$PY" tools/train/train.py --family dream --data "$OUT/data" --test data/arith/test.jsonl \
+        --tokenizer "$OUT/tokenizer" --out "$OUT" "${TRAIN_FLAGS[@]}" "${DREAM[@]}"
+  else
+  [[ -n $BUDGET ]] && STAGE1+=(--time-budget "$BUDGET") && STAGE2+=(--time-budget "$BUDGET")
   echo "== 3/4 training stage 1 (from scratch), stage 2 (continued), export, evaluation"
   "$PY" tools/train/train.py --data "$OUT/data" --test data/arith/test.jsonl --tokenizer "$OUT/tokenizer" \
       --out "$OUT/stage1" "${TRAIN_FLAGS[@]}" "${STAGE1[@]}"
   STAGE1_DIR=$(cat "$OUT/stage1/model_dir.txt")
   "$PY" tools/train/train.py --data "$OUT/data" --test data/arith/test.jsonl --tokenizer "$OUT/tokenizer" \
       --out "$OUT" --init "$STAGE1_DIR" --prev-log "$OUT/stage1/train_log.jsonl" "${TRAIN_FLAGS[@]}" "${STAGE2[@]}"
+  fi
 
   echo "== 4/4 reference logits for the C++ parity test"
   MODEL_DIR=$(cat "$OUT/model_dir.txt")

@@ -61,7 +61,10 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import arith_data  # noqa: E402
 import llada_format as fmt  # noqa: E402
-from model import LladaConfig, LladaModel, load_checkpoint  # noqa: E402
+from export_model import export, file_sha256, model_name, write_model_card  # noqa: E402
+from model import LladaConfig, LladaModel, MaskPredictor, load_checkpoint  # noqa: E402
+from model_dream import DreamConfig, DreamModel  # noqa: E402
+from tokenizer_dream import load_tokenizer  # noqa: E402
 
 GEN_LENGTHS = (64, 128, 256)
 GEN_WEIGHTS = (0.25, 0.5, 0.25)
@@ -78,8 +81,9 @@ class TokenizedSplit:
     results [N, MAX_OPS] int64: answer-relative index of the first token of each equation's result
     (`a op b = c` -> the first digit of c), -1 where the answer has fewer equations."""
 
-    def __init__(self, tokenizer, problems: list[dict], device, max_prompt: int, max_answer: int):
-        pr = tokenizer.encode_batch(fmt.chat_prompts([p["question"] for p in problems]))
+    def __init__(self, tokenizer, problems: list[dict], device, max_prompt: int, max_answer: int,
+                 family: str = "llada"):
+        pr = tokenizer.encode_batch(fmt.format_of(family).chat_prompts([p["question"] for p in problems]))
         an = tokenizer.encode_batch([p["answer"] for p in problems])
         keep = [i for i in range(len(problems))
                 if len(pr[i].ids) <= max_prompt and len(an[i].ids) <= max_answer]
@@ -183,7 +187,7 @@ def plan_epoch(rng: np.random.Generator, ds: TokenizedSplit, batch: int, full_fr
     return batches
 
 
-def build_batch(ds: TokenizedSplit, bt: dict, ids_sp: fmt.SpecialIds, gen: torch.Generator | None,
+def build_batch(ds: TokenizedSplit, bt: dict, ids_sp, gen: torch.Generator | None,
                 device, t_fixed: torch.Tensor | None = None, align: int = 8):
     """Device tensors of one batch: (noisy ids, clean ids, masked, weight per position), all [B, Lb].
 
@@ -223,64 +227,13 @@ def build_batch(ds: TokenizedSplit, bt: dict, ids_sp: fmt.SpecialIds, gen: torch
     return noisy, ids, masked, w
 
 
-def diffusion_loss(model: LladaModel, noisy, ids, masked, w, n_rows: int):
-    """(LLaDA SFT loss, mean CE over masked positions)."""
-    h = model.hidden(noisy)
+def diffusion_loss(model: MaskPredictor, noisy, ids, masked, w, n_rows: int):
+    """(LLaDA SFT loss, mean CE over masked positions). The prediction of masked position p comes from
+    model.prediction_hidden (Dream: output row p - 1, the logit shift)."""
+    h = model.prediction_hidden(noisy)
     logits = model.head(h[masked]).float()
     ce = F.cross_entropy(logits, ids[masked], reduction="none")
     return (ce * w[masked]).sum() / n_rows, ce.mean()
-
-
-# ---------------------------------------------------------------------------------------------
-# Export
-# ---------------------------------------------------------------------------------------------
-def hf_config(cfg: LladaConfig) -> dict:
-    """LLaDA-8B-Instruct's config.json with only the size and id fields changed."""
-    raw = json.loads((fmt.REPO / "data" / "llada-8b-instruct" / "config.json").read_text())
-    for k in ("d_model", "n_heads", "n_kv_heads", "n_layers", "mlp_hidden_size", "vocab_size", "embedding_size",
-              "mask_token_id", "eos_token_id", "pad_token_id", "max_sequence_length", "rope_theta", "rms_norm_eps"):
-        if k not in raw:
-            raise KeyError(f"LLaDA config.json has no field {k}")
-        raw[k] = getattr(cfg, k)
-    return raw
-
-
-def export(model: LladaModel, tokenizer_dir: Path, out_dir: Path) -> None:
-    """Write the HF-layout model dir: config.json, model.safetensors (BF16), tokenizer files,
-    generation_config.json. Checks the written tensors load back under the same names and shapes."""
-    from safetensors.torch import save_file
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    cfg = model.cfg
-    (out_dir / "config.json").write_text(json.dumps(hf_config(cfg), indent=2) + "\n")
-    sd = {k: v.detach().to("cpu", torch.bfloat16).contiguous() for k, v in model.state_dict().items()}
-    save_file(sd, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
-    (out_dir / "model.safetensors").chmod(0o644)
-    for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        shutil.copyfile(tokenizer_dir / f, out_dir / f)
-    gen = json.loads((fmt.REPO / "data" / "llada-8b-instruct" / "generation_config.json").read_text())
-    gen["bos_token_id"] = cfg.eos_token_id - 1
-    gen["eos_token_id"] = cfg.eos_token_id
-    (out_dir / "generation_config.json").write_text(json.dumps(gen, indent=4) + "\n")
-    back = load_checkpoint(out_dir, dtype=torch.float32)
-    for k, v in back.state_dict().items():
-        if not torch.equal(v, sd[k].float()):
-            raise RuntimeError(f"exported tensor {k} does not read back identically")
-
-
-def model_name(n_params: int) -> str:
-    return f"llada-arith-{round(n_params / 1e6)}m"
-
-
-def write_model_card(out_dir: Path, info: dict) -> None:
-    tmpl = (Path(__file__).resolve().parent / "MODEL_CARD.md.in").read_text()
-    text = tmpl
-    for k, v in info.items():
-        text = text.replace("@" + k + "@", str(v))
-    missing = sorted(set(re.findall(r"@[A-Z_]+@", text)))
-    if missing:
-        raise KeyError(f"model card template placeholders not filled: {missing}")
-    (out_dir / "README.md").write_text(text)
 
 
 def read_prev_stage(log_path: Path) -> tuple[list[dict], list[dict], dict]:
@@ -306,16 +259,6 @@ def read_prev_stage(log_path: Path) -> tuple[list[dict], list[dict], dict]:
         raise ValueError(f"--prev-log {log_path}: no training records, or {meta_path} is not a train.py stage record "
                          f"(a 'stages' list with {sorted(keys)} each, and 'export_sha256')")
     return train_recs, val_recs, meta
-
-
-def file_sha256(path: Path) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def describe_stages(stages: list[dict]) -> str:
@@ -396,7 +339,7 @@ def val_loss(model, ds, batches, ids_sp, device, amp) -> tuple[float, float]:
 
 
 @torch.no_grad()
-def result_probe(model, ds: TokenizedSplit, ids_sp: fmt.SpecialIds, digit_ids: set[int], device, amp,
+def result_probe(model, ds: TokenizedSplit, ids_sp, digit_ids: set[int], device, amp,
                  n_rows: int, gen_length: int = 128, batch: int = 256) -> float:
     """Teacher-forced arithmetic accuracy in the sampler's state (a cheap training-time proxy).
 
@@ -430,11 +373,30 @@ def result_probe(model, ds: TokenizedSplit, ids_sp: fmt.SpecialIds, digit_ids: s
             x[i, P:P + c] = ds.answers[r, :c]
             valid[i, :P + gen_length] = True
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
-            pred = model.head(model.hidden(x, None if bool(valid.all()) else valid)).argmax(-1)
+            pred = model.head(model.prediction_hidden(x, None if bool(valid.all()) else valid)).argmax(-1)
         for i, (r, P, c, e) in enumerate(chunk):
             right += bool((pred[i, P + c:P + e] == ds.answers[r, c:e]).all())
     model.train()
     return right / max(1, len(items))
+
+
+def new_model(args, ids_sp) -> MaskPredictor:
+    """A freshly initialised model of --family with the size flags and the tokenizer's special ids."""
+    kv = args.n_kv_heads or args.n_heads
+    if args.family == "llada":
+        cfg = LladaConfig(d_model=args.d_model, n_heads=args.n_heads, n_kv_heads=kv, n_layers=args.n_layers,
+                          mlp_hidden_size=args.mlp_hidden_size, vocab_size=ids_sp.embedding_size,
+                          embedding_size=ids_sp.embedding_size, mask_token_id=ids_sp.mask,
+                          eos_token_id=ids_sp.eos, pad_token_id=ids_sp.pad)
+        model = LladaModel(cfg)
+    else:
+        cfg = DreamConfig(hidden_size=args.d_model, num_attention_heads=args.n_heads, num_key_value_heads=kv,
+                          num_hidden_layers=args.n_layers, intermediate_size=args.mlp_hidden_size,
+                          vocab_size=ids_sp.embedding_size, mask_token_id=ids_sp.mask, eos_token_id=ids_sp.eos,
+                          pad_token_id=ids_sp.pad, bos_token_id=ids_sp.bos)
+        model = DreamModel(cfg)
+    model.init_weights(args.seed)
+    return model
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -445,6 +407,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--d-model", type=int, default=256)
     ap.add_argument("--n-heads", type=int, default=2)
+    ap.add_argument("--n-kv-heads", type=int, default=0,
+                    help="K/V heads (GQA; 0 = n_heads); LLaDA supports only n_heads, Dream's default run uses 1")
     ap.add_argument("--n-layers", type=int, default=13)
     ap.add_argument("--mlp-hidden-size", type=int, default=768)
     ap.add_argument("--batch", type=int, default=256)
@@ -459,7 +423,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-n", type=int, default=200, help="test problems for the final eval (0 = skip)")
     ap.add_argument("--log-every", type=int, default=25)
     ap.add_argument("--val-every", type=int, default=500)
-    ap.add_argument("--name", default="", help="model dir name (default llada-arith-<params>m)")
+    ap.add_argument("--name", default="", help="model dir name (default <family>-arith-<params>m)")
+    ap.add_argument("--family", choices=["llada", "dream"], default="llada",
+                    help="llada: LLaDA-8B's layout and chat template; dream: Dream-v0's layout, ChatML, Qwen2 "
+                         "tokenizer files, logit shift (the tokenizer dir must be of the same family)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model (dynamic shapes)")
     ap.add_argument("--full-frac", type=float, default=0.3,
@@ -480,8 +447,6 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     t_start = time.time()
-    from tokenizers import Tokenizer
-
     if args.prev_log and not args.init:
         raise ValueError("--prev-log needs --init (the model the earlier stage exported)")
     prev_log, prev_val, prev_meta = read_prev_stage(args.prev_log) if args.prev_log else ([], [], {"stages": []})
@@ -499,18 +464,19 @@ def main(argv: list[str] | None = None) -> int:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     args.out.mkdir(parents=True, exist_ok=True)
-    tok = Tokenizer.from_file(str(args.tokenizer / "tokenizer.json"))
+    tok = load_tokenizer(args.tokenizer)
     n_regular = tok.get_vocab_size(with_added_tokens=False)
-    ids_sp = fmt.SpecialIds(n_regular)
-    if tok.token_to_id("<|mdm_mask|>") != ids_sp.mask:
-        raise ValueError(f"{args.tokenizer}/tokenizer.json: mask token id {tok.token_to_id('<|mdm_mask|>')} "
-                         f"!= expected {ids_sp.mask}")
+    ids_sp = fmt.format_of(args.family).SpecialIds(n_regular)
+    mask_name = "<|mdm_mask|>" if args.family == "llada" else "<|mask|>"
+    if tok.token_to_id(mask_name) != ids_sp.mask:
+        raise ValueError(f"{args.tokenizer}: mask token {mask_name} has id {tok.token_to_id(mask_name)}, "
+                         f"expected {ids_sp.mask} (is it a {args.family} tokenizer?)")
 
     train = arith_data.read_jsonl(args.data / "train.jsonl")
     val = arith_data.read_jsonl(args.data / "validation.jsonl")
     max_prompt, max_answer = 128, max(GEN_LENGTHS) - 1
-    ds = TokenizedSplit(tok, train, device, max_prompt, max_answer)
-    vds = TokenizedSplit(tok, val, device, max_prompt, max_answer)
+    ds = TokenizedSplit(tok, train, device, max_prompt, max_answer, args.family)
+    vds = TokenizedSplit(tok, val, device, max_prompt, max_answer, args.family)
     print(f"data: {ds.n} train rows ({ds.dropped} dropped as too long), {vds.n} validation rows; "
           f"prompt tokens max {ds.plen_np.max()} mean {ds.plen_np.mean():.1f}, answer tokens max "
           f"{ds.alen_np.max()} mean {ds.alen_np.mean():.1f}  [{time.time() - t_start:.1f} s]", flush=True)
@@ -519,22 +485,21 @@ def main(argv: list[str] | None = None) -> int:
         # Continued training: the weights (FP32 copy of the exported BF16) and config of an earlier run.
         model = load_checkpoint(args.init, device="cpu", dtype=torch.float32)
         cfg = model.cfg
+        if model.family != args.family:
+            raise ValueError(f"--init {args.init} is a {model.family} model, not --family {args.family}")
         if (cfg.embedding_size, cfg.mask_token_id, cfg.eos_token_id) != (ids_sp.embedding_size, ids_sp.mask, ids_sp.eos):
             raise ValueError(f"--init {args.init}: embedding rows / mask / EOS ids ({cfg.embedding_size}, "
                              f"{cfg.mask_token_id}, {cfg.eos_token_id}) differ from {args.tokenizer}'s "
                              f"({ids_sp.embedding_size}, {ids_sp.mask}, {ids_sp.eos})")
         print(f"continuing from {args.init}", flush=True)
     else:
-        cfg = LladaConfig(d_model=args.d_model, n_heads=args.n_heads, n_kv_heads=args.n_heads, n_layers=args.n_layers,
-                          mlp_hidden_size=args.mlp_hidden_size, vocab_size=ids_sp.embedding_size,
-                          embedding_size=ids_sp.embedding_size, mask_token_id=ids_sp.mask,
-                          eos_token_id=ids_sp.eos, pad_token_id=ids_sp.pad)
-        model = LladaModel(cfg)
-        model.init_weights(args.seed)
+        model = new_model(args, ids_sp)
+        cfg = model.cfg
     model.to(device).train()
     n_params = model.num_parameters()
-    name = args.name or model_name(n_params)
-    print(f"model {name}: {n_params:,} parameters, d_model {cfg.d_model}, n_heads {cfg.n_heads} "
+    name = args.name or model_name(n_params, args.family)
+    print(f"model {name} ({args.family}): {n_params:,} parameters, d_model {cfg.d_model}, n_heads {cfg.n_heads} "
+          f"/ kv {cfg.n_kv_heads} "
           f"(head_dim {cfg.head_dim}), n_layers {cfg.n_layers}, mlp {cfg.mlp_hidden_size}, "
           f"embedding rows {cfg.embedding_size}", flush=True)
     fwd_model = torch.compile(model, dynamic=True) if args.compile else model
@@ -647,7 +612,7 @@ def main(argv: list[str] | None = None) -> int:
     plot_loss(log, vlog, args.out / "loss_curve.png", (offset,) if offset else ())
 
     mdir = args.out / name
-    export(model, args.tokenizer, mdir)
+    export(model, args.tokenizer, mdir, name)
     (args.out / "train_meta.json").write_text(
         json.dumps({"stages": stages, "export_sha256": file_sha256(mdir / "model.safetensors")}, indent=2) + "\n")
     shutil.copyfile(args.out / "loss_curve.png", mdir / "loss_curve.png")
@@ -673,7 +638,10 @@ def main(argv: list[str] | None = None) -> int:
         "HEAD_DIM": cfg.head_dim, "N_LAYERS": cfg.n_layers, "MLP": cfg.mlp_hidden_size,
         "N_REGULAR": n_regular, "N_TOKENS": ids_sp.n_tokens, "EMB": cfg.embedding_size,
         "BOS": ids_sp.bos, "EOS": ids_sp.eos, "MASK": ids_sp.mask, "EOT": ids_sp.eot,
-        "SH": ids_sp.start_header, "EH": ids_sp.end_header,
+        **({"SH": ids_sp.start_header, "EH": ids_sp.end_header} if args.family == "llada" else
+           {"IM_START": ids_sp.im_start, "N_KV_HEADS": cfg.n_kv_heads, "ROPE_THETA": cfg.rope_theta,
+            "RMS_EPS": cfg.rms_norm_eps, "CHAT_PROMPT": fmt.format_of("dream").chat_prompt("{question}")
+            .replace("\n", "\\n")}),
         "BATCH": args.batch, "STAGES": describe_stages(stages), "TOTAL_STEPS": sum(st["steps"] for st in stages),
         "TRAIN_SECONDS": f"{sum(st['seconds'] for st in stages):.0f}",
         "N_TRAIN": ds.n, "FINAL_LOSS": f"{log[-1]['loss']:.4f}" if log else "n/a",
@@ -683,6 +651,7 @@ def main(argv: list[str] | None = None) -> int:
         "AMP": "bf16 autocast" if amp else "fp32",
         "EVAL_N": ev.get("n", 0),
         "ACC_LLADA": pct("llada_sampler"), "ACC_FLASH": pct("llada_sampler_flash_layout"),
+        "ACC_DREAM": pct("dream_sampler_entropy"),
         "ACC_THR": pct("threshold_0.9"), "ACC_THR_FLASH": pct("threshold_0.9_flash_layout"),
         "TPF_THR": f"{ev['threshold_0.9']['tokens_per_forward']:.2f}" if ev else "n/a",
         "TPF_THR_FLASH": f"{ev['threshold_0.9_flash_layout']['tokens_per_forward']:.2f}" if ev else "n/a",
@@ -693,7 +662,7 @@ def main(argv: list[str] | None = None) -> int:
         "TIGHT_MAX": args.tight_extra + 1,
         "FINAL_PROBE": f"{vlog[-1]['val_result_acc'] * 100:.1f}%" if vlog and "val_result_acc" in vlog[-1] else "n/a",
     }
-    write_model_card(mdir, info)
+    write_model_card(mdir, info, args.family)
     print(f"done in {time.time() - t_start:.0f} s: model {mdir}, log {args.out / 'train_log.jsonl'}, "
           f"loss curve {args.out / 'loss_curve.png'}" + (f", eval {args.out / 'eval.json'}" if ev else ""), flush=True)
     return 0

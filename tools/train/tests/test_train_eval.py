@@ -136,10 +136,11 @@ def test_mask_rate_tracks_t(tok, problems):
 class Oracle(torch.nn.Module):
     """Stand-in model: at every position predicts the gold token (answer then EOS) with logit `margin`."""
 
-    def __init__(self, prompts, targets, margin, vocab=IDS.embedding_size, wrong=False):
+    def __init__(self, prompts, targets, margin, vocab=IDS.embedding_size, wrong=False, eos=IDS.eos):
         super().__init__()
         self.w = torch.nn.Parameter(torch.zeros(1))
         self.prompts, self.targets, self.margin, self.vocab, self.wrong = prompts, targets, margin, vocab, wrong
+        self.eos = eos
 
     def hidden(self, x, key_valid=None):
         B, L = x.shape
@@ -148,7 +149,7 @@ class Oracle(torch.nn.Module):
             k = next(i for i, p in enumerate(self.prompts) if x[r, :len(p)].tolist() == p)
             p, t = self.prompts[k], self.targets[k]
             for j in range(L - len(p)):
-                tgt = t[j] if j < len(t) else IDS.eos
+                tgt = t[j] if j < len(t) else self.eos
                 if self.wrong and j < len(t) and tok_is_digit(tgt):
                     tgt = DIGIT_SWAP[tgt]
                 out[r, len(p) + j, tgt] = self.margin
@@ -156,6 +157,9 @@ class Oracle(torch.nn.Module):
 
     def head(self, h):
         return h
+
+    def prediction_hidden(self, x, key_valid=None):  # LLaDA: no logit shift
+        return self.hidden(x, key_valid)
 
 
 DIGIT_SWAP: dict = {}
