@@ -22,3 +22,5 @@ done
 $B/bench/gemm_bench --model-config data/dream-v0-instruct-7b/config.json --tokens 128,2048,4096,8192 \
   --peak-tflops 989.4 --peak-gbps 4800 2>&1 | tee "$OUT/gemm_dream.md" | tail -30
 nvidia-smi --query-gpu=name --format=csv,noheader
+# what the training pipeline (tools/train/run.sh) needs from this machine's Python
+python3 -c 'import sys, torch, tokenizers, safetensors, jinja2, matplotlib, numpy; print(sys.version.split()[0], torch.__version__, tokenizers.__version__, "train deps ok")' 2>&1 | tail -1
