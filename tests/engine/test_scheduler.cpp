@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <optional>
 #include <random>
+#include <string>
 #include <thread>
 
 #include <fmt/format.h>
@@ -302,6 +303,64 @@ TEST(Scheduler, NonFiniteLogitsFailOnlyTheirOwnRequest) {
   prefix.d.cache = CacheMode::kPrefix;
   ms.push_back(prefix);
   expect_poisoned_request_fails_alone(*sm.backend, poisoned, sm.eot, sm.codec(), ms, prompts, 1);
+}
+
+// Flash-Verify's verify pass checks its own rows: slot 0's first main pass is forced (FlashStep
+// teacher forcing) to commit one token whose embedding row is NaN, so the first forward to read that
+// token is the same iteration's verify pass (its kept rows are the newest commits; S > 0 candidates
+// remain). Slot 0 fails there ("flash-verify"); slot 1 of the same iterations ends as it does alone.
+TEST(Scheduler, NonFiniteLogitsInTheVerifyPassFailOnlyTheirOwnSlot) {
+  if (!have_model()) GTEST_SKIP() << "no default model";
+  SmallModel& sm = small();
+  Model poisoned = test::load_model(*sm.backend, test::default_model_dir());
+  const int32_t bad_id = 2060;  // as above: never in a prompt or an answer here
+  poison_embedding(*sm.backend, poisoned, bad_id);
+  const Mode verify = modes()[1];
+  ASSERT_TRUE(verify.d.verify);
+  const SlotParams p = resolve_params(verify.s, verify.d, true);
+  const std::vector<std::vector<int32_t>> prompts = {sm.prompt("Tom has 12 apples and eats 5. How many are left?"),
+                                                     sm.prompt("What is 3 + 4?")};
+  struct Ending {
+    std::string error;
+    SlotOutput output;
+  };
+  // Runs prompts[first..] in slots 0.. to their ends; `force`: slot 0's first commit is bad_id.
+  auto run = [&](size_t first, bool force) {
+    SlotPool pool{2, 64 + p.gen_length, 0};
+    auto den = make_denoiser(*sm.backend, poisoned, verify.d, sm.eot, pool);
+    auto* flash = dynamic_cast<FlashCacheDenoiser*>(den.get());
+    EXPECT_NE(flash, nullptr);
+    std::vector<Ending> end(prompts.size() - first);
+    for (size_t k = 0; k < end.size(); ++k) den->admit(static_cast<int64_t>(k), prompts[first + k], p);
+    bool forced = !force;
+    auto observer = [&](FlashStep& st) {
+      if (forced || st.phase != 1 || st.slot != 0) return;
+      st.forced_positions = {st.decision->window.front()};
+      st.forced_tokens = {bad_id};
+      forced = true;
+    };
+    while (flash) {
+      const std::vector<SlotStep> steps = flash->step(observer);
+      if (steps.empty()) break;
+      for (const SlotStep& st : steps) {
+        if (!st.finished) continue;
+        end[static_cast<size_t>(st.slot)] = {st.error, den->output(st.slot)};
+        den->release(st.slot);
+      }
+    }
+    EXPECT_TRUE(forced);
+    return end;
+  };
+  const std::vector<Ending> together = run(0, true);
+  ASSERT_EQ(together.size(), 2u);
+  EXPECT_EQ(together[0].error.rfind("flash-verify: the model produced non-finite logits for this request", 0), 0u)
+      << together[0].error;
+  const std::vector<Ending> alone = run(1, false);
+  ASSERT_EQ(alone.size(), 1u);
+  EXPECT_TRUE(together[1].error.empty()) << together[1].error;
+  EXPECT_FALSE(alone[0].output.canvas.empty());
+  EXPECT_EQ(together[1].output.canvas, alone[0].output.canvas);
+  EXPECT_EQ(together[1].output.nfe, alone[0].output.nfe);
 }
 
 // The same on a shifted-logit (Dream) checkpoint, tests/data/golden/dream_a: Dream's own sampler
