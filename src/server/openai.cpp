@@ -358,7 +358,6 @@ bool is_empty(const json& v) { return (v.is_object() || v.is_array() || v.is_str
 
 /// The fields both endpoints accept only with the value that asks for nothing.
 std::optional<ApiError> refuse_common_options(const Fields& f) {
-  if (auto e = f.only("n", is_one, "one choice per prompt: n must be 1")) return e;
   if (auto e = f.only("presence_penalty", is_zero, "penalties must be 0")) return e;
   if (auto e = f.only("frequency_penalty", is_zero, "penalties must be 0")) return e;
   if (auto e = f.only("logit_bias", is_empty, "logit_bias must be empty")) return e;
@@ -390,6 +389,9 @@ std::optional<ApiError> refuse_tools(const Fields& f) {
 /// the endpoint's prompt) the decoding parameters and the streaming fields.
 std::optional<ApiError> parse_shared(const Fields& f, bool chat, const ParseLimits& limits, ApiRequest& r) {
   if (auto e = parse_sampling(f, chat, limits, r.params)) return e;
+  if (auto e = read_into(f.integer("n"), r.n)) return e;
+  if (r.n < 1 || r.n > limits.max_n)
+    return bad("n", fmt::format("'n' must be in [1, {}] (choices per prompt), got {}", limits.max_n, r.n));
   if (auto e = parse_streaming(f, r)) return e;
   return refuse_common_options(f);
 }
@@ -442,30 +444,40 @@ nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
           {"total_tokens", prompt_tokens + completion_tokens}};
 }
 
-nlohmann::json completion_response(const std::string& id, int64_t created, const std::string& model,
-                                   const std::vector<ChoiceResult>& choices) {
+namespace {
+
+/// The choices array of a response and its usage: each prompt's tokens once per n choices.
+std::pair<json, json> choices_and_usage(const std::vector<ChoiceResult>& choices, int64_t n, bool chat) {
   json cs = json::array();
   int64_t pt = 0, ct = 0;
   for (size_t i = 0; i < choices.size(); ++i) {
-    cs.push_back({{"index", i}, {"text", choices[i].text}, {"logprobs", nullptr}, {"finish_reason", choices[i].finish_reason}});
-    pt += choices[i].prompt_tokens;
-    ct += choices[i].completion_tokens;
+    const ChoiceResult& c = choices[i];
+    json choice = {{"index", i}, {"logprobs", nullptr}, {"finish_reason", c.finish_reason}};
+    if (chat)
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    else
+      choice["text"] = c.text;
+    cs.push_back(std::move(choice));
+    if (n <= 1 || i % static_cast<size_t>(n) == 0) pt += c.prompt_tokens;
+    ct += c.completion_tokens;
   }
-  return {{"id", id},        {"object", "text_completion"}, {"created", created},
-          {"model", model},  {"choices", cs},               {"usage", usage_json(pt, ct)}};
+  return {std::move(cs), usage_json(pt, ct)};
 }
 
-nlohmann::json chat_response(const std::string& id, int64_t created, const std::string& model, const ChoiceResult& c) {
-  json choice = {{"index", 0},
-                 {"message", {{"role", "assistant"}, {"content", c.text}}},
-                 {"logprobs", nullptr},
-                 {"finish_reason", c.finish_reason}};
-  return {{"id", id},
-          {"object", "chat.completion"},
-          {"created", created},
-          {"model", model},
-          {"choices", json::array({choice})},
-          {"usage", usage_json(c.prompt_tokens, c.completion_tokens)}};
+}  // namespace
+
+nlohmann::json completion_response(const std::string& id, int64_t created, const std::string& model,
+                                   const std::vector<ChoiceResult>& choices, int64_t n) {
+  auto [cs, usage] = choices_and_usage(choices, n, false);
+  return {{"id", id},       {"object", "text_completion"}, {"created", created},
+          {"model", model}, {"choices", std::move(cs)},    {"usage", std::move(usage)}};
+}
+
+nlohmann::json chat_response(const std::string& id, int64_t created, const std::string& model,
+                             const std::vector<ChoiceResult>& choices, int64_t n) {
+  auto [cs, usage] = choices_and_usage(choices, n, true);
+  return {{"id", id},       {"object", "chat.completion"}, {"created", created},
+          {"model", model}, {"choices", std::move(cs)},    {"usage", std::move(usage)}};
 }
 
 nlohmann::json completion_chunk(const std::string& id, int64_t created, const std::string& model, int64_t index,

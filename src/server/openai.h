@@ -5,12 +5,13 @@
 // fuzzed on its own (tests/server, tests/fuzz).
 //
 // Deviations from OpenAI (docs/serving.md): `temperature` defaults to 0 (greedy, the method's
-// setting); `max_tokens` defaults to the server's --default-max-tokens for both endpoints; `n`,
+// setting); `max_tokens` defaults to the server's --default-max-tokens for both endpoints; `n` is
+// at most ParseLimits::max_n (sample j of a prompt seeded seed + j; usage counts each prompt once);
 // `best_of`, `logprobs`, `echo`, `suffix`, penalties, `logit_bias`, `top_p`, `top_k`, `tools`,
 // `tool_choice`, `service_tier` are refused unless they ask for nothing (`metadata`, `store`, `user`
 // are accepted, unused; `response_format` is refused); roles `developer` (= system) and `tool`;
-// extensions: `threshold` (ε), `steps` (quota decoding) and
-// `stream_canvas` (the live denoising events).
+// extensions: `threshold` (ε), `steps` (quota decoding) and `stream_canvas` (the live denoising
+// events).
 #pragma once
 
 #include <cstdint>
@@ -56,6 +57,7 @@ struct ParseLimits {
   std::string model_id;              ///< the served model's id; another `model` is a 404
   int64_t default_max_tokens = 128;  ///< max_tokens when the request has none
   int64_t max_prompts = 64;          ///< completions: prompts in one request
+  int64_t max_n = 128;               ///< `n`: choices per prompt (OpenAI's own bound)
   int64_t max_stop = 16;             ///< stop strings
   /// JSON values a body may hold (arrays, objects and scalars; json_value_limit), refused past it
   /// before the rest is parsed.
@@ -82,6 +84,9 @@ struct ApiRequest {
   std::vector<GenerateRequest> prompts;  ///< completions: one per prompt (raw text or ids, no chat template)
   std::vector<ChatMessage> messages;     ///< chat: the conversation (rendered by the checkpoint's template)
   SamplingParams params;                 ///< gen_length = max_tokens
+  /// Choices per prompt in [1, max_n]: n independent requests of each prompt, choice index
+  /// prompt * n + j, request j seeded params.seed + j (temperature 0: n equal choices).
+  int64_t n = 1;
   bool stream = false;
   bool include_usage = false;            ///< stream_options.include_usage
   bool stream_canvas = false;            ///< extension: canvas events per iteration (SSE event "canvas")
@@ -104,8 +109,11 @@ struct ChoiceResult {
 
 /// The non-streamed response objects ("text_completion" / "chat.completion").
 nlohmann::json completion_response(const std::string& id, int64_t created, const std::string& model,
-                                   const std::vector<ChoiceResult>& choices);
-nlohmann::json chat_response(const std::string& id, int64_t created, const std::string& model, const ChoiceResult& c);
+                                   const std::vector<ChoiceResult>& choices, int64_t n);
+/// usage: prompt_tokens of each prompt once (n choices of a prompt share it, as OpenAI counts
+/// them), the completion tokens of every choice. `n`: choices per prompt (choice i has prompt i / n).
+nlohmann::json chat_response(const std::string& id, int64_t created, const std::string& model,
+                             const std::vector<ChoiceResult>& choices, int64_t n);
 
 /// Streamed chunks. A text delta (finish_reason null) or the final chunk of a choice (text "" /
 /// empty delta, finish_reason set); chat's first chunk of a choice carries the role.

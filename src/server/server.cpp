@@ -2,10 +2,8 @@
 #include "server/server.h"
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,6 +27,7 @@
 #include "server/metrics.h"
 #include "server/openai.h"
 #include "server/page.h"
+#include "server/sockets.h"
 #include "server/web_guard.h"
 #include "server/worker_pool.h"
 
@@ -52,71 +51,6 @@ class HttpWorkers final : public httplib::TaskQueue {
   WorkerPool pool_;
 };
 
-/// Calls f(fd) for every socket descriptor of this process (cpp-httplib 0.11 exposes none of its
-/// connections' sockets); stops early when f returns true.
-template <class F>
-void for_each_socket(F f) {
-  DIR* d = opendir("/proc/self/fd");
-  if (!d) return;
-  while (dirent* e = readdir(d)) {
-    char* end = nullptr;
-    const long fd = std::strtol(e->d_name, &end, 10);
-    if (end == e->d_name || *end != '\0') continue;
-    struct stat st {};
-    if (fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
-    if (f(static_cast<int>(fd))) break;
-  }
-  closedir(d);
-}
-
-/// The local and peer endpoints of a connected socket; false for a listening or other socket.
-bool connection_endpoints(int fd, std::string& local_ip, int& local_port, std::string& peer_ip, int& peer_port) {
-  sockaddr_storage local{}, peer{};
-  socklen_t ll = sizeof local, pl = sizeof peer;
-  if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) != 0) return false;
-  if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0) return false;
-  return socket_address(local, local_ip, local_port) && socket_address(peer, peer_ip, peer_port);
-}
-
-/// The socket a request arrived on, found by its addresses, to notice a client that went away
-/// while its request waits. Only peeks: never consumes data.
-class ClientWatch {
- public:
-  explicit ClientWatch(const httplib::Request& req) {
-    for_each_socket([&](int fd) {
-      std::string lip, pip;
-      int lport = -1, pport = -1;
-      if (!connection_endpoints(fd, lip, lport, pip, pport)) return false;
-      if (lport != req.local_port || pport != req.remote_port || pip != req.remote_addr) return false;
-      fd_ = fd;
-      return true;
-    });
-  }
-  /// True once the peer closed or reset the connection.
-  bool gone() const {
-    if (fd_ < 0) return false;
-    char c;
-    const ssize_t n = ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0) return true;
-    return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
-  }
-
- private:
-  int fd_ = -1;
-};
-
-/// Shuts down (both directions) every connection accepted on local port `port`, so that workers
-/// blocked reading a client that trickles bytes or idles on keep-alive return at once when the
-/// server stops (cpp-httplib 0.11 waits for them).
-void shutdown_connections(int port) {
-  for_each_socket([&](int fd) {
-    std::string lip, pip;
-    int lport = -1, pport = -1;
-    if (connection_endpoints(fd, lip, lport, pip, pport) && lport == port) ::shutdown(fd, SHUT_RDWR);
-    return false;
-  });
-}
-
 int64_t unix_time() { return static_cast<int64_t>(std::time(nullptr)); }
 
 /// One submitted request of an API call (a completions call may hold several prompts).
@@ -124,7 +58,6 @@ struct Pending {
   std::shared_ptr<RequestStream> stream;
   int64_t prompt_tokens = 0;
   bool done = false;
-  bool role_sent = false;
   bool canvas_sent = false;
   std::shared_ptr<const GenerateResult> result;
   FinishReason reason = FinishReason::kLength;
@@ -254,12 +187,13 @@ struct Server::Impl {
     }
     const int64_t slots = engine.total_slots();
     const auto capacity = static_cast<size_t>(slots + so.max_queue);
-    if (prompts.size() > capacity)  // would get 429 forever: its prompts are queued together
+    const auto n = static_cast<size_t>(call.req.n);
+    if (prompts.size() * n > capacity)  // would get 429 forever: its requests are queued together
       return ApiError{400,
-                      fmt::format("{} prompts in one request, more than this server holds at once ({} slots + {} "
-                                  "queued): send at most {} per request",
-                                  prompts.size(), slots, so.max_queue, capacity),
-                      "invalid_request_error", param, ""};
+                      fmt::format("{} requests in one request ({} prompts x n {}), more than this server holds "
+                                  "at once ({} slots + {} queued): send at most {} per request",
+                                  prompts.size() * n, prompts.size(), n, slots, so.max_queue, capacity),
+                      "invalid_request_error", n > 1 ? "n" : param, ""};
     if (!sp.stop.empty() && !engine.has_tokenizer())
       return ApiError{400, "stop strings need a tokenizer (the checkpoint has no tokenizer.json)",
                       "invalid_request_error", "stop", ""};
@@ -268,14 +202,18 @@ struct Server::Impl {
       const auto P = static_cast<int64_t>(ids.size());
       if (P + canvas > so.max_model_len) return context_error(P, false);
     }
-    for (size_t i = 0; i < prompts.size(); ++i) {
+    // Choice i * n + j: prompt i's sample j, seeded seed + j (distinct draws when temperature > 0).
+    for (size_t k = 0; k < prompts.size() * n; ++k) {
+      const size_t i = k / n;
       GenerateRequest g;
-      g.prompt_ids = std::move(prompts[i]);
+      g.prompt_ids = prompts[i];
       g.chat = false;
+      SamplingParams spk = sp;
+      spk.seed = sp.seed + k % n;
       Pending p;
       p.prompt_tokens = static_cast<int64_t>(g.prompt_ids.size());
       try {
-        p.stream = engine.submit(g, sp);
+        p.stream = engine.submit(g, spk);
       } catch (const Error& e) {
         call.cancel_all();
         ApiError a = api_error_of(e, e.code() == ErrorCode::kInvalidArgument ? std::string(param) : std::string());
@@ -357,19 +295,17 @@ struct Server::Impl {
                     [](const Pending& p) { return p.reason == FinishReason::kCancelled; }))
       return reply_error(res, {503, "the request was cancelled (the server is shutting down)", "server_error", "",
                                "cancelled"});
-    json body;
-    if (chat) {
-      body = chat_response(call->id, call->created, call->req.model, choice_of(call->pending[0]));
-    } else {
-      std::vector<ChoiceResult> cs;
-      for (const auto& p : call->pending) cs.push_back(choice_of(p));
-      body = completion_response(call->id, call->created, call->req.model, cs);
-    }
+    std::vector<ChoiceResult> cs;
+    for (const auto& p : call->pending) cs.push_back(choice_of(p));
+    const json body = chat ? chat_response(call->id, call->created, call->req.model, cs, call->req.n)
+                           : completion_response(call->id, call->created, call->req.model, cs, call->req.n);
     res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
   }
 
-  /// Server-Sent Events: chunks of the stable text as it grows, the final chunk of every choice,
-  /// the usage chunk when asked, then [DONE]; canvas events (stream_canvas) between them.
+  /// Server-Sent Events: the first chunk of every choice as soon as the call is accepted (queued or
+  /// running), chunks of the stable text as it grows, the final chunk of every choice, the usage
+  /// chunk when asked, then [DONE]; canvas events (stream_canvas) between them. A choice's `index`
+  /// is its place in call->pending (prompt * n + sample).
   void stream(httplib::Response& res, std::shared_ptr<Call> call) {
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
@@ -399,11 +335,6 @@ struct Server::Impl {
               return;
             }
             if (ev.finished && ev.finish_reason == FinishReason::kCancelled) return;
-            if (rq.chat && !p.role_sent) {
-              ok = ok && write(sse(chat_chunk(call->id, call->created, rq.model, static_cast<int64_t>(i), std::string(),
-                                              true, "")));
-              p.role_sent = true;
-            }
             if (!ev.text_delta.empty())
               ok = ok && write(sse(rq.chat ? chat_chunk(call->id, call->created, rq.model, static_cast<int64_t>(i),
                                                         ev.text_delta, false, "")
@@ -417,6 +348,14 @@ struct Server::Impl {
                                                               static_cast<int64_t>(i), "", reason)));
             }
           };
+          // The first chunk of every choice at once, before the request waits for a slot (chat: the
+          // role and content ""; completions: text ""): clients see the stream open, not 12-36 s of
+          // silence under load (issue 49 item 8; docs/serving.md).
+          for (size_t i = 0; ok && i < call->pending.size(); ++i) {
+            const auto index = static_cast<int64_t>(i);
+            ok = write(sse(rq.chat ? chat_chunk(call->id, call->created, rq.model, index, std::string(), true, "")
+                                   : completion_chunk(call->id, call->created, rq.model, index, "", "")));
+          }
           while (ok && !call->all_done()) {
             pump(*call, kPoll, on_event);
             if (ok && !call->all_done() && !sink.is_writable()) ok = false;  // the client went away
@@ -427,8 +366,9 @@ struct Server::Impl {
           }
           if (rq.include_usage && !failed) {
             int64_t pt = 0, ct = 0;
-            for (const auto& p : call->pending) {
-              pt += p.prompt_tokens;
+            for (size_t i = 0; i < call->pending.size(); ++i) {
+              const Pending& p = call->pending[i];
+              if (i % static_cast<size_t>(rq.n) == 0) pt += p.prompt_tokens;  // each prompt once
               ct += p.result ? static_cast<int64_t>(p.result->output_ids.size()) : 0;
             }
             write(sse(usage_chunk(call->id, call->created, rq.model, rq.chat, pt, ct)));

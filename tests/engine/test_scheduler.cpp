@@ -4,11 +4,16 @@
 // bitwise on the CPU) and the answer invariants (no mask id, whatever the temperature).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <random>
+#include <string>
 #include <thread>
+
+#include <fmt/format.h>
 
 #include "backend/backend.h"
 #include "common/model_fixture.h"
@@ -224,33 +229,33 @@ TEST(AnswerInvariants, NoMaskIdAtAnyTemperature) {
   }
 }
 
-// One request whose logits are not finite (its prompt holds a token whose embedding row is NaN)
-// fails alone with kInvalidCheckpoint; the requests sharing its iterations get exactly what they get
-// alone on the same model, in every mode (before, every request of that iteration failed).
-TEST(Scheduler, NonFiniteLogitsFailOnlyTheirOwnRequest) {
-  if (!have_model()) GTEST_SKIP() << "no default model";
-  SmallModel& sm = small();
-  Model poisoned = test::load_model(*sm.backend, test::default_model_dir());
-  const int32_t bad_id = 2060;  // <|reserved_token_8|>: in the vocabulary, never trained
-  const std::vector<float> nan_row(static_cast<size_t>(poisoned.config.d_model), std::nanf(""));
-  sm.backend->copy_from_host(poisoned.weights.wte.slice_rows(bad_id, bad_id + 1), nan_row.data());
-  std::mt19937 rng(7);
-  std::vector<std::vector<int32_t>> prompts;
-  for (int64_t n : {12, 30, 7, 19}) prompts.push_back(random_prompt(rng, n));
-  prompts[1][5] = bad_id;
-  for (const Mode& m : modes()) {
+/// Sets the embedding row of token `bad_id` of `model` (on `be`) to NaN.
+void poison_embedding(Backend& be, Model& model, int32_t bad_id) {
+  const std::vector<float> nan_row(static_cast<size_t>(model.config.d_model), std::nanf(""));
+  be.copy_from_host(model.weights.wte.slice_rows(bad_id, bad_id + 1), nan_row.data());
+}
+
+/// Runs `prompts` together on `model` (prompts[bad] holds a token whose embedding row is NaN), then
+/// every other prompt alone, in each mode: the poisoned request fails alone with kInvalidCheckpoint
+/// and the non-finite message, the others get exactly their tokens and passes alone, no slot is left
+/// busy.
+void expect_poisoned_request_fails_alone(Backend& be, const Model& model, int32_t eot, const TextCodec& codec,
+                                         const std::vector<Mode>& ms, const std::vector<std::vector<int32_t>>& prompts,
+                                         size_t bad) {
+  int64_t longest = 0;
+  for (const auto& p : prompts) longest = std::max(longest, static_cast<int64_t>(p.size()));
+  for (const Mode& m : ms) {
     SCOPED_TRACE(m.name);
     const SlotParams p = resolve_params(m.s, m.d, true);
-    auto run = [&](const std::vector<size_t>& which, int64_t slots) {
-      SlotPool pool{slots, 30 + p.gen_length, 0};
-      auto den = make_denoiser(*sm.backend, poisoned, m.d, sm.eot, pool);
-      Scheduler sched(*den, sm.codec(), {});
+    auto run = [&](const std::vector<size_t>& which) {
+      SlotPool pool{static_cast<int64_t>(which.size()), longest + p.gen_length, 0};
+      auto den = make_denoiser(be, model, m.d, eot, pool);
+      Scheduler sched(*den, codec, {});
       std::vector<std::shared_ptr<RequestStream>> streams;
       for (size_t i : which) streams.push_back(sched.submit(request_of(prompts[i], p, i)));
       while (sched.step()) {
       }
-      const EngineMetrics mt = sched.metrics();
-      EXPECT_EQ(mt.slots_busy, 0);
+      EXPECT_EQ(sched.metrics().slots_busy, 0);
       std::vector<RequestEvent> out;
       for (auto& s : streams) {
         auto ev = drain(*s);
@@ -259,20 +264,132 @@ TEST(Scheduler, NonFiniteLogitsFailOnlyTheirOwnRequest) {
       }
       return out;
     };
-    const std::vector<RequestEvent> together = run({0, 1, 2, 3}, 4);
-    ASSERT_EQ(together.size(), 4u);
-    EXPECT_FALSE(together[1].result);
-    EXPECT_EQ(together[1].error_code, ErrorCode::kInvalidCheckpoint);
-    EXPECT_NE(together[1].error.find("non-finite logits for this request"), std::string::npos) << together[1].error;
-    for (size_t i : {0, 2, 3}) {
+    std::vector<size_t> all(prompts.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+    const std::vector<RequestEvent> together = run(all);
+    ASSERT_EQ(together.size(), prompts.size());
+    EXPECT_FALSE(together[bad].result);
+    EXPECT_EQ(together[bad].error_code, ErrorCode::kInvalidCheckpoint);
+    EXPECT_NE(together[bad].error.find("non-finite logits for this request"), std::string::npos) << together[bad].error;
+    for (size_t i : all) {
+      if (i == bad) continue;
       SCOPED_TRACE(fmt::format("request {}", i));
-      const RequestEvent alone = run({i}, 1).at(0);
+      const RequestEvent alone = run({i}).at(0);
       ASSERT_TRUE(alone.result) << alone.error;
       ASSERT_TRUE(together[i].result) << together[i].error;
       EXPECT_EQ(together[i].result->output_ids, alone.result->output_ids);
       EXPECT_EQ(together[i].result->nfe, alone.result->nfe);
     }
   }
+}
+
+// One request whose logits are not finite (its prompt holds a token whose embedding row is NaN)
+// fails alone with kInvalidCheckpoint; the requests sharing its iterations get exactly what they get
+// alone on the same model, in every mode (before, every request of that iteration failed): the
+// LLaDA sampler, Flash-Cache with and without Flash-Verify, the Fast-dLLM prefix and dual caches.
+TEST(Scheduler, NonFiniteLogitsFailOnlyTheirOwnRequest) {
+  if (!have_model()) GTEST_SKIP() << "no default model";
+  SmallModel& sm = small();
+  Model poisoned = test::load_model(*sm.backend, test::default_model_dir());
+  const int32_t bad_id = 2060;  // <|reserved_token_8|>: in the vocabulary, never trained
+  poison_embedding(*sm.backend, poisoned, bad_id);
+  std::mt19937 rng(7);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int64_t n : {12, 30, 7, 19}) prompts.push_back(random_prompt(rng, n));
+  prompts[1][5] = bad_id;
+  std::vector<Mode> ms = modes();
+  Mode prefix = ms.back();  // dual's settings with the prefix cache
+  prefix.name = "prefix";
+  prefix.d.cache = CacheMode::kPrefix;
+  ms.push_back(prefix);
+  expect_poisoned_request_fails_alone(*sm.backend, poisoned, sm.eot, sm.codec(), ms, prompts, 1);
+}
+
+// Flash-Verify's verify pass checks its own rows: slot 0's first main pass is forced (FlashStep
+// teacher forcing) to commit one token whose embedding row is NaN, so the first forward to read that
+// token is the same iteration's verify pass (its kept rows are the newest commits; S > 0 candidates
+// remain). Slot 0 fails there ("flash-verify"); slot 1 of the same iterations ends as it does alone.
+TEST(Scheduler, NonFiniteLogitsInTheVerifyPassFailOnlyTheirOwnSlot) {
+  if (!have_model()) GTEST_SKIP() << "no default model";
+  SmallModel& sm = small();
+  Model poisoned = test::load_model(*sm.backend, test::default_model_dir());
+  const int32_t bad_id = 2060;  // as above: never in a prompt or an answer here
+  poison_embedding(*sm.backend, poisoned, bad_id);
+  const Mode verify = modes()[1];
+  ASSERT_TRUE(verify.d.verify);
+  const SlotParams p = resolve_params(verify.s, verify.d, true);
+  const std::vector<std::vector<int32_t>> prompts = {sm.prompt("Tom has 12 apples and eats 5. How many are left?"),
+                                                     sm.prompt("What is 3 + 4?")};
+  struct Ending {
+    std::string error;
+    SlotOutput output;
+  };
+  // Runs prompts[first..] in slots 0.. to their ends; `force`: slot 0's first commit is bad_id.
+  auto run = [&](size_t first, bool force) {
+    SlotPool pool{2, 64 + p.gen_length, 0};
+    auto den = make_denoiser(*sm.backend, poisoned, verify.d, sm.eot, pool);
+    auto* flash = dynamic_cast<FlashCacheDenoiser*>(den.get());
+    EXPECT_NE(flash, nullptr);
+    std::vector<Ending> end(prompts.size() - first);
+    for (size_t k = 0; k < end.size(); ++k) den->admit(static_cast<int64_t>(k), prompts[first + k], p);
+    bool forced = !force;
+    auto observer = [&](FlashStep& st) {
+      if (forced || st.phase != 1 || st.slot != 0) return;
+      st.forced_positions = {st.decision->window.front()};
+      st.forced_tokens = {bad_id};
+      forced = true;
+    };
+    while (flash) {
+      const std::vector<SlotStep> steps = flash->step(observer);
+      if (steps.empty()) break;
+      for (const SlotStep& st : steps) {
+        if (!st.finished) continue;
+        end[static_cast<size_t>(st.slot)] = {st.error, den->output(st.slot)};
+        den->release(st.slot);
+      }
+    }
+    EXPECT_TRUE(forced);
+    return end;
+  };
+  const std::vector<Ending> together = run(0, true);
+  ASSERT_EQ(together.size(), 2u);
+  EXPECT_EQ(together[0].error.rfind("flash-verify: the model produced non-finite logits for this request", 0), 0u)
+      << together[0].error;
+  const std::vector<Ending> alone = run(1, false);
+  ASSERT_EQ(alone.size(), 1u);
+  EXPECT_TRUE(together[1].error.empty()) << together[1].error;
+  EXPECT_FALSE(alone[0].output.canvas.empty());
+  EXPECT_EQ(together[1].output.canvas, alone[0].output.canvas);
+  EXPECT_EQ(together[1].output.nfe, alone[0].output.nfe);
+}
+
+// The same on a shifted-logit (Dream) checkpoint, tests/data/golden/dream_a: Dream's own sampler
+// (diffusion_generate), Flash-Cache and the Fast-dLLM prefix cache.
+TEST(Scheduler, NonFiniteLogitsFailOnlyTheirOwnRequestOnDream) {
+  std::unique_ptr<Backend> be = make_cpu_backend(1);
+  Model dream = test::load_model(*be, test::test_data_dir() / "golden" / "dream_a");
+  const int32_t bad_id = 1010;  // past the mask (1000) and EOS (1001): never drawn for the other prompts
+  poison_embedding(*be, dream, bad_id);
+  std::vector<std::vector<int32_t>> prompts;
+  for (GenerateRequest& r : test::random_id_requests(dream.config, 4, 3, 5, 6)) prompts.push_back(r.prompt_ids);
+  prompts[2][3] = bad_id;
+  TextCodec codec;  // no tokenizer: no text
+  codec.end_ids = {dream.config.eos_token_id};
+  codec.mask_id = dream.config.mask_token_id;
+  auto mode = [](const char* name, CacheMode cache, Sampler sampler, int64_t steps, std::optional<double> threshold) {
+    Mode m{name, {}, {}};
+    m.d.cache = cache;
+    m.d.sampler = sampler;
+    if (cache == CacheMode::kPrefix) m.d.block_length = 8;
+    m.s.gen_length = 32;
+    m.s.steps = steps;
+    m.s.threshold = threshold;
+    return m;
+  };
+  const std::vector<Mode> ms = {mode("dream sampler", CacheMode::kNone, Sampler::kDream, 16, std::nullopt),
+                                mode("dream flash", CacheMode::kFlash, Sampler::kAuto, 0, std::nullopt),
+                                mode("dream prefix", CacheMode::kPrefix, Sampler::kAuto, 0, 0.9)};
+  expect_poisoned_request_fails_alone(*be, dream, -1, codec, ms, prompts, 2);
 }
 
 TEST(Scheduler, EventsAddUpToTheResultAndSlotsRefill) {

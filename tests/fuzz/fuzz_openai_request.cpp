@@ -32,11 +32,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::require(q.params.stop.size() <= 16);
   for (const auto& s : q.params.stop) fuzz::require(!s.empty());
   fuzz::require(!q.stream_canvas || q.stream);
+  fuzz::require(q.n >= 1 && q.n <= 128);  // ParseLimits::max_n
   // The response objects of a parsed request serialize (text may hold invalid UTF-8: replaced).
   server::ChoiceResult c;
   c.text = chat ? q.messages.front().content : q.prompts.front().prompt;
   c.finish_reason = "stop";
-  (void)server::completion_response("cmpl-x", 0, q.model, {c}).dump(-1, ' ', false,
-                                                                    nlohmann::json::error_handler_t::replace);
+  (void)server::completion_response("cmpl-x", 0, q.model, {c}, 1)
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   return 0;
 }

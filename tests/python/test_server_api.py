@@ -169,7 +169,9 @@ def error_of(server, body, path="/v1/chat/completions", raw=False):
     ({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2**80}, 400, "max_tokens", "integer"),
     ({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "temperature": -1}, 400, "temperature", "[0,"),
     ({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "threshold": 1.5}, 400, "threshold", "(0,"),
-    ({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "n": 2}, 400, "n", "not supported"),
+    ({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "n": 0}, 400, "n", "must be in [1, 128]"),
+    ({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "n": 129}, 400, "n", "must be in [1, 128]"),
+    ({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "n": 1.5}, 400, "n", "integer"),
     ({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "logprobs": True}, 400, "logprobs", "not supported"),
     ({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "top_p": 0.5}, 400, "top_p", "Dream's sampler only"),
     ({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "top_p": 0}, 400, "top_p", "(0, 1]"),
@@ -265,11 +267,59 @@ def test_more_prompts_than_the_server_holds_is_a_400_not_a_429_forever(server):
     assert code == 400 and err["param"] == "prompt" and "at most 12 per request" in err["message"], err
 
 
+def test_n_choices_are_n_requests_of_the_prompt(server, oa):
+    kw = dict(model=MODEL_ID, messages=[{"role": "user", "content": QUESTION}], max_tokens=48)
+    one = oa.chat.completions.create(**kw)
+    # Greedy: n equal choices, as OpenAI gives at temperature 0; usage counts the prompt once.
+    r = oa.chat.completions.create(n=3, **kw)
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    assert [c.message.content for c in r.choices] == [one.choices[0].message.content] * 3
+    assert r.usage.prompt_tokens == one.usage.prompt_tokens
+    assert r.usage.completion_tokens == 3 * one.usage.completion_tokens
+    # Sampled: choice j is the request seeded seed + j (distinct draws, reproducible).
+    hot = dict(kw, temperature=2.0)
+    r = oa.chat.completions.create(n=3, seed=5, **hot)
+    alone = [oa.chat.completions.create(seed=5 + j, **hot).choices[0].message.content for j in range(3)]
+    assert [c.message.content for c in r.choices] == alone
+    assert len(set(alone)) > 1, alone
+    # Completions: choice i * n + j is prompt i's sample j.
+    qs = ["What is 3 + 4?", "What is 9 - 2?"]
+    singles = [oa.completions.create(model=MODEL_ID, prompt=rendered(q), max_tokens=32).choices[0].text for q in qs]
+    r = oa.completions.create(model=MODEL_ID, prompt=[rendered(q) for q in qs], max_tokens=32, n=2)
+    assert [c.index for c in r.choices] == [0, 1, 2, 3]
+    assert [c.text for c in r.choices] == [singles[0], singles[0], singles[1], singles[1]]
+
+
+def test_n_streamed_chunks_carry_their_index(oa):
+    kw = dict(model=MODEL_ID, messages=[{"role": "user", "content": QUESTION}], max_tokens=48)
+    want = oa.chat.completions.create(**kw).choices[0].message.content
+    text, roles, finish = {}, {}, {}
+    usage = None
+    for chunk in oa.chat.completions.create(n=2, stream=True, stream_options={"include_usage": True}, **kw):
+        if chunk.usage:
+            usage = chunk.usage
+            continue
+        c = chunk.choices[0]
+        text[c.index] = text.get(c.index, "") + (c.delta.content or "")
+        roles[c.index] = roles.get(c.index, 0) + (c.delta.role == "assistant")
+        finish[c.index] = c.finish_reason or finish.get(c.index)
+    assert text == {0: want, 1: want} and roles == {0: 1, 1: 1} and finish == {0: "stop", 1: "stop"}
+    one = oa.chat.completions.create(**kw).usage
+    assert usage.prompt_tokens == one.prompt_tokens and usage.completion_tokens == 2 * one.completion_tokens
+
+
+def test_n_times_the_prompts_beyond_the_server_is_a_400(server):
+    # The fixture: 4 slots + a queue of 8; 2 prompts x n = 7 is 14 requests.
+    code, err = error_of(server, {"model": MODEL_ID, "prompt": ["ab", "cd"], "n": 7, "max_tokens": 2},
+                         path="/v1/completions")
+    assert code == 400 and err["param"] == "n" and "at most 12 per request" in err["message"], err
+
+
 def test_the_openai_client_raises_the_right_errors(oa):
     with pytest.raises(openai.NotFoundError):
         oa.chat.completions.create(model="other", messages=[{"role": "user", "content": "hi"}])
     with pytest.raises(openai.BadRequestError) as e:
-        oa.completions.create(model=MODEL_ID, prompt="hi", n=2)
+        oa.completions.create(model=MODEL_ID, prompt="hi", n=0)
     assert e.value.body["param"] == "n"
 
 
