@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <random>
 #include <set>
 #include <utility>
 
@@ -317,6 +318,11 @@ std::optional<ApiError> parse_sampling(const Fields& f, bool chat, const ParseLi
       p.seed = static_cast<uint64_t>(v->get<int64_t>());
     else
       return bad("seed", fmt::format("'seed' must be an integer, got {}", kind_of(*v)));
+  } else {
+    // No seed: a fresh one per request, so that sampled answers differ from call to call as
+    // OpenAI's do without a seed (greedy decoding, temperature 0, does not read it).
+    std::random_device rd;
+    p.seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
   }
   if (auto e = parse_stop(f, limits, p.stop)) return e;
   try {

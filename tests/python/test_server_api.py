@@ -140,6 +140,15 @@ def test_sampling_is_reproducible_by_seed(oa):
     assert a == b
 
 
+def test_unseeded_sampling_draws_afresh(oa):
+    # OpenAI: without a seed, sampled answers differ between calls (each request gets a fresh seed).
+    # At temperature 5 the small model's 48 tokens are near-uniform draws: equal answers from
+    # distinct seeds are all but impossible, while a fixed default seed makes all three equal.
+    kw = dict(model=MODEL_ID, messages=[{"role": "user", "content": QUESTION}], max_tokens=48, temperature=5.0)
+    answers = [oa.chat.completions.create(**kw).choices[0].message.content for _ in range(3)]
+    assert len(set(answers)) == 3, answers
+
+
 def error_of(server, body, path="/v1/chat/completions", raw=False):
     content = body if raw else json.dumps(body)
     r = httpx.post(server.url(path), content=content, headers={"Content-Type": "application/json"}, timeout=60)
