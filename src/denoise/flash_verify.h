@@ -31,15 +31,16 @@
 //     is draft_k for k < i and its undecoded state for k > i). So the tile gets S source rows R_i
 //     after the mask rows: position c_i − 1, its view-i token (flash_verify_source_token), attending
 //     exactly like M_i; nobody attends to them (the view-i key of c_i − 1 already is a cached, kept,
-//     D_k or M_k column). Their output rows are the logit rows. With every cached K/V fresh this is
-//     a full forward of the view-i canvas read at row c_i − 1 (tests/denoise/test_dream_verify.cpp).
+//     D_k or M_k column). Their output rows are the logit rows. Where the cached and kept K/V are
+//     those of view i (one layer: they depend on token and position only) this is a full forward of
+//     the view-i canvas read at row c_i − 1 (tests/denoise/test_dream_verify.cpp), exactly as M_i is
+//     the view-i row c_i without a shift; with more layers both share the released approximation.
 //     Without a shift there are no source rows: the tile of the released code, unchanged.
-//  3. Acceptance on the mask rows (under the logit shift: the source rows), in candidate order, stopping at the first
-//  rejection
-//     (flash_verify_accept): product rule (released, default): Π_{k<=i} p_M,k(draft_k) >= γ; paper
-//     rule: argmax p_M,i == draft_i and max p_M,i >= γ. Candidates past the stop are rejected
-//     (probability 0), which also applies a stop found by phase 1 of the same iteration (§F.10).
-//     Accepted drafts are committed (flash_verify_commit) with the EOS rule of §D.7.
+//  3. Acceptance on the mask rows (under the logit shift: the source rows), in candidate order,
+//     stopping at the first rejection (flash_verify_accept): product rule (released, default): Π_{k<=i} p_M,k(draft_k)
+//     >= γ; paper rule: argmax p_M,i == draft_i and max p_M,i >= γ. Candidates past the stop are rejected (probability
+//     0), which also applies a stop found by phase 1 of the same iteration (§F.10). Accepted drafts are committed
+//     (flash_verify_commit) with the EOS rule of §D.7.
 //  4. Continue / finish / refill as Flash-Cache. Pinning (§F.5): by default every token committed by
 //     the iteration (phase 1 and 2) is pinned into the next tracked set, as without verification
 //     (their cached K/V is the stale mask-state one). reference_quirks: only the verified ones are
