@@ -111,7 +111,7 @@ void run_verify_mode(const std::vector<VerifyShape>& shapes, int n_cand, int hea
     for (long long t = 0; t < v.tiles; ++t) {
       table.insert(table.end(), {static_cast<int32_t>(t * v.rows), static_cast<int32_t>((t + 1) * v.rows),
                                  static_cast<int32_t>(t * v.keys), static_cast<int32_t>((t + 1) * v.keys),
-                                 static_cast<int32_t>(n_cand)});
+                                 static_cast<int32_t>(n_cand), 0});  // no source rows
       const int64_t step = n_cand > 0 ? slot / n_cand : slot + 1;  // candidate i at slot row i·step + step/2
       for (int64_t r = 0; r < slot; ++r)
         if (n_cand == 0 || r % step != step / 2 || r / step >= n_cand)

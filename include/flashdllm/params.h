@@ -70,13 +70,14 @@ VerifyRule parse_verify_rule(std::string_view name, std::string_view what = "ver
 /// position is a cached key.
 enum class VerifyKept {
   /// Released code: T = 2·bm − 2·S, the newest decoded entries, so every tile has 2·bm rows
-  /// (32 at block 16) whatever S is.
+  /// (32 at block 16) whatever S is. A shifted-logit model's tile (S more source rows,
+  /// flash_verify.h): T = max(k1, 2·bm − 3·S), still 2·bm rows for S <= bm / 2.
   kReleased,
   /// T = k1: only this iteration's phase-1 commits. In the default mode with track_num >= 1 they are
   /// the one set of decoded positions whose cached K/V is still of the [MASK] state (the main pass
   /// wrote it before the commit; older commits were refreshed when pinned into a main pass); with
   /// reference_quirks (only verified tokens pinned) or track_num 0 older stale positions stay cached
-  /// keys. A tile has k1 + 2·S <= bm + S rows.
+  /// keys. A tile has k1 + 2·S <= bm + S rows (k1 + 3·S with source rows).
   kCommits,
 };
 const char* verify_kept_name(VerifyKept k) noexcept;  ///< "released" | "commits"

@@ -62,16 +62,21 @@ struct HostAttentionPlan {
   int kv_heads = 0;
 };
 
-/// One tile of a Flash-Verify pass (reference §D.8), stored as 5 consecutive I32. Query rows
-/// [q_start, q_end) are, in order, T = (q_end − q_start) − 2·n_cand "kept" rows, n_cand "draft" rows
-/// D_0..D_{S−1} and n_cand "mask" rows M_0..M_{S−1} (S = n_cand; D_i and M_i are the same position,
-/// filled with its draft token and with [MASK]). Their keys are the store rows listed in
-/// key_rows[k_start, k_end) (a gather list: the slot's cached K/V, minus the positions recomputed in
-/// the tile) followed by the tile's own fresh K/V (k_tile/v_tile rows [q_start, q_end)) under the
-/// in-tile mask verify_may_attend().
+/// One tile of a Flash-Verify pass (reference §D.8), stored as kVerifyTileInts = 6 consecutive I32
+/// (core/verify_mask.h). Query rows [q_start, q_end) are, in order, T = (q_end − q_start) − 2·n_cand
+/// − n_src "kept" rows, n_cand "draft" rows D_0..D_{S−1}, n_cand "mask" rows M_0..M_{S−1} (S = n_cand;
+/// D_i and M_i are the same position, filled with its draft token and with [MASK]) and n_src
+/// "source" rows R_0..R_{n_src−1} (a shifted-logit model's queries of the positions c_i − 1 in M_i's
+/// view, n_src = S; 0 elsewhere). Their keys are the store rows listed in key_rows[k_start, k_end)
+/// (a gather list: the slot's cached K/V, minus the positions recomputed in the tile) followed by
+/// the tile's own fresh K/V (k_tile/v_tile rows [q_start, q_end)) under the in-tile mask
+/// verify_may_attend(). Valid: verify_tile_groups_valid(q_end − q_start, n_cand, n_src).
 struct VerifyTile {
-  int32_t q_start, q_end, k_start, k_end, n_cand;
+  int32_t q_start, q_end, k_start, k_end, n_cand, n_src;
+  /// The kept row count T.
+  constexpr int32_t n_kept() const noexcept { return q_end - q_start - 2 * n_cand - n_src; }
 };
+static_assert(sizeof(VerifyTile) == kVerifyTileInts * sizeof(int32_t), "VerifyTile is a table row of I32");
 
 /// RoPE tables for the half-rotation ("rotate_half"/NeoX) layout, reference §A.3:
 /// cos/sin F32 [max_positions, head_dim/2]; angle(p, i) = fp32(p) * inv_freq_i with
@@ -299,10 +304,10 @@ class Backend {
     check_host_plan(table, host, "plan_attention");
   }
 
-  /// plan_attention() for attention_verify() calls over `table` (I32 [n_tiles, 5], VerifyTile rows)
+  /// plan_attention() for attention_verify() calls over `table` (I32 [n_tiles, 6], VerifyTile rows)
   /// with q_rows query rows and n_keys gathered key rows; the same reuse and invalidation rules.
   virtual void plan_attention_verify(Tensor table, int64_t q_rows, int64_t n_keys) {
-    check_plan_args(table, 5, q_rows, n_keys, 1, "plan_attention_verify");
+    check_plan_args(table, kVerifyTileInts, q_rows, n_keys, 1, "plan_attention_verify");
   }
 
   /// Bidirectional multi-head attention, softmax(q·kᵀ·scale)·v per head with fp32 online softmax,
@@ -315,19 +320,21 @@ class Backend {
                          Tensor out) = 0;
 
   /// Flash-Verify attention (reference §D.8, Flash-dLLM `_flash_verify_attention_fwd`), per tile of
-  /// `table` (I32 [n_tiles, 5] = VerifyTile rows) and head h, for every query row r of the tile:
+  /// `table` (I32 [n_tiles, 6] = VerifyTile rows) and head h, for every query row r of the tile:
   ///   keys = { k_store[key_rows[g]] : g ∈ [k_start, k_end) }  ∪  { k_tile[c] : c ∈ [q_start, q_end),
-  ///          verify_may_attend(T, S, r − q_start, c − q_start) }   (values likewise from v_store / v_tile)
+  ///          verify_may_attend(T, S, r − q_start, c − q_start) }   (values likewise from v_store / v_tile;
+  ///          T = VerifyTile::n_kept(), S = n_cand; source columns are seen by no row)
   ///   out[r, h] = softmax(scale · q[r, h] · keysᵀ) · values
   /// with one softmax over both parts (a proper running maximum across them; the released kernel
   /// folds the in-tile block in with the cache part's maximum, §F.8). Every row sees at least its
-  /// own column, so an empty gather range is allowed. The tile's fresh K/V live in k_tile/v_tile
-  /// (indexed like q), never in the stores: the verify pass does not write the KV cache (§F.7).
-  /// q, out [Tq, H·Dh]; k_tile, v_tile [Tq, Hkv·Dh]; k_store, v_store [N, Hkv·Dh] (activation dtype); key_rows I32
-  /// [G], entries in [0, N). Query rows outside every tile are left untouched. CPU: scores and
-  /// softmax in double; CUDA: fp32 online softmax. Throws Error(kInvalidArgument) for bad shapes or
-  /// dtypes, a tile outside [0, Tq) x [0, G) or with 2·n_cand > q_end − q_start, or (CPU; CUDA
-  /// reports it at the next synchronising call) a key row outside the store.
+  /// own column (a source row R_i the column M_i), so an empty gather range is allowed. The tile's
+  /// fresh K/V live in k_tile/v_tile (indexed like q), never in the stores: the verify pass does not
+  /// write the KV cache (§F.7). q, out [Tq, H·Dh]; k_tile, v_tile [Tq, Hkv·Dh]; k_store, v_store
+  /// [N, Hkv·Dh] (activation dtype); key_rows I32 [G], entries in [0, N). Query rows outside every
+  /// tile are left untouched. CPU: scores and softmax in double; CUDA: fp32 online softmax. Throws
+  /// Error(kInvalidArgument) for bad shapes or dtypes, a tile outside [0, Tq) x [0, G) or whose
+  /// groups are not verify_tile_groups_valid, or (CPU; CUDA reports it at the next synchronising
+  /// call) a key row outside the store.
   virtual void attention_verify(Tensor q, Tensor k_store, Tensor v_store, Tensor key_rows, Tensor k_tile,
                                 Tensor v_tile, Tensor table, int n_heads, float scale, Tensor out) = 0;
 

@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "core/tensor.h"
+#include "core/verify_mask.h"
 
 namespace flashdllm::opcheck {
 
@@ -58,7 +59,7 @@ inline int kv_heads_of(const Tensor& q, const Tensor& k, int n_heads, const char
 
 /// The operands of Backend::attention_verify on a backend of activation dtype `act` on `device`:
 /// q, out [Tq, H·Dh]; k_tile, v_tile [Tq, Hkv·Dh]; k_store, v_store [N, Hkv·Dh] (kv_heads_of);
-/// key_rows I32; table I32 [n_tiles, 5] (VerifyTile rows). Returns Hkv.
+/// key_rows I32; table I32 [n_tiles, kVerifyTileInts] (VerifyTile rows). Returns Hkv.
 inline int expect_verify_operands(const Tensor& q, const Tensor& k_store, const Tensor& v_store, const Tensor& key_rows,
                                   const Tensor& k_tile, const Tensor& v_tile, const Tensor& table, int n_heads,
                                   const Tensor& out, DType act, DeviceKind device) {
@@ -78,8 +79,8 @@ inline int expect_verify_operands(const Tensor& q, const Tensor& k_store, const 
   expect_matrix(k_tile, Tq, KD, kOp, "k_tile");
   expect_matrix(v_tile, Tq, KD, kOp, "v_tile");
   expect_matrix(out, Tq, HD, kOp, "out");
-  FDLLM_CHECK_ARG(table.numel() % 5 == 0, "{}: table must be [n_tiles, 5] (VerifyTile rows), got {}", kOp,
-                  table.describe());
+  FDLLM_CHECK_ARG(table.numel() % kVerifyTileInts == 0, "{}: table must be [n_tiles, {}] (VerifyTile rows), got {}",
+                  kOp, kVerifyTileInts, table.describe());
   return kv_heads;
 }
 

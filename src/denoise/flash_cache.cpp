@@ -60,13 +60,13 @@ struct PoolShape {
   // exceeds it (flash_forward_groups).
   int64_t tokens = 0, logit_rows = 0, tiles = 0;
   size_t conf_offset = 0, scores_offset = 0, sel_bytes = 0;  // [x0 | conf | scores], 256-byte aligned parts
-  // Verify pass: a tile of at most 2·bm rows per slot (k1 + 2·S <= 2·bm for verify_kept commits), at
-  // most the cap's mask rows, keys < seqlen_k <= Ls.
+  // Verify pass: a tile of at most flash_verify_max_rows rows per slot, at most the cap's logit
+  // rows, keys < seqlen_k <= Ls.
   int64_t v_tokens = 0, v_logit_rows = 0, v_tiles = 0, v_keys = 0;
   size_t v_x0 = 0, v_conf = 0, v_val = 0, v_drafts = 0;  // [x0 | conf | ℓ_draft, ℓ_argmax | drafts]
 };
 
-PoolShape pool_shape(const GenerateOptions& o, const FlashTiling& t, int64_t n, int64_t T) {
+PoolShape pool_shape(const GenerateOptions& o, const FlashTiling& t, int64_t n, int64_t T, bool logit_shift) {
   FDLLM_CHECK_ARG(n >= 1 && T >= 2,
                   "flash-cache: a pool needs >= 1 slot and room for a prompt and a canvas, got {} "
                   "slots x {} positions",
@@ -90,7 +90,7 @@ PoolShape pool_shape(const GenerateOptions& o, const FlashTiling& t, int64_t n, 
   p.conf_offset = pad256(R * 4);
   p.scores_offset = p.conf_offset + pad256(R * 8);
   p.sel_bytes = p.scores_offset + static_cast<size_t>(n * p.Ls + 1) * sizeof(float);
-  p.v_tokens = n * 2 * bm;
+  p.v_tokens = n * flash_verify_max_rows(o, logit_shift);
   p.v_logit_rows = std::max<int64_t>(1, n * flash_verify_cap(o));
   p.v_tiles = n;
   p.v_keys = n * p.Ls;
@@ -114,7 +114,7 @@ size_t pool_workspace_bytes(const PoolShape& p, const GenerateOptions& o, const 
 
 FlashPoolBytes flash_pool_bytes(const ModelConfig& cfg, DType act, const GenerateOptions& o, int64_t n_slots,
                                 int64_t max_total_length, const TensorParallel& tp, const FlashTiling& t) {
-  const PoolShape p = pool_shape(o, t, n_slots, max_total_length);
+  const PoolShape p = pool_shape(o, t, n_slots, max_total_length, cfg.logit_shift);
   FlashPoolBytes b;
   b.store_stride = p.Ls;
   b.forward_rows = p.tokens;
@@ -145,7 +145,7 @@ FlashCacheDenoiser::FlashCacheDenoiser(Backend& backend, const Model& model, Gen
 void FlashCacheDenoiser::allocate_pool(const SlotPool& pool) {
   const ModelConfig& c = model_.config;
   const int64_t n = pool.n_slots, T = pool.max_total_length, bm = bm_, kt = tiling_.key_tile;
-  const PoolShape p = pool_shape(opt_, tiling_, n, T);
+  const PoolShape p = pool_shape(opt_, tiling_, n, T, c.logit_shift);
   const int64_t L = p.L, Ls = p.Ls;
   FDLLM_CHECK_ARG(L <= model_.rope.table.cos.rows(),
                   "flash-cache: slot length L_max = {} (prompt + gen_length {} + block_length {}, rounded up to the "

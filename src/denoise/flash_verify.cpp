@@ -17,6 +17,10 @@ int64_t flash_verify_cap(const GenerateOptions& o) noexcept {
   return o.decode.max_candidates > 0 ? o.decode.max_candidates : o.decode.effective_block_length() / 2;
 }
 
+int64_t flash_verify_max_rows(const GenerateOptions& o, bool logit_shift) noexcept {
+  return 2 * o.decode.effective_block_length() + (logit_shift ? flash_verify_cap(o) : 0);
+}
+
 int64_t flash_verify_valid_count(const FlashSlot& s, const FlashDecision& d, const GenerateOptions& o) {
   FDLLM_CHECK_ARG(d.window == s.window, "flash_verify_valid_count: the decision is for another window");
   int64_t n = 0;
@@ -42,8 +46,13 @@ FlashVerifyTile flash_verify_plan_slot(const FlashSlot& s, int64_t slot_index, c
   const int64_t S = std::clamp<int64_t>(n_valid - k1, 0, flash_verify_cap(o));
   const int64_t bm = o.decode.effective_block_length();
   // Released: the tile is always 2·bm rows; commits: only the k1 phase-1 commits (by default the
-  // positions whose cached K/V is still of the [MASK] state, params.h VerifyKept).
-  v.kept_budget = o.decode.verify_kept == VerifyKept::kCommits ? k1 : 2 * bm - 2 * S;
+  // positions whose cached K/V is still of the [MASK] state, params.h VerifyKept). With source rows
+  // (logit shift) the released tile keeps 2·bm rows too, T = 2·bm − 3·S, but never fewer kept rows
+  // than the k1 commits (it is 2·bm − 3·S >= k1 whenever S <= bm / 2, the default cap).
+  v.source_rows = s.logit_shift;
+  v.kept_budget = o.decode.verify_kept == VerifyKept::kCommits ? k1
+                  : v.source_rows                              ? std::max<int64_t>(k1, 2 * bm - 3 * S)
+                                                               : 2 * bm - 2 * S;
   // Short prompt (§D.11): clamp instead of the released negative-index wrap.
   const int64_t kept_begin = std::max<int64_t>(0, nd - v.kept_budget);
   v.kept.assign(s.full_pos.begin() + kept_begin, s.full_pos.begin() + nd);
@@ -117,11 +126,18 @@ VerifyBatch flash_verify_batch(const std::vector<FlashSlot>& slots, const std::v
       vb.token_ids.push_back(v.drafts[i]);
       vb.positions.push_back(v.candidates[i]);
     }
-    const auto m0 = static_cast<int32_t>(vb.token_ids.size());
     for (int32_t t : v.candidates) {  // the undecoded state: [MASK], or the EOS padding token (§F.11)
       vb.token_ids.push_back(s.x[static_cast<size_t>(t)]);
       vb.positions.push_back(t);
     }
+    // The logit rows: the mask rows, or under the logit shift the source rows (position c_i − 1 in
+    // M_i's view, whose output row predicts c_i: logits_source).
+    const auto m0 = static_cast<int32_t>(vb.token_ids.size() - (v.source_rows ? 0 : v.candidates.size()));
+    if (v.source_rows)
+      for (size_t i = 0; i < v.candidates.size(); ++i) {
+        vb.token_ids.push_back(flash_verify_source_token(s, v, i));
+        vb.positions.push_back(v.candidates[i] - 1);
+      }
     // Key rows = the slot's base + position, the positions checked in the same pass (one the
     // compiler vectorises: a minmax_element pass was most of this function's time); the sum is taken
     // modulo 2^32 and used only once every position is in range.
@@ -140,13 +156,27 @@ VerifyBatch flash_verify_batch(const std::vector<FlashSlot>& slots, const std::v
                     "flash_verify_batch: slot {}: key position {} outside the {} store rows", v.slot, lo < 0 ? lo : hi,
                     store_stride);
     const auto S = static_cast<int32_t>(v.candidates.size());
-    vb.tiles.push_back({q0, static_cast<int32_t>(vb.token_ids.size()), k0, static_cast<int32_t>(vb.key_rows.size()), S});
+    vb.tiles.push_back({q0, static_cast<int32_t>(vb.token_ids.size()), k0, static_cast<int32_t>(vb.key_rows.size()), S,
+                        v.source_rows ? S : 0});
     for (int32_t i = 0; i < S; ++i) {
       vb.logit_rows.push_back(m0 + i);
       vb.row_keys.push_back(0);
     }
   }
   return vb;
+}
+
+int32_t flash_verify_source_token(const FlashSlot& s, const FlashVerifyTile& v, size_t i) {
+  FDLLM_CHECK_ARG(i < v.candidates.size() && v.drafts.size() == v.candidates.size(),
+                  "flash_verify_source_token: candidate {} of {} ({} drafts)", i, v.candidates.size(), v.drafts.size());
+  const int32_t p = v.candidates[i] - 1;
+  FDLLM_CHECK_ARG(p >= 0 && static_cast<size_t>(p) < s.x.size(),
+                  "flash_verify_source_token: candidate position {} has no source position under the logit shift "
+                  "(a prompt has at least one token)",
+                  v.candidates[i]);
+  for (size_t k = 0; k < i; ++k)
+    if (v.candidates[k] == p) return v.drafts[k];  // filled in in M_i's view
+  return s.x[static_cast<size_t>(p)];              // decoded, prompt, or a later candidate's undecoded state
 }
 
 int64_t flash_verify_accept(std::span<const double> p_draft, std::span<const double> p_max,
@@ -240,11 +270,11 @@ void FlashCacheDenoiser::verify(const FlashStepObserver& observer, int64_t forwa
       VT <= vws_.max_tokens && VR <= vws_.max_logit_rows && static_cast<int64_t>(vb.tiles.size()) <= vws_.max_tiles &&
           static_cast<int64_t>(vb.key_rows.size()) <= vws_.max_verify_keys,
       "flash-verify: a verify pass of {} rows / {} keys exceeds the pool's workspace", VT, vb.key_rows.size());
-  // The drafts (one per mask-view row) go up with the pass's plan, before its layers are queued.
+  // The drafts (one per logit row) go up with the pass's plan, before its layers are queued.
   std::vector<int32_t> drafts;
   for (const FlashVerifyTile& v : tiles) drafts.insert(drafts.end(), v.drafts.begin(), v.drafts.end());
-  FDLLM_ASSERT_MSG(static_cast<int64_t>(drafts.size()) == VR, "flash-verify: {} drafts for {} mask rows", drafts.size(),
-                   VR);
+  FDLLM_ASSERT_MSG(static_cast<int64_t>(drafts.size()) == VR, "flash-verify: {} drafts for {} logit rows",
+                   drafts.size(), VR);
   const Tensor drafts_dev = vdrafts_.slice_rows(0, VR);
   if (VR > 0) backend_.copy_from_host(drafts_dev, drafts.data());  // none: tiles without candidates
   clock.lap(FlashPhase::kVerifyBatch);

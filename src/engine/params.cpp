@@ -172,12 +172,6 @@ void check_sampler_settings(const DecodeSettings& d, const ModelConfig* cfg) {
   const Sampler sampler = known_sampler(d, cfg);
   if (sampler == Sampler::kAuto) return;  // no model yet: the engine checks again with one
   const bool dream = d.cache == CacheMode::kNone && sampler == Sampler::kDream;
-  // Every denoiser reads the logits of position p from row logits_source(p) (block_decoding.h): p − 1
-  // on a shifted-logit model (Dream). Flash-Verify's draft and mask views do not map it yet.
-  FDLLM_CHECK(!cfg || !cfg->logit_shift || d.cache != CacheMode::kFlash || !d.verify, ErrorCode::kUnsupported,
-              "{} checkpoints run cache flash without verify so far: Flash-Verify's views do not read their "
-              "shifted logits yet (--verify off)",
-              family_name(cfg->family));
   if (!dream) {
     const DecodeSettings defaults;
     FDLLM_CHECK_PARAM(d.dream_alg == defaults.dream_alg && d.alg_temp == 0.0 && d.timestep_eps == defaults.timestep_eps,

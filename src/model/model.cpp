@@ -325,7 +325,7 @@ Tensor model_verify_forward(Backend& be, const Model& model, const VerifyBatch& 
   if (n_tiles_p > n_tiles) {
     std::vector<VerifyTile> tiles_p(batch.tiles);
     const auto end = static_cast<int32_t>(Tp);
-    tiles_p.resize(static_cast<size_t>(n_tiles_p), VerifyTile{end, end, 0, 0, 0});
+    tiles_p.resize(static_cast<size_t>(n_tiles_p), VerifyTile{end, end, 0, 0, 0, 0});
     be.copy_from_host(tiles, tiles_p.data());
   } else {
     be.copy_from_host(tiles, batch.tiles.data());

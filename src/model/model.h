@@ -179,10 +179,12 @@ struct ForwardBatch {
 };
 
 /// Host-side description of one Flash-Verify pass (reference §D.8; built by the Flash-Verify
-/// denoiser once per iteration). Per slot one VerifyTile of query rows [kept T | drafts S | masks S]
-/// (tokens: the kept rows' tokens, the candidates' draft tokens, [MASK]; positions: the kept and
-/// candidate positions, the candidates' twice) whose keys are the listed cache rows plus the tile's
-/// own fresh K/V under the isolation mask. The pass reads the K/V cache and never writes it (§F.7).
+/// denoiser once per iteration). Per slot one VerifyTile of query rows [kept T | drafts S | masks S
+/// | sources n_src] (tokens: the kept rows' tokens, the candidates' draft tokens, [MASK], the source
+/// positions' tokens in the mask rows' views; positions: the kept and candidate positions, the
+/// candidates' twice, the positions c_i − 1 of a shifted-logit model) whose keys are the listed
+/// cache rows plus the tile's own fresh K/V under the isolation mask. The pass reads the K/V cache and never writes it
+/// (§F.7).
 struct VerifyBatch {
   std::vector<int32_t> token_ids;   // [T] token of each query row
   std::vector<int32_t> positions;   // [T] RoPE position of each query row
@@ -194,8 +196,8 @@ struct VerifyBatch {
   int64_t n_tokens() const noexcept { return static_cast<int64_t>(token_ids.size()); }
   /// Throws Error(kInvalidArgument) when the vectors are inconsistent: sizes, token ids outside
   /// [0, vocab_rows), positions outside [0, max_positions), key rows outside [0, store_rows), a tile
-  /// outside the query rows / key list or with 2·n_cand > its rows, overlapping tiles, logit rows
-  /// outside [0, T).
+  /// outside the query rows / key list or whose groups do not fit (verify_tile_groups_valid),
+  /// overlapping tiles, logit rows outside [0, T).
   void validate(int64_t store_rows, int64_t vocab_rows, int64_t max_positions) const;
 };
 
@@ -219,7 +221,7 @@ struct ForwardWorkspace {
   Tensor ids, positions, kv_rows, logit_rows, row_keys;  // plan, I32
   Tensor tiles;  // plan, I32 [max_tiles, 4]: the attention tiles, then the importance score tiles
   Tensor k_tile, v_tile;                     // verify: fresh K/V of the query rows [max_tokens, Kl]
-  Tensor key_rows, verify_tiles;             // verify plan: I32 [max_verify_keys], I32 [max_tiles, 5]
+  Tensor key_rows, verify_tiles;             // verify plan: I32 [max_verify_keys], I32 [max_tiles, 6]
   Buffer storage;
   size_t bytes = 0;
 };

@@ -12,6 +12,7 @@
 #include "core/check.h"
 #include "core/log.h"
 #include "core/philox.h"
+#include "core/verify_mask.h"
 #include "model/model_carver.h"
 #include "model/model_checkpoint.h"
 
@@ -111,13 +112,13 @@ void VerifyBatch::validate(int64_t store_rows, int64_t vocab_rows, int64_t max_p
   const auto G = static_cast<int64_t>(key_rows.size());
   std::vector<std::pair<int32_t, int32_t>> ranges;
   for (const VerifyTile& a : tiles) {
-    FDLLM_CHECK_ARG(
-        0 <= a.q_start && a.q_start < a.q_end && a.q_end <= static_cast<int32_t>(T) && 0 <= a.k_start &&
-            a.k_start <= a.k_end && a.k_end <= G && a.n_cand >= 0 &&
-            2 * static_cast<int64_t>(a.n_cand) <= a.q_end - a.q_start,
-        "verify forward: tile q [{}, {}) keys [{}, {}) with {} candidates is outside {} query rows / {} key "
-        "rows or has more than (q_end - q_start) / 2 candidates",
-        a.q_start, a.q_end, a.k_start, a.k_end, a.n_cand, T, G);
+    FDLLM_CHECK_ARG(0 <= a.q_start && a.q_start < a.q_end && a.q_end <= static_cast<int32_t>(T) && 0 <= a.k_start &&
+                        a.k_start <= a.k_end && a.k_end <= G &&
+                        verify_tile_groups_valid(a.q_end - a.q_start, a.n_cand, a.n_src),
+                    "verify forward: tile q [{}, {}) keys [{}, {}) with {} candidates and {} source rows is outside {} "
+                    "query rows / {} key rows or its groups do not fit (0 <= n_src <= n_cand, 2·n_cand + n_src <= "
+                    "rows)",
+                    a.q_start, a.q_end, a.k_start, a.k_end, a.n_cand, a.n_src, T, G);
     ranges.emplace_back(a.q_start, a.q_end);
   }
   std::sort(ranges.begin(), ranges.end());
@@ -183,7 +184,7 @@ ForwardWorkspace plan_forward_workspace(DType at, DeviceKind dev, const ModelCon
   ws.row_keys = cv.take(DType::kI32, {R});
   if (max_verify_keys > 0) {
     ws.key_rows = cv.take(DType::kI32, {max_verify_keys});
-    ws.verify_tiles = cv.take(DType::kI32, {max_tiles, 5});
+    ws.verify_tiles = cv.take(DType::kI32, {max_tiles, kVerifyTileInts});
   }
   ws.bytes = cv.bytes();
   return ws;

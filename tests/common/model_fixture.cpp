@@ -191,7 +191,7 @@ double verify_vs_full_forward(Backend& be, const Model& m, const std::vector<int
   }
   for (int32_t p = 0; p < T; ++p)
     if (p < a || p >= b) vb.key_rows.push_back(p);
-  vb.tiles.push_back({0, b - a, 0, static_cast<int32_t>(vb.key_rows.size()), 0});
+  vb.tiles.push_back({0, b - a, 0, static_cast<int32_t>(vb.key_rows.size()), 0, 0});
   ForwardWorkspace vws =
       make_forward_workspace(be, m.config, b - a, b - a, 1, static_cast<int64_t>(vb.key_rows.size()));
   Tensor vl = model_verify_forward(be, m, vb, kv, vws);

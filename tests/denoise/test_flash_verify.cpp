@@ -330,7 +330,7 @@ TEST(VerifyForward, RejectsInconsistentBatches) {
     vb.token_ids = {1, 2, 3, 1000};
     vb.positions = {0, 5, 6, 6};
     vb.key_rows = {1, 2, 3, 4};
-    vb.tiles = {{0, 4, 0, 4, 1}};
+    vb.tiles = {{0, 4, 0, 4, 1, 0}};
     vb.logit_rows = {3};
     vb.row_keys = {0};
     return vb;
@@ -349,6 +349,12 @@ TEST(VerifyForward, RejectsInconsistentBatches) {
   vb.tiles[0].n_cand = 3;
   expect_error(vb, "candidates");
   vb = base();
+  vb.tiles[0].n_src = 2;  // more source rows than candidates
+  expect_error(vb, "source rows");
+  vb = base();
+  vb.tiles[0].n_src = 1;  // 2·1 + 1 <= 4 rows: a valid tile with one source row
+  EXPECT_NO_THROW(model_verify_forward(be, g.model, vb, kv, ws));
+  vb = base();
   vb.key_rows[2] = 64;
   expect_error(vb, "key_rows[2]");
   vb = base();
@@ -362,7 +368,7 @@ TEST(VerifyForward, RejectsInconsistentBatches) {
   vb.positions[1] = static_cast<int32_t>(g.model.rope.table.cos.rows());
   expect_error(vb, fmt::format("position {} (query row 1)", vb.positions[1]));
   vb = base();
-  vb.tiles = {{0, 2, 0, 1, 0}, {1, 4, 1, 4, 1}};
+  vb.tiles = {{0, 2, 0, 1, 0, 0}, {1, 4, 1, 4, 1, 0}};
   expect_error(vb, "overlap");
   vb = base();
   vb.positions.pop_back();

@@ -5,7 +5,8 @@
 //    and through cuDNN's route (cudnn_attention all, where present), with the fused raw importance
 //    (attention_with_importance) on the flash variants;
 //  * attention_importance, raw and probability mass (summed over every query head, as the CPU);
-//  * attention_verify (the flash verify mode and the scalar kernel of the reference mode);
+//  * attention_verify (the flash verify mode and the scalar kernel of the reference mode), tiles with
+//    and without source rows (a shifted-logit model's, core/verify_mask.h);
 //  * the Dream golden checkpoint (tests/data/golden/dream_a: 4/2 heads, head_dim 64, biases) through
 //    the whole forward on the reference attention (the flash kernels are head_dim 128 only), and a
 //    Dream-layout model of dummy weights at 14/2 heads of head_dim 128 on the default kernels.
@@ -166,9 +167,10 @@ TEST_F(CudaGqa, ImportanceRawAndProbability) {
 }
 
 TEST_F(CudaGqa, VerifyFlashAndScalar) {
-  // Two verify tiles: 4 kept rows + 2·10 candidates over 90 gathered keys; 8 kept + 2·12 over 70.
-  const int64_t Tq = 56, N = 400;
-  const std::vector<int32_t> table = {0, 24, 0, 90, 10, 24, 56, 90, 160, 12};
+  // Three verify tiles: 4 kept rows + 2·10 candidates over 90 gathered keys; 8 kept + 2·12 over 70;
+  // 5 kept + 3·9 (drafts, masks and the source rows of a shifted-logit model) over 130.
+  const int64_t Tq = 88, N = 400;
+  const std::vector<int32_t> table = {0, 24, 0, 90, 10, 0, 24, 56, 90, 160, 12, 0, 56, 88, 30, 160, 9, 9};
   std::mt19937 rng(5);
   std::vector<int32_t> key_rows(160);
   for (auto& r : key_rows) r = static_cast<int32_t>(rng() % N);
@@ -186,7 +188,7 @@ TEST_F(CudaGqa, VerifyFlashAndScalar) {
       const DType at = be.activation_dtype();
       Dev qd = make(be, at, Tq, HD), kd = make(be, at, N, KD), vd = make(be, at, N, KD), od = make(be, at, Tq, HD);
       Dev ktd = make(be, at, Tq, KD), vtd = make(be, at, Tq, KD), kr = make(be, DType::kI32, 160);
-      Dev td = make(be, DType::kI32, 2, 5);
+      Dev td = make(be, DType::kI32, 3, kVerifyTileInts);
       put(be, qd.t, q);
       put(be, kd.t, k);
       put(be, vd.t, v);

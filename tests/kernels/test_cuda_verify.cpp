@@ -1,16 +1,19 @@
 // Backend::attention_verify (Flash-Verify attention, reference §D.8):
-//  * VerifyMask: verify_may_attend against the S = 3 table of §D.8 written out by hand, and the
-//    structural properties for S = 0..8 with block_length 16 (T = 32 − 2S): every row sees exactly
-//    one view of each candidate, kept rows see the all-masked state, D_i / M_i never see each other.
+//  * VerifyMask: verify_may_attend against the S = 3 table of §D.8 written out by hand (and with the
+//    three source rows of a shifted-logit model), and the structural properties for S = 0..8 with
+//    block_length 16 (T = 32 − 2S, or 32 − 3S with source rows): every row sees exactly one view of
+//    each candidate, kept rows see the all-masked state, D_i / M_i never see each other, R_i sees
+//    exactly what M_i sees and no row sees a source column; verify_tile_groups_valid.
 //  * CpuVerifyAttention: the CPU oracle against a dense-mask softmax written naively in the test
 //    (gathered cache keys + in-tile keys under the mask; several tiles, empty gather lists, S = 0,
-//    T = 0, T odd), plus operand errors. Also: the in-tile logits may exceed every cache logit by
+//    T = 0, T odd, source rows), plus operand errors. Also: the in-tile logits may exceed every cache logit by
 //    far more than fp32's exp range (the released kernel's running-max hazard, §F.8) and the
 //    result stays exact.
 //  * CudaVerify (twin): CUDA vs CPU on bf16-rounded inputs over Flash-Verify-like tiles (32 rows
 //    per slot, keys ≈ seqlen_k gathered from a flat multi-slot store), 1–3 and 32 heads, head_dim
 //    128 (the flash kernel's verify mode: also empty gathers, T = 0, and 96-row tiles spanning two
-//    work items and two key tiles of in-tile columns) and 64 / 32 (the scalar kernel); query rows
+//    work items and two key tiles of in-tile columns) and 64 / 32 (the scalar kernel), tiles with
+//    source rows (a shifted-logit model's, core/verify_mask.h) on both kernels; query rows
 //    outside every tile stay untouched; invalid tiles and gather rows are reported. Skips without a GPU (kernels/cuda_twin.h; FLASHDLLM_TEST_TWIN=cpu runs the harness).
 //  * CudaVerifyLaunch (CUDA builds with a GPU): every CTA shape of kernels::attention_verify_flash
 //    against the CPU oracle, the two register budgets of one shape bit for bit, verify_cta_for.
@@ -60,6 +63,59 @@ TEST(VerifyMask, MatchesTheReferenceTableForThreeCandidates) {
   static_assert(!verify_may_attend(2, 1, 3, 2) && !verify_may_attend(2, 1, 2, 3), "D0 and M0 never see each other");
 }
 
+TEST(VerifyMask, SourceRowsForThreeCandidates) {
+  // The table above with the source rows R0..R2 of a shifted-logit model (columns K D0 D1 D2 M0 M1 M2
+  // R0 R1 R2): R_i's row is M_i's, and no row sees a source column.
+  const int table[10][10] = {
+      {1, 0, 0, 0, 1, 1, 1, 0, 0, 0},  // K
+      {1, 1, 0, 0, 0, 1, 1, 0, 0, 0},  // D0
+      {1, 1, 1, 0, 0, 0, 1, 0, 0, 0},  // D1
+      {1, 1, 1, 1, 0, 0, 0, 0, 0, 0},  // D2
+      {1, 0, 0, 0, 1, 1, 1, 0, 0, 0},  // M0
+      {1, 1, 0, 0, 0, 1, 1, 0, 0, 0},  // M1
+      {1, 1, 1, 0, 0, 0, 1, 0, 0, 0},  // M2
+      {1, 0, 0, 0, 1, 1, 1, 0, 0, 0},  // R0
+      {1, 1, 0, 0, 0, 1, 1, 0, 0, 0},  // R1
+      {1, 1, 1, 0, 0, 0, 1, 0, 0, 0},  // R2
+  };
+  for (int r = 0; r < 10; ++r)
+    for (int c = 0; c < 10; ++c)
+      EXPECT_EQ(verify_may_attend(1, 3, r, c), table[r][c] == 1) << "row " << r << " col " << c;
+  static_assert(verify_tile_groups_valid(10, 3, 3) && verify_tile_groups_valid(9, 3, 3) &&
+                    verify_tile_groups_valid(6, 3, 0) && verify_tile_groups_valid(0, 0, 0),
+                "T >= 0");
+  static_assert(!verify_tile_groups_valid(8, 3, 3) && !verify_tile_groups_valid(10, 3, 4) &&
+                    !verify_tile_groups_valid(10, -1, 0) && !verify_tile_groups_valid(10, 2, -1),
+                "2·S + n_src > rows, n_src > S or negative counts");
+}
+
+TEST(VerifyMask, SourceRowsSeeTheirMaskRowsViewForEveryCandidateCount) {
+  const int64_t bm = 16;
+  for (int64_t S = 0; S <= bm / 2; ++S) {
+    const int64_t T = 2 * bm - 3 * S, n = T + 3 * S;
+    SCOPED_TRACE("S = " + std::to_string(S));
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = 0; c < n; ++c) {
+        if (c >= T + 2 * S) {
+          EXPECT_FALSE(verify_may_attend(T, S, r, c)) << "row " << r << " sees source column " << c;
+        }
+        if (r >= T + 2 * S) {
+          const int64_t Mi = r - S;  // M_i for R_i
+          EXPECT_EQ(verify_may_attend(T, S, r, c), verify_may_attend(T, S, Mi, c))
+              << "R" << r - T - 2 * S << " col " << c;
+        }
+      }
+    for (int64_t i = 0; i < S; ++i) {
+      const int64_t Ri = T + 2 * S + i;
+      EXPECT_TRUE(verify_may_attend(T, S, Ri, T + S + i)) << "R" << i << " sees M" << i << " (a column of its tile)";
+      for (int64_t k = 0; k < S; ++k) {  // exactly one view of each candidate: view i
+        EXPECT_EQ(verify_may_attend(T, S, Ri, T + k), k < i);
+        EXPECT_EQ(verify_may_attend(T, S, Ri, T + S + k), k >= i);
+      }
+    }
+  }
+}
+
 TEST(VerifyMask, StructuralPropertiesForEveryCandidateCount) {
   const int64_t bm = 16;
   for (int64_t S = 0; S <= bm / 2; ++S) {
@@ -106,8 +162,10 @@ struct VCase {
 /// Flash-Verify-like layout: slot j owns store rows [j·l_max, (j+1)·l_max); its tile has T + 2S rows
 /// (S = cands[j], T = 2·bm − 2S, or kept[j] when given) and gathers every row < seqlen[j] of its slot
 /// except `T + S` of them (those recomputed in the tile), in a shuffled order.
+/// sources: every tile also has S source rows (a shifted-logit model's; T = max(0, 2·bm − 3S) by default).
 VCase slots_case(const std::string& name, const std::vector<int32_t>& seqlens, const std::vector<int32_t>& cands,
-                 int32_t l_max, int32_t bm, int heads, int head_dim = 128, std::vector<int32_t> kept = {}) {
+                 int32_t l_max, int32_t bm, int heads, int head_dim = 128, std::vector<int32_t> kept = {},
+                 bool sources = false) {
   VCase c;
   c.name = name;
   c.heads = heads;
@@ -115,19 +173,28 @@ VCase slots_case(const std::string& name, const std::vector<int32_t>& seqlens, c
   std::mt19937 rng(static_cast<uint32_t>(std::hash<std::string>()(name)));
   int32_t q = 3;  // rows before the first tile belong to no tile
   for (size_t j = 0; j < seqlens.size(); ++j) {
-    const int32_t S = cands[j], T = kept.empty() ? 2 * bm - 2 * S : kept[j];
+    const int32_t S = cands[j], R = sources ? S : 0;
+    const int32_t T = kept.empty() ? std::max(0, 2 * bm - 2 * S - R) : kept[j];
     std::vector<int32_t> rows;
     for (int32_t t = 0; t < seqlens[j]; ++t) rows.push_back(static_cast<int32_t>(j) * l_max + t);
     std::shuffle(rows.begin(), rows.end(), rng);
     const int32_t drop = std::min<int32_t>(T + S, static_cast<int32_t>(rows.size()));
     const auto k0 = static_cast<int32_t>(c.key_rows.size());
     c.key_rows.insert(c.key_rows.end(), rows.begin() + drop, rows.end());
-    c.tiles.push_back({q, q + T + 2 * S, k0, static_cast<int32_t>(c.key_rows.size()), S});
-    q += T + 2 * S;
+    c.tiles.push_back({q, q + T + 2 * S + R, k0, static_cast<int32_t>(c.key_rows.size()), S, R});
+    q += T + 2 * S + R;
   }
   c.q_rows = q + 2;
   c.kv_rows = static_cast<int64_t>(seqlens.size()) * l_max;
   return c;
+}
+
+/// The I32 table rows of c.tiles.
+std::vector<int32_t> table_of(const VCase& c) {
+  std::vector<int32_t> table;
+  for (const VerifyTile& t : c.tiles)
+    table.insert(table.end(), {t.q_start, t.q_end, t.k_start, t.k_end, t.n_cand, t.n_src});
+  return table;
 }
 
 struct Inputs {
@@ -151,15 +218,26 @@ std::vector<double> naive(const VCase& c, const Inputs& in, float scale) {
   const int64_t HD = static_cast<int64_t>(c.heads) * c.head_dim, D = c.head_dim;
   std::vector<double> out(static_cast<size_t>(c.q_rows * HD), NAN);
   for (const VerifyTile& t : c.tiles) {
-    const int64_t n = t.q_end - t.q_start, S = t.n_cand, T = n - 2 * S;
-    // Dense mask of §D.8 built from the row/column categories.
+    const int64_t n = t.q_end - t.q_start, S = t.n_cand, T = n - 2 * S - t.n_src;
+    // Dense mask of §D.8 built from the row/column categories (3: source rows, queries only, each
+    // attending like the mask row of its candidate).
     std::vector<std::vector<bool>> mask(static_cast<size_t>(n), std::vector<bool>(static_cast<size_t>(n)));
     for (int64_t r = 0; r < n; ++r)
       for (int64_t col = 0; col < n; ++col) {
-        const int rk = r < T ? 0 : (r < T + S ? 1 : 2), ck = col < T ? 0 : (col < T + S ? 1 : 2);
-        const int64_t i = rk == 1 ? r - T : r - T - S, k = ck == 1 ? col - T : col - T - S;
+        const auto kind = [&](int64_t x) { return x < T ? 0 : x < T + S ? 1 : x < T + 2 * S ? 2 : 3; };
+        int rk = kind(r);
+        const int ck = kind(col);
+        int64_t i = rk == 1 ? r - T : r - T - S;
+        if (rk == 3) {
+          rk = 2;
+          i = r - T - 2 * S;
+        }
+        const int64_t k = ck == 1 ? col - T : col - T - S;
         bool m;
-        if (ck == 0) m = true;
+        if (ck == 3)
+          m = false;
+        else if (ck == 0)
+          m = true;
         else if (rk == 0) m = ck == 2;
         else if (rk == 1) m = ck == 1 ? k <= i : k > i;
         else m = ck == 1 ? k < i : k >= i;
@@ -203,7 +281,7 @@ std::vector<float> run(Backend& be, const VCase& c, const Inputs& in, float scal
   Dev qd = make(be, at, c.q_rows, HD), kd = make(be, at, c.kv_rows, HD), vd = make(be, at, c.kv_rows, HD);
   Dev ktd = make(be, at, c.q_rows, HD), vtd = make(be, at, c.q_rows, HD), od = make(be, at, c.q_rows, HD);
   Dev gd = make(be, DType::kI32, std::max<int64_t>(1, static_cast<int64_t>(c.key_rows.size())));
-  Dev td = make(be, DType::kI32, std::max<int64_t>(1, static_cast<int64_t>(c.tiles.size())), 5);
+  Dev td = make(be, DType::kI32, std::max<int64_t>(1, static_cast<int64_t>(c.tiles.size())), kVerifyTileInts);
   put(be, qd.t, in.q);
   put(be, kd.t, in.k);
   put(be, vd.t, in.v);
@@ -213,9 +291,8 @@ std::vector<float> run(Backend& be, const VCase& c, const Inputs& in, float scal
   std::vector<int32_t> g = c.key_rows;
   if (g.empty()) g.push_back(0);
   put_i32(be, gd.t, g);
-  std::vector<int32_t> table;
-  for (const VerifyTile& t : c.tiles) table.insert(table.end(), {t.q_start, t.q_end, t.k_start, t.k_end, t.n_cand});
-  if (table.empty()) table.assign(5, 0);
+  std::vector<int32_t> table = table_of(c);
+  if (table.empty()) table.assign(kVerifyTileInts, 0);
   put_i32(be, td.t, table);
   const Tensor keys = gd.t.slice_rows(0, static_cast<int64_t>(c.key_rows.size()));
   const Tensor tiles = td.t.slice_rows(0, static_cast<int64_t>(c.tiles.size()));
@@ -251,6 +328,11 @@ std::vector<VCase> small_cases() {
   e128.tiles[0].k_end = e128.tiles[0].k_start;  // tile 0 sees only its own rows
   v.push_back(e128);
   v.push_back(slots_case("96-row tiles, S 40, head_dim 128", {150, 200}, {40, 33}, 256, 48, 2, 128));
+  // Source rows (shifted-logit models): both kernels, T = 0, S = 0, tiles of several work items.
+  v.push_back(slots_case("source rows, head_dim 32", {40, 50, 30}, {3, 0, 8}, 64, 8, 2, 32, {}, true));
+  v.push_back(slots_case("source rows, T = 0, head_dim 64", {30, 30}, {5, 2}, 32, 4, 3, 64, {0, 1}, true));
+  v.push_back(slots_case("source rows, head_dim 128", {60, 120, 90}, {4, 8, 0}, 128, 16, 2, 128, {}, true));
+  v.push_back(slots_case("source rows, 112-row tiles, head_dim 128", {150, 200}, {30, 33}, 256, 48, 2, 128, {}, true));
   return v;
 }
 
@@ -260,6 +342,8 @@ std::vector<VCase> sweep_cases() {
                          16, 32));
   v.push_back(slots_case("odd seqlens", {1, 33, 129, 255, 300}, {1, 0, 8, 7, 2}, 384, 16, 3));
   v.push_back(slots_case("head_dim 64, bm 32", {200, 90}, {16, 11}, 256, 32, 2, 64));
+  v.push_back(slots_case("source rows, 8 slots x 32 rows, 28 heads", std::vector<int32_t>(8, 256),
+                         {0, 1, 2, 3, 5, 8, 8, 4}, 384, 16, 28, 128, {}, true));
   return v;
 }
 
@@ -340,6 +424,12 @@ TEST(CpuVerifyAttention, RejectsBadOperands) {
   t.tiles[0].n_cand = 5;  // 2·5 > 8 rows
   expect_error(t, "tile 0");
   t = c;
+  t.tiles[0].n_src = 3;  // more source rows than candidates
+  expect_error(t, "tile 0");
+  t = c;
+  t.tiles[0].n_src = 2;  // fits: T = 8 − 6 = 2 (valid)
+  EXPECT_NO_THROW(run(*cpu, t, in, 0.1f));
+  t = c;
   t.tiles[0].k_end = static_cast<int32_t>(t.key_rows.size()) + 1;
   expect_error(t, "tile 0");
   t = c;
@@ -389,6 +479,10 @@ TEST_P(CudaVerify, InvalidTileAndKeyRowAreReported) {
   t.tiles[0].n_cand = 5;
   EXPECT_TRUE(twin::throws_error(*twin_, [&] { run(*twin_, t, in, 0.1f); }, ErrorCode::kInvalidArgument, "tile"));
   t = c;
+  t.tiles[0].n_src = 3;  // more source rows than candidates
+  EXPECT_TRUE(twin::throws_error(
+      *twin_, [&] { run(*twin_, t, in, 0.1f); }, ErrorCode::kInvalidArgument, "tile"));
+  t = c;
   t.key_rows[0] = static_cast<int32_t>(c.kv_rows) + 7;
   EXPECT_TRUE(twin::throws_error(*twin_, [&] { run(*twin_, t, in, 0.1f); }, ErrorCode::kInvalidArgument, ""));
   // A bad row in a later key tile (the flash kernel reads those rows one tile ahead, in its loop).
@@ -434,6 +528,7 @@ TEST(CudaVerifyLaunch, BothCtaShapesMatchCpu) {
   cases.push_back(e);
   VCase few = slots_case("20 rows, 4 gathered keys", {16}, {8}, 32, 10, 2, 128, {4});
   cases.push_back(few);
+  cases.push_back(slots_case("source rows, 112-row tiles", {150, 200}, {30, 33}, 256, 48, 2, 128, {}, true));
   const std::unique_ptr<Backend> cpu = make_cpu_backend(0);
   for (const VCase& c : cases) {
     SCOPED_TRACE(c.name);
@@ -456,8 +551,7 @@ TEST(CudaVerifyLaunch, BothCtaShapesMatchCpu) {
       EXPECT_EQ(cudaMemcpy(d, v.data(), v.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
       return static_cast<int32_t*>(d);
     };
-    std::vector<int32_t> table;
-    for (const VerifyTile& t : c.tiles) table.insert(table.end(), {t.q_start, t.q_end, t.k_start, t.k_end, t.n_cand});
+    const std::vector<int32_t> table = table_of(c);
     __nv_bfloat16 *q = upload(in.q), *k = upload(in.k), *v = upload(in.v), *kt = upload(in.kt), *vt = upload(in.vt);
     __nv_bfloat16* out = upload(std::vector<float>(static_cast<size_t>(c.q_rows * HD), NAN));
     int32_t *table_d = upload_i32(table), *rows_d = upload_i32(c.key_rows), *flags = upload_i32({0});

@@ -170,7 +170,7 @@ TEST(ForwardPadding, PaddedVerifyPassGivesTheSameLogits) {
     vb.positions.insert(vb.positions.end(), {kept0, kept1, cand, cand});
     for (int32_t t = 0; t < static_cast<int32_t>(s.size()); ++t)
       if (t != kept0 && t != kept1 && t != cand) vb.key_rows.push_back(base + t);
-    vb.tiles.push_back({q0, q0 + 4, k0, static_cast<int32_t>(vb.key_rows.size()), 1});
+    vb.tiles.push_back({q0, q0 + 4, k0, static_cast<int32_t>(vb.key_rows.size()), 1, 0});
     vb.logit_rows.insert(vb.logit_rows.end(), {q0 + 2, q0 + 3});
     base += static_cast<int32_t>(s.size());
   }

@@ -257,7 +257,7 @@ TEST(TensorParallelForward, VerifyPassLogitsMatchTheUnshardedPass) {
   vb.token_ids = {prefix[3], prefix[9], 17, 23, c.mask_token_id, c.mask_token_id};
   vb.positions = {P, P + 1, P + 2, P + 3, P + 2, P + 3};
   for (int32_t i = 0; i < P; ++i) vb.key_rows.push_back(i);
-  vb.tiles = {{0, 6, 0, P, 2}};
+  vb.tiles = {{0, 6, 0, P, 2, 0}};
   vb.logit_rows = {0, 1, 2, 3, 4, 5};
   vb.row_keys.assign(6, 0);
   auto verify = [&](Backend& b, const Model& m) {

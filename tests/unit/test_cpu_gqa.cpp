@@ -112,13 +112,14 @@ TEST_P(CpuGqa, VerifyAndImportanceMatchRepeatedKv) {
   auto kt_rep = repeat_kv(kt, Tq, Hkv, group), vt_rep = repeat_kv(vt, Tq, Hkv, group);
   std::vector<int32_t> keys = {3, 9, 0, 41, 59, 17, 22};
   Tensor key_rows(keys.data(), DType::kI32, DeviceKind::kCPU, {static_cast<int64_t>(keys.size())});
-  std::vector<VerifyTile> vtiles = {{0, 8, 0, 4, 2}, {8, 20, 2, 7, 3}};  // [kept T | drafts S | masks S]
+  // [kept T | drafts S | masks S | sources]: the second tile has the source rows of a shifted-logit model.
+  std::vector<VerifyTile> vtiles = {{0, 8, 0, 4, 2, 0}, {8, 20, 2, 7, 3, 3}};
   auto be = make_cpu_backend(2);
   std::vector<float> got(q.size()), mha(q.size());
   be->attention_verify(host(q, Tq, HD), host(k, N, KD), host(v, N, KD), key_rows, host(kt, Tq, KD), host(vt, Tq, KD),
-                       table_of(vtiles, 5), H, 0.3f, host(got, Tq, HD));
+                       table_of(vtiles, kVerifyTileInts), H, 0.3f, host(got, Tq, HD));
   be->attention_verify(host(q, Tq, HD), host(k_rep, N, HD), host(v_rep, N, HD), key_rows, host(kt_rep, Tq, HD),
-                       host(vt_rep, Tq, HD), table_of(vtiles, 5), H, 0.3f, host(mha, Tq, HD));
+                       host(vt_rep, Tq, HD), table_of(vtiles, kVerifyTileInts), H, 0.3f, host(mha, Tq, HD));
   EXPECT_TRUE(same_bits(got, mha)) << "verify: GQA differs from MHA over repeated K/V";
 
   std::vector<AttentionTile> tiles = {{0, 5, 0, 30}, {5, 20, 25, 60}};

@@ -293,7 +293,7 @@ class CpuBackend final : public Backend {
     const int64_t Tq = q.rows(), HD = q.row_size(), N = k_store.rows(), G = key_rows.numel();
     const int64_t KD = k_store.row_size(), group = n_heads / n_kv;
     const auto* tiles = reinterpret_cast<const VerifyTile*>(table.data);
-    const int64_t n_tiles = table.numel() / 5;
+    const int64_t n_tiles = table.numel() / kVerifyTileInts;
     const int32_t* gather = key_rows.ptr<int32_t>();
     for (int64_t g = 0; g < G; ++g)
       FDLLM_CHECK_ARG(gather[g] >= 0 && gather[g] < N, "{}: key_rows[{}] = {} is outside the store rows [0, {})", kOp,
@@ -302,11 +302,11 @@ class CpuBackend final : public Backend {
     for (int64_t i = 0; i < n_tiles; ++i) {
       const VerifyTile& a = tiles[i];
       FDLLM_CHECK_ARG(0 <= a.q_start && a.q_start <= a.q_end && a.q_end <= Tq && 0 <= a.k_start &&
-                          a.k_start <= a.k_end && a.k_end <= G && a.n_cand >= 0 &&
-                          2 * static_cast<int64_t>(a.n_cand) <= a.q_end - a.q_start,
-                      "{}: tile {} (q [{}, {}), keys [{}, {}), {} candidates) is outside {} query rows / {} key rows "
-                      "or has more than (q_end - q_start) / 2 candidates",
-                      kOp, i, a.q_start, a.q_end, a.k_start, a.k_end, a.n_cand, Tq, G);
+                          a.k_start <= a.k_end && a.k_end <= G &&
+                          verify_tile_groups_valid(a.q_end - a.q_start, a.n_cand, a.n_src),
+                      "{}: tile {} (q [{}, {}), keys [{}, {}), {} candidates, {} source rows) is outside {} query rows "
+                      "/ {} key rows or its groups do not fit (0 <= n_src <= n_cand, 2·n_cand + n_src <= rows)",
+                      kOp, i, a.q_start, a.q_end, a.k_start, a.k_end, a.n_cand, a.n_src, Tq, G);
       for (int32_t r = a.q_start; r < a.q_end; ++r) work.emplace_back(static_cast<int32_t>(i), r);
     }
     const int64_t Dh = HD / n_heads;
@@ -318,7 +318,7 @@ class CpuBackend final : public Backend {
 #pragma omp for schedule(dynamic, 4)
       for (size_t w = 0; w < work.size(); ++w) {
         const VerifyTile& a = tiles[work[w].first];
-        const int64_t r = work[w].second, rows = a.q_end - a.q_start, S = a.n_cand, T = rows - 2 * S;
+        const int64_t r = work[w].second, rows = a.q_end - a.q_start, S = a.n_cand, T = a.n_kept();
         for (int h = 0; h < n_heads; ++h) {
           const float* qr = q.ptr<float>() + r * HD + h * Dh;
           const int64_t kc = h / group * Dh;  // the columns of query head h's K/V head

@@ -29,7 +29,7 @@ void CudaBackend::plan_attention(Tensor table, int64_t q_rows, int64_t kv_rows, 
 }
 
 void CudaBackend::plan_attention_verify(Tensor table, int64_t q_rows, int64_t n_keys) {
-  check_plan_args(table, 5, q_rows, n_keys, 1, "plan_attention_verify");
+  check_plan_args(table, kVerifyTileInts, q_rows, n_keys, 1, "plan_attention_verify");
   expect(table, DType::kI32, "plan_attention_verify", "table");
   reset_plan();
   if (reference_attention() || table.numel() == 0 || q_rows == 0) return;
@@ -50,10 +50,10 @@ CudaBackend::PlanKey CudaBackend::attention_key(Tensor table, int64_t q_rows, in
   return key;
 }
 
-// The plan key of a verify attention call over `table` (5-int VerifyTile rows): work items of the
+// The plan key of a verify attention call over `table` (6-int VerifyTile rows): work items of the
 // verify mode's CTA rows (every VerifyCta the engine picks plans alike).
 CudaBackend::PlanKey CudaBackend::verify_key(Tensor table, int64_t q_rows, int64_t n_keys) {
-  return PlanKey{table, 5, q_rows, n_keys, kernels::verify_block_m(kernels::VerifyCta{})};
+  return PlanKey{table, kVerifyTileInts, q_rows, n_keys, kernels::verify_block_m(kernels::VerifyCta{})};
 }
 
 CudaBackend::WorkLists CudaBackend::work_lists(const PlanKey& key) {

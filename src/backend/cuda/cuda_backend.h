@@ -333,7 +333,7 @@ class CudaBackend final : public Backend {
   // The plan key of an attention call over `table` (4-int AttentionTile rows).
   PlanKey attention_key(Tensor table, int64_t q_rows, int64_t kv_rows, int n_heads) const;
 
-  // The plan key of a verify attention call over `table` (5-int VerifyTile rows): work items of the
+  // The plan key of a verify attention call over `table` (6-int VerifyTile rows): work items of the
   // verify mode's CTA rows (every VerifyCta the engine picks plans alike).
   static PlanKey verify_key(Tensor table, int64_t q_rows, int64_t n_keys);
 

@@ -106,7 +106,7 @@ void CudaBackend::attention_verify(Tensor q, Tensor k_store, Tensor v_store, Ten
   FDLLM_CHECK_ARG(std::isfinite(scale) && scale > 0.f, "attention_verify: scale {} must be finite and > 0", scale);
   for (const Tensor* t : {&q, &k_store, &v_store, &k_tile, &v_tile, &key_rows, &table})
     FDLLM_CHECK_ARG(!overlap(out, *t), "attention_verify: 'out' overlaps an input ({})", t->describe());
-  const int64_t n_tiles = table.numel() / 5;
+  const int64_t n_tiles = table.numel() / kVerifyTileInts;
   if (n_tiles == 0 || Tq == 0) return;
   kernels::VerifyAttentionArgs a;
   a.q = bf16(q);

@@ -69,11 +69,11 @@ struct AttentionWorkItem {
 };
 
 /// Key sources of the flash kernel's Flash-Verify mode (attention_verify_flash; reference §D.8): per
-/// VerifyTile (q_start, q_end, k_start, k_end, n_cand) of `table`, the keys are the store rows
+/// VerifyTile (q_start, q_end, k_start, k_end, n_cand, n_src) of `table`, the keys are the store rows
 /// key_rows[k_start, k_end) of AttentionArgs::k / v, then the tile's own fresh K/V rows
 /// k_tile/v_tile[q_start, q_end) under the in-tile isolation mask (flashdllm::verify_may_attend).
 struct VerifyKeys {
-  const int32_t* table = nullptr;         ///< device I32 [n_tiles, 5] VerifyTile rows
+  const int32_t* table = nullptr;         ///< device I32 [n_tiles, 6] VerifyTile rows
   const int32_t* key_rows = nullptr;      ///< device I32 gather list of store rows
   const __nv_bfloat16* k_tile = nullptr;  ///< [q_rows, Hkv·head_dim] fresh K of the query rows
   const __nv_bfloat16* v_tile = nullptr;  ///< [q_rows, Hkv·head_dim]
@@ -82,7 +82,8 @@ struct VerifyKeys {
 
 /// The verify mode's CTA shape (attention_verify_flash). key_split 1: 64 query rows per CTA, four
 /// warps of 16 rows; 2: 32 rows, two warp groups over the two halves of every key tile. A verify
-/// tile has 20-32 rows (2·block_length, or k1 + 2·S with --verify-kept commits). min_ctas_per_sm:
+/// tile has 20-32 rows (2·block_length, or k1 + 2·S with --verify-kept commits; + S source rows on
+/// a shifted-logit model with --verify-kept commits). min_ctas_per_sm:
 /// the register budget (__launch_bounds__) that lets that many CTAs share an SM. Built: 1/1, 2/2,
 /// 2/3; the engine picks 2/2 or 2/3 per call (verify_cta_for).
 struct VerifyCta {
@@ -143,10 +144,10 @@ void attention_plan(const int32_t* table, int64_t n_tiles, int64_t q_rows, int64
 void attention_flash(const AttentionArgs& args, FlashVariant variant, const AttentionWorkItem* work,
                      const int32_t* work_count, int64_t capacity, cudaStream_t stream);
 
-/// Cuts a Flash-Verify table (device I32 [n_tiles, 5] VerifyTile rows) into work items of at most
+/// Cuts a Flash-Verify table (device I32 [n_tiles, 6] VerifyTile rows) into work items of at most
 /// block_m query rows (k_begin/k_end = the tile's gather range, tile = its table row). Tiles outside
-/// [0, q_rows) × [0, n_keys), reversed, or with 2·n_cand > rows are skipped and set
-/// kErrAttentionTile; an empty gather range is valid (every row sees its own column). Same
+/// [0, q_rows) × [0, n_keys), reversed, or not verify_tile_groups_valid are skipped and set
+/// kErrAttentionTile; an empty gather range is valid (every row sees a column of its tile). Same
 /// contract otherwise as attention_plan.
 void attention_plan_verify(const int32_t* table, int64_t n_tiles, int64_t q_rows, int64_t n_keys, int block_m,
                            AttentionWorkItem* work, int32_t* work_count, int64_t capacity, int* error_flags,

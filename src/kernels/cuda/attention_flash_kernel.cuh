@@ -138,10 +138,10 @@ __global__ void __launch_bounds__(FlashTraits<kBlockM, kBlockN, kKeySplit>::kThr
   // Key count: the key range, or (verify) the gathered keys + the tile's own rows.
   int n_gather = w.k_end - w.k_begin, n_keys = n_gather, tile_q0 = 0, n_kept = 0, n_cand = 0;
   if constexpr (kVerify) {
-    const int32_t* const tr = vk.table + 5 * static_cast<int64_t>(w.tile);
+    const int32_t* const tr = vk.table + kVerifyTileInts * static_cast<int64_t>(w.tile);
     tile_q0 = tr[0];
     n_cand = tr[4];
-    n_kept = tr[1] - tr[0] - 2 * n_cand;
+    n_kept = tr[1] - tr[0] - 2 * n_cand - tr[5];  // minus the source rows (none without a logit shift)
     n_keys = n_gather + (tr[1] - tr[0]);
   }
 

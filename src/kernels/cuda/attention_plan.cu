@@ -1,6 +1,7 @@
 // attention_plan: block table -> flash work items, on the device (see attention.h).
 #include <string>
 
+#include "core/verify_mask.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -31,10 +32,11 @@ __global__ void __launch_bounds__(kPlanThreads)
       qe = table[tile_ints * i + 1];
       ks = table[tile_ints * i + 2];
       ke = table[tile_ints * i + 3];
-      // VerifyTile rows (5 ints): any gather range, 0 <= 2·n_cand <= rows; AttentionTile rows: keys for every row.
-      const bool ok = tile_ints == 5
+      // VerifyTile rows (kVerifyTileInts): any gather range, groups that fit (verify_tile_groups_valid);
+      // AttentionTile rows: keys for every row.
+      const bool ok = tile_ints == kVerifyTileInts
                           ? qs >= 0 && qs <= qe && qe <= q_rows && ks >= 0 && ks <= ke && ke <= kv_rows &&
-                                table[5 * i + 4] >= 0 && 2 * static_cast<int64_t>(table[5 * i + 4]) <= qe - qs
+                                verify_tile_groups_valid(qe - qs, table[tile_ints * i + 4], table[tile_ints * i + 5])
                           : detail::attention_tile_valid(qs, qe, ks, ke, q_rows, kv_rows);
       if (!ok)
         bad_tile = true;
@@ -112,8 +114,8 @@ void attention_plan(const int32_t* table, int64_t n_tiles, int64_t q_rows, int64
 void attention_plan_verify(const int32_t* table, int64_t n_tiles, int64_t q_rows, int64_t n_keys, int block_m,
                            AttentionWorkItem* work, int32_t* work_count, int64_t capacity, int* error_flags,
                            cudaStream_t stream) {
-  launch_plan("attention_plan_verify", table, 5, n_tiles, q_rows, n_keys, block_m, 0, 0, work, work_count, capacity,
-              error_flags, stream);
+  launch_plan("attention_plan_verify", table, kVerifyTileInts, n_tiles, q_rows, n_keys, block_m, 0, 0, work, work_count,
+              capacity, error_flags, stream);
 }
 
 }  // namespace flashdllm::kernels

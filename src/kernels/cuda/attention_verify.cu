@@ -15,7 +15,7 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kMaxDimsPerLane = 8;  // head_dim <= 256
 constexpr int kRowsPerWarp = 4;     // query rows a warp carries through one sweep over the keys
 constexpr int kChunk = 32;          // keys per shared-memory chunk (one per lane after the reduction)
-constexpr int kTileInts = 5;        // VerifyTile: q_start, q_end, k_start, k_end, n_cand
+constexpr int kTileInts = kVerifyTileInts;  // VerifyTile: q_start, q_end, k_start, k_end, n_cand, n_src
 
 // One reduce-scatter stage over the warp: N partial sums in, N/2 out. Lanes with bit N/2 set keep
 // the upper half of the keys, the others the lower half, and add their partner's copy. After the
@@ -50,14 +50,14 @@ __global__ void __launch_bounds__(kThreads)
   const int head = blockIdx.y;
   const int32_t qs = table[kTileInts * tile + 0], qe = table[kTileInts * tile + 1];
   const int32_t ks = table[kTileInts * tile + 2], ke = table[kTileInts * tile + 3];
-  const int32_t S = table[kTileInts * tile + 4];
-  const bool valid = qs >= 0 && qs <= qe && qe <= a.q_rows && ks >= 0 && ks <= ke && ke <= a.n_keys && S >= 0 &&
-                     2 * static_cast<int64_t>(S) <= qe - qs;
+  const int32_t S = table[kTileInts * tile + 4], n_src = table[kTileInts * tile + 5];
+  const bool valid = qs >= 0 && qs <= qe && qe <= a.q_rows && ks >= 0 && ks <= ke && ke <= a.n_keys &&
+                     verify_tile_groups_valid(qe - qs, S, n_src);
   if (!valid) {  // uniform over the CTA: no thread reaches a barrier
     if (threadIdx.x == 0 && error_flags) atomicOr(error_flags, kErrAttentionTile);
     return;
   }
-  const int rows = qe - qs, T = rows - 2 * S;
+  const int rows = qe - qs, T = rows - 2 * S - n_src;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int hd = a.head_dim, dpl = hd / 32;
   const int64_t ld = static_cast<int64_t>(a.n_heads) * hd;
@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(kThreads)
       const int r = g0 + warp + kWarps * w;
       const float lsum = detail::warp_sum(l[w]);
       if (r >= rows) continue;
-      const float inv = lsum > 0.f ? 1.f / lsum : 0.f;  // lsum >= 1: every row sees its own column
+      const float inv = lsum > 0.f ? 1.f / lsum : 0.f;  // lsum >= 1: every row sees a tile column
 #pragma unroll
       for (int i = 0; i < kMaxDimsPerLane; ++i)
         if (i < dpl) a.out[(qs + r) * ld + hoff + lane + 32 * i] = __float2bfloat16_rn(acc[w][i] * inv);

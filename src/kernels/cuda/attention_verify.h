@@ -1,12 +1,12 @@
 // Flash-Verify attention (Backend::attention_verify; reference-algorithms §D.8, Flash-dLLM
 // `_flash_verify_attention_fwd`).
 //
-// Per verify tile (q_start, q_end, k_start, k_end, n_cand) the query rows are [kept T | drafts S |
-// masks S]; each row attends to the gathered cache keys k_store[key_rows[g]], g ∈ [k_start, k_end),
-// and then to the tile's own fresh keys k_tile[q_start .. q_end) under the in-tile isolation mask
-// (computed from T and S in registers; no mask tensor in memory). Both parts go through one online
-// softmax whose running maximum is updated by every key, the in-tile ones included (the released
-// Triton kernel keeps the cache part's maximum for the in-tile block, §F.8).
+// Per verify tile (q_start, q_end, k_start, k_end, n_cand, n_src) the query rows are [kept T |
+// drafts S | masks S | sources n_src] (backend.h VerifyTile); each row attends to the gathered cache keys
+// k_store[key_rows[g]], g ∈ [k_start, k_end), and then to the tile's own fresh keys k_tile[q_start .. q_end) under the
+// in-tile isolation mask (computed from T and S in registers; no mask tensor in memory). Both parts go through one
+// online softmax whose running maximum is updated by every key, the in-tile ones included (the released Triton kernel
+// keeps the cache part's maximum for the in-tile block, §F.8).
 //
 // One CTA per (tile, head) streams the tile's keys through shared memory in chunks of 32; each warp
 // carries up to 4 query rows through the sweep. Per chunk a lane forms partial q·k over its head
@@ -44,8 +44,8 @@ struct VerifyAttentionArgs {
   int n_kv_heads = 0;  ///< K/V heads dividing n_heads (0: n_heads)
 };
 
-/// Runs the verify attention over `table` (device I32 [n_tiles, 5] = VerifyTile rows). Invalid
-/// tiles (outside [0, q_rows) × [0, n_keys), reversed, or 2·n_cand > q_end − q_start) are skipped
+/// Runs the verify attention over `table` (device I32 [n_tiles, 6] = VerifyTile rows). Invalid
+/// tiles (outside [0, q_rows) × [0, n_keys), reversed, or not verify_tile_groups_valid) are skipped
 /// and gather entries outside [0, kv_rows) are ignored; both set kErrAttentionTile in *error_flags.
 /// head_dim must be a multiple of 32 and <= 256, n_heads in [1, 65535], n_kv_heads dividing it: Error(kUnsupported /
 /// kInvalidArgument) otherwise; Error(kDevice) on launch failure.
