@@ -2,16 +2,27 @@
 # First GPU run of LLaDA-MoE on CUDA (QK-norm in rope_store, moe_route, moe_experts: branch moecuda)
 # and of gemm_bench at Dream-7B's shapes:
 #   1. test_cuda_moe (twins, the 7B-A1B expert shape, the golden forward + verify, graph replay);
-#   2. the rope_store regression filters of test_cuda_gqa (Dream's bias path was refactored) and
-#      test_cuda_forward;
+#   2. test_cuda_verify, test_cuda_gqa, test_cuda_attention, test_cuda_forward (the verify tile's
+#      source rows for Dream: branch dreamverify; Dream's bias path in rope_store was refactored), and
+#      dream_a through the CLI with Flash-Cache and Flash-Verify on both devices;
 #   3. the tiny LLaDA-MoE golden through the CLI on CUDA (reference attention: head_dim 64) against
 #      the CPU, LLaDA's sampler / Flash-Cache / Flash-Verify;
 #   4. gemm_bench --model-config data/dream-v0-instruct-7b/config.json at the Flash-Cache row counts.
 # Usage (device tool, carry .carry): bash bench/results/2026-12-06-moe-cuda/run.sh <tree> <label>
 source "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)/bench/device_prelude.sh" "$1" "$2"
 $B/tests/test_cuda_moe 2>&1 | tee "$OUT/test_cuda_moe.log" | grep -E "^\[  (PASSED|FAILED|  OK|  FAILED|  SKIPPED) |Failure|error|Expected|Which is|actual" | head -60
-$B/tests/test_cuda_gqa 2>&1 | tail -4
-$B/tests/test_cuda_forward 2>&1 | tail -3
+for t in test_cuda_verify test_cuda_gqa test_cuda_attention test_cuda_forward; do
+  $B/tests/$t > "$OUT/$t.log" 2>&1
+  echo "$t rc=$?: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/$t.log" | tr '\n' ' ')"
+  grep -E "^\[  FAILED  \]|Failure$" "$OUT/$t.log" | head -8
+done
+for args in "--cache flash" "--cache flash --verify"; do
+  for dev in cuda cpu; do
+    o=$(FLASHDLLM_ATTENTION=reference $B/flashdllm generate --device $dev -m tests/data/golden/dream_a --prompt-ids 5,6,7,8 --gen-length 32 \
+      --no-live $args --json 2>&1)
+    echo "dream_a $dev $args: $(echo "$o" | python3 -c 'import json,sys; t=sys.stdin.read(); j=json.loads(t[t.index("{"):]); r=j["results"][0]; print(r["output_ids"], "nfe", r["nfe"])' 2>/dev/null || echo "$o" | tail -2)"
+  done
+done
 for args in "--cache none" "--cache flash" "--cache flash --verify"; do
   for dev in cuda cpu; do
     o=$(FLASHDLLM_ATTENTION=reference $B/flashdllm generate --device $dev -m tests/data/golden/llada_moe_a \
