@@ -1,6 +1,7 @@
 """bench/iteration_floor.py: the floor arithmetic of issue 13 on the real LLaDA-8B config, checked
 against independent sums (the issue's ~57 TFLOP of GEMMs per 32-slot iteration; the weights read once
-at 1 slot; the verify pass's floor), and the key range of the released code's seqlen_k."""
+at 1 slot; the verify pass's floor), the same on Dream-v0-7B's real config (Qwen2 keys, GQA 28/4,
+issue 46), and the key range of the released code's seqlen_k."""
 import json
 import os
 import sys
@@ -12,7 +13,8 @@ REPO = Path(os.environ.get("FLASHDLLM_SOURCE_DIR", Path(__file__).resolve().pare
 sys.path.insert(0, str(REPO / "bench"))
 import iteration_floor  # noqa: E402
 
-CFG = json.loads((REPO / "data" / "llada-8b-instruct" / "config.json").read_text())
+CFG = iteration_floor.model_shape(json.loads((REPO / "data" / "llada-8b-instruct" / "config.json").read_text()))
+DREAM = json.loads((REPO / "data" / "dream-v0-instruct-7b" / "config.json").read_text())
 
 
 def layer_params():
@@ -71,3 +73,23 @@ def test_the_verify_floor_is_its_rows_share_of_the_gemms_plus_its_attention():
     assert gemm == pytest.approx(flops / 700e12 * 1e3, rel=1e-9)
     main, _ = iteration_floor.gemm_floor_ms(CFG, 32 * 128, 32 * 16, peak_tflops=700.0, gbps=4000.0)
     assert 0.15 < gemm / main < 0.16  # 20 of 128 rows per slot, plus half the LM head's rows
+
+
+def test_llada_shape_is_its_config():
+    assert (CFG["d_model"], CFG["n_heads"], CFG["n_kv_heads"], CFG["head_dim"]) == (4096, 32, 32, 128)
+    assert (CFG["n_layers"], CFG["mlp_hidden_size"], CFG["embedding_size"]) == (32, 12288, 126464)
+
+
+def test_dream_7b_floor_counts_its_gqa_qkv_and_its_weights():
+    cfg = iteration_floor.model_shape(DREAM)
+    assert (cfg["d_model"], cfg["n_heads"], cfg["n_kv_heads"], cfg["head_dim"]) == (3584, 28, 4, 128)
+    assert (cfg["n_layers"], cfg["mlp_hidden_size"], cfg["embedding_size"]) == (28, 18944, 152064)
+    shapes = {name: (n, k) for name, _, n, k, _, _ in iteration_floor.gemm_shapes(cfg, 128, 16)}
+    assert shapes["qkv"] == ((28 + 2 * 4) * 128, 3584)  # q 3584 + k 512 + v 512, not 3 x 3584
+    # At one slot the floor is the weight read: Dream-7B's 7.07 B GEMM weights (all but the
+    # embedding's 0.545 B of its 7.616 B parameters; biases and norms count as free) in bf16.
+    D, F, V, L = 3584, 18944, 152064, 28
+    weights = 2 * (L * (D * 4608 + D * D + D * 2 * F + F * D) + V * D)
+    total, _ = iteration_floor.gemm_floor_ms(cfg, 128, 16, peak_tflops=700.0, gbps=4000.0)
+    assert weights == pytest.approx(2 * 7.07e9, rel=1e-3)
+    assert 0 < total - weights / 4000e9 * 1e3 < 0.05 * total
