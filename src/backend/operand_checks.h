@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "backend/backend.h"
 #include "core/check.h"
 #include "core/tensor.h"
 #include "core/verify_mask.h"
@@ -82,6 +83,50 @@ inline int expect_verify_operands(const Tensor& q, const Tensor& k_store, const 
   FDLLM_CHECK_ARG(table.numel() % kVerifyTileInts == 0, "{}: table must be [n_tiles, {}] (VerifyTile rows), got {}",
                   kOp, kVerifyTileInts, table.describe());
   return kv_heads;
+}
+
+/// The sizes of a Backend::moe_experts call.
+struct MoeExpertsShape {
+  int64_t T = 0, D = 0, k = 0, E = 0, F = 0;  ///< rows, model width, top_k, experts, expert width
+};
+
+/// The operands of Backend::moe_experts on a backend of activation dtype `act` (weights `act`,
+/// scratch `act`) on `device`: x [T, D]; expert_ids I32 [T, k >= 1]; expert_weights F32 [T, k];
+/// w_gate_up [E, 2F, D]; w_down [E, D, F]; out [T, D], not aliasing x; scratch of at least
+/// Backend::moe_scratch_elements(T, k, E, D, F) elements. Returns the sizes; throws
+/// Error(kInvalidArgument) naming the op and the operand otherwise.
+inline MoeExpertsShape expect_moe_experts_operands(const Tensor& x, const Tensor& expert_ids,
+                                                   const Tensor& expert_weights, const Tensor& w_gate_up,
+                                                   const Tensor& w_down, const Tensor& out, const Tensor& scratch,
+                                                   DType act, DeviceKind device) {
+  static constexpr const char* kOp = "moe_experts";
+  expect(x, act, device, kOp, "x");
+  expect(expert_ids, DType::kI32, device, kOp, "expert_ids");
+  expect(expert_weights, DType::kF32, device, kOp, "expert_weights");
+  expect(w_gate_up, act, device, kOp, "w_gate_up");
+  expect(w_down, act, device, kOp, "w_down");
+  expect(out, act, device, kOp, "out");
+  expect(scratch, act, device, kOp, "scratch");
+  MoeExpertsShape m;
+  m.T = x.rows();
+  m.D = x.row_size();
+  m.k = expert_ids.row_size();
+  FDLLM_CHECK_ARG(w_gate_up.ndim == 3 && w_down.ndim == 3 && w_gate_up.shape[0] == w_down.shape[0] &&
+                      w_gate_up.shape[1] % 2 == 0 && w_gate_up.shape[2] == m.D && w_down.shape[1] == m.D &&
+                      w_down.shape[2] * 2 == w_gate_up.shape[1],
+                  "{}: w_gate_up {} and w_down {} are not [E, 2F, D] and [E, D, F] for D = {}", kOp,
+                  w_gate_up.describe(), w_down.describe(), m.D);
+  m.E = w_gate_up.shape[0];
+  m.F = w_down.shape[2];
+  FDLLM_CHECK_ARG(expert_ids.rows() == m.T && m.k >= 1, "{}: expert_ids {} is not [{}, top_k]", kOp,
+                  expert_ids.describe(), m.T);
+  expect_matrix(expert_weights, m.T, m.k, kOp, "expert_weights");
+  expect_matrix(out, m.T, m.D, kOp, "out");
+  FDLLM_CHECK_ARG(!overlap(out, x), "{}: out must not alias x", kOp);
+  const int64_t need = Backend::moe_scratch_elements(m.T, m.k, m.E, m.D, m.F);
+  FDLLM_CHECK_ARG(scratch.numel() >= need, "{}: scratch {} holds fewer than the {} elements of {} rows x top_k {}", kOp,
+                  scratch.describe(), need, m.T, m.k);
+  return m;
 }
 
 }  // namespace flashdllm::opcheck

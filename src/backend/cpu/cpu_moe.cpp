@@ -102,28 +102,8 @@ void moe_route(int threads, Tensor router_logits, Tensor expert_bias, const MoeR
 void moe_experts(int threads, Tensor x, Tensor expert_ids, Tensor expert_weights, Tensor w_gate_up, Tensor w_down,
                  Tensor out, bool accumulate, Tensor scratch) {
   static constexpr const char* kOp = "moe_experts";
-  check(x, DType::kF32, kOp, "x");
-  check(expert_ids, DType::kI32, kOp, "expert_ids");
-  check(expert_weights, DType::kF32, kOp, "expert_weights");
-  check(w_gate_up, DType::kF32, kOp, "w_gate_up");
-  check(w_down, DType::kF32, kOp, "w_down");
-  check(out, DType::kF32, kOp, "out");
-  check(scratch, DType::kF32, kOp, "scratch");
-  const int64_t T = x.rows(), D = x.row_size(), k = expert_ids.row_size();
-  FDLLM_CHECK_ARG(w_gate_up.ndim == 3 && w_down.ndim == 3 && w_gate_up.shape[0] == w_down.shape[0] &&
-                      w_gate_up.shape[1] % 2 == 0 && w_gate_up.shape[2] == D && w_down.shape[1] == D &&
-                      w_down.shape[2] * 2 == w_gate_up.shape[1],
-                  "{}: w_gate_up {} and w_down {} are not [E, 2F, D] and [E, D, F] for D = {}", kOp,
-                  w_gate_up.describe(), w_down.describe(), D);
-  const int64_t E = w_gate_up.shape[0], F = w_down.shape[2];
-  FDLLM_CHECK_ARG(expert_ids.rows() == T && k >= 1, "{}: expert_ids {} is not [{}, top_k]", kOp, expert_ids.describe(),
-                  T);
-  opcheck::expect_matrix(expert_weights, T, k, kOp, "expert_weights");
-  opcheck::expect_matrix(out, T, D, kOp, "out");
-  FDLLM_CHECK_ARG(out.data != x.data, "{}: out must not alias x", kOp);
-  FDLLM_CHECK_ARG(scratch.numel() >= Backend::moe_scratch_elements(T, k, E, D, F),
-                  "{}: scratch {} holds fewer than the {} elements of {} rows x top_k {}", kOp, scratch.describe(),
-                  Backend::moe_scratch_elements(T, k, E, D, F), T, k);
+  const auto [T, D, k, E, F] = opcheck::expect_moe_experts_operands(x, expert_ids, expert_weights, w_gate_up, w_down,
+                                                                    out, scratch, DType::kF32, DeviceKind::kCPU);
   if (T == 0) return;
   const int32_t* ids = expert_ids.ptr<int32_t>();
   // Counting sort of the T·k (row, choice) pairs by expert: slot[t·k + j] = its row in the groups.

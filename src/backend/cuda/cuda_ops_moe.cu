@@ -50,31 +50,11 @@ void CudaBackend::moe_route(Tensor router_logits, Tensor expert_bias, const MoeR
 void CudaBackend::moe_experts(Tensor x, Tensor expert_ids, Tensor expert_weights, Tensor w_gate_up, Tensor w_down,
                               Tensor out, bool accumulate, Tensor scratch) {
   static constexpr const char* kOp = "moe_experts";
-  expect(x, DType::kBF16, kOp, "x");
-  expect(expert_ids, DType::kI32, kOp, "expert_ids");
-  expect(expert_weights, DType::kF32, kOp, "expert_weights");
-  expect(w_gate_up, DType::kBF16, kOp, "w_gate_up");
-  expect(w_down, DType::kBF16, kOp, "w_down");
-  expect(out, DType::kBF16, kOp, "out");
-  expect(scratch, DType::kBF16, kOp, "scratch");
-  const int64_t T = x.rows(), D = x.row_size(), k = expert_ids.row_size();
-  FDLLM_CHECK_ARG(w_gate_up.ndim == 3 && w_down.ndim == 3 && w_gate_up.shape[0] == w_down.shape[0] &&
-                      w_gate_up.shape[1] % 2 == 0 && w_gate_up.shape[2] == D && w_down.shape[1] == D &&
-                      w_down.shape[2] * 2 == w_gate_up.shape[1],
-                  "{}: w_gate_up {} and w_down {} are not [E, 2F, D] and [E, D, F] for D = {}", kOp,
-                  w_gate_up.describe(), w_down.describe(), D);
-  const int64_t E = w_gate_up.shape[0], F = w_down.shape[2];
-  FDLLM_CHECK_ARG(expert_ids.rows() == T && k >= 1, "{}: expert_ids {} is not [{}, top_k]", kOp, expert_ids.describe(),
-                  T);
-  expect_matrix(expert_weights, T, k, kOp, "expert_weights");
-  expect_matrix(out, T, D, kOp, "out");
-  FDLLM_CHECK_ARG(!overlap(out, x), "{}: out must not alias x", kOp);
+  const auto [T, D, k, E, F] = opcheck::expect_moe_experts_operands(x, expert_ids, expert_weights, w_gate_up, w_down,
+                                                                    out, scratch, DType::kBF16, DeviceKind::kCUDA);
   FDLLM_CHECK(E >= 1 && E <= kernels::kMoeMaxExperts && k <= kernels::kMoeMaxTopK, ErrorCode::kUnsupported,
               "{}: {} experts, top_k {} (the CUDA kernels support at most {} experts and top_k {})", kOp, E, k,
               kernels::kMoeMaxExperts, kernels::kMoeMaxTopK);
-  const int64_t need = Backend::moe_scratch_elements(T, k, E, D, F);
-  FDLLM_CHECK_ARG(scratch.numel() >= need, "{}: scratch {} holds fewer than the {} elements of {} rows x top_k {}", kOp,
-                  scratch.describe(), need, T, k);
   if (T == 0) return;
   // Scratch (16-byte aligned regions): y F32 [M, D] | gate|up BF16 [M, 2F] | SwiGLU BF16 [M, F] | the
   // int32 sort and tile list (moe_meta_ints). moe_scratch_elements covers it (backend.h).
