@@ -8,13 +8,14 @@
 #   3. the tiny LLaDA-MoE golden through the CLI on CUDA (reference attention: head_dim 64) against
 #      the CPU, LLaDA's sampler / Flash-Cache / Flash-Verify;
 #   4. gemm_bench --model-config data/dream-v0-instruct-7b/config.json at the Flash-Cache row counts.
+# Each test binary gets at most 40 s (the session's device time was nearly spent).
 # Usage (device tool, carry .carry): bash bench/results/2026-12-06-moe-cuda/run.sh <tree> <label>
 source "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)/bench/device_prelude.sh" "$1" "$2"
-timeout 90 $B/tests/test_cuda_moe 2>&1 | tee "$OUT/test_cuda_moe.log" | grep -E "^\[  (PASSED|FAILED|  OK|  FAILED|  SKIPPED) |Failure|error|Expected|Which is|actual" | head -60
+timeout 40 $B/tests/test_cuda_moe 2>&1 | tee "$OUT/test_cuda_moe.log" | grep -E "^\[  (PASSED|FAILED|  OK|  FAILED|  SKIPPED) |Failure|error|Expected|Which is|actual" | head -60
 for t in test_cuda_verify test_cuda_gqa test_cuda_attention test_cuda_forward; do
   f='*'
   [[ $t == test_cuda_attention ]] && f='*Small*:*Verify*:*verify*'  # the device budget: the small shapes
-  timeout 90 $B/tests/$t --gtest_filter="$f" > "$OUT/$t.log" 2>&1
+  timeout 40 $B/tests/$t --gtest_filter="$f" > "$OUT/$t.log" 2>&1
   echo "$t rc=$?: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/$t.log" | tr '\n' ' ')"
   grep -E "^\[  FAILED  \]|Failure$" "$OUT/$t.log" | head -8
 done
