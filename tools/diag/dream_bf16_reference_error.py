@@ -78,9 +78,13 @@ def forward(w: dict, cfg: dict, ids: np.ndarray, low: bool) -> np.ndarray:
     return r(norm(h, W["model.norm.weight"]) @ W["lm_head.weight"].T)
 
 
-def main() -> int:
+def yardstick_main(forward, default_golden: str) -> int:
+    """The command line of a bf16 yardstick script (this one and llada_moe_bf16_reference_error.py):
+    runs forward(w, cfg, ids, low) on every input of the golden dir's forward.safetensors in fp32
+    (which must land within 1e-4 of the upstream logits: a check of the script) and in bf16, prints
+    both and writes the bf16 numbers (rel_max_err and argmax_agreement per input) to --json."""
     ap = argparse.ArgumentParser()
-    ap.add_argument("golden", nargs="?", default=str(REPO / "tests/data/golden/dream_a"))
+    ap.add_argument("golden", nargs="?", default=default_golden)
     ap.add_argument("--json", help="write the bf16 numbers here")
     a = ap.parse_args()
     g = Path(a.golden)
@@ -103,6 +107,10 @@ def main() -> int:
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=2) + "\n")
     return 0
+
+
+def main() -> int:
+    return yardstick_main(forward, str(REPO / "tests/data/golden/dream_a"))
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from safetensors.numpy import load_file
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dream_bf16_reference_error import bf16  # noqa: E402
+from dream_bf16_reference_error import bf16, yardstick_main  # noqa: E402
 
 
 def moe(x: np.ndarray, W: dict, p: str, cfg: dict, r) -> np.ndarray:
@@ -90,30 +90,7 @@ def forward(w: dict, cfg: dict, ids: np.ndarray, low: bool) -> np.ndarray:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("golden", nargs="?", default=str(REPO / "tests/data/golden/llada_moe_a"))
-    ap.add_argument("--json", help="write the bf16 numbers here")
-    a = ap.parse_args()
-    g = Path(a.golden)
-    cfg = json.loads((g / "config.json").read_text())
-    w, fx = load_file(str(g / "model.safetensors")), load_file(str(g / "forward.safetensors"))
-    keys = sorted((k.split(".", 1)[1] for k in fx if k.startswith("input_ids.")), key=lambda k: int(k[1:]))
-    out = {"rel_max_err": {}, "argmax_agreement": {}}
-    for low in (False, True):
-        for key in keys:
-            ids = fx[f"input_ids.{key}"].reshape(-1).astype(np.int64)
-            ref = fx[f"logits.{key}"].reshape(len(ids), -1)
-            got = forward(w, cfg, ids, low)
-            err = float(np.abs(got - ref).max() / np.abs(ref).max())
-            agree = float((got.argmax(-1) == ref.argmax(-1)).mean())
-            print(f"{'bf16' if low else 'fp32':5s} {key:5s} rel max err {err:.3e}  argmax agreement {agree:.4f}")
-            if not low and err > 1e-4:
-                raise SystemExit(f"the fp32 forward misses the upstream logits at {key}: this script is wrong")
-            if low:
-                out["rel_max_err"][key], out["argmax_agreement"][key] = err, agree
-    if a.json:
-        Path(a.json).write_text(json.dumps(out, indent=2) + "\n")
-    return 0
+    return yardstick_main(forward, str(REPO / "tests/data/golden/llada_moe_a"))
 
 
 if __name__ == "__main__":
