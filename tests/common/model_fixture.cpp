@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -83,6 +84,19 @@ std::vector<float> f32_tensor(const TensorInfo& t) {
   std::vector<float> out(static_cast<size_t>(t.numel()));
   std::memcpy(out.data(), t.data, out.size() * 4);
   return out;
+}
+
+void expect_within_bf16_yardstick(const std::string& label, const std::string& key, const std::vector<float>& got,
+                                  const std::vector<float>& cpu, const std::vector<float>& upstream, int64_t V,
+                                  const nlohmann::json& yard) {
+  const double err_cpu = rel_max_err(got, cpu), err_up = rel_max_err(got, upstream);
+  const double agree = argmax_agreement(got, upstream, V);
+  std::printf("%s %s: CUDA vs CPU %.3e, vs upstream %.3e, argmax agreement %.4f\n", label.c_str(), key.c_str(),
+              err_cpu, err_up, agree);
+  const double bound = kBf16YardstickFactor * yard["rel_max_err"][key].get<double>();
+  EXPECT_LE(err_cpu, bound) << label << " " << key;
+  EXPECT_LE(err_up, bound) << label << " " << key;
+  EXPECT_GE(agree, yard["argmax_agreement"][key].get<double>() - kBf16YardstickArgmaxSlack) << label << " " << key;
 }
 
 nlohmann::json load_json(const std::filesystem::path& path) {

@@ -64,6 +64,16 @@ std::vector<GenerateRequest> random_id_requests(const ModelConfig& c, size_t n, 
 /// Parses a JSON file (throws on error).
 nlohmann::json load_json(const std::filesystem::path& path);
 
+/// The bf16 yardstick check of a bf16 backend's whole-forward logits `got` [rows, V] for the golden
+/// fixture input `key` (numerics.h kBf16YardstickFactor / kBf16YardstickArgmaxSlack; `yard` is a
+/// tools/diag/*bf16_reference_error JSON file): relative max error against the CPU's fp32 `cpu` and
+/// against the upstream fp32 `upstream` logits at most the factor x yard["rel_max_err"][key], argmax
+/// agreement with upstream at least yard["argmax_agreement"][key] minus the slack (gtest EXPECTs).
+/// Prints the three numbers after `label`.
+void expect_within_bf16_yardstick(const std::string& label, const std::string& key, const std::vector<float>& got,
+                                  const std::vector<float>& cpu, const std::vector<float>& upstream, int64_t V,
+                                  const nlohmann::json& yard);
+
 /// A forward over whole sequences (full recompute, every row's logits), for parity tests.
 /// Returns logits [sum L, embedding_size] row-major on the host. Under tensor parallelism every
 /// rank calls it at once (TpGroup::run) and gets the gathered logits.

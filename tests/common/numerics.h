@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 
 namespace flashdllm::test {
@@ -66,5 +67,7 @@ double max_abs_diff(std::span<const float> a, std::span<const float> b);
 double max_abs(std::span<const float> ref);
 /// max|a - ref| / max|ref| (NaN -> +inf; ref all zero -> max|a - ref|).
 double rel_max_err(std::span<const float> a, std::span<const float> ref);
+/// Share of the rows of a and b ([rows, V] row-major, same size) whose argmax (first maximum) agrees.
+double argmax_agreement(std::span<const float> a, std::span<const float> b, int64_t V);
 
 }  // namespace flashdllm::test

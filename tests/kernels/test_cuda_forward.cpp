@@ -47,16 +47,6 @@ class CudaForward : public ::testing::Test {
   std::unique_ptr<Backend> cpu_, gpu_;
 };
 
-double argmax_agreement(const std::vector<float>& a, const std::vector<float>& b, int64_t V) {
-  const int64_t rows = static_cast<int64_t>(a.size()) / V;
-  int64_t same = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* x = &a[r * V];
-    const float* y = &b[r * V];
-    same += std::max_element(x, x + V) - x == std::max_element(y, y + V) - y;
-  }
-  return static_cast<double>(same) / static_cast<double>(rows);
-}
 
 // g1's attention is deliberately sharp, so any bf16 forward moves its logits by 10-40% of max|logit|
 // (tests/data/golden/g1_bf16_reference_error.json, measured with an independent PyTorch bf16

@@ -269,19 +269,7 @@ TEST_F(CudaGqa, DreamGoldenForward) {
     const std::vector<int32_t> ids = test::i64_tensor_as_i32(fwd->tensors().at(std::string("input_ids.") + key));
     const std::vector<float> up = test::f32_tensor(fwd->tensors().at(std::string("logits.") + key));
     const std::vector<float> lc = test::full_logits(*cpu_, mc, {ids}), lg = test::full_logits(*gpu, mg, {ids});
-    const double err_cpu = test::rel_max_err(lg, lc), err_up = test::rel_max_err(lg, up);
-    int64_t same = 0;
-    for (size_t r = 0; r < ids.size(); ++r) {
-      const float* a = &lg[r * V];
-      const float* b = &up[r * V];
-      same += std::max_element(a, a + V) - a == std::max_element(b, b + V) - b;
-    }
-    const double agree = static_cast<double>(same) / static_cast<double>(ids.size());
-    std::printf("dream_a %s: CUDA vs CPU %.3e, vs upstream %.3e, argmax agreement %.4f\n", key, err_cpu, err_up, agree);
-    const double bound = test::kBf16YardstickFactor * yard["rel_max_err"][key].get<double>();
-    EXPECT_LE(err_cpu, bound);
-    EXPECT_LE(err_up, bound);
-    EXPECT_GE(agree, yard["argmax_agreement"][key].get<double>() - test::kBf16YardstickArgmaxSlack);
+    test::expect_within_bf16_yardstick("dream_a", key, lg, lc, up, V, yard);
   }
 }
 
