@@ -91,8 +91,8 @@ void expect_within_bf16_yardstick(const std::string& label, const std::string& k
                                   const nlohmann::json& yard) {
   const double err_cpu = rel_max_err(got, cpu), err_up = rel_max_err(got, upstream);
   const double agree = argmax_agreement(got, upstream, V);
-  std::printf("%s %s: CUDA vs CPU %.3e, vs upstream %.3e, argmax agreement %.4f\n", label.c_str(), key.c_str(),
-              err_cpu, err_up, agree);
+  std::printf("%s %s: CUDA vs CPU %.3e, vs upstream %.3e, argmax agreement %.4f\n", label.c_str(), key.c_str(), err_cpu,
+              err_up, agree);
   const double bound = kBf16YardstickFactor * yard["rel_max_err"][key].get<double>();
   EXPECT_LE(err_cpu, bound) << label << " " << key;
   EXPECT_LE(err_up, bound) << label << " " << key;
