@@ -34,48 +34,63 @@ def bf16(x: np.ndarray) -> np.ndarray:
     return u.astype(np.uint32).view(np.float32)
 
 
+class Ops:
+    """The ops both NumPy yardstick forwards share (this one and llada_moe_bf16_reference_error.py),
+    for one sequence of L tokens: r (rounding to the activation dtype: bf16 when `low`, else fp32),
+    norm (RMSNorm: fp32 statistics, output in the activation dtype, times the weight), rope
+    (rotate-half RoPE with rounded cos / sin tables, x [L, heads, Dh]) and attend (bidirectional
+    attention, fp32 scores and softmax, K/V heads repeated for GQA; out [L, H·Dh] rounded)."""
+
+    def __init__(self, cfg: dict, L: int, low: bool):
+        self.r = bf16 if low else (lambda x: x.astype(np.float32))
+        r = self.r
+        self.H, self.D = cfg["num_attention_heads"], cfg["hidden_size"]
+        self.Dh, self.eps, self.L = self.D // self.H, cfg["rms_norm_eps"], L
+        Dh = self.Dh
+        inv = 1.0 / (cfg["rope_theta"] ** (np.arange(0, Dh, 2, dtype=np.float32) / Dh))
+        ang = np.outer(np.arange(L, dtype=np.float32), inv).astype(np.float32)
+        self.cos, self.sin = r(np.cos(np.concatenate([ang, ang], 1))), r(np.sin(np.concatenate([ang, ang], 1)))
+
+    def norm(self, x, g):
+        v = (x.astype(np.float32) ** 2).mean(-1, keepdims=True)
+        return self.r(g * self.r(x / np.sqrt(v + self.eps)))
+
+    def rope(self, x):
+        half, r = self.Dh // 2, self.r
+        rot = np.concatenate([-x[..., half:], x[..., :half]], -1)
+        return r(r(x * self.cos[:, None]) + r(rot * self.sin[:, None]))
+
+    def attend(self, q, k, v):
+        k, v = np.repeat(k, self.H // k.shape[1], 1), np.repeat(v, self.H // v.shape[1], 1)
+        s = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(self.Dh)  # fp32 scores and softmax
+        s = np.exp(s - s.max(-1, keepdims=True))
+        return self.r(np.einsum("hqk,khd->qhd", s / s.sum(-1, keepdims=True), v).reshape(self.L, self.D))
+
+
 def forward(w: dict, cfg: dict, ids: np.ndarray, low: bool) -> np.ndarray:
     """Logits [L, V] (float32) of one sequence; `low`: bf16 as described in the module docstring."""
-    r = bf16 if low else (lambda x: x.astype(np.float32))
-    W = {k: r(v.astype(np.float32)) for k, v in w.items()}
-    H, Hkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    D = cfg["hidden_size"]
-    Dh, eps = D // H, cfg["rms_norm_eps"]
     L = len(ids)
-    inv = 1.0 / (cfg["rope_theta"] ** (np.arange(0, Dh, 2, dtype=np.float32) / Dh))
-    ang = np.outer(np.arange(L, dtype=np.float32), inv).astype(np.float32)
-    cos, sin = r(np.cos(np.concatenate([ang, ang], 1))), r(np.sin(np.concatenate([ang, ang], 1)))
-
-    def norm(x, g):  # fp32 statistics, output in the activation dtype, times the weight
-        v = (x.astype(np.float32) ** 2).mean(-1, keepdims=True)
-        return r(g * r(x / np.sqrt(v + eps)))
+    o = Ops(cfg, L, low)
+    r, H, Hkv, Dh = o.r, o.H, cfg["num_key_value_heads"], o.Dh
+    W = {k: r(v.astype(np.float32)) for k, v in w.items()}
 
     def lin(x, name, bias=True):
         y = r(x @ W[name + ".weight"].T)
         b = name + ".bias"
         return r(y + W[b]) if bias and b in W else y
 
-    def rope(x):  # x [L, heads, Dh]
-        half = Dh // 2
-        rot = np.concatenate([-x[..., half:], x[..., :half]], -1)
-        return r(r(x * cos[:, None]) + r(rot * sin[:, None]))
-
     h = W["model.embed_tokens.weight"][ids]
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
-        x = norm(h, W[p + "input_layernorm.weight"])
-        q = rope(lin(x, p + "self_attn.q_proj").reshape(L, H, Dh))
-        k = rope(lin(x, p + "self_attn.k_proj").reshape(L, Hkv, Dh))
+        x = o.norm(h, W[p + "input_layernorm.weight"])
+        q = o.rope(lin(x, p + "self_attn.q_proj").reshape(L, H, Dh))
+        k = o.rope(lin(x, p + "self_attn.k_proj").reshape(L, Hkv, Dh))
         v = lin(x, p + "self_attn.v_proj").reshape(L, Hkv, Dh)
-        k, v = np.repeat(k, H // Hkv, 1), np.repeat(v, H // Hkv, 1)
-        s = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(Dh)  # fp32 scores and softmax
-        s = np.exp(s - s.max(-1, keepdims=True))
-        a = r(np.einsum("hqk,khd->qhd", s / s.sum(-1, keepdims=True), v).reshape(L, D))
-        h = r(h + lin(a, p + "self_attn.o_proj", bias=False))
-        x = norm(h, W[p + "post_attention_layernorm.weight"])
+        h = r(h + lin(o.attend(q, k, v), p + "self_attn.o_proj", bias=False))
+        x = o.norm(h, W[p + "post_attention_layernorm.weight"])
         g, u = lin(x, p + "mlp.gate_proj"), lin(x, p + "mlp.up_proj")
         h = r(h + lin(r(r(g / (1 + np.exp(-g))) * u), p + "mlp.down_proj"))
-    return r(norm(h, W["model.norm.weight"]) @ W["lm_head.weight"].T)
+    return r(o.norm(h, W["model.norm.weight"]) @ W["lm_head.weight"].T)
 
 
 def yardstick_main(forward, default_golden: str) -> int:

@@ -30,7 +30,7 @@ from safetensors.numpy import load_file
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dream_bf16_reference_error import bf16, yardstick_main  # noqa: E402
+from dream_bf16_reference_error import Ops, yardstick_main  # noqa: E402
 
 
 def moe(x: np.ndarray, W: dict, p: str, cfg: dict, r) -> np.ndarray:
@@ -55,38 +55,20 @@ def moe(x: np.ndarray, W: dict, p: str, cfg: dict, r) -> np.ndarray:
 
 def forward(w: dict, cfg: dict, ids: np.ndarray, low: bool) -> np.ndarray:
     """Logits [L, V] (float32) of one sequence; `low`: bf16 as described in the module docstring."""
-    r = bf16 if low else (lambda x: x.astype(np.float32))
-    W = {k: r(v.astype(np.float32)) for k, v in w.items()}
-    H, D = cfg["num_attention_heads"], cfg["hidden_size"]
-    Dh, eps = D // H, cfg["rms_norm_eps"]
     L = len(ids)
-    inv = 1.0 / (cfg["rope_theta"] ** (np.arange(0, Dh, 2, dtype=np.float32) / Dh))
-    ang = np.outer(np.arange(L, dtype=np.float32), inv).astype(np.float32)
-    cos, sin = r(np.cos(np.concatenate([ang, ang], 1))), r(np.sin(np.concatenate([ang, ang], 1)))
-
-    def norm(x, g):  # fp32 statistics, output in the activation dtype, times the weight
-        v = (x.astype(np.float32) ** 2).mean(-1, keepdims=True)
-        return r(g * r(x / np.sqrt(v + eps)))
-
-    def rope(x):  # x [L, heads, Dh]
-        half = Dh // 2
-        rot = np.concatenate([-x[..., half:], x[..., :half]], -1)
-        return r(r(x * cos[:, None]) + r(rot * sin[:, None]))
-
+    o = Ops(cfg, L, low)
+    r, H, Dh = o.r, o.H, o.Dh
+    W = {k: r(v.astype(np.float32)) for k, v in w.items()}
     h = W["model.embed_tokens.weight"][ids]
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
-        x = norm(h, W[p + "input_layernorm.weight"])
-        q = norm(r(x @ W[p + "self_attn.q_proj.weight"].T).reshape(L, H, Dh), W[p + "self_attn.q_norm.weight"])
-        k = norm(r(x @ W[p + "self_attn.k_proj.weight"].T).reshape(L, H, Dh), W[p + "self_attn.k_norm.weight"])
-        q, k = rope(q), rope(k)
+        x = o.norm(h, W[p + "input_layernorm.weight"])
+        q = o.norm(r(x @ W[p + "self_attn.q_proj.weight"].T).reshape(L, H, Dh), W[p + "self_attn.q_norm.weight"])
+        k = o.norm(r(x @ W[p + "self_attn.k_proj.weight"].T).reshape(L, H, Dh), W[p + "self_attn.k_norm.weight"])
         v = r(x @ W[p + "self_attn.v_proj.weight"].T).reshape(L, H, Dh)
-        s = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(Dh)  # fp32 scores and softmax
-        s = np.exp(s - s.max(-1, keepdims=True))
-        a = r(np.einsum("hqk,khd->qhd", s / s.sum(-1, keepdims=True), v).reshape(L, D))
-        h = r(h + r(a @ W[p + "self_attn.o_proj.weight"].T))
-        h = r(h + moe(norm(h, W[p + "post_attention_layernorm.weight"]), W, p, cfg, r))
-    return r(norm(h, W["model.norm.weight"]) @ W["lm_head.weight"].T)
+        h = r(h + r(o.attend(o.rope(q), o.rope(k), v) @ W[p + "self_attn.o_proj.weight"].T))
+        h = r(h + moe(o.norm(h, W[p + "post_attention_layernorm.weight"]), W, p, cfg, r))
+    return r(o.norm(h, W["model.norm.weight"]) @ W["lm_head.weight"].T)
 
 
 def main() -> int:
