@@ -20,6 +20,7 @@
 #include "common/test_paths.h"
 #include "io/safetensors.h"
 #include "kernels/cuda_twin.h"
+#include "kernels/qkv_twin.h"
 #include "model/model.h"
 #include "model/model_config.h"
 
@@ -208,46 +209,16 @@ TEST_F(CudaGqa, VerifyFlashAndScalar) {
 }
 
 TEST_F(CudaGqa, QkvRopeStoreWithBias) {
-  const int64_t T = 37, D = 256, N = 64, P = 128;
   for (const Heads& g : kRatios) {
     SCOPED_TRACE(label(g));
-    const int64_t HD = g.h * kDh, KD = g.kv * kDh, W = HD + 2 * KD;
-    const std::vector<float> xn = randn_bf16(static_cast<size_t>(T * D), 21);
-    const std::vector<float> w = randn_bf16(static_cast<size_t>(W * D), 22, 1.0f / 16.0f);
-    const std::vector<float> bias = randn_bf16(static_cast<size_t>(W), 23, 0.5f);
-    std::mt19937 rng(9);
-    std::vector<int32_t> pos(static_cast<size_t>(T)), rows(static_cast<size_t>(N));
-    for (auto& p : pos) p = static_cast<int32_t>(rng() % P);
-    std::iota(rows.begin(), rows.end(), 0);
-    std::shuffle(rows.begin(), rows.end(), rng);
-    rows.resize(static_cast<size_t>(T));
-    ModelConfig rc;
-    rc.head_dim = kDh;
-    rc.rope_theta = 1e6;
-    struct Res {
-      std::vector<float> q, k, v;
-    };
-    auto run = [&](Backend& be) {
-      const DType at = be.activation_dtype();
-      Dev xd = make(be, at, T, D), wd = make(be, be.weight_dtype(), W, D), bd = make(be, be.weight_dtype(), W);
-      Dev pd = make(be, DType::kI32, T), rd = make(be, DType::kI32, T), scratch = make(be, at, T, W);
-      Dev qd = make(be, at, T, HD), ks = make(be, at, N, KD), vs = make(be, at, N, KD);
-      const RopeTables rope = make_rope_tables(be, rc, P);
-      put(be, xd.t, xn);
-      put(be, wd.t, w);
-      put(be, bd.t, bias);
-      put_i32(be, pd.t, pos);
-      put_i32(be, rd.t, rows);
-      be.fill_zero(ks.t);
-      be.fill_zero(vs.t);
-      be.qkv_rope_store(xd.t, wd.t, QkvExtras{bd.t, {}, {}, 0.0f}, pd.t, rd.t, rope.table, g.h, qd.t, ks.t, vs.t,
-                        scratch.t);
-      return Res{get(be, qd.t), get(be, ks.t), get(be, vs.t)};
-    };
-    const Res ref = run(*cpu_), got = run(*twin_);
-    EXPECT_TRUE(close("q_out", got.q, ref.q, HD, test::kBf16OpRelTol));
-    EXPECT_TRUE(close("k_store", got.k, ref.k, KD, test::kBf16OpRelTol));
-    EXPECT_TRUE(close("v_store", got.v, ref.v, KD, test::kBf16OpRelTol));
+    twin::QkvTwinCase c;
+    c.h = g.h;
+    c.kv = g.kv;
+    c.dh = kDh;
+    c.seed = 21;
+    c.rows_seed = 9;
+    c.bias = true;
+    twin::expect_qkv_rope_store_twin(*cpu_, *twin_, c);
   }
 }
 

@@ -22,6 +22,7 @@
 #include "common/test_paths.h"
 #include "io/safetensors.h"
 #include "kernels/cuda_twin.h"
+#include "kernels/qkv_twin.h"
 #include "model/model.h"
 #include "model/model_config.h"
 
@@ -287,57 +288,26 @@ TEST_F(CudaMoe, SmallQkvRopeStoreQkNorm) {
     int h, kv;
     int64_t dh;
   };
-  const int64_t T = 37, D = 256, N = 64, P = 128;
   for (const Heads g : {Heads{4, 4, 64}, Heads{8, 2, 128}, Heads{4, 4, 40}})
     for (bool with_bias : {false, true}) {
       SCOPED_TRACE(std::to_string(g.h) + "/" + std::to_string(g.kv) + " heads of " + std::to_string(g.dh) +
                    (with_bias ? ", bias" : ""));
-      const int64_t HD = g.h * g.dh, KD = g.kv * g.dh, W = HD + 2 * KD;
-      const std::vector<float> xn = randn_bf16(static_cast<size_t>(T * D), 31);
-      const std::vector<float> w = randn_bf16(static_cast<size_t>(W * D), 32, 1.0f / 16.0f);
-      const std::vector<float> bias = randn_bf16(static_cast<size_t>(W), 33, 0.5f);
-      std::vector<float> qn = randn_bf16(static_cast<size_t>(g.dh), 34, 0.05f), kn = qn;
-      for (size_t i = 0; i < qn.size(); ++i) {
-        qn[i] = bf16_to_f32(f32_to_bf16(1.8f * (1.0f + qn[i])));
-        kn[i] = bf16_to_f32(f32_to_bf16(1.8f * (1.0f - kn[i])));
+      twin::QkvTwinCase c;
+      c.h = g.h;
+      c.kv = g.kv;
+      c.dh = g.dh;
+      c.rope_theta = 50000;
+      c.seed = 31;
+      c.rows_seed = 5;
+      c.bias = with_bias;
+      c.eps = 1e-6f;
+      c.q_norm = randn_bf16(static_cast<size_t>(g.dh), 34, 0.05f);
+      c.k_norm = c.q_norm;
+      for (size_t i = 0; i < c.q_norm.size(); ++i) {
+        c.q_norm[i] = bf16_to_f32(f32_to_bf16(1.8f * (1.0f + c.q_norm[i])));
+        c.k_norm[i] = bf16_to_f32(f32_to_bf16(1.8f * (1.0f - c.k_norm[i])));
       }
-      std::mt19937 rng(5);
-      std::vector<int32_t> pos(static_cast<size_t>(T)), rows(static_cast<size_t>(N));
-      for (auto& p : pos) p = static_cast<int32_t>(rng() % P);
-      std::iota(rows.begin(), rows.end(), 0);
-      std::shuffle(rows.begin(), rows.end(), rng);
-      rows.resize(static_cast<size_t>(T));
-      ModelConfig rc;
-      rc.head_dim = g.dh;
-      rc.rope_theta = 50000;
-      struct Res {
-        std::vector<float> q, k, v;
-      };
-      auto run = [&](Backend& be) {
-        const DType at = be.activation_dtype(), wt = be.weight_dtype();
-        Dev xd = make(be, at, T, D), wd = make(be, wt, W, D), bd = make(be, wt, W);
-        Dev qnd = make(be, wt, g.dh), knd = make(be, wt, g.dh);
-        Dev pd = make(be, DType::kI32, T), rd = make(be, DType::kI32, T), scratch = make(be, at, T, W);
-        Dev qd = make(be, at, T, HD), ks = make(be, at, N, KD), vs = make(be, at, N, KD);
-        const RopeTables rope = make_rope_tables(be, rc, P);
-        put(be, xd.t, xn);
-        put(be, wd.t, w);
-        put(be, bd.t, bias);
-        put(be, qnd.t, qn);
-        put(be, knd.t, kn);
-        put_i32(be, pd.t, pos);
-        put_i32(be, rd.t, rows);
-        be.fill_zero(ks.t);
-        be.fill_zero(vs.t);
-        twin::poison(be, qd.t);
-        const QkvExtras extra{with_bias ? bd.t : Tensor{}, qnd.t, knd.t, 1e-6f};
-        be.qkv_rope_store(xd.t, wd.t, extra, pd.t, rd.t, rope.table, g.h, qd.t, ks.t, vs.t, scratch.t);
-        return Res{get(be, qd.t), get(be, ks.t), get(be, vs.t)};
-      };
-      const Res ref = run(*cpu_), got = run(*twin_);
-      EXPECT_TRUE(close("q_out", got.q, ref.q, HD, test::kBf16OpRelTol));
-      EXPECT_TRUE(close("k_store", got.k, ref.k, KD, test::kBf16OpRelTol));
-      EXPECT_TRUE(close("v_store", got.v, ref.v, KD, test::kBf16OpRelTol));
+      twin::expect_qkv_rope_store_twin(*cpu_, *twin_, c);
     }
 }
 
