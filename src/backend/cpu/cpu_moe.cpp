@@ -102,8 +102,11 @@ void moe_route(int threads, Tensor router_logits, Tensor expert_bias, const MoeR
 void moe_experts(int threads, Tensor x, Tensor expert_ids, Tensor expert_weights, Tensor w_gate_up, Tensor w_down,
                  Tensor out, bool accumulate, Tensor scratch) {
   static constexpr const char* kOp = "moe_experts";
-  const auto [T, D, k, E, F] = opcheck::expect_moe_experts_operands(x, expert_ids, expert_weights, w_gate_up, w_down,
-                                                                    out, scratch, DType::kF32, DeviceKind::kCPU);
+  // Plain locals, not a structured binding: OpenMP regions and lambdas capture them (clang 14 refuses
+  // to capture a binding).
+  const opcheck::MoeExpertsShape shape = opcheck::expect_moe_experts_operands(
+      x, expert_ids, expert_weights, w_gate_up, w_down, out, scratch, DType::kF32, DeviceKind::kCPU);
+  const int64_t T = shape.T, D = shape.D, k = shape.k, E = shape.E, F = shape.F;
   if (T == 0) return;
   const int32_t* ids = expert_ids.ptr<int32_t>();
   // Counting sort of the T·k (row, choice) pairs by expert: slot[t·k + j] = its row in the groups.

@@ -50,8 +50,9 @@ void CudaBackend::moe_route(Tensor router_logits, Tensor expert_bias, const MoeR
 void CudaBackend::moe_experts(Tensor x, Tensor expert_ids, Tensor expert_weights, Tensor w_gate_up, Tensor w_down,
                               Tensor out, bool accumulate, Tensor scratch) {
   static constexpr const char* kOp = "moe_experts";
-  const auto [T, D, k, E, F] = opcheck::expect_moe_experts_operands(x, expert_ids, expert_weights, w_gate_up, w_down,
-                                                                    out, scratch, DType::kBF16, DeviceKind::kCUDA);
+  const opcheck::MoeExpertsShape shape = opcheck::expect_moe_experts_operands(
+      x, expert_ids, expert_weights, w_gate_up, w_down, out, scratch, DType::kBF16, DeviceKind::kCUDA);
+  const int64_t T = shape.T, D = shape.D, k = shape.k, E = shape.E, F = shape.F;
   FDLLM_CHECK(E >= 1 && E <= kernels::kMoeMaxExperts && k <= kernels::kMoeMaxTopK, ErrorCode::kUnsupported,
               "{}: {} experts, top_k {} (the CUDA kernels support at most {} experts and top_k {})", kOp, E, k,
               kernels::kMoeMaxExperts, kernels::kMoeMaxTopK);
