@@ -11,7 +11,9 @@
 // hard-coded False, weights = the k probabilities); LLaDA2's config (shared/data/llada2-mini).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <string>
 
 namespace flashdllm {
 
@@ -28,10 +30,13 @@ constexpr const char* router_score_name(RouterScore s) noexcept {
 
 /// One MoE layer's routing. Per token t with router logits z_t [n_experts]:
 ///   s = score(z_t)                                   (softmax or sigmoid, fp32 or better)
-///   selection key = s (+ expert_bias when expert_bias; group-limited: only experts in the
-///                   topk_groups best of n_groups groups are candidates)
+///   selection key = s (+ expert_bias when expert_bias; group-limited: the experts are n_groups
+///                   consecutive groups, a group scores the sum of its two best keys, and only the
+///                   experts of the topk_groups best groups are candidates; ties: the lower group)
 ///   experts = the top_k keys (ties: the lower expert index first)
-///   weights = s[experts] (renormalise: divided by their sum), times scaling
+///   weights = s[experts] (renormalise, when top_k > 1: divided by their sum + 1e-20), times scaling
+/// (LLaDA2's LLaDA2MoeGate and DeepSeek-V3's noaux_tc gate: the bias steers the selection only,
+/// and a top-1 router keeps its score.)
 /// The backend implements what a family needs and refuses the rest (Error(kUnsupported) naming
 /// the switch); the config parser refuses unsupported values first, naming the config.json field.
 struct MoeRouting {
@@ -46,5 +51,28 @@ struct MoeRouting {
 
   bool on() const noexcept { return n_experts > 0; }
 };
+
+/// Why `r` is not a valid router ("" when it is), naming the switch: top_k in [1, n_experts];
+/// n_groups >= 1 dividing n_experts; topk_groups in [1, n_groups]; with groups, at least two experts
+/// per group (a group's score is its two best keys) and top_k <= topk_groups x the group size;
+/// a finite scaling. Used by the config parsers (with the config field's name) and the backends.
+inline std::string moe_routing_error(const MoeRouting& r) {
+  const auto n = [](int64_t v) { return std::to_string(v); };
+  if (r.n_experts < 1 || r.top_k < 1 || r.top_k > r.n_experts)
+    return "top_k " + n(r.top_k) + " must be in [1, n_experts = " + n(r.n_experts) + "]";
+  if (r.n_groups < 1 || r.n_experts % r.n_groups != 0)
+    return "n_groups " + n(r.n_groups) + " must be >= 1 and divide n_experts = " + n(r.n_experts);
+  if (r.topk_groups < 1 || r.topk_groups > r.n_groups)
+    return "topk_groups " + n(r.topk_groups) + " must be in [1, n_groups = " + n(r.n_groups) + "]";
+  const int64_t group = r.n_experts / r.n_groups;
+  if (r.n_groups > 1 && group < 2)
+    return "group-limited routing needs >= 2 experts per group (n_experts " + n(r.n_experts) + ", n_groups " +
+           n(r.n_groups) + ")";
+  if (r.top_k > int64_t{r.topk_groups} * group)
+    return "top_k " + n(r.top_k) + " exceeds the " + n(int64_t{r.topk_groups} * group) +
+           " experts of the topk_groups = " + n(r.topk_groups) + " best groups";
+  if (!std::isfinite(r.scaling)) return "scaling " + std::to_string(r.scaling) + " must be finite";
+  return {};
+}
 
 }  // namespace flashdllm

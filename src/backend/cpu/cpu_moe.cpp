@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
@@ -32,6 +33,19 @@ void gemm_nt(int threads, const float* x, const float* w, float* out, int64_t n,
     for (int64_t r = 0; r < n; ++r) out[r * N + j] = static_cast<float>(dot_f64(x + r * K, w + j * K, K));
 }
 
+/// s[i] = score(z[i]) for one row of router logits: softmax over the row or an independent sigmoid,
+/// each computed in double and rounded to fp32 (upstream computes them in fp32).
+void router_scores(RouterScore score, const float* z, int64_t E, float* s) {
+  if (score == RouterScore::kSigmoid) {
+    for (int64_t i = 0; i < E; ++i) s[i] = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(z[i]))));
+    return;
+  }
+  double m = -std::numeric_limits<double>::infinity(), sum = 0.0;
+  for (int64_t i = 0; i < E; ++i) m = std::max(m, static_cast<double>(z[i]));
+  for (int64_t i = 0; i < E; ++i) sum += std::exp(static_cast<double>(z[i]) - m);
+  for (int64_t i = 0; i < E; ++i) s[i] = static_cast<float>(std::exp(static_cast<double>(z[i]) - m) / sum);
+}
+
 }  // namespace
 
 void moe_route(int threads, Tensor router_logits, Tensor expert_bias, const MoeRouting& routing, Tensor expert_ids,
@@ -46,53 +60,75 @@ void moe_route(int threads, Tensor router_logits, Tensor expert_bias, const MoeR
                   router_logits.describe(), routing.n_experts, k);
   opcheck::expect_matrix(expert_ids, T, k, kOp, "expert_ids");
   opcheck::expect_matrix(expert_weights, T, k, kOp, "expert_weights");
-  FDLLM_CHECK(routing.score == RouterScore::kSoftmax, ErrorCode::kUnsupported,
-              "{}: router score '{}' is not implemented on the CPU backend yet (supported: softmax)", kOp,
-              router_score_name(routing.score));
-  FDLLM_CHECK(!routing.expert_bias && expert_bias.numel() == 0, ErrorCode::kUnsupported,
-              "{}: an expert bias is not implemented on the CPU backend yet", kOp);
-  FDLLM_CHECK(routing.n_groups == 1 && routing.topk_groups == 1, ErrorCode::kUnsupported,
-              "{}: group-limited routing ({} groups, top {}) is not implemented on the CPU backend yet", kOp,
-              routing.n_groups, routing.topk_groups);
-  FDLLM_CHECK_ARG(std::isfinite(routing.scaling), "{}: scaling {} must be finite", kOp, routing.scaling);
+  const std::string bad = moe_routing_error(routing);
+  FDLLM_CHECK_ARG(bad.empty(), "{}: {}", kOp, bad);
+  if (routing.expert_bias) {
+    check(expert_bias, DType::kF32, kOp, "expert_bias");
+    FDLLM_CHECK_ARG(expert_bias.numel() == E, "{}: expert_bias {} must have {} elements", kOp, expert_bias.describe(),
+                    E);
+  } else {
+    FDLLM_CHECK_ARG(expert_bias.numel() == 0, "{}: expert_bias {} given but the routing has none", kOp,
+                    expert_bias.describe());
+  }
+  const float* bias = routing.expert_bias ? expert_bias.ptr<float>() : nullptr;
+  const int64_t group = E / routing.n_groups;  // experts per group
+  const bool grouped = routing.n_groups > 1 && routing.topk_groups < routing.n_groups;
 #pragma omp parallel num_threads(threads) if (T * E >= (int64_t{1} << 14))
   {
-    std::vector<double> e(static_cast<size_t>(E));
-    std::vector<float> p(static_cast<size_t>(E));
-    std::vector<int32_t> order(static_cast<size_t>(E));
+    std::vector<float> s(static_cast<size_t>(E)), key(static_cast<size_t>(E));
+    std::vector<int32_t> order(static_cast<size_t>(E)), gorder(static_cast<size_t>(routing.n_groups));
+    std::vector<float> gscore(static_cast<size_t>(routing.n_groups));
 #pragma omp for
     for (int64_t t = 0; t < T; ++t) {
       const float* z = router_logits.ptr<float>() + t * E;
       int32_t* ids = expert_ids.ptr<int32_t>() + t * k;
       float* w = expert_weights.ptr<float>() + t * k;
-      double m = -std::numeric_limits<double>::infinity(), sum = 0.0;
-      bool finite = true;
-      for (int64_t i = 0; i < E; ++i) {
-        finite = finite && std::isfinite(z[i]);
-        m = std::max(m, static_cast<double>(z[i]));
-      }
-      if (!finite) {  // NaN weights: the logits turn non-finite and the denoiser reports the slot
+      if (!std::all_of(z, z + E, [](float v) { return std::isfinite(v); })) {
+        // NaN weights: the logits turn non-finite and the denoiser reports the slot.
         for (int64_t j = 0; j < k; ++j) {
           ids[j] = static_cast<int32_t>(j);
           w[j] = std::numeric_limits<float>::quiet_NaN();
         }
         continue;
       }
-      for (int64_t i = 0; i < E; ++i) sum += (e[static_cast<size_t>(i)] = std::exp(static_cast<double>(z[i]) - m));
-      for (int64_t i = 0; i < E; ++i) p[static_cast<size_t>(i)] = static_cast<float>(e[static_cast<size_t>(i)] / sum);
+      router_scores(routing.score, z, E, s.data());
+      for (int64_t i = 0; i < E; ++i) key[static_cast<size_t>(i)] = s[static_cast<size_t>(i)] + (bias ? bias[i] : 0.0f);
       std::iota(order.begin(), order.end(), 0);
-      std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-        const float pa = p[static_cast<size_t>(a)], pb = p[static_cast<size_t>(b)];
-        return pa > pb || (pa == pb && a < b);
-      });
+      const auto by_key = [&](int32_t a, int32_t b) {  // descending key, ties: the lower index first
+        const float ka = key[static_cast<size_t>(a)], kb = key[static_cast<size_t>(b)];
+        return ka > kb || (ka == kb && a < b);
+      };
+      int64_t candidates = E;
+      if (grouped) {
+        // Group-limited selection: a group scores the sum of its two best keys; the experts of the
+        // topk_groups best groups (ties: the lower group) are the candidates, moved to the front.
+        for (int64_t g = 0; g < routing.n_groups; ++g) {
+          const auto first = order.begin() + g * group;
+          std::partial_sort(first, first + 2, first + group, by_key);
+          gscore[static_cast<size_t>(g)] = key[static_cast<size_t>(first[0])] + key[static_cast<size_t>(first[1])];
+        }
+        std::iota(gorder.begin(), gorder.end(), 0);
+        std::partial_sort(gorder.begin(), gorder.begin() + routing.topk_groups, gorder.end(),
+                          [&](int32_t a, int32_t b) {
+                            const float ga = gscore[static_cast<size_t>(a)], gb = gscore[static_cast<size_t>(b)];
+                            return ga > gb || (ga == gb && a < b);
+                          });
+        for (int64_t j = 0; j < routing.topk_groups; ++j)
+          for (int64_t i = 0; i < group; ++i)
+            order[static_cast<size_t>(j * group + i)] =
+                static_cast<int32_t>(gorder[static_cast<size_t>(j)] * group + i);
+        candidates = routing.topk_groups * group;
+      }
+      std::partial_sort(order.begin(), order.begin() + k, order.begin() + candidates, by_key);
       float total = 0.0f;
       for (int64_t j = 0; j < k; ++j) {
         ids[j] = order[static_cast<size_t>(j)];
-        w[j] = p[static_cast<size_t>(ids[j])];
+        w[j] = s[static_cast<size_t>(ids[j])];
         total += w[j];
       }
+      const bool renorm = routing.renormalize && k > 1;  // top-1 keeps its score (LLaDA2, DeepSeek-V3)
       for (int64_t j = 0; j < k; ++j) {
-        if (routing.renormalize) w[j] /= total;
+        if (renorm) w[j] /= total + 1e-20f;
         w[j] *= routing.scaling;
       }
     }

@@ -23,6 +23,8 @@ void CudaBackend::moe_route(Tensor router_logits, Tensor expert_bias, const MoeR
                   router_logits.describe(), routing.n_experts, k);
   expect_matrix(expert_ids, T, k, kOp, "expert_ids");
   expect_matrix(expert_weights, T, k, kOp, "expert_weights");
+  const std::string bad = moe_routing_error(routing);
+  FDLLM_CHECK_ARG(bad.empty(), "{}: {}", kOp, bad);
   FDLLM_CHECK(!routing.expert_bias && expert_bias.numel() == 0, ErrorCode::kUnsupported,
               "{}: an expert bias is not implemented on the CUDA backend yet", kOp);
   FDLLM_CHECK(routing.n_groups == 1 && routing.topk_groups == 1, ErrorCode::kUnsupported,
@@ -30,7 +32,6 @@ void CudaBackend::moe_route(Tensor router_logits, Tensor expert_bias, const MoeR
               routing.n_groups, routing.topk_groups);
   FDLLM_CHECK(E <= kernels::kMoeMaxExperts, ErrorCode::kUnsupported,
               "{}: {} experts (the CUDA router supports at most {})", kOp, E, kernels::kMoeMaxExperts);
-  FDLLM_CHECK_ARG(std::isfinite(routing.scaling), "{}: scaling {} must be finite", kOp, routing.scaling);
   if (T == 0) return;
   CUDA_CHECK(cudaSetDevice(device_));
   kernels::MoeRouteArgs a;
@@ -41,7 +42,7 @@ void CudaBackend::moe_route(Tensor router_logits, Tensor expert_bias, const MoeR
   a.n_experts = static_cast<int>(E);
   a.top_k = static_cast<int>(k);
   a.sigmoid = routing.score == RouterScore::kSigmoid;
-  a.renormalize = routing.renormalize;
+  a.renormalize = routing.renormalize && k > 1;  // top-1 keeps its score (core/moe_routing.h)
   a.scaling = routing.scaling;
   kernels::moe_route_f32(a, stream_);
   after_op(kOp);

@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(MoeRouteArg
   }
   for (int j = lane; j < k; j += 32) {
     float v = w[j];
-    if (a.renormalize) v /= total;
+    if (a.renormalize) v /= total + 1e-20f;
     w[j] = v * a.scaling;
   }
 }

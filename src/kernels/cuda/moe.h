@@ -67,7 +67,7 @@ struct MoeRouteArgs {
   int n_experts = 0;              ///< E in [1, kMoeMaxExperts]
   int top_k = 0;                  ///< k in [1, E]
   bool sigmoid = false;           ///< scores: sigmoid per expert (else softmax over all experts)
-  bool renormalize = false;       ///< weights divided by their fp32 sum over the k
+  bool renormalize = false;       ///< weights divided by (their fp32 sum over the k + 1e-20)
   float scaling = 1.0f;           ///< weights multiplied by this
 };
 
