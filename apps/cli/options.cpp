@@ -22,7 +22,7 @@ using flashdllm::ErrorCode;
 
 
 void add_common(CLI::App* app, CommonArgs& a) {
-  app->add_option("-m,--model", a.model_dir, "Hugging Face LLaDA checkpoint directory")
+  app->add_option("-m,--model", a.model_dir, "Hugging Face checkpoint directory (LLaDA, LLaDA-1.5, Dream, LLaDA-MoE)")
       ->default_str("the embedded small model (models/llada-arith-12m)");
   app->add_option("--device", a.device, "cpu | cuda | cuda:N")->capture_default_str();
   const int max_threads = flashdllm::max_cpu_threads();  // 4 x the hardware threads
