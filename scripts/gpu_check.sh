@@ -19,6 +19,10 @@
 #                                 attention_vs_sdpa.ours.json (or attention_bench.json), gemm_bench.json,
 #                                 batch_invariance.json, batch_invariance_cudnn_all.json
 #   FLASHDLLM_GPU_BUILD_DIR       build folder (default ./build-gpu)
+#   FLASHDLLM_CUDA_ARCHS          CUDA archs of the build (default 90); 80-virtual or 89-virtual runs
+#                                 the Ampere / Ada code paths on an H100 (compute_80/89 PTX compiled by
+#                                 the driver, no wgmma kernels), e.g. FLASHDLLM_CUDA_ARCHS=80-virtual
+#                                 FLASHDLLM_GPU_BUILD_DIR=build-c80 scripts/gpu_check.sh --tests-only
 #   FLASHDLLM_GPU_CHECK_BUDGET    total seconds allowed (default 470); later steps are skipped
 #                                 rather than overrunning
 #   FLASHDLLM_PEAK_TFLOPS         dense bf16 peak used for "% of peak" (default 989.4, H200 datasheet)

@@ -133,7 +133,7 @@ fdllm_configure_cmd() {
       [[ -f "$wheel/include/cudnn.h" ]] && cudnn=(-DCUDNN_ROOT="$wheel")
   fi
   CONFIGURE_CMD=(cmake -S "$ROOT" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DFLASHDLLM_CUDA=ON
-    -DFLASHDLLM_CUDA_ARCHS=90 -DFLASHDLLM_PTXAS_VERBOSE=ON -DCMAKE_POLICY_VERSION_MINIMUM=3.5
+    -DFLASHDLLM_CUDA_ARCHS="${FLASHDLLM_CUDA_ARCHS:-90}" -DFLASHDLLM_PTXAS_VERBOSE=ON -DCMAKE_POLICY_VERSION_MINIMUM=3.5
     -DCMAKE_USER_MAKE_RULES_OVERRIDE_CUDA="$build/cuda20_flags.cmake" "${CMAKE_DEP_ARGS[@]}" "${cudnn[@]}")
 }
 

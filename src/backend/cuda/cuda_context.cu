@@ -26,6 +26,13 @@ CudaBackend::CudaBackend(int device_index, const BackendOptions& options) : devi
   FDLLM_CHECK(prop.major >= 8, ErrorCode::kUnsupported,
               "CUDA backend: {} has compute capability {}.{}; the bf16 kernels need 8.0 or newer", prop.name,
               prop.major, prop.minor);
+  int binary_version = 0, ptx_version = 0;
+  const cudaError_t code = kernels::probe_device_code(&binary_version, &ptx_version);
+  FDLLM_CHECK(code == cudaSuccess, ErrorCode::kUnsupported,
+              "CUDA backend: this build has no code for {} (sm_{}{}): it was built for CUDA archs '{}' ({}); "
+              "rebuild with -DFLASHDLLM_CUDA_ARCHS=native on this machine, {}{}, or portable",
+              prop.name, prop.major, prop.minor, FLASHDLLM_CUDA_ARCHS_BUILT, cudaGetErrorName(code), prop.major,
+              prop.minor);
   cudaStream_t stream = nullptr;
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   stream_owner_.reset(stream);

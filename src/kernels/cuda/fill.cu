@@ -115,4 +115,16 @@ void fill_uniform_bf16(__nv_bfloat16* p, int64_t n, uint64_t seed, float lo, flo
   CUDA_CHECK_LAUNCH();
 }
 
+cudaError_t probe_device_code(int* binary_version, int* ptx_version) {
+  cudaFuncAttributes attr{};
+  const cudaError_t err = cudaFuncGetAttributes(&attr, fill_uniform_kernel);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return err;
+  }
+  *binary_version = attr.binaryVersion;
+  *ptx_version = attr.ptxVersion;
+  return cudaSuccess;
+}
+
 }  // namespace flashdllm::kernels

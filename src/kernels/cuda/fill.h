@@ -34,4 +34,11 @@ void fill_normal_window_bf16(__nv_bfloat16* p, int64_t rows, int64_t cols, int64
 void fill_normal_window_f32(float* p, int64_t rows, int64_t cols, int64_t offset, int64_t parent_cols, uint64_t seed,
                             uint64_t rng_stream, float mean, float std, cudaStream_t stream);
 
+/// Whether the current device can run this library's kernels: cudaFuncGetAttributes of one of them,
+/// which fails (cudaErrorNoKernelImageForDevice / cudaErrorInvalidDeviceFunction) when the build has
+/// neither machine code for the device's architecture nor PTX its driver can compile. On success
+/// *binary_version / *ptx_version get the loaded image's (e.g. 90; 0 when it is not PTX-compiled).
+/// The error is cleared (not sticky).
+cudaError_t probe_device_code(int* binary_version, int* ptx_version);
+
 }  // namespace flashdllm::kernels
