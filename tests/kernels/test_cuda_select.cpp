@@ -30,9 +30,30 @@ enum class Size { kSmall, kSweep };
 void PrintTo(Size s, std::ostream* os) { *os << (s == Size::kSmall ? "small" : "sweep"); }
 std::string size_name(const ::testing::TestParamInfo<Size>& i) { return i.param == Size::kSmall ? "small" : "sweep"; }
 
+/// x0 and conf of one select_tokens call on each backend.
+struct Selected {
+  std::vector<int32_t> x_cpu, x_twin;
+  std::vector<double> f_cpu, f_twin;
+};
+
 class CudaSelect : public twin::TwinTest, public ::testing::WithParamInterface<Size> {
  protected:
   bool small() const { return GetParam() == Size::kSmall; }
+  /// select_tokens with `p` on the CPU (lc, kc -> xc, fc) and the twin (lt, kt -> xt, ft, poisoned first).
+  Selected select_both(const SelectParams& p, int64_t R, const Dev& lc, const Dev& kc, const Dev& xc, const Dev& fc,
+                       const Dev& lt, const Dev& kt, const Dev& xt, const Dev& ft) {
+    twin::poison(*twin_, xt.t);
+    twin::poison(*twin_, ft.t);
+    cpu_->select_tokens(lc.t, kc.t, p, xc.t, fc.t);
+    twin_->select_tokens(lt.t, kt.t, p, xt.t, ft.t);
+    Selected s{std::vector<int32_t>(static_cast<size_t>(R)), std::vector<int32_t>(static_cast<size_t>(R)),
+               std::vector<double>(static_cast<size_t>(R)), std::vector<double>(static_cast<size_t>(R))};
+    cpu_->copy_to_host(s.x_cpu.data(), xc.t);
+    cpu_->copy_to_host(s.f_cpu.data(), fc.t);
+    twin_->copy_to_host(s.x_twin.data(), xt.t);
+    twin_->copy_to_host(s.f_twin.data(), ft.t);
+    return s;
+  }
 };
 
 TEST_P(CudaSelect, CfgCombineMatchesCpu) {
@@ -148,16 +169,9 @@ TEST_P(CudaSelect, SelectTokensMatchesCpu) {
                    std::to_string(p.temperature) + (p.confidence_f64 ? " f64" : " f32") + " suppress " +
                    std::to_string(p.suppress_token) + "/" + std::to_string(p.conf_suppress_a) + "/" +
                    std::to_string(p.conf_suppress_b));
-      twin::poison(*twin_, xt.t);
-      twin::poison(*twin_, ft.t);
-      cpu_->select_tokens(lc.t, kc.t, p, xc.t, fc.t);
-      twin_->select_tokens(lt.t, kt.t, p, xt.t, ft.t);
-      std::vector<int32_t> x_cpu(static_cast<size_t>(c.R)), x_twin(x_cpu.size());
-      std::vector<double> f_cpu(x_cpu.size()), f_twin(x_cpu.size());
-      cpu_->copy_to_host(x_cpu.data(), xc.t);
-      cpu_->copy_to_host(f_cpu.data(), fc.t);
-      twin_->copy_to_host(x_twin.data(), xt.t);
-      twin_->copy_to_host(f_twin.data(), ft.t);
+      const Selected sel = select_both(p, c.R, lc, kc, xc, fc, lt, kt, xt, ft);
+      const std::vector<int32_t>&x_cpu = sel.x_cpu, &x_twin = sel.x_twin;
+      const std::vector<double>&f_cpu = sel.f_cpu, &f_twin = sel.f_twin;
       for (int64_t r = 0; r < c.R; ++r) {
         const size_t i = static_cast<size_t>(r);
         ++rows_checked;
@@ -218,42 +232,67 @@ TEST_P(CudaSelect, DreamRuleMatchesCpu) {
     put(*twin_, lt.t, logits);
     put_i32(*cpu_, kc.t, keys);
     put_i32(*twin_, kt.t, keys);
-    for (SelectConfidence kind :
-         {SelectConfidence::kProbability, SelectConfidence::kMargin, SelectConfidence::kNegEntropy})
-      for (double tau : {0.0, 0.5}) {
-        SelectParams p;
-        p.dream_rule = true;
-        p.confidence = kind;
-        p.temperature = tau;
-        p.seed = 42;
-        p.exclude_token = c.V > 2 ? 1 : -1;
-        SCOPED_TRACE("dream rule R=" + std::to_string(c.R) + " V=" + std::to_string(c.V) + " confidence " +
-                     std::to_string(static_cast<int>(kind)) + " tau " + std::to_string(tau));
-        twin::poison(*twin_, xt.t);
-        twin::poison(*twin_, ft.t);
-        cpu_->select_tokens(lc.t, kc.t, p, xc.t, fc.t);
-        twin_->select_tokens(lt.t, kt.t, p, xt.t, ft.t);
-        std::vector<int32_t> x_cpu(static_cast<size_t>(c.R)), x_twin(x_cpu.size());
-        std::vector<double> f_cpu(x_cpu.size()), f_twin(x_cpu.size());
-        cpu_->copy_to_host(x_cpu.data(), xc.t);
-        cpu_->copy_to_host(f_cpu.data(), fc.t);
-        twin_->copy_to_host(x_twin.data(), xt.t);
-        twin_->copy_to_host(f_twin.data(), ft.t);
-        for (size_t r = 0; r < x_cpu.size(); ++r) {
-          EXPECT_EQ(x_twin[r], x_cpu[r]) << "row " << r;
-          // Probabilities (and their difference): the f64 softmax tolerance on a scale of 1. Negative
-          // entropy: that on |H|, plus what Dream's +1e-10 inside the log may add per token (select.h).
-          const double tol =
-              kind == SelectConfidence::kNegEntropy
-                  ? twin::kConfidenceF64RelTol * std::max(1.0, std::fabs(f_cpu[r])) + 1e-10 * static_cast<double>(c.V)
-                  : twin::kConfidenceF64RelTol;
-          EXPECT_NEAR(f_twin[r], f_cpu[r], tol) << "row " << r;
+    // Dream's filters: none, top_p alone (a wide and a narrow nucleus), top_k alone, both. The bf16
+    // logits repeat values, so the nucleus boundary often falls inside a run of ties (kept in index order).
+    struct Filter {
+      double top_p;
+      int32_t top_k;
+    };
+    for (const Filter f : {Filter{1.0, 0}, Filter{0.9, 0}, Filter{0.2, 0}, Filter{1.0, 50}, Filter{0.7, 20}})
+      for (SelectConfidence kind :
+           {SelectConfidence::kProbability, SelectConfidence::kMargin, SelectConfidence::kNegEntropy})
+        for (double tau : {0.0, 0.5}) {
+          SelectParams p;
+          p.dream_rule = true;
+          p.confidence = kind;
+          p.temperature = tau;
+          p.seed = 42;
+          p.exclude_token = c.V > 2 ? 1 : -1;
+          p.top_p = f.top_p;
+          p.top_k = f.top_k;
+          SCOPED_TRACE("dream rule R=" + std::to_string(c.R) + " V=" + std::to_string(c.V) + " confidence " +
+                       std::to_string(static_cast<int>(kind)) + " tau " + std::to_string(tau) + " top_p " +
+                       std::to_string(f.top_p) + " top_k " + std::to_string(f.top_k));
+          const Selected sel = select_both(p, c.R, lc, kc, xc, fc, lt, kt, xt, ft);
+          const std::vector<int32_t>&x_cpu = sel.x_cpu, &x_twin = sel.x_twin;
+          const std::vector<double>&f_cpu = sel.f_cpu, &f_twin = sel.f_twin;
+          for (size_t r = 0; r < x_cpu.size(); ++r) {
+            EXPECT_EQ(x_twin[r], x_cpu[r]) << "row " << r;
+            // Probabilities (and their difference): the f64 softmax tolerance on a scale of 1. Negative
+            // entropy: that on |H|, plus what Dream's +1e-10 inside the log may add per token (select.h).
+            const double tol =
+                kind == SelectConfidence::kNegEntropy
+                    ? twin::kConfidenceF64RelTol * std::max(1.0, std::fabs(f_cpu[r])) + 1e-10 * static_cast<double>(c.V)
+                    : twin::kConfidenceF64RelTol;
+            EXPECT_NEAR(f_twin[r], f_cpu[r], tol) << "row " << r;
+          }
         }
       }
-    SelectParams filtered;
-    filtered.dream_rule = true;
-    filtered.top_k = 50;
-    EXPECT_THROW(twin_->select_tokens(lt.t, kt.t, filtered, xt.t, ft.t), Error) << "top_k has no CUDA kernel yet";
+}
+
+// The filters change what is selected (so the comparison above can fail): with a narrow nucleus the
+// argmax's probability is renormalised over the few kept tokens (mass <= 0.2 + its own), so it rises.
+TEST_P(CudaSelect, DreamFiltersChangeTheConfidence) {
+  const int64_t R = 3, V = small() ? 1000 : 152064;
+  const std::vector<float> logits = randn_bf16(static_cast<size_t>(R * V), 7, 3.0f);
+  Dev lt = make(*twin_, DType::kF32, R, V), kt = make(*twin_, DType::kI32, R), xt = make(*twin_, DType::kI32, R),
+      ft = make(*twin_, DType::kF64, R);
+  put(*twin_, lt.t, logits);
+  put_i32(*twin_, kt.t, {1, 2, 3});
+  auto confidences = [&](double top_p, int32_t top_k) {
+    SelectParams p;
+    p.dream_rule = true;
+    p.top_p = top_p;
+    p.top_k = top_k;
+    twin_->select_tokens(lt.t, kt.t, p, xt.t, ft.t);
+    std::vector<double> f(static_cast<size_t>(R));
+    twin_->copy_to_host(f.data(), ft.t);
+    return f;
+  };
+  const std::vector<double> all = confidences(1.0, 0), nucleus = confidences(0.2, 0), top2 = confidences(1.0, 2);
+  for (size_t r = 0; r < all.size(); ++r) {
+    EXPECT_GT(nucleus[r], all[r]) << "row " << r;
+    EXPECT_GT(top2[r], all[r]) << "row " << r << ": top_k 2 (and the ties of the second) renormalises too";
   }
 }
 

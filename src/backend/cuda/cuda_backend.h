@@ -428,7 +428,7 @@ class CudaBackend final : public Backend {
   int64_t routed_calls_ = 0;
   std::vector<int32_t> cudnn_host_;
   DevicePtr cudnn_buf_, cudnn_ws_;
-  DevicePtr select_partials_, select_arrivals_;  // ensure_select_scratch
+  DevicePtr select_partials_, select_arrivals_, select_filter_;  // ensure_select_scratch
   int64_t select_partials_n_ = 0, select_rows_ = 0;
   size_t cudnn_buf_bytes_ = 0, cudnn_ws_bytes_ = 0;
   FlashChoice flash_;  // flash_choice(options_.attention, traits_)

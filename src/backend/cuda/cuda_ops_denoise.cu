@@ -30,12 +30,10 @@ void CudaBackend::select_tokens(Tensor logits, Tensor row_keys, const SelectPara
   expect_numel(conf, R, kOp, "conf");
   FDLLM_CHECK_ARG(p.temperature >= 0.0 && std::isfinite(p.temperature),
                   "select_tokens: temperature {} must be finite and >= 0", p.temperature);
-  // Dream's rule runs on the same kernel (temperature-scaled confidence logits, margin, entropy);
-  // its top-p / top-k filtering has no kernel yet.
-  FDLLM_CHECK(!p.dream_rule || (p.top_k == 0 && p.top_p >= 1.0), ErrorCode::kUnsupported,
-              "select_tokens: Dream's top_p / top_k filtering has no CUDA kernel yet (top_p {}, top_k {}; use "
-              "--device cpu, or top_p 1 and top_k 0)",
-              p.top_p, p.top_k);
+  // Dream's rule runs on the same kernel (temperature-scaled confidence logits, margin, entropy), its
+  // top-p / top-k filtering in a first kernel per row (kernels/cuda/select.h).
+  FDLLM_CHECK_ARG(p.top_p > 0.0 && p.top_p <= 1.0 && p.top_k >= 0,
+                  "select_tokens: top_p {} must be in (0, 1] and top_k {} >= 0", p.top_p, p.top_k);
   FDLLM_CHECK_ARG(!p.dream_rule || p.confidence == SelectConfidence::kProbability || p.confidence_f64,
                   "select_tokens: Dream's margin / entropy confidences are computed in float64 (confidence_f64)");
   if (R == 0) return;
@@ -56,6 +54,10 @@ void CudaBackend::select_tokens(Tensor logits, Tensor row_keys, const SelectPara
   a.conf_suppress_b = p.conf_suppress_b;
   a.confidence_f64 = p.confidence_f64;
   a.scaled_confidence = p.dream_rule;
+  if (p.dream_rule) {
+    a.top_p = p.top_p;
+    a.top_k = p.top_k;
+  }
   a.confidence = !p.dream_rule                                   ? kernels::SelectConfidenceKind::kProbability
                  : p.confidence == SelectConfidence::kMargin     ? kernels::SelectConfidenceKind::kMargin
                  : p.confidence == SelectConfidence::kNegEntropy ? kernels::SelectConfidenceKind::kNegEntropy
@@ -64,12 +66,15 @@ void CudaBackend::select_tokens(Tensor logits, Tensor row_keys, const SelectPara
   ensure_select_scratch(R, kernels::select_chunks(V));
   a.partials = static_cast<kernels::SelectPartial*>(select_partials_.get());
   a.arrivals = static_cast<uint32_t*>(select_arrivals_.get());
+  a.filter_theta = static_cast<float*>(select_filter_.get());
+  a.filter_cut = reinterpret_cast<int32_t*>(static_cast<float*>(select_filter_.get()) + select_rows_);
   kernels::select_tokens_f32(a, stream_);
   after_op(kOp);
 }
 
-// select_tokens' scratch (kernels::SelectArgs): a partial per (row, chunk) and an arrival counter
-// per row, zeroed here once and left zeroed by every selection. Selections run outside recorded
+// select_tokens' scratch (kernels::SelectArgs): a partial per (row, chunk), an arrival counter per
+// row, zeroed here once and left zeroed by every selection, and a filter threshold and tie cut per
+// row (Dream's top_p / top_k; written by each filtered selection). Selections run outside recorded
 // loops, so growing it drops no graph; queued selections may still use the old arrays.
 void CudaBackend::ensure_select_scratch(int64_t rows, int64_t chunks) {
   if (rows <= select_rows_ && rows * chunks <= select_partials_n_) return;
@@ -78,9 +83,11 @@ void CudaBackend::ensure_select_scratch(int64_t rows, int64_t chunks) {
   if (rows > select_rows_) {
     const int64_t n = std::max(rows, 2 * select_rows_);
     select_arrivals_.reset();
+    select_filter_.reset();
     select_rows_ = 0;
     select_arrivals_ = device_alloc(static_cast<size_t>(n) * sizeof(uint32_t), "selection arrivals");
     CUDA_CHECK(cudaMemsetAsync(select_arrivals_.get(), 0, static_cast<size_t>(n) * sizeof(uint32_t), stream_));
+    select_filter_ = device_alloc(static_cast<size_t>(n) * (sizeof(float) + sizeof(int32_t)), "selection filters");
     select_rows_ = n;
   }
   if (rows * chunks > select_partials_n_) {

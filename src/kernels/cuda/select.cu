@@ -118,6 +118,126 @@ __device__ __forceinline__ float block_second_max(float hi, float lo, float* scr
   return lo;
 }
 
+// ---------------------------------------------------------------- Dream's top_p / top_k (select.h)
+// A float's place in the total order of floats as an unsigned integer (no NaN; −0 counts as +0:
+// callers add +0.0f first, which turns −0 into +0).
+__device__ __forceinline__ uint32_t order_key(float f) {
+  const uint32_t u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float order_value(uint32_t k) {
+  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+// One block per row: θ and the tie cut of the row's kept set (select.h), written to a.filter_theta[r] /
+// a.filter_cut[r]; θ = −inf keeps everything.
+__global__ void __launch_bounds__(kSelectThreads) select_filter_kernel(SelectArgs a) {
+  __shared__ float s_f[32];
+  __shared__ double s_d[32];
+  __shared__ int32_t s_cut;
+  __shared__ int32_t s_count[kSelectThreads];
+  const int64_t r = blockIdx.x;
+  const auto V = static_cast<int32_t>(a.vocab);
+  const float* l = a.logits + r * a.vocab;
+  const float kNegInf = -__int_as_float(0x7f800000);
+  const bool scaled = a.temperature > 0.0;
+  const float t = static_cast<float>(a.temperature);
+  auto z_of = [&](float lv) { return (scaled ? lv / t : lv) + 0.0f; };  // Dream's fp32 division; −0 -> +0
+  float m = kNegInf;
+  bool bad = false;
+  for_each_logit(l, V, [&](int32_t v, float lv) {
+    if (v == a.suppress_token) return;
+    const float z = z_of(lv);
+    bad |= z != z || z == -kNegInf;
+    m = fmaxf(m, z);
+  });
+  m = detail::block_max<kSelectThreads>(m, s_f);
+  float theta = kNegInf;
+  int32_t cut = kNoCandidate;
+  if (__syncthreads_or(bad) || m == kNegInf) {
+    if (threadIdx.x == 0) a.filter_theta[r] = theta, a.filter_cut[r] = cut;
+    return;
+  }
+  const double md = m;
+  // Σ exp(c − m) and the count over the kept tokens (θ, cut) whose order key is >= K.
+  auto pass = [&](uint32_t K, double* mass) {
+    double s = 0.0, n = 0.0;
+    for_each_logit(l, V, [&](int32_t v, float lv) {
+      if (v == a.suppress_token) return;
+      const float z = z_of(lv);
+      if (z < theta || (z == theta && v > cut) || order_key(z) < K) return;
+      n += 1.0;
+      if (mass != nullptr) s += exp(static_cast<double>(z) - md);
+    });
+    if (mass != nullptr) *mass = detail::block_sum<kSelectThreads>(s, s_d);
+    return detail::block_sum<kSelectThreads>(n, s_d);
+  };
+  const uint32_t top = order_key(m) + 1;  // nothing has a key >= top
+  if (a.top_p < 1.0) {
+    double total = 0.0;
+    pass(0, &total);
+    const double target = a.top_p * total;
+    // θ = the largest key K whose tokens >= K hold more than top_p of the mass: the value where the
+    // descending cumulative probability first exceeds top_p (pred(0) holds: total > top_p·total).
+    uint32_t lo = 0, hi = top;
+    while (hi - lo > 1) {
+      const uint32_t mid = lo + (hi - lo) / 2;
+      double mass = 0.0;
+      pass(mid, &mass);
+      (mass > target ? lo : hi) = mid;
+    }
+    const float tp = order_value(lo);
+    double above = 0.0;
+    const double n_above = pass(lo + 1, &above);
+    const double n_ties = pass(lo, nullptr) - n_above;
+    // Ties of θ in index order: the j-th (from 0) is kept while the mass before it, above + j·q, is
+    // <= top_p·total (Dream's sort keeps equal logits in index order on the CPU oracle).
+    const double q = exp(static_cast<double>(tp) - md);
+    const double keep = fmin(n_ties, fmax(1.0, floor((target - above) / q) + 1.0));
+    theta = tp;
+    if (keep < n_ties) {
+      // The index of the keep-th tie: contiguous index ranges per thread, counted, prefix-summed.
+      const int32_t per = (V + kSelectThreads - 1) / kSelectThreads;
+      const int32_t b0 = min(V, static_cast<int32_t>(threadIdx.x) * per), b1 = min(V, b0 + per);
+      int32_t c = 0;
+      for (int32_t v = b0; v < b1; ++v) c += v != a.suppress_token && z_of(l[v]) == tp;
+      s_count[threadIdx.x] = c;
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        int32_t acc = 0;
+        for (int i = 0; i < kSelectThreads; ++i) {
+          const int32_t ci = s_count[i];
+          s_count[i] = acc;
+          acc += ci;
+        }
+      }
+      __syncthreads();
+      const auto want = static_cast<int32_t>(keep);  // 1-based rank of the last kept tie
+      if (s_count[threadIdx.x] < want && want <= s_count[threadIdx.x] + c) {
+        int32_t seen = s_count[threadIdx.x];
+        for (int32_t v = b0; v < b1; ++v)
+          if (v != a.suppress_token && z_of(l[v]) == tp && ++seen == want) {
+            s_cut = v;
+            break;
+          }
+      }
+      __syncthreads();
+      cut = s_cut;
+    }
+  }
+  if (a.top_k > 0 && a.top_k < a.vocab && pass(0, nullptr) >= a.top_k) {
+    // θ_k = the largest key with at least top_k kept tokens at or above it: the k-th largest kept c.
+    uint32_t lo = 0, hi = top;
+    while (hi - lo > 1) {
+      const uint32_t mid = lo + (hi - lo) / 2;
+      (pass(mid, nullptr) >= a.top_k ? lo : hi) = mid;
+    }
+    const float tk = order_value(lo);
+    if (tk > theta) theta = tk, cut = kNoCandidate;  // every tie of the k-th largest stays
+  }
+  if (threadIdx.x == 0) a.filter_theta[r] = theta, a.filter_cut[r] = cut;
+}
+
 // A row is cut into chunks of kSelectChunk logits (select_chunks), one block each: a chunk is one
 // step of for_each_logit, so a row's blocks read it at the bandwidth of many SMs (one block per row
 // took ~80 us for the 16 rows of a one-slot iteration, 16 blocks on 132 SMs). Each block writes its
@@ -144,12 +264,20 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectArgs a) {
   const float kNegInf = -__int_as_float(0x7f800000);
   const Key kNoKey = static_cast<Key>(kNegInf);
   const uint32_t row_key = static_cast<uint32_t>(a.row_keys[r]);
+  // Dream's filters (select_filter_kernel): a token below the row's threshold takes no part.
+  const float theta = a.filter_theta != nullptr ? a.filter_theta[r] : kNegInf;
+  const int32_t cut = a.filter_cut != nullptr ? a.filter_cut[r] : kNoCandidate;
   // Confidence logits: the logit, or Dream's temperature-scaled logit (an fp32 division, as upstream).
   const bool scaled = a.scaled_confidence && a.temperature > 0.0;
   const float conf_t = static_cast<float>(a.temperature);
   const bool margin = a.confidence == SelectConfidenceKind::kMargin;
   const bool entropy = a.confidence == SelectConfidenceKind::kNegEntropy;
   auto conf_logit = [&](float lv) { return scaled ? lv / conf_t : lv; };
+  auto filtered = [&](int32_t v, float lv) {
+    if (theta == kNegInf) return false;
+    const float c = conf_logit(lv);
+    return c < theta || (c == theta && v > cut);
+  };
   // Pass 1 over the chunk: argmax of the (noised) key and the max (and, for kMargin, the second
   // largest) of the confidence logits.
   Best<Key> best{kNoKey, kNoCandidate};
@@ -157,7 +285,7 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectArgs a) {
   bool nan_seen = false;  // a NaN confidence logit (fmaxf skips it; its softmax term is NaN)
   for_each_logit(l + v0, n, [&](int32_t i, float lv) {
     const int32_t v = v0 + i;
-    if (v == a.suppress_token) return;  // excluded from the argmax and the confidence
+    if (v == a.suppress_token || filtered(v, lv)) return;  // excluded from the argmax and the confidence
     if (v != a.exclude_token) {         // never a candidate, but part of the softmax
       Key key = lv;
       if constexpr (kGumbel) {
@@ -201,7 +329,7 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectArgs a) {
     const Sum m = cmax;
     for_each_logit(l + v0, n, [&](int32_t i, float lv) {
       const int32_t v = v0 + i;
-      if (v == a.suppress_token || v == a.conf_suppress_a || v == a.conf_suppress_b) return;
+      if (v == a.suppress_token || v == a.conf_suppress_a || v == a.conf_suppress_b || filtered(v, lv)) return;
       if constexpr (kF64) {
         const double d = static_cast<double>(conf_logit(lv)) - m, e = exp(d);
         sum += e;
@@ -298,6 +426,7 @@ void launch_select(const SelectArgs& a, cudaStream_t stream) {
     b.conf += r0;
     b.partials += r0 * chunks;
     b.arrivals += r0;
+    if (b.filter_theta != nullptr) b.filter_theta += r0, b.filter_cut += r0;
     const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(b.rows));
     select_kernel<kGumbel, kF64><<<grid, kSelectThreads, 0, stream>>>(b);
     CUDA_CHECK_LAUNCH();
@@ -325,11 +454,31 @@ void select_tokens_f32(const SelectArgs& a, cudaStream_t stream) {
   if (a.rows > 0x7fffffff) cuda::throw_invalid_argument("select_tokens: more than 2^31-1 rows");
   if (a.partials == nullptr || a.arrivals == nullptr)
     cuda::throw_invalid_argument("select_tokens: no partials / arrivals scratch (SelectArgs)");
-  const bool gumbel = a.temperature > 0.0;
+  if (!(a.top_p > 0.0 && a.top_p <= 1.0) || a.top_k < 0)
+    cuda::throw_invalid_argument("select_tokens: top_p " + std::to_string(a.top_p) + " outside (0, 1] or top_k " +
+                                 std::to_string(a.top_k) + " < 0");
+  SelectArgs b = a;
+  b.filter_theta = nullptr;
+  b.filter_cut = nullptr;
+  if (a.scaled_confidence && (a.top_p < 1.0 || (a.top_k > 0 && a.top_k < a.vocab))) {
+    if (a.filter_theta == nullptr || a.filter_cut == nullptr)
+      cuda::throw_invalid_argument("select_tokens: top_p / top_k without filter scratch (SelectArgs)");
+    select_filter_kernel<<<static_cast<unsigned>(a.rows), kSelectThreads, 0, stream>>>(a);
+    CUDA_CHECK_LAUNCH();
+    b.filter_theta = a.filter_theta;
+    b.filter_cut = a.filter_cut;
+  }
+  const bool gumbel = b.temperature > 0.0;
   if (gumbel) {
-    if (a.confidence_f64) launch_select<true, true>(a, stream); else launch_select<true, false>(a, stream);
+    if (b.confidence_f64)
+      launch_select<true, true>(b, stream);
+    else
+      launch_select<true, false>(b, stream);
   } else {
-    if (a.confidence_f64) launch_select<false, true>(a, stream); else launch_select<false, false>(a, stream);
+    if (b.confidence_f64)
+      launch_select<false, true>(b, stream);
+    else
+      launch_select<false, false>(b, stream);
   }
 }
 

@@ -49,10 +49,17 @@ struct SelectArgs {
   /// softmax(c). kMargin / kNegEntropy need confidence_f64.
   bool scaled_confidence = false;
   SelectConfidenceKind confidence = SelectConfidenceKind::kProbability;
+  /// Dream's filters (scaled_confidence only; Backend's SelectParams::top_p / top_k): top_p < 1 keeps
+  /// the tokens up to cumulative probability top_p, top_k > 0 the logits >= the k-th largest.
+  double top_p = 1.0;
+  int32_t top_k = 0;
   /// Device scratch: [rows · select_chunks(vocab)] partials and [rows] arrival counters; the counters
   /// must be zero before a call and every completed call leaves them zero (the CUDA backend keeps both).
+  /// With a filter on, [rows] filter thresholds and tie cuts too (written by the call).
   SelectPartial* partials = nullptr;
   uint32_t* arrivals = nullptr;
+  float* filter_theta = nullptr;
+  int32_t* filter_cut = nullptr;
 };
 
 /// The blocks select_tokens_f32 cuts a row of `vocab` logits into (8 at LLaDA's 126464); 0 for
@@ -73,11 +80,19 @@ int64_t select_chunks(int64_t vocab) noexcept;
 ///             i.e. Σ p·log p. Dream's Σ p·log(p + 1e-10) exceeds it by at most 1e-10 per token of the
 ///             vocabulary (p·log(1 + 1e-10/p) <= 1e-10): 1.5e-5 nats at Dream's 152,064, far below the
 ///             fp32 noise of the logits the upstream code computes it from.
+/// Filters (scaled_confidence with top_p < 1 or 0 < top_k < vocab): the tokens they remove take no part
+/// in x0 or conf, exactly as Dream's top_p_logits then top_k_logits (cpu_select.cpp): with the c_v above
+/// (suppress_token removed) sorted descending, ties by the lower index, top_p keeps each token whose
+/// cumulative probability before it is <= top_p; top_k then keeps the kept tokens >= the k-th largest
+/// kept c (every tie of it; all when fewer than k are kept). A first kernel (one block per row) finds
+/// each row's kept set as a threshold θ and a tie cut: kept ⇔ c > θ or (c == θ and v <= cut), θ by
+/// bisection over the 2^32 float orders (~32 passes over the row, the probability mass in float64),
+/// the cut as the index of the last tie top_p keeps. A row with a NaN or no finite c is not filtered.
 /// select_chunks(vocab) 512-thread blocks per row, each reading its chunk twice; the row's last block
 /// combines the chunks in chunk order, so results do not depend on the block schedule: Σ_v exp(c_v − m)
 /// is Σ over chunks of (Σ_chunk exp(c_v − m_chunk)) · exp(m_chunk − m). rows == 0 is a no-op.
-/// Throws Error(kInvalidArgument) for vocab outside [1, 2^31) or missing scratch, and Error(kDevice) on
-/// launch failure.
+/// Throws Error(kInvalidArgument) for vocab outside [1, 2^31), missing scratch or top_p outside (0, 1] /
+/// top_k < 0, and Error(kDevice) on launch failure.
 void select_tokens_f32(const SelectArgs& args, cudaStream_t stream);
 
 }  // namespace flashdllm::kernels
