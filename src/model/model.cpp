@@ -111,7 +111,8 @@ void run_layers(Backend& be, const Model& model, ForwardWorkspace& ws, int64_t T
   Tensor attn = ws.attn.slice_rows(0, T), gate_up = ws.gate_up, act = ws.act;  // dense FFN: [>= T, ·]
   Tensor sel = ws.sel.slice_rows(0, R), logit_rows = ws.logit_rows.slice_rows(0, R);
   // h += attn_out(a); h += ff_out(SwiGLU(gate_up(ff_norm(h)))) over n rows; a MoE model's FFN is
-  // its routed experts instead (ModelConfig::moe: world 1, so no collective).
+  // its routed experts instead (the router replicated, so every rank routes alike; each rank holds
+  // every expert's slice of columns, so its expert sum is a partial sum like the dense ff_out's).
   auto finish_layer = [&](const LayerWeights& lw, int64_t n, Tensor a, Tensor h, Tensor hn) {
     be.matmul(a, lw.attn_out, h, /*accumulate=*/residual);
     if (comm != nullptr) comm->all_reduce_sum(h);
@@ -121,7 +122,8 @@ void run_layers(Backend& be, const Model& model, ForwardWorkspace& ws, int64_t T
       Tensor weights = ws.expert_weights.slice_rows(0, n);
       be.matmul(hn, lw.router, logits, false);  // F32 router logits
       be.moe_route(logits, Tensor{}, c.moe, ids, weights);
-      be.moe_experts(hn, ids, weights, lw.w_gate_up, lw.ff_out, h, /*accumulate=*/true, ws.moe_scratch);
+      be.moe_experts(hn, ids, weights, lw.w_gate_up, lw.ff_out, h, /*accumulate=*/residual, ws.moe_scratch);
+      if (comm != nullptr) comm->all_reduce_sum(h);
       return;
     }
     be.matmul(hn, lw.w_gate_up, gate_up.slice_rows(0, n), false);

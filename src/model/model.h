@@ -61,8 +61,8 @@ struct ModelShard {
 };
 /// The shard of `tp.rank` of `tp.world`. Throws Error(kInvalidArgument) naming the size when
 /// n_kv_heads (hence n_heads), mlp_hidden_size or embedding_size is not divisible by the world
-/// size, or for a rank outside [0, world); Error(kUnsupported) for a mixture-of-experts model at
-/// world > 1 (its experts are not split yet).
+/// size (a MoE model: every expert's width too, each rank holding every expert's slice of columns), or
+/// for a rank outside [0, world).
 ModelShard model_shard(const ModelConfig& cfg, const TensorParallel& tp);
 
 /// One rank's weights (the whole model at world 1); Hl = local query heads · head_dim, Kl = local

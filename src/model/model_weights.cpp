@@ -7,6 +7,7 @@
 #include <cstring>
 #include <functional>
 #include <utility>
+#include <vector>
 
 #include "backend/comm.h"
 #include "core/check.h"
@@ -56,7 +57,7 @@ ModelWeights plan_weights(DType wt, DeviceKind dev, const ModelConfig& c, const 
     }
     l.attn_out = cv.take(wt, {D, Hl});
     l.ff_norm = cv.take(wt, {D});
-    if (c.moe.on()) {  // world 1 only (model_shard): every expert whole
+    if (c.moe.on()) {  // every expert's columns [mlp_begin, mlp_begin + Fl) on this rank (model_shard)
       const int64_t E = c.moe.n_experts;
       l.router = cv.take(wt, {E, D});
       l.w_gate_up = cv.take(wt, {E, 2 * Fl, D});
@@ -85,10 +86,6 @@ ModelShard model_shard(const ModelConfig& cfg, const TensorParallel& tp) {
   const int64_t N = tp.world;
   FDLLM_CHECK_ARG(N >= 1 && tp.rank >= 0 && tp.rank < N, "tensor parallel: rank {} outside [0, world size {})", tp.rank,
                   N);
-  FDLLM_CHECK(N == 1 || !cfg.moe.on(), ErrorCode::kUnsupported,
-              "tensor parallel size {}: mixture-of-experts models ({}, {} experts) run on one rank only so far (the "
-              "experts are not split across ranks yet)",
-              N, family_name(cfg.family), cfg.moe.n_experts);
   FDLLM_CHECK_ARG(cfg.n_heads % N == 0,
                   "tensor parallel size {} must divide n_heads = {} (attention heads are split across ranks)", N,
                   cfg.n_heads);
@@ -97,8 +94,9 @@ ModelShard model_shard(const ModelConfig& cfg, const TensorParallel& tp) {
                   "query heads, are split across ranks)",
                   N, cfg.n_kv_heads);
   FDLLM_CHECK_ARG(cfg.mlp_hidden_size % N == 0,
-                  "tensor parallel size {} must divide mlp_hidden_size = {} (the MLP columns are split across ranks)",
-                  N, cfg.mlp_hidden_size);
+                  "tensor parallel size {} must divide {} = {} (the MLP columns{} are split across ranks)", N,
+                  cfg.moe.on() ? "the expert width" : "mlp_hidden_size", cfg.mlp_hidden_size,
+                  cfg.moe.on() ? " of every expert" : "");
   FDLLM_CHECK_ARG(cfg.embedding_size % N == 0,
                   "tensor parallel size {} must divide embedding_size = {} (the LM head's vocabulary rows are split "
                   "across ranks)",
@@ -177,13 +175,14 @@ ModelWeights load_model_weights(Backend& backend, const Checkpoint& ckpt, const 
     }
     put_cols(l.attn_out, name(R::kAttnOut, i), q0);
     put_rows(l.ff_norm, name(R::kFfNorm, i), 0);
-    if (cfg.moe.on()) {  // world 1: each expert's tensors whole, into its slice of the stacked ones
+    if (cfg.moe.on()) {  // the router whole; each expert's column slice into its part of the stacked tensors
       put_rows(l.router, name(R::kRouter, i), 0);
       for (int64_t e = 0; e < cfg.moe.n_experts; ++e) {
         const Tensor gu = l.w_gate_up.slice_rows(e, e + 1).reshape({2 * Fl, cfg.d_model});
-        put_rows(gu.slice_rows(0, Fl), weight_name(cfg, R::kExpertGate, i, e), 0);
-        put_rows(gu.slice_rows(Fl, 2 * Fl), weight_name(cfg, R::kExpertUp, i, e), 0);
-        put_rows(l.ff_out.slice_rows(e, e + 1).reshape({cfg.d_model, Fl}), weight_name(cfg, R::kExpertDown, i, e), 0);
+        put_rows(gu.slice_rows(0, Fl), weight_name(cfg, R::kExpertGate, i, e), sh.mlp_begin);
+        put_rows(gu.slice_rows(Fl, 2 * Fl), weight_name(cfg, R::kExpertUp, i, e), sh.mlp_begin);
+        put_cols(l.ff_out.slice_rows(e, e + 1).reshape({cfg.d_model, Fl}), weight_name(cfg, R::kExpertDown, i, e),
+                 sh.mlp_begin);
       }
       continue;
     }
@@ -206,7 +205,7 @@ ModelWeights make_dummy_weights(Backend& backend, const ModelConfig& cfg, uint64
   // tensor): N(0, 0.02²) matrices; norm weights exactly 1 like a fresh model. A rank fills the
   // pieces of each unsharded tensor it holds through FillWindows.
   uint64_t stream = 0;
-  auto matrix = [&](std::initializer_list<std::pair<Tensor, FillWindow>> pieces) {
+  auto matrix = [&](const std::vector<std::pair<Tensor, FillWindow>>& pieces) {
     for (const auto& [t, window] : pieces) backend.fill_normal(t, seed, stream, 0.0f, 0.02f, window);
     ++stream;
   };
@@ -232,10 +231,17 @@ ModelWeights make_dummy_weights(Backend& backend, const ModelConfig& cfg, uint64
     }
     matrix({{l.attn_out, {h0, H}}});
     norm(l.ff_norm);
-    if (!l.router.empty()) {  // MoE (world 1): router and the stacked experts, whole
+    if (!l.router.empty()) {  // MoE: the router whole, each expert's columns of the stacked [E, 2F, D] / [E, D, F]
       matrix({{l.router, {}}});
-      matrix({{l.w_gate_up, {}}});
-      matrix({{l.ff_out, {}}});
+      std::vector<std::pair<Tensor, FillWindow>> gu, dn;
+      for (int64_t e = 0; e < cfg.moe.n_experts; ++e) {
+        const Tensor g = l.w_gate_up.slice_rows(e, e + 1).reshape({2 * Fl, D});
+        gu.push_back({g.slice_rows(0, Fl), {(e * 2 * F + f0) * D, 0}});
+        gu.push_back({g.slice_rows(Fl, 2 * Fl), {(e * 2 * F + F + f0) * D, 0}});
+        dn.push_back({l.ff_out.slice_rows(e, e + 1).reshape({D, Fl}), {e * D * F + f0, F}});
+      }
+      matrix(gu);
+      matrix(dn);
       continue;
     }
     matrix({{l.w_gate_up.slice_rows(0, Fl), {f0 * D, 0}}, {l.w_gate_up.slice_rows(Fl, 2 * Fl), {(F + f0) * D, 0}}});
