@@ -2,6 +2,7 @@
 #include "server/connection_loop.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -126,7 +127,7 @@ void ConnectionLoop::add(int fd) {
 void ConnectionLoop::finished(int fd, bool keep_alive) {
   {
     std::lock_guard<std::mutex> lk(mu_);
-    if (!stopped_) {
+    if (!drained_) {
       notes_.push_back({fd, false, keep_alive});
       wake();
       return;
@@ -170,6 +171,7 @@ void ConnectionLoop::watch(int fd, bool on) {
 }
 
 void ConnectionLoop::run() {
+  pthread_setname_np(pthread_self(), "fdllm-conns");  // its CPU time shows in top -H and /proc
   std::vector<epoll_event> events(512);
   auto next_tick = Clock::now();
   for (;;) {
@@ -183,20 +185,28 @@ void ConnectionLoop::run() {
         on_readable(fd);
       }
     }
-    take_notes();
     {
       std::lock_guard<std::mutex> lk(mu_);
       if (stopped_) break;
     }
+    take_notes();
     if (const auto now = Clock::now(); now >= next_tick) {
       expire(now);
       next_tick = now + std::chrono::milliseconds(kTickMs);
     }
   }
-  // Stopping: what has no worker closes now; a worker's socket is shut down, and finished() (which
-  // sees stopped_) closes it.
-  take_notes();
+  // Stopping: what has no worker closes now; a worker's socket is shut down (its worker fails fast),
+  // and finished() closes it once drained_ is set. Notes still queued are settled here, under the
+  // lock that finished() takes, so that no socket is closed twice.
   std::lock_guard<std::mutex> lk(mu_);
+  for (const Note& note : notes_) {
+    ::close(note.fd);
+    if (note.add) continue;  // not counted yet
+    --busy_;
+    --open_;
+    conns_.erase(note.fd);
+  }
+  notes_.clear();
   for (auto& [fd, c] : conns_) {
     if (c.phase == Phase::kBusy) {
       ::shutdown(fd, SHUT_RDWR);
@@ -206,6 +216,7 @@ void ConnectionLoop::run() {
     }
   }
   conns_.clear();
+  drained_ = true;
 }
 
 void ConnectionLoop::take_notes() {

@@ -64,7 +64,7 @@ class ConnectionLoop {
   /// Takes an accepted socket (made non-blocking here). Thread-safe.
   void add(int fd);
   /// A worker wrote the response of `fd`'s request: keep_alive = wait for the next one, else close.
-  /// Thread-safe; after close_all() it closes the socket itself.
+  /// Thread-safe; once close_all() has run it closes the socket itself.
   void finished(int fd, bool keep_alive);
   /// Requests handed to workers and not yet finished.
   size_t busy() const;
@@ -112,8 +112,9 @@ class ConnectionLoop {
   std::unordered_map<int, Conn> conns_;  // loop thread only
   size_t closing_ = 0;                   // conns_ in kClosing
   mutable std::mutex mu_;
-  std::vector<Note> notes_;  // from other threads
-  bool stopped_ = false;
+  std::vector<Note> notes_;     // from other threads
+  bool stopped_ = false;        // close_all() was called
+  bool drained_ = false;        // the loop thread has let go of every connection
   size_t busy_ = 0, open_ = 0;  // under mu_
   std::thread thread_;
 };
