@@ -18,8 +18,8 @@ import pytest
 
 from server_fixture import BUILD, MODEL, MODEL_ID, Server
 
-# A loaded 2-core CI machine: an ordinary request here takes well under a second.
-ANSWER_SECONDS = 3.0
+# A loaded 2-core CI machine: an ordinary request here takes well under a second (20.9 s before).
+ANSWER_SECONDS = 5.0
 
 
 def raise_file_limit(n: int) -> None:
