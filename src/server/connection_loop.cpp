@@ -258,11 +258,17 @@ void ConnectionLoop::take_notes() {
       --busy_;
     }
     c.phase = Phase::kIdle;
-    watch(fd, true);
-    if (!note.keep || c.eof) {
+    if (!note.keep) {
+      watch(fd, true);  // to discard what the client still sends while the close lingers
       begin_close(fd, c);
       continue;
     }
+    if (c.eof) {  // the client sent all it will: answer what is buffered, then close
+      advance(fd, c);
+      if (c.phase != Phase::kBusy) close_conn(fd);
+      continue;
+    }
+    watch(fd, true);
     c.deadline = Clock::now() + std::chrono::seconds(limits_.idle_timeout_s);
     advance(fd, c);  // a pipelined request may be there already
   }
@@ -292,7 +298,7 @@ void ConnectionLoop::on_readable(int fd) {
     if (eof) close_conn(fd);
     return;
   }
-  c.eof = eof;  // a client may send a whole request and then stop sending: it is still answered
+  c.eof = eof;  // a client may send its requests and then stop sending: they are still answered
   advance(fd, c);
   if (eof && c.phase != Phase::kBusy) close_conn(fd);
 }
@@ -329,7 +335,7 @@ bool ConnectionLoop::scan_head(int fd, Conn& c) {
   if (c.match != 4) return false;  // more to come
   const size_t head = c.scanned + 1;
   const HeadFraming f = framing_of(std::string_view(c.buf).substr(0, head));
-  c.last = c.eof || c.served + 1 >= limits_.max_requests_per_connection;
+  c.last = c.served + 1 >= limits_.max_requests_per_connection;
   c.body = 0;
   if (f.transfer_encoding || f.lengths > 1 || (f.lengths == 1 && (!f.length_ok || f.length > limits_.max_body_bytes))) {
     c.last = true;  // the framing check answers it from the head (400, 411 or 413); the body is not read

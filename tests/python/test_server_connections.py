@@ -8,6 +8,7 @@ a body trickled a byte at a time was waited for indefinitely, and --http-threads
 
 import json
 import resource
+import select
 import socket
 import subprocess
 import threading
@@ -104,9 +105,12 @@ def test_connections_past_the_limit_get_503_and_the_others_are_served():
     srv = Server("--slots", "2", "--max-model-len", "256", "--max-connections", "20")
     held = []
     try:
+        time.sleep(1.0)  # the startup's /health connections are closed, and no longer count
         for _ in range(20):
             held.append(connect(srv.port))
         time.sleep(0.3)
+        readable, _, _ = select.select(held, [], [], 0)
+        assert not readable, "a connection below the limit was answered (refused)"
         extra = connect(srv.port)
         extra.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         out = read_all(extra)
