@@ -192,6 +192,9 @@ HttpServer::HttpServer(const HttpOptions& options) : opt_(options) {
     workers_->pool.enqueue([this, job] { serve(std::move(*job)); });
   });
   new_task_queue = [] { return new Inline; };
+  // What cpp-httplib's responses advertise (Keep-Alive: timeout=..., max=...): the loop's values.
+  set_keep_alive_timeout(opt_.limits.idle_timeout_s);
+  set_keep_alive_max_count(opt_.limits.max_requests_per_connection);
 }
 
 HttpServer::~HttpServer() { close_connections(); }
