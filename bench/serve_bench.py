@@ -34,12 +34,15 @@ def make_prompts(n, length, seed, vocab):
 
 
 async def one(client, url, model, prompt, max_tokens):
-    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "stream": True, "stream_canvas": True,
+    """A streamed completion of `prompt` (token ids), or a chat completion of it (a str: one user message)."""
+    body = {"model": model, "max_tokens": max_tokens, "stream": True, "stream_canvas": True,
             "stream_options": {"include_usage": True}}
+    chat = isinstance(prompt, str)
+    body.update({"messages": [{"role": "user", "content": prompt}]} if chat else {"prompt": prompt})
     t0 = time.perf_counter()
     first_event = first_token = None
     tokens = 0
-    async with client.stream("POST", url + "/v1/completions", json=body) as r:
+    async with client.stream("POST", url + ("/v1/chat/completions" if chat else "/v1/completions"), json=body) as r:
         r.raise_for_status()
         event = None
         async for line in r.aiter_lines():

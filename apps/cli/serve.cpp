@@ -5,8 +5,10 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstdio>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -38,15 +40,27 @@ void add_serve_subcommand(CLI::App& app, CommonArgs& ca, ServeArgs& sa, CLI::App
   cmd->add_option("--max-body-mb", sa.max_body_mb, "larger request bodies get 413")
       ->check(int_in_range(1, 1024))
       ->capture_default_str();
-  cmd->add_option("--read-timeout", sa.read_timeout_s, "seconds a socket read may wait (slow uploads end after it)")
-      ->check(int_in_range(1, 3600))
+  // The HTTP layer's deadlines, in seconds (1 s to an hour).
+  const std::pair<const char*, int*> timeouts[] = {{"--read-timeout", &sa.read_timeout_s},
+                                                   {"--write-timeout", &sa.write_timeout_s},
+                                                   {"--keep-alive-timeout", &sa.keep_alive_timeout_s}};
+  const char* timeout_help[] = {
+      "seconds a request's headers may take from their first byte, and a body may go without a byte (it must also "
+      "average 16 KiB/s after them): 408 past them",
+      "seconds a response may wait in all for its client to read (a client that stops reading is dropped after it)",
+      "seconds an idle connection is kept open"};
+  for (size_t i = 0; i < 3; ++i)
+    cmd->add_option(timeouts[i].first, *timeouts[i].second, timeout_help[i])
+        ->check(int_in_range(1, 3600))
+        ->capture_default_str();
+  cmd->add_option("--max-connections", sa.max_connections,
+                  "open connections (idle and slow ones included; they hold no thread): past it a new one gets 503. "
+                  "The open-file limit is raised to fit it where the hard limit allows")
+      ->check(int_in_range(1, 1 << 20))
       ->capture_default_str();
-  cmd->add_option("--write-timeout", sa.write_timeout_s,
-                  "seconds a socket write may wait (a client that stops reading is dropped after it)")
-      ->check(int_in_range(1, 3600))
-      ->capture_default_str();
-  cmd->add_option("--http-threads", sa.http_threads, "connection workers (0 = max(256, slots + max-queue + 32))")
-      ->check(kNonNegativeInt)
+  cmd->add_option("--http-threads", sa.http_threads,
+                  "request workers: requests processed at once (0 = max(256, slots + max-queue + 32); at most 4096)")
+      ->check(int_in_range(0, 4096))
       ->capture_default_str();
   cmd->add_option("--allowed-host", sa.allowed_hosts,
                   "a Host name the server answers to beside IP addresses, localhost and --host (repeatable; * = "
@@ -97,6 +111,8 @@ int run_serve(const CommonArgs& ca, ServeArgs& sa) {
   o.max_body_bytes = static_cast<size_t>(sa.max_body_mb) << 20;
   o.read_timeout_s = sa.read_timeout_s;
   o.write_timeout_s = sa.write_timeout_s;
+  o.keep_alive_timeout_s = sa.keep_alive_timeout_s;
+  o.max_connections = static_cast<size_t>(sa.max_connections);
   o.max_threads = sa.http_threads;
   o.allowed_hosts = sa.allowed_hosts;
   o.cors_origins = sa.cors_origins;

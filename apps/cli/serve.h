@@ -22,6 +22,8 @@ struct ServeArgs {
   int read_timeout_s = 10;
   int write_timeout_s = 30;
   int64_t http_threads = 0;
+  int64_t max_connections = 8192;
+  int keep_alive_timeout_s = 5;
   std::vector<std::string> allowed_hosts, cors_origins;
   std::string api_key;
   DecodeArgs dec;

@@ -8,23 +8,26 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
-#include <cstdint>
-#include <optional>
-#include <utility>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
+#include <functional>
+#include <optional>
+#include <string_view>
+#include <utility>
 
 #include <fmt/format.h>
+
+#include "server/worker_pool.h"
 
 namespace flashdllm::server {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-thread_local std::string t_refusal;  // why the current request's head was cut ("" = it was not)
-thread_local int t_refusal_status = 0;
+thread_local int t_connection = -1;  // the socket of the request this thread serves
 
 /// poll() for `events` up to `timeout_ms`, retrying on EINTR: > 0 ready, 0 timed out, < 0 error.
 int wait_for(int fd, short events, int timeout_ms) {
@@ -36,52 +39,44 @@ int wait_for(int fd, short events, int timeout_ms) {
   }
 }
 
-int to_ms(time_t sec, time_t usec) { return static_cast<int>(sec * 1000 + usec / 1000); }
+constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
-/// A connected socket as cpp-httplib's Stream (as its SocketStream: buffered reads, per-read and
-/// per-write timeouts), which also bounds each request's head (HeaderLimits): it counts the bytes
-/// it delivers from the start of a request (start_request) to the blank line ending its headers.
-class BoundedStream final : public httplib::Stream {
+/// One complete request (its bytes, read by the ConnectionLoop) as cpp-httplib's Stream: reads
+/// yield those bytes, writes go to the (non-blocking) socket. The time writes wait for the client
+/// to read is bounded in all, per response: past `write_ms`, writes fail (and a stream is cancelled).
+class RequestStream final : public httplib::Stream {
  public:
-  BoundedStream(int fd, int read_timeout_ms, int write_timeout_ms, const HeaderLimits& limits)
-      : fd_(fd), read_ms_(read_timeout_ms), write_ms_(write_timeout_ms), limits_(limits) {}
+  RequestStream(int fd, std::string bytes, int write_ms, bool continued)
+      : fd_(fd), bytes_(std::move(bytes)), budget_ms_(write_ms), continued_(continued) {}
 
-  /// The next bytes begin a request: its head is counted anew.
-  void start_request() {
-    in_head_ = true;
-    head_started_ = false;
-    head_bytes_ = 0;
-    lines_ = 0;
-    match_ = 0;
-    t_refusal.clear();
-    t_refusal_status = 0;
-  }
-  bool buffered() const { return pos_ < len_; }
-
-  bool is_readable() const override { return buffered() || wait_for(fd_, POLLIN, read_ms_) > 0; }
+  bool is_readable() const override { return pos_ < bytes_.size(); }
   bool is_writable() const override {
-    if (wait_for(fd_, POLLOUT, write_ms_) <= 0) return false;
+    if (!wait_writable()) return false;
     if (wait_for(fd_, POLLIN, 0) <= 0) return true;  // alive: nothing to read
     char c;
     return ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT) > 0;  // 0: the peer closed
   }
 
   ssize_t read(char* ptr, size_t size) override {
-    if (size == 0) return 0;
-    if (!buffered() && !fill()) return -1;
-    size_t n = std::min(size, len_ - pos_);
-    if (in_head_ && !count_head(n)) return -1;
-    std::memcpy(ptr, buf_ + pos_, n);
+    const size_t n = std::min(size, bytes_.size() - pos_);
+    if (n == 0) return -1;  // the loop read the whole request: there is no more
+    std::memcpy(ptr, bytes_.data() + pos_, n);
     pos_ += n;
     return static_cast<ssize_t>(n);
   }
 
   ssize_t write(const char* ptr, size_t size) override {
-    if (wait_for(fd_, POLLOUT, write_ms_) <= 0) return -1;
+    // cpp-httplib answers `Expect: 100-continue` once it has the request; the loop did already,
+    // before it read the body.
+    if (continued_ && std::string_view(ptr, size) == kContinue) {
+      continued_ = false;
+      return static_cast<ssize_t>(size);
+    }
     for (;;) {
-      const ssize_t n = ::send(fd_, ptr, size, MSG_NOSIGNAL);
-      if (n < 0 && errno == EINTR) continue;
-      return n;
+      const ssize_t n = ::send(fd_, ptr, size, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n >= 0) return n;
+      if (errno == EINTR) continue;
+      if ((errno != EAGAIN && errno != EWOULDBLOCK) || !wait_writable()) return -1;
     }
   }
 
@@ -98,84 +93,30 @@ class BoundedStream final : public httplib::Stream {
   socket_t socket() const override { return fd_; }
 
  private:
-  /// Refills the buffer: waits up to the read timeout, and while a head is being read no later than
-  /// its deadline. False on a timeout, an error or the peer's close.
-  bool fill() {
-    int timeout = read_ms_;
-    if (in_head_ && head_started_) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(head_deadline_ - Clock::now()).count();
-      timeout = static_cast<int>(std::clamp<int64_t>(left, 0, timeout));
-    }
-    if (const int r = wait_for(fd_, POLLIN, timeout); r <= 0) {
-      // A head that stalls (a read timeout) or runs past its deadline: 408.
-      if (r == 0 && in_head_ && head_started_)
-        refuse(408, fmt::format("the request's headers took longer than {} s to arrive", limits_.timeout_s));
-      return false;
-    }
-    for (;;) {
-      const ssize_t n = ::recv(fd_, buf_, sizeof buf_, 0);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return false;
-      pos_ = 0;
-      len_ = static_cast<size_t>(n);
-      return true;
-    }
+  /// Waits for room in the socket's buffer, out of what is left of the response's write budget.
+  bool wait_writable() const {
+    if (wait_for(fd_, POLLOUT, 0) > 0) return true;
+    if (budget_ms_ <= 0) return false;
+    const auto t0 = Clock::now();
+    const int r = wait_for(fd_, POLLOUT, static_cast<int>(budget_ms_));
+    budget_ms_ -= std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+    return r > 0;
   }
 
-  /// Counts up to `n` head bytes from the buffer, shortening n at the blank line that ends the head
-  /// (the rest is body); false when a limit is passed.
-  bool count_head(size_t& n) {
-    if (!head_started_) {
-      head_started_ = true;
-      head_deadline_ = Clock::now() + std::chrono::seconds(limits_.timeout_s);
-    }
-    static constexpr char kEnd[] = "\r\n\r\n";
-    for (size_t k = 0; k < n; ++k) {
-      const char c = buf_[pos_ + k];
-      match_ = c == kEnd[match_] ? match_ + 1 : (c == '\r' ? 1 : 0);
-      if (match_ == 4) {
-        in_head_ = false;
-        n = k + 1;
-        return true;
-      }
-      if (++head_bytes_ > limits_.max_bytes)
-        return refuse(431, fmt::format("the request's headers exceed {} bytes", limits_.max_bytes));
-      if (c == '\n' && ++lines_ - 1 > limits_.max_lines)  // the request line is not a header
-        return refuse(431, fmt::format("the request has more than {} header lines", limits_.max_lines));
-    }
-    return true;
-  }
-
-  bool refuse(int status, std::string why) {
-    t_refusal = std::move(why);
-    t_refusal_status = status;
-    return false;
-  }
-
-  int fd_, read_ms_, write_ms_;
-  const HeaderLimits& limits_;
-  char buf_[4096];
-  size_t pos_ = 0, len_ = 0;
-  bool in_head_ = true, head_started_ = false;
-  size_t head_bytes_ = 0;
-  int lines_ = 0, match_ = 0;
-  Clock::time_point head_deadline_{};
+  int fd_;
+  std::string bytes_;
+  size_t pos_ = 0;
+  mutable int64_t budget_ms_;
+  bool continued_;
 };
 
-/// Ends a connection whose client is still sending (a head past the limits) so that it can read
-/// the error first: closing with unread input would reset the connection, and the client's TCP
-/// stack may drop the answer. Stops sending, then discards input for at most 1 s and 64 MiB.
-void linger(int fd) {
-  ::shutdown(fd, SHUT_WR);
-  const auto deadline = Clock::now() + std::chrono::seconds(1);
-  char buf[1 << 16];
-  for (size_t total = 0; total < (size_t{64} << 20) && Clock::now() < deadline;) {
-    if (wait_for(fd, POLLIN, 100) <= 0) continue;
-    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    total += static_cast<size_t>(n);
-  }
-}
+/// cpp-httplib's TaskQueue for its accept loop: the per-connection job only hands the socket to
+/// the ConnectionLoop, so it runs inline on the accepting thread.
+class Inline final : public httplib::TaskQueue {
+ public:
+  void enqueue(std::function<void()> fn) override { fn(); }
+  void shutdown() override {}
+};
 
 }  // namespace
 
@@ -237,37 +178,47 @@ std::optional<ApiError> check_framing(const httplib::Request& q, size_t max_body
   return std::nullopt;
 }
 
-const std::string& HttpServer::header_refusal(int* status) {
-  *status = t_refusal_status;
-  return t_refusal;
+int current_connection() { return t_connection; }
+
+struct HttpServer::Workers {
+  explicit Workers(size_t n) : pool(n) {}
+  WorkerPool pool;
+};
+
+HttpServer::HttpServer(const HttpOptions& options) : opt_(options) {
+  workers_ = std::make_unique<Workers>(opt_.max_threads);
+  loop_ = std::make_unique<ConnectionLoop>(opt_.limits, [this](ReadyRequest r) {
+    auto job = std::make_shared<ReadyRequest>(std::move(r));
+    workers_->pool.enqueue([this, job] { serve(std::move(*job)); });
+  });
+  new_task_queue = [] { return new Inline; };
+  // What cpp-httplib's responses advertise (Keep-Alive: timeout=..., max=...): the loop's values.
+  set_keep_alive_timeout(opt_.limits.idle_timeout_s);
+  set_keep_alive_max_count(opt_.limits.max_requests_per_connection);
+}
+
+HttpServer::~HttpServer() { close_connections(); }
+
+size_t HttpServer::busy() const { return loop_->busy(); }
+size_t HttpServer::connections() const { return loop_->open(); }
+
+void HttpServer::close_connections() {
+  loop_->close_all();
+  workers_->pool.shutdown();
 }
 
 bool HttpServer::process_and_close_socket(socket_t sock) {
-  // cpp-httplib's loop (process_server_socket_core): up to keep_alive_max_count_ requests, each
-  // after waiting up to keep_alive_timeout_sec_ for its first byte; stop() ends it (svr_sock_).
-  BoundedStream strm(sock, to_ms(read_timeout_sec_, read_timeout_usec_), to_ms(write_timeout_sec_, write_timeout_usec_),
-                     limits_);
-  bool ret = false;
-  for (size_t count = keep_alive_max_count_; count > 0 && svr_sock_ != INVALID_SOCKET; --count) {
-    if (!strm.buffered()) {
-      const auto deadline = Clock::now() + std::chrono::seconds(keep_alive_timeout_sec_);
-      int ready = 0;
-      while (ready == 0 && svr_sock_ != INVALID_SOCKET && Clock::now() < deadline) ready = wait_for(sock, POLLIN, 100);
-      if (ready <= 0) break;
-    }
-    strm.start_request();
-    bool connection_closed = false;
-    ret = process_request(strm, /*close_connection=*/count == 1, connection_closed, nullptr);
-    int status = 0;
-    if (!header_refusal(&status).empty()) {  // a cut head: the rest is garbage
-      linger(sock);
-      break;
-    }
-    if (!ret || connection_closed) break;
-  }
-  ::shutdown(sock, SHUT_RDWR);
-  ::close(sock);
-  return ret;
+  loop_->add(sock);
+  return true;
+}
+
+void HttpServer::serve(ReadyRequest r) {
+  RequestStream strm(r.fd, std::move(r.bytes), opt_.write_timeout_s * 1000, r.continued);
+  t_connection = r.fd;
+  bool closed = false;
+  const bool ok = process_request(strm, r.last, closed, nullptr);
+  t_connection = -1;
+  loop_->finished(r.fd, ok && !closed && !r.last);
 }
 
 }  // namespace flashdllm::server

@@ -1,17 +1,19 @@
-// The connection loop of `flashdllm serve`: cpp-httplib's Server with each accepted connection
-// served by our own loop and socket stream, so that a request's headers are bounded.
+// `flashdllm serve`'s HTTP layer: cpp-httplib's Server (Debian's 0.11) for parsing, routing and
+// writing responses, behind our connection event loop (server/connection_loop.h).
 //
-// cpp-httplib 0.11 (Debian's, a compiled library: its limits are fixed at its build) reads request
-// headers without a count or total size limit (100 MB of header lines were accepted, +118 MB RSS,
-// issue 49 item 2) and with only a per-read timeout (a client trickling one byte a second holds its
-// worker forever). HttpServer overrides its per-connection entry point (process_and_close_socket, a
-// virtual member) with the same keep-alive loop cpp-httplib runs, over a stream that counts the
-// header bytes and lines of each request and the time they take: past a limit the stream fails the
-// read, cpp-httplib answers 400, and the error handler turns that into 431 (too large) or 408 (too
-// slow) with an OpenAI error object naming the limit (header_refusal()).
+// cpp-httplib 0.11 serves each connection on a thread for its whole life, reads headers without a
+// limit and bodies with only a per-read timeout (issue 49 items 2 and 3). HttpServer keeps its
+// accept loop but overrides the per-connection entry point (process_and_close_socket, virtual),
+// which runs inline on the accepting thread and hands the socket to the ConnectionLoop. The loop
+// reads each request whole under its limits and deadlines; a worker of a pool (at most
+// `max_threads`) then runs cpp-httplib's request processing over a stream that yields the request's
+// bytes and writes the response to the socket (a write deadline: write_timeout_s in all per
+// response, so a client that stops reading frees its worker), and gives the connection back to the
+// loop for its next request.
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -19,6 +21,7 @@
 
 #include <httplib.h>
 
+#include "server/connection_loop.h"
 #include "server/openai.h"
 
 namespace flashdllm::server {
@@ -32,24 +35,36 @@ bool socket_address(const sockaddr_storage& a, std::string& ip, int& port);
 /// for a Transfer-Encoding or a POST without Content-Length; 413 past `max_body` bytes.
 std::optional<ApiError> check_framing(const httplib::Request& q, size_t max_body);
 
-/// Bounds of one request's head (request line and header lines, up to the blank line).
-struct HeaderLimits {
-  size_t max_bytes = size_t{64} << 10;  ///< bytes of the request line and headers (431 past it)
-  int max_lines = 100;                  ///< header lines (431 past it)
-  int timeout_s = 10;                   ///< seconds from its first byte to its blank line (408 past it)
+/// The socket of the request being served on this thread (-1 outside a request): a handler that
+/// waits on the engine peeks at it to notice a client that went away (ClientWatch).
+int current_connection();
+
+struct HttpOptions {
+  ConnectionLimits limits;
+  size_t max_threads = 256;  ///< workers: requests being processed at once (the others wait their turn)
+  int write_timeout_s = 30;  ///< time a response may wait for its client to read, in all
 };
 
 class HttpServer : public httplib::Server {
  public:
-  explicit HttpServer(HeaderLimits limits) : limits_(limits) {}
+  explicit HttpServer(const HttpOptions& options);
+  ~HttpServer() override;
 
-  /// What cut the head of the request being served on this thread ("" = nothing): the error
-  /// handler's message; its status (431 or 408) in *status.
-  static const std::string& header_refusal(int* status);
+  /// Requests being processed by workers, and open connections.
+  size_t busy() const;
+  size_t connections() const;
+  /// Closes every connection (see ConnectionLoop::close_all) and joins the workers; call after
+  /// stop() ended the accept loop. Idempotent.
+  void close_connections();
 
  private:
   bool process_and_close_socket(socket_t sock) override;
-  HeaderLimits limits_;
+  void serve(ReadyRequest r);
+
+  HttpOptions opt_;
+  struct Workers;
+  std::unique_ptr<Workers> workers_;
+  std::unique_ptr<ConnectionLoop> loop_;
 };
 
 }  // namespace flashdllm::server

@@ -3,15 +3,15 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
+#include <cstdio>
 #include <ctime>
-#include <deque>
 #include <functional>
 #include <random>
 #include <thread>
@@ -29,7 +29,6 @@
 #include "server/page.h"
 #include "server/sockets.h"
 #include "server/web_guard.h"
-#include "server/worker_pool.h"
 
 namespace flashdllm::server {
 namespace {
@@ -38,18 +37,47 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 constexpr auto kPoll = std::chrono::milliseconds(50);
 
-/// cpp-httplib's TaskQueue over our WorkerPool (server/worker_pool.h): a connection holds a worker
-/// while it is open, so the bound follows the slots and the queue rather than cpp-httplib's fixed
-/// pool of 8.
-class HttpWorkers final : public httplib::TaskQueue {
- public:
-  explicit HttpWorkers(size_t max_threads) : pool_(max_threads) {}
-  void enqueue(std::function<void()> fn) override { pool_.enqueue(std::move(fn)); }
-  void shutdown() override { pool_.shutdown(); }
+constexpr int64_t kMaxDefaultThreads = 4096;  // as --http-threads allows
 
- private:
-  WorkerPool pool_;
-};
+/// The HTTP layer's options from the server's (limits, workers) and the engine's size.
+HttpOptions http_options(const Engine& engine, const ServerOptions& o) {
+  HttpOptions h;
+  ConnectionLimits& l = h.limits;
+  l.max_connections = o.max_connections;
+  l.idle_timeout_s = o.keep_alive_timeout_s;
+  l.max_header_bytes = o.max_header_bytes;
+  l.max_header_lines = o.max_header_lines;
+  l.header_timeout_s = o.read_timeout_s;
+  l.max_body_bytes = o.max_body_bytes;
+  l.body_stall_s = o.read_timeout_s;
+  const ServeOptions& so = engine.serve_options();
+  h.max_threads = static_cast<size_t>(
+      o.max_threads > 0 ? o.max_threads
+                        : std::clamp<int64_t>(engine.total_slots() + so.max_queue + 32, 256, kMaxDefaultThreads));
+  h.write_timeout_s = o.write_timeout_s;
+  return h;
+}
+
+/// Raises this process's open-file limit to what `max_connections` needs (up to the hard limit) and
+/// returns the connections it allows: max_connections, or fewer where the hard limit is lower.
+size_t fit_file_limit(size_t max_connections) {
+  constexpr rlim_t kSpare = 128;  // model files, the listener, epoll, logs
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0) return max_connections;
+  const rlim_t want = static_cast<rlim_t>(max_connections) + kSpare;
+  if (r.rlim_cur < want) {
+    rlimit raised = r;
+    raised.rlim_cur = r.rlim_max == RLIM_INFINITY ? want : std::min(want, r.rlim_max);
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) r = raised;
+  }
+  if (r.rlim_cur >= want) return max_connections;
+  const size_t fit = r.rlim_cur > 2 * kSpare ? static_cast<size_t>(r.rlim_cur - kSpare) : static_cast<size_t>(kSpare);
+  std::fprintf(stderr,
+               "[flashdllm] warning: the open-file limit (ulimit -n %llu) allows %zu connections, not the %zu of "
+               "--max-connections: raise the limit to serve more\n",
+               static_cast<unsigned long long>(r.rlim_cur), fit, max_connections);
+  return fit;
+}
 
 int64_t unix_time() { return static_cast<int64_t>(std::time(nullptr)); }
 
@@ -110,10 +138,12 @@ struct Server::Impl {
   bool stopped = false;
   int listen_fd = -1;  // the listening socket (set_socket_options)
 
-  Impl(Engine& e, ServerOptions o)
-      : engine(e),
-        opt(std::move(o)),
-        http(HeaderLimits{opt.max_header_bytes, opt.max_header_lines, opt.read_timeout_s}) {}
+  Impl(Engine& e, ServerOptions o) : engine(e), opt(fitted(std::move(o))), http(http_options(e, opt)) {}
+
+  static ServerOptions fitted(ServerOptions o) {
+    o.max_connections = fit_file_limit(o.max_connections);
+    return o;
+  }
 
   /// Counts a handler (or a stream provider) in flight for the drain.
   struct Active {
@@ -273,7 +303,7 @@ struct Server::Impl {
     if (auto e = submit(*call)) return reply_error(res, *e);
     if (call->req.stream) return stream(res, call);
 
-    ClientWatch watch(hreq);
+    ClientWatch watch;
     bool failed = false;
     while (!call->all_done()) {
       pump(*call, kPoll, [&](size_t, const RequestEvent& ev) {
@@ -443,14 +473,8 @@ struct Server::Impl {
     http.set_error_handler([](const httplib::Request& q, httplib::Response& r) {
       if (!r.body.empty()) return;  // an OpenAI error object is already there
       ApiError e;
-      int refused = 0;
-      const std::string& head = HttpServer::header_refusal(&refused);
-      if (r.status == 400 && !head.empty()) r.status = refused;  // HeaderLimits cut the request's head
       e.status = r.status;
-      if (!head.empty()) {
-        e.message = head;
-        e.code = refused == 431 ? "request_header_fields_too_large" : "request_timeout";
-      } else if (r.status == 404) {
+      if (r.status == 404) {
         e.message = fmt::format("no route {} {} (routes: POST /v1/completions, POST /v1/chat/completions, GET "
                                 "/v1/models, /health, /metrics, /)", q.method, q.path);
         e.code = "not_found";
@@ -489,13 +513,7 @@ Server::Server(Engine& engine, ServerOptions options) : impl_(std::make_unique<I
   m.limits.max_json_values = json_value_limit(m.limits.max_prompts, so.max_model_len);
   m.limits.max_model_len = so.max_model_len;
   m.limits.max_bytes_per_token = engine.max_bytes_per_token();
-  const int64_t threads =
-      m.opt.max_threads > 0 ? m.opt.max_threads : std::max<int64_t>(256, engine.total_slots() + so.max_queue + 32);
-  m.http.new_task_queue = [threads] { return new HttpWorkers(static_cast<size_t>(threads)); };
   m.http.set_payload_max_length(m.opt.max_body_bytes);
-  m.http.set_read_timeout(m.opt.read_timeout_s, 0);
-  m.http.set_write_timeout(m.opt.write_timeout_s, 0);
-  m.http.set_keep_alive_timeout(m.opt.keep_alive_timeout_s);
   // The listening socket: SO_REUSEADDR only (cpp-httplib's default SO_REUSEPORT lets a second
   // server bind a port in use without an error), and remembered to raise its backlog (bind()).
   m.http.set_socket_options([&m](socket_t sock) {
@@ -534,16 +552,13 @@ void Server::stop() {
   m.stopped = true;
   m.draining = true;
   m.engine.stop(/*drain=*/true);  // queued and running requests finish; new ones are refused
-  // The handlers write their last responses (bounded: a client that does not read them times out).
+  // The handlers write their last responses (bounded: a client that does not read them times out),
+  // then the listener stops and the remaining connections (idle, or still sending) are closed.
   const auto deadline = Clock::now() + std::chrono::seconds(m.opt.write_timeout_s + 5);
-  while (m.active.load() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  // Idle keep-alive connections and clients still sending headers would hold their workers (and
-  // the exit) until they leave: every response is written, so close them.
-  // A handler's guard ends when it returns, before cpp-httplib writes a non-streamed response:
-  // give those writes a moment before cutting the connections (a heuristic; see the session notes).
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  shutdown_connections(m.opt.port);
+  while ((m.active.load() > 0 || m.http.busy() > 0) && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   m.http.stop();
+  m.http.close_connections();
 }
 
 const std::string& Server::model_id() const noexcept { return impl_->opt.model_id; }

@@ -4,18 +4,20 @@
 // GET /metrics (Prometheus text), GET / (the live-denoising page). docs/serving.md documents every
 // field, flag and error.
 //
-// Threads: cpp-httplib accepts on one thread and serves each connection on a worker of a pool that
-// grows on demand up to max_threads (at least 256, and slots + queue + headroom, so slow or idle
-// clients do not easily starve the others) with read / write / keep-alive timeouts, through our
-// connection loop (server/http_connection.h: bounded request heads). Before routing, the Host,
-// Origin and API key are checked (server/web_guard.h) and the framing from the headers. A handler
-// submits to the engine and then only waits on its request streams (50 ms at a time, checking that
-// its client is still connected); the engine's loop thread never waits on a socket. A client that
-// disconnects has its requests cancelled, which frees their slots at the next iteration.
+// Threads: cpp-httplib accepts on one thread and hands each connection to one event-loop thread
+// (server/connection_loop.h), which holds every idle or slow connection without a thread, enforces
+// the connection limit, the keep-alive idle timeout and the head / body deadlines, and hands each
+// complete request to a worker of a pool that grows on demand up to max_threads (default max(256,
+// slots + queue + 32): every request the engine can hold, with room for quick ones). Before routing,
+// the Host, Origin and API key are checked (server/web_guard.h) and the framing from the headers. A
+// handler submits to the engine and then only waits on its request streams (50 ms at a time,
+// checking that its client is still connected); the engine's loop thread never waits on a socket.
+// A client that disconnects has its requests cancelled, which frees their slots at the next
+// iteration.
 //
 // Shutdown (stop(), e.g. on SIGINT / SIGTERM): new requests get 503, the engine drains the queued
-// and running ones, the handlers write their last responses, then the remaining connections (idle
-// keep-alive, or a client still trickling headers) are shut down and the listener stops.
+// and running ones, the handlers write their last responses, then the listener stops and the
+// remaining connections (idle keep-alive, or a client still trickling headers) are closed.
 #pragma once
 
 #include <atomic>
@@ -37,13 +39,14 @@ struct ServerOptions {
   std::string model_id;              ///< the served model's id ("" = the model directory's name)
   int64_t default_max_tokens = 128;  ///< max_tokens of requests that give none
   size_t max_body_bytes = size_t{8} << 20;  ///< larger bodies get 413
-  int read_timeout_s = 10;           ///< per socket read (a stalled body upload ends after it)
-  int write_timeout_s = 30;          ///< per socket write (a client that stops reading ends after it)
-  int keep_alive_timeout_s = 5;
+  int read_timeout_s = 10;                  ///< a request's head must arrive within it (408); a body may stall
+                                            ///< this long, and must average 16 KiB/s after it (408)
+  int write_timeout_s = 30;                 ///< a response may wait this long in all for its client to read
+  int keep_alive_timeout_s = 5;             ///< an idle connection is closed after it
   size_t max_header_bytes = size_t{64} << 10;  ///< a request line and headers longer get 431
-  int max_header_lines = 100;                  ///< more header lines get 431 (a request's head must also
-                                               ///< arrive within read_timeout_s, else 408)
-  int64_t max_threads = 0;  ///< connection workers; 0 = max(256, slots + max_queue + 32)
+  int max_header_lines = 100;                  ///< more header lines get 431
+  size_t max_connections = 8192;               ///< open connections; past it 503 and close (lowered to the fd limit)
+  int64_t max_threads = 0;                     ///< request workers; 0 = max(256, slots + max_queue + 32)
   std::vector<std::string> allowed_hosts;  ///< Host names served beside IPs, localhost, `host` ("*": any)
   std::vector<std::string> cors_origins;   ///< web origins given CORS headers and let in ("*": any)
   std::string api_key;                     ///< "" = none; else /v1/ needs `Authorization: Bearer <key>`
