@@ -41,7 +41,8 @@ int run_info(const CommonArgs& ca, bool check_weights) {
   const bool dummy = ca.load_format == "dummy";
   if (dummy && check_weights)
     throw Error(ErrorCode::kInvalidArgument, "--check-weights needs a checkpoint (not --load-format dummy)");
-  const flashdllm::ModelFacts facts = flashdllm::inspect_checkpoint(ca.model_dir, dummy);
+  flashdllm::ModelFacts facts = flashdllm::inspect_checkpoint(ca.model_dir, dummy);
+  facts.precision = flashdllm::cli::precision_of(ca);
   // --tensor-parallel: the sizes it splits must divide by it, as loading checks (it was ignored).
   flashdllm::TensorParallel tp;
   tp.world = ca.tensor_parallel;

@@ -47,7 +47,24 @@ void add_common(CLI::App* app, CommonArgs& a) {
                   "each; cuda[:K]: copy k on GPUs K + k x tensor-parallel..; --slots is per copy")
       ->check(int_in_range(1, 64))
       ->capture_default_str();
+  app->add_option("--quantization", a.quantization,
+                  "weights: none (as the checkpoint stores them) | fp8 (quantise q/k/v, o, gate/up, down to e4m3 in "
+                  "128 x 128 blocks while loading, activations per token in 1 x 128 groups; an FP8 checkpoint is "
+                  "FP8 either way)")
+      ->check(CLI::IsMember({"none", "fp8"}))
+      ->capture_default_str();
+  app->add_option("--kv-cache-dtype", a.kv_cache_dtype,
+                  "K/V cache: auto (the activation dtype) | fp8 (e4m3, one static scale per layer and K/V head: 1.0)")
+      ->check(CLI::IsMember({"auto", "fp8"}))
+      ->capture_default_str();
   app->add_flag("-v,--verbose", a.verbose, "log loading details");
+}
+
+flashdllm::ModelPrecision precision_of(const CommonArgs& a) {
+  flashdllm::ModelPrecision p;
+  p.quantization = flashdllm::parse_weight_quantization(a.quantization).value_or(flashdllm::WeightQuantization::kNone);
+  p.kv_cache_dtype = flashdllm::parse_kv_cache_dtype(a.kv_cache_dtype).value_or(flashdllm::KvCacheDtype::kAuto);
+  return p;
 }
 
 PeakMemory peak_memory(const flashdllm::Engine& engine) {
@@ -66,6 +83,7 @@ std::unique_ptr<flashdllm::Engine> load_engine(const CommonArgs& a) {
   eo.profile_ops = a.profile_ops;
   eo.tensor_parallel = a.tensor_parallel;
   eo.data_parallel = a.data_parallel;
+  eo.precision = precision_of(a);
   eo.backend = env_settings().backend;
   return flashdllm::Engine::load(eo);
 }

@@ -24,8 +24,12 @@ struct CommonArgs {
   bool profile_ops = false;  // generate --profile-ops
   int tensor_parallel = 1;   // --tensor-parallel
   int data_parallel = 1;     // --data-parallel
+  std::string quantization = "none";    // --quantization (flashdllm/precision.h)
+  std::string kv_cache_dtype = "auto";  // --kv-cache-dtype
 };
 void add_common(CLI::App* app, CommonArgs& a);
+/// --quantization and --kv-cache-dtype as a ModelPrecision (CLI11 has checked the names).
+flashdllm::ModelPrecision precision_of(const CommonArgs& a);
 std::unique_ptr<Engine> load_engine(const CommonArgs& a);
 
 /// The peak memory a run reports, and what it measures: on the CPU the process's peak resident set

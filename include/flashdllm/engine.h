@@ -42,6 +42,7 @@
 #include "flashdllm/backend_options.h"
 #include "flashdllm/op_profile.h"
 #include "flashdllm/params.h"
+#include "flashdllm/precision.h"
 #include "flashdllm/request.h"
 #include "flashdllm/status.h"
 
@@ -56,6 +57,9 @@ struct EngineOptions {
   int threads = 0;                     ///< CPU worker threads (0 = all)
   std::string load_format = "auto";    ///< "auto" (safetensors) | "dummy" (seeded random weights, config only)
   uint64_t dummy_seed = 0;             ///< seed of dummy weights
+  /// Weight quantisation and K/V cache dtype (flashdllm/precision.h); a backend without the route
+  /// refuses it at load (Error(kUnsupported) naming the option).
+  ModelPrecision precision;
   /// Time every backend op (a synchronisation before and after each; slower runs) into op_profile().
   bool profile_ops = false;
   /// Tensor parallelism (Megatron-LM layout): the model's heads, MLP columns and LM-head vocabulary

@@ -93,11 +93,18 @@ struct RopeTable {
 ///    (OLMoE / LLaDA-MoE `qk_layernorm`, upstream `q_norm(q.reshape(-1, head_dim))`): every query head
 ///    vector u becomes rmsnorm(u)·q_norm and every key head vector rmsnorm(u)·k_norm, with the
 ///    cast order of Backend::rmsnorm and epsilon norm_eps (the model's rms_norm_eps).
+///  * weight_scale: F32 [ceil(W/128), ceil(D/128)], the block scales of a block-FP8 wqkv (F8E4M3):
+///    the projection is then matmul_fp8's (its input quantised per token in 1 x 128 groups);
+///  * kv_scale: F32 [2·Hkv], static per-head scales of an FP8 K/V cache (K heads, then V heads):
+///    every K and V row written (store or verify tile) is rounded as e4m3_round(value, scale of its
+///    head) (core/fp8.h), i.e. kept as e4m3 · scale (--kv-cache-dtype fp8).
 struct QkvExtras {
   Tensor bias;
   Tensor q_norm;
   Tensor k_norm;
   float norm_eps = 0.0f;
+  Tensor weight_scale;
+  Tensor kv_scale;
 
   bool qk_norm() const noexcept { return q_norm.numel() > 0 || k_norm.numel() > 0; }
 };
@@ -270,6 +277,38 @@ class Backend {
   /// out = x · wᵀ (accumulate: out += x · wᵀ).  x [T, K]; w [N, K] (nn.Linear layout); out [T, N].
   /// out dtype: activation dtype or F32 (for logits).
   virtual void matmul(Tensor x, Tensor w, Tensor out, bool accumulate) = 0;
+
+  /// The block-FP8 linear layer (W8A8 with fp32 accumulation; DeepSeek-V3's block FP8, core/fp8.h):
+  ///   x'[t, k]  = e4m3(x[t, k] / s_t,g) · s_t,g,  s_t,g = amax(|x[t, g·128 : (g+1)·128]|) / 448
+  ///               (per token, per 1 x 128 group g of K: the dynamic activation quantisation)
+  ///   w'[n, k]  = e4m3_to_f32(w[n, k]) · w_scale[n / 128, k / 128]
+  ///   out = x' · w'ᵀ (accumulate: out += x' · w'ᵀ), products summed in fp32.
+  /// x [T, K] activation dtype; w F8E4M3 [N, K]; w_scale F32 [ceil(N/128), ceil(K/128)] (partial edge
+  /// blocks allowed); out [T, N] activation dtype or F32. The CPU backend is the oracle the FP8 GEMM
+  /// kernels are tested against. Throws Error(kInvalidArgument) for bad shapes or dtypes. Default:
+  /// Error(kUnsupported) naming --quantization fp8 (a backend without an FP8 route).
+  virtual void matmul_fp8(Tensor x, Tensor w, Tensor w_scale, Tensor out, bool accumulate) {
+    (void)x, (void)w, (void)w_scale, (void)out, (void)accumulate;
+    FDLLM_FAIL(ErrorCode::kUnsupported,
+               "matmul_fp8: the {} backend has no FP8 GEMM yet (block-FP8 weights: --quantization fp8 or an FP8 "
+               "checkpoint); use --quantization none with a BF16 checkpoint, or the cpu device",
+               (device() == DeviceKind::kCUDA ? "CUDA" : "CPU"));
+  }
+
+  /// Throws Error(kUnsupported) naming the option (--quantization fp8 / an FP8 checkpoint,
+  /// --kv-cache-dtype fp8) when this backend cannot run FP8 weights (`fp8_weights`) or an FP8 K/V
+  /// cache (`fp8_kv`); the model loader calls it before loading anything. Default: neither is
+  /// supported (the CPU backend supports both).
+  virtual void check_precision(bool fp8_weights, bool fp8_kv) const {
+    FDLLM_CHECK(!fp8_weights, ErrorCode::kUnsupported,
+                "the {} backend does not run block-FP8 weights yet (--quantization fp8 or an FP8 checkpoint with "
+                "quantization_config); use --quantization none with a BF16 checkpoint, or --device cpu",
+                (device() == DeviceKind::kCUDA ? "CUDA" : "CPU"));
+    FDLLM_CHECK(!fp8_kv, ErrorCode::kUnsupported,
+                "the {} backend does not have an FP8 K/V cache yet (--kv-cache-dtype fp8); use --kv-cache-dtype "
+                "auto, or --device cpu",
+                (device() == DeviceKind::kCUDA ? "CUDA" : "CPU"));
+  }
 
   /// Fused-or-not attention input stage (reference §A.3 and Flash-dLLM §D.5 step 2), with H = n_heads
   /// query heads and Hkv K/V heads of Dh = q_out's width / H values (Hkv = k_store's width / Dh,

@@ -64,6 +64,7 @@ class ProfilingBackend final : public Backend {
   int device_index() const noexcept override { return inner_->device_index(); }
   size_t free_memory() const override { return inner_->free_memory(); }
   int64_t routed_attention_calls() const override { return inner_->routed_attention_calls(); }
+  void check_precision(bool fp8_weights, bool fp8_kv) const override { inner_->check_precision(fp8_weights, fp8_kv); }
   RowPadding row_padding() const override { return inner_->row_padding(); }
 
   Buffer alloc(size_t bytes, const char* what) override {
@@ -103,6 +104,10 @@ class ProfilingBackend final : public Backend {
   }
   void plan_attention_verify(Tensor table, int64_t q_rows, int64_t n_keys) override {
     timed("plan_attention_verify", [&] { inner_->plan_attention_verify(table, q_rows, n_keys); });
+  }
+  void matmul_fp8(Tensor x, Tensor w, Tensor w_scale, Tensor out, bool accumulate) override {
+    const std::string op = fmt::format("matmul_fp8 {}x{}{}", w.rows(), w.row_size(), accumulate ? " +=" : "");
+    timed(op, [&] { inner_->matmul_fp8(x, w, w_scale, out, accumulate); });
   }
   void qkv_rope_store(Tensor xn, Tensor wqkv, const QkvExtras& extra, Tensor positions, Tensor rows,
                       const RopeTable& rope, int n_heads, Tensor q_out, Tensor k_store, Tensor v_store,

@@ -16,7 +16,8 @@ size_t dtype_size(DType t) noexcept {
     case DType::kBF16: return 2;
     case DType::kU8:
     case DType::kI8:
-    case DType::kBool: return 1;
+    case DType::kBool:
+    case DType::kF8E4M3: return 1;
   }
   return 0;
 }
@@ -32,6 +33,7 @@ const char* dtype_name(DType t) noexcept {
     case DType::kU8: return "U8";
     case DType::kI8: return "I8";
     case DType::kBool: return "BOOL";
+    case DType::kF8E4M3: return "F8_E4M3";
   }
   return "?";
 }
@@ -46,6 +48,7 @@ std::optional<DType> parse_dtype(std::string_view s) noexcept {
   if (s == "U8") return DType::kU8;
   if (s == "I8") return DType::kI8;
   if (s == "BOOL") return DType::kBool;
+  if (s == "F8_E4M3") return DType::kF8E4M3;
   return std::nullopt;
 }
 

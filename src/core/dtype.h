@@ -1,6 +1,6 @@
 // Element types and their conversions.
 //
-// DType names follow safetensors' dtype strings ("BF16", "F16", "F32", ...).
+// DType names follow safetensors' dtype strings ("BF16", "F16", "F32", "F8_E4M3", ...).
 // bf16/f16 <-> f32 conversions are bit-exact IEEE / round-to-nearest-even, matching
 // PyTorch's `tensor.to(torch.bfloat16)` and `.float()`.
 #pragma once
@@ -12,7 +12,9 @@
 
 namespace flashdllm {
 
-enum class DType : uint8_t { kF32, kF16, kBF16, kF64, kI32, kI64, kU8, kI8, kBool };
+/// kF8E4M3: OCP FP8 E4M3 ("e4m3fn": bias 7, no infinities, max 448; core/fp8.h has its conversions),
+/// safetensors "F8_E4M3", block-scaled weights (ModelConfig::fp8).
+enum class DType : uint8_t { kF32, kF16, kBF16, kF64, kI32, kI64, kU8, kI8, kBool, kF8E4M3 };
 
 /// Bytes per element.
 size_t dtype_size(DType t) noexcept;

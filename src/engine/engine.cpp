@@ -195,8 +195,8 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
       Model& m = r == 0 ? rep->model : rep->peers[static_cast<size_t>(r - 1)].model;
       m.config = cfg;
       if (world > 1) m.tp = {r, world, rep->comms[static_cast<size_t>(r)].get()};
-      m.weights =
-          ckpt ? load_model_weights(be, *ckpt, cfg, m.tp) : make_dummy_weights(be, cfg, options.dummy_seed, m.tp);
+      m.weights = ckpt ? load_model_weights(be, *ckpt, cfg, m.tp, options.precision)
+                       : make_dummy_weights(be, cfg, options.dummy_seed, m.tp, options.precision);
       // Positions up to max_sequence_length plus one 128-row tile of padding (Flash-dLLM layout).
       m.rope = make_rope_tables(be, cfg, cfg.max_sequence_length + 256);
     }
@@ -630,13 +630,14 @@ std::string Engine::Impl::backend_name() const {
 
 std::string Engine::info() const {
   const ModelFacts f{.dir = impl_->options.model_dir,
-                          .config = impl_->model().config,
-                          .checkpoint_dtype = impl_->weights_dtype,
-                          .checkpoint_bytes = impl_->checkpoint_bytes,
-                          .eot_id = impl_->eot_id,
-                          .has_tokenizer = impl_->tokenizer.has_value(),
-                          .has_chat_template = impl_->chat.has_value(),
-                          .chat_template_problem = impl_->chat_unusable ? impl_->chat_error : std::string()};
+                     .config = impl_->model().config,
+                     .checkpoint_dtype = impl_->weights_dtype,
+                     .checkpoint_bytes = impl_->checkpoint_bytes,
+                     .eot_id = impl_->eot_id,
+                     .has_tokenizer = impl_->tokenizer.has_value(),
+                     .has_chat_template = impl_->chat.has_value(),
+                     .chat_template_problem = impl_->chat_unusable ? impl_->chat_error : std::string(),
+                     .precision = impl_->options.precision};
   return describe_model(f, impl_->backend(), static_cast<int>(impl_->replicas.front()->peers.size()) + 1,
                               backend_name());
 }

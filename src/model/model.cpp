@@ -91,6 +91,16 @@ std::vector<int64_t> recording_key(int64_t kind, const Model& model, const Forwa
   return key;
 }
 
+/// out (+)= x · wᵀ in the weight's own format: Backend::matmul, or Backend::matmul_fp8 with its block
+/// scales for a block-FP8 weight (F8E4M3; LayerWeights). Precision is a property of the weights, so
+/// every family's forward is this one.
+void linear(Backend& be, Tensor x, const Tensor& w, const Tensor& w_scale, Tensor out, bool accumulate) {
+  if (w.dtype == DType::kF8E4M3)
+    be.matmul_fp8(x, w, w_scale, out, accumulate);
+  else
+    be.matmul(x, w, out, accumulate);
+}
+
 /// The layer loop shared by model_forward and model_verify_forward: embedding of the uploaded ids,
 /// per layer attn_norm -> attention stage -> attn_out (+residual) -> ff_norm -> SwiGLU MLP
 /// (+residual), then ln_f and the LM head over the R uploaded logit rows only (the largest GEMM).
@@ -114,7 +124,7 @@ void run_layers(Backend& be, const Model& model, ForwardWorkspace& ws, int64_t T
   // its routed experts instead (the router replicated, so every rank routes alike; each rank holds
   // every expert's slice of columns, so its expert sum is a partial sum like the dense ff_out's).
   auto finish_layer = [&](const LayerWeights& lw, int64_t n, Tensor a, Tensor h, Tensor hn) {
-    be.matmul(a, lw.attn_out, h, /*accumulate=*/residual);
+    linear(be, a, lw.attn_out, lw.attn_out_scale, h, /*accumulate=*/residual);
     if (comm != nullptr) comm->all_reduce_sum(h);
     be.rmsnorm(h, lw.ff_norm, c.rms_norm_eps, hn);
     if (c.moe.on()) {
@@ -126,9 +136,9 @@ void run_layers(Backend& be, const Model& model, ForwardWorkspace& ws, int64_t T
       if (comm != nullptr) comm->all_reduce_sum(h);
       return;
     }
-    be.matmul(hn, lw.w_gate_up, gate_up.slice_rows(0, n), false);
+    linear(be, hn, lw.w_gate_up, lw.w_gate_up_scale, gate_up.slice_rows(0, n), false);
     be.swiglu(gate_up.slice_rows(0, n), act.slice_rows(0, n));
-    be.matmul(act.slice_rows(0, n), lw.ff_out, h, /*accumulate=*/residual);
+    linear(be, act.slice_rows(0, n), lw.ff_out, lw.ff_out_scale, h, /*accumulate=*/residual);
     if (comm != nullptr) comm->all_reduce_sum(h);
   };
   const bool trim = R < T;  // the last layer continues on the logit rows only
@@ -152,7 +162,7 @@ void run_layers(Backend& be, const Model& model, ForwardWorkspace& ws, int64_t T
   if (!trim) be.gather_rows(x, logit_rows, sel);
   be.rmsnorm(sel, w.ln_f, c.rms_norm_eps, sel);
   if (comm == nullptr) {
-    be.matmul(sel, w.lm_head, logits, false);
+    linear(be, sel, w.lm_head, w.lm_head_scale, logits, false);
     return;
   }
   // Vocabulary-parallel LM head: this rank's [R, Vl] block of the logits, computed into its chunk
@@ -160,7 +170,7 @@ void run_layers(Backend& be, const Model& model, ForwardWorkspace& ws, int64_t T
   const int64_t Vl = w.lm_head.rows(), N = model.tp.world;
   Tensor staged = ws.gather.slice_rows(0, N * R * Vl).reshape({N * R, Vl});
   Tensor local = staged.slice_rows(model.tp.rank * R, (model.tp.rank + 1) * R);
-  be.matmul(sel, w.lm_head, local, false);
+  linear(be, sel, w.lm_head, w.lm_head_scale, local, false);
   comm->all_gather_columns(local, logits, ws.gather);
 }
 
@@ -201,7 +211,7 @@ int local_heads(const Model& model, const Tensor& kv_k, const ForwardWorkspace& 
 
 /// The optional parts of a layer's q/k/v stage: biases, QK-norm weights (empty when off).
 QkvExtras qkv_extras(const ModelConfig& c, const LayerWeights& lw) {
-  return QkvExtras{lw.bqkv, lw.q_norm, lw.k_norm, c.rms_norm_eps};
+  return QkvExtras{lw.bqkv, lw.q_norm, lw.k_norm, c.rms_norm_eps, lw.wqkv_scale, lw.kv_scale};
 }
 
 float attention_scale(const ModelConfig& c) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim))); }

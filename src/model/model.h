@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "flashdllm/precision.h"
 #include "io/safetensors.h"
 #include "model/model_config.h"
 
@@ -80,6 +81,13 @@ struct LayerWeights {
   Tensor w_gate_up;  // dense: [2·Fl, d_model]: rows ff_proj (gate) | up_proj of the local mlp columns;
                      // MoE: [n_experts, 2·F, d_model]: expert e's gate rows | up rows
   Tensor ff_out;     // dense: [d_model, Fl] (down projection, the local input columns); MoE: [n_experts, d_model, F]
+  // Block-FP8 weights (ModelWeights::fp8_layers; world 1, dense): wqkv, attn_out, w_gate_up and
+  // ff_out are F8E4M3 and these their F32 block scales [ceil(rows/128), ceil(cols/128)] (core/fp8.h;
+  // the forward's linear() then runs Backend::matmul_fp8). Empty otherwise.
+  Tensor wqkv_scale, attn_out_scale, w_gate_up_scale, ff_out_scale;
+  /// FP8 K/V cache (KvCacheDtype::kFp8): F32 [2·local K/V heads], the static per-head scales of the
+  /// K rows then the V rows (QkvExtras::kv_scale; 1.0 each, docs/decisions.md); empty otherwise.
+  Tensor kv_scale;
 };
 
 /// All weights on the backend's device, in its weight dtype, in one allocation.
@@ -88,31 +96,45 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
   Tensor ln_f;     // [d_model]
   Tensor lm_head;  // [Vl, d_model]  (the LM head's rows of the local vocabulary; the embedding's when tied)
+  Tensor lm_head_scale;     // F32 block scales when lm_head is F8E4M3 (an FP8 checkpoint's FP8 head), else empty
+  bool fp8_layers = false;  ///< the layers' linear weights are block-FP8 (LayerWeights)
+  bool fp8_kv = false;      ///< the K/V rows are stored as e4m3 (LayerWeights::kv_scale)
   Buffer storage;
   size_t bytes = 0;
 };
 
 /// Bytes of device memory the weights of `cfg` (rank `tp`'s shard of them) take on `backend` (its
-/// weight dtype, packed and aligned as load_model_weights lays them out), without allocating
+/// weight dtype, packed and aligned as load_model_weights lays them out; block-FP8 layers when
+/// cfg.fp8_checkpoint or `precision` says so, the LM head unquantised), without allocating
 /// anything. Throws as model_shard.
-size_t model_weight_bytes(const Backend& backend, const ModelConfig& cfg, const TensorParallel& tp = {});
+size_t model_weight_bytes(const Backend& backend, const ModelConfig& cfg, const TensorParallel& tp = {},
+                          const ModelPrecision& precision = {});
 /// The same for weights of dtype `weight` (e.g. bf16 on a machine without the device).
-size_t model_weight_bytes(DType weight, const ModelConfig& cfg, const TensorParallel& tp = {});
+size_t model_weight_bytes(DType weight, const ModelConfig& cfg, const TensorParallel& tp = {},
+                          const ModelPrecision& precision = {});
 
 /// Copies (and converts to the backend's weight dtype) the tensors of a validated checkpoint, or the
 /// slices of them rank `tp` holds: row slices (q/k/v, gate/up, LM head) straight from the mapped
 /// file, column slices (attn_out, ff_out) through a host staging copy of the strided rows.
-/// Throws as validate_model_checkpoint and model_shard, or Error(kOutOfMemory) when the device
+/// Block FP8 (core/fp8.h): an FP8 checkpoint (cfg.fp8_checkpoint) keeps its e4m3 weights and
+/// scales (an F8_E4M3 LM head too); precision.quantization kFp8 quantises the linear layers of a
+/// BF16 / F16 / F32 checkpoint in 128 x 128 blocks while loading (quantize_fp8_blocks; the LM head
+/// stays unquantised). precision.kv_cache_dtype kFp8 adds the K/V scales (LayerWeights::kv_scale).
+/// Throws as validate_model_checkpoint and model_shard, Error(kUnsupported) for FP8 weights with
+/// tensor parallelism or a mixture-of-experts model, or with n_heads·head_dim, n_kv_heads·head_dim
+/// or mlp_hidden_size not a multiple of 128 (fused q|k|v and gate|up share one block grid), or where
+/// the backend lacks the route (Backend::check_precision); Error(kOutOfMemory) when the device
 /// cannot hold them.
 ModelWeights load_model_weights(Backend& backend, const Checkpoint& ckpt, const ModelConfig& cfg,
-                                const TensorParallel& tp = {});
+                                const TensorParallel& tp = {}, const ModelPrecision& precision = {});
 
 /// Seeded random weights of the config's shapes (N(0, 0.02) matrices, norm weights 1), for
 /// benchmarks without a checkpoint (`--load-format dummy`). Each tensor's values are keyed by its
 /// element index in the unsharded tensor (Backend::fill_normal with a FillWindow), so rank `tp`
-/// gets exactly its slice of the unsharded dummy model. Throws as model_shard.
-ModelWeights make_dummy_weights(Backend& backend, const ModelConfig& cfg, uint64_t seed,
-                                      const TensorParallel& tp = {});
+/// gets exactly its slice of the unsharded dummy model. An FP8 K/V cache (precision) gets scales 1.0;
+/// FP8 weights are refused (Error(kUnsupported), not made yet). Throws as model_shard.
+ModelWeights make_dummy_weights(Backend& backend, const ModelConfig& cfg, uint64_t seed, const TensorParallel& tp = {},
+                                const ModelPrecision& precision = {});
 
 /// RoPE cos/sin tables for positions [0, max_positions) on the backend's device.
 struct RopeTables {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "core/fp8.h"
 #include "io/file.h"
 #include "io/tokenizer.h"
 
@@ -149,7 +150,7 @@ ExpectedTensor model_expected_tensor(const ModelConfig& cfg, int64_t i) {
   } else {
     role = i == n * cfg.n_layers + 1 ? WeightRole::kFinalNorm : WeightRole::kLmHead;
   }
-  return {weight_name(cfg, role, layer, expert), role_shape(cfg, role)};
+  return {weight_name(cfg, role, layer, expert), role_shape(cfg, role), role};
 }
 
 std::vector<ExpectedTensor> model_expected_tensors(const ModelConfig& cfg) {
@@ -159,6 +160,65 @@ std::vector<ExpectedTensor> model_expected_tensors(const ModelConfig& cfg) {
   for (int64_t i = 0; i < count; ++i) out.push_back(model_expected_tensor(cfg, i));
   return out;
 }
+
+std::string fp8_scale_name(const std::string& weight) { return weight + "_scale_inv"; }
+
+bool fp8_linear_role(WeightRole role) noexcept {
+  switch (role) {
+    case WeightRole::kQ:
+    case WeightRole::kK:
+    case WeightRole::kV:
+    case WeightRole::kAttnOut:
+    case WeightRole::kGate:
+    case WeightRole::kUp:
+    case WeightRole::kDown: return true;
+    default: return false;
+  }
+}
+
+namespace {
+
+bool float_dtype(DType d) noexcept { return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16; }
+
+/// The dtype checks of expected tensor `e` (`t` its entry) and, for an F8_E4M3 weight, of its block
+/// scales; returns the scales' name when it has them (the caller counts them as expected), else "".
+std::string check_weight_dtype(const Checkpoint& ckpt, const ModelConfig& cfg, const ExpectedTensor& e,
+                               const TensorInfo& t, const std::string& where) {
+  const bool may_fp8 =
+      cfg.fp8_checkpoint && (fp8_linear_role(e.role) || (e.role == WeightRole::kLmHead && !cfg.tied_head));
+  if (t.dtype != DType::kF8E4M3) {
+    FDLLM_CHECK_CKPT(float_dtype(t.dtype), "{}: tensor '{}' has dtype {} (supported weight dtypes: F32, F16, BF16{})",
+                     t.file, e.name, dtype_name(t.dtype), cfg.fp8_checkpoint ? ", F8_E4M3 for linear weights" : "");
+    FDLLM_CHECK_CKPT(!cfg.fp8_checkpoint || !fp8_linear_role(e.role),
+                     "{}: tensor '{}' has dtype {}, but config.json's quantization_config (fp8) makes every linear "
+                     "weight F8_E4M3 (a partly quantised checkpoint is not supported)",
+                     t.file, e.name, dtype_name(t.dtype));
+    return {};
+  }
+  FDLLM_CHECK_CKPT(cfg.fp8_checkpoint,
+                   "{}: tensor '{}' is F8_E4M3, but config.json has no quantization_config with quant_method \"fp8\" "
+                   "(its block size and scheme)",
+                   t.file, e.name);
+  FDLLM_CHECK(!cfg.moe.on(), ErrorCode::kUnsupported,
+              "{}: tensor '{}' is F8_E4M3: FP8 checkpoints of mixture-of-experts models are not supported yet", t.file,
+              e.name);
+  FDLLM_CHECK_CKPT(may_fp8,
+                   "{}: tensor '{}' is F8_E4M3, but only linear weights (q/k/v, o, gate/up, down, LM head) may be",
+                   t.file, e.name);
+  const std::string sname = fp8_scale_name(e.name);
+  const std::vector<int64_t> sshape{fp8_blocks(e.shape[0]), fp8_blocks(e.shape[1])};
+  const TensorInfo* s = ckpt.find(sname);
+  FDLLM_CHECK_CKPT(s != nullptr, "{}: missing tensor '{}' (the {} block scales of F8_E4M3 tensor '{}')", where, sname,
+                   shape_str(sshape), e.name);
+  FDLLM_CHECK_CKPT(s->shape == sshape,
+                   "{}: tensor '{}' has shape {}, but F8_E4M3 tensor '{}' {} in 128 x 128 blocks needs {}", s->file,
+                   sname, shape_str(s->shape), e.name, shape_str(e.shape), shape_str(sshape));
+  FDLLM_CHECK_CKPT(float_dtype(s->dtype), "{}: tensor '{}' has dtype {} (block scales must be F32, F16 or BF16)",
+                   s->file, sname, dtype_name(s->dtype));
+  return sname;
+}
+
+}  // namespace
 
 void validate_model_checkpoint(const Checkpoint& ckpt, const ModelConfig& cfg) {
   // Where a missing tensor should have been: the index of a sharded checkpoint, else the file.
@@ -174,9 +234,7 @@ void validate_model_checkpoint(const Checkpoint& ckpt, const ModelConfig& cfg) {
                      shape_str(e.shape));
     FDLLM_CHECK_CKPT(t->shape == e.shape, "{}: tensor '{}' has shape {}, but the config implies {}", t->file, e.name,
                      shape_str(t->shape), shape_str(e.shape));
-    FDLLM_CHECK_CKPT(t->dtype == DType::kF32 || t->dtype == DType::kF16 || t->dtype == DType::kBF16,
-                     "{}: tensor '{}' has dtype {} (supported weight dtypes: F32, F16, BF16)", t->file, e.name,
-                     dtype_name(t->dtype));
+    if (std::string sname = check_weight_dtype(ckpt, cfg, e, *t, where); !sname.empty()) names.insert(std::move(sname));
     names.insert(e.name);
   }
   for (const std::string& n : ckpt.names()) {

@@ -34,12 +34,15 @@ namespace flashdllm {
 
 class Tokenizer;
 
+/// What a weight tensor is, whatever its family calls it.
+enum class WeightRole;
+
 struct ExpectedTensor {
   std::string name;
   std::vector<int64_t> shape;
+  WeightRole role{};
 };
 
-/// What a weight tensor is, whatever its family calls it.
 enum class WeightRole {
   kEmbedding,
   kAttnNorm,
@@ -80,10 +83,21 @@ int64_t model_expected_tensor_count(const ModelConfig& cfg) noexcept;
 /// outside [0, count).
 ExpectedTensor model_expected_tensor(const ModelConfig& cfg, int64_t i);
 
+/// The name of the block scales of FP8 weight `weight` (Hugging Face: "<name>_scale_inv", e.g.
+/// "model.layers.0.self_attn.q_proj.weight_scale_inv").
+std::string fp8_scale_name(const std::string& weight);
+/// True for the roles that are linear layers quantised in a block-FP8 model (q, k, v, o, gate, up,
+/// down); the LM head may be either (an untied one); embedding, norms, biases and routers never.
+bool fp8_linear_role(WeightRole role) noexcept;
+
 /// Checks that `ckpt` holds exactly the expected tensors (no missing, no unexpected), each with
 /// the expected shape and a dtype in {F32, F16, BF16} (dtypes may differ between tensors).
-/// Throws one Error(kInvalidCheckpoint) naming the file and tensor at fault (for a missing tensor:
-/// the index of a sharded checkpoint, else model.safetensors), with actual and expected shapes.
+/// A block-FP8 checkpoint (cfg.fp8_checkpoint) has every fp8_linear_role tensor (and optionally an
+/// untied LM head) in F8_E4M3, each with its fp8_scale_name tensor (F32, F16 or BF16) of shape
+/// [ceil(N/128), ceil(K/128)] for a weight [N, K]; F8_E4M3 anywhere else, or without the config,
+/// is refused. Throws one Error(kInvalidCheckpoint) naming the file and tensor at fault (for a missing
+/// tensor: the index of a sharded checkpoint, else model.safetensors), with actual and expected
+/// shapes; Error(kUnsupported) for an FP8 mixture-of-experts checkpoint.
 void validate_model_checkpoint(const Checkpoint& ckpt, const ModelConfig& cfg);
 
 /// The family's mask token ("<|mdm_mask|>" for LLaDA, "<|mask|>" for Dream) and end-of-turn

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "core/fp8.h"
 #include "io/file.h"
 #include "model/config_reader.h"
 
@@ -138,10 +139,47 @@ ModelConfig parse_model_config(const nlohmann::json& j, const std::string& sourc
   const std::string type = r.string("model_type");
   if (const FamilyEntry* fam = select_family(j, type)) {
     check_architectures(j, *fam, source);
-    return fam->parse(j, source);
+    ModelConfig c = fam->parse(j, source);
+    parse_quantization_config(j, source, c);
+    return c;
   }
   FDLLM_FAIL(ErrorCode::kInvalidCheckpoint, "{}: unsupported model_type '{}' (supported: {})", source, type,
              supported_model_types());
+}
+
+void parse_quantization_config(const nlohmann::json& j, const std::string& source, ModelConfig& cfg) {
+  const auto it = j.find("quantization_config");
+  if (it == j.end() || it->is_null()) return;
+  FDLLM_CHECK_CKPT(it->is_object(), "{}: field 'quantization_config' must be an object, got {}", source, it->dump());
+  const nlohmann::json& q = *it;
+  const auto method = q.find("quant_method");
+  FDLLM_CHECK_CKPT(method != q.end() && method->is_string(),
+                   "{}: field 'quantization_config.quant_method' is missing or not a string", source);
+  FDLLM_CHECK(method->get_ref<const std::string&>() == "fp8", ErrorCode::kUnsupported,
+              "{}: field 'quantization_config.quant_method' = '{}' is not supported (supported: fp8, block-scaled "
+              "e4m3 weights)",
+              source, method->get_ref<const std::string&>());
+  const auto block = q.find("weight_block_size");
+  const bool block_ok = block != q.end() && block->is_array() && block->size() == 2 &&
+                        (*block)[0].is_number_integer() && (*block)[1].is_number_integer() &&
+                        (*block)[0].get<int64_t>() == kFp8Block && (*block)[1].get<int64_t>() == kFp8Block;
+  FDLLM_CHECK_CKPT(block_ok,
+                   "{}: field 'quantization_config.weight_block_size' must be [{}, {}] (128 x 128 weight blocks with "
+                   "one scale each; per-tensor FP8 is not supported), got {}",
+                   source, kFp8Block, kFp8Block, block == q.end() ? std::string("nothing") : block->dump());
+  // Optional fields, checked when present (transformers' FineGrainedFP8Config defaults).
+  auto expect_string = [&](const char* key, const char* want, const char* why) {
+    const auto f = q.find(key);
+    if (f == q.end() || f->is_null()) return;
+    FDLLM_CHECK_CKPT(f->is_string() && f->get_ref<const std::string&>() == want,
+                     "{}: field 'quantization_config.{}' must be \"{}\" ({}), got {}", source, key, want, why,
+                     f->dump());
+  };
+  expect_string("activation_scheme", "dynamic",
+                "per-token 1 x 128 activation scales; static input scales are not "
+                "supported");
+  expect_string("fmt", "e4m3", "e4m3 weights");
+  cfg.fp8_checkpoint = true;
 }
 
 ModelConfig load_model_config(const std::filesystem::path& path) {

@@ -75,6 +75,11 @@ struct ModelConfig {
   /// Width of a shared expert every token runs beside the routed ones (LLaDA2: 512); 0 = none.
   /// Parsed so that the switch exists; no family with one is implemented yet (refused).
   int64_t shared_expert_size = 0;
+  /// The checkpoint stores block-FP8 linear weights (config.json `quantization_config` with
+  /// quant_method "fp8", weight_block_size [128, 128], activation_scheme "dynamic"; Hugging Face's
+  /// FP8 format): each linear weight F8_E4M3 with its `<name>_scale_inv` F32 [ceil(N/128),
+  /// ceil(K/128)] beside it (model_checkpoint.h). Parsed for every family (parse_quantization_config).
+  bool fp8_checkpoint = false;
   int32_t mask_token_id = -1;  // LLaDA 126336 (<|mdm_mask|>); Dream 151666 (<|mask|>)
   int32_t eos_token_id = -1;   // LLaDA 126081 (<|endoftext|>); Dream 151643 (<|endoftext|>)
   int32_t pad_token_id = -1;   // = eos in both
@@ -157,6 +162,13 @@ ModelConfig parse_model_config(const nlohmann::json& j, const std::string& sourc
 
 /// Reads and parses `path` (a config.json). Throws Error(kIo) if unreadable,
 /// Error(kInvalidCheckpoint) naming the file for invalid JSON, else as above.
+/// Reads config.json's optional `quantization_config` into cfg.fp8_checkpoint (absent or null: off).
+/// Present, it must be an object with quant_method "fp8" (Error(kUnsupported) naming the field for
+/// another method), weight_block_size exactly [128, 128] and, when given, activation_scheme
+/// "dynamic" and fmt "e4m3"; anything else is Error(kInvalidCheckpoint) naming
+/// `quantization_config.<field>` and `source`. parse_model_config calls it for every family.
+void parse_quantization_config(const nlohmann::json& j, const std::string& source, ModelConfig& cfg);
+
 ModelConfig load_model_config(const std::filesystem::path& path);
 
 }  // namespace flashdllm

@@ -64,12 +64,34 @@ std::string checkpoint_dtype_summary(const Checkpoint& ckpt) {
   return fmt::format("{} (mixed: {})", wte ? dtype_name(wte->dtype) : "?", parts);
 }
 
+namespace {
+
+/// The "precision" lines of describe_model: weights and K/V cache.
+std::string describe_precision(const ModelConfig& c, const ModelPrecision& p) {
+  const bool fp8 = c.fp8_checkpoint || p.quantization == WeightQuantization::kFp8;
+  std::string s = fmt::format(
+      "precision         weights {}\n",
+      !fp8 ? "as stored (no quantisation)"
+      : c.fp8_checkpoint
+          ? "block FP8 from the checkpoint (e4m3, 128 x 128 weight blocks, activations per token in 1 x 128 groups)"
+          : "block FP8, quantised at load (--quantization fp8: e4m3, 128 x 128 weight blocks, activations per token "
+            "in 1 x 128 groups; LM head unquantised)");
+  s += fmt::format("                  K/V cache {}\n",
+                   p.kv_cache_dtype == KvCacheDtype::kFp8
+                       ? "fp8 (e4m3, static scale 1.0 per layer and K/V head; the CPU backend keeps the e4m3 values "
+                         "in its fp32 store)"
+                       : "auto (the activation dtype)");
+  return s;
+}
+
+}  // namespace
+
 std::string describe_model(const ModelFacts& f, const Backend& backend, int tensor_parallel,
                                  const std::string& backend_label) {
   const ModelConfig& c = f.config;
   const int64_t params = c.parameter_count();
   const double gib = 1024.0 * 1024.0 * 1024.0;
-  const size_t dev_bytes = model_weight_bytes(backend, c, {0, tensor_parallel, nullptr});
+  const size_t dev_bytes = model_weight_bytes(backend, c, {0, tensor_parallel, nullptr}, f.precision);
   std::string s;
   s += fmt::format("model directory   {}\n", f.dir.string());
   if (c.family == ModelFamily::kLlada)
@@ -114,6 +136,7 @@ std::string describe_model(const ModelFacts& f, const Backend& backend, int tens
   s += fmt::format("backend           {}\n", backend_label.empty() ? backend.name() : backend_label);
   s += fmt::format("weights in memory {:.3f} GiB ({}){}\n", static_cast<double>(dev_bytes) / gib,
                    dtype_name(backend.weight_dtype()), tensor_parallel > 1 ? " per rank" : "");
+  s += describe_precision(c, f.precision);
   // K and V of every layer, n_kv_heads heads each (Dream-7B at bf16: 56 KiB; LLaDA-8B: 512 KiB).
   const int64_t act = static_cast<int64_t>(dtype_size(backend.activation_dtype()));
   const int64_t kv_per_token = 2 * c.n_layers * c.kv_width() * act;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "flashdllm/precision.h"
 #include "io/safetensors.h"
 #include "model/model_config.h"
 
@@ -26,6 +27,7 @@ struct ModelFacts {
   bool has_tokenizer = false;
   bool has_chat_template = false;
   std::string chat_template_problem;  // tokenizer_config.json asks for a template we cannot use: why
+  ModelPrecision precision;           // --quantization / --kv-cache-dtype the model is (to be) loaded with
 };
 
 /// Throws Error(kIo) "model directory '<dir>' does not exist" or "... is not a directory".

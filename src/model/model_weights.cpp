@@ -11,6 +11,7 @@
 
 #include "backend/comm.h"
 #include "core/check.h"
+#include "core/fp8.h"
 #include "core/log.h"
 #include "core/philox.h"
 #include "model/model_carver.h"
@@ -22,40 +23,86 @@ using model_detail::Carver;
 namespace {
 
 void for_each_weight(ModelWeights& w, const std::function<void(Tensor&)>& f) {
+  auto optional = [&](Tensor& t) {
+    if (!t.empty()) f(t);
+  };
   f(w.wte);
   for (auto& l : w.layers) {
     f(l.attn_norm);
     f(l.wqkv);
-    if (!l.bqkv.empty()) f(l.bqkv);
-    if (!l.q_norm.empty()) f(l.q_norm);
-    if (!l.k_norm.empty()) f(l.k_norm);
+    optional(l.bqkv);
+    optional(l.q_norm);
+    optional(l.k_norm);
     f(l.attn_out);
     f(l.ff_norm);
-    if (!l.router.empty()) f(l.router);
+    optional(l.router);
     f(l.w_gate_up);
     f(l.ff_out);
+    for (Tensor* t : {&l.wqkv_scale, &l.attn_out_scale, &l.w_gate_up_scale, &l.ff_out_scale, &l.kv_scale}) optional(*t);
   }
   f(w.ln_f);
   f(w.lm_head);
+  optional(w.lm_head_scale);
+}
+
+/// How the weights are stored: block-FP8 layers / LM head, FP8 K/V scales (ModelWeights' flags).
+struct WeightFormat {
+  bool fp8_layers = false, fp8_head = false, fp8_kv = false;
+};
+
+/// The format of cfg's weights under `p` (fp8_head: the checkpoint's LM head is F8_E4M3), after the
+/// checks FP8 weights need. Throws Error(kUnsupported) as load_model_weights says.
+WeightFormat weight_format(const ModelConfig& c, const ModelShard& s, int world, const ModelPrecision& p,
+                           bool fp8_head) {
+  WeightFormat f;
+  f.fp8_layers = c.fp8_checkpoint || p.quantization == WeightQuantization::kFp8;
+  f.fp8_head = fp8_head;
+  f.fp8_kv = p.kv_cache_dtype == KvCacheDtype::kFp8;
+  if (!f.fp8_layers) return f;
+  FDLLM_CHECK(!c.moe.on(), ErrorCode::kUnsupported,
+              "block-FP8 weights (--quantization fp8 / an FP8 checkpoint): mixture-of-experts models are not supported "
+              "yet");
+  FDLLM_CHECK(world == 1, ErrorCode::kUnsupported,
+              "block-FP8 weights (--quantization fp8 / an FP8 checkpoint) with tensor parallel size {}: not supported "
+              "yet (one rank only)",
+              world);
+  const int64_t Hl = s.heads * c.head_dim, Kl = s.kv_heads * c.head_dim;
+  FDLLM_CHECK(Hl % kFp8Block == 0 && Kl % kFp8Block == 0 && s.mlp % kFp8Block == 0, ErrorCode::kUnsupported,
+              "block-FP8 weights (--quantization fp8 / an FP8 checkpoint) need n_heads·head_dim = {}, "
+              "n_kv_heads·head_dim = {} and mlp_hidden_size = {} to be multiples of {} (q|k|v and gate|up are fused "
+              "matrices sharing one grid of 128 x 128 blocks)",
+              Hl, Kl, s.mlp, kFp8Block);
+  return f;
+}
+
+/// A linear weight [rows, cols]: `wt` with no scales, or F8E4M3 with its F32 block scales.
+Tensor take_linear(Carver& cv, DType wt, bool fp8, int64_t rows, int64_t cols, Tensor& scale) {
+  if (!fp8) return cv.take(wt, {rows, cols});
+  scale = cv.take(DType::kF32, {fp8_blocks(rows), fp8_blocks(cols)});
+  return cv.take(DType::kF8E4M3, {rows, cols});
 }
 
 /// The layout of rank shard `s`'s weights in one buffer (tensor data = byte offsets until bound)
 /// and its size.
-ModelWeights plan_weights(DType wt, DeviceKind dev, const ModelConfig& c, const ModelShard& s) {
+ModelWeights plan_weights(DType wt, DeviceKind dev, const ModelConfig& c, const ModelShard& s, const WeightFormat& f) {
   Carver cv(dev);
   ModelWeights w;
+  w.fp8_layers = f.fp8_layers;
+  w.fp8_kv = f.fp8_kv;
   const int64_t D = c.d_model, Hl = s.heads * c.head_dim, Kl = s.kv_heads * c.head_dim, Fl = s.mlp;
+  const bool q8 = f.fp8_layers;
   w.wte = cv.take(wt, {c.embedding_size, D});
   w.layers.resize(static_cast<size_t>(c.n_layers));
   for (auto& l : w.layers) {
     l.attn_norm = cv.take(wt, {D});
-    l.wqkv = cv.take(wt, {Hl + 2 * Kl, D});
+    l.wqkv = take_linear(cv, wt, q8, Hl + 2 * Kl, D, l.wqkv_scale);
+    if (f.fp8_kv) l.kv_scale = cv.take(DType::kF32, {2 * s.kv_heads});
     if (c.qkv_bias) l.bqkv = cv.take(wt, {Hl + 2 * Kl});
     if (c.qk_norm) {
       l.q_norm = cv.take(wt, {c.head_dim});
       l.k_norm = cv.take(wt, {c.head_dim});
     }
-    l.attn_out = cv.take(wt, {D, Hl});
+    l.attn_out = take_linear(cv, wt, q8, D, Hl, l.attn_out_scale);
     l.ff_norm = cv.take(wt, {D});
     if (c.moe.on()) {  // every expert's columns [mlp_begin, mlp_begin + Fl) on this rank (model_shard)
       const int64_t E = c.moe.n_experts;
@@ -63,18 +110,19 @@ ModelWeights plan_weights(DType wt, DeviceKind dev, const ModelConfig& c, const 
       l.w_gate_up = cv.take(wt, {E, 2 * Fl, D});
       l.ff_out = cv.take(wt, {E, D, Fl});
     } else {
-      l.w_gate_up = cv.take(wt, {2 * Fl, D});
-      l.ff_out = cv.take(wt, {D, Fl});
+      l.w_gate_up = take_linear(cv, wt, q8, 2 * Fl, D, l.w_gate_up_scale);
+      l.ff_out = take_linear(cv, wt, q8, D, Fl, l.ff_out_scale);
     }
   }
   w.ln_f = cv.take(wt, {D});
-  w.lm_head = cv.take(wt, {s.vocab, D});
+  w.lm_head = take_linear(cv, wt, f.fp8_head, s.vocab, D, w.lm_head_scale);
   w.bytes = cv.bytes();
   return w;
 }
 
-ModelWeights allocate_weights(Backend& backend, const ModelConfig& c, const ModelShard& s) {
-  ModelWeights w = plan_weights(backend.weight_dtype(), backend.device(), c, s);
+ModelWeights allocate_weights(Backend& backend, const ModelConfig& c, const ModelShard& s, const WeightFormat& f) {
+  backend.check_precision(f.fp8_layers || f.fp8_head, f.fp8_kv);
+  ModelWeights w = plan_weights(backend.weight_dtype(), backend.device(), c, s, f);
   w.storage = backend.alloc(w.bytes, "model weights");
   for_each_weight(w, [&](Tensor& t) { Carver::bind(t, w.storage); });
   return w;
@@ -113,19 +161,55 @@ ModelShard model_shard(const ModelConfig& cfg, const TensorParallel& tp) {
   return s;
 }
 
-size_t model_weight_bytes(const Backend& backend, const ModelConfig& cfg, const TensorParallel& tp) {
-  return model_weight_bytes(backend.weight_dtype(), cfg, tp);
+size_t model_weight_bytes(const Backend& backend, const ModelConfig& cfg, const TensorParallel& tp,
+                          const ModelPrecision& precision) {
+  return model_weight_bytes(backend.weight_dtype(), cfg, tp, precision);
 }
 
-size_t model_weight_bytes(DType weight, const ModelConfig& cfg, const TensorParallel& tp) {
-  return plan_weights(weight, DeviceKind::kCPU, cfg, model_shard(cfg, tp)).bytes;
+size_t model_weight_bytes(DType weight, const ModelConfig& cfg, const TensorParallel& tp,
+                          const ModelPrecision& precision) {
+  const ModelShard sh = model_shard(cfg, tp);
+  return plan_weights(weight, DeviceKind::kCPU, cfg, sh, weight_format(cfg, sh, tp.world, precision, false)).bytes;
 }
+
+namespace {
+
+/// Uploads the rows [begin, begin + dst.rows()) of checkpoint tensor `t` ([rows, K]) into the block-FP8
+/// weight dst (F8E4M3 [n, K]) and its scales dst_scale (F32 [ceil(n/128), ceil(K/128)]); begin is a
+/// multiple of 128. An F8_E4M3 tensor gives its bytes and the matching rows of its scale tensor `ts`;
+/// any other dtype is widened to fp32 and quantised here (quantize_fp8_blocks).
+void upload_fp8_rows(Backend& backend, Tensor dst, Tensor dst_scale, const TensorInfo& t, const TensorInfo* ts,
+                     int64_t begin) {
+  const int64_t n = dst.rows(), K = dst.row_size(), kb = fp8_blocks(K);
+  FDLLM_CHECK_CKPT(t.shape.size() == 2 && t.shape[1] == K && begin % kFp8Block == 0 && begin + n <= t.shape[0],
+                   "{}: tensor '{}' has no rows [{}, {}) of {} columns", t.file, t.name, begin, begin + n, K);
+  const auto* src = static_cast<const char*>(t.data);
+  if (t.dtype == DType::kF8E4M3) {
+    FDLLM_ASSERT(ts != nullptr);  // validate_model_checkpoint found it
+    backend.upload_weight(dst, DType::kF8E4M3, src + static_cast<size_t>(begin * K));
+    const size_t es = dtype_size(ts->dtype);
+    backend.upload_weight(dst_scale, ts->dtype,
+                          static_cast<const char*>(ts->data) + static_cast<size_t>(begin / kFp8Block * kb) * es);
+    backend.synchronize();
+    return;
+  }
+  std::vector<float> wide(static_cast<size_t>(n * K)), scale(static_cast<size_t>(fp8_blocks(n) * kb));
+  std::vector<uint8_t> q(wide.size());
+  convert_to_f32(t.dtype, src + static_cast<size_t>(begin * K) * dtype_size(t.dtype), wide.data(), wide.size());
+  quantize_fp8_blocks(wide.data(), n, K, q.data(), scale.data());
+  backend.upload_weight(dst, DType::kF8E4M3, q.data());
+  backend.upload_weight(dst_scale, DType::kF32, scale.data());
+  backend.synchronize();  // the host vectors end here
+}
+
+}  // namespace
 
 ModelWeights load_model_weights(Backend& backend, const Checkpoint& ckpt, const ModelConfig& cfg,
-                                const TensorParallel& tp) {
+                                const TensorParallel& tp, const ModelPrecision& precision) {
   validate_model_checkpoint(ckpt, cfg);
   const ModelShard sh = model_shard(cfg, tp);
-  ModelWeights w = allocate_weights(backend, cfg, sh);
+  const bool fp8_head = ckpt.get(weight_name(cfg, WeightRole::kLmHead)).dtype == DType::kF8E4M3;
+  ModelWeights w = allocate_weights(backend, cfg, sh, weight_format(cfg, sh, tp.world, precision, fp8_head));
   // Rows [begin, begin + dst.rows()) of a [rows, cols] checkpoint tensor: a contiguous run of the file.
   auto put_rows = [&](Tensor dst, const std::string& name, int64_t begin) {
     const TensorInfo& t = ckpt.get(name);
@@ -153,6 +237,13 @@ ModelWeights load_model_weights(Backend& backend, const Checkpoint& ckpt, const 
     backend.upload_weight(dst, t.dtype, staging.data());
     backend.synchronize();  // the staging buffer is reused by the next slice
   };
+  // A linear layer's part: block-FP8 (its scales' rows [r0 / 128, ...) of `scale`, r0 = the part's
+  // first row in dst's parent) or put_rows / put_cols.
+  auto put_linear = [&](Tensor dst, Tensor scale, int64_t r0, const std::string& name, int64_t begin, bool cols) {
+    if (dst.dtype != DType::kF8E4M3) return cols ? put_cols(dst, name, begin) : put_rows(dst, name, begin);
+    const Tensor s = scale.slice_rows(r0 / kFp8Block, r0 / kFp8Block + fp8_blocks(dst.rows()));
+    upload_fp8_rows(backend, dst, s, ckpt.get(name), ckpt.find(fp8_scale_name(name)), cols ? 0 : begin);
+  };
   using R = WeightRole;
   auto name = [&](WeightRole role, int64_t i) { return weight_name(cfg, role, i); };
   put_rows(w.wte, name(R::kEmbedding, 0), 0);
@@ -161,9 +252,10 @@ ModelWeights load_model_weights(Backend& backend, const Checkpoint& ckpt, const 
   for (int64_t i = 0; i < cfg.n_layers; ++i) {
     auto& l = w.layers[static_cast<size_t>(i)];
     put_rows(l.attn_norm, name(R::kAttnNorm, i), 0);
-    put_rows(l.wqkv.slice_rows(0, Hl), name(R::kQ, i), q0);
-    put_rows(l.wqkv.slice_rows(Hl, Hl + Kl), name(R::kK, i), k0);
-    put_rows(l.wqkv.slice_rows(Hl + Kl, Hl + 2 * Kl), name(R::kV, i), k0);
+    put_linear(l.wqkv.slice_rows(0, Hl), l.wqkv_scale, 0, name(R::kQ, i), q0, false);
+    put_linear(l.wqkv.slice_rows(Hl, Hl + Kl), l.wqkv_scale, Hl, name(R::kK, i), k0, false);
+    put_linear(l.wqkv.slice_rows(Hl + Kl, Hl + 2 * Kl), l.wqkv_scale, Hl + Kl, name(R::kV, i), k0, false);
+    if (!l.kv_scale.empty()) backend.fill_normal(l.kv_scale, 0, 0, 1.0f, 0.0f);  // static scales 1.0
     if (cfg.qkv_bias) {
       put_rows(l.bqkv.slice_rows(0, Hl), name(R::kQBias, i), q0);
       put_rows(l.bqkv.slice_rows(Hl, Hl + Kl), name(R::kKBias, i), k0);
@@ -173,7 +265,7 @@ ModelWeights load_model_weights(Backend& backend, const Checkpoint& ckpt, const 
       put_rows(l.q_norm, name(R::kQNorm, i), 0);
       put_rows(l.k_norm, name(R::kKNorm, i), 0);
     }
-    put_cols(l.attn_out, name(R::kAttnOut, i), q0);
+    put_linear(l.attn_out, l.attn_out_scale, 0, name(R::kAttnOut, i), q0, true);
     put_rows(l.ff_norm, name(R::kFfNorm, i), 0);
     if (cfg.moe.on()) {  // the router whole; each expert's column slice into its part of the stacked tensors
       put_rows(l.router, name(R::kRouter, i), 0);
@@ -186,20 +278,25 @@ ModelWeights load_model_weights(Backend& backend, const Checkpoint& ckpt, const 
       }
       continue;
     }
-    put_rows(l.w_gate_up.slice_rows(0, Fl), name(R::kGate, i), sh.mlp_begin);
-    put_rows(l.w_gate_up.slice_rows(Fl, 2 * Fl), name(R::kUp, i), sh.mlp_begin);
-    put_cols(l.ff_out, name(R::kDown, i), sh.mlp_begin);
+    put_linear(l.w_gate_up.slice_rows(0, Fl), l.w_gate_up_scale, 0, name(R::kGate, i), sh.mlp_begin, false);
+    put_linear(l.w_gate_up.slice_rows(Fl, 2 * Fl), l.w_gate_up_scale, Fl, name(R::kUp, i), sh.mlp_begin, false);
+    put_linear(l.ff_out, l.ff_out_scale, 0, name(R::kDown, i), sh.mlp_begin, true);
   }
   put_rows(w.ln_f, name(R::kFinalNorm, 0), 0);
-  put_rows(w.lm_head, name(R::kLmHead, 0), sh.vocab_begin);  // the embedding's name when tied
+  // The embedding's name when tied; an FP8 checkpoint's F8_E4M3 head as it is.
+  put_linear(w.lm_head, w.lm_head_scale, 0, name(R::kLmHead, 0), sh.vocab_begin, false);
   backend.synchronize();
   return w;
 }
 
-ModelWeights make_dummy_weights(Backend& backend, const ModelConfig& cfg, uint64_t seed,
-                                      const TensorParallel& tp) {
+ModelWeights make_dummy_weights(Backend& backend, const ModelConfig& cfg, uint64_t seed, const TensorParallel& tp,
+                                const ModelPrecision& precision) {
   const ModelShard sh = model_shard(cfg, tp);
-  ModelWeights w = allocate_weights(backend, cfg, sh);
+  const WeightFormat f = weight_format(cfg, sh, tp.world, precision, false);
+  FDLLM_CHECK(!f.fp8_layers, ErrorCode::kUnsupported,
+              "dummy weights (--load-format dummy) in block FP8 (--quantization fp8 or a config with "
+              "quantization_config) are not made yet; load a checkpoint or use --quantization none");
+  ModelWeights w = allocate_weights(backend, cfg, sh, f);
   // Made on the device (Backend::fill_normal: Box-Muller on counter-based uniforms, stream = the
   // tensor's index in for_each_weight order, values keyed by the element index in the unsharded
   // tensor): N(0, 0.02²) matrices; norm weights exactly 1 like a fresh model. A rank fills the
@@ -210,6 +307,8 @@ ModelWeights make_dummy_weights(Backend& backend, const ModelConfig& cfg, uint64
     ++stream;
   };
   auto norm = [&](Tensor t) { backend.fill_normal(t, seed, stream++, 1.0f, 0.0f); };
+  for (auto& l : w.layers)  // FP8 K/V scales 1.0 (no stream: the matrices' values stay those without them)
+    if (!l.kv_scale.empty()) backend.fill_normal(l.kv_scale, 0, 0, 1.0f, 0.0f);
   // The unsharded q|k|v matrix is [H + 2·K, D] (and its bias [H + 2·K]): rank pieces are keyed
   // by their offsets in it, so at K = H (LLaDA) the values are those of the [3H, D] layout.
   const int64_t D = cfg.d_model, Dh = cfg.head_dim, H = cfg.n_heads * Dh, K = cfg.kv_width(), F = cfg.mlp_hidden_size;

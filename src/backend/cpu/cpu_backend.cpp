@@ -19,6 +19,7 @@
 #include "backend/backend.h"
 #include "backend/backend_policy.h"
 #include "backend/cpu/cpu_attention.h"
+#include "backend/cpu/cpu_fp8.h"
 #include "backend/cpu/cpu_moe.h"
 #include "backend/cpu/cpu_ops.h"
 #include "backend/operand_checks.h"
@@ -95,6 +96,12 @@ class CpuBackend final : public Backend {
   }
 
   void upload_weight(Tensor dst, DType src_dtype, const void* src) override {
+    if (dst.dtype == DType::kF8E4M3) {  // block-FP8 weights: the e4m3 bytes as they are
+      FDLLM_CHECK_ARG(src_dtype == DType::kF8E4M3, "upload_weight: {} takes F8_E4M3 data, got {}", dst.describe(),
+                      dtype_name(src_dtype));
+      if (dst.nbytes() > 0) std::memcpy(dst.data, src, dst.nbytes());
+      return;
+    }
     check_dtype(dst, DType::kF32, "upload_weight", "dst");
     convert_to_f32(src_dtype, src, dst.ptr<float>(), static_cast<size_t>(dst.numel()));
   }
@@ -172,6 +179,12 @@ class CpuBackend final : public Backend {
                 accumulate ? 1.0f : 0.0f, out.ptr<float>(), static_cast<int>(N));
   }
 
+  void check_precision(bool, bool) const override {}  // the oracle runs both FP8 formats
+
+  void matmul_fp8(Tensor x, Tensor w, Tensor w_scale, Tensor out, bool accumulate) override {
+    cpu::matmul_fp8(threads_, x, w, w_scale, out, accumulate);
+  }
+
   void qkv_rope_store(Tensor xn, Tensor wqkv, const QkvExtras& extra, Tensor positions, Tensor rows,
                       const RopeTable& rope, int n_heads, Tensor q_out, Tensor k_store, Tensor v_store,
                       Tensor scratch) override {
@@ -204,8 +217,17 @@ class CpuBackend final : public Backend {
     FDLLM_CHECK_ARG(rope.cos.row_size() * 2 == Dh, "{}: RoPE table width {} does not match head_dim {}", kOp,
                     rope.cos.row_size(), Dh);
     FDLLM_CHECK_ARG(scratch.numel() >= T * W, "{}: scratch too small ({} for {} rows)", kOp, scratch.describe(), T);
+    const bool kv_fp8 = extra.kv_scale.numel() > 0;
+    if (kv_fp8) {
+      check_dtype(extra.kv_scale, DType::kF32, kOp, "kv_scale");
+      FDLLM_CHECK_ARG(extra.kv_scale.numel() == 2 * n_kv, "{}: kv_scale {} must have 2·n_kv_heads = {} elements", kOp,
+                      extra.kv_scale.describe(), 2 * n_kv);
+    }
     Tensor qkv = scratch.reshape({scratch.numel()}).slice_rows(0, T * W).reshape({T, W});
-    matmul(xn, wqkv, qkv, false);
+    if (wqkv.dtype == DType::kF8E4M3)
+      matmul_fp8(xn, wqkv, extra.weight_scale, qkv, false);
+    else
+      matmul(xn, wqkv, qkv, false);
     const int32_t* pos = positions.ptr<int32_t>();
     const int32_t* row = rows.ptr<int32_t>();
     const int64_t n_store = k_store.rows(), n_pos = rope.cos.rows();
@@ -234,6 +256,10 @@ class CpuBackend final : public Backend {
       for (int h = 0; h < n_heads; ++h) cpu::rope_head(src + h * Dh, c, s, Dh, q_out.ptr<float>() + t * HD + h * Dh);
       for (int h = 0; h < n_kv; ++h) cpu::rope_head(src + HD + h * Dh, c, s, Dh, kdst + h * Dh);
       std::memcpy(vdst, src + HD + KD, static_cast<size_t>(KD) * sizeof(float));
+      if (kv_fp8) {  // an FP8 K/V cache: the rows as e4m3 · per-head scale (stored as fp32 here)
+        cpu::fp8_round_heads(kdst, n_kv, Dh, extra.kv_scale.ptr<float>());
+        cpu::fp8_round_heads(vdst, n_kv, Dh, extra.kv_scale.ptr<float>() + n_kv);
+      }
     }
   }
 

@@ -30,6 +30,11 @@ void CudaBackend::qkv_rope_store(Tensor xn, Tensor wqkv, const QkvExtras& extra,
                                  Tensor scratch) {
   static constexpr const char* kOp = "qkv_rope_store";
   Tensor bqkv = extra.bias;
+  // No FP8 route yet (issue 48): check_precision refuses it at load; a direct call is refused here.
+  FDLLM_CHECK(extra.weight_scale.numel() == 0 && wqkv.dtype != DType::kF8E4M3, ErrorCode::kUnsupported,
+              "{}: block-FP8 weights (--quantization fp8) are not supported by the CUDA backend yet", kOp);
+  FDLLM_CHECK(extra.kv_scale.numel() == 0, ErrorCode::kUnsupported,
+              "{}: an FP8 K/V cache (--kv-cache-dtype fp8) is not supported by the CUDA backend yet", kOp);
   expect(xn, DType::kBF16, kOp, "xn");
   expect(wqkv, DType::kBF16, kOp, "wqkv");
   expect(positions, DType::kI32, kOp, "positions");

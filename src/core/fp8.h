@@ -1,0 +1,53 @@
+// FP8 E4M3 ("e4m3fn", OCP 8-bit floating point spec v1.0): 1 sign, 4 exponent (bias 7), 3 mantissa
+// bits; no infinities, S.1111.111 is NaN, the largest finite value is 448 = 1.75·2^8, the smallest
+// normal 2^-6, subnormals m·2^-9 (m = 1..7). Conversions as CUDA's __nv_fp8_e4m3 from float with
+// __NV_SATFINITE does them: round to nearest even, finite values (and ±inf) beyond ±448 saturate to
+// ±448, NaN becomes 0x7F.
+//
+// Block-scaled FP8 as Hugging Face's "fp8" quantization (DeepSeek-V3, Qwen3-FP8, LLaDA2 FP8 uploads)
+// stores it: a weight [N, K] in e4m3 with one fp32 `weight_scale_inv` per 128 x 128 block (a grid of
+// ceil(N/128) x ceil(K/128); edge blocks are partial), dequantised as w = e4m3 · scale_inv; the
+// activations of a W8A8 product are quantised per token in 1 x 128 groups of K ("dynamic" scheme:
+// scale = amax / 448 per group, DeepSeek-V3's act_quant / vLLM's per_token_group_quant_fp8).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace flashdllm {
+
+inline constexpr float kE4M3Max = 448.0f;
+/// Rows and columns of a weight block, and columns of an activation group.
+inline constexpr int64_t kFp8Block = 128;
+
+/// ceil(n / kFp8Block): block rows / columns of a dimension of n.
+constexpr int64_t fp8_blocks(int64_t n) noexcept { return (n + kFp8Block - 1) / kFp8Block; }
+
+/// e4m3 bits -> float (exact; NaN for S.1111.111).
+float e4m3_to_f32(uint8_t b) noexcept;
+
+/// float -> e4m3 bits: round to nearest even, saturating to ±448 (±inf too); NaN -> 0x7F.
+uint8_t f32_to_e4m3(float f) noexcept;
+
+/// e4m3(x / scale) · scale, the value an e4m3 store with that scale gives back. scale > 0.
+inline float e4m3_round(float x, float scale) noexcept { return e4m3_to_f32(f32_to_e4m3(x / scale)) * scale; }
+
+/// The scale of a group or block whose largest magnitude is `amax`: amax / 448 (1 for an all-zero
+/// group, whose values are 0 at any scale).
+inline float fp8_scale_of(float amax) noexcept { return amax > 0.0f ? amax / kE4M3Max : 1.0f; }
+
+/// Quantises weight w (fp32 [N, K], row-major) in 128 x 128 blocks: scale_inv [fp8_blocks(N),
+/// fp8_blocks(K)] = fp8_scale_of(block amax), q [N, K] = f32_to_e4m3(w / scale_inv) (what
+/// transformers' FP8 quantiser stores; partial edge blocks take the amax of their own elements).
+void quantize_fp8_blocks(const float* w, int64_t N, int64_t K, uint8_t* q, float* scale_inv) noexcept;
+
+/// w [N, K] = e4m3_to_f32(q) · scale_inv[n / 128, k / 128] (fp32 products).
+void dequantize_fp8_blocks(const uint8_t* q, const float* scale_inv, int64_t N, int64_t K, float* w) noexcept;
+
+/// The dynamic 1 x 128 activation quantisation of one row x [K], returned dequantised:
+/// out[k] = e4m3_round(x[k], s_g) with s_g = fp8_scale_of(max |x| over k's group g = k / 128).
+/// A non-finite group amax makes the group NaN (the product then turns non-finite, as on the device).
+/// out may alias x.
+void fake_quantize_fp8_groups(const float* x, int64_t K, float* out) noexcept;
+
+}  // namespace flashdllm
