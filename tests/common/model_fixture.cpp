@@ -17,11 +17,12 @@
 
 namespace flashdllm::test {
 
-Model load_model(Backend& backend, const std::filesystem::path& dir, const TensorParallel& tp) {
+Model load_model(Backend& backend, const std::filesystem::path& dir, const TensorParallel& tp,
+                 const ModelPrecision& precision) {
   Model m;
   m.config = load_model_config(dir / "config.json");
   Checkpoint ckpt = Checkpoint::open(dir);
-  m.weights = load_model_weights(backend, ckpt, m.config, tp);
+  m.weights = load_model_weights(backend, ckpt, m.config, tp, precision);
   m.rope = make_rope_tables(backend, m.config, m.config.max_sequence_length + 256);
   m.tp = tp;
   return m;

@@ -20,8 +20,10 @@
 
 namespace flashdllm::test {
 
-/// Loads config + weights + RoPE tables of a checkpoint directory onto `backend` (rank `tp`'s shard).
-Model load_model(Backend& backend, const std::filesystem::path& dir, const TensorParallel& tp = {});
+/// Loads config + weights + RoPE tables of a checkpoint directory onto `backend` (rank `tp`'s shard),
+/// with the weight quantisation and K/V cache dtype of `precision`.
+Model load_model(Backend& backend, const std::filesystem::path& dir, const TensorParallel& tp = {},
+                 const ModelPrecision& precision = {});
 
 /// A tensor-parallel group of a checkpoint on CPU backends of `threads` threads each, with
 /// in-process communicators (the CPU twin of tensor parallelism). dummy: seeded dummy weights
