@@ -8,7 +8,8 @@
 // Conventions
 //  * All tensors are contiguous row-major views (core/tensor.h) living on this backend's device.
 //  * "Activation dtype" (F32 on CPU, BF16 on CUDA) is used for hidden states, q, K/V stores.
-//    "Weight dtype" (F32 on CPU, BF16 on CUDA) for all weights. Logits and confidences are F32/F64.
+//    "Weight dtype" (F32 on CPU, BF16 on CUDA) for all weights, except block-FP8 linear weights:
+//    F8E4M3 with F32 block scales (matmul_fp8). Logits and confidences are F32/F64.
 //  * Ops are asynchronous with respect to the host on CUDA (one stream per backend);
 //    copy_to_host() and synchronize() are the only points that wait.
 //  * Every op validates shapes and dtypes and throws Error(kInvalidArgument) naming the op and
