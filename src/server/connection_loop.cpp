@@ -316,11 +316,20 @@ void ConnectionLoop::advance(int fd, Conn& c) {
 }
 
 bool ConnectionLoop::scan_head(int fd, Conn& c) {
-  static constexpr char kEnd[] = "\r\n\r\n";
+  // The head ends at an empty line: "\r\n\r\n", or with a bare LF ending either line ("\n\n",
+  // "\n\r\n", "\r\n\n"; RFC 9112, 2.2). cpp-httplib refuses bare LF lines with 400; waiting for a
+  // "\r\n\r\n" that never comes would answer such a client 408 only after --read-timeout.
+  // match: 0 within a line, 1 at a line's start, 2 at a line's start after a CR.
+  bool end = false;
   for (; c.scanned < c.buf.size(); ++c.scanned) {
     const char ch = c.buf[c.scanned];
-    c.match = ch == kEnd[c.match] ? c.match + 1 : (ch == '\r' ? 1 : 0);
-    if (c.match == 4) break;
+    if (ch == '\n') {
+      end = c.match > 0;
+      c.match = 1;
+    } else {
+      c.match = ch == '\r' && c.match == 1 ? 2 : 0;
+    }
+    if (end) break;
     if (c.scanned + 1 > limits_.max_header_bytes) {
       refuse(fd, c, 431, fmt::format("the request's headers exceed {} bytes", limits_.max_header_bytes),
              "request_header_fields_too_large");
@@ -332,7 +341,7 @@ bool ConnectionLoop::scan_head(int fd, Conn& c) {
       return false;
     }
   }
-  if (c.match != 4) return false;  // more to come
+  if (!end) return false;  // more to come
   const size_t head = c.scanned + 1;
   const HeadFraming f = framing_of(std::string_view(c.buf).substr(0, head));
   c.last = c.served + 1 >= limits_.max_requests_per_connection;
