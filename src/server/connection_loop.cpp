@@ -34,6 +34,7 @@ struct HeadFraming {
   bool length_ok = false;
   uint64_t length = 0;
   bool transfer_encoding = false, expect_continue = false;
+  bool http10 = false;  // an HTTP/1.0 request: no 100 Continue for it (RFC 9110, 10.1.1)
 };
 
 bool iequals(std::string_view a, std::string_view b) {
@@ -50,6 +51,8 @@ std::string_view trim(std::string_view s) {
 HeadFraming framing_of(std::string_view head) {
   HeadFraming f;
   size_t pos = head.find('\n');  // past the request line
+  const std::string_view request_line = trim(head.substr(0, pos));
+  f.http10 = request_line.size() >= 8 && request_line.substr(request_line.size() - 8) == "HTTP/1.0";
   while (pos != std::string_view::npos && pos + 1 < head.size()) {
     const size_t start = pos + 1;
     pos = head.find('\n', start);
@@ -355,7 +358,7 @@ bool ConnectionLoop::scan_head(int fd, Conn& c) {
   c.continued = false;
   c.phase = Phase::kBody;
   if (c.buf.size() < c.need) {
-    if (f.expect_continue) {  // the client waits for this before it sends the body
+    if (f.expect_continue && !f.http10) {  // the client waits for this before it sends the body
       send_now(fd, "HTTP/1.1 100 Continue\r\n\r\n");
       c.continued = true;
     }

@@ -1,16 +1,25 @@
 """`flashdllm serve` against careless and hostile HTTP clients, past what test_server_connections.py
-covers: heads with bare LF line ends.
+covers: heads with bare LF line ends, `Expect: 100-continue` from HTTP/1.0 clients or with the body
+already sent.
 
-Before: a bare-LF head was waited for until --read-timeout and answered 408."""
+Before: a bare-LF head was waited for until --read-timeout and answered 408; a 100 Continue was sent
+to HTTP/1.0 clients (RFC 9110, 10.1.1 forbids it) and ahead of every response whose request carried
+the header."""
 
+import json
 import socket
 import time
 
 import httpx
 import pytest
 
-from server_fixture import Server
+from server_fixture import MODEL_ID, Server
 from test_server_connections import connect, read_all
+
+
+def chat_body() -> bytes:
+    return json.dumps({"model": MODEL_ID, "messages": [{"role": "user", "content": "12+7="}],
+                       "max_tokens": 8}).encode()
 
 
 @pytest.fixture(scope="module")
@@ -34,3 +43,26 @@ def test_a_head_with_bare_lf_line_ends_is_answered_at_once(server, head):
     assert out.startswith(b"HTTP/1.1 "), out[:200]
     assert not out.startswith(b"HTTP/1.1 408") and dt < 2.0, (out[:200], dt)
     assert httpx.get(server.url("/health"), timeout=10).status_code == 200
+
+
+def test_no_100_continue_to_an_http10_client_or_after_the_body(server):
+    body = chat_body()
+    head = b"POST /v1/chat/completions HTTP/1.%d\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" \
+           b"Content-Length: %d\r\nExpect: 100-continue\r\n\r\n"
+    # The body sent with the head (HTTP/1.0 and 1.1): the answer is the response, no 100 before it.
+    for minor in (0, 1):
+        s = connect(server.port)
+        s.sendall(head % (minor, len(body)) + body)
+        out = read_all(s) if minor == 0 else s.recv(65536)
+        s.close()
+        assert out.startswith(b"HTTP/1.1 200"), (minor, out[:200])
+    # HTTP/1.0 waiting with its body: no 100 (the client sends it after a while anyway).
+    s = connect(server.port)
+    s.sendall(head % (0, len(body)))
+    s.settimeout(0.7)
+    with pytest.raises(socket.timeout):
+        s.recv(65536)
+    s.sendall(body)
+    out = read_all(s)
+    s.close()
+    assert out.startswith(b"HTTP/1.1 200") and b"100 Continue" not in out, out[:200]
