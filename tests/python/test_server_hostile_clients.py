@@ -1,12 +1,15 @@
 """`flashdllm serve` against careless and hostile HTTP clients, past what test_server_connections.py
 covers: heads with bare LF line ends, `Expect: 100-continue` from HTTP/1.0 clients or with the body
-already sent.
+already sent, and a flood of connections past --max-connections where the open-file limit is just
+what the server asked for.
 
 Before: a bare-LF head was waited for until --read-timeout and answered 408; a 100 Continue was sent
 to HTTP/1.0 clients (RFC 9110, 10.1.1 forbids it) and ahead of every response whose request carried
-the header."""
+the header; a flood past the limit exhausted the descriptors (refused connections linger 1 s while
+their 503 is sent), and a new client then waited seconds in the listen backlog for its 503."""
 
 import json
+import resource
 import socket
 import time
 
@@ -66,3 +69,38 @@ def test_no_100_continue_to_an_http10_client_or_after_the_body(server):
     out = read_all(s)
     s.close()
     assert out.startswith(b"HTTP/1.1 200") and b"100 Continue" not in out, out[:200]
+
+
+def test_a_flood_past_the_connection_limit_gets_503_at_once():
+    """The open-file limit at what a server of --max-connections N used to ask for (N + 128): N held
+    connections, then 3 N more that never read their 503."""
+    n = 200
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (n + 128, hard))  # inherited by the server
+    try:
+        srv = Server("--slots", "1", "--max-model-len", "256", "--max-connections", str(n),
+                     "--keep-alive-timeout", "30", "--read-timeout", "30")
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)), hard))
+    held = []
+    try:
+        try:
+            time.sleep(0.5)
+            for _ in range(4 * n):
+                held.append(connect(srv.port))
+            time.sleep(1.3)  # the refusals' 1 s linger is over (during it, a flood's excess is closed unanswered)
+            s = connect(srv.port)
+            t0 = time.time()
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            s.settimeout(10)
+            first = s.recv(65536)
+            dt = time.time() - t0
+            s.close()
+            assert first.startswith(b"HTTP/1.1 503") and dt < 1.0, (first[:100], dt)
+        finally:
+            for h in held:
+                h.close()
+        time.sleep(0.3)  # closed on the server's side too: served again
+        assert httpx.get(srv.url("/health"), timeout=10).status_code == 200
+    finally:
+        assert srv.stop() == 0, "".join(srv.log)
