@@ -34,6 +34,7 @@ struct HeadFraming {
   bool length_ok = false;
   uint64_t length = 0;
   bool transfer_encoding = false, expect_continue = false;
+  bool http10 = false;  // an HTTP/1.0 request: no 100 Continue for it (RFC 9110, 10.1.1)
 };
 
 bool iequals(std::string_view a, std::string_view b) {
@@ -50,6 +51,8 @@ std::string_view trim(std::string_view s) {
 HeadFraming framing_of(std::string_view head) {
   HeadFraming f;
   size_t pos = head.find('\n');  // past the request line
+  const std::string_view request_line = trim(head.substr(0, pos));
+  f.http10 = request_line.size() >= 8 && request_line.substr(request_line.size() - 8) == "HTTP/1.0";
   while (pos != std::string_view::npos && pos + 1 < head.size()) {
     const size_t start = pos + 1;
     pos = head.find('\n', start);
@@ -316,11 +319,20 @@ void ConnectionLoop::advance(int fd, Conn& c) {
 }
 
 bool ConnectionLoop::scan_head(int fd, Conn& c) {
-  static constexpr char kEnd[] = "\r\n\r\n";
+  // The head ends at an empty line: "\r\n\r\n", or with a bare LF ending either line ("\n\n",
+  // "\n\r\n", "\r\n\n"; RFC 9112, 2.2). cpp-httplib refuses bare LF lines with 400; waiting for a
+  // "\r\n\r\n" that never comes would answer such a client 408 only after --read-timeout.
+  // match: 0 within a line, 1 at a line's start, 2 at a line's start after a CR.
+  bool end = false;
   for (; c.scanned < c.buf.size(); ++c.scanned) {
     const char ch = c.buf[c.scanned];
-    c.match = ch == kEnd[c.match] ? c.match + 1 : (ch == '\r' ? 1 : 0);
-    if (c.match == 4) break;
+    if (ch == '\n') {
+      end = c.match > 0;
+      c.match = 1;
+    } else {
+      c.match = ch == '\r' && c.match == 1 ? 2 : 0;
+    }
+    if (end) break;
     if (c.scanned + 1 > limits_.max_header_bytes) {
       refuse(fd, c, 431, fmt::format("the request's headers exceed {} bytes", limits_.max_header_bytes),
              "request_header_fields_too_large");
@@ -332,7 +344,7 @@ bool ConnectionLoop::scan_head(int fd, Conn& c) {
       return false;
     }
   }
-  if (c.match != 4) return false;  // more to come
+  if (!end) return false;  // more to come
   const size_t head = c.scanned + 1;
   const HeadFraming f = framing_of(std::string_view(c.buf).substr(0, head));
   c.last = c.served + 1 >= limits_.max_requests_per_connection;
@@ -346,7 +358,7 @@ bool ConnectionLoop::scan_head(int fd, Conn& c) {
   c.continued = false;
   c.phase = Phase::kBody;
   if (c.buf.size() < c.need) {
-    if (f.expect_continue) {  // the client waits for this before it sends the body
+    if (f.expect_continue && !f.http10) {  // the client waits for this before it sends the body
       send_now(fd, "HTTP/1.1 100 Continue\r\n\r\n");
       c.continued = true;
     }

@@ -81,7 +81,7 @@ class ConnectionLoop {
     Phase phase = Phase::kIdle;
     std::string buf;           // bytes read and not yet handed on
     size_t scanned = 0;        // head bytes looked at
-    int lines = 0, match = 0;  // header lines so far; matched bytes of "\r\n\r\n"
+    int lines = 0, match = 0;  // header lines so far; where the scan is in a line (scan_head)
     size_t need = 0;           // head + body bytes of the request being read (kBody)
     size_t body = 0;           // its declared body
     bool last = false, continued = false, eof = false;

@@ -46,8 +46,7 @@ constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
 /// to read is bounded in all, per response: past `write_ms`, writes fail (and a stream is cancelled).
 class RequestStream final : public httplib::Stream {
  public:
-  RequestStream(int fd, std::string bytes, int write_ms, bool continued)
-      : fd_(fd), bytes_(std::move(bytes)), budget_ms_(write_ms), continued_(continued) {}
+  RequestStream(int fd, std::string bytes, int write_ms) : fd_(fd), bytes_(std::move(bytes)), budget_ms_(write_ms) {}
 
   bool is_readable() const override { return pos_ < bytes_.size(); }
   bool is_writable() const override {
@@ -66,12 +65,12 @@ class RequestStream final : public httplib::Stream {
   }
 
   ssize_t write(const char* ptr, size_t size) override {
-    // cpp-httplib answers `Expect: 100-continue` once it has the request; the loop did already,
-    // before it read the body.
-    if (continued_ && std::string_view(ptr, size) == kContinue) {
-      continued_ = false;
-      return static_cast<ssize_t>(size);
-    }
+    // cpp-httplib answers `Expect: 100-continue` once it has the request, body included: too late
+    // to be of use. The loop answered it when the client was waiting for it, before it read the
+    // body; else the body came unasked (HTTP/1.0 clients, to which a 100 must not be sent, RFC
+    // 9110, 10.1.1) and the 100 is dropped here.
+    if (!wrote_ && std::string_view(ptr, size) == kContinue) return static_cast<ssize_t>(size);
+    wrote_ = true;
     for (;;) {
       const ssize_t n = ::send(fd_, ptr, size, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n >= 0) return n;
@@ -107,7 +106,7 @@ class RequestStream final : public httplib::Stream {
   std::string bytes_;
   size_t pos_ = 0;
   mutable int64_t budget_ms_;
-  bool continued_;
+  bool wrote_ = false;  // a byte of the response was written
 };
 
 /// cpp-httplib's TaskQueue for its accept loop: the per-connection job only hands the socket to
@@ -213,7 +212,7 @@ bool HttpServer::process_and_close_socket(socket_t sock) {
 }
 
 void HttpServer::serve(ReadyRequest r) {
-  RequestStream strm(r.fd, std::move(r.bytes), opt_.write_timeout_s * 1000, r.continued);
+  RequestStream strm(r.fd, std::move(r.bytes), opt_.write_timeout_s * 1000);
   t_connection = r.fd;
   bool closed = false;
   const bool ok = process_request(strm, r.last, closed, nullptr);

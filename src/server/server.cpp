@@ -60,18 +60,22 @@ HttpOptions http_options(const Engine& engine, const ServerOptions& o) {
 
 /// Raises this process's open-file limit to what `max_connections` needs (up to the hard limit) and
 /// returns the connections it allows: max_connections, or fewer where the hard limit is lower.
+/// Each connection may need two sockets: the open ones, and as many refused past the limit while
+/// their 503 lingers (ConnectionLoop). Without room for both, a flood past the limit exhausted the
+/// descriptors and new clients waited in the listen backlog instead of getting their 503 at once.
 size_t fit_file_limit(size_t max_connections) {
   constexpr rlim_t kSpare = 128;  // model files, the listener, epoll, logs
   rlimit r{};
   if (getrlimit(RLIMIT_NOFILE, &r) != 0) return max_connections;
-  const rlim_t want = static_cast<rlim_t>(max_connections) + kSpare;
+  const rlim_t want = 2 * static_cast<rlim_t>(max_connections) + kSpare;
   if (r.rlim_cur < want) {
     rlimit raised = r;
     raised.rlim_cur = r.rlim_max == RLIM_INFINITY ? want : std::min(want, r.rlim_max);
     if (setrlimit(RLIMIT_NOFILE, &raised) == 0) r = raised;
   }
   if (r.rlim_cur >= want) return max_connections;
-  const size_t fit = r.rlim_cur > 2 * kSpare ? static_cast<size_t>(r.rlim_cur - kSpare) : static_cast<size_t>(kSpare);
+  const size_t fit =
+      r.rlim_cur > 3 * kSpare ? static_cast<size_t>((r.rlim_cur - kSpare) / 2) : static_cast<size_t>(kSpare);
   std::fprintf(stderr,
                "[flashdllm] warning: the open-file limit (ulimit -n %llu) allows %zu connections, not the %zu of "
                "--max-connections: raise the limit to serve more\n",
