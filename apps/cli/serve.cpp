@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "core/check.h"
 #include "model/model_config.h"
 #include "server/server.h"
 
@@ -39,6 +40,11 @@ void add_serve_subcommand(CLI::App& app, CommonArgs& ca, ServeArgs& sa, CLI::App
       ->capture_default_str();
   cmd->add_option("--max-body-mb", sa.max_body_mb, "larger request bodies get 413")
       ->check(int_in_range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--max-buffered-body-mb", sa.max_buffered_body_mb,
+                  "MiB of request bodies read or served at once (the memory they take): a body past it gets 503; "
+                  "at least --max-body-mb")
+      ->check(int_in_range(1, 1 << 20))
       ->capture_default_str();
   // The HTTP layer's deadlines, in seconds (1 s to an hour).
   const std::pair<const char*, int*> timeouts[] = {{"--read-timeout", &sa.read_timeout_s},
@@ -76,6 +82,9 @@ void add_serve_subcommand(CLI::App& app, CommonArgs& ca, ServeArgs& sa, CLI::App
 
 int run_serve(const CommonArgs& ca, ServeArgs& sa) {
   GenerateOptions go = sa.dec.options();
+  FDLLM_CHECK_ARG(sa.max_buffered_body_mb >= sa.max_body_mb,
+                  "--max-buffered-body-mb {} must be at least --max-body-mb {} (a largest body must fit)",
+                  sa.max_buffered_body_mb, sa.max_body_mb);
   // SIGINT / SIGTERM go to a watcher thread (blocked everywhere else, before any thread exists).
   sigset_t sigs;
   sigemptyset(&sigs);
@@ -109,6 +118,7 @@ int run_serve(const CommonArgs& ca, ServeArgs& sa) {
   o.model_id = sa.served_model_name;
   o.default_max_tokens = sa.default_max_tokens;
   o.max_body_bytes = static_cast<size_t>(sa.max_body_mb) << 20;
+  o.max_buffered_body_bytes = static_cast<size_t>(sa.max_buffered_body_mb) << 20;
   o.read_timeout_s = sa.read_timeout_s;
   o.write_timeout_s = sa.write_timeout_s;
   o.keep_alive_timeout_s = sa.keep_alive_timeout_s;

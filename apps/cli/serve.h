@@ -19,6 +19,7 @@ struct ServeArgs {
   int64_t max_queue = 256;
   int64_t default_max_tokens = 128;
   int64_t max_body_mb = 8;
+  int64_t max_buffered_body_mb = 256;
   int read_timeout_s = 10;
   int write_timeout_s = 30;
   int64_t http_threads = 0;

@@ -261,6 +261,7 @@ void ConnectionLoop::take_notes() {
       --busy_;
     }
     c.phase = Phase::kIdle;
+    release(c);  // the worker is done with the request's bytes
     if (!note.keep) {
       watch(fd, true);  // to discard what the client still sends while the close lingers
       begin_close(fd, c);
@@ -354,6 +355,18 @@ bool ConnectionLoop::scan_head(int fd, Conn& c) {
   } else if (f.lengths == 1) {
     c.body = static_cast<size_t>(f.length);
   }
+  if (c.body > 0) {  // reserve the body's bytes of the budget until its response is written
+    if (reserved_ + c.body > limits_.max_buffered_body_bytes) {
+      refuse(fd, c, 503,
+             fmt::format("the server is reading or serving {} bytes of request bodies, its budget "
+                         "(--max-buffered-body-mb) leaves no room for this one of {} bytes: retry later",
+                         reserved_, c.body),
+             "server_busy");
+      return false;
+    }
+    reserved_ += c.body;
+    c.reserved = c.body;
+  }
   c.need = head + c.body;
   c.continued = false;
   c.phase = Phase::kBody;
@@ -429,6 +442,7 @@ void ConnectionLoop::refuse(int fd, Conn& c, int status, const std::string& mess
 
 void ConnectionLoop::begin_close(int fd, Conn& c) {
   ::shutdown(fd, SHUT_WR);
+  if (c.phase != Phase::kBusy) release(c);  // a busy one's worker still holds the bytes (finished())
   if (c.phase != Phase::kClosing) {
     ++closing_;
     std::lock_guard<std::mutex> lk(mu_);
@@ -449,9 +463,15 @@ void ConnectionLoop::close_conn(int fd) {
     std::lock_guard<std::mutex> lk(mu_);
     --open_;
   }
+  if (it->second.phase != Phase::kBusy) release(it->second);
   watch(fd, false);
   ::close(fd);
   conns_.erase(it);
+}
+
+void ConnectionLoop::release(Conn& c) {
+  reserved_ -= c.reserved;
+  c.reserved = 0;
 }
 
 }  // namespace flashdllm::server

@@ -37,6 +37,10 @@ struct ConnectionLimits {
   int max_header_lines = 100;                  ///< header lines (431 past it)
   int header_timeout_s = 10;                   ///< from a head's first byte to its blank line (408 past it)
   size_t max_body_bytes = size_t{8} << 20;     ///< a longer declared body is left to the framing check (413)
+  /// Declared body bytes of the requests being read or served at once (each reserved at the end of
+  /// its head, released when its response is written or its connection closes): a body that would
+  /// pass it gets 503, so buffered bodies take at most this much memory. >= max_body_bytes.
+  size_t max_buffered_body_bytes = size_t{256} << 20;
   int body_stall_s = 10;                       ///< seconds without a byte of a body (408 past it)
   size_t min_body_rate = size_t{16} << 10;     ///< bytes/s a body must average after body_stall_s
   size_t max_requests_per_connection = 1000;   ///< then the response says Connection: close
@@ -84,6 +88,7 @@ class ConnectionLoop {
     int lines = 0, match = 0;  // header lines so far; where the scan is in a line (scan_head)
     size_t need = 0;           // head + body bytes of the request being read (kBody)
     size_t body = 0;           // its declared body
+    size_t reserved = 0;       // body bytes it holds of the budget (max_buffered_body_bytes)
     bool last = false, continued = false, eof = false;
     size_t served = 0;
     Clock::time_point deadline{}, last_byte{};
@@ -103,6 +108,7 @@ class ConnectionLoop {
   void refuse(int fd, Conn& c, int status, const std::string& message, const std::string& code);
   void begin_close(int fd, Conn& c);
   void close_conn(int fd);
+  void release(Conn& c);
   void watch(int fd, bool on);
   void wake();
 
@@ -111,6 +117,7 @@ class ConnectionLoop {
   int epoll_fd_ = -1, wake_fd_ = -1;
   std::unordered_map<int, Conn> conns_;  // loop thread only
   size_t closing_ = 0;                   // conns_ in kClosing
+  size_t reserved_ = 0;                  // body bytes reserved by conns_ (Conn::reserved; loop thread only)
   mutable std::mutex mu_;
   std::vector<Note> notes_;     // from other threads
   bool stopped_ = false;        // close_all() was called

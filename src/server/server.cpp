@@ -49,6 +49,7 @@ HttpOptions http_options(const Engine& engine, const ServerOptions& o) {
   l.max_header_lines = o.max_header_lines;
   l.header_timeout_s = o.read_timeout_s;
   l.max_body_bytes = o.max_body_bytes;
+  l.max_buffered_body_bytes = std::max(o.max_buffered_body_bytes, o.max_body_bytes);
   l.body_stall_s = o.read_timeout_s;
   const ServeOptions& so = engine.serve_options();
   h.max_threads = static_cast<size_t>(

@@ -39,6 +39,8 @@ struct ServerOptions {
   std::string model_id;              ///< the served model's id ("" = the model directory's name)
   int64_t default_max_tokens = 128;  ///< max_tokens of requests that give none
   size_t max_body_bytes = size_t{8} << 20;  ///< larger bodies get 413
+  size_t max_buffered_body_bytes = size_t{256}
+                                   << 20;   ///< bodies read or served at once; past it 503 (>= max_body_bytes)
   int read_timeout_s = 10;                  ///< a request's head must arrive within it (408); a body may stall
                                             ///< this long, and must average 16 KiB/s after it (408)
   int write_timeout_s = 30;                 ///< a response may wait this long in all for its client to read
