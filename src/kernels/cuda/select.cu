@@ -202,6 +202,7 @@ __global__ void __launch_bounds__(kSelectThreads) select_filter_kernel(SelectArg
       int32_t c = 0;
       for (int32_t v = b0; v < b1; ++v) c += v != a.suppress_token && z_of(l[v]) == tp;
       s_count[threadIdx.x] = c;
+      if (threadIdx.x == 0) s_cut = kNoCandidate;  // (a keep-th tie always exists: keep < n_ties)
       __syncthreads();
       if (threadIdx.x == 0) {
         int32_t acc = 0;
