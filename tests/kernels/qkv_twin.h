@@ -69,7 +69,11 @@ inline void expect_qkv_rope_store_twin(Backend& cpu, Backend& twin_be, const Qkv
     be.fill_zero(ks.t);
     be.fill_zero(vs.t);
     poison(be, qd.t);
-    const QkvExtras extra{c.bias ? bd.t : Tensor{}, qk_norm ? qnd.t : Tensor{}, qk_norm ? knd.t : Tensor{}, c.eps};
+    QkvExtras extra;
+    extra.bias = c.bias ? bd.t : Tensor{};
+    extra.q_norm = qk_norm ? qnd.t : Tensor{};
+    extra.k_norm = qk_norm ? knd.t : Tensor{};
+    extra.norm_eps = c.eps;
     be.qkv_rope_store(xd.t, wd.t, extra, pd.t, rd.t, rope.table, c.h, qd.t, ks.t, vs.t, scratch.t);
     return Res{get(be, qd.t), get(be, ks.t), get(be, vs.t)};
   };
