@@ -102,6 +102,10 @@ struct RequestEvent {
   /// Stable text added since the previous event: complete UTF-8, with stop strings applied (a
   /// possible start of a stop string is held back until it is decided).
   std::string text_delta;
+  /// SamplingParams::logprobs >= 0: the TokenLogprobs of the answer tokens that became stable with
+  /// this event (answer positions [previous stable_tokens, stable_tokens)), in order. A possible
+  /// start of a stop string is held back from text_delta, not from these.
+  std::vector<TokenLogprob> logprobs;
   bool finished = false;           ///< the last event of the request
   FinishReason finish_reason = FinishReason::kLength;  ///< when finished
   std::string error;               ///< when finish_reason is kError: the message
