@@ -521,7 +521,10 @@ int64_t Scheduler::deliver(Replica& rep, std::vector<SlotStep>& steps) {
     ev.positions = std::move(st.positions);
     ev.tokens = std::move(st.tokens);
     const bool decided = update_answer(*r, canvas, st.finished, ev);
-    if (r->spec.params.logprobs >= 0 && r->answer_tokens > r->logprobs_sent) {
+    // With stop strings the answer's end is not known until it is decided (a stop string can cut
+    // tokens already stable): their logprobs wait for that, so none past the cut is ever sent.
+    const bool lp_ready = r->spec.stop.empty() || decided || st.finished;
+    if (r->spec.params.logprobs >= 0 && lp_ready && r->answer_tokens > r->logprobs_sent) {
       ev.logprobs.assign(r->logprobs.begin() + r->logprobs_sent, r->logprobs.begin() + r->answer_tokens);
       r->logprobs_sent = r->answer_tokens;
     }

@@ -20,6 +20,7 @@
 #include "common/test_paths.h"
 #include "denoise/llada_sampler.h"
 #include "denoise/token_logprobs.h"
+#include "engine/scheduler.h"
 #include "flashdllm/engine.h"
 
 namespace flashdllm {
@@ -269,6 +270,87 @@ TEST(TokenLogprobs, EventsCarryTheResultsLogprobsInOrder) {
     ASSERT_EQ(streamed[i].top.size(), 1u);
     EXPECT_LE(streamed[i].logprob, streamed[i].top[0].logprob);
   }
+}
+
+// A denoiser that commits a scripted canvas: one slot, step k commits script[k] (positions), each
+// token with logprob -(position + 1) so that entries can be told apart.
+class ScriptedDenoiser final : public Denoiser {
+ public:
+  ScriptedDenoiser(std::vector<int32_t> tokens, std::vector<std::vector<int32_t>> script)
+      : tokens_(std::move(tokens)), script_(std::move(script)) {}
+  int64_t n_slots() const noexcept override { return 1; }
+  void check_request(std::span<const int32_t>, const SlotParams&) const override {}
+  void admit(int64_t, std::span<const int32_t>, const SlotParams& p) override {
+    canvas_.assign(tokens_.size(), kMask);
+    active_ = true;
+    step_ = 0;
+    logprobs_ = p.logprobs;
+  }
+  std::vector<SlotStep> step() override {
+    SlotStep st;
+    for (int32_t pos : script_[step_]) {
+      canvas_[static_cast<size_t>(pos)] = tokens_[static_cast<size_t>(pos)];
+      st.positions.push_back(pos);
+      st.tokens.push_back(tokens_[static_cast<size_t>(pos)]);
+      if (logprobs_ >= 0) st.logprobs.push_back({tokens_[static_cast<size_t>(pos)], -static_cast<float>(pos + 1), {}});
+    }
+    st.finished = ++step_ == script_.size();
+    return {st};
+  }
+  void release(int64_t) override { active_ = false; }
+  bool active(int64_t) const noexcept override { return active_; }
+  std::span<const int32_t> canvas(int64_t) const override { return canvas_; }
+  SlotOutput output(int64_t) const override {
+    SlotOutput o;
+    o.canvas = canvas_;
+    return o;
+  }
+  int64_t model_passes() const noexcept override { return static_cast<int64_t>(step_); }
+  static constexpr int32_t kMask = 99;
+
+ private:
+  std::vector<int32_t> tokens_;
+  std::vector<std::vector<int32_t>> script_;
+  std::vector<int32_t> canvas_;
+  size_t step_ = 0;
+  bool active_ = false;
+  int64_t logprobs_ = -1;
+};
+
+// A stop string completed by a later iteration cuts tokens that were already stable: their
+// logprobs must not have been streamed (the events' entries are always the result's).
+TEST(TokenLogprobs, StopStringsHoldTheEntriesUntilTheAnswerIsDecided) {
+  // ids are letters: "h e l o w", committed as [h e l] then [o w]; stop "lo" ends the answer at "he".
+  ScriptedDenoiser den({'h', 'e', 'l', 'o', 'w'}, {{0, 1, 2}, {3, 4}});
+  TextCodec codec;
+  codec.decode = [](std::span<const int32_t> ids) {
+    std::string s;
+    for (int32_t id : ids) s.push_back(static_cast<char>(id));
+    return s;
+  };
+  codec.mask_id = ScriptedDenoiser::kMask;
+  Scheduler sched(den, codec, {});
+  ScheduledRequest rq;
+  rq.prompt = {1};
+  rq.params.gen_length = 5;
+  rq.params.logprobs = 0;
+  rq.max_output_tokens = 5;
+  rq.stop = {"lo"};
+  rq.stream_text = true;
+  auto st = sched.submit(rq);
+  while (sched.step()) {
+  }
+  std::vector<TokenLogprob> streamed;
+  std::shared_ptr<const GenerateResult> result;
+  while (auto ev = st->next(std::chrono::milliseconds(0))) {
+    streamed.insert(streamed.end(), ev->logprobs.begin(), ev->logprobs.end());
+    if (ev->finished) result = ev->result;
+  }
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->text, "he");
+  ASSERT_EQ(result->logprobs.size(), result->output_ids.size());
+  ASSERT_EQ(streamed.size(), result->logprobs.size());
+  for (size_t i = 0; i < streamed.size(); ++i) EXPECT_EQ(streamed[i].logprob, -static_cast<float>(i + 1));
 }
 
 }  // namespace

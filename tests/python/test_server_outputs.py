@@ -54,10 +54,18 @@ def test_chat_logprobs_are_the_answers_tokens_with_their_alternatives(oa):
     assert chat(oa).choices[0].logprobs is None
 
 
-def test_streamed_logprobs_equal_the_whole_answers(oa):
-    whole = chat(oa, logprobs=True, top_logprobs=2).choices[0]
+@pytest.mark.parametrize("stop", [None, ["="]])
+def test_streamed_logprobs_equal_the_whole_answers(oa, stop):
+    # With a stop string the entries wait for the answer's end: none of a token the stop cuts.
+    r = chat(oa, logprobs=True, top_logprobs=2, stop=stop)
+    whole = r.choices[0]
+    assert len(whole.logprobs.content) == r.usage.completion_tokens
+    if stop:
+        assert whole.finish_reason == "stop" and "=" not in whole.message.content
+        # The answer's tokens (usage's count) run to the one holding the stop string's start.
+        assert "".join(e.token for e in whole.logprobs.content).startswith(whole.message.content)
     streamed, text = [], ""
-    for ch in chat(oa, logprobs=True, top_logprobs=2, stream=True):
+    for ch in chat(oa, logprobs=True, top_logprobs=2, stop=stop, stream=True):
         if not ch.choices:
             continue
         text += ch.choices[0].delta.content or ""
