@@ -106,6 +106,11 @@ struct RequestEvent {
   /// Stable text added since the previous event: complete UTF-8, with stop strings applied (a
   /// possible start of a stop string is held back until it is decided).
   std::string text_delta;
+  /// SamplingParams::logprobs >= 0: the TokenLogprobs of the answer tokens that became stable with
+  /// this event (answer positions [previous stable_tokens, stable_tokens)), in order. With stop
+  /// strings they wait until the answer is decided (a stop string can still cut stable tokens), so
+  /// they only ever cover the final answer.
+  std::vector<TokenLogprob> logprobs;
   bool finished = false;           ///< the last event of the request
   FinishReason finish_reason = FinishReason::kLength;  ///< when finished
   std::string error;               ///< when finish_reason is kError: the message

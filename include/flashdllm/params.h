@@ -106,6 +106,12 @@ struct SamplingParams {
   /// Stop strings: the answer ends before the first occurrence of any of them in the stable text
   /// (finish_reason "stop"). Only Engine::submit honours them; Engine::generate ignores them.
   std::vector<std::string> stop;
+  /// Log-probabilities of the committed tokens (OpenAI chat `logprobs` + `top_logprobs`, completions
+  /// `logprobs`): -1 = none (nothing computed); k in [0, kMaxTopLogprobs] = each answer token's
+  /// log-probability and its row's k most probable tokens (TokenLogprob, request.h, defines them).
+  /// Costs a copy of the committing rows' logits to the host; only for requests that ask.
+  int64_t logprobs = -1;
+  static constexpr int64_t kMaxTopLogprobs = 20;
 };
 
 /// Per-engine decoding settings. Defaults are the method this project exists for: Flash-Cache
@@ -208,9 +214,9 @@ FlashPreset flash_preset(std::string_view task);
 void validate(const DecodeSettings& d, const ModelConfig& cfg);
 /// The checks of a request's own fields that need neither the engine's settings nor the model:
 /// gen_length >= 1, temperature in [0, 1e6], threshold in (0, 1], steps >= 0 (0 = the
-/// default), at most 16 stop strings of 1 to 1024 bytes. validate(s, d, cfg) starts with them; the
-/// server's request parser calls them alone (src/server/openai.cpp). Throws Error(kInvalidArgument)
-/// whose field() is the parameter's key ("gen_length", "temperature", ...).
+/// default), at most 16 stop strings of 1 to 1024 bytes, logprobs in [-1, 20]. validate(s, d, cfg) starts with them;
+/// the server's request parser calls them alone (src/server/openai.cpp). Throws Error(kInvalidArgument) whose field()
+/// is the parameter's key ("gen_length", "temperature", ...).
 void validate_fields(const SamplingParams& s);
 /// Checks a request's parameters under `d` (validate(d) is assumed): validate_fields, then
 /// gen_length below max_sequence_length, its block divisibility when `exact_blocks` (otherwise the

@@ -20,6 +20,27 @@ struct GenerateRequest {
   bool chat = true;                   ///< apply the checkpoint's chat template to `prompt`
 };
 
+/// One of the most probable tokens of a committed token's logits row (TokenLogprob::top).
+struct TopLogprob {
+  int32_t token = -1;
+  float logprob = 0.0f;  ///< natural log of its probability
+};
+
+/// The log-probability of one committed token (OpenAI `logprobs`; SamplingParams::logprobs asks for
+/// it). Definition (docs/decisions.md): the model's own distribution at the iteration that committed
+/// the token, log_softmax over the whole vocabulary of the float32 logits row that predicted the
+/// position (its logits_source row), at temperature 1, before any top_p / top_k filtering, computed
+/// in float64; a token the decoding rule suppresses (logits_eos_inf's EOS) has probability 0 there.
+/// Under LLaDA's confidence rule exp(logprob) is the committed token's confidence. Flash-Verify's
+/// accepted drafts: the main pass's window row that proposed the draft.
+struct TokenLogprob {
+  int32_t token = -1;
+  float logprob = 0.0f;
+  /// The row's SamplingParams::logprobs most probable tokens, most probable first (ties: lower id
+  /// first); the mask id is never listed (no position can be committed to it), its mass still counts.
+  std::vector<TopLogprob> top;
+};
+
 /// Why a request ended.
 enum class FinishReason {
   kStop,       ///< an EOS / EOT or a stop string ended the answer (OpenAI "stop")
@@ -53,6 +74,9 @@ struct GenerateResult {
   /// finish_reason kError (Engine::generate: the request failed alone, e.g. non-finite logits): the
   /// message, naming the checkpoint; prompt_ids are set, the other fields hold nothing.
   std::string error;
+  /// SamplingParams::logprobs >= 0: output_ids[i]'s log-probability and top alternatives, one per
+  /// output id (the ending EOS / EOT excluded); empty otherwise.
+  std::vector<TokenLogprob> logprobs;
 
   /// The one definition of generated tokens, used by every report: the answer's tokens plus the
   /// ending EOS / EOT when there is one (the prompt and any padding after the end excluded).

@@ -42,6 +42,21 @@ void set_state_params(SequenceState& s, const SlotParams& p) {
   s.threshold = p.threshold;
   s.temperature = p.temperature;
   s.seed = p.seed;
+  s.logprobs = p.logprobs;
+}
+
+void attach_logprobs(Backend& backend, Tensor logits, size_t r0, std::span<const int64_t> cand, const SequenceState& s,
+                     const LogprobIds& ids, StepCommit& c) {
+  if (s.logprobs < 0) return;
+  LogprobReader reader;
+  for (size_t i = 0; i < c.positions.size(); ++i) {
+    const auto it = std::lower_bound(cand.begin(), cand.end(), c.positions[i]);
+    FDLLM_ASSERT_MSG(it != cand.end() && *it == c.positions[i], "logprobs: committed position {} is no candidate",
+                     c.positions[i]);
+    const auto row = static_cast<int64_t>(r0) + (it - cand.begin());
+    reader.fetch(backend, logits.slice_rows(row, row + 1));
+    c.logprobs.push_back(reader.at(0, c.tokens[i], s.logprobs, ids));
+  }
 }
 
 void init_sequence(SequenceState& s, std::span<const int32_t> prompt, int64_t gen_length, const ModelConfig& c) {
@@ -214,6 +229,7 @@ SlotStep slot_step_of(int64_t slot, const SequenceState& s, const StepCommit& c)
     st.positions.push_back(static_cast<int32_t>(c.positions[i] - s.gen_begin()));
     st.tokens.push_back(c.tokens[i]);
   }
+  st.logprobs = c.logprobs;
   st.finished = s.done;
   st.error = c.error;
   return st;

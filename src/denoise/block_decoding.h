@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "core/check.h"
 #include "denoise/denoiser.h"
+#include "denoise/token_logprobs.h"
 #include "flashdllm/params.h"  // Remasking
 #include "model/model.h"
 
@@ -59,6 +60,7 @@ struct SequenceState {
   std::optional<double> threshold;   ///< threshold mode ε; nullopt = quota mode
   double temperature = 0.0;          ///< Gumbel-max temperature
   uint64_t seed = 0;                 ///< noise seed
+  int64_t logprobs = -1;             ///< SlotParams::logprobs: -1 none, else top alternatives per token
 
   int64_t gen_begin() const noexcept { return prompt_len; }
   int64_t gen_end() const noexcept { return prompt_len + gen_length; }
@@ -73,6 +75,9 @@ struct StepCommit {
   std::vector<int32_t> tokens;
   std::vector<int64_t> candidates;
   std::vector<double> confidences;
+  /// The sequence asked for logprobs (SequenceState::logprobs >= 0): one per committed position
+  /// (attach_logprobs), same order.
+  std::vector<TokenLogprob> logprobs;
   /// Non-empty: the sequence's logits were not finite, nothing was committed and the sequence is
   /// done (SlotStep::error; a batch generate() throws Error(kInvalidCheckpoint, error)).
   std::string error;
@@ -139,6 +144,12 @@ enum class BlockEnd { kAfterQuotaSteps, kWhenFull };
 StepCommit commit_step(SequenceState& s, std::span<const int64_t> cand, std::span<const int32_t> x0,
                        std::span<const double> conf, std::span<const int32_t> keys, const BlockSchedule& sched,
                        Remasking remasking, uint64_t seed, BlockEnd end, int32_t mask_id);
+
+/// When s.logprobs >= 0: fills c.logprobs for c's committed positions from `logits`, where candidate
+/// cand[k] (ascending, absolute positions) has logits row r0 + k (token_logprobs.h: each committed
+/// row is copied to the host and reduced there). A no-op otherwise.
+void attach_logprobs(Backend& backend, Tensor logits, size_t r0, std::span<const int64_t> cand, const SequenceState& s,
+                     const LogprobIds& ids, StepCommit& c);
 
 /// Per-request fields of `s` from SlotParams (steps, threshold, temperature, seed).
 void set_state_params(SequenceState& s, const SlotParams& p);

@@ -21,6 +21,7 @@ SlotParams resolve_params(const SamplingParams& s, const DecodeSettings& d, bool
   p.seed = s.seed;
   p.top_p = s.top_p;
   p.top_k = s.top_k;
+  p.logprobs = s.logprobs;
   return p;
 }
 

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "flashdllm/params.h"
+#include "flashdllm/request.h"
 
 namespace flashdllm {
 
@@ -42,6 +43,7 @@ struct SlotParams {
   uint64_t seed = 0;                ///< noise seed
   double top_p = 1.0;               ///< Dream's sampler: nucleus filtering (1 = off)
   int64_t top_k = 0;                ///< Dream's sampler: top-k filtering (0 = off)
+  int64_t logprobs = -1;            ///< SamplingParams::logprobs: -1 none, else top alternatives per token
 };
 
 /// A request's SlotParams under `d` (d.sampler resolved: effective_sampler): the canvas is gen_length
@@ -55,6 +57,8 @@ struct SlotStep {
   std::vector<int32_t> positions;  ///< canvas positions committed (0 = the first canvas position), ascending
   std::vector<int32_t> tokens;     ///< their tokens
   std::vector<int32_t> verified;   ///< Flash-Verify: the positions accepted by the verify pass (ascending)
+  /// SlotParams::logprobs >= 0: one per committed position (same order), TokenLogprob's definition.
+  std::vector<TokenLogprob> logprobs;
   bool finished = false;           ///< nothing is left to decode: output() is final, release() is next
   /// Non-empty: this slot's logits were not finite in this iteration, nothing was committed, the
   /// request fails (alone) with Error(kInvalidCheckpoint, error); finished is true, release() is next.

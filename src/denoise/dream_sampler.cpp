@@ -176,8 +176,9 @@ std::vector<StepCommit> DreamSampler::step(std::vector<DreamState>& batch) {
   std::vector<int32_t> x0;
   std::vector<double> conf;
   std::vector<size_t> bad;
+  Tensor logits;  // the candidates' rows [0, R) (logprobs read them after the decisions)
   if (R > 0) {
-    Tensor logits = model_forward(backend_, model_, fb, kv_, ws_);
+    logits = model_forward(backend_, model_, fb, kv_, ws_);
     ++passes_;
     std::vector<SelectSegment> segments;
     int64_t row = 0;
@@ -203,6 +204,7 @@ std::vector<StepCommit> DreamSampler::step(std::vector<DreamState>& batch) {
     } else {
       commits[i] =
           commit(s, cand[i], std::span<const int32_t>(x0).subspan(r0, n), std::span<const double>(conf).subspan(r0, n));
+      attach_logprobs(backend_, logits, r0, cand[i], s, LogprobIds{-1, mask}, commits[i]);
     }
     r0 += n;
   }

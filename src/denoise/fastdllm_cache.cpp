@@ -260,6 +260,7 @@ std::vector<StepCommit> FastDllmCacheSampler::step_at(std::vector<CachedSequence
                              std::span<const double>(conf).subspan(r0, nc),
                              std::span<const int32_t>(fb.row_keys).subspan(r0, nc), s.schedule(B),
                              opt_.decode.remasking, s.seed, BlockEnd::kWhenFull, mask);
+    attach_logprobs(backend_, logits, r0, cand[i], s, LogprobIds{-1, mask}, commits[i]);
     s.call_kinds.push_back(kind[i]);
     r0 += nc;
   }

@@ -391,9 +391,13 @@ int64_t FlashCacheDenoiser::main_pass(FlashPhaseClock& clock, std::vector<int32_
     ++passes_;
     std::vector<SelectSegment> segments;
     int64_t row = 0;
+    if (window_logprobs_.size() < slots_.size()) window_logprobs_.resize(slots_.size());
     for (size_t j = first; j < last; ++j) {
       const FlashSlot& s = slots_[j];
       if (!s.active()) continue;
+      // Logprobs: the window's rows to the host now (the next group's forward reuses the logits).
+      if (s.logprobs >= 0 && !s.window.empty())
+        window_logprobs_[j].fetch(backend_, logits.slice_rows(row, row + static_cast<int64_t>(s.window.size())));
       SelectParams sp;  // argmax (or Gumbel-max at the slot's temperature), float64 confidence (§D.7)
       sp.confidence_f64 = true;
       sp.temperature = s.temperature;
@@ -460,6 +464,21 @@ void FlashCacheDenoiser::decide(const FlashStepObserver& observer, int64_t forwa
   }
 }
 
+std::vector<TokenLogprob> FlashCacheDenoiser::commit_logprobs(size_t j, const SlotPhase& st,
+                                                              std::span<const int32_t> positions) const {
+  const FlashSlot& s = slots_[j];
+  const LogprobIds ids{-1, model_.config.mask_token_id};
+  const std::vector<int32_t>& window = st.decision.window;  // the main pass's rows, in this order
+  std::vector<TokenLogprob> out;
+  for (int32_t t : positions) {
+    const auto p = static_cast<int32_t>(t + s.prompt_len);
+    const auto it = std::find(window.begin(), window.end(), p);
+    FDLLM_ASSERT_MSG(it != window.end(), "flash-cache: slot {} committed position {} outside its window", j, p);
+    out.push_back(window_logprobs_[j].at(it - window.begin(), s.x[static_cast<size_t>(p)], s.logprobs, ids));
+  }
+  return out;
+}
+
 std::vector<SlotStep> FlashCacheDenoiser::continue_slots(std::vector<SlotPhase>& phases,
                                                          const std::vector<int64_t>& ranked) {
   std::vector<SlotStep> out;
@@ -477,6 +496,7 @@ std::vector<SlotStep> FlashCacheDenoiser::continue_slots(std::vector<SlotPhase>&
     ev.slot = static_cast<int64_t>(j);
     ev.positions = rel(st.committed);
     for (int32_t t : ev.positions) ev.tokens.push_back(s.x[static_cast<size_t>(t + s.prompt_len)]);
+    if (s.logprobs >= 0 && st.error.empty()) ev.logprobs = commit_logprobs(j, st, ev.positions);
     rr.iterations.push_back(ev.positions);
     if (opt_.decode.verify) {
       ev.verified = rel(st.verified);

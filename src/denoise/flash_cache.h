@@ -62,6 +62,7 @@
 
 #include "backend/backend.h"
 #include "denoise/denoiser.h"
+#include "denoise/token_logprobs.h"
 #include "flashdllm/params.h"
 #include "model/model.h"
 
@@ -146,6 +147,7 @@ struct FlashSlot {
   std::optional<double> threshold;  ///< ε of this request; unset = effective_threshold(options)
   double temperature = 0.0;      ///< Gumbel-max temperature of this request (0 = greedy, as Flash-dLLM)
   uint64_t seed = 0;             ///< its noise seed
+  int64_t logprobs = -1;         ///< SlotParams::logprobs: -1 none, else top alternatives per token
   int64_t iterations = 0;        ///< iterations this request was active (n_steps = NFE)
   int64_t verify_passes = 0;     ///< verify passes this request took part in
   int64_t candidates = 0;        ///< Flash-Verify candidates tried (Σ S)
@@ -426,6 +428,10 @@ class FlashCacheDenoiser : public Denoiser {
   /// predictions appended to x0 / conf in slot order, the importance scores in scores_. Returns the
   /// query rows.
   int64_t main_pass(FlashPhaseClock& clock, std::vector<int32_t>& x0, std::vector<double>& conf);
+  /// The TokenLogprobs of slot j's commits this iteration at slot-relative `positions`: from the
+  /// main pass's window rows (window_logprobs_[j]), phase 1's commits and Flash-Verify's accepted
+  /// drafts alike (a draft's row is the window row that proposed it; docs/decisions.md).
+  std::vector<TokenLogprob> commit_logprobs(size_t j, const SlotPhase& st, std::span<const int32_t> positions) const;
   /// Phase 1: per active slot, the decision (the observer may force it) and its commit; with verify,
   /// the slots' verify tiles.
   void decide(const FlashStepObserver& observer, int64_t forward, std::span<const int32_t> x0,
@@ -472,6 +478,7 @@ class FlashCacheDenoiser : public Denoiser {
   Tensor x0_, conf_;
   size_t conf_offset_ = 0, scores_offset_ = 0;
   std::vector<std::byte> sel_host_;  // host image of sel_buf_
+  std::vector<LogprobReader> window_logprobs_;  // per slot asking for logprobs: its window's logits rows
   /// Copies x0_ / conf_ rows [0, R) (and scores_dev_ when with_scores) to the host in one copy;
   /// appends the rows to x0 / conf and fills store_scores_.
   void fetch_selection(int64_t R, bool with_scores, std::vector<int32_t>& x0, std::vector<double>& conf);

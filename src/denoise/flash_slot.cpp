@@ -123,6 +123,7 @@ FlashSlot flash_init_slot(int64_t request, std::span<const int32_t> prompt, int6
   s.threshold = p.threshold;
   s.temperature = p.temperature;
   s.seed = p.seed;
+  s.logprobs = p.logprobs;
   s.seqlen_k = flash_seqlen_k(P, G, t.key_tile);
   FDLLM_CHECK_ARG(s.seqlen_k <= max_length,
                   "flash-cache: request {}: key length seqlen_k {} exceeds the slot length {} (use flash_max_length)",

@@ -138,6 +138,7 @@ std::vector<StepCommit> LladaSampler::step(std::vector<SequenceState>& batch) {
   std::vector<int32_t> x0;
   std::vector<double> conf;
   std::vector<size_t> bad;  // rows with non-finite confidences: their sequences fail alone
+  Tensor logits_rows;       // the candidates' rows [0, R) (logprobs read them after the decisions)
   if (R > 0) {
     Tensor logits = model_forward(backend_, model_, fb, kv_, ws_);
     ++passes_;
@@ -164,6 +165,7 @@ std::vector<StepCommit> LladaSampler::step(std::vector<SequenceState>& batch) {
       row += n;
     }
     selection_.run(backend_, cond, ws_.row_keys.slice_rows(0, R), segments, x0, conf);
+    logits_rows = cond;
     bad = check_selection(x0, conf, mask, "LLaDA sampler");
   }
 
@@ -183,6 +185,9 @@ std::vector<StepCommit> LladaSampler::step(std::vector<SequenceState>& batch) {
         commit_step(s, cand[i], std::span<const int32_t>(x0).subspan(r0, n),
                     std::span<const double>(conf).subspan(r0, n), std::span<const int32_t>(fb.row_keys).subspan(r0, n),
                     s.schedule(B_), opt_.decode.remasking, s.seed, BlockEnd::kAfterQuotaSteps, mask);
+    // The rows the selection read (guided under cfg_scale), EOS at -inf under logits_eos_inf.
+    const LogprobIds ids{opt_.decode.logits_eos_inf ? c.eos_token_id : -1, mask};
+    attach_logprobs(backend_, logits_rows, r0, cand[i], s, ids, commits[i]);
     r0 += n;
   }
   return commits;

@@ -372,6 +372,9 @@ void validate_fields(const SamplingParams& s) {
   FDLLM_CHECK_PARAM(s.steps >= 0, "steps", "steps must be in [1, gen_length = {}] or 0 (the default), got {}", G,
                     s.steps);
   FDLLM_CHECK_PARAM(s.stop.size() <= 16, "stop", "at most 16 stop strings are supported, got {}", s.stop.size());
+  FDLLM_CHECK_PARAM(s.logprobs >= -1 && s.logprobs <= SamplingParams::kMaxTopLogprobs, "logprobs",
+                    "logprobs must be in [0, {}] top alternatives, or -1 for none, got {}",
+                    SamplingParams::kMaxTopLogprobs, s.logprobs);
   for (size_t i = 0; i < s.stop.size(); ++i)
     FDLLM_CHECK_PARAM(!s.stop[i].empty() && s.stop[i].size() <= 1024, "stop",
                       "stop[{}] must be a non-empty string of at most 1024 bytes", i);
@@ -517,6 +520,7 @@ nlohmann::ordered_json to_json(const GenerateOptions& o) {
   j["temperature"] = s.temperature;
   j["seed"] = s.seed;
   if (!s.stop.empty()) j["stop"] = s.stop;
+  if (s.logprobs >= 0) j["logprobs"] = s.logprobs;
   if (d.reference_quirks) j["reference_quirks"] = true;
   if (d.cache == CacheMode::kNone) j["sampler"] = sampler_name(d.sampler);
   if (d.cache == CacheMode::kNone && d.sampler == Sampler::kDream) {

@@ -142,6 +142,10 @@ struct Scheduler::Request {
   std::optional<TextStream> decoder;  // codec.text_stream: the answer's ids decoded so far
   int64_t decoded = 0;                // ids appended to `decoder`
   size_t sent = 0;              // bytes of `text` delivered as deltas
+  // params.logprobs >= 0: each canvas position's TokenLogprob once committed, and the answer
+  // tokens whose logprobs went out with events.
+  std::vector<TokenLogprob> logprobs;
+  int64_t logprobs_sent = 0;
 };
 
 // ---------------------------------------------------------------------------------- scheduler
@@ -399,6 +403,8 @@ std::shared_ptr<GenerateResult> Scheduler::make_result(Request& r, Denoiser& den
     g->output_ids.push_back(id);
   }
   if (codec_.decode) g->text = r.stop_tokens >= 0 ? r.text : codec_.decode(g->output_ids);
+  if (r.spec.params.logprobs >= 0 && !r.logprobs.empty())
+    g->logprobs.assign(r.logprobs.begin(), r.logprobs.begin() + static_cast<int64_t>(g->output_ids.size()));
   g->finish_reason = g->stopped_at_eos || r.stop_tokens >= 0 ? FinishReason::kStop : FinishReason::kLength;
   g->nfe = o.nfe;
   g->committed_tokens = o.committed;
@@ -505,9 +511,23 @@ int64_t Scheduler::deliver(Replica& rep, std::vector<SlotStep>& steps) {
     RequestEvent ev;
     ev.iteration = r->iterations;
     ev.canvas_length = r->spec.params.gen_length;
+    if (r->spec.params.logprobs >= 0) {
+      if (r->logprobs.size() < canvas.size()) r->logprobs.resize(canvas.size());
+      FDLLM_ASSERT_MSG(st.logprobs.size() == st.positions.size(), "slot {}: {} logprobs for {} committed positions",
+                       st.slot, st.logprobs.size(), st.positions.size());
+      for (size_t k = 0; k < st.positions.size(); ++k)
+        r->logprobs[static_cast<size_t>(st.positions[k])] = std::move(st.logprobs[k]);
+    }
     ev.positions = std::move(st.positions);
     ev.tokens = std::move(st.tokens);
     const bool decided = update_answer(*r, canvas, st.finished, ev);
+    // With stop strings the answer's end is not known until it is decided (a stop string can cut
+    // tokens already stable): their logprobs wait for that, so none past the cut is ever sent.
+    const bool lp_ready = r->spec.stop.empty() || decided || st.finished;
+    if (r->spec.params.logprobs >= 0 && lp_ready && r->answer_tokens > r->logprobs_sent) {
+      ev.logprobs.assign(r->logprobs.begin() + r->logprobs_sent, r->logprobs.begin() + r->answer_tokens);
+      r->logprobs_sent = r->answer_tokens;
+    }
     const bool done = st.finished || (r->spec.finish_early && decided);
     if (opt_.hook) {
       std::lock_guard<std::mutex> hk(hook_mu_);

@@ -84,13 +84,13 @@ const std::set<std::string>& fields(bool chat) {
                                                "service_tier"};
   static const std::set<std::string> completion = [] {
     std::set<std::string> s = common;
-    for (const char* f : {"prompt", "best_of", "echo", "suffix"}) s.insert(f);
+    for (const char* f : {"prompt", "best_of", "echo", "suffix", "response_format"}) s.insert(f);
     return s;
   }();
   static const std::set<std::string> chat_fields = [] {
     std::set<std::string> s = common;
-    for (const char* f :
-         {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls"})
+    for (const char* f : {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
+                          "parallel_tool_calls", "response_format"})
       s.insert(f);
     return s;
   }();
@@ -161,7 +161,8 @@ std::string api_param_of(std::string_view key) {
                                                                                 {"seed", "seed"},
                                                                                 {"stop", "stop"},
                                                                                 {"top_p", "top_p"},
-                                                                                {"top_k", "top_k"}};
+                                                                                {"top_k", "top_k"},
+                                                                                {"logprobs", "logprobs"}};
   for (const auto& [k, api] : kRequestFields)
     if (k == key) return api;
   return {};
@@ -402,6 +403,23 @@ std::optional<ApiError> parse_shared(const Fields& f, bool chat, const ParseLimi
   return refuse_common_options(f);
 }
 
+constexpr int64_t kMaxCompletionLogprobs = 5;  // OpenAI's bound of completions' logprobs
+
+/// Chat's logprobs (true: the committed tokens' log-probabilities) and top_logprobs (alternatives
+/// per token, in [0, 20]; OpenAI refuses it without logprobs).
+std::optional<ApiError> parse_chat_logprobs(const Fields& f, SamplingParams& p) {
+  bool want = false;
+  int64_t top = 0;
+  if (auto e = read_into(f.boolean("logprobs"), want)) return e;
+  if (auto e = read_into(f.integer("top_logprobs"), top)) return e;
+  if (top < 0 || top > SamplingParams::kMaxTopLogprobs)
+    return bad("top_logprobs",
+               fmt::format("'top_logprobs' must be in [0, {}], got {}", SamplingParams::kMaxTopLogprobs, top));
+  if (top > 0 && !want) return bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+  p.logprobs = want ? top : -1;
+  return std::nullopt;
+}
+
 /// POST /v1/completions: prompt (a string, token ids, or a list of either), then the shared fields;
 /// logprobs, best_of, echo, suffix only as no-ops.
 std::variant<ApiRequest, ApiError> parse_completion(const Fields& f, const ParseLimits& limits) {
@@ -412,10 +430,16 @@ std::variant<ApiRequest, ApiError> parse_completion(const Fields& f, const Parse
   if (!p) return bad("prompt", "'prompt' is required");
   if (auto e = parse_prompt(*p, limits, r.prompts)) return *e;
   if (auto e = parse_shared(f, /*chat=*/false, limits, r)) return *e;
-  if (auto e = f.only("logprobs", is_zero, "no log probabilities: logprobs must be null or 0")) return *e;
+  // logprobs k in [0, 5] (OpenAI's bound): each token's log-probability and k alternatives.
+  if (auto e = read_into(f.integer("logprobs"), r.params.logprobs)) return *e;
+  if (f.get("logprobs") && (r.params.logprobs < 0 || r.params.logprobs > kMaxCompletionLogprobs))
+    return bad("logprobs", fmt::format("'logprobs' must be in [0, {}] (alternatives per token), got {}",
+                                       kMaxCompletionLogprobs, r.params.logprobs));
   if (auto e = f.only("best_of", is_one, "best_of must be 1")) return *e;
   if (auto e = f.only("echo", is_false, "echo must be false")) return *e;
   if (auto e = f.only("suffix", is_empty, "suffix must be empty")) return *e;
+  // Not an OpenAI completions field; vLLM's servers take it there too.
+  if (auto e = parse_response_format(f.get("response_format"), r.stream, r.response_format)) return *e;
   return r;
 }
 
@@ -429,9 +453,9 @@ std::variant<ApiRequest, ApiError> parse_chat(const Fields& f, const ParseLimits
   if (!m) return bad("messages", "'messages' is required");
   if (auto e = parse_messages(*m, limits, r.messages)) return *e;
   if (auto e = parse_shared(f, /*chat=*/true, limits, r)) return *e;
-  if (auto e = f.only("logprobs", is_false, "no log probabilities: logprobs must be false")) return *e;
-  if (auto e = f.only("top_logprobs", is_zero, "no log probabilities")) return *e;
+  if (auto e = parse_chat_logprobs(f, r.params)) return *e;
   if (auto e = refuse_tools(f)) return *e;
+  if (auto e = parse_response_format(f.get("response_format"), r.stream, r.response_format)) return *e;
   return r;
 }
 
@@ -459,6 +483,8 @@ std::pair<json, json> choices_and_usage(const std::vector<ChoiceResult>& choices
   for (size_t i = 0; i < choices.size(); ++i) {
     const ChoiceResult& c = choices[i];
     json choice = {{"index", i}, {"logprobs", nullptr}, {"finish_reason", c.finish_reason}};
+    if (c.with_logprobs) choice["logprobs"] = chat ? chat_logprobs(c.logprobs) : completion_logprobs(c.logprobs);
+    if (!c.format_check.is_null()) choice["response_format"] = c.format_check;
     if (chat)
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
     else
@@ -487,18 +513,20 @@ nlohmann::json chat_response(const std::string& id, int64_t created, const std::
 }
 
 nlohmann::json completion_chunk(const std::string& id, int64_t created, const std::string& model, int64_t index,
-                                const std::string& text, const std::string& finish_reason) {
-  json choice = {{"index", index}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+                                const std::string& text, const std::string& finish_reason,
+                                const nlohmann::json& logprobs) {
+  json choice = {{"index", index}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", nullptr}};
   if (!finish_reason.empty()) choice["finish_reason"] = finish_reason;
   return {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model}, {"choices", json::array({choice})}};
 }
 
 nlohmann::json chat_chunk(const std::string& id, int64_t created, const std::string& model, int64_t index,
-                          const std::optional<std::string>& content, bool role, const std::string& finish_reason) {
+                          const std::optional<std::string>& content, bool role, const std::string& finish_reason,
+                          const nlohmann::json& logprobs) {
   json delta = json::object();
   if (role) delta["role"] = "assistant";
   if (content) delta["content"] = *content;
-  json choice = {{"index", index}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+  json choice = {{"index", index}, {"delta", delta}, {"logprobs", logprobs}, {"finish_reason", nullptr}};
   if (!finish_reason.empty()) choice["finish_reason"] = finish_reason;
   return {{"id", id},
           {"object", "chat.completion.chunk"},

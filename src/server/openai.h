@@ -7,14 +7,17 @@
 // Deviations from OpenAI (docs/serving.md): `temperature` defaults to 0 (greedy, the method's
 // setting); `max_tokens` defaults to the server's --default-max-tokens for both endpoints; `n` is
 // at most ParseLimits::max_n (sample j of a prompt seeded seed + j; usage counts each prompt once);
-// `best_of`, `logprobs`, `echo`, `suffix`, penalties, `logit_bias`, `top_p`, `top_k`, `tools`,
-// `tool_choice`, `service_tier` are refused unless they ask for nothing (`metadata`, `store`, `user`
-// are accepted, unused; `response_format` is refused); roles `developer` (= system) and `tool`;
+// `best_of`, `echo`, `suffix`, penalties, `logit_bias`, `tools`, `tool_choice`, `service_tier` are
+// refused unless they ask for nothing (`metadata`, `store`, `user` are accepted, unused); `logprobs`
+// / `top_logprobs` report the committed tokens' log-probabilities (TokenLogprob); `response_format`
+// json_object / json_schema is validated and retried, not constrained; roles `developer` (= system)
+// and `tool`;
 // extensions: `threshold` (ε), `steps` (quota decoding) and `stream_canvas` (the live denoising
 // events).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -77,6 +80,21 @@ struct ParseLimits {
 /// and ~21 MB on LLaDA-8B at 4096.
 int64_t json_value_limit(int64_t max_prompts, int64_t max_model_len);
 
+/// What `response_format` asks of the answer (OpenAI chat completions): nothing, a JSON value
+/// (json_object: an object), or a JSON value valid under a schema (json_schema; server/json_schema.h
+/// says which subset is checked). The engine cannot constrain a canvas (docs/decisions.md): the
+/// server validates the answer and draws it again, up to max_attempts in all (docs/serving.md).
+struct ResponseFormat {
+  enum class Kind { kText, kJsonObject, kJsonSchema } kind = Kind::kText;
+  std::string name;       ///< json_schema.name
+  nlohmann::json schema;  ///< json_schema.schema (checked when parsed)
+  bool strict = false;    ///< json_schema.strict (validated the same either way)
+};
+
+/// Whether `text` (a whole answer) meets `rf`: nullopt when it does (always for text), else why not
+/// ("the answer is not JSON: ...", "... not an object", "... does not match the schema at /a: ...").
+std::optional<std::string> check_answer_format(const ResponseFormat& rf, const std::string& text);
+
 /// A parsed /v1/completions or /v1/chat/completions request.
 struct ApiRequest {
   bool chat = false;
@@ -90,6 +108,8 @@ struct ApiRequest {
   bool stream = false;
   bool include_usage = false;            ///< stream_options.include_usage
   bool stream_canvas = false;            ///< extension: canvas events per iteration (SSE event "canvas")
+  /// chat `response_format` (text when absent). Not with stream (400): the answer is checked whole.
+  ResponseFormat response_format;
 };
 
 /// Parses a completions (chat = false) or chat completions body. Errors name the field: invalid
@@ -100,11 +120,38 @@ std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool cha
 /// usage: prompt_tokens, completion_tokens (the answers' tokens), total_tokens.
 nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
 
+/// A committed token's log-probability as a response shows it (TokenLogprob, request.h, with the
+/// ids decoded): its text (one token decoded alone; "" for a special token; a piece of a multi-byte
+/// character decodes to U+FFFD), its natural-log probability and its row's top alternatives.
+struct LogprobEntry {
+  std::string token;
+  float logprob = 0.0f;
+  std::vector<std::pair<std::string, float>> top;
+};
+
+/// The entries of `lps`, each id (and each alternative) decoded alone by `decode`; an id < 0 (no
+/// logprob recorded) is "".
+std::vector<LogprobEntry> logprob_entries_of(const std::vector<TokenLogprob>& lps,
+                                             const std::function<std::string(int32_t)>& decode);
+
+/// Chat's `logprobs` object of a choice or chunk: {"content": [{token, logprob, bytes (the token
+/// text's UTF-8 bytes), top_logprobs: [{token, logprob, bytes}]}], "refusal": null}.
+nlohmann::json chat_logprobs(const std::vector<LogprobEntry>& entries);
+/// Completions' `logprobs` object: {tokens, token_logprobs, top_logprobs (one {token: logprob}
+/// object per token), text_offset (each token's character offset in the choice's text, from
+/// `offset0`: a stream's offset of the chunk)}.
+nlohmann::json completion_logprobs(const std::vector<LogprobEntry>& entries, int64_t offset0 = 0);
+
 /// One choice of a finished request, as the response needs it.
 struct ChoiceResult {
   std::string text;
-  std::string finish_reason;  ///< "stop" | "length"
+  std::string finish_reason;  ///< "stop" | "length" | "content_filter" (response_format not met)
   int64_t prompt_tokens = 0, completion_tokens = 0;
+  bool with_logprobs = false;  ///< the request asked: `logprobs` is an object, else null
+  std::vector<LogprobEntry> logprobs;
+  /// response_format json_object / json_schema: the choice's extension object "response_format":
+  /// {"valid": bool, "attempts": n, "error": the last answer's problem (only when not valid)}.
+  nlohmann::json format_check;
 };
 
 /// The non-streamed response objects ("text_completion" / "chat.completion").
@@ -117,10 +164,13 @@ nlohmann::json chat_response(const std::string& id, int64_t created, const std::
 
 /// Streamed chunks. A text delta (finish_reason null) or the final chunk of a choice (text "" /
 /// empty delta, finish_reason set); chat's first chunk of a choice carries the role.
+/// `logprobs` (null when absent): the chunk's logprobs object (chat_logprobs / completion_logprobs).
 nlohmann::json completion_chunk(const std::string& id, int64_t created, const std::string& model, int64_t index,
-                                const std::string& text, const std::string& finish_reason);
+                                const std::string& text, const std::string& finish_reason,
+                                const nlohmann::json& logprobs = nullptr);
 nlohmann::json chat_chunk(const std::string& id, int64_t created, const std::string& model, int64_t index,
-                          const std::optional<std::string>& content, bool role, const std::string& finish_reason);
+                          const std::optional<std::string>& content, bool role, const std::string& finish_reason,
+                          const nlohmann::json& logprobs = nullptr);
 /// The usage chunk of stream_options.include_usage: no choices, usage set.
 nlohmann::json usage_chunk(const std::string& id, int64_t created, const std::string& model, bool chat,
                            int64_t prompt_tokens, int64_t completion_tokens);

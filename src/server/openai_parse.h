@@ -28,4 +28,10 @@ std::optional<ApiError> parse_prompt(const nlohmann::json& p, const ParseLimits&
 std::optional<ApiError> parse_messages(const nlohmann::json& m, const ParseLimits& limits,
                                        std::vector<ChatMessage>& out);
 
+/// response_format (absent: nullptr): {"type": "text"} | {"type": "json_object"} | {"type":
+/// "json_schema", "json_schema": {name, schema, strict, description}}, the schema within
+/// json_schema.h's subset (400 invalid_json_schema naming response_format.json_schema.schema.<path>
+/// otherwise). Not with stream (an answer is validated whole before it is sent).
+std::optional<ApiError> parse_response_format(const nlohmann::json* v, bool stream, ResponseFormat& rf);
+
 }  // namespace flashdllm::server::parse_detail

@@ -96,7 +96,18 @@ struct Pending {
   FinishReason reason = FinishReason::kLength;
   std::string error;
   ErrorCode error_code = ErrorCode::kInternal;
+  // What a resubmission needs (response_format retries): the prompt, the choice's sample j.
+  std::vector<int32_t> prompt_ids;
+  uint64_t sample = 0;
+  int64_t attempts = 1;         // generations of this choice (response_format retries included)
+  bool format_checked = false;  // the current result was checked against response_format
+  std::string format_error;     // its problem ("" = it meets the format)
+  int64_t logprob_offset = 0;   // completions stream: text_offset of the next logprob entry
 };
+
+// Generations of a choice under response_format json_object / json_schema when temperature > 0
+// (a fresh draw each); greedy decoding would repeat its answer, so it gets one (docs/serving.md).
+constexpr int64_t kFormatAttempts = 4;
 
 /// An API call in flight: its request, its submitted requests, and what a response needs.
 struct Call {
@@ -240,15 +251,12 @@ struct Server::Impl {
     // Choice i * n + j: prompt i's sample j, seeded seed + j (distinct draws when temperature > 0).
     for (size_t k = 0; k < prompts.size() * n; ++k) {
       const size_t i = k / n;
-      GenerateRequest g;
-      g.prompt_ids = prompts[i];
-      g.chat = false;
-      SamplingParams spk = sp;
-      spk.seed = sp.seed + k % n;
       Pending p;
-      p.prompt_tokens = static_cast<int64_t>(g.prompt_ids.size());
+      p.prompt_tokens = static_cast<int64_t>(prompts[i].size());
+      p.prompt_ids = prompts[i];
+      p.sample = k % n;
       try {
-        p.stream = engine.submit(g, spk);
+        submit_attempt(call, p);
       } catch (const Error& e) {
         call.cancel_all();
         ApiError a = api_error_of(e, e.code() == ErrorCode::kInvalidArgument ? std::string(param) : std::string());
@@ -261,6 +269,49 @@ struct Server::Impl {
       call.pending.push_back(std::move(p));
     }
     return std::nullopt;
+  }
+
+  /// Submits (again) the generation of choice `p`: its prompt, seeded seed + sample + (attempts - 1)
+  /// * n, so that a retry is a fresh draw that no other choice of the call makes. Throws as submit.
+  void submit_attempt(const Call& call, Pending& p) {
+    GenerateRequest g;
+    g.prompt_ids = p.prompt_ids;
+    g.chat = false;
+    SamplingParams spk = call.req.params;
+    spk.seed = call.req.params.seed + p.sample + static_cast<uint64_t>((p.attempts - 1) * call.req.n);
+    p.stream = engine.submit(g, spk);
+  }
+
+  /// response_format json_object / json_schema: checks every newly finished choice's answer and
+  /// submits again, with a fresh seed, those that fail while they have attempts left (temperature
+  /// > 0 only). Returns whether it resubmitted any (the call is not done then). A resubmission the
+  /// engine refuses (queue full, stopping) keeps the answer it has.
+  bool retry_invalid_formats(Call& call) {
+    const ResponseFormat& rf = call.req.response_format;
+    if (rf.kind == ResponseFormat::Kind::kText) return false;
+    bool again = false;
+    for (Pending& p : call.pending) {
+      if (!p.done || p.format_checked || !p.result || p.reason == FinishReason::kCancelled) continue;
+      p.format_checked = true;
+      p.format_error = check_answer_format(rf, p.result->text).value_or("");
+      if (p.format_error.empty() || call.req.params.temperature == 0.0 || p.attempts >= kFormatAttempts) continue;
+      ++p.attempts;
+      try {
+        submit_attempt(call, p);
+      } catch (const Error&) {
+        --p.attempts;
+        continue;
+      }
+      p.done = false;
+      p.format_checked = false;
+      p.result.reset();
+      again = true;
+    }
+    return again;
+  }
+
+  std::vector<LogprobEntry> logprob_entries(const std::vector<TokenLogprob>& lps) const {
+    return logprob_entries_of(lps, [this](int32_t id) { return engine.decode(std::span<const int32_t>(&id, 1)); });
   }
 
   /// Takes the events that are there (waiting up to `wait` for the first undone request) and
@@ -287,12 +338,18 @@ struct Server::Impl {
     }
   }
 
-  ChoiceResult choice_of(const Pending& p) const {
+  ChoiceResult choice_of(const Call& call, const Pending& p) const {
     ChoiceResult c;
     c.text = p.result ? p.result->text : "";
     c.finish_reason = finish_text(p.reason);
     c.prompt_tokens = p.prompt_tokens;
     c.completion_tokens = p.result ? static_cast<int64_t>(p.result->output_ids.size()) : 0;
+    c.with_logprobs = call.req.params.logprobs >= 0;
+    if (c.with_logprobs && p.result) c.logprobs = logprob_entries(p.result->logprobs);
+    if (call.req.response_format.kind != ResponseFormat::Kind::kText) {
+      c.format_check = {{"valid", p.format_error.empty()}, {"attempts", p.attempts}};
+      if (!p.format_error.empty()) c.format_check["error"] = p.format_error;
+    }
     return c;
   }
 
@@ -310,20 +367,22 @@ struct Server::Impl {
 
     ClientWatch watch;
     bool failed = false;
-    while (!call->all_done()) {
-      pump(*call, kPoll, [&](size_t, const RequestEvent& ev) {
-        // One failed prompt fails the whole request: the others' slots are freed at once.
-        if (ev.finished && ev.finish_reason == FinishReason::kError && !failed) {
-          failed = true;
-          call->cancel_all();
+    do {
+      while (!call->all_done()) {
+        pump(*call, kPoll, [&](size_t, const RequestEvent& ev) {
+          // One failed prompt fails the whole request: the others' slots are freed at once.
+          if (ev.finished && ev.finish_reason == FinishReason::kError && !failed) {
+            failed = true;
+            call->cancel_all();
+          }
+        });
+        if (!call->all_done() && watch.gone()) {
+          call->cancel_all();  // the client went away: free the slots now
+          res.status = 499;
+          return;
         }
-      });
-      if (!call->all_done() && watch.gone()) {
-        call->cancel_all();  // the client went away: free the slots now
-        res.status = 499;
-        return;
       }
-    }
+    } while (!failed && retry_invalid_formats(*call));
     if (const Pending* f = call->failed())
       return reply_error(res, api_error_of(Error(f->error_code, f->error)));
     if (std::any_of(call->pending.begin(), call->pending.end(),
@@ -331,7 +390,7 @@ struct Server::Impl {
       return reply_error(res, {503, "the request was cancelled (the server is shutting down)", "server_error", "",
                                "cancelled"});
     std::vector<ChoiceResult> cs;
-    for (const auto& p : call->pending) cs.push_back(choice_of(p));
+    for (const auto& p : call->pending) cs.push_back(choice_of(*call, p));
     const json body = chat ? chat_response(call->id, call->created, call->req.model, cs, call->req.n)
                            : completion_response(call->id, call->created, call->req.model, cs, call->req.n);
     res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
@@ -370,11 +429,19 @@ struct Server::Impl {
               return;
             }
             if (ev.finished && ev.finish_reason == FinishReason::kCancelled) return;
-            if (!ev.text_delta.empty())
+            // The tokens that became stable with this event carry their logprobs (with the text, or
+            // alone when a possible stop string holds the text back).
+            json lp = nullptr;
+            if (rq.params.logprobs >= 0 && !ev.logprobs.empty()) {
+              const std::vector<LogprobEntry> entries = logprob_entries(ev.logprobs);
+              lp = rq.chat ? chat_logprobs(entries) : completion_logprobs(entries, p.logprob_offset);
+              for (const LogprobEntry& e : entries) p.logprob_offset += static_cast<int64_t>(e.token.size());
+            }
+            if (!ev.text_delta.empty() || !lp.is_null())
               ok = ok && write(sse(rq.chat ? chat_chunk(call->id, call->created, rq.model, static_cast<int64_t>(i),
-                                                        ev.text_delta, false, "")
+                                                        ev.text_delta, false, "", lp)
                                            : completion_chunk(call->id, call->created, rq.model,
-                                                              static_cast<int64_t>(i), ev.text_delta, "")));
+                                                              static_cast<int64_t>(i), ev.text_delta, "", lp)));
             if (ev.finished) {
               const std::string reason = finish_text(ev.finish_reason);
               ok = ok && write(sse(rq.chat ? chat_chunk(call->id, call->created, rq.model, static_cast<int64_t>(i),

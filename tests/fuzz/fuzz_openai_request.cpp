@@ -2,7 +2,8 @@
 // completions (first byte even) or chat completions (odd). Whatever the bytes, the parser returns a
 // typed request or an OpenAI error (400 or 404 naming a field), and the error object serializes;
 // a parsed request holds values the engine accepts the shape of (max_tokens >= 1, a finite
-// temperature, a threshold in (0, 1], at most 16 non-empty stop strings, prompts or messages).
+// temperature, a threshold in (0, 1], at most 16 non-empty stop strings, prompts or messages,
+// logprobs in [-1, 20]), and its response_format checks an answer without failing.
 #include <cmath>
 #include <string_view>
 
@@ -33,6 +34,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const auto& s : q.params.stop) fuzz::require(!s.empty());
   fuzz::require(!q.stream_canvas || q.stream);
   fuzz::require(q.n >= 1 && q.n <= 128);  // ParseLimits::max_n
+  fuzz::require(q.params.logprobs >= -1 && q.params.logprobs <= 20);
+  // A parsed response_format checks any answer (here the request's own text) without failing.
+  (void)server::check_answer_format(q.response_format, chat ? q.messages.front().content : q.prompts.front().prompt);
   // The response objects of a parsed request serialize (text may hold invalid UTF-8: replaced).
   server::ChoiceResult c;
   c.text = chat ? q.messages.front().content : q.prompts.front().prompt;
