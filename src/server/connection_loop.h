@@ -41,9 +41,9 @@ struct ConnectionLimits {
   /// its head, released when its response is written or its connection closes): a body that would
   /// pass it gets 503, so buffered bodies take at most this much memory. >= max_body_bytes.
   size_t max_buffered_body_bytes = size_t{256} << 20;
-  int body_stall_s = 10;                       ///< seconds without a byte of a body (408 past it)
-  size_t min_body_rate = size_t{16} << 10;     ///< bytes/s a body must average after body_stall_s
-  size_t max_requests_per_connection = 1000;   ///< then the response says Connection: close
+  int body_stall_s = 10;                      ///< seconds without a byte of a body (408 past it)
+  size_t min_body_rate = size_t{16} << 10;    ///< bytes/s a body must average after body_stall_s
+  size_t max_requests_per_connection = 1000;  ///< then the response says Connection: close
 };
 
 /// A complete request, as the loop hands it to a worker.

@@ -39,12 +39,12 @@ struct ServerOptions {
   std::string model_id;              ///< the served model's id ("" = the model directory's name)
   int64_t default_max_tokens = 128;  ///< max_tokens of requests that give none
   size_t max_body_bytes = size_t{8} << 20;  ///< larger bodies get 413
-  size_t max_buffered_body_bytes = size_t{256}
-                                   << 20;   ///< bodies read or served at once; past it 503 (>= max_body_bytes)
-  int read_timeout_s = 10;                  ///< a request's head must arrive within it (408); a body may stall
-                                            ///< this long, and must average 16 KiB/s after it (408)
-  int write_timeout_s = 30;                 ///< a response may wait this long in all for its client to read
-  int keep_alive_timeout_s = 5;             ///< an idle connection is closed after it
+  /// Declared bytes of the bodies read or served at once; past it 503 (>= max_body_bytes).
+  size_t max_buffered_body_bytes = size_t{256} << 20;
+  int read_timeout_s = 10;                     ///< a request's head must arrive within it (408); a body may stall
+                                               ///< this long, and must average 16 KiB/s after it (408)
+  int write_timeout_s = 30;                    ///< a response may wait this long in all for its client to read
+  int keep_alive_timeout_s = 5;                ///< an idle connection is closed after it
   size_t max_header_bytes = size_t{64} << 10;  ///< a request line and headers longer get 431
   int max_header_lines = 100;                  ///< more header lines get 431
   size_t max_connections = 8192;               ///< open connections; past it 503 and close (lowered to the fd limit)
