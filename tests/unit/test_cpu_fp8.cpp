@@ -14,23 +14,15 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "common/host_tensors.h"
 #include "common/expect_error.h"
 #include "core/fp8.h"
 
 namespace flashdllm {
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed, float sd) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, sd);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
-
-Tensor host(std::vector<float>& v, int64_t rows, int64_t cols) {
-  return Tensor(v.data(), DType::kF32, DeviceKind::kCPU, {rows, cols});
-}
+using test::host;
+using test::randn;
 
 /// A block-FP8 weight made from fp32 values.
 struct Fp8Weight {

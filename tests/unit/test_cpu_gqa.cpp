@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "common/host_tensors.h"
 #include "common/numerics.h"
 
 namespace flashdllm {
@@ -29,17 +30,8 @@ QkvExtras bias_only(Tensor bias) {
 
 constexpr int64_t kDh = 24;  // not a multiple of 8: the blocked kernel's column tail runs too
 
-std::vector<float> randn(size_t n, uint32_t seed, float sd = 1.0f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, sd);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
-
-Tensor host(std::vector<float>& v, int64_t rows, int64_t cols) {
-  return Tensor(v.data(), DType::kF32, DeviceKind::kCPU, {rows, cols});
-}
+using test::host;
+using test::randn;
 template <typename Tile>
 Tensor table_of(std::vector<Tile>& t, int64_t ints) {
   return Tensor(t.data(), DType::kI32, DeviceKind::kCPU, {static_cast<int64_t>(t.size()), ints});
