@@ -6,8 +6,9 @@
 #   source "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)/bench/device_prelude.sh" <tree> <label>
 #
 # It
-#   - cds to the repository root and restores data/gsm8k_train.jsonl from git (local copies leave it
-#     out to fit the device tool's 64 MiB);
+#   - cds to the repository root and restores every tracked file missing from the copy (the large
+#     ones are left out to fit the device tool's 64 MiB) from the copy's git objects where it has them,
+#     saying how many are still missing;
 #   - exports FLASHDLLM_COMMIT=<label> (results are labelled with it) only if the copy's `git
 #     write-tree` equals <tree>, else prints "dirty" (compare with `git rev-parse <commit>^{tree}`);
 #   - unpacks the carried .carry/{cudnn-frontend,cutlass,minja}.tar.xz into .deps/ and builds
@@ -20,7 +21,11 @@
 # Carry .carry with the device tool: `carry: [".carry"]`.
 set -u
 cd "$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)" || exit 1
-git checkout -- data/gsm8k_train.jsonl 2>/dev/null && echo "restored data/gsm8k_train.jsonl from git"
+_missing=$(git ls-files -d | wc -l)
+if ((_missing > 0)); then
+  git ls-files -d -z | xargs -0 git checkout -- 2>/dev/null
+  echo "restored $((_missing - $(git ls-files -d | wc -l))) of $_missing missing tracked files from git"
+fi
 _tree=$(git add -A >/dev/null 2>&1; git write-tree 2>/dev/null)
 if [[ "$_tree" == "${1:-}" ]]; then
   export FLASHDLLM_COMMIT=$2
