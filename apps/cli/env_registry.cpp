@@ -92,6 +92,12 @@ std::vector<EnvVar> make_registry() {
                [](const std::string& v, EnvSettings& s) {
                  s.backend.pinned_staging = parse_bool("FLASHDLLM_PINNED_STAGING", v);
                }});
+  r.push_back({"FLASHDLLM_FP8_DEQUANTIZE", "bool", "0",
+               "block-FP8 weights take the dequantising route (bf16 GEMM, as GPUs before Hopper) also where "
+               "cuBLASLt has a block-scaled FP8 GEMM",
+               [](const std::string& v, EnvSettings& s) {
+                 s.backend.fp8_dequantize = parse_bool("FLASHDLLM_FP8_DEQUANTIZE", v);
+               }});
   r.push_back(
       {"FLASHDLLM_ROW_PADDING", "bool", "(backend: cuda 1, cpu 0)",
        "pad forwards' query rows to multiples of 64 and logit rows to 16, so that CUDA graphs replay while "

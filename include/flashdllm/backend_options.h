@@ -73,6 +73,10 @@ struct BackendOptions {
   SyncMode sync = SyncMode::kAsync;
   /// Host copies of up to 4 MiB go through pinned staging buffers (off: pageable copies).
   bool pinned_staging = true;
+  /// Block-FP8 weights always take the dequantising route (bf16 GEMM on dequantised operands: what
+  /// GPUs without cuBLASLt's block-scaled FP8 GEMM run), also where that GEMM exists (sm_90): for
+  /// testing and measuring the pre-Hopper path on a Hopper GPU.
+  bool fp8_dequantize = false;
 };
 
 /// Throws Error(kInvalidArgument) naming the field for gemm_tune outside [0, 16] or gemm_picks kFile

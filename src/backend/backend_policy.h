@@ -93,6 +93,13 @@ Backend::RowPadding row_padding_for(DeviceKind device, std::optional<bool> reque
 /// Whether run_recorded records CUDA graphs: cuda_graphs, and never while syncing after every op.
 bool cuda_graphs_enabled(const BackendOptions& options) noexcept;
 
+/// Whether block-FP8 weights try cuBLASLt's block-scaled FP8 GEMM (its 128 x 128 / 1 x 128 scale
+/// modes exist on sm_90 only: Ada scales FP8 per tensor, Blackwell in MX blocks) before the
+/// dequantising route; never with fp8_dequantize.
+constexpr bool fp8_gemm_applies(const BackendOptions& options, const DeviceTraits& device) noexcept {
+  return !options.fp8_dequantize && device.cc_major == 9;
+}
+
 /// Whether the cuBLASLt picks apply: timing at run time (gemm_tune > 1) replaces buckets and picks.
 constexpr bool gemm_picks_apply(int gemm_tune) noexcept { return gemm_tune <= 1; }
 

@@ -25,6 +25,7 @@
 //   cuda_cudnn_route.cu      the tiles routed to cuDNN's fused attention
 //   cuda_ops_attention.cu    attention, attention_with_importance, attention_verify, attention_importance
 //   cuda_ops_linear.cu       matmul (cuBLASLt), qkv_rope_store (fused or GEMM + RoPE + K/V store)
+//   cuda_ops_fp8.cu          matmul_fp8 (block-FP8 weights: cuBLASLt's block-scaled FP8 GEMM, or dequantised)
 //   cuda_ops_elementwise.cu  embedding, rmsnorm, swiglu, gather_rows, gather_columns
 //   cuda_ops_denoise.cu      cfg_combine, select_tokens
 //   cuda_ops_moe.cu          moe_route, moe_experts (kernels/cuda/moe.h: no host synchronisation)
@@ -211,6 +212,16 @@ class CudaBackend final : public Backend {
 
   void matmul(Tensor x, Tensor w, Tensor out, bool accumulate) override;
 
+  /// Block-FP8 weights (W8A8; Backend::matmul_fp8): x quantised per token in 1 x 128 groups
+  /// (kernels/cuda/fp8.h), then cuBLASLt's block-scaled FP8 GEMM (sm_90 with cuBLASLt >= 12.9); where
+  /// cuBLASLt has none for the shape or GPU (Ampere, Ada), the dequantising route: x quantised and
+  /// dequantised to bf16, w dequantised to bf16 (128 x 128 block scales), the bf16 GEMM (the weights'
+  /// memory is still halved; the speed is not FP8's).
+  void matmul_fp8(Tensor x, Tensor w, Tensor w_scale, Tensor out, bool accumulate) override;
+
+  /// FP8 weights run (matmul_fp8); an FP8 K/V cache does not yet (Error(kUnsupported)).
+  void check_precision(bool fp8_weights, bool fp8_kv) const override;
+
   /// GQA (K/V narrower than q) and the q/k/v bias (extra.bias BF16, the weight dtype; added in
   /// rope_store's fp32 epilogue before RoPE, no extra pass) and the per-head QK-norm (extra.q_norm /
   /// k_norm BF16 [Dh]: rope_store's warp-per-head variant, normalised before RoPE, no extra pass).
@@ -370,6 +381,12 @@ class CudaBackend final : public Backend {
   // loops, so growing it drops no graph; queued selections may still use the old arrays.
   void ensure_select_scratch(int64_t rows, int64_t chunks);
 
+  // matmul_fp8's scratch (the quantised activations and their scales, or the dequantising route's
+  // bf16 operands): grows only; a move drops the recorded graphs (they hold the old address).
+  void* ensure_fp8_scratch(size_t bytes);
+  // matmul_fp8 on cuBLASLt's block-scaled FP8 GEMM; false when cuBLASLt has none for it.
+  bool fp8_gemm(Tensor x, Tensor w, Tensor w_scale, Tensor out, bool accumulate);
+
   // ------------------------------------------------------------------------- cuDNN route
 
   // The tiles of the standing plan that run in cuDNN: those of >= min_rows query rows, packed as
@@ -429,6 +446,8 @@ class CudaBackend final : public Backend {
   std::vector<int32_t> cudnn_host_;
   DevicePtr cudnn_buf_, cudnn_ws_;
   DevicePtr select_partials_, select_arrivals_, select_filter_;  // ensure_select_scratch
+  DevicePtr fp8_scratch_;                                        // ensure_fp8_scratch
+  size_t fp8_scratch_bytes_ = 0;
   int64_t select_partials_n_ = 0, select_rows_ = 0;
   size_t cudnn_buf_bytes_ = 0, cudnn_ws_bytes_ = 0;
   FlashChoice flash_;  // flash_choice(options_.attention, traits_)

@@ -151,6 +151,27 @@ size_t CudaBackend::free_memory() const {
 }
 
 void CudaBackend::upload_weight(Tensor dst, DType src_dtype, const void* src) {
+  // Block-FP8 weights (F8E4M3) are kept as the checkpoint stores them, their block scales in F32.
+  if (dst.dtype == DType::kF8E4M3 || dst.dtype == DType::kF32) {
+    expect(dst, dst.dtype, "upload_weight", "dst");
+    FDLLM_CHECK_ARG(
+        src_dtype == dst.dtype || (dst.dtype == DType::kF32 && (src_dtype == DType::kF16 || src_dtype == DType::kBF16)),
+        "upload_weight: {} takes {} data, got {}", dst.describe(),
+        dst.dtype == DType::kF32 ? "F32, F16 or BF16" : "F8_E4M3", dtype_name(src_dtype));
+    if (dst.numel() == 0) return;
+    FDLLM_CHECK_ARG(src != nullptr, "upload_weight: null source for {}", dst.describe());
+    CUDA_CHECK(cudaSetDevice(device_));
+    if (src_dtype == dst.dtype) {
+      CUDA_CHECK(cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice, stream_));
+    } else {  // F16 / BF16 scales (small): widened on the host, copied before the vector goes
+      std::vector<float> wide(static_cast<size_t>(dst.numel()));
+      convert_to_f32(src_dtype, src, wide.data(), wide.size());
+      CUDA_CHECK(cudaMemcpyAsync(dst.data, wide.data(), dst.nbytes(), cudaMemcpyHostToDevice, stream_));
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+    after_op("upload_weight");
+    return;
+  }
   expect(dst, DType::kBF16, "upload_weight", "dst");
   FDLLM_CHECK_ARG(src_dtype == DType::kF32 || src_dtype == DType::kF16 || src_dtype == DType::kBF16,
                   "upload_weight: source dtype {} is not convertible to BF16 (supported: F32, F16, BF16)",

@@ -30,13 +30,15 @@ void CudaBackend::qkv_rope_store(Tensor xn, Tensor wqkv, const QkvExtras& extra,
                                  Tensor scratch) {
   static constexpr const char* kOp = "qkv_rope_store";
   Tensor bqkv = extra.bias;
-  // No FP8 route yet (issue 48): check_precision refuses it at load; a direct call is refused here.
-  FDLLM_CHECK(extra.weight_scale.numel() == 0 && wqkv.dtype != DType::kF8E4M3, ErrorCode::kUnsupported,
-              "{}: block-FP8 weights (--quantization fp8) are not supported by the CUDA backend yet", kOp);
+  // No FP8 K/V cache yet (issue 48): check_precision refuses it at load; a direct call is refused here.
   FDLLM_CHECK(extra.kv_scale.numel() == 0, ErrorCode::kUnsupported,
               "{}: an FP8 K/V cache (--kv-cache-dtype fp8) is not supported by the CUDA backend yet", kOp);
   expect(xn, DType::kBF16, kOp, "xn");
-  expect(wqkv, DType::kBF16, kOp, "wqkv");
+  const bool fp8 = wqkv.dtype == DType::kF8E4M3;  // block-FP8 wqkv: its projection is matmul_fp8's
+  expect(wqkv, fp8 ? DType::kF8E4M3 : DType::kBF16, kOp, "wqkv");
+  FDLLM_CHECK_ARG(fp8 == (extra.weight_scale.numel() > 0),
+                  "{}: block scales are given exactly for an F8E4M3 wqkv (wqkv {}, weight_scale {})", kOp,
+                  wqkv.describe(), extra.weight_scale.describe());
   expect(positions, DType::kI32, kOp, "positions");
   expect(rows, DType::kI32, kOp, "rows");
   expect(rope.cos, DType::kF32, kOp, "rope.cos");
@@ -84,7 +86,10 @@ void CudaBackend::qkv_rope_store(Tensor xn, Tensor wqkv, const QkvExtras& extra,
   for (const Tensor* t : std::initializer_list<const Tensor*>{&xn, &wqkv, &bqkv, &extra.q_norm, &extra.k_norm, &q_out,
                                                               &k_store, &v_store})
     FDLLM_CHECK_ARG(!overlap(qkv, *t), "qkv_rope_store: 'scratch' overlaps another operand ({})", t->describe());
-  gemm_->matmul(bf16(xn), bf16(wqkv), qkv.data, kernels::GemmOut::kBF16, T, W, D, false, stream_);
+  if (fp8)
+    matmul_fp8(xn, wqkv, extra.weight_scale, qkv, false);
+  else
+    gemm_->matmul(bf16(xn), bf16(wqkv), qkv.data, kernels::GemmOut::kBF16, T, W, D, false, stream_);
   kernels::RopeStoreArgs a;
   a.qkv = bf16(qkv);
   a.bias = bqkv.numel() > 0 ? bf16(bqkv) : nullptr;

@@ -20,11 +20,13 @@ struct PlanKey {
   int out_type;
   bool accumulate;
   int align_x, align_w, align_out;  // largest power-of-two alignment (bytes, capped at 16)
+  bool fp8 = false;                 // e4m3 operands with block scales (matmul_fp8) instead of bf16
   bool operator==(const PlanKey& o) const {
-    return std::tie(T, N, K, out_type, accumulate, align_x, align_w, align_out) ==
-           std::tie(o.T, o.N, o.K, o.out_type, o.accumulate, o.align_x, o.align_w, o.align_out);
+    return std::tie(T, N, K, out_type, accumulate, align_x, align_w, align_out, fp8) ==
+           std::tie(o.T, o.N, o.K, o.out_type, o.accumulate, o.align_x, o.align_w, o.align_out, o.fp8);
   }
 };
+
 
 struct PlanKeyHash {
   size_t operator()(const PlanKey& k) const noexcept {
@@ -35,6 +37,7 @@ struct PlanKeyHash {
     mix(static_cast<size_t>(k.out_type) | (static_cast<size_t>(k.accumulate) << 4) |
         (static_cast<size_t>(k.align_x) << 8) | (static_cast<size_t>(k.align_w) << 16) |
         (static_cast<size_t>(k.align_out) << 24));
+    mix(static_cast<size_t>(k.fp8));
     return h;
   }
 };
@@ -82,6 +85,7 @@ struct GemmLt::Impl {
     int index;
   };
   std::unordered_map<PlanKey, BucketAlgo, PlanKeyHash> bucket_algos;
+  std::unordered_map<PlanKey, bool, PlanKeyHash> fp8_refused;  // block-FP8 shapes cuBLASLt has no algorithm for
   size_t heuristic_queries = 0;
   GemmLt::Choice last;
 
@@ -107,8 +111,11 @@ struct GemmLt::Impl {
     CUBLAS_CHECK(
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
     int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, op, a, b, c, c, pref, count, results, &found));
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, op, a, b, c, c, pref, count, results, &found);
     ++heuristic_queries;
+    // A block-FP8 GEMM this GPU or library cannot run is "no algorithm" (the caller's other route).
+    if (key.fp8 && (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE)) return 0;
+    CUBLAS_CHECK(st);
     return found;
   }
 
@@ -129,15 +136,16 @@ struct GemmLt::Impl {
         }
       } guard{bb, bc};
       if (bk.T != key.T) {  // the bucket's row count: x col-major [K, Tb], out col-major [N, Tb]
-        CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&bb, CUDA_R_16BF, static_cast<uint64_t>(key.K),
-                                                static_cast<uint64_t>(bk.T), key.K));
+        CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&bb, key.fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF,
+                                                static_cast<uint64_t>(key.K), static_cast<uint64_t>(bk.T), key.K));
         CUBLAS_CHECK(
             cublasLtMatrixLayoutCreate(&bc, out_dt, static_cast<uint64_t>(key.N), static_cast<uint64_t>(bk.T), key.N));
         b = bb;
         c = bc;
       }
-      // Picks are measured on 16-byte-aligned operands (bench/gemm_bench); others keep the first.
-      const bool aligned = bk.align_x == 16 && bk.align_w == 16 && bk.align_out == 16;
+      // Picks are measured on 16-byte-aligned bf16 operands (bench/gemm_bench); others, and block-FP8
+      // GEMMs, keep the first.
+      const bool aligned = bk.align_x == 16 && bk.align_w == 16 && bk.align_out == 16 && !bk.fp8;
       const auto pick = aligned ? picks.find({bk.T, bk.N, bk.K, bk.out_type, bk.accumulate}) : picks.end();
       const int want = pick == picks.end() ? 0 : pick->second;
       cublasLtMatmulHeuristicResult_t r[kMaxGemmCandidates]{};
@@ -196,29 +204,46 @@ struct GemmLt::Impl {
     return std::max(best, 0);
   }
 
-  const Plan& plan_for(const PlanKey& key, const void* x, const void* w, void* out, cudaStream_t stream) {
+  /// The plan of `key` (made and cached on first use); nullptr when cuBLASLt has no algorithm for a
+  /// block-FP8 key (a bf16 key without one throws). An FP8 plan's descriptor gets its scale
+  /// pointers from the caller (set_scales) before the heuristic and every call.
+  const Plan* plan_for(const PlanKey& key, const void* x, const void* w, void* out, cudaStream_t stream,
+                       const void* x_scales = nullptr, const void* w_scales = nullptr) {
     auto it = plans.find(key);
-    if (it != plans.end()) return *it->second;
+    if (it != plans.end()) return it->second.get();
+    if (key.fp8 && fp8_refused.count(key)) return nullptr;
     auto p = std::make_unique<Plan>();
     const cudaDataType_t out_dt = key.out_type == static_cast<int>(GemmOut::kF32) ? CUDA_R_32F : CUDA_R_16BF;
+    const cudaDataType_t in_dt = key.fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
+    if (key.fp8) {  // A = w in 128 x 128 blocks, B = x in 1 x 128 groups
+      const int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
+                    b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof(a_mode)));
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof(b_mode)));
+      set_scales(*p, x_scales, w_scales);
+    }
     const auto N = static_cast<uint64_t>(key.N), T = static_cast<uint64_t>(key.T), K = static_cast<uint64_t>(key.K);
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, K, N, key.K));  // w: col-major [K, N]
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, K, T, key.K));  // x: col-major [K, T]
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, out_dt, N, T, key.N));       // out: col-major [N, T]
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, in_dt, K, N, key.K));   // w: col-major [K, N]
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, in_dt, K, T, key.K));   // x: col-major [K, T]
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, out_dt, N, T, key.N));  // out: col-major [N, T]
 
     if (tune_candidates <= 1) {  // the row bucket's algorithm, where cuBLASLt takes it for these rows
       if (const auto algo = bucket_algorithm(key, *p, out_dt)) {
         p->algo = algo->algo;
         p->choice = {algo->index, 0};
-        return *plans.emplace(key, std::move(p)).first->second;
+        return plans.emplace(key, std::move(p)).first->second.get();
       }
     }
     cublasLtMatmulHeuristicResult_t results[kMaxGemmCandidates]{};
     const int found = heuristic(p->op, p->a, p->b, p->c, key, std::max(1, tune_candidates), results);
+    if (found <= 0 && key.fp8) {
+      fp8_refused.emplace(key, true);
+      return nullptr;
+    }
     FDLLM_CHECK(found > 0, ErrorCode::kUnsupported,
                 "matmul: cuBLASLt has no algorithm for out[{}, {}] = x[{}, {}]·w[{}, {}]ᵀ ({} output, beta {})", key.T,
                 key.N, key.T, key.K, key.N, key.K, out_dt == CUDA_R_32F ? "F32" : "BF16", key.accumulate ? 1 : 0);
@@ -230,7 +255,15 @@ struct GemmLt::Impl {
     p->choice = {pick, tune_candidates > 1 ? found : 0};
     auto [ins, ok] = plans.emplace(key, std::move(p));
     (void)ok;
-    return *ins->second;
+    return ins->second.get();
+  }
+
+  /// An FP8 plan's scale pointers (B = the activations', A = the weight's), set before each call.
+  static void set_scales(const Plan& p, const void* x_scales, const void* w_scales) {
+    CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof(w_scales)));
+    CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales, sizeof(x_scales)));
   }
 };
 
@@ -282,6 +315,7 @@ void GemmLt::set_picks(const std::vector<GemmPick>& picks) {
   impl_->picks = std::move(table);
   impl_->plans.clear();
   impl_->bucket_algos.clear();
+  impl_->fp8_refused.clear();
 }
 
 void GemmLt::matmul(const __nv_bfloat16* x, const __nv_bfloat16* w, void* out, GemmOut out_type, int64_t T, int64_t N,
@@ -290,11 +324,27 @@ void GemmLt::matmul(const __nv_bfloat16* x, const __nv_bfloat16* w, void* out, G
   if (T == 0) return;
   const PlanKey key{T, N, K, static_cast<int>(out_type), accumulate, alignment_of(x), alignment_of(w),
                     alignment_of(out)};
-  const Plan& p = impl_->plan_for(key, x, w, out, stream);
+  const Plan& p = *impl_->plan_for(key, x, w, out, stream);  // bf16: throws rather than returning null
   impl_->last = p.choice;
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   CUBLAS_CHECK(cublasLtMatmul(impl_->handle, p.op, &alpha, w, p.a, x, p.b, &beta, out, p.c, out, p.c, &p.algo,
                               impl_->workspace, impl_->workspace_bytes, stream));
+}
+
+bool GemmLt::matmul_fp8(const uint8_t* xq, const float* x_scales, const uint8_t* w, const float* w_scales, void* out,
+                        GemmOut out_type, int64_t T, int64_t N, int64_t K, bool accumulate, cudaStream_t stream) {
+  FDLLM_CHECK_ARG(T >= 0 && N > 0 && K > 0, "matmul_fp8: sizes must be positive (T={}, N={}, K={})", T, N, K);
+  if (T == 0) return true;
+  PlanKey key{T, N, K, static_cast<int>(out_type), accumulate, alignment_of(xq), alignment_of(w), alignment_of(out)};
+  key.fp8 = true;
+  const Plan* p = impl_->plan_for(key, xq, w, out, stream, x_scales, w_scales);
+  if (p == nullptr) return false;
+  Impl::set_scales(*p, x_scales, w_scales);
+  impl_->last = p->choice;
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  CUBLAS_CHECK(cublasLtMatmul(impl_->handle, p->op, &alpha, w, p->a, xq, p->b, &beta, out, p->c, out, p->c, &p->algo,
+                              impl_->workspace, impl_->workspace_bytes, stream));
+  return true;
 }
 
 }  // namespace flashdllm::kernels

@@ -42,6 +42,24 @@
 
 namespace flashdllm::kernels {
 
+/// How the block scales of cuBLASLt's block-scaled FP8 GEMM (CUDA 12.9+, sm_90: A = the weight with
+/// CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, B = the activations with VEC128_32F; both operands
+/// K-major, scales multiply: value = e4m3 · scale) are laid out in memory; the caller prepares them
+/// so (GemmLt::matmul_fp8 passes the pointers on).
+struct Fp8ScaleLayouts {
+  /// false: the weight's scales as the checkpoint stores them, row-major [ceil(N/128), ceil(K/128)];
+  /// true: transposed, row-major [ceil(K/128), ceil(N/128)].
+  bool weight_transposed = false;
+  /// true: the scale of token t and K group g at g·ld + t, ld = T rounded up to act_ld_align;
+  /// false: at t·ceil(K/128) + g.
+  bool act_outer_major = true;
+  int act_ld_align = 1;
+};
+
+/// The layouts cuBLASLt reads, as the GPU test (tests/kernels/test_cuda_fp8.cpp, ScaleLayoutProbe)
+/// establishes against the CPU oracle among the candidates Fp8ScaleLayouts describes.
+inline constexpr Fp8ScaleLayouts kCublasFp8Scales{false, true, 1};
+
 class GemmLt {
  public:
   /// Creates the cuBLASLt handle and a device workspace of `workspace_bytes` on the current device;
@@ -60,6 +78,16 @@ class GemmLt {
   /// offers no algorithm, Error(kDevice) when a call fails. Not thread-safe (one per stream user).
   void matmul(const __nv_bfloat16* x, const __nv_bfloat16* w, void* out, GemmOut out_type, int64_t T, int64_t N,
               int64_t K, bool accumulate, cudaStream_t stream);
+
+  /// The block-FP8 linear layer's product (Backend::matmul_fp8 after the activation quantisation):
+  ///   out[t, n] (+)= Σ_k (xq[t, k] · x_scales(t, k / 128)) · (w[n, k] · w_scales(n / 128, k / 128))
+  /// with e4m3 xq [T, K] and w [N, K] (row-major bytes), F32 scales laid out as kCublasFp8Scales, fp32 accumulation,
+  /// bf16 or fp32 out. Returns false, having done nothing, when cuBLASLt offers no algorithm for it
+  /// (a GPU other than sm_90, a cuBLASLt before 12.9, an unsupported shape or output): the caller
+  /// takes the dequantising route. The answer is cached per shape. Throws Error(kInvalidArgument) for
+  /// non-positive sizes, Error(kDevice) when a call fails.
+  bool matmul_fp8(const uint8_t* xq, const float* x_scales, const uint8_t* w, const float* w_scales, void* out,
+                  GemmOut out_type, int64_t T, int64_t N, int64_t K, bool accumulate, cudaStream_t stream);
 
   /// Replaces the fixed picks (see the file comment) and forgets every cached plan and bucket
   /// algorithm, so the next calls choose again. A pick whose candidate the heuristic does not list

@@ -1,0 +1,368 @@
+// Block-FP8 linear layers on CUDA (issue 48) against the CPU oracle (cpu_fp8.cpp, core/fp8.h):
+// Backend::matmul_fp8 on both routes (cuBLASLt's block-scaled FP8 GEMM where the GPU has it, and the
+// dequantising route every GPU runs, forced with BackendOptions::fp8_dequantize), qkv_rope_store with
+// an FP8 wqkv, the device quantiser bit for bit against core/fp8.cpp, and the probe that establishes
+// which scale layouts cuBLASLt reads (kernels::kCublasFp8Scales).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/fp8.h"
+#include "kernels/cuda_twin.h"
+
+#if FLASHDLLM_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/fp8.h"
+#include "kernels/cuda/gemm.h"
+#endif
+
+namespace flashdllm {
+namespace {
+
+using twin::close;
+using twin::Dev;
+using twin::get;
+using twin::make;
+using twin::put;
+
+/// FP8 GEMM with F32 output: the operands are the oracle's exactly (e4m3 values, fp32 scales), only
+/// the accumulation differs; Hopper's FP8 tensor cores keep about 14 mantissa bits inside a 128-deep
+/// block before cuBLASLt promotes the partial sum to fp32 (DeepSeek-V3 report §3.3.2), so the
+/// error is a few 2^-14 of the row sums: 16 · 2^-14 ≈ 1e-3 of max|ref|.
+constexpr double kFp8F32GemmRelTol = 1e-3;
+
+/// A block-FP8 weight [N, K] made from N(0, 0.05²) values whose 128 x 128 blocks differ in scale
+/// (block (i, j) x (1 + i + 2j)), quantised on the host as the loader does.
+struct Fp8Weight {
+  int64_t N, K;
+  std::vector<uint8_t> q;
+  std::vector<float> scale;
+};
+
+Fp8Weight make_fp8_weight(int64_t N, int64_t K, uint64_t seed) {
+  std::vector<float> w = twin::randn_bf16(static_cast<size_t>(N * K), seed, 0.05f);
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t c = 0; c < K; ++c)
+      w[static_cast<size_t>(r * K + c)] *= static_cast<float>(1 + r / kFp8Block + 2 * (c / kFp8Block));
+  Fp8Weight f{N, K, std::vector<uint8_t>(w.size()),
+              std::vector<float>(static_cast<size_t>(fp8_blocks(N) * fp8_blocks(K)))};
+  quantize_fp8_blocks(w.data(), N, K, f.q.data(), f.scale.data());
+  return f;
+}
+
+/// x [T, K] ~ N(0, 1) in bf16 with one large value per row and 128-group (the group scales differ).
+std::vector<float> make_x(int64_t T, int64_t K, uint64_t seed) {
+  std::vector<float> x = twin::randn_bf16(static_cast<size_t>(T * K), seed);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t c0 = 0; c0 < K; c0 += kFp8Block) {
+      const int64_t c = c0 + (t * 7 + c0 / kFp8Block * 3) % std::min<int64_t>(kFp8Block, K - c0);
+      x[static_cast<size_t>(t * K + c)] = bf16_to_f32(f32_to_bf16(static_cast<float>(4 + (t + c0) % 29)));
+    }
+  return x;
+}
+
+struct Fp8Dev {
+  Dev w, scale;
+};
+
+Fp8Dev upload(Backend& be, const Fp8Weight& f) {
+  Fp8Dev d{make(be, DType::kF8E4M3, f.N, f.K), make(be, DType::kF32, fp8_blocks(f.N), fp8_blocks(f.K))};
+  be.upload_weight(d.w.t, DType::kF8E4M3, f.q.data());
+  be.upload_weight(d.scale.t, DType::kF32, f.scale.data());
+  return d;
+}
+
+class CudaFp8 : public twin::TwinTest {};
+
+// Both routes, bf16 and f32 outputs, with and without accumulation, on shapes of the 8B model's
+// layers and partial edge blocks (N = 200, K = 200: cuBLASLt refuses a K that is not a multiple of
+// 16, so the dequantising route serves it on Hopper too).
+TEST_F(CudaFp8, MatmulMatchesCpuOnBothRoutes) {
+  struct Case {
+    int64_t T, N, K;
+  };
+  const std::vector<Case> cases{{1, 256, 256},   {7, 384, 512}, {37, 4096, 4096}, {130, 1024, 4096},
+                                {5, 256, 12288}, {9, 200, 320}, {3, 136, 200}};
+  BackendOptions deq;
+  deq.fp8_dequantize = true;
+  std::unique_ptr<Backend> forced = is_cuda_ ? cuda_with(deq) : make_cpu_backend(0);
+  for (Backend* be : {twin_.get(), forced.get()}) {
+    const std::string route = be == twin_.get() ? "default route" : "dequantising route";
+    for (const Case& c : cases) {
+      const Fp8Weight f = make_fp8_weight(c.N, c.K, 11 + c.N + c.K);
+      const std::vector<float> x = make_x(c.T, c.K, 5 + c.T);
+      const std::vector<float> o0 = twin::randn_bf16(static_cast<size_t>(c.T * c.N), 13 + c.T);
+      const Fp8Dev wc = upload(*cpu_, f), wt = upload(*be, f);
+      Dev xc = make(*cpu_, cpu_act(), c.T, c.K), xt = make(*be, be->activation_dtype(), c.T, c.K);
+      put(*cpu_, xc.t, x);
+      put(*be, xt.t, x);
+      for (DType out_dt : {be->activation_dtype(), DType::kF32}) {
+        for (bool acc : {false, true}) {
+          SCOPED_TRACE(route + " T=" + std::to_string(c.T) + " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) +
+                       " out " + dtype_name(out_dt) + (acc ? " accumulate" : ""));
+          Dev oc = make(*cpu_, DType::kF32, c.T, c.N), ot = make(*be, out_dt, c.T, c.N);
+          if (acc) {
+            put(*cpu_, oc.t, o0);
+            put(*be, ot.t, o0);
+          } else {
+            twin::poison(*be, ot.t);  // beta = 0 must not read the NaNs
+          }
+          cpu_->matmul_fp8(xc.t, wc.w.t, wc.scale.t, oc.t, acc);
+          be->matmul_fp8(xt.t, wt.w.t, wt.scale.t, ot.t, acc);
+          // bf16 out, or the dequantising route's bf16 operands (e4m3 · scale rounded to bf16): the bf16
+          // bound; the FP8 route's f32 out: its accumulation (kFp8F32GemmRelTol).
+          const bool bf16_bound = out_dt != DType::kF32 || be == forced.get();
+          const double tol = !is_cuda_ ? 0.0 : bf16_bound ? test::kBf16OpRelTol : kFp8F32GemmRelTol;
+          EXPECT_TRUE(close("matmul_fp8", get(*be, ot.t), get(*cpu_, oc.t), c.N, tol));
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaFp8, MatmulValidatesOperands) {
+  const Fp8Weight f = make_fp8_weight(256, 256, 3);
+  const Fp8Dev w = upload(*twin_, f);
+  Dev x = make(*twin_, twin_act(), 4, 256), o = make(*twin_, twin_act(), 4, 256);
+  Dev bad_scale = make(*twin_, DType::kF32, 1, 2);
+  EXPECT_TRUE(twin::throws_error(
+      *twin_, [&] { twin_->matmul_fp8(x.t, w.w.t, bad_scale.t, o.t, false); }, ErrorCode::kInvalidArgument, "w_scale"));
+  Dev x2 = make(*twin_, twin_act(), 4, 128);
+  EXPECT_TRUE(twin::throws_error(
+      *twin_, [&] { twin_->matmul_fp8(x2.t, w.w.t, w.scale.t, o.t, false); }, ErrorCode::kInvalidArgument,
+      "inner dimensions"));
+  Dev wb = make(*twin_, twin_->weight_dtype(), 256, 256);
+  EXPECT_TRUE(twin::throws_error(
+      *twin_, [&] { twin_->matmul_fp8(x.t, wb.t, w.scale.t, o.t, false); }, ErrorCode::kInvalidArgument, "'w'"));
+}
+
+// The FP8 projection inside qkv_rope_store (GQA 4:2 heads, head_dim 64, q|k|v rows 512) on both
+// routes: q and the stored K/V rows against the CPU's.
+TEST_F(CudaFp8, QkvRopeStoreWithFp8Weights) {
+  const int H = 4, Hkv = 2, Dh = 64;
+  const int64_t T = 9, D = 256, W = (H + 2 * Hkv) * Dh, rows = 16, P = 64;
+  const Fp8Weight f = make_fp8_weight(W, D, 21);
+  const std::vector<float> x = make_x(T, D, 22);
+  std::vector<int32_t> pos(static_cast<size_t>(T)), dst(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t)
+    pos[static_cast<size_t>(t)] = static_cast<int32_t>(3 * t + 1),
+    dst[static_cast<size_t>(t)] = static_cast<int32_t>(rows - 1 - t);
+  std::vector<float> cosv(static_cast<size_t>(P * Dh / 2)), sinv(cosv.size());
+  for (int64_t p = 0; p < P; ++p)
+    for (int64_t i = 0; i < Dh / 2; ++i) {
+      const double a = static_cast<double>(p) * std::pow(10000.0, -2.0 * static_cast<double>(i) / Dh);
+      cosv[static_cast<size_t>(p * Dh / 2 + i)] = static_cast<float>(std::cos(a));
+      sinv[static_cast<size_t>(p * Dh / 2 + i)] = static_cast<float>(std::sin(a));
+    }
+  struct Side {
+    Fp8Dev w;
+    Dev x, pos, dst, cos, sin, q, k, v, scratch;
+  };
+  auto setup = [&](Backend& be) {
+    Side s{upload(be, f),
+           make(be, be.activation_dtype(), T, D),
+           make(be, DType::kI32, T),
+           make(be, DType::kI32, T),
+           make(be, DType::kF32, P, Dh / 2),
+           make(be, DType::kF32, P, Dh / 2),
+           make(be, be.activation_dtype(), T, H * Dh),
+           make(be, be.activation_dtype(), rows, Hkv * Dh),
+           make(be, be.activation_dtype(), rows, Hkv * Dh),
+           make(be, be.activation_dtype(), T, W)};
+    put(be, s.x.t, x);
+    twin::put_i32(be, s.pos.t, pos);
+    twin::put_i32(be, s.dst.t, dst);
+    put(be, s.cos.t, cosv);
+    put(be, s.sin.t, sinv);
+    be.fill_zero(s.k.t);
+    be.fill_zero(s.v.t);
+    return s;
+  };
+  auto run = [&](Backend& be, Side& s) {
+    QkvExtras extra;
+    extra.weight_scale = s.w.scale.t;
+    be.qkv_rope_store(s.x.t, s.w.w.t, extra, s.pos.t, s.dst.t, RopeTable{s.cos.t, s.sin.t}, H, s.q.t, s.k.t, s.v.t,
+                      s.scratch.t);
+  };
+  Side c = setup(*cpu_);
+  run(*cpu_, c);
+  BackendOptions deq;
+  deq.fp8_dequantize = true;
+  std::unique_ptr<Backend> forced = is_cuda_ ? cuda_with(deq) : make_cpu_backend(0);
+  for (Backend* be : {twin_.get(), forced.get()}) {
+    SCOPED_TRACE(be == twin_.get() ? "default route" : "dequantising route");
+    Side s = setup(*be);
+    run(*be, s);
+    const double tol = is_cuda_ ? test::kBf16OpRelTol : 0.0;
+    EXPECT_TRUE(close("q", get(*be, s.q.t), get(*cpu_, c.q.t), H * Dh, tol));
+    EXPECT_TRUE(close("k store", get(*be, s.k.t), get(*cpu_, c.k.t), Hkv * Dh, tol));
+    EXPECT_TRUE(close("v store", get(*be, s.v.t), get(*cpu_, c.v.t), Hkv * Dh, tol));
+  }
+}
+
+#if FLASHDLLM_HAVE_CUDA
+
+#define CUDA_OK(x) ASSERT_EQ((x), cudaSuccess) << #x
+
+/// Device buffers freed at scope end.
+struct DevBuf {
+  void* p = nullptr;
+  explicit DevBuf(size_t bytes) { EXPECT_EQ(cudaMalloc(&p, bytes > 0 ? bytes : 1), cudaSuccess); }
+  ~DevBuf() { cudaFree(p); }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
+};
+
+bool gpu_present() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+std::vector<uint16_t> bf16_bits(const std::vector<float>& v) {
+  std::vector<uint16_t> b(v.size());
+  convert_f32_to_bf16(v.data(), b.data(), v.size());
+  return b;
+}
+
+// The device quantiser against core/fp8.cpp bit for bit (bytes and scales), both scale layouts, with
+// a partial last group, an all-zero group, saturating values and a non-finite group.
+TEST(CudaFp8Kernels, GroupQuantisationIsTheCpuOnesBitForBit) {
+  if (!gpu_present()) GTEST_SKIP() << "no CUDA device";
+  const int64_t T = 5, K = 300, G = fp8_blocks(K);
+  std::vector<float> x = twin::randn_bf16(static_cast<size_t>(T * K), 17, 3.0f);
+  for (int64_t c = 128; c < 256; ++c) x[static_cast<size_t>(1 * K + c)] = 0.0f;  // row 1, group 1: all zero
+  x[static_cast<size_t>(2 * K + 5)] = 1e6f;                                      // row 2: a huge amax
+  x[static_cast<size_t>(3 * K + 290)] = INFINITY;                                // row 3, group 2: not finite
+  for (float& v : x) v = bf16_to_f32(f32_to_bf16(v));
+  const std::vector<uint16_t> xb = bf16_bits(x);
+  DevBuf dx(xb.size() * 2), dq(static_cast<size_t>(T * K)), ds(static_cast<size_t>(G * 8) * sizeof(float)),
+      dout(xb.size() * 2);
+  CUDA_OK(cudaMemcpy(dx.p, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
+  for (bool outer : {false, true}) {
+    SCOPED_TRACE(outer ? "outer-major scales (ld 8)" : "row-major scales");
+    kernels::quantize_fp8_groups_bf16(dx.as<__nv_bfloat16>(), dq.as<uint8_t>(), ds.as<float>(), T, K,
+                                      kernels::Fp8ActScaleLayout{outer, 8}, nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<uint8_t> q(static_cast<size_t>(T * K));
+    std::vector<float> s(static_cast<size_t>(G * 8));
+    CUDA_OK(cudaMemcpy(q.data(), dq.p, q.size(), cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(s.data(), ds.p, s.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t g = 0; g < G; ++g) {
+        const int64_t c0 = g * kFp8Block, c1 = std::min(K, c0 + kFp8Block);
+        float amax = 0.0f;
+        bool finite = true;
+        for (int64_t c = c0; c < c1; ++c) {
+          finite = finite && std::isfinite(x[static_cast<size_t>(t * K + c)]);
+          amax = std::max(amax, std::fabs(x[static_cast<size_t>(t * K + c)]));
+        }
+        const float want_s = fp8_scale_of(amax), got_s = s[static_cast<size_t>(outer ? g * 8 + t : t * G + g)];
+        if (finite && got_s != want_s && bad++ < 5)
+          ADD_FAILURE() << "scale (" << t << ", " << g << "): " << got_s << " vs " << want_s;
+        if (!finite && !std::isnan(got_s) && bad++ < 5) ADD_FAILURE() << "scale of a non-finite group is " << got_s;
+        for (int64_t c = c0; c < c1; ++c) {
+          const uint8_t want = finite ? f32_to_e4m3(x[static_cast<size_t>(t * K + c)] / want_s) : uint8_t{0x7f};
+          const uint8_t got = q[static_cast<size_t>(t * K + c)];
+          if (got != want && bad++ < 5)
+            ADD_FAILURE() << "q(" << t << ", " << c << ") = " << int(got) << ", CPU " << int(want);
+        }
+      }
+    EXPECT_EQ(bad, 0);
+  }
+  // The dequantising route's activations: bf16(e4m3 · s) = bf16 of the CPU's fake quantisation.
+  kernels::fake_quantize_fp8_groups_bf16(dx.as<__nv_bfloat16>(), dout.as<__nv_bfloat16>(), T, K, nullptr);
+  std::vector<uint16_t> ob(xb.size());
+  CUDA_OK(cudaMemcpy(ob.data(), dout.p, ob.size() * 2, cudaMemcpyDeviceToHost));
+  int bad = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<float> ref(static_cast<size_t>(K));
+    fake_quantize_fp8_groups(x.data() + t * K, K, ref.data());
+    for (int64_t c = 0; c < K; ++c) {
+      const uint16_t want = f32_to_bf16(ref[static_cast<size_t>(c)]), got = ob[static_cast<size_t>(t * K + c)];
+      const bool both_nan = std::isnan(ref[static_cast<size_t>(c)]) && std::isnan(bf16_to_f32(got));
+      if (got != want && !both_nan && bad++ < 5)
+        ADD_FAILURE() << "fake quant (" << t << ", " << c << "): " << bf16_to_f32(got) << " vs "
+                      << ref[static_cast<size_t>(c)];
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+// Which block-scale layouts cuBLASLt's block-scaled FP8 GEMM reads: every candidate of
+// kernels::Fp8ScaleLayouts is tried on a shape whose block grid is not square (N = 384, K = 512) and
+// whose token count is not a multiple of 4 (T = 37), with scales that differ per block and group;
+// the layouts that reproduce the CPU oracle are printed, and kCublasFp8Scales must be one of them.
+TEST(CudaFp8Kernels, ScaleLayoutProbe) {
+  if (!gpu_present()) GTEST_SKIP() << "no CUDA device";
+  const int64_t T = 37, N = 384, K = 512, nb = fp8_blocks(N), kb = fp8_blocks(K);
+  const Fp8Weight f = make_fp8_weight(N, K, 31);
+  const std::vector<float> x = make_x(T, K, 32);
+  // The oracle: the CPU backend's formula (dequantised weight, fake-quantised activations, fp64 sums).
+  std::vector<float> wd(static_cast<size_t>(N * K)), xq(static_cast<size_t>(T * K));
+  dequantize_fp8_blocks(f.q.data(), f.scale.data(), N, K, wd.data());
+  for (int64_t t = 0; t < T; ++t) fake_quantize_fp8_groups(x.data() + t * K, K, xq.data() + t * K);
+  std::vector<float> ref(static_cast<size_t>(T * N));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t n = 0; n < N; ++n) {
+      double acc = 0.0;
+      for (int64_t k = 0; k < K; ++k)
+        acc += static_cast<double>(xq[static_cast<size_t>(t * K + k)]) * wd[static_cast<size_t>(n * K + k)];
+      ref[static_cast<size_t>(t * N + n)] = static_cast<float>(acc);
+    }
+  const std::vector<uint16_t> xb = bf16_bits(x);
+  std::vector<float> wst(static_cast<size_t>(nb * kb));
+  for (int64_t i = 0; i < nb; ++i)
+    for (int64_t j = 0; j < kb; ++j) wst[static_cast<size_t>(j * nb + i)] = f.scale[static_cast<size_t>(i * kb + j)];
+  DevBuf dx(xb.size() * 2), dxq(static_cast<size_t>(T * K)), dxs(static_cast<size_t>(kb * 40) * sizeof(float)),
+      dw(f.q.size()), dws(f.scale.size() * sizeof(float)), dwst(wst.size() * sizeof(float)),
+      dout(static_cast<size_t>(T * N) * sizeof(float));
+  CUDA_OK(cudaMemcpy(dx.p, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dw.p, f.q.data(), f.q.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dws.p, f.scale.data(), f.scale.size() * sizeof(float), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dwst.p, wst.data(), wst.size() * sizeof(float), cudaMemcpyHostToDevice));
+  kernels::GemmLt gemm;
+  std::vector<kernels::Fp8ScaleLayouts> candidates;
+  for (bool wt : {false, true}) {
+    candidates.push_back({wt, false, 1});
+    candidates.push_back({wt, true, 1});
+    candidates.push_back({wt, true, 4});
+  }
+  bool production_matches = false;
+  int matches = 0;
+  for (const kernels::Fp8ScaleLayouts& l : candidates) {
+    const int64_t ld = (T + l.act_ld_align - 1) / l.act_ld_align * l.act_ld_align;
+    kernels::quantize_fp8_groups_bf16(dx.as<__nv_bfloat16>(), dxq.as<uint8_t>(), dxs.as<float>(), T, K,
+                                      kernels::Fp8ActScaleLayout{l.act_outer_major, ld}, nullptr);
+    const bool ran = gemm.matmul_fp8(dxq.as<uint8_t>(), dxs.as<float>(), dw.as<uint8_t>(),
+                                     l.weight_transposed ? dwst.as<float>() : dws.as<float>(), dout.p,
+                                     kernels::GemmOut::kF32, T, N, K, false, nullptr);
+    if (!ran) GTEST_SKIP() << "cuBLASLt has no block-scaled FP8 GEMM on this GPU (the dequantising route serves it)";
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<float> got(ref.size());
+    CUDA_OK(cudaMemcpy(got.data(), dout.p, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    const double err = test::rel_max_err(got, ref);
+    const bool ok = err <= kFp8F32GemmRelTol;
+    std::printf("[probe] weight scales %s, activation scales %s (ld align %d): rel max err %.3g %s\n",
+                l.weight_transposed ? "transposed [K/128, N/128]" : "as stored [N/128, K/128]",
+                l.act_outer_major ? "outer-major" : "k-major", l.act_ld_align, err, ok ? "MATCH" : "");
+    matches += ok ? 1 : 0;
+    if (l.weight_transposed == kernels::kCublasFp8Scales.weight_transposed &&
+        l.act_outer_major == kernels::kCublasFp8Scales.act_outer_major &&
+        l.act_ld_align == kernels::kCublasFp8Scales.act_ld_align)
+      production_matches = ok;
+  }
+  EXPECT_GT(matches, 0) << "no candidate layout reproduces the oracle";
+  EXPECT_TRUE(production_matches) << "kernels::kCublasFp8Scales is not a layout cuBLASLt reads (see [probe] lines)";
+}
+
+#endif  // FLASHDLLM_HAVE_CUDA
+
+}  // namespace
+}  // namespace flashdllm
