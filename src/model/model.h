@@ -132,7 +132,9 @@ ModelWeights load_model_weights(Backend& backend, const Checkpoint& ckpt, const 
 /// benchmarks without a checkpoint (`--load-format dummy`). Each tensor's values are keyed by its
 /// element index in the unsharded tensor (Backend::fill_normal with a FillWindow), so rank `tp`
 /// gets exactly its slice of the unsharded dummy model. An FP8 K/V cache (precision) gets scales 1.0;
-/// FP8 weights are refused (Error(kUnsupported), not made yet). Throws as model_shard.
+/// block-FP8 weights (precision.quantization kFp8) are the same values made in fp32 on the host and
+/// quantised in 128 x 128 blocks (quantize_fp8_blocks), as a BF16 checkpoint is at load; refused as
+/// load_model_weights refuses them. Throws as model_shard.
 ModelWeights make_dummy_weights(Backend& backend, const ModelConfig& cfg, uint64_t seed, const TensorParallel& tp = {},
                                 const ModelPrecision& precision = {});
 

@@ -293,18 +293,40 @@ ModelWeights make_dummy_weights(Backend& backend, const ModelConfig& cfg, uint64
                                 const ModelPrecision& precision) {
   const ModelShard sh = model_shard(cfg, tp);
   const WeightFormat f = weight_format(cfg, sh, tp.world, precision, false);
-  FDLLM_CHECK(!f.fp8_layers, ErrorCode::kUnsupported,
-              "dummy weights (--load-format dummy) in block FP8 (--quantization fp8 or a config with "
-              "quantization_config) are not made yet; load a checkpoint or use --quantization none");
   ModelWeights w = allocate_weights(backend, cfg, sh, f);
   // Made on the device (Backend::fill_normal: Box-Muller on counter-based uniforms, stream = the
   // tensor's index in for_each_weight order, values keyed by the element index in the unsharded
   // tensor): N(0, 0.02²) matrices; norm weights exactly 1 like a fresh model. A rank fills the
   // pieces of each unsharded tensor it holds through FillWindows.
   uint64_t stream = 0;
-  auto matrix = [&](const std::vector<std::pair<Tensor, FillWindow>>& pieces) {
-    for (const auto& [t, window] : pieces) backend.fill_normal(t, seed, stream, 0.0f, 0.02f, window);
+  // Block-FP8 weights (--quantization fp8): the same values made in fp32 on the host (the CPU
+  // backend's fill_normal is this one's definition), quantised in 128 x 128 blocks as a loaded BF16
+  // checkpoint is (quantize_fp8_blocks), then uploaded; `scale` is the weight's block scales.
+  std::unique_ptr<Backend> host_fill;
+  std::vector<float> wide;
+  std::vector<uint8_t> q;
+  std::vector<float> qs;
+  auto matrix = [&](const std::vector<std::pair<Tensor, FillWindow>>& pieces, Tensor parent = {}, Tensor scale = {}) {
+    if (parent.dtype != DType::kF8E4M3) {
+      for (const auto& [t, window] : pieces) backend.fill_normal(t, seed, stream, 0.0f, 0.02f, window);
+      ++stream;
+      return;
+    }
+    if (!host_fill) host_fill = make_cpu_backend(0);
+    const int64_t rows = parent.rows(), cols = parent.row_size();
+    wide.resize(static_cast<size_t>(rows * cols));
+    for (const auto& [t, window] : pieces) {  // each piece: rows of parent (F8E4M3: one byte per element)
+      const int64_t r0 = (static_cast<const char*>(t.data) - static_cast<const char*>(parent.data)) / cols;
+      host_fill->fill_normal(Tensor(wide.data() + r0 * cols, DType::kF32, DeviceKind::kCPU, {t.rows(), cols}), seed,
+                             stream, 0.0f, 0.02f, window);
+    }
     ++stream;
+    q.resize(wide.size());
+    qs.resize(static_cast<size_t>(scale.numel()));
+    quantize_fp8_blocks(wide.data(), rows, cols, q.data(), qs.data());
+    backend.upload_weight(parent, DType::kF8E4M3, q.data());
+    backend.upload_weight(scale, DType::kF32, qs.data());
+    backend.synchronize();  // the host vectors are reused by the next matrix
   };
   auto norm = [&](Tensor t) { backend.fill_normal(t, seed, stream++, 1.0f, 0.0f); };
   for (auto& l : w.layers)  // FP8 K/V scales 1.0 (no stream: the matrices' values stay those without them)
@@ -319,7 +341,8 @@ ModelWeights make_dummy_weights(Backend& backend, const ModelConfig& cfg, uint64
     norm(l.attn_norm);
     matrix({{l.wqkv.slice_rows(0, Hl), {h0 * D, 0}},
             {l.wqkv.slice_rows(Hl, Hl + Kl), {(H + k0) * D, 0}},
-            {l.wqkv.slice_rows(Hl + Kl, Hl + 2 * Kl), {(H + K + k0) * D, 0}}});
+            {l.wqkv.slice_rows(Hl + Kl, Hl + 2 * Kl), {(H + K + k0) * D, 0}}},
+           l.wqkv, l.wqkv_scale);
     if (!l.bqkv.empty())  // N(0, 0.02²) like the matrices, its own stream after the q|k|v matrix's
       matrix({{l.bqkv.slice_rows(0, Hl), {h0, 0}},
               {l.bqkv.slice_rows(Hl, Hl + Kl), {H + k0, 0}},
@@ -328,7 +351,7 @@ ModelWeights make_dummy_weights(Backend& backend, const ModelConfig& cfg, uint64
       norm(l.q_norm);
       norm(l.k_norm);
     }
-    matrix({{l.attn_out, {h0, H}}});
+    matrix({{l.attn_out, {h0, H}}}, l.attn_out, l.attn_out_scale);
     norm(l.ff_norm);
     if (!l.router.empty()) {  // MoE: the router whole, each expert's columns of the stacked [E, 2F, D] / [E, D, F]
       matrix({{l.router, {}}});
@@ -343,11 +366,12 @@ ModelWeights make_dummy_weights(Backend& backend, const ModelConfig& cfg, uint64
       matrix(dn);
       continue;
     }
-    matrix({{l.w_gate_up.slice_rows(0, Fl), {f0 * D, 0}}, {l.w_gate_up.slice_rows(Fl, 2 * Fl), {(F + f0) * D, 0}}});
-    matrix({{l.ff_out, {f0, F}}});
+    matrix({{l.w_gate_up.slice_rows(0, Fl), {f0 * D, 0}}, {l.w_gate_up.slice_rows(Fl, 2 * Fl), {(F + f0) * D, 0}}},
+           l.w_gate_up, l.w_gate_up_scale);
+    matrix({{l.ff_out, {f0, F}}}, l.ff_out, l.ff_out_scale);
   }
   norm(w.ln_f);
-  matrix({{w.lm_head, {sh.vocab_begin * D, 0}}});
+  matrix({{w.lm_head, {sh.vocab_begin * D, 0}}}, w.lm_head, w.lm_head_scale);
   backend.synchronize();
   return w;
 }

@@ -240,6 +240,36 @@ TEST(Fp8Precision, FusedMatricesNeedWholeBlocks) {
                      {"mlp_hidden_size = 700", "multiples of 128"});
 }
 
+// --load-format dummy with --quantization fp8: every linear weight is the fp32 dummy weight's block
+// quantisation (the values the benchmarks of an 8B shape run on), the other tensors are unchanged.
+TEST(Fp8Precision, DummyWeightsAreTheQuantisedDummyWeights) {
+  auto be = make_cpu_backend(1);
+  const ModelConfig c = load_model_config(test::default_model_dir() / "config.json");
+  const ModelWeights w8 = make_dummy_weights(*be, c, 7, {}, {WeightQuantization::kFp8});
+  const ModelWeights w32 = make_dummy_weights(*be, c, 7);
+  ASSERT_TRUE(w8.fp8_layers);
+  auto expect_quantised = [&](const Tensor& q, const Tensor& scale, const Tensor& ref, const char* what) {
+    ASSERT_EQ(q.dtype, DType::kF8E4M3) << what;
+    const int64_t N = ref.rows(), K = ref.row_size();
+    std::vector<uint8_t> want(static_cast<size_t>(N * K));
+    std::vector<float> want_scale(static_cast<size_t>(fp8_blocks(N) * fp8_blocks(K)));
+    quantize_fp8_blocks(ref.ptr<float>(), N, K, want.data(), want_scale.data());
+    EXPECT_EQ(0, std::memcmp(q.data, want.data(), want.size())) << what;
+    EXPECT_EQ(0, std::memcmp(scale.data, want_scale.data(), want_scale.size() * sizeof(float))) << what;
+  };
+  for (size_t i : {size_t{0}, w8.layers.size() - 1}) {
+    const auto &l8 = w8.layers[i], &l32 = w32.layers[i];
+    expect_quantised(l8.wqkv, l8.wqkv_scale, l32.wqkv, "wqkv");
+    expect_quantised(l8.attn_out, l8.attn_out_scale, l32.attn_out, "attn_out");
+    expect_quantised(l8.w_gate_up, l8.w_gate_up_scale, l32.w_gate_up, "w_gate_up");
+    expect_quantised(l8.ff_out, l8.ff_out_scale, l32.ff_out, "ff_out");
+    EXPECT_EQ(0, std::memcmp(l8.attn_norm.data, l32.attn_norm.data, l32.attn_norm.nbytes()));
+  }
+  EXPECT_EQ(w8.lm_head.dtype, DType::kF32) << "the LM head stays unquantised";
+  EXPECT_EQ(0, std::memcmp(w8.lm_head.data, w32.lm_head.data, w32.lm_head.nbytes()));
+  EXPECT_EQ(0, std::memcmp(w8.wte.data, w32.wte.data, w32.wte.nbytes()));
+}
+
 TEST(Fp8KvCache, StoredRowsAreE4m3AndEveryPathReadsThem) {
   auto be = make_cpu_backend(2);
   const Model m = test::load_model(*be, test::default_model_dir(), {}, {WeightQuantization::kNone, KvCacheDtype::kFp8});
