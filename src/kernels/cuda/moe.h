@@ -22,7 +22,7 @@
 
 namespace flashdllm::kernels {
 
-/// Largest expert count of the MoE kernels (moe_route's per-warp scores and moe_plan's histogram
+/// Largest expert count of the MoE kernels (moe_route's per-warp keys and moe_plan's histogram
 /// live in shared memory).
 inline constexpr int kMoeMaxExperts = 2048;
 /// Largest top-k of moe_combine (its per-token expert order lives in shared memory).
@@ -69,7 +69,7 @@ struct MoeRouteArgs {
   int n_experts = 0;              ///< E in [1, kMoeMaxExperts]
   int top_k = 0;                  ///< k in [1, E] (grouped: at most topk_groups x E / n_groups)
   int n_groups = 1;               ///< G dividing E: the experts in G consecutive groups (1: no group limit)
-  int topk_groups = 1;            ///< groups whose experts are candidates, in [1, G] (G > 1: < G)
+  int topk_groups = 1;            ///< groups whose experts are candidates, in [1, G]
   bool sigmoid = false;           ///< scores: sigmoid per expert (else softmax over all experts)
   bool renormalize = false;       ///< weights divided by (their fp32 sum over the k + 1e-20)
   float scaling = 1.0f;           ///< weights multiplied by this
