@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "backend/backend.h"
 #include "core/check.h"
+#include "core/moe_routing.h"
 #include "core/tensor.h"
 #include "core/verify_mask.h"
 
@@ -83,6 +85,36 @@ inline int expect_verify_operands(const Tensor& q, const Tensor& k_store, const 
   FDLLM_CHECK_ARG(table.numel() % kVerifyTileInts == 0, "{}: table must be [n_tiles, {}] (VerifyTile rows), got {}",
                   kOp, kVerifyTileInts, table.describe());
   return kv_heads;
+}
+
+/// The operands of Backend::moe_route on `device`: router_logits F32 [T, E] with E = routing.n_experts;
+/// a valid routing (moe_routing_error); expert_ids I32 [T, top_k]; expert_weights F32 [T, top_k];
+/// expert_bias F32 of E elements when routing.expert_bias, else empty. Returns T; throws
+/// Error(kInvalidArgument) naming the op and the operand or the switch otherwise.
+inline int64_t expect_moe_route_operands(const Tensor& router_logits, const Tensor& expert_bias,
+                                         const MoeRouting& routing, const Tensor& expert_ids,
+                                         const Tensor& expert_weights, DeviceKind device) {
+  static constexpr const char* kOp = "moe_route";
+  expect(router_logits, DType::kF32, device, kOp, "router_logits");
+  expect(expert_ids, DType::kI32, device, kOp, "expert_ids");
+  expect(expert_weights, DType::kF32, device, kOp, "expert_weights");
+  const int64_t T = router_logits.rows(), E = router_logits.row_size(), k = routing.top_k;
+  FDLLM_CHECK_ARG(E == routing.n_experts && k >= 1 && k <= E,
+                  "{}: router_logits {} for {} experts, top_k {} (must be in [1, n_experts])", kOp,
+                  router_logits.describe(), routing.n_experts, k);
+  expect_matrix(expert_ids, T, k, kOp, "expert_ids");
+  expect_matrix(expert_weights, T, k, kOp, "expert_weights");
+  const std::string bad = moe_routing_error(routing);
+  FDLLM_CHECK_ARG(bad.empty(), "{}: {}", kOp, bad);
+  if (routing.expert_bias) {
+    expect(expert_bias, DType::kF32, device, kOp, "expert_bias");
+    FDLLM_CHECK_ARG(expert_bias.numel() == E, "{}: expert_bias {} must have {} elements", kOp, expert_bias.describe(),
+                    E);
+  } else {
+    FDLLM_CHECK_ARG(expert_bias.numel() == 0, "{}: expert_bias {} given but the routing has none", kOp,
+                    expert_bias.describe());
+  }
+  return T;
 }
 
 /// The sizes of a Backend::moe_experts call.

@@ -37,8 +37,9 @@ constexpr const char* router_score_name(RouterScore s) noexcept {
 ///   weights = s[experts] (renormalise, when top_k > 1: divided by their sum + 1e-20), times scaling
 /// (LLaDA2's LLaDA2MoeGate and DeepSeek-V3's noaux_tc gate: the bias steers the selection only,
 /// and a top-1 router keeps its score.)
-/// The backend implements what a family needs and refuses the rest (Error(kUnsupported) naming
-/// the switch); the config parser refuses unsupported values first, naming the config.json field.
+/// The CPU and CUDA backends implement every switch (a backend lacking one refuses it with
+/// Error(kUnsupported) naming the switch); the config parser refuses unsupported values first,
+/// naming the config.json field.
 struct MoeRouting {
   int32_t n_experts = 0;  ///< routed experts E (0 = a dense FFN)
   int32_t top_k = 0;      ///< experts per token k, in [1, E]
@@ -50,6 +51,8 @@ struct MoeRouting {
   float scaling = 1.0f;      ///< routed_scaling_factor: multiplies the weights
 
   bool on() const noexcept { return n_experts > 0; }
+  /// Whether the group limit removes candidates (topk_groups == n_groups keeps every expert).
+  bool group_limited() const noexcept { return n_groups > 1 && topk_groups < n_groups; }
 };
 
 /// Why `r` is not a valid router ("" when it is), naming the switch: top_k in [1, n_experts];

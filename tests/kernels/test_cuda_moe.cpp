@@ -1,8 +1,10 @@
-// LLaDA-MoE's operations on the CUDA backend (issue 47) against the CPU backend:
+// LLaDA-MoE's and LLaDA2's operations on the CUDA backend (issue 47) against the CPU backend:
 //  * qkv_rope_store with the per-head QK-norm (with and without a bias, GQA, head_dim 64 and 128);
 //  * moe_route at 4 and 64 experts, top-k 1 / 2 / 8, 1 to 300 tokens, renormalise and scaling, every
-//    row on one expert, a non-finite row; sigmoid scores against a host computation (the CPU op has
-//    softmax only); the refused switches;
+//    row on one expert, a non-finite row; every router switch (sigmoid scores, the expert bias,
+//    group-limited selection) at LLaDA2-mini's shape (256 experts, 8 groups / top 4, top-8, scaling
+//    2.5) and small ones, with tied keys and tied group scores, and on the recorded upstream LLaDA2
+//    gate's inputs; a bad bias refused;
 //  * moe_experts at the same shapes (experts that receive no row, every row on one expert: groups of
 //    several 64-row tiles), 16-byte and scalar load paths, accumulate on and off; a row's result alone
 //    and in a batch (bitwise); a bad expert id reported at the next synchronisation;
@@ -12,10 +14,12 @@
 #include <algorithm>
 #include <cstring>
 #include <cmath>
-#include <functional>
 #include <limits>
 #include <numeric>
 #include <random>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "common/model_fixture.h"
 #include "common/numerics.h"
@@ -57,30 +61,71 @@ struct Routed {
   std::vector<float> w;
 };
 
-Routed route(Backend& be, const std::vector<float>& logits, int64_t T, const MoeRouting& r) {
+/// moe_route on `be`; `bias` [E] is uploaded when r.expert_bias.
+Routed route(Backend& be, const std::vector<float>& logits, int64_t T, const MoeRouting& r,
+             const std::vector<float>& bias = {}) {
   Dev z = make(be, DType::kF32, T, r.n_experts), ids = make(be, DType::kI32, T, r.top_k);
-  Dev w = make(be, DType::kF32, T, r.top_k);
+  Dev w = make(be, DType::kF32, T, r.top_k), b = make(be, DType::kF32, r.expert_bias ? r.n_experts : 1);
   put(be, z.t, logits);
+  if (r.expert_bias) put(be, b.t, bias);
   twin::poison(be, ids.t);
   twin::poison(be, w.t);
-  be.moe_route(z.t, Tensor{}, r, ids.t, w.t);
+  be.moe_route(z.t, r.expert_bias ? b.t : Tensor{}, r, ids.t, w.t);
   return {get_i32(be, ids.t), get(be, w.t)};
 }
 
-/// Rows whose k + 1 largest logits hold two distinct values within kFp32RankNearTie of each other:
-/// their scores (softmax or sigmoid, monotonic) may round to the same fp32 value on one side and
-/// not on the other (the softmax denominators are summed in different orders), so CPU and CUDA may
-/// order them differently. Equal logits are no near tie: both sides give them equal scores and pick
-/// the lower expert.
-std::vector<bool> near_ties(const std::vector<float>& logits, int64_t T, int64_t E, int64_t k) {
+/// Whether, in a list of (value, scale) sorted by descending value, the j-th and (j+1)-th entries
+/// for some j in [from, to) are distinct and closer than kFp32RankNearTie x their scale.
+bool near_tie_in(std::vector<std::pair<double, double>> v, int64_t from, int64_t to) {
+  std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (int64_t j = from; j < to && j + 1 < static_cast<int64_t>(v.size()); ++j) {
+    const double d = v[j].first - v[j + 1].first;
+    if (d > 0.0 && d < test::kFp32RankNearTie * std::max(v[j].second, v[j + 1].second)) return true;
+  }
+  return false;
+}
+
+/// Rows whose selection CPU and CUDA may make differently. Both round each score from double to
+/// fp32, the softmax denominator summed in different orders, so a score may differ by an ulp, and
+/// the key (score + bias) and a group's sum round again: a row is a near tie when two distinct keys
+/// among the k + 1 best candidates, or the topk_groups-th and the next group score (the set of
+/// groups decides, not their order), are closer than kFp32RankNearTie x their magnitude (|score| +
+/// |bias|, summed), computed here in double. Equal values are no near tie: both sides compute them
+/// alike and take the lower index. Rows with a non-finite logit are compared, never skipped.
+std::vector<bool> near_ties(const std::vector<float>& logits, const std::vector<float>& bias, int64_t T,
+                            const MoeRouting& r) {
+  const int64_t E = r.n_experts, G = r.group_limited() ? r.n_groups : 1, size = E / G;
   std::vector<bool> tie(static_cast<size_t>(T), false);
   for (int64_t t = 0; t < T; ++t) {
-    std::vector<float> s(logits.begin() + t * E, logits.begin() + (t + 1) * E);
-    std::sort(s.begin(), s.end(), std::greater<>());
-    for (int64_t j = 0; j + 1 < E && j < k; ++j) {
-      const double d = static_cast<double>(s[j]) - s[j + 1];
-      if (d > 0.0 && d < test::kFp32RankNearTie) tie[t] = true;
+    const float* z = logits.data() + t * E;
+    if (!std::all_of(z, z + E, [](float v) { return std::isfinite(v); })) continue;
+    double m = -INFINITY, sum = 0.0;
+    for (int64_t i = 0; i < E; ++i) m = std::max(m, double{z[i]});
+    for (int64_t i = 0; i < E; ++i) sum += std::exp(double{z[i]} - m);
+    std::vector<std::pair<double, double>> key(static_cast<size_t>(E)), group, candidates;
+    for (int64_t i = 0; i < E; ++i) {
+      const double s =
+          r.score == RouterScore::kSigmoid ? 1.0 / (1.0 + std::exp(-double{z[i]})) : std::exp(z[i] - m) / sum;
+      const double b = r.expert_bias ? double{bias[static_cast<size_t>(i)]} : 0.0;
+      key[static_cast<size_t>(i)] = {s + b, std::fabs(s) + std::fabs(b)};
     }
+    std::vector<int64_t> groups(static_cast<size_t>(G));
+    std::iota(groups.begin(), groups.end(), 0);
+    if (G > 1) {
+      for (int64_t g = 0; g < G; ++g) {
+        std::vector<std::pair<double, double>> in(key.begin() + g * size, key.begin() + (g + 1) * size);
+        std::partial_sort(in.begin(), in.begin() + 2, in.end(),
+                          [](const auto& a, const auto& b) { return a.first > b.first; });
+        group.emplace_back(in[0].first + in[1].first, in[0].second + in[1].second);
+      }
+      tie[static_cast<size_t>(t)] = near_tie_in(group, r.topk_groups - 1, r.topk_groups);  // the set only
+      std::stable_sort(groups.begin(), groups.end(), [&](int64_t a, int64_t b) {
+        return group[static_cast<size_t>(a)].first > group[static_cast<size_t>(b)].first;
+      });
+      groups.resize(static_cast<size_t>(r.topk_groups));
+    }
+    for (int64_t g : groups) candidates.insert(candidates.end(), key.begin() + g * size, key.begin() + (g + 1) * size);
+    if (near_tie_in(candidates, 0, r.top_k)) tie[static_cast<size_t>(t)] = true;
   }
   return tie;
 }
@@ -132,48 +177,143 @@ TEST_F(CudaMoe, SmallRouteMatchesCpu) {
         if (variant == 2 && T > 1) z[static_cast<size_t>((T - 1) * s.E)] = std::numeric_limits<float>::infinity();
         const MoeRouting r = routing(s.E, s.k, variant == 2, variant == 2 ? 2.5f : 1.0f);
         const Routed ref = route(*cpu_, z, T, r), got = route(*twin_, z, T, r);
-        expect_same_routing(got, ref, near_ties(z, T, s.E, s.k), s.k);
+        expect_same_routing(got, ref, near_ties(z, {}, T, r), s.k);
       }
 }
 
-// Sigmoid scores (LLaDA2's router; the CPU op has softmax only): a host fp64 computation rounded
-// to fp32, top-k with ties to the lower expert, renormalised and scaled.
-TEST_F(CudaMoe, SmallRouteSigmoidAndRefusals) {
-  const int64_t T = 50, E = 64, k = 8;
-  const std::vector<float> z = randn_bf16(static_cast<size_t>(T * E), 77, 2.0f);
-  MoeRouting r = routing(E, k, true, 2.5f);
-  r.score = RouterScore::kSigmoid;
-  if (is_cuda_) {
-    const Routed got = route(*twin_, z, T, r);
-    Routed ref{std::vector<int32_t>(static_cast<size_t>(T * k)), std::vector<float>(static_cast<size_t>(T * k))};
-    for (int64_t t = 0; t < T; ++t) {
-      std::vector<float> p(static_cast<size_t>(E));
-      for (int64_t e = 0; e < E; ++e) p[e] = static_cast<float>(1.0 / (1.0 + std::exp(-double{z[t * E + e]})));
-      std::vector<int32_t> order(static_cast<size_t>(E));
-      std::iota(order.begin(), order.end(), 0);
-      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return p[a] > p[b]; });
-      float total = 0.0f;
-      for (int64_t j = 0; j < k; ++j) total += p[order[j]];
-      for (int64_t j = 0; j < k; ++j) {
-        ref.ids[t * k + j] = order[j];
-        ref.w[t * k + j] = p[order[j]] / total * 2.5f;
-      }
-    }
-    const std::vector<bool> tie = near_ties(z, T, E, k);
-    expect_same_routing(got, ref, tie, k);
+/// A router configuration of the twin tests (core/moe_routing.h's switches).
+struct RouteCase {
+  const char* name;
+  int32_t E, k, groups, topk_groups;
+  RouterScore score;
+  bool bias, renormalize;
+  float scaling;
+
+  MoeRouting routing() const {
+    MoeRouting r = flashdllm::routing(E, k, renormalize, scaling);
+    r.score = score;
+    r.expert_bias = bias;
+    r.n_groups = groups;
+    r.topk_groups = topk_groups;
+    return r;
   }
-  Dev zd = make(*twin_, DType::kF32, T, E), ids = make(*twin_, DType::kI32, T, k);
-  Dev w = make(*twin_, DType::kF32, T, k), bias = make(*twin_, DType::kF32, E);
-  MoeRouting biased = routing(E, k);
-  biased.expert_bias = true;
+};
+
+// LLaDA2-mini's router, smaller grouped ones (groups of 4 and of 2, a top-1 router keeping its
+// score), a bias without groups, groups that limit nothing (topk_groups = n_groups), plain sigmoid.
+const RouteCase kRouteCases[] = {
+    {"llada2-mini", 256, 8, 8, 4, RouterScore::kSigmoid, true, true, 2.5f},
+    {"16 experts 4 groups top 2", 16, 3, 4, 2, RouterScore::kSigmoid, true, true, 2.5f},
+    {"top-1", 16, 1, 4, 1, RouterScore::kSigmoid, true, true, 2.5f},
+    {"softmax groups of 2", 16, 4, 8, 3, RouterScore::kSoftmax, false, false, 1.0f},
+    {"bias, no groups", 64, 8, 1, 1, RouterScore::kSigmoid, true, true, 2.5f},
+    {"every group", 64, 6, 8, 8, RouterScore::kSoftmax, true, true, 1.0f},
+    {"sigmoid", 64, 8, 1, 1, RouterScore::kSigmoid, false, true, 2.5f},
+};
+
+/// Router logits [T, E] (bf16 values) and bias [E] of `c`:
+///   variant 0: logits ~ N(0, 2²), bias ~ N(0, 0.1²) (LLaDA2's recorded gate biases are of that size);
+///   variant 1, ties: the bias repeats with the group size and holds an equal pair, which the logits'
+///     pattern makes large (equal keys); even rows repeat the pattern in every group (every group
+///     score ties, every key ties with its copies in the other groups); odd rows add per-group offsets
+///     to the pattern, the topk_groups-th and the next group tied (groups ranked in a rotation by row);
+///   variant 2: variant 0 with a NaN logit in the last row and −inf in the first (T > 1).
+std::pair<std::vector<float>, std::vector<float>> route_inputs(const RouteCase& c, int64_t T, int variant,
+                                                               uint64_t seed) {
+  const int64_t E = c.E, G = c.groups, size = E / G;
+  std::vector<float> z = randn_bf16(static_cast<size_t>(T * E), seed, 2.0f);
+  std::vector<float> bias = randn_bf16(static_cast<size_t>(E), seed + 1, 0.1f);
+  if (variant == 1) {
+    std::vector<float> pattern = randn_bf16(static_cast<size_t>(size), seed + 2, 2.0f);
+    pattern[0] = pattern[1] = 6.0f;  // two equal keys, most likely among the best
+    bias[1] = bias[0];
+    for (int64_t i = 0; i < E; ++i) bias[static_cast<size_t>(i)] = bias[static_cast<size_t>(i % size)];
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t g = 0; g < G; ++g) {
+        const int64_t rank = (g + t) % G;  // odd rows: level G − rank, the rank topk_groups tied above
+        const int64_t level = t % 2 == 0 ? 0 : G - (rank == c.topk_groups ? rank - 1 : rank);
+        for (int64_t i = 0; i < size; ++i)
+          z[static_cast<size_t>(t * E + g * size + i)] = pattern[static_cast<size_t>(i)] + 0.5f * level;
+      }
+  }
+  if (variant == 2 && T > 1) {
+    z[static_cast<size_t>((T - 1) * E + E / 2)] = std::numeric_limits<float>::quiet_NaN();
+    z[1] = -std::numeric_limits<float>::infinity();
+  }
+  return {z, bias};
+}
+
+// Every switch against the CPU op: the chosen experts exactly (near-tie rows reported), the weights
+// within the fp32 op tolerance. On random data each switch changes the CPU's choices, so a kernel
+// that ignored one would fail.
+TEST_F(CudaMoe, RouteSwitchesMatchCpu) {
+  for (const RouteCase& c : kRouteCases)
+    for (int64_t T : kTokens)
+      for (int variant = 0; variant < 3; ++variant) {
+        SCOPED_TRACE(std::string(c.name) + " T " + std::to_string(T) + " variant " + std::to_string(variant));
+        const MoeRouting r = c.routing();
+        const auto inputs = route_inputs(c, T, variant, 300 + static_cast<uint64_t>(c.E * 5 + c.k + T));
+        const std::vector<float>& z = inputs.first;
+        const std::vector<float>& bias = inputs.second;
+        const Routed ref = route(*cpu_, z, T, r, bias), got = route(*twin_, z, T, r, bias);
+        expect_same_routing(got, ref, near_ties(z, bias, T, r), c.k);
+        if (T != 300 || variant != 0) continue;
+        MoeRouting off = r;
+        off.expert_bias = false;
+        if (r.expert_bias) {
+          EXPECT_NE(route(*cpu_, z, T, off).ids, ref.ids) << "the bias changes no choice";
+        }
+        off = r;
+        off.n_groups = off.topk_groups = 1;
+        if (r.group_limited()) {
+          EXPECT_NE(route(*cpu_, z, T, off, bias).ids, ref.ids) << "the groups change no choice";
+        }
+      }
+}
+
+// LLaDA2's gate as recorded from the upstream class (tests/data/golden/llada2_router.json; the CPU
+// matches it exactly, tests/model/test_moe_routing.cpp): the twin against the CPU on its logits and bias.
+TEST_F(CudaMoe, RouteLlada2GoldenMatchesCpu) {
+  const nlohmann::json golden = test::load_json(test::test_data_dir() / "golden" / "llada2_router.json");
+  for (const nlohmann::json& g : golden.at("cases")) {
+    SCOPED_TRACE(g.at("name").get<std::string>());
+    RouteCase c{"golden", 0, 0, 0, 0, RouterScore::kSigmoid, true, true, 0.0f};  // LLaDA2's gate
+    c.E = g.at("n_experts").get<int32_t>();
+    c.k = g.at("top_k").get<int32_t>();
+    c.groups = g.at("n_group").get<int32_t>();
+    c.topk_groups = g.at("topk_group").get<int32_t>();
+    c.scaling = g.at("routed_scaling_factor").get<float>();
+    std::vector<float> z;
+    for (const nlohmann::json& row : g.at("logits"))
+      for (const nlohmann::json& v : row) z.push_back(v.get<float>());
+    const std::vector<float> bias = g.at("expert_bias").get<std::vector<float>>();
+    const int64_t T = static_cast<int64_t>(z.size()) / c.E;
+    const MoeRouting r = c.routing();
+    expect_same_routing(route(*twin_, z, T, r, bias), route(*cpu_, z, T, r, bias), near_ties(z, bias, T, r), c.k);
+  }
+}
+
+// A bias of the wrong size, or given to a router without one, is refused naming the operand; more
+// experts than the CUDA router holds are refused naming the limit.
+TEST_F(CudaMoe, RouteBadBiasRefused) {
+  const int64_t T = 4, E = 16, k = 2;
+  Dev z = make(*twin_, DType::kF32, T, E), ids = make(*twin_, DType::kI32, T, k), w = make(*twin_, DType::kF32, T, k);
+  Dev short_bias = make(*twin_, DType::kF32, E - 1);
+  MoeRouting r = routing(E, k);
+  r.expert_bias = true;
   EXPECT_TRUE(twin::throws_error(
-      *twin_, [&] { twin_->moe_route(zd.t, bias.t, biased, ids.t, w.t); }, ErrorCode::kUnsupported, "expert bias"));
-  MoeRouting grouped = routing(E, k);
-  grouped.n_groups = 8;
-  grouped.topk_groups = 4;
+      *twin_, [&] { twin_->moe_route(z.t, short_bias.t, r, ids.t, w.t); }, ErrorCode::kInvalidArgument, "expert_bias"));
+  r.expert_bias = false;
   EXPECT_TRUE(twin::throws_error(
-      *twin_, [&] { twin_->moe_route(zd.t, Tensor{}, grouped, ids.t, w.t); }, ErrorCode::kUnsupported,
-      "group-limited"));
+      *twin_, [&] { twin_->moe_route(z.t, short_bias.t, r, ids.t, w.t); }, ErrorCode::kInvalidArgument,
+      "the routing has none"));
+  if (!is_cuda_) return;
+  const int64_t many = 4096;  // above kernels::kMoeMaxExperts (2048)
+  Dev zm = make(*twin_, DType::kF32, 1, many), idm = make(*twin_, DType::kI32, 1, k),
+      wm = make(*twin_, DType::kF32, 1, k);
+  EXPECT_TRUE(twin::throws_error(
+      *twin_, [&] { twin_->moe_route(zm.t, Tensor{}, routing(static_cast<int32_t>(many), k), idm.t, wm.t); },
+      ErrorCode::kUnsupported, "experts"));
 }
 
 /// One moe_experts case: inputs on the host (bf16-rounded), run on any backend.

@@ -10,7 +10,6 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
-#include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
@@ -19,10 +18,6 @@
 
 namespace flashdllm::cpu {
 namespace {
-
-void check(const Tensor& t, DType want, const char* op, const char* operand) {
-  opcheck::expect(t, want, DeviceKind::kCPU, op, operand);
-}
 
 /// out [n, N] = x [n, K] · w [N, K]ᵀ, each element one dot_f64 (double sums, one rounding): an
 /// element depends on its own row and weight row only, never on n (an SGEMM may change its kernel,
@@ -50,29 +45,12 @@ void router_scores(RouterScore score, const float* z, int64_t E, float* s) {
 
 void moe_route(int threads, Tensor router_logits, Tensor expert_bias, const MoeRouting& routing, Tensor expert_ids,
                Tensor expert_weights) {
-  static constexpr const char* kOp = "moe_route";
-  check(router_logits, DType::kF32, kOp, "router_logits");
-  check(expert_ids, DType::kI32, kOp, "expert_ids");
-  check(expert_weights, DType::kF32, kOp, "expert_weights");
-  const int64_t T = router_logits.rows(), E = router_logits.row_size(), k = routing.top_k;
-  FDLLM_CHECK_ARG(E == routing.n_experts && k >= 1 && k <= E,
-                  "{}: router_logits {} for {} experts, top_k {} (must be in [1, n_experts])", kOp,
-                  router_logits.describe(), routing.n_experts, k);
-  opcheck::expect_matrix(expert_ids, T, k, kOp, "expert_ids");
-  opcheck::expect_matrix(expert_weights, T, k, kOp, "expert_weights");
-  const std::string bad = moe_routing_error(routing);
-  FDLLM_CHECK_ARG(bad.empty(), "{}: {}", kOp, bad);
-  if (routing.expert_bias) {
-    check(expert_bias, DType::kF32, kOp, "expert_bias");
-    FDLLM_CHECK_ARG(expert_bias.numel() == E, "{}: expert_bias {} must have {} elements", kOp, expert_bias.describe(),
-                    E);
-  } else {
-    FDLLM_CHECK_ARG(expert_bias.numel() == 0, "{}: expert_bias {} given but the routing has none", kOp,
-                    expert_bias.describe());
-  }
+  const int64_t T = opcheck::expect_moe_route_operands(router_logits, expert_bias, routing, expert_ids, expert_weights,
+                                                       DeviceKind::kCPU);
+  const int64_t E = routing.n_experts, k = routing.top_k;
   const float* bias = routing.expert_bias ? expert_bias.ptr<float>() : nullptr;
   const int64_t group = E / routing.n_groups;  // experts per group
-  const bool grouped = routing.n_groups > 1 && routing.topk_groups < routing.n_groups;
+  const bool grouped = routing.group_limited();
 #pragma omp parallel num_threads(threads) if (T * E >= (int64_t{1} << 14))
   {
     std::vector<float> s(static_cast<size_t>(E)), key(static_cast<size_t>(E));

@@ -260,9 +260,10 @@ class CudaBackend final : public Backend {
 
   // --------------------------------------------------------------------------- mixture of experts
 
-  /// Softmax or sigmoid scores (evaluated in double, rounded to fp32, as the CPU op), top-k,
-  /// renormalise and scaling; an expert bias and group-limited selection: Error(kUnsupported) naming
-  /// the switch. At most kernels::kMoeMaxExperts experts.
+  /// Every switch of core/moe_routing.h as the CPU op computes it (kernels/cuda/moe.h): softmax or
+  /// sigmoid scores (evaluated in double, rounded to fp32), the expert bias on the selection key,
+  /// group-limited selection, top-k, renormalise and scaling. At most kernels::kMoeMaxExperts experts
+  /// (more: Error(kUnsupported)).
   void moe_route(Tensor router_logits, Tensor expert_bias, const MoeRouting& routing, Tensor expert_ids,
                  Tensor expert_weights) override;
 

@@ -14,22 +14,9 @@ constexpr size_t align16(size_t off) noexcept { return (off + 15) / 16 * 16; }
 void CudaBackend::moe_route(Tensor router_logits, Tensor expert_bias, const MoeRouting& routing, Tensor expert_ids,
                             Tensor expert_weights) {
   static constexpr const char* kOp = "moe_route";
-  expect(router_logits, DType::kF32, kOp, "router_logits");
-  expect(expert_ids, DType::kI32, kOp, "expert_ids");
-  expect(expert_weights, DType::kF32, kOp, "expert_weights");
-  const int64_t T = router_logits.rows(), E = router_logits.row_size(), k = routing.top_k;
-  FDLLM_CHECK_ARG(E == routing.n_experts && k >= 1 && k <= E,
-                  "{}: router_logits {} for {} experts, top_k {} (must be in [1, n_experts])", kOp,
-                  router_logits.describe(), routing.n_experts, k);
-  expect_matrix(expert_ids, T, k, kOp, "expert_ids");
-  expect_matrix(expert_weights, T, k, kOp, "expert_weights");
-  const std::string bad = moe_routing_error(routing);
-  FDLLM_CHECK_ARG(bad.empty(), "{}: {}", kOp, bad);
-  FDLLM_CHECK(!routing.expert_bias && expert_bias.numel() == 0, ErrorCode::kUnsupported,
-              "{}: an expert bias is not implemented on the CUDA backend yet", kOp);
-  FDLLM_CHECK(routing.n_groups == 1 && routing.topk_groups == 1, ErrorCode::kUnsupported,
-              "{}: group-limited routing ({} groups, top {}) is not implemented on the CUDA backend yet", kOp,
-              routing.n_groups, routing.topk_groups);
+  const int64_t T = opcheck::expect_moe_route_operands(router_logits, expert_bias, routing, expert_ids, expert_weights,
+                                                       DeviceKind::kCUDA);
+  const int64_t E = routing.n_experts, k = routing.top_k;
   FDLLM_CHECK(E <= kernels::kMoeMaxExperts, ErrorCode::kUnsupported,
               "{}: {} experts (the CUDA router supports at most {})", kOp, E, kernels::kMoeMaxExperts);
   if (T == 0) return;
@@ -38,10 +25,14 @@ void CudaBackend::moe_route(Tensor router_logits, Tensor expert_bias, const MoeR
   a.logits = router_logits.ptr<float>();
   a.ids = expert_ids.ptr<int32_t>();
   a.weights = expert_weights.ptr<float>();
+  a.bias = routing.expert_bias ? expert_bias.ptr<float>() : nullptr;
   a.tokens = T;
   a.n_experts = static_cast<int>(E);
   a.top_k = static_cast<int>(k);
   a.sigmoid = routing.score == RouterScore::kSigmoid;
+  const bool grouped = routing.group_limited();  // else every expert is a candidate
+  a.n_groups = grouped ? routing.n_groups : 1;
+  a.topk_groups = grouped ? routing.topk_groups : 1;
   a.renormalize = routing.renormalize && k > 1;  // top-1 keeps its score (core/moe_routing.h)
   a.scaling = routing.scaling;
   kernels::moe_route_f32(a, stream_);

@@ -22,20 +22,84 @@ __device__ __forceinline__ double warp_max(double v) {
   return v;
 }
 
-// One warp per token; the warp's E scores in shared memory (a chosen expert's score becomes -2, below
-// every score in [0, 1]).
+// The fp32 score of a logit, evaluated in double as the CPU op does (softmax: m the row's largest
+// logit and sum = Σ exp(z − m), both warp-uniform). Used for the keys and again for the chosen
+// experts' weights: the same expression, so the same value.
+__device__ __forceinline__ float route_score(float z, bool sigmoid, double m, double sum) {
+  return sigmoid ? static_cast<float>(1.0 / (1.0 + exp(-static_cast<double>(z))))
+                 : static_cast<float>(exp(static_cast<double>(z) - m) / sum);
+}
+
+// A key that is no candidate (chosen already, or outside the chosen groups).
+__device__ __forceinline__ float no_candidate() { return __int_as_float(0x7fc00000); }
+
+struct ArgMax {
+  float v;
+  int i;
+};
+
+// The largest of v[0, n) over the warp, ties to the lower index, NaN never taken: the same (value,
+// index) on every lane ((−inf, n) when every v is NaN). Each lane scans ascending indices, then the
+// butterfly keeps the better pair: a total order on (value, index), so every lane ends alike.
+__device__ __forceinline__ ArgMax warp_argmax(const float* v, int n, int lane) {
+  ArgMax b{-INFINITY, n};
+  for (int i = lane; i < n; i += 32) {
+    const float x = v[i];
+    if (x > b.v || (x == b.v && i < b.i)) b = {x, i};
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, b.v, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, b.i, o);
+    if (ov > b.v || (ov == b.v && oi < b.i)) b = {ov, oi};
+  }
+  return b;
+}
+
+// Group-limited selection on a warp's keys [E] (gkey: G floats of scratch): group g (experts
+// [g·E/G, (g+1)·E/G)) scores the fp32 sum of its two largest keys; the topk_groups best groups (ties:
+// the lower group) keep their experts, every other expert's key becomes no_candidate().
+__device__ void limit_groups(float* key, float* gkey, int E, int G, int topk_groups, int lane) {
+  const int size = E / G;
+  for (int g = lane; g < G; g += 32) {
+    float b1 = -INFINITY, b2 = -INFINITY;
+    for (int i = g * size; i < (g + 1) * size; ++i) {
+      const float v = key[i];
+      if (v > b1) {
+        b2 = b1;
+        b1 = v;
+      } else if (v > b2) {
+        b2 = v;
+      }
+    }
+    const float sum = b1 + b2;
+    gkey[g] = isnan(sum) ? -INFINITY : sum;  // inf + (−inf): an infinite bias
+  }
+  __syncwarp();
+  for (int r = 0; r < topk_groups; ++r) {
+    const ArgMax b = warp_argmax(gkey, G, lane);
+    if (lane == 0) gkey[b.i] = no_candidate();  // NaN marks a chosen group
+    __syncwarp();
+  }
+  for (int i = lane; i < E; i += 32)
+    if (!isnan(gkey[i / size])) key[i] = no_candidate();
+  __syncwarp();
+}
+
+// One warp per token; the warp's E selection keys (then its G group scores) in shared memory. A
+// chosen expert's key becomes no_candidate().
 __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(MoeRouteArgs a) {
-  extern __shared__ float route_scores[];
+  extern __shared__ float route_keys[];
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouteWarps + warp;
   if (t >= a.tokens) return;  // the whole warp: no block-wide barrier below
-  const int E = a.n_experts, k = a.top_k;
+  const int E = a.n_experts, k = a.top_k, G = a.n_groups;
   const float* z = a.logits + t * E;
-  float* p = route_scores + warp * E;
+  float* key = route_keys + static_cast<int64_t>(warp) * (E + (G > 1 ? G : 0));
   int32_t* ids = a.ids + t * k;
   float* w = a.weights + t * k;
   bool finite = true;
-  double m = -INFINITY;
+  double m = -INFINITY, sum = 1.0;
   for (int i = lane; i < E; i += 32) {
     const float v = z[i];
     finite = finite && isfinite(v);
@@ -49,41 +113,30 @@ __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(MoeRouteArg
     }
     return;
   }
-  if (a.sigmoid) {
-    for (int i = lane; i < E; i += 32) p[i] = static_cast<float>(1.0 / (1.0 + exp(-static_cast<double>(z[i]))));
-  } else {
+  if (!a.sigmoid) {
     m = warp_max(m);
-    double sum = 0.0;
+    sum = 0.0;
     for (int i = lane; i < E; i += 32) sum += exp(static_cast<double>(z[i]) - m);
-    sum = detail::warp_sum(sum);
-    for (int i = lane; i < E; i += 32) p[i] = static_cast<float>(exp(static_cast<double>(z[i]) - m) / sum);
+    sum = detail::warp_sum(sum);  // a butterfly: the same sum on every lane
+  }
+  for (int i = lane; i < E; i += 32) {
+    float v = route_score(z[i], a.sigmoid, m, sum);
+    if (a.bias != nullptr) v += a.bias[i];
+    key[i] = isnan(v) ? -INFINITY : v;  // a NaN key (non-finite bias) ranks lowest, still a candidate
   }
   __syncwarp();
+  if (G > 1) limit_groups(key, key + E, E, G, a.topk_groups, lane);
   float total = 0.0f;
   for (int j = 0; j < k; ++j) {
-    float best = -1.0f;
-    int bi = 0x7fffffff;
-    for (int i = lane; i < E; i += 32) {
-      const float v = p[i];
-      if (v > best) {  // ascending i per lane: a tie keeps the lower index
-        best = v;
-        bi = i;
-      }
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (ob > best || (ob == best && oi < bi)) {
-        best = ob;
-        bi = oi;
-      }
-    }
-    total += best;  // every lane holds the same values
+    // b.i < E: at least k candidates (moe_route_f32). The weight is the score, not the key; every
+    // lane holds the same b, s and total.
+    const ArgMax b = warp_argmax(key, E, lane);
+    const float s = route_score(z[b.i], a.sigmoid, m, sum);
+    total += s;
     if (lane == 0) {
-      ids[j] = bi;
-      w[j] = best;
-      p[bi] = -2.0f;
+      ids[j] = b.i;
+      w[j] = s;
+      key[b.i] = no_candidate();
     }
     __syncwarp();
   }
@@ -276,14 +329,21 @@ __global__ void __launch_bounds__(kCombineThreads) moe_combine_kernel(MoeCombine
 }  // namespace
 
 void moe_route_f32(const MoeRouteArgs& a, cudaStream_t stream) {
-  if (a.n_experts < 1 || a.n_experts > kMoeMaxExperts || a.top_k < 1 || a.top_k > a.n_experts)
-    cuda::throw_invalid_argument("moe_route: n_experts " + std::to_string(a.n_experts) + " (at most " +
+  const int E = a.n_experts, G = a.n_groups;
+  if (E < 1 || E > kMoeMaxExperts || a.top_k < 1 || a.top_k > E)
+    cuda::throw_invalid_argument("moe_route: n_experts " + std::to_string(E) + " (at most " +
                                  std::to_string(kMoeMaxExperts) + ") and top_k " + std::to_string(a.top_k) +
                                  " (in [1, n_experts]) out of range");
+  if (G < 1 || E % G != 0 || a.topk_groups < 1 || a.topk_groups > G ||
+      (G > 1 && (E / G < 2 || a.top_k > a.topk_groups * (E / G))))
+    cuda::throw_invalid_argument("moe_route: n_groups " + std::to_string(G) + " and topk_groups " +
+                                 std::to_string(a.topk_groups) + " are no group limit of " + std::to_string(E) +
+                                 " experts with top_k " + std::to_string(a.top_k) + " (core/moe_routing.h)");
   if (a.tokens <= 0) return;
   const int64_t blocks = (a.tokens + kRouteWarps - 1) / kRouteWarps;
   if (blocks > 0x7fffffff) cuda::throw_invalid_argument("moe_route: too many tokens");
-  const size_t smem = static_cast<size_t>(kRouteWarps) * static_cast<size_t>(a.n_experts) * sizeof(float);
+  // Keys and group scores: at most 4 x (2048 + 1024) floats = 48 KiB (G <= E / 2 when G > 1).
+  const size_t smem = static_cast<size_t>(kRouteWarps) * static_cast<size_t>(E + (G > 1 ? G : 0)) * sizeof(float);
   moe_route_kernel<<<static_cast<unsigned>(blocks), kRouteWarps * 32, smem, stream>>>(a);
   CUDA_CHECK_LAUNCH();
 }

@@ -1,6 +1,7 @@
 // The mixture-of-experts FFN on the device (Backend::moe_route / moe_experts; the algorithm in
 // core/moe_routing.h and backend.h), with no host synchronisation, so a captured layer loop replays it:
-//   moe_route_f32         per token: fp32 scores (softmax in double, or sigmoid), top-k, weights
+//   moe_route_f32         per token: fp32 scores (softmax in double, or sigmoid), selection keys (+ an
+//                         expert bias), the group limit, top-k of the keys, weights from the scores
 //   moe_plan              counting sort of the T·k (token, choice) pairs by expert (histogram, scan,
 //                         scatter) and the list of row tiles: every tile is at most kMoeTileRows rows
 //                         of ONE expert's group, so a GEMM CTA works on one expert's weights; the
@@ -21,7 +22,7 @@
 
 namespace flashdllm::kernels {
 
-/// Largest expert count of the MoE kernels (moe_route's per-warp scores and moe_plan's histogram
+/// Largest expert count of the MoE kernels (moe_route's per-warp keys and moe_plan's histogram
 /// live in shared memory).
 inline constexpr int kMoeMaxExperts = 2048;
 /// Largest top-k of moe_combine (its per-token expert order lives in shared memory).
@@ -61,21 +62,33 @@ inline MoeMeta moe_meta_view(int32_t* base, int64_t pairs) noexcept {
 /// Arguments of moe_route_f32. All pointers are device memory.
 struct MoeRouteArgs {
   const float* logits = nullptr;  ///< [T, E] router logits
-  int32_t* ids = nullptr;         ///< [T, k] out: experts, descending score (ties: lower index first)
+  const float* bias = nullptr;    ///< [E] expert bias added to the selection keys, or null (none)
+  int32_t* ids = nullptr;         ///< [T, k] out: experts, descending key (ties: lower index first)
   float* weights = nullptr;       ///< [T, k] out: their weights
   int64_t tokens = 0;             ///< T
   int n_experts = 0;              ///< E in [1, kMoeMaxExperts]
-  int top_k = 0;                  ///< k in [1, E]
+  int top_k = 0;                  ///< k in [1, E] (grouped: at most topk_groups x E / n_groups)
+  int n_groups = 1;               ///< G dividing E: the experts in G consecutive groups (1: no group limit)
+  int topk_groups = 1;            ///< groups whose experts are candidates, in [1, G]
   bool sigmoid = false;           ///< scores: sigmoid per expert (else softmax over all experts)
   bool renormalize = false;       ///< weights divided by (their fp32 sum over the k + 1e-20)
   float scaling = 1.0f;           ///< weights multiplied by this
 };
 
-/// One warp per token: scores s_i = fp32(exp(z_i − max z) / Σ exp(z − max z)) (or fp32(1/(1 + exp(−z_i))))
-/// evaluated in double as the CPU oracle does; k rounds of a warp argmax (ties: the lower expert);
-/// weights s (÷ their fp32 sum in selection order when renormalize) × scaling. A row with a non-finite
-/// logit gets ids 0..k−1 and NaN weights (the CPU op's rule). tokens == 0 is a no-op. Throws
-/// Error(kInvalidArgument) for E or k out of range, Error(kDevice) on launch failure.
+/// One warp per token, the algorithm of core/moe_routing.h as the CPU op computes it:
+///   scores s_i = fp32(exp(z_i − max z) / Σ exp(z − max z)) (or fp32(1/(1 + exp(−z_i)))), evaluated
+///     in double;
+///   keys key_i = s_i + bias_i (fp32; s_i without a bias);
+///   G > 1: group g scores the fp32 sum of its two largest keys; topk_groups rounds of a warp argmax
+///     (ties: the lower group) pick the groups, the other groups' experts are no candidates;
+///   k rounds of a warp argmax over the candidates' keys (ties: the lower expert);
+///   weights s of the chosen experts (÷ their fp32 sum in selection order + 1e-20 when renormalize)
+///     × scaling.
+/// A row with a non-finite logit gets ids 0..k−1 and NaN weights (the CPU op's rule). A NaN key (a
+/// non-finite bias, outside the op's contract) ranks below every other key, so the ids stay in
+/// [0, E). Shared memory: (E + G when grouped) floats per warp, at most 48 KiB. tokens == 0 is a
+/// no-op. Throws Error(kInvalidArgument) for E, k or the groups out of range, Error(kDevice) on
+/// launch failure.
 void moe_route_f32(const MoeRouteArgs& args, cudaStream_t stream);
 
 /// Counting sort of the `pairs` expert ids (I32 [pairs] = expert_ids [T, k] flattened) into
