@@ -1,4 +1,6 @@
-// Engine: loads a checkpoint onto a backend and runs requests through a denoiser.
+// Engine: loads a checkpoint onto a backend, runs a batch of requests through a denoiser (generate),
+// encodes and decodes text and describes the model. Serving (start / submit / stop) is in
+// engine_serve.cpp; the replicas and Engine::Impl in engine_impl.h.
 #include "flashdllm/engine.h"
 
 #include <algorithm>
@@ -17,8 +19,7 @@
 #include "denoise/flash_cache.h"
 #include "denoise/flash_verify.h"
 #include "denoise/llada_sampler.h"
-#include "engine/scheduler.h"
-#include "engine/slot_pool.h"
+#include "engine/engine_impl.h"
 #include "engine/tensor_parallel.h"
 #include "io/chat_template.h"
 #include "io/safetensors.h"
@@ -31,101 +32,6 @@
 namespace flashdllm {
 
 namespace fs = std::filesystem;
-
-/// One whole model: a backend and the model on it, or a tensor-parallel group of ranks (the
-/// communicators of all ranks, ranks 1..N-1's backends and shards; made once at load and never
-/// resized: denoisers hold references to the models).
-struct ModelReplica {
-  std::unique_ptr<Backend> backend;  // rank 0's
-  Model model;                       // rank 0's shard under tensor parallelism
-  std::vector<std::unique_ptr<Communicator>> comms;
-  struct Peer {
-    std::unique_ptr<Backend> backend;
-    Model model;
-  };
-  std::vector<Peer> peers;
-
-  /// The model's ranks (one without tensor parallelism).
-  std::vector<ModelRank> ranks() const {
-    std::vector<ModelRank> r{{backend.get(), &model}};
-    for (const Peer& p : peers) r.push_back({p.backend.get(), &p.model});
-    return r;
-  }
-  /// The smallest free memory over the ranks' backends.
-  size_t free_memory() const {
-    size_t f = backend->free_memory();
-    for (const Peer& p : peers) f = std::min(f, p.backend->free_memory());
-    return f;
-  }
-};
-
-struct Engine::Impl {
-  EngineOptions options;
-  OpProfile op_profile;  // before the backends: a profiling backend refers to it
-  std::optional<Tokenizer> tokenizer;
-  size_t max_bytes_per_token = 0;  // tokenizer->max_bytes_per_token(), once (0: no bound, or no tokenizer)
-  std::optional<ChatTemplate> chat;
-  std::string chat_error;  // why there is no chat template, for the error message
-  bool chat_unusable = false;  // tokenizer_config.json asks for a template we cannot use
-  // Data parallelism: options.data_parallel replicas of the model (one without); never resized.
-  std::vector<std::unique_ptr<ModelReplica>> replicas;
-  int32_t eot_id = -1;
-  double load_seconds = 0.0;
-  size_t checkpoint_bytes = 0;
-  size_t free_before_load = 0;  // backend free memory before weights
-  size_t peak_in_use = 0;
-  std::string weights_dtype;
-  // Serving (start / submit / stop): a slot pool per replica, the scheduler over them and a loop
-  // thread per replica. serve_mu orders start / stop; pool_mu guards sched / dens / serve against
-  // submit, cancel and metrics from other threads (shared) while start installs or stop frees
-  // them (exclusive).
-  std::mutex serve_mu;
-  mutable std::shared_mutex pool_mu;
-  ServeOptions serve;
-  std::vector<std::unique_ptr<Denoiser>> dens;
-  std::unique_ptr<Scheduler> sched;
-  std::vector<std::thread> loops;
-  std::atomic<bool> stop_loop{false};
-  EngineMetrics last_metrics;  // of the last stopped pool
-
-  ~Impl() {
-    if (sched) {
-      sched->cancel_all();
-      sched->close();
-      stop_loop = true;
-      for (std::thread& t : loops)
-        if (t.joinable()) t.join();
-    }
-  }
-  const Model& model() const { return replicas.front()->model; }
-  Backend& backend() const { return *replicas.front()->backend; }
-  TextCodec codec(const DecodeSettings& d) const;
-  std::string backend_name() const;
-  std::string decode_ids(std::span<const int32_t> ids) const;
-  /// The smallest free memory over every replica's ranks.
-  size_t free_memory() const {
-    size_t f = SIZE_MAX;
-    for (const auto& r : replicas) f = std::min(f, r->free_memory());
-    return f;
-  }
-  /// The denoisers of `replicas` (one per replica, in order) over equal pools.
-  std::vector<std::unique_ptr<Denoiser>> make_denoisers(size_t replicas, const DecodeSettings& d, int32_t eot,
-                                                        const SlotPool& pool) const {
-    std::vector<std::unique_ptr<Denoiser>> out;
-    for (size_t i = 0; i < replicas; ++i) out.push_back(make_denoiser(this->replicas[i]->ranks(), d, eot, pool));
-    return out;
-  }
-};
-
-namespace {
-
-std::vector<Denoiser*> pointers(const std::vector<std::unique_ptr<Denoiser>>& dens) {
-  std::vector<Denoiser*> p;
-  for (const auto& d : dens) p.push_back(d.get());
-  return p;
-}
-
-}  // namespace
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
@@ -249,12 +155,6 @@ size_t Engine::max_bytes_per_token() const noexcept { return impl_->max_bytes_pe
 const std::filesystem::path& Engine::model_dir() const noexcept { return impl_->options.model_dir; }
 
 namespace {
-
-/// Free backend memory while a denoiser still holds its buffers (the run's peak footprint).
-struct MemorySample {
-  size_t min_free = SIZE_MAX;
-  void take(size_t free_bytes) { min_free = std::min(min_free, free_bytes); }
-};
 
 /// Rows of one full-recompute step for a prompt of P tokens and a canvas of G (with the Flash-dLLM
 /// EOS padding of the LLaDA sampler).
@@ -435,158 +335,6 @@ std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>&
     out[i].latency_seconds = finished_at[i] >= 0 ? std::min(finished_at[i], seconds) : seconds;
   }
   return out;
-}
-
-// ---------------------------------------------------------------------------------- serving
-
-void Engine::start(const ServeOptions& options) {
-  std::lock_guard<std::mutex> lk(impl_->serve_mu);
-  FDLLM_CHECK_ARG(!impl_->sched, "the engine is already started");
-  const ModelConfig& cfg = impl_->model().config;
-  ServeOptions so = options;
-  validate(so.decode, cfg);
-  if (so.decode.cache == CacheMode::kNone) so.decode.sampler = effective_sampler(so.decode, cfg);  // auto: the model's
-  if (so.max_model_len == 0) so.max_model_len = cfg.max_sequence_length;
-  FDLLM_CHECK_ARG(so.max_model_len >= 2 && so.max_model_len <= cfg.max_sequence_length,
-                  "max_model_len must be in [2, max_sequence_length = {}], got {}", cfg.max_sequence_length,
-                  so.max_model_len);
-  FDLLM_CHECK_ARG(so.max_queue >= 0, "max_queue must be >= 0, got {}", so.max_queue);
-  FDLLM_CHECK_ARG(so.memory_fraction > 0.0 && so.memory_fraction <= 1.0, "memory_fraction must be in (0, 1], got {}",
-                  so.memory_fraction);
-  const DecodeSettings& d = so.decode;
-  const int32_t eot = d.eot_token_id.value_or(impl_->eot_id);
-  SlotPool pool;
-  pool.max_total_length = so.max_model_len;
-  Backend& be = impl_->backend();
-  const size_t n_rep = impl_->replicas.size();
-  std::vector<std::unique_ptr<Denoiser>> dens;
-  if (d.n_slots > 0) {
-    pool.n_slots = d.n_slots;
-    dens = impl_->make_denoisers(n_rep, d, eot, pool);
-  } else {
-    // As many slots as fit (the same count in every replica): K/V rows (and the full-recompute
-    // activations) per slot against the free memory (the smallest of the replicas' devices; on
-    // the CPU the replicas share it); fewer on an allocation failure.
-    const int64_t act = static_cast<int64_t>(dtype_size(be.activation_dtype()));
-    const int64_t kv_row = 2 * cfg.n_layers * model_shard(cfg, impl_->model().tp).kv_heads * cfg.head_dim * act;
-    const int64_t act_row = (7 * cfg.d_model + 3 * cfg.mlp_hidden_size) * act;
-    const int64_t per_slot = so.max_model_len * (d.cache == CacheMode::kNone ? act_row + kv_row / cfg.n_layers
-                                                                              : kv_row) +
-                             d.effective_block_length() * cfg.embedding_size * 4;
-    const bool shared_memory = impl_->options.device == "cpu";
-    const auto budget =
-        static_cast<double>(impl_->free_memory()) * so.memory_fraction / static_cast<double>(shared_memory ? n_rep : 1);
-    int64_t n = std::clamp<int64_t>(static_cast<int64_t>(budget / static_cast<double>(per_slot)), 1, 256);
-    for (;;) {
-      pool.n_slots = n;
-      try {
-        dens = impl_->make_denoisers(n_rep, d, eot, pool);
-        break;
-      } catch (const Error& e) {
-        if (e.code() != ErrorCode::kOutOfMemory || n == 1) throw;
-        dens.clear();
-        n = std::max<int64_t>(1, n * 3 / 4);
-      }
-    }
-  }
-  so.decode.n_slots = dens.front()->n_slots();
-  Scheduler::Options sopt;
-  sopt.max_queue = so.max_queue;
-  sopt.checkpoint = impl_->options.model_dir.string();
-  std::unique_lock<std::shared_mutex> pool_lock(impl_->pool_mu);
-  impl_->sched = std::make_unique<Scheduler>(pointers(dens), impl_->codec(d), sopt);
-  impl_->dens = std::move(dens);
-  impl_->serve = so;
-  pool_lock.unlock();
-  impl_->stop_loop = false;
-  Scheduler* sched = impl_->sched.get();
-  std::atomic<bool>* stop_flag = &impl_->stop_loop;
-  for (size_t k = 0; k < n_rep; ++k)
-    impl_->loops.emplace_back([sched, stop_flag, k] {
-      for (;;) {
-        if (stop_flag->load() && !sched->has_work(k)) break;
-        if (!sched->step(k)) sched->wait_for_work(std::chrono::milliseconds(50), k);
-      }
-    });
-  logger().info("engine started: {} slots of {} positions{}, cache {}", so.decode.n_slots, so.max_model_len,
-                n_rep > 1 ? fmt::format(" in each of {} data-parallel replicas", n_rep) : "", cache_mode_name(d.cache));
-}
-
-std::shared_ptr<RequestStream> Engine::submit(const GenerateRequest& request, const SamplingParams& params) {
-  std::shared_lock<std::shared_mutex> pool_lock(impl_->pool_mu);  // stop() cannot free the pool meanwhile
-  Scheduler* sched = impl_->sched.get();
-  FDLLM_CHECK(sched != nullptr, ErrorCode::kUnavailable, "the engine is not started (Engine::start)");
-  const ModelConfig& cfg = impl_->model().config;
-  const DecodeSettings& d = impl_->serve.decode;
-  validate(params, d, cfg, /*exact_blocks=*/false);
-  ScheduledRequest rq;
-  rq.prompt = request.prompt_ids.empty() ? encode_prompt(request.prompt, request.chat) : request.prompt_ids;
-  rq.chat_template = request.prompt_ids.empty() && request.chat;
-  rq.params = resolve_params(params, d, /*exact_blocks=*/false);
-  const auto P = static_cast<int64_t>(rq.prompt.size());
-  FDLLM_CHECK_ARG(P + rq.params.gen_length <= impl_->serve.max_model_len,
-                  "prompt ({} tokens) + max_tokens ({}{}) = {} exceeds this engine's context of {} tokens "
-                  "(max_model_len)",
-                  P, params.gen_length,
-                  rq.params.gen_length != params.gen_length
-                      ? fmt::format(", rounded up to the block length {}: {}", d.effective_block_length(),
-                                    rq.params.gen_length)
-                      : "",
-                  P + rq.params.gen_length, impl_->serve.max_model_len);
-  rq.max_output_tokens = params.gen_length;
-  rq.stop = params.stop;
-  rq.finish_early = true;
-  rq.stream_text = true;
-  return sched->submit(std::move(rq));
-}
-
-int64_t Engine::canvas_length(const SamplingParams& params) const {
-  return resolve_params(params, impl_->serve.decode, /*exact_blocks=*/false).gen_length;
-}
-
-bool Engine::cancel(uint64_t id) {
-  std::shared_lock<std::shared_mutex> pool_lock(impl_->pool_mu);
-  return impl_->sched ? impl_->sched->cancel(id) : false;
-}
-
-void Engine::stop(bool drain) {
-  std::lock_guard<std::mutex> lk(impl_->serve_mu);
-  if (!impl_->sched) return;
-  if (!drain) impl_->sched->cancel_all();
-  impl_->sched->close();
-  impl_->stop_loop = true;
-  for (std::thread& t : impl_->loops)
-    if (t.joinable()) t.join();
-  impl_->loops.clear();
-  MemorySample mem;
-  mem.take(impl_->free_memory());
-  if (impl_->free_before_load > mem.min_free)
-    impl_->peak_in_use = std::max(impl_->peak_in_use, impl_->free_before_load - mem.min_free);
-  std::unique_lock<std::shared_mutex> pool_lock(impl_->pool_mu);  // no submit / metrics in flight
-  impl_->last_metrics = impl_->sched->metrics();  // metrics() still reports the stopped pool
-  impl_->last_metrics.max_model_len = impl_->serve.max_model_len;
-  impl_->sched.reset();
-  impl_->dens.clear();
-}
-
-bool Engine::started() const noexcept {
-  std::shared_lock<std::shared_mutex> pool_lock(impl_->pool_mu);
-  return impl_->sched != nullptr;
-}
-
-const ServeOptions& Engine::serve_options() const { return impl_->serve; }
-int Engine::replicas() const noexcept { return static_cast<int>(impl_->replicas.size()); }
-int64_t Engine::total_slots() const {
-  std::shared_lock<std::shared_mutex> pool_lock(impl_->pool_mu);
-  return impl_->sched ? impl_->sched->n_slots() : 0;
-}
-
-EngineMetrics Engine::metrics() const {
-  std::shared_lock<std::shared_mutex> pool_lock(impl_->pool_mu);
-  if (!impl_->sched) return impl_->last_metrics;
-  EngineMetrics m = impl_->sched->metrics();
-  m.max_model_len = impl_->serve.max_model_len;
-  return m;
 }
 
 const ModelConfig& Engine::config() const noexcept { return impl_->model().config; }

@@ -250,8 +250,11 @@ nlohmann::ordered_json point_to_json(const PointResult& r) {
   return j;
 }
 
-std::string bench_markdown(const nlohmann::ordered_json& meta, const std::vector<PointResult>& results,
-                           double equal_accuracy_pts) {
+namespace {
+
+/// The report's heading: the command, commit, date, model, hardware, run time, the peak memory's
+/// kind and what the speed columns mean.
+std::string markdown_preamble(const nlohmann::ordered_json& meta, const std::vector<PointResult>& results) {
   std::string m = "# flashdllm bench\n\n";
   auto field = [&](const char* k) {
     return meta.contains(k) && meta[k].is_string() ? meta[k].get<std::string>() : std::string("—");
@@ -277,6 +280,56 @@ std::string bench_markdown(const nlohmann::ordered_json& meta, const std::vector
   m += "* speeds: median over the repeats [min–max]; tokens/s = generated tokens incl. the ending EOS per second of "
        "generate calls (ours), released = all committed positions per second (Flash-dLLM's definition); speed-up = "
        "median tokens/s over the no-cache baseline point's (ours, released in parentheses)\n\n";
+  return m;
+}
+
+/// The section comparing each Flash-Verify point of workload `key` with the confidence-only `flash`
+/// point of the most tokens per iteration within `equal_accuracy_pts` of its accuracy ("" without
+/// Flash-Verify points).
+std::string markdown_verify_vs_flash(const std::vector<PointResult>& results, const std::string& key,
+                                     double equal_accuracy_pts) {
+  std::string m, rows;
+  int wins = 0, compared = 0;
+  for (const PointResult& v : results) {
+    if (workload_key(v) != key || v.point.method != "flash+verify") continue;
+    const double av = 100 * median_of(v, "accuracy");
+    const PointResult* best = nullptr;
+    for (const PointResult& c : results)
+      if (workload_key(c) == key && c.point.method == "flash" &&
+          std::abs(100 * median_of(c, "accuracy") - av) <= equal_accuracy_pts + 1e-9 &&
+          (!best || median_of(c, "tokens_per_iteration") > median_of(*best, "tokens_per_iteration")))
+        best = &c;
+    const double tv = median_of(v, "tokens_per_iteration");
+    if (best) {
+      const double tc = median_of(*best, "tokens_per_iteration");
+      ++compared;
+      wins += tv > tc;
+      rows += fmt::format("| {} {} | {:.2f} | {:.2f} | {} {} | {:.2f} | {:.2f} | {:+.2f} |\n", v.point.id,
+                          swept_text(v.point), av, tv, best->point.id, swept_text(best->point),
+                          100 * median_of(*best, "accuracy"), tc, tv - tc);
+    } else {
+      rows += fmt::format("| {} {} | {:.2f} | {:.2f} | none within ±{} pt | — | — | — |\n", v.point.id,
+                          swept_text(v.point), av, tv, equal_accuracy_pts);
+    }
+  }
+  if (!rows.empty()) {
+    m += fmt::format("### Flash-Verify vs confidence-only Flash-Cache at equal accuracy (±{} pt)\n\n",
+                     equal_accuracy_pts);
+    m += "For each Flash-Verify point, the confidence-only `flash` point of the same workload with the most tokens "
+         "per iteration among those whose accuracy is within the tolerance.\n\n";
+    m += "| Flash-Verify point | accuracy % | tokens/iter | best `flash` point | accuracy % | tokens/iter | Δ "
+         "tokens/iter |\n";
+    m += "|---|---:|---:|---|---:|---:|---:|\n" + rows;
+    m += fmt::format("\nFlash-Verify has more tokens per iteration in {} of {} comparable points.\n\n", wins, compared);
+  }
+  return m;
+}
+
+}  // namespace
+
+std::string bench_markdown(const nlohmann::ordered_json& meta, const std::vector<PointResult>& results,
+                           double equal_accuracy_pts) {
+  std::string m = markdown_preamble(meta, results);
 
   // Table 1-style rows: per accuracy workload and batch, one row per method.
   std::vector<std::string> keys;
@@ -307,41 +360,7 @@ std::string bench_markdown(const nlohmann::ordered_json& meta, const std::vector
     m += "\n";
 
     // Flash-Verify vs confidence-only Flash-Cache at equal accuracy.
-    std::string rows;
-    int wins = 0, compared = 0;
-    for (const PointResult& v : results) {
-      if (workload_key(v) != key || v.point.method != "flash+verify") continue;
-      const double av = 100 * median_of(v, "accuracy");
-      const PointResult* best = nullptr;
-      for (const PointResult& c : results)
-        if (workload_key(c) == key && c.point.method == "flash" &&
-            std::abs(100 * median_of(c, "accuracy") - av) <= equal_accuracy_pts + 1e-9 &&
-            (!best || median_of(c, "tokens_per_iteration") > median_of(*best, "tokens_per_iteration")))
-          best = &c;
-      const double tv = median_of(v, "tokens_per_iteration");
-      if (best) {
-        const double tc = median_of(*best, "tokens_per_iteration");
-        ++compared;
-        wins += tv > tc;
-        rows += fmt::format("| {} {} | {:.2f} | {:.2f} | {} {} | {:.2f} | {:.2f} | {:+.2f} |\n", v.point.id,
-                            swept_text(v.point), av, tv, best->point.id, swept_text(best->point),
-                            100 * median_of(*best, "accuracy"), tc, tv - tc);
-      } else {
-        rows += fmt::format("| {} {} | {:.2f} | {:.2f} | none within ±{} pt | — | — | — |\n", v.point.id,
-                            swept_text(v.point), av, tv, equal_accuracy_pts);
-      }
-    }
-    if (!rows.empty()) {
-      m += fmt::format("### Flash-Verify vs confidence-only Flash-Cache at equal accuracy (±{} pt)\n\n",
-                       equal_accuracy_pts);
-      m += "For each Flash-Verify point, the confidence-only `flash` point of the same workload with the most tokens "
-           "per iteration among those whose accuracy is within the tolerance.\n\n";
-      m += "| Flash-Verify point | accuracy % | tokens/iter | best `flash` point | accuracy % | tokens/iter | Δ "
-           "tokens/iter |\n";
-      m += "|---|---:|---:|---|---:|---:|---:|\n" + rows;
-      m += fmt::format("\nFlash-Verify has more tokens per iteration in {} of {} comparable points.\n\n", wins,
-                       compared);
-    }
+    m += markdown_verify_vs_flash(results, key, equal_accuracy_pts);
   }
 
   m += "## All points\n\n";
