@@ -345,8 +345,8 @@ TEST_F(CudaAttention, SmallPlanOnceIsReusedAndDroppedWhenTheTableChanges) {
   EXPECT_TRUE(twin::throws_error(
       be, [&] { be.plan_attention(td.t, Tq, N, 0); }, ErrorCode::kInvalidArgument, "plan_attention"));
   EXPECT_TRUE(twin::throws_error(
-      be, [&] { be.plan_attention_verify(td.t, Tq, N); }, ErrorCode::kInvalidArgument,
-      "plan_attention_verify"));  // 12 ints are no [n_tiles, 5] table
+      be, [&] { be.plan_attention_verify(tcd.t, Tq, N); }, ErrorCode::kInvalidArgument,
+      "plan_attention_verify"));  // 4 ints are no [n_tiles, kVerifyTileInts = 6] table
 }
 
 TEST_F(CudaAttention, SmallInvalidTilesAreReported) {

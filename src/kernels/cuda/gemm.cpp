@@ -8,6 +8,7 @@
 #include <optional>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 
 #include "core/check.h"
 #include "kernels/cuda/cuda_check.h"
@@ -21,9 +22,10 @@ struct PlanKey {
   bool accumulate;
   int align_x, align_w, align_out;  // largest power-of-two alignment (bytes, capped at 16)
   bool fp8 = false;                 // e4m3 operands with block scales (matmul_fp8) instead of bf16
+  bool fp8_x_as_a = false;          // matmul_fp8's operand roles swapped (Fp8Roles::kActivationsAsA)
   bool operator==(const PlanKey& o) const {
-    return std::tie(T, N, K, out_type, accumulate, align_x, align_w, align_out, fp8) ==
-           std::tie(o.T, o.N, o.K, o.out_type, o.accumulate, o.align_x, o.align_w, o.align_out, o.fp8);
+    return std::tie(T, N, K, out_type, accumulate, align_x, align_w, align_out, fp8, fp8_x_as_a) ==
+           std::tie(o.T, o.N, o.K, o.out_type, o.accumulate, o.align_x, o.align_w, o.align_out, o.fp8, o.fp8_x_as_a);
   }
 };
 
@@ -37,7 +39,7 @@ struct PlanKeyHash {
     mix(static_cast<size_t>(k.out_type) | (static_cast<size_t>(k.accumulate) << 4) |
         (static_cast<size_t>(k.align_x) << 8) | (static_cast<size_t>(k.align_w) << 16) |
         (static_cast<size_t>(k.align_out) << 24));
-    mix(static_cast<size_t>(k.fp8));
+    mix(static_cast<size_t>(k.fp8) | (static_cast<size_t>(k.fp8_x_as_a) << 1));
     return h;
   }
 };
@@ -219,19 +221,26 @@ struct GemmLt::Impl {
     const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
-    if (key.fp8) {  // A = w in 128 x 128 blocks, B = x in 1 x 128 groups
-      const int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
-                    b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    if (key.fp8) {  // w in 128 x 128 blocks, x in 1 x 128 groups (A = w, or A = x when swapped)
+      int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+      if (key.fp8_x_as_a) std::swap(a_mode, b_mode);
       CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof(a_mode)));
       CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof(b_mode)));
-      set_scales(*p, x_scales, w_scales);
+      set_scales(*p, key, x_scales, w_scales);
     }
     const auto N = static_cast<uint64_t>(key.N), T = static_cast<uint64_t>(key.T), K = static_cast<uint64_t>(key.K);
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, in_dt, K, N, key.K));   // w: col-major [K, N]
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, in_dt, K, T, key.K));   // x: col-major [K, T]
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, out_dt, N, T, key.N));  // out: col-major [N, T]
+    if (key.fp8_x_as_a) {  // A = x col-major [K, T] (op T), B = w col-major [K, N], D col-major [T, N] = outᵀ
+      CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, in_dt, K, T, key.K));
+      CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, in_dt, K, N, key.K));
+      CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, out_dt, T, N, key.T));
+    } else {
+      CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, in_dt, K, N, key.K));   // w: col-major [K, N]
+      CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, in_dt, K, T, key.K));   // x: col-major [K, T]
+      CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, out_dt, N, T, key.N));  // out: col-major [N, T]
+    }
 
-    if (tune_candidates <= 1) {  // the row bucket's algorithm, where cuBLASLt takes it for these rows
+    if (tune_candidates <= 1 && !key.fp8_x_as_a) {  // (row buckets vary B and D: not for swapped roles)  // the row
+                                                    // bucket's algorithm, where cuBLASLt takes it for these rows
       if (const auto algo = bucket_algorithm(key, *p, out_dt)) {
         p->algo = algo->algo;
         p->choice = {algo->index, 0};
@@ -249,7 +258,8 @@ struct GemmLt::Impl {
                 key.N, key.T, key.K, key.N, key.K, out_dt == CUDA_R_32F ? "F32" : "BF16", key.accumulate ? 1 : 0);
     const size_t out_bytes = static_cast<size_t>(key.T * key.N) * (out_dt == CUDA_R_32F ? 4 : 2);
     const int pick = tune_candidates > 1 && found > 1
-                         ? fastest(*p, results, found, x, w, out, out_bytes, key.accumulate, stream)
+                         ? fastest(*p, results, found, key.fp8_x_as_a ? w : x, key.fp8_x_as_a ? x : w, out, out_bytes,
+                                   key.accumulate, stream)
                          : 0;
     p->algo = results[pick].algo;
     p->choice = {pick, tune_candidates > 1 ? found : 0};
@@ -258,12 +268,13 @@ struct GemmLt::Impl {
     return ins->second.get();
   }
 
-  /// An FP8 plan's scale pointers (B = the activations', A = the weight's), set before each call.
-  static void set_scales(const Plan& p, const void* x_scales, const void* w_scales) {
-    CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof(w_scales)));
-    CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales, sizeof(x_scales)));
+  /// An FP8 plan's scale pointers (the weight's on A and the activations' on B, or swapped with
+  /// key.fp8_x_as_a), set before each call.
+  static void set_scales(const Plan& p, const PlanKey& key, const void* x_scales, const void* w_scales) {
+    const void* a = key.fp8_x_as_a ? x_scales : w_scales;
+    const void* b = key.fp8_x_as_a ? w_scales : x_scales;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a, sizeof(a)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b, sizeof(b)));
   }
 };
 
@@ -332,17 +343,21 @@ void GemmLt::matmul(const __nv_bfloat16* x, const __nv_bfloat16* w, void* out, G
 }
 
 bool GemmLt::matmul_fp8(const uint8_t* xq, const float* x_scales, const uint8_t* w, const float* w_scales, void* out,
-                        GemmOut out_type, int64_t T, int64_t N, int64_t K, bool accumulate, cudaStream_t stream) {
+                        GemmOut out_type, int64_t T, int64_t N, int64_t K, bool accumulate, cudaStream_t stream,
+                        Fp8Roles roles) {
   FDLLM_CHECK_ARG(T >= 0 && N > 0 && K > 0, "matmul_fp8: sizes must be positive (T={}, N={}, K={})", T, N, K);
   if (T == 0) return true;
   PlanKey key{T, N, K, static_cast<int>(out_type), accumulate, alignment_of(xq), alignment_of(w), alignment_of(out)};
   key.fp8 = true;
+  key.fp8_x_as_a = roles == Fp8Roles::kActivationsAsA;
   const Plan* p = impl_->plan_for(key, xq, w, out, stream, x_scales, w_scales);
   if (p == nullptr) return false;
-  Impl::set_scales(*p, x_scales, w_scales);
+  Impl::set_scales(*p, key, x_scales, w_scales);
   impl_->last = p->choice;
+  const void* a = key.fp8_x_as_a ? static_cast<const void*>(xq) : static_cast<const void*>(w);
+  const void* b = key.fp8_x_as_a ? static_cast<const void*>(w) : static_cast<const void*>(xq);
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  CUBLAS_CHECK(cublasLtMatmul(impl_->handle, p->op, &alpha, w, p->a, xq, p->b, &beta, out, p->c, out, p->c, &p->algo,
+  CUBLAS_CHECK(cublasLtMatmul(impl_->handle, p->op, &alpha, a, p->a, b, p->b, &beta, out, p->c, out, p->c, &p->algo,
                               impl_->workspace, impl_->workspace_bytes, stream));
   return true;
 }

@@ -46,6 +46,11 @@ namespace flashdllm::kernels {
 /// CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, B = the activations with VEC128_32F; both operands
 /// K-major, scales multiply: value = e4m3 · scale) are laid out in memory; the caller prepares them
 /// so (GemmLt::matmul_fp8 passes the pointers on).
+/// Which cuBLASLt operand each factor of the block-scaled FP8 GEMM is: kWeightAsA (A = w with the
+/// 128 x 128 scales, B = x with the 1 x 128 ones; out row-major [T, N]) or kActivationsAsA (A = x,
+/// B = w, as NVIDIA's LtBlk128x128Fp8Matmul sample orders them; out is then outᵀ, row-major [N, T]).
+enum class Fp8Roles { kWeightAsA, kActivationsAsA };
+
 struct Fp8ScaleLayouts {
   /// false: the weight's scales as the checkpoint stores them, row-major [ceil(N/128), ceil(K/128)];
   /// true: transposed, row-major [ceil(K/128), ceil(N/128)].
@@ -54,11 +59,12 @@ struct Fp8ScaleLayouts {
   /// false: at t·ceil(K/128) + g.
   bool act_outer_major = true;
   int act_ld_align = 1;
+  Fp8Roles roles = Fp8Roles::kWeightAsA;  ///< the operand roles these layouts were established with
 };
 
 /// The layouts cuBLASLt reads, as the GPU test (tests/kernels/test_cuda_fp8.cpp, ScaleLayoutProbe)
 /// establishes against the CPU oracle among the candidates Fp8ScaleLayouts describes.
-inline constexpr Fp8ScaleLayouts kCublasFp8Scales{false, true, 1};
+inline constexpr Fp8ScaleLayouts kCublasFp8Scales{false, true, 1, Fp8Roles::kWeightAsA};
 
 class GemmLt {
  public:
@@ -82,12 +88,13 @@ class GemmLt {
   /// The block-FP8 linear layer's product (Backend::matmul_fp8 after the activation quantisation):
   ///   out[t, n] (+)= Σ_k (xq[t, k] · x_scales(t, k / 128)) · (w[n, k] · w_scales(n / 128, k / 128))
   /// with e4m3 xq [T, K] and w [N, K] (row-major bytes), F32 scales laid out as kCublasFp8Scales, fp32 accumulation,
-  /// bf16 or fp32 out. Returns false, having done nothing, when cuBLASLt offers no algorithm for it
-  /// (a GPU other than sm_90, a cuBLASLt before 12.9, an unsupported shape or output): the caller
-  /// takes the dequantising route. The answer is cached per shape. Throws Error(kInvalidArgument) for
-  /// non-positive sizes, Error(kDevice) when a call fails.
+  /// bf16 or fp32 out (row-major [T, N]; [N, T], i.e. outᵀ, with roles kActivationsAsA). Returns false, having done
+  /// nothing, when cuBLASLt offers no algorithm for it (a GPU other than sm_90, a cuBLASLt before 12.9, an unsupported
+  /// shape or output): the caller takes the dequantising route. The answer is cached per shape. Throws
+  /// Error(kInvalidArgument) for non-positive sizes, Error(kDevice) when a call fails.
   bool matmul_fp8(const uint8_t* xq, const float* x_scales, const uint8_t* w, const float* w_scales, void* out,
-                  GemmOut out_type, int64_t T, int64_t N, int64_t K, bool accumulate, cudaStream_t stream);
+                  GemmOut out_type, int64_t T, int64_t N, int64_t K, bool accumulate, cudaStream_t stream,
+                  Fp8Roles roles = Fp8Roles::kWeightAsA);
 
   /// Replaces the fixed picks (see the file comment) and forgets every cached plan and bucket
   /// algorithm, so the next calls choose again. A pick whose candidate the heuristic does not list
