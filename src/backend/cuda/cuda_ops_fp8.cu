@@ -44,7 +44,10 @@ bool CudaBackend::fp8_gemm(Tensor x, Tensor w, Tensor w_scale, Tensor out, bool 
   const size_t xq_bytes = aligned(static_cast<size_t>(T * K));
   const size_t xs_bytes = aligned(static_cast<size_t>(kb * (L.act_outer_major ? ld : T)) * sizeof(float));
   const size_t ws_bytes = L.weight_transposed ? aligned(static_cast<size_t>(nb * kb) * sizeof(float)) : 0;
-  auto* base = static_cast<char*>(ensure_fp8_scratch(xq_bytes + xs_bytes + ws_bytes));
+  // With the activations as cuBLASLt's A the GEMM writes outᵀ [N, T]: into the scratch, then transposed.
+  const bool x_as_a = L.roles == kernels::Fp8Roles::kActivationsAsA;
+  const size_t ot_bytes = x_as_a ? aligned(static_cast<size_t>(N * T) * dtype_size(out.dtype)) : 0;
+  auto* base = static_cast<char*>(ensure_fp8_scratch(xq_bytes + xs_bytes + ws_bytes + ot_bytes));
   auto* xq = reinterpret_cast<uint8_t*>(base);
   auto* xs = reinterpret_cast<float*>(base + xq_bytes);
   const float* ws = w_scale.ptr<float>();
@@ -54,8 +57,15 @@ bool CudaBackend::fp8_gemm(Tensor x, Tensor w, Tensor w_scale, Tensor out, bool 
     ws = wst;
   }
   kernels::quantize_fp8_groups_bf16(bf16(x), xq, xs, T, K, kernels::Fp8ActScaleLayout{L.act_outer_major, ld}, stream_);
-  return gemm_->matmul_fp8(xq, xs, static_cast<const uint8_t*>(w.data), ws, out.data, out_type, T, N, K, accumulate,
-                           stream_);
+  if (!x_as_a)
+    return gemm_->matmul_fp8(xq, xs, static_cast<const uint8_t*>(w.data), ws, out.data, out_type, T, N, K, accumulate,
+                             stream_);
+  void* out_t = base + xq_bytes + xs_bytes + ws_bytes;
+  if (!gemm_->matmul_fp8(xq, xs, static_cast<const uint8_t*>(w.data), ws, out_t, out_type, T, N, K, false, stream_,
+                         kernels::Fp8Roles::kActivationsAsA))
+    return false;
+  kernels::transpose_into(out_t, out.data, N, T, out.dtype == DType::kF32, accumulate, stream_);
+  return true;
 }
 
 void CudaBackend::matmul_fp8(Tensor x, Tensor w, Tensor w_scale, Tensor out, bool accumulate) {

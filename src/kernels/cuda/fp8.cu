@@ -80,6 +80,19 @@ __global__ void transpose_kernel(const float* __restrict__ src, float* __restric
     dst[(i % cols) * rows + i / cols] = src[i];
 }
 
+template <class T>
+__global__ void transpose_into_kernel(const T* __restrict__ src, T* __restrict__ dst, int64_t N, int64_t Tn,
+                                      bool accumulate) {
+  const int64_t n = N * Tn;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int64_t t = i / N, c = i % N;  // dst[t, c] (coalesced writes) = src[c, t]
+    float v = static_cast<float>(src[c * Tn + t]);
+    if (accumulate) v += static_cast<float>(dst[i]);
+    dst[i] = static_cast<T>(v);
+  }
+}
+
 unsigned grid_of(int64_t n, int threads) {
   const int64_t blocks = (n + threads - 1) / threads;
   return static_cast<unsigned>(blocks < 65536 ? blocks : 65536);
@@ -114,6 +127,17 @@ void dequantize_fp8_blocks_bf16(const uint8_t* q, const float* scale, int64_t N,
                                 cudaStream_t stream) {
   if (N <= 0 || K <= 0) return;
   dequant_blocks_kernel<<<grid_of(N * K, 256), 256, 0, stream>>>(q, scale, N, K, w);
+  CUDA_CHECK_LAUNCH();
+}
+
+void transpose_into(const void* src, void* dst, int64_t N, int64_t T, bool f32, bool accumulate, cudaStream_t stream) {
+  if (N <= 0 || T <= 0) return;
+  if (f32)
+    transpose_into_kernel<float><<<grid_of(N * T, 256), 256, 0, stream>>>(static_cast<const float*>(src),
+                                                                          static_cast<float*>(dst), N, T, accumulate);
+  else
+    transpose_into_kernel<__nv_bfloat16><<<grid_of(N * T, 256), 256, 0, stream>>>(
+        static_cast<const __nv_bfloat16*>(src), static_cast<__nv_bfloat16*>(dst), N, T, accumulate);
   CUDA_CHECK_LAUNCH();
 }
 
