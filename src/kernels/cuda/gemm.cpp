@@ -239,8 +239,9 @@ struct GemmLt::Impl {
       CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, out_dt, N, T, key.N));  // out: col-major [N, T]
     }
 
-    if (tune_candidates <= 1 && !key.fp8_x_as_a) {  // (row buckets vary B and D: not for swapped roles)  // the row
-                                                    // bucket's algorithm, where cuBLASLt takes it for these rows
+    // The row bucket's algorithm, where cuBLASLt takes it for these rows (buckets vary B and D: not
+    // with the FP8 roles swapped, where the rows are A's).
+    if (tune_candidates <= 1 && !key.fp8_x_as_a) {
       if (const auto algo = bucket_algorithm(key, *p, out_dt)) {
         p->algo = algo->algo;
         p->choice = {algo->index, 0};
