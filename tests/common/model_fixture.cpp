@@ -91,10 +91,14 @@ void expect_within_bf16_yardstick(const std::string& label, const std::string& k
                                   const std::vector<float>& cpu, const std::vector<float>& upstream, int64_t V,
                                   const nlohmann::json& yard) {
   const double err_cpu = rel_max_err(got, cpu), err_up = rel_max_err(got, upstream);
-  const double agree = argmax_agreement(got, upstream, V);
-  std::printf("%s %s: CUDA vs CPU %.3e, vs upstream %.3e, argmax agreement %.4f\n", label.c_str(), key.c_str(), err_cpu,
-              err_up, agree);
-  const double bound = kBf16YardstickFactor * yard["rel_max_err"][key].get<double>();
+  const double yard_err = yard["rel_max_err"][key].get<double>();
+  // Rows whose upstream top-2 gap the yardstick's own error could close (2 x its max error) are near
+  // ties: bf16 rounding flips them either way (llada_moe_a's L33 has gaps of 0.004 x max|logit|
+  // against a 0.03 error), so the agreement floor counts only the rows beyond that gap.
+  const double agree = argmax_agreement(got, upstream, V, 2.0 * yard_err * max_abs(upstream));
+  std::printf("%s %s: CUDA vs CPU %.3e, vs upstream %.3e, argmax agreement beyond near ties %.4f\n", label.c_str(),
+              key.c_str(), err_cpu, err_up, agree);
+  const double bound = kBf16YardstickFactor * yard_err;
   EXPECT_LE(err_cpu, bound) << label << " " << key;
   EXPECT_LE(err_up, bound) << label << " " << key;
   EXPECT_GE(agree, yard["argmax_agreement"][key].get<double>() - kBf16YardstickArgmaxSlack) << label << " " << key;

@@ -70,7 +70,9 @@ nlohmann::json load_json(const std::filesystem::path& path);
 /// fixture input `key` (numerics.h kBf16YardstickFactor / kBf16YardstickArgmaxSlack; `yard` is a
 /// tools/diag/*bf16_reference_error JSON file): relative max error against the CPU's fp32 `cpu` and
 /// against the upstream fp32 `upstream` logits at most the factor x yard["rel_max_err"][key], argmax
-/// agreement with upstream at least yard["argmax_agreement"][key] minus the slack (gtest EXPECTs).
+/// agreement with upstream, over the rows whose upstream top-2 gap is at least twice the yardstick's
+/// max error (nearer ties flip under bf16 rounding either way), at least
+/// yard["argmax_agreement"][key] minus the slack (gtest EXPECTs).
 /// Prints the three numbers after `label`.
 void expect_within_bf16_yardstick(const std::string& label, const std::string& key, const std::vector<float>& got,
                                   const std::vector<float>& cpu, const std::vector<float>& upstream, int64_t V,

@@ -31,18 +31,25 @@ double rel_max_err(std::span<const float> a, std::span<const float> ref) {
   return s > 0 ? d / s : d;
 }
 
-double argmax_agreement(std::span<const float> a, std::span<const float> b, int64_t V) {
+double argmax_agreement(std::span<const float> a, std::span<const float> b, int64_t V, double min_gap) {
   FDLLM_CHECK_ARG(V > 0 && a.size() == b.size() && a.size() % static_cast<size_t>(V) == 0,
                   "argmax_agreement: {} and {} values are not the same whole rows of {}", a.size(), b.size(), V);
   const size_t rows = a.size() / static_cast<size_t>(V);
-  if (rows == 0) return 1.0;
-  size_t same = 0;
+  size_t same = 0, counted = 0;
   for (size_t r = 0; r < rows; ++r) {
     const auto x = a.subspan(r * static_cast<size_t>(V), static_cast<size_t>(V));
     const auto y = b.subspan(r * static_cast<size_t>(V), static_cast<size_t>(V));
-    same += std::max_element(x.begin(), x.end()) - x.begin() == std::max_element(y.begin(), y.end()) - y.begin();
+    const auto top = std::max_element(y.begin(), y.end());
+    if (min_gap > 0 && V > 1) {  // the gap between b's top two values
+      float second = -std::numeric_limits<float>::infinity();
+      for (auto it = y.begin(); it != y.end(); ++it)
+        if (it != top) second = std::max(second, *it);
+      if (static_cast<double>(*top) - static_cast<double>(second) < min_gap) continue;
+    }
+    ++counted;
+    same += std::max_element(x.begin(), x.end()) - x.begin() == top - y.begin();
   }
-  return static_cast<double>(same) / static_cast<double>(rows);
+  return counted == 0 ? 1.0 : static_cast<double>(same) / static_cast<double>(counted);
 }
 
 }  // namespace flashdllm::test

@@ -67,7 +67,9 @@ double max_abs_diff(std::span<const float> a, std::span<const float> b);
 double max_abs(std::span<const float> ref);
 /// max|a - ref| / max|ref| (NaN -> +inf; ref all zero -> max|a - ref|).
 double rel_max_err(std::span<const float> a, std::span<const float> ref);
-/// Share of the rows of a and b ([rows, V] row-major, same size) whose argmax (first maximum) agrees.
-double argmax_agreement(std::span<const float> a, std::span<const float> b, int64_t V);
+/// Share of the rows of a and b ([rows, V] row-major, same size) whose argmax (first maximum) agrees,
+/// counting only the rows where b's top two values differ by at least `min_gap` (absolute; 0: every
+/// row). 1.0 when no row is counted.
+double argmax_agreement(std::span<const float> a, std::span<const float> b, int64_t V, double min_gap = 0);
 
 }  // namespace flashdllm::test
