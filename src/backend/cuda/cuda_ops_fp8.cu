@@ -46,7 +46,8 @@ bool CudaBackend::fp8_gemm(Tensor x, Tensor w, Tensor w_scale, Tensor out, bool 
   const size_t ws_bytes = L.weight_transposed ? aligned(static_cast<size_t>(nb * kb) * sizeof(float)) : 0;
   // With the activations as cuBLASLt's A the GEMM writes outᵀ [N, T]: into the scratch, then transposed.
   const bool x_as_a = L.roles == kernels::Fp8Roles::kActivationsAsA;
-  const size_t ot_bytes = x_as_a ? aligned(static_cast<size_t>(N * T) * dtype_size(out.dtype)) : 0;
+  const int64_t ot_ld = kernels::fp8_transposed_ld(T);
+  const size_t ot_bytes = x_as_a ? aligned(static_cast<size_t>(N * ot_ld) * dtype_size(out.dtype)) : 0;
   auto* base = static_cast<char*>(ensure_fp8_scratch(xq_bytes + xs_bytes + ws_bytes + ot_bytes));
   auto* xq = reinterpret_cast<uint8_t*>(base);
   auto* xs = reinterpret_cast<float*>(base + xq_bytes);
@@ -64,7 +65,7 @@ bool CudaBackend::fp8_gemm(Tensor x, Tensor w, Tensor w_scale, Tensor out, bool 
   if (!gemm_->matmul_fp8(xq, xs, static_cast<const uint8_t*>(w.data), ws, out_t, out_type, T, N, K, false, stream_,
                          kernels::Fp8Roles::kActivationsAsA))
     return false;
-  kernels::transpose_into(out_t, out.data, N, T, out.dtype == DType::kF32, accumulate, stream_);
+  kernels::transpose_into(out_t, ot_ld, out.data, N, T, out.dtype == DType::kF32, accumulate, stream_);
   return true;
 }
 

@@ -46,9 +46,11 @@ void dequantize_fp8_blocks_bf16(const uint8_t* q, const float* scale, int64_t N,
 /// scales in the other order. Throws Error(kDevice) on launch failure.
 void transpose_f32(const float* src, float* dst, int64_t rows, int64_t cols, cudaStream_t stream);
 
-/// dst[t, n] (+)= src[n, t] for src row-major [N, T] and dst row-major [T, N], both bf16 (f32 = false)
-/// or both f32, the sum in fp32 (a bf16 dst rounded once): the block-scaled FP8 GEMM's outᵀ
-/// (Fp8Roles::kActivationsAsA) into the caller's out. Throws Error(kDevice) on launch failure.
-void transpose_into(const void* src, void* dst, int64_t N, int64_t T, bool f32, bool accumulate, cudaStream_t stream);
+/// dst[t, n] (+)= src[n · src_ld + t] for src row-major [N, T] with row stride src_ld ≥ T and dst
+/// row-major [T, N], both bf16 (f32 = false) or both f32, the sum in fp32 (a bf16 dst rounded once):
+/// the block-scaled FP8 GEMM's outᵀ (Fp8Roles::kActivationsAsA) into the caller's out. Throws
+/// Error(kInvalidArgument) for src_ld < T, Error(kDevice) on launch failure.
+void transpose_into(const void* src, int64_t src_ld, void* dst, int64_t N, int64_t T, bool f32, bool accumulate,
+                    cudaStream_t stream);
 
 }  // namespace flashdllm::kernels

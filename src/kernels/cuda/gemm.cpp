@@ -102,7 +102,8 @@ struct GemmLt::Impl {
     } guard{pref};
     const uint64_t ws = workspace_bytes;
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-    const uint32_t al_a = static_cast<uint32_t>(key.align_w), al_b = static_cast<uint32_t>(key.align_x),
+    const uint32_t al_a = static_cast<uint32_t>(key.fp8_x_as_a ? key.align_x : key.align_w),
+                   al_b = static_cast<uint32_t>(key.fp8_x_as_a ? key.align_w : key.align_x),
                    al_c = static_cast<uint32_t>(key.align_out);
     CUBLAS_CHECK(
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
@@ -232,7 +233,7 @@ struct GemmLt::Impl {
     if (key.fp8_x_as_a) {  // A = x col-major [K, T] (op T), B = w col-major [K, N], D col-major [T, N] = outᵀ
       CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, in_dt, K, T, key.K));
       CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, in_dt, K, N, key.K));
-      CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, out_dt, T, N, key.T));
+      CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, out_dt, T, N, fp8_transposed_ld(key.T)));
     } else {
       CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, in_dt, K, N, key.K));   // w: col-major [K, N]
       CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, in_dt, K, T, key.K));   // x: col-major [K, T]

@@ -62,9 +62,14 @@ struct Fp8ScaleLayouts {
   Fp8Roles roles = Fp8Roles::kWeightAsA;  ///< the operand roles these layouts were established with
 };
 
+/// The row stride (elements) of the outᵀ [N, T] that matmul_fp8 writes with Fp8Roles::kActivationsAsA:
+/// T rounded up to 16, since cuBLASLt's FP8 GEMMs take output leading dimensions of whole 16-element
+/// multiples only (tools/diag/cublaslt_fp8_probe.cu asks it).
+constexpr int64_t fp8_transposed_ld(int64_t T) { return (T + 15) / 16 * 16; }
+
 /// The layouts cuBLASLt reads, as the GPU test (tests/kernels/test_cuda_fp8.cpp, ScaleLayoutProbe)
 /// establishes against the CPU oracle among the candidates Fp8ScaleLayouts describes.
-inline constexpr Fp8ScaleLayouts kCublasFp8Scales{false, true, 1, Fp8Roles::kWeightAsA};
+inline constexpr Fp8ScaleLayouts kCublasFp8Scales{false, true, 4, Fp8Roles::kActivationsAsA};
 
 class GemmLt {
  public:
@@ -88,7 +93,8 @@ class GemmLt {
   /// The block-FP8 linear layer's product (Backend::matmul_fp8 after the activation quantisation):
   ///   out[t, n] (+)= Σ_k (xq[t, k] · x_scales(t, k / 128)) · (w[n, k] · w_scales(n / 128, k / 128))
   /// with e4m3 xq [T, K] and w [N, K] (row-major bytes), F32 scales laid out as kCublasFp8Scales, fp32 accumulation,
-  /// bf16 or fp32 out (row-major [T, N]; [N, T], i.e. outᵀ, with roles kActivationsAsA). Returns false, having done
+  /// bf16 or fp32 out (row-major [T, N]; with roles kActivationsAsA outᵀ, row-major [N, T] with row stride
+  /// fp8_transposed_ld(T), the padding columns left undefined). Returns false, having done
   /// nothing, when cuBLASLt offers no algorithm for it (a GPU other than sm_90, a cuBLASLt before 12.9, an unsupported
   /// shape or output): the caller takes the dequantising route. The answer is cached per shape. Throws
   /// Error(kInvalidArgument) for non-positive sizes, Error(kDevice) when a call fails.

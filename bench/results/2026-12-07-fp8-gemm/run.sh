@@ -1,0 +1,42 @@
+#!/bin/bash
+# The block-scaled FP8 GEMM on Hopper, one device call (<= 600 s):
+#  1. tools/diag/cublaslt_fp8_probe.cu: which scale modes, row counts, output leading dimensions and
+#     types cuBLASLt 13 offers a block-scaled FP8 GEMM for (heuristic answers only);
+#  2. test_cuda_fp8 (the ScaleLayoutProbe against the CPU oracle and the FP8 twins);
+#  3. if the production layout matched: the small model's arith accuracy on the CUDA backend, bf16 vs
+#     --quantization fp8 (cuBLASLt route) vs fp8 with FLASHDLLM_FP8_DEQUANTIZE=1, Flash-Cache, the
+#     1000-problem test split;
+#  4. the LLaDA-8B-shape Flash-Cache iteration, bf16 (A) vs --quantization fp8 (B), dummy weights, 1 and
+#     32 slots (bench/iteration_floor.py, one repeat), within the time left.
+# Usage (device tool, carry .carry): bash bench/results/2026-12-07-fp8-gemm/run.sh <tree> <label>
+PRELUDE_BUILD=0 LIMIT=570
+source "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)/bench/device_prelude.sh" "$1" "$2"
+nvcc -std=c++17 -o /tmp/fp8probe tools/diag/cublaslt_fp8_probe.cu -lcublasLt && /tmp/fp8probe > "$OUT/cublaslt_probe.txt" 2>&1
+head -1 "$OUT/cublaslt_probe.txt"
+echo "cases with an algorithm: $(grep -c ', [1-9][0-9]* algorithms' "$OUT/cublaslt_probe.txt") of $(grep -c fp8probe "$OUT/cublaslt_probe.txt")"
+grep -E ', [1-9][0-9]* algorithms' "$OUT/cublaslt_probe.txt" | head -40
+ROOT=$PWD FDLLM_TAG=fp8gemm LOG=/tmp/fp8gemm.log
+source scripts/gpu_env.sh
+fdllm_use_carried_deps > /dev/null 2>&1
+fdllm_configure_cmd build-gpu
+"${CONFIGURE_CMD[@]}" > /tmp/cfg.log 2>&1 || { tail -20 /tmp/cfg.log; exit 1; }
+cmake --build build-gpu -j16 --target test_cuda_fp8 flashdllm > /tmp/b.log 2>&1 ||
+  { grep -E "error" /tmp/b.log | head -20; exit 1; }
+echo "built at $(($(date +%s) - t0)) s on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+build-gpu/tests/test_cuda_fp8 > "$OUT/test_cuda_fp8.log" 2>&1
+grep -E "probe|^\[ +(OK|FAILED|PASSED|SKIPPED) |rel max err|Failure" "$OUT/test_cuda_fp8.log" | head -60
+grep -q "^\[       OK \] CudaFp8Kernels.ScaleLayoutProbe" "$OUT/test_cuda_fp8.log" || { echo "no matching layout: stop"; exit 0; }
+for mode in bf16 fp8 fp8-dequant; do
+  args=() env=()
+  [[ $mode != bf16 ]] && args=(--quantization fp8)
+  [[ $mode == fp8-dequant ]] && env=(FLASHDLLM_FP8_DEQUANTIZE=1)
+  env "${env[@]}" build-gpu/flashdllm eval --task arith --device cuda "${args[@]}" --limit 1000 --out "/tmp/eval-$mode" \
+    > "/tmp/eval-$mode.log" 2>&1
+  echo "eval $mode rc=$? at $(($(date +%s) - t0)) s: $(tr '\n' ' ' < "/tmp/eval-$mode/summary.md" | cut -c1-400)"
+  cp "/tmp/eval-$mode/summary.json" "$OUT/eval-$mode.json" 2>/dev/null
+done
+echo "left $(left) s"
+if (($(left) > 200)); then
+  timeout $(($(left) - 10)) python3 bench/iteration_floor.py --a-bin build-gpu/flashdllm --b-args "--quantization fp8" \
+    --model data/llada-8b-instruct --slots 32,1 --repeats 1 --json "$OUT/iteration_floor.json" 2>&1 | tail -25
+fi
