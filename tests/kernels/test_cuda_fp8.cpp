@@ -299,7 +299,7 @@ TEST(CudaFp8Kernels, GroupQuantisationIsTheCpuOnesBitForBit) {
 // scales whole blocks by the wrong factor (1 to 8 here): errors of order 1, far above the bf16 bound.
 TEST(CudaFp8Kernels, ScaleLayoutProbe) {
   if (!gpu_present()) GTEST_SKIP() << "no CUDA device";
-  const int64_t T = 37, N = 384, K = 512, nb = fp8_blocks(N), kb = fp8_blocks(K);
+  const int64_t T = 48, N = 384, K = 512, nb = fp8_blocks(N), kb = fp8_blocks(K);  // T: fp8_padded_rows
   const Fp8Weight f = make_fp8_weight(N, K, 31);
   const std::vector<float> x = make_x(T, K, 32);
   // The oracle: the CPU backend's formula (dequantised weight, fake-quantised activations, fp64 sums).
@@ -320,7 +320,7 @@ TEST(CudaFp8Kernels, ScaleLayoutProbe) {
     for (int64_t j = 0; j < kb; ++j) wst[static_cast<size_t>(j * nb + i)] = f.scale[static_cast<size_t>(i * kb + j)];
   DevBuf dx(xb.size() * 2), dxq(static_cast<size_t>(T * K)), dxs(static_cast<size_t>(kb * 40) * sizeof(float)),
       dw(f.q.size()), dws(f.scale.size() * sizeof(float)), dwst(wst.size() * sizeof(float)),
-      dout(static_cast<size_t>(N * kernels::fp8_transposed_ld(T)) * sizeof(float));
+      dout(static_cast<size_t>(T * N) * sizeof(float));
   CUDA_OK(cudaMemcpy(dx.p, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(dw.p, f.q.data(), f.q.size(), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(dws.p, f.scale.data(), f.scale.size() * sizeof(float), cudaMemcpyHostToDevice));
@@ -350,8 +350,7 @@ TEST(CudaFp8Kernels, ScaleLayoutProbe) {
         std::vector<float> got(ref.size());
         for (int64_t t = 0; t < T; ++t)  // x as A writes outᵀ [N, T]
           for (int64_t n = 0; n < N; ++n)
-            got[static_cast<size_t>(t * N + n)] =
-                bf16_to_f32(gb[static_cast<size_t>(x_as_a ? n * kernels::fp8_transposed_ld(T) + t : t * N + n)]);
+            got[static_cast<size_t>(t * N + n)] = bf16_to_f32(gb[static_cast<size_t>(x_as_a ? n * T + t : t * N + n)]);
         const double err = test::rel_max_err(got, ref);
         const bool ok = err <= test::kBf16OpRelTol;
         std::printf("[probe] roles %s, weight scales %s, activation scales %s (ld align %d): rel max err %.3g %s\n",

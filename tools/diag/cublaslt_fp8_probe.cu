@@ -2,11 +2,11 @@
 // found no algorithm for either operand order on an H100 with cuBLASLt 13.0). Asks
 // cublasLtMatmulAlgoGetHeuristic, for D[M, N] = op(A)[M, K] · B[K, N] with e4m3 A (stored [K, M],
 // op T) and B (stored [K, N], op N) as the engine lays them out, over: the scale modes of A and B
-// (VEC128_32F = 1 x 128 groups, BLK128x128_32F = 128 x 128 blocks), M (37, 64, 128, 256; N = 384,
-// K = 512), D's leading dimension (M, or M rounded up to 16), bf16 or f32 D, and with or without
-// the engine's 16-byte minimum-alignment preferences. Prints one line per case: the status and
-// the number of algorithms. No product is computed (the scale pointers point at zeros).
-// Build and run (on the GPU machine):
+// (VEC128_32F = 1 x 128 groups, BLK128x128_32F = 128 x 128 blocks), M (8 to 256; N = 384, K = 512),
+// D's leading dimension (M, or M rounded up to 16), bf16 or f32 D, with the engine's 16-byte
+// minimum-alignment preferences (without them the answers were the same at 37 to 256 rows). Prints
+// one line per case: the status and the number of algorithms. No product is computed (the scale pointers point at
+// zeros). Build and run (on the GPU machine):
 //   nvcc -std=c++17 -o /tmp/fp8probe tools/diag/cublaslt_fp8_probe.cu -lcublasLt && /tmp/fp8probe
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -68,10 +68,10 @@ int main() {
   const int32_t vec = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F, blk = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
   const int32_t modes[4][2] = {{vec, blk}, {blk, vec}, {vec, vec}, {blk, blk}};
   for (const auto& m : modes)
-    for (int64_t M : {37, 64, 128, 256})
+    for (int64_t M : {8, 16, 32, 37, 40, 48, 64, 128, 256})
       for (bool pad : {false, true})
         for (cudaDataType_t dt : {CUDA_R_16BF, CUDA_R_32F})
-          for (bool prefs : {true, false}) {
+          for (bool prefs : {true}) {
             const int64_t ldd = pad ? (M + 15) / 16 * 16 : M;
             if (pad && ldd == M) continue;
             cublasStatus_t st{};

@@ -33,21 +33,24 @@ void CudaBackend::check_precision(bool fp8_weights, bool fp8_kv) const {
               "auto, or --device cpu");
 }
 
-// cuBLASLt's block-scaled FP8 GEMM: x quantised into the scratch (xq [T, K] e4m3, its scales as
-// kernels::kCublasFp8Scales lays them out; the weight's scales transposed if cuBLASLt reads them so),
-// then the GEMM; false (the quantisation done in vain, nothing written to out) when cuBLASLt has none.
+// cuBLASLt's block-scaled FP8 GEMM: x quantised into the scratch (xq [Tp, K] e4m3, Tp = T padded to
+// kernels::fp8_padded_rows with zero rows, its scales as kernels::kCublasFp8Scales lays them out; the
+// weight's scales transposed if cuBLASLt reads them so), then the GEMM, straight into out where its
+// layout is out's (the weight as A, Tp == T), else into the scratch and from there into out; false
+// (the quantisation done in vain, nothing written to out) when cuBLASLt has none.
 bool CudaBackend::fp8_gemm(Tensor x, Tensor w, Tensor w_scale, Tensor out, bool accumulate) {
   const int64_t T = x.rows(), K = x.row_size(), N = w.rows(), nb = fp8_blocks(N), kb = fp8_blocks(K);
+  const int64_t Tp = kernels::fp8_padded_rows(T);
   const auto out_type = out.dtype == DType::kF32 ? kernels::GemmOut::kF32 : kernels::GemmOut::kBF16;
   constexpr kernels::Fp8ScaleLayouts L = kernels::kCublasFp8Scales;
-  const int64_t ld = (T + L.act_ld_align - 1) / L.act_ld_align * L.act_ld_align;
-  const size_t xq_bytes = aligned(static_cast<size_t>(T * K));
-  const size_t xs_bytes = aligned(static_cast<size_t>(kb * (L.act_outer_major ? ld : T)) * sizeof(float));
+  const int64_t ld = (Tp + L.act_ld_align - 1) / L.act_ld_align * L.act_ld_align;
+  const size_t xq_bytes = aligned(static_cast<size_t>(Tp * K));
+  const size_t xs_bytes = aligned(static_cast<size_t>(kb * (L.act_outer_major ? ld : Tp)) * sizeof(float));
   const size_t ws_bytes = L.weight_transposed ? aligned(static_cast<size_t>(nb * kb) * sizeof(float)) : 0;
-  // With the activations as cuBLASLt's A the GEMM writes outᵀ [N, T]: into the scratch, then transposed.
-  const bool x_as_a = L.roles == kernels::Fp8Roles::kActivationsAsA;
-  const int64_t ot_ld = kernels::fp8_transposed_ld(T);
-  const size_t ot_bytes = x_as_a ? aligned(static_cast<size_t>(N * ot_ld) * dtype_size(out.dtype)) : 0;
+  // With the activations as cuBLASLt's A the GEMM writes outᵀ [N, Tp], and with padded rows out [Tp, N]:
+  // into the scratch, then into out.
+  const bool x_as_a = L.roles == kernels::Fp8Roles::kActivationsAsA, direct = !x_as_a && Tp == T;
+  const size_t ot_bytes = direct ? 0 : aligned(static_cast<size_t>(N * Tp) * dtype_size(out.dtype));
   auto* base = static_cast<char*>(ensure_fp8_scratch(xq_bytes + xs_bytes + ws_bytes + ot_bytes));
   auto* xq = reinterpret_cast<uint8_t*>(base);
   auto* xs = reinterpret_cast<float*>(base + xq_bytes);
@@ -57,15 +60,20 @@ bool CudaBackend::fp8_gemm(Tensor x, Tensor w, Tensor w_scale, Tensor out, bool 
     kernels::transpose_f32(ws, wst, nb, kb, stream_);
     ws = wst;
   }
+  if (Tp != T) {  // zero rows and zero scales: the padded rows' products are 0 and never read
+    CUDA_CHECK(cudaMemsetAsync(xq + T * K, 0, static_cast<size_t>((Tp - T) * K), stream_));
+    CUDA_CHECK(cudaMemsetAsync(xs, 0, xs_bytes, stream_));
+  }
   kernels::quantize_fp8_groups_bf16(bf16(x), xq, xs, T, K, kernels::Fp8ActScaleLayout{L.act_outer_major, ld}, stream_);
-  if (!x_as_a)
-    return gemm_->matmul_fp8(xq, xs, static_cast<const uint8_t*>(w.data), ws, out.data, out_type, T, N, K, accumulate,
-                             stream_);
-  void* out_t = base + xq_bytes + xs_bytes + ws_bytes;
-  if (!gemm_->matmul_fp8(xq, xs, static_cast<const uint8_t*>(w.data), ws, out_t, out_type, T, N, K, false, stream_,
-                         kernels::Fp8Roles::kActivationsAsA))
-    return false;
-  kernels::transpose_into(out_t, ot_ld, out.data, N, T, out.dtype == DType::kF32, accumulate, stream_);
+  const auto* wq = static_cast<const uint8_t*>(w.data);
+  if (direct) return gemm_->matmul_fp8(xq, xs, wq, ws, out.data, out_type, T, N, K, accumulate, stream_);
+  void* staged = base + xq_bytes + xs_bytes + ws_bytes;
+  if (!gemm_->matmul_fp8(xq, xs, wq, ws, staged, out_type, Tp, N, K, false, stream_, L.roles)) return false;
+  const bool f32 = out.dtype == DType::kF32;
+  if (x_as_a)
+    kernels::transpose_into(staged, Tp, out.data, N, T, f32, accumulate, stream_);
+  else
+    kernels::add_into(staged, out.data, T * N, f32, accumulate, stream_);
   return true;
 }
 

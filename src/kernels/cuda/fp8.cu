@@ -95,6 +95,16 @@ __global__ void transpose_into_kernel(const T* __restrict__ src, int64_t src_ld,
   }
 }
 
+template <class T>
+__global__ void add_into_kernel(const T* __restrict__ src, T* __restrict__ dst, int64_t n, bool accumulate) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    float v = static_cast<float>(src[i]);
+    if (accumulate) v += static_cast<float>(dst[i]);
+    dst[i] = static_cast<T>(v);
+  }
+}
+
 unsigned grid_of(int64_t n, int threads) {
   const int64_t blocks = (n + threads - 1) / threads;
   return static_cast<unsigned>(blocks < 65536 ? blocks : 65536);
@@ -144,6 +154,17 @@ void transpose_into(const void* src, int64_t src_ld, void* dst, int64_t N, int64
   else
     transpose_into_kernel<__nv_bfloat16><<<grid_of(N * T, 256), 256, 0, stream>>>(
         static_cast<const __nv_bfloat16*>(src), src_ld, static_cast<__nv_bfloat16*>(dst), N, T, accumulate);
+  CUDA_CHECK_LAUNCH();
+}
+
+void add_into(const void* src, void* dst, int64_t n, bool f32, bool accumulate, cudaStream_t stream) {
+  if (n <= 0) return;
+  if (f32)
+    add_into_kernel<float>
+        <<<grid_of(n, 256), 256, 0, stream>>>(static_cast<const float*>(src), static_cast<float*>(dst), n, accumulate);
+  else
+    add_into_kernel<__nv_bfloat16><<<grid_of(n, 256), 256, 0, stream>>>(
+        static_cast<const __nv_bfloat16*>(src), static_cast<__nv_bfloat16*>(dst), n, accumulate);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -53,4 +53,9 @@ void transpose_f32(const float* src, float* dst, int64_t rows, int64_t cols, cud
 void transpose_into(const void* src, int64_t src_ld, void* dst, int64_t N, int64_t T, bool f32, bool accumulate,
                     cudaStream_t stream);
 
+/// dst[i] (+)= src[i] for i < n, both bf16 (f32 = false) or both f32, the sum in fp32 (a bf16 dst
+/// rounded once): the block-scaled FP8 GEMM's padded-row output into the caller's out. Throws
+/// Error(kDevice) on launch failure.
+void add_into(const void* src, void* dst, int64_t n, bool f32, bool accumulate, cudaStream_t stream);
+
 }  // namespace flashdllm::kernels

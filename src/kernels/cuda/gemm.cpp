@@ -233,7 +233,7 @@ struct GemmLt::Impl {
     if (key.fp8_x_as_a) {  // A = x col-major [K, T] (op T), B = w col-major [K, N], D col-major [T, N] = outᵀ
       CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, in_dt, K, T, key.K));
       CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, in_dt, K, N, key.K));
-      CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, out_dt, T, N, fp8_transposed_ld(key.T)));
+      CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, out_dt, T, N, key.T));
     } else {
       CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, in_dt, K, N, key.K));   // w: col-major [K, N]
       CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, in_dt, K, T, key.K));   // x: col-major [K, T]
@@ -348,6 +348,7 @@ bool GemmLt::matmul_fp8(const uint8_t* xq, const float* x_scales, const uint8_t*
                         GemmOut out_type, int64_t T, int64_t N, int64_t K, bool accumulate, cudaStream_t stream,
                         Fp8Roles roles) {
   FDLLM_CHECK_ARG(T >= 0 && N > 0 && K > 0, "matmul_fp8: sizes must be positive (T={}, N={}, K={})", T, N, K);
+  FDLLM_CHECK_ARG(T % 16 == 0, "matmul_fp8: T={} rows is not a multiple of 16 (pad with fp8_padded_rows)", T);
   if (T == 0) return true;
   PlanKey key{T, N, K, static_cast<int>(out_type), accumulate, alignment_of(xq), alignment_of(w), alignment_of(out)};
   key.fp8 = true;

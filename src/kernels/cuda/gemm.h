@@ -62,14 +62,15 @@ struct Fp8ScaleLayouts {
   Fp8Roles roles = Fp8Roles::kWeightAsA;  ///< the operand roles these layouts were established with
 };
 
-/// The row stride (elements) of the outᵀ [N, T] that matmul_fp8 writes with Fp8Roles::kActivationsAsA:
-/// T rounded up to 16, since cuBLASLt's FP8 GEMMs take output leading dimensions of whole 16-element
-/// multiples only (tools/diag/cublaslt_fp8_probe.cu asks it).
-constexpr int64_t fp8_transposed_ld(int64_t T) { return (T + 15) / 16 * 16; }
+/// The row counts matmul_fp8 takes: T rounded up to a multiple of 16. On an H100 with cuBLASLt 13.1
+/// the block-scaled FP8 GEMMs had algorithms at 64, 128 and 256 rows and none at 37, in either
+/// operand order and with a padded output (tools/diag/cublaslt_fp8_probe.cu,
+/// bench/results/2026-12-07-fp8-gemm/); the caller pads the activations with zero rows.
+constexpr int64_t fp8_padded_rows(int64_t T) { return (T + 15) / 16 * 16; }
 
 /// The layouts cuBLASLt reads, as the GPU test (tests/kernels/test_cuda_fp8.cpp, ScaleLayoutProbe)
 /// establishes against the CPU oracle among the candidates Fp8ScaleLayouts describes.
-inline constexpr Fp8ScaleLayouts kCublasFp8Scales{false, true, 4, Fp8Roles::kActivationsAsA};
+inline constexpr Fp8ScaleLayouts kCublasFp8Scales{false, true, 4, Fp8Roles::kWeightAsA};
 
 class GemmLt {
  public:
@@ -93,11 +94,11 @@ class GemmLt {
   /// The block-FP8 linear layer's product (Backend::matmul_fp8 after the activation quantisation):
   ///   out[t, n] (+)= Σ_k (xq[t, k] · x_scales(t, k / 128)) · (w[n, k] · w_scales(n / 128, k / 128))
   /// with e4m3 xq [T, K] and w [N, K] (row-major bytes), F32 scales laid out as kCublasFp8Scales, fp32 accumulation,
-  /// bf16 or fp32 out (row-major [T, N]; with roles kActivationsAsA outᵀ, row-major [N, T] with row stride
-  /// fp8_transposed_ld(T), the padding columns left undefined). Returns false, having done
+  /// bf16 or fp32 out (row-major [T, N]; with roles kActivationsAsA outᵀ, row-major [N, T]); T a multiple
+  /// of 16 (fp8_padded_rows). Returns false, having done
   /// nothing, when cuBLASLt offers no algorithm for it (a GPU other than sm_90, a cuBLASLt before 12.9, an unsupported
   /// shape or output): the caller takes the dequantising route. The answer is cached per shape. Throws
-  /// Error(kInvalidArgument) for non-positive sizes, Error(kDevice) when a call fails.
+  /// Error(kInvalidArgument) for non-positive sizes or T not a multiple of 16, Error(kDevice) when a call fails.
   bool matmul_fp8(const uint8_t* xq, const float* x_scales, const uint8_t* w, const float* w_scales, void* out,
                   GemmOut out_type, int64_t T, int64_t N, int64_t K, bool accumulate, cudaStream_t stream,
                   Fp8Roles roles = Fp8Roles::kWeightAsA);
