@@ -18,6 +18,9 @@ std::filesystem::path golden_dir() {
 }
 
 std::filesystem::path default_model_dir() { return std::filesystem::path(FDLLM_SOURCE_DIR) / "models" / "llada-arith-12m"; }
+std::filesystem::path dream_model_dir() {
+  return std::filesystem::path(FDLLM_SOURCE_DIR) / "models" / "dream-arith-11m";
+}
 
 std::filesystem::path temp_dir() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();

@@ -14,6 +14,8 @@ std::filesystem::path repo_data_dir();
 std::filesystem::path golden_dir();
 /// <repo>/models/<default small model> (may not exist yet)
 std::filesystem::path default_model_dir();
+/// <repo>/models/dream-arith-11m (the small Dream-layout model)
+std::filesystem::path dream_model_dir();
 /// A fresh empty temporary directory unique to the calling test.
 std::filesystem::path temp_dir();
 /// <build>/flashdllm (the CLI binary)

@@ -1,7 +1,9 @@
-// The C++ CPU engine vs the PyTorch training code's own forward (tools/train/model.py, fp32) on the
-// committed small model (issue 3): logits max relative error <= 1e-4 on every reference case.
-// The fixture tests/data/small_model/reference_logits.safetensors is written by
-// tools/train/reference_logits.py and records the sha256 of the model it was made from.
+// The C++ CPU engine vs the PyTorch training code's own forward (tools/train/model.py and
+// model_dream.py, fp32) on the committed small models (issue 3; issue 46 for Dream): logits max
+// relative error <= 1e-4 on every reference case. The fixtures tests/data/small_model/ (LLaDA) and
+// tests/data/small_model_dream/ (Dream: the network's rows without the logit shift, as the engine's
+// forward returns them) reference_logits.safetensors are written by tools/train/reference_logits.py
+// and record the sha256 of the model each was made from.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -18,12 +20,13 @@ namespace flashdllm::test {
 namespace {
 
 
-TEST(SmallModelParity, CppForwardMatchesPytorchTrainingForward) {
-  const auto dir = default_model_dir();
-  ASSERT_TRUE(std::filesystem::exists(dir / "model.safetensors")) << "the default model must be committed";
-  auto ref = SafetensorsFile::open(test_data_dir() / "small_model" / "reference_logits.safetensors");
+void expect_training_forward_parity(const std::filesystem::path& dir, const std::filesystem::path& fixture) {
+  ASSERT_TRUE(std::filesystem::exists(dir / "model.safetensors")) << "the small model must be committed: " << dir;
+  auto ref = SafetensorsFile::open(fixture);
   auto backend = make_cpu_backend(0);
   Model model = load_model(*backend, dir);
+  EXPECT_EQ(ref->metadata().count("logit_shift") ? std::stoi(ref->metadata().at("logit_shift")) : 0,
+            model.config.logit_shift ? 1 : 0);
   const int n_cases = std::stoi(ref->metadata().at("n_cases"));
   ASSERT_GE(n_cases, 3);
   const int64_t V = model.config.embedding_size;
@@ -40,6 +43,15 @@ TEST(SmallModelParity, CppForwardMatchesPytorchTrainingForward) {
     EXPECT_LE(err, kTrainingCodeParityTol) << k << " (" << ref->metadata().at(k + ".description") << ")";
     std::printf("%s: %s: rel max err %.2e\n", k.c_str(), ref->metadata().at(k + ".description").c_str(), err);
   }
+}
+
+TEST(SmallModelParity, CppForwardMatchesPytorchTrainingForward) {
+  expect_training_forward_parity(default_model_dir(), test_data_dir() / "small_model" / "reference_logits.safetensors");
+}
+
+TEST(SmallModelParity, DreamCppForwardMatchesPytorchTrainingForward) {
+  expect_training_forward_parity(dream_model_dir(),
+                                 test_data_dir() / "small_model_dream" / "reference_logits.safetensors");
 }
 
 }  // namespace
