@@ -14,7 +14,9 @@
 #   - unpacks the carried .carry/{cudnn-frontend,cutlass,minja}.tar.xz into .deps/ and builds
 #     with `scripts/gpu_check.sh --build-only` (exits 1 with the log's tail on failure) within
 #     BUILD_BUDGET seconds (default 200), its gpu_check.sh output going to BUILD_OUT (default $OUT);
-#     PRELUDE_BUILD=0 leaves the build to the script (one that builds two trees, or extra targets);
+#     PRELUDE_BUILD=0 leaves the build to the script (one that builds two trees, or extra targets:
+#     `prelude_build_targets TARGET...` configures build-gpu and builds just those, exiting 1 with
+#     the errors on failure);
 #   - exports LD_LIBRARY_PATH for the carried Debian packages (/tmp/fdllm-deps, scripts/gpu_env.sh)
 #     and .carry/dw (libdw/libelf for Nsight's importer), and sets B=build-gpu, t0 (start, epoch s) and
 #     left() (seconds left of LIMIT, default 300).
@@ -50,3 +52,12 @@ if [[ "${PRELUDE_BUILD:-1}" != 0 ]]; then
 fi
 export LD_LIBRARY_PATH=$PWD/.carry/dw:/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu/openblas-openmp:/tmp/fdllm-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 B=build-gpu
+prelude_build_targets() {
+  local ROOT=$PWD FDLLM_TAG=prelude LOG=/tmp/prelude_build.log
+  source scripts/gpu_env.sh
+  fdllm_use_carried_deps > /dev/null 2>&1
+  fdllm_configure_cmd build-gpu
+  "${CONFIGURE_CMD[@]}" > /tmp/cfg.log 2>&1 || { tail -20 /tmp/cfg.log; exit 1; }
+  cmake --build build-gpu -j16 --target "$@" > /tmp/b.log 2>&1 || { grep -E "error" /tmp/b.log | head -20; exit 1; }
+  echo "built $* at $(($(date +%s) - t0)) s on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+}

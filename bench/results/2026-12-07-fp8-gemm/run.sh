@@ -17,14 +17,7 @@ nvcc -std=c++17 -o /tmp/fp8probe tools/diag/cublaslt_fp8_probe.cu -lcublasLt && 
 head -1 "$OUT/cublaslt_probe.txt"
 echo "cases with an algorithm: $(grep -c ', [1-9][0-9]* algorithms' "$OUT/cublaslt_probe.txt") of $(grep -c fp8probe "$OUT/cublaslt_probe.txt")"
 grep -E ', [1-9][0-9]* algorithms' "$OUT/cublaslt_probe.txt" | head -40
-ROOT=$PWD FDLLM_TAG=fp8gemm LOG=/tmp/fp8gemm.log
-source scripts/gpu_env.sh
-fdllm_use_carried_deps > /dev/null 2>&1
-fdllm_configure_cmd build-gpu
-"${CONFIGURE_CMD[@]}" > /tmp/cfg.log 2>&1 || { tail -20 /tmp/cfg.log; exit 1; }
-cmake --build build-gpu -j16 --target test_cuda_fp8 flashdllm > /tmp/b.log 2>&1 ||
-  { grep -E "error" /tmp/b.log | head -20; exit 1; }
-echo "built at $(($(date +%s) - t0)) s on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+prelude_build_targets test_cuda_fp8 flashdllm
 build-gpu/tests/test_cuda_fp8 > "$OUT/test_cuda_fp8.log" 2>&1
 grep -E "probe|^\[ +(OK|FAILED|PASSED|SKIPPED) |rel max err|Failure" "$OUT/test_cuda_fp8.log" | head -60
 # The small Dream model (issue 46): Dream's own sampler vs Flash-Cache (+ Verify), 1000 problems, CUDA.

@@ -13,14 +13,7 @@ echo "still missing: $(git ls-files -d | wc -l) tracked files $(git ls-files -d 
 mkdir -p "$OUT/dream" "$OUT/c80" /tmp/sm90
 OUT=$OUT/dream TRAIN_LIMIT=520 bash bench/results/2026-12-07-dream-model/run.sh "${3:-310}" > /tmp/dream_call.log 2>&1 &
 train=$!
-ROOT=$PWD FDLLM_TAG=probe LOG=/tmp/probe.log
-source scripts/gpu_env.sh
-fdllm_use_carried_deps > /dev/null 2>&1
-fdllm_configure_cmd build-gpu
-"${CONFIGURE_CMD[@]}" > /tmp/cfg.log 2>&1 || { tail -20 /tmp/cfg.log; exit 1; }
-cmake --build build-gpu -j16 --target test_cuda_fp8 test_cuda_attention test_cuda_moe test_cuda_gqa > /tmp/b.log 2>&1 ||
-  { grep -E "error" /tmp/b.log | head -20; exit 1; }
-echo "built $(($(date +%s) - t0)) s on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+prelude_build_targets test_cuda_fp8 test_cuda_attention test_cuda_moe test_cuda_gqa
 build-gpu/tests/test_cuda_fp8 > "/tmp/sm90/test_cuda_fp8.log" 2>&1
 grep -E "probe|^\[ +(OK|FAILED|PASSED|SKIPPED) |rel max err" "/tmp/sm90/test_cuda_fp8.log" | head -60
 for t in attention moe gqa; do
