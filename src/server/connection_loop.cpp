@@ -387,7 +387,6 @@ void ConnectionLoop::dispatch(int fd, Conn& c) {
   r.fd = fd;
   r.bytes = c.buf.substr(0, c.need);
   r.last = c.last;
-  r.continued = c.continued;
   c.buf.erase(0, c.need);
   c.phase = Phase::kBusy;
   ++c.served;

@@ -52,7 +52,6 @@ struct ReadyRequest {
   std::string bytes;       ///< its head and body (exactly; later pipelined bytes stay in the loop)
   bool last = false;       ///< its response closes the connection (the last allowed, or a framing the
                            ///< loop does not follow: the body was not read)
-  bool continued = false;  ///< the loop answered `Expect: 100-continue` already
 };
 
 class ConnectionLoop {
