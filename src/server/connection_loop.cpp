@@ -94,8 +94,8 @@ void send_now(int fd, const std::string& s) {
 
 }  // namespace
 
-ConnectionLoop::ConnectionLoop(ConnectionLimits limits, Dispatch dispatch)
-    : limits_(limits), dispatch_(std::move(dispatch)) {
+ConnectionLoop::ConnectionLoop(ConnectionLimits limits, Dispatch dispatch, Refused refused)
+    : limits_(limits), dispatch_(std::move(dispatch)), refused_(std::move(refused)) {
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   FDLLM_CHECK(epoll_fd_ >= 0 && wake_fd_ >= 0, ErrorCode::kIo, "cannot create the connection loop's epoll: {}",
@@ -437,6 +437,7 @@ void ConnectionLoop::refuse(int fd, Conn& c, int status, const std::string& mess
                        "Connection: close\r\n\r\n{}",
                        status, reason_phrase(status), body.size(), status == 503 ? "Retry-After: 1\r\n" : "", body));
   begin_close(fd, c);
+  if (refused_) refused_(status);
 }
 
 void ConnectionLoop::begin_close(int fd, Conn& c) {

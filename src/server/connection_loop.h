@@ -59,7 +59,9 @@ class ConnectionLoop {
   /// `dispatch` runs on the loop thread for each complete request and must not block (it queues
   /// the request for a worker, which calls finished() once its response is written).
   using Dispatch = std::function<void(ReadyRequest)>;
-  ConnectionLoop(ConnectionLimits limits, Dispatch dispatch);
+  /// `refused` (may be empty) is told the status of each error response the loop sends itself.
+  using Refused = std::function<void(int status)>;
+  ConnectionLoop(ConnectionLimits limits, Dispatch dispatch, Refused refused = {});
   ~ConnectionLoop();
   ConnectionLoop(const ConnectionLoop&) = delete;
   ConnectionLoop& operator=(const ConnectionLoop&) = delete;
@@ -113,6 +115,7 @@ class ConnectionLoop {
 
   const ConnectionLimits limits_;
   const Dispatch dispatch_;
+  const Refused refused_;
   int epoll_fd_ = -1, wake_fd_ = -1;
   std::unordered_map<int, Conn> conns_;  // loop thread only
   size_t closing_ = 0;                   // conns_ in kClosing

@@ -186,10 +186,13 @@ struct HttpServer::Workers {
 
 HttpServer::HttpServer(const HttpOptions& options) : opt_(options) {
   workers_ = std::make_unique<Workers>(opt_.max_threads);
-  loop_ = std::make_unique<ConnectionLoop>(opt_.limits, [this](ReadyRequest r) {
-    auto job = std::make_shared<ReadyRequest>(std::move(r));
-    workers_->pool.enqueue([this, job] { serve(std::move(*job)); });
-  });
+  loop_ = std::make_unique<ConnectionLoop>(
+      opt_.limits,
+      [this](ReadyRequest r) {
+        auto job = std::make_shared<ReadyRequest>(std::move(r));
+        workers_->pool.enqueue([this, job] { serve(std::move(*job)); });
+      },
+      opt_.on_refused);
   new_task_queue = [] { return new Inline; };
   // What cpp-httplib's responses advertise (Keep-Alive: timeout=..., max=...): the loop's values.
   set_keep_alive_timeout(opt_.limits.idle_timeout_s);

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -43,6 +44,9 @@ struct HttpOptions {
   ConnectionLimits limits;
   size_t max_threads = 256;  ///< workers: requests being processed at once (the others wait their turn)
   int write_timeout_s = 30;  ///< time a response may wait for its client to read, in all
+  /// Called (on the loop thread) with the status of each response the connection loop gives itself
+  /// before a request reaches a worker (408, 431, 503): /metrics counts them.
+  std::function<void(int status)> on_refused;
 };
 
 class HttpServer : public httplib::Server {

@@ -42,8 +42,9 @@ using Clock = std::chrono::steady_clock;
 constexpr int64_t kMaxDefaultThreads = 4096;  // as --http-threads allows
 
 /// The HTTP layer's options from the server's (limits, workers) and the engine's size.
-HttpOptions http_options(const Engine& engine, const ServerOptions& o) {
+HttpOptions http_options(const Engine& engine, const ServerOptions& o, std::function<void(int)> on_refused) {
   HttpOptions h;
+  h.on_refused = std::move(on_refused);
   ConnectionLimits& l = h.limits;
   l.max_connections = o.max_connections;
   l.idle_timeout_s = o.keep_alive_timeout_s;
@@ -88,7 +89,10 @@ size_t fit_file_limit(size_t max_connections) {
 
 }  // namespace
 
-Server::Impl::Impl(Engine& e, ServerOptions o) : engine(e), opt(fitted(std::move(o))), http(http_options(e, opt)) {}
+Server::Impl::Impl(Engine& e, ServerOptions o)
+    : engine(e),
+      opt(fitted(std::move(o))),
+      http(http_options(e, opt, [this](int status) { counters.count("", status); })) {}
 
 ServerOptions Server::Impl::fitted(ServerOptions o) {
   o.max_connections = fit_file_limit(o.max_connections);

@@ -159,6 +159,8 @@ def raw(server, data: bytes, timeout: float = 30.0) -> bytes:
     (b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 8000) for i in range(1000)), 431, b"exceed 65536 bytes"),
 ])
 def test_request_headers_are_bounded(server, headers, status, needle):
+    counted = f"flashdllm_http_responses_total{{code={status},route=other}}"
+    refused_before = server.metrics().get(counted, 0)
     before = server.peak_rss_kb()
     t0 = time.time()
     out = raw(server, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + headers + b"\r\n")
@@ -166,6 +168,8 @@ def test_request_headers_are_bounded(server, headers, status, needle):
     assert out.startswith(b"HTTP/1.1 %d" % status), out[:300]
     assert needle in out and b"request_header_fields_too_large" in out, out[-300:]
     assert server.peak_rss_kb() - before < 20_000
+    # The connection loop's own refusals reach /metrics (no route is known before the headers are read).
+    assert server.metrics().get(counted, 0) == refused_before + 1
     # 100 header lines are fine.
     out = raw(server, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" +
               b"".join(b"X-H%d: v\r\n" % i for i in range(98)) + b"\r\n")
