@@ -11,7 +11,12 @@
 #  5. the LLaDA-8B-shape Flash-Cache iteration, bf16 (A) vs --quantization fp8 (B), dummy weights, 1 and
 #     32 slots (bench/iteration_floor.py, one repeat), within the time left.
 # Usage (device tool, carry .carry): bash bench/results/2026-12-07-fp8-gemm/run.sh <tree> <label>
+# (.carry/dream/model.safetensors: a copy of models/dream-arith-11m/model.safetensors)
 PRELUDE_BUILD=0 LIMIT=470
+# The small Dream model's weights travel in .carry/dream when the copy lacks them (the copy's git
+# objects may predate them).
+cd "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)" || exit 1
+[[ -f models/dream-arith-11m/model.safetensors ]] || cp .carry/dream/model.safetensors models/dream-arith-11m/ 2>/dev/null
 source "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)/bench/device_prelude.sh" "$1" "$2"
 nvcc -std=c++17 -o /tmp/fp8probe tools/diag/cublaslt_fp8_probe.cu -lcublasLt && /tmp/fp8probe > "$OUT/cublaslt_probe.txt" 2>&1
 head -1 "$OUT/cublaslt_probe.txt"

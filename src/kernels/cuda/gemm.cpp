@@ -242,7 +242,7 @@ struct GemmLt::Impl {
 
     // The row bucket's algorithm, where cuBLASLt takes it for these rows (buckets vary B and D: not
     // with the FP8 roles swapped, where the rows are A's).
-    if (tune_candidates <= 1 && !key.fp8_x_as_a) {
+    if (tune_candidates <= 1 && !key.fp8) {
       if (const auto algo = bucket_algorithm(key, *p, out_dt)) {
         p->algo = algo->algo;
         p->choice = {algo->index, 0};
@@ -250,11 +250,8 @@ struct GemmLt::Impl {
       }
     }
     cublasLtMatmulHeuristicResult_t results[kMaxGemmCandidates]{};
+    if (key.fp8) return fp8_plan(key, std::move(p), results);
     const int found = heuristic(p->op, p->a, p->b, p->c, key, std::max(1, tune_candidates), results);
-    if (found <= 0 && key.fp8) {
-      fp8_refused.emplace(key, true);
-      return nullptr;
-    }
     FDLLM_CHECK(found > 0, ErrorCode::kUnsupported,
                 "matmul: cuBLASLt has no algorithm for out[{}, {}] = x[{}, {}]·w[{}, {}]ᵀ ({} output, beta {})", key.T,
                 key.N, key.T, key.K, key.N, key.K, out_dt == CUDA_R_32F ? "F32" : "BF16", key.accumulate ? 1 : 0);
@@ -268,6 +265,26 @@ struct GemmLt::Impl {
     auto [ins, ok] = plans.emplace(key, std::move(p));
     (void)ok;
     return ins->second.get();
+  }
+
+  /// A block-FP8 plan: the heuristic's first algorithm that does not split K (on an H100 with
+  /// cuBLASLt 13.1 the block-scaled GEMMs came out wrong at 16 rows with small N, where the heuristic
+  /// turns to split-K: bench/results/2026-12-07-fp8-gemm/), exact rows (no bucket), no timing; nullptr
+  /// (and the key remembered as refused) when there is none.
+  const Plan* fp8_plan(const PlanKey& key, std::unique_ptr<Plan> p, cublasLtMatmulHeuristicResult_t* results) {
+    const int found = heuristic(p->op, p->a, p->b, p->c, key, kMaxGemmCandidates, results);
+    for (int i = 0; i < found; ++i) {
+      int32_t splits = 1;
+      size_t written = 0;
+      CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&results[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
+                                                        sizeof(splits), &written));
+      if (splits > 1) continue;
+      p->algo = results[i].algo;
+      p->choice = {i, 0};
+      return plans.emplace(key, std::move(p)).first->second.get();
+    }
+    fp8_refused.emplace(key, true);
+    return nullptr;
   }
 
   /// An FP8 plan's scale pointers (the weight's on A and the activations' on B, or swapped with
