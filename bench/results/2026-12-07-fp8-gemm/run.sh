@@ -41,6 +41,7 @@ grep -q "^\[       OK \] CudaFp8Kernels.ScaleLayoutProbe" "$OUT/test_cuda_fp8.lo
 for mode in bf16 fp8 fp8-dequant; do
   args=() env=()
   [[ $mode != bf16 ]] && args=(--quantization fp8)
+  [[ $mode == fp8 ]] && env=(FLASHDLLM_FP8_DEQUANTIZE=0)  # the FP8 GEMM (opt-in since d9bb7e3's successor)
   [[ $mode == fp8-dequant ]] && env=(FLASHDLLM_FP8_DEQUANTIZE=1)
   env "${env[@]}" build-gpu/flashdllm eval --task arith --device cuda "${args[@]}" --limit 1000 --out "/tmp/eval-$mode" \
     > "/tmp/eval-$mode.log" 2>&1
@@ -49,6 +50,6 @@ for mode in bf16 fp8 fp8-dequant; do
 done
 echo "left $(left) s"
 if (($(left) > 200)); then
-  timeout $(($(left) - 10)) python3 bench/iteration_floor.py --a-bin build-gpu/flashdllm --b-args "--quantization fp8" \
+  timeout $(($(left) - 10)) python3 bench/iteration_floor.py --a-bin build-gpu/flashdllm --b-args "--quantization fp8" --b-env FLASHDLLM_FP8_DEQUANTIZE=0 \
     --model data/llada-8b-instruct --slots 32,1 --repeats 1 --json "$OUT/iteration_floor.json" 2>&1 | tail -25
 fi
