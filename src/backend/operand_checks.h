@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "core/check.h"
+#include "core/fp8.h"
 #include "core/moe_routing.h"
 #include "core/tensor.h"
 #include "core/verify_mask.h"
@@ -45,6 +46,30 @@ inline bool overlap(const Tensor& a, const Tensor& b) {
 inline void expect_disjoint(const Tensor& out, const Tensor& in, const char* op, const char* out_name,
                             const char* in_name) {
   FDLLM_CHECK_ARG(!overlap(out, in), "{}: operand '{}' must not overlap '{}'", op, out_name, in_name);
+}
+
+/// The sizes of a linear layer's product out[T, N] (+)= x[T, K] · w[N, K]ᵀ (matmul, matmul_fp8).
+struct LinearShape {
+  int64_t T = 0, N = 0, K = 0;
+};
+
+/// The shape checks of matmul / matmul_fp8 (the dtypes and devices are the caller's): w 2-D with
+/// x's inner dimension, out [T, N] disjoint from x and w, and with an FP8 weight (w_scale non-null)
+/// its block scales [ceil(N/128), ceil(K/128)]. Throws Error(kInvalidArgument) naming `op` and the
+/// operand.
+inline LinearShape expect_linear_shapes(const Tensor& x, const Tensor& w, const Tensor* w_scale, const Tensor& out,
+                                        const char* op) {
+  const LinearShape s{x.rows(), w.rows(), x.row_size()};
+  FDLLM_CHECK_ARG(w.ndim == 2 && w.row_size() == s.K, "{}: x is {} but w is {} (inner dimensions differ)", op,
+                  x.describe(), w.describe());
+  if (w_scale != nullptr)
+    FDLLM_CHECK_ARG(w_scale->ndim == 2 && w_scale->rows() == fp8_blocks(s.N) && w_scale->row_size() == fp8_blocks(s.K),
+                    "{}: w_scale is {}, but w {} in 128 x 128 blocks needs [{}, {}]", op, w_scale->describe(),
+                    w.describe(), fp8_blocks(s.N), fp8_blocks(s.K));
+  expect_matrix(out, s.T, s.N, op, "out");
+  expect_disjoint(out, x, op, "out", "x");
+  expect_disjoint(out, w, op, "out", "w");
+  return s;
 }
 
 /// The K/V heads of an attention op's operands (backend.h, grouped-query attention): q [*, H·Dh]

@@ -169,10 +169,8 @@ class CpuBackend final : public Backend {
     check_dtype(x, DType::kF32, "matmul", "x");
     check_dtype(w, DType::kF32, "matmul", "w");
     check_dtype(out, DType::kF32, "matmul", "out");
-    const int64_t T = x.rows(), K = x.row_size(), N = w.rows();
-    FDLLM_CHECK_ARG(w.row_size() == K, "matmul: x is {} but w is {} (inner dimensions differ)", x.describe(),
-                    w.describe());
-    expect_matrix(out, T, N, "matmul", "out");
+    const opcheck::LinearShape s = opcheck::expect_linear_shapes(x, w, nullptr, out, "matmul");
+    const int64_t T = s.T, N = s.N, K = s.K;
     if (T == 0) return;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T), static_cast<int>(N),
                 static_cast<int>(K), 1.0f, x.ptr<float>(), static_cast<int>(K), w.ptr<float>(), static_cast<int>(K),

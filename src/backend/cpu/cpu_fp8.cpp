@@ -16,13 +16,8 @@ void matmul_fp8(int threads, Tensor x, Tensor w, Tensor w_scale, Tensor out, boo
   opcheck::expect(w, DType::kF8E4M3, DeviceKind::kCPU, kOp, "w");
   opcheck::expect(w_scale, DType::kF32, DeviceKind::kCPU, kOp, "w_scale");
   opcheck::expect(out, DType::kF32, DeviceKind::kCPU, kOp, "out");
-  const int64_t T = x.rows(), K = x.row_size(), N = w.rows();
-  FDLLM_CHECK_ARG(w.ndim == 2 && w.row_size() == K, "{}: x is {} but w is {} (inner dimensions differ)", kOp,
-                  x.describe(), w.describe());
-  FDLLM_CHECK_ARG(w_scale.ndim == 2 && w_scale.rows() == fp8_blocks(N) && w_scale.row_size() == fp8_blocks(K),
-                  "{}: w_scale is {}, but w {} in 128 x 128 blocks needs [{}, {}]", kOp, w_scale.describe(),
-                  w.describe(), fp8_blocks(N), fp8_blocks(K));
-  opcheck::expect_matrix(out, T, N, kOp, "out");
+  const opcheck::LinearShape shape = opcheck::expect_linear_shapes(x, w, &w_scale, out, kOp);
+  const int64_t T = shape.T, N = shape.N, K = shape.K;
   if (T == 0 || N == 0) return;
   std::vector<float> wd(static_cast<size_t>(N * K)), xq(static_cast<size_t>(T * K));
   const auto* q = static_cast<const uint8_t*>(w.data);

@@ -85,16 +85,7 @@ void CudaBackend::matmul_fp8(Tensor x, Tensor w, Tensor w_scale, Tensor out, boo
   FDLLM_CHECK_ARG(out.dtype == DType::kBF16 || out.dtype == DType::kF32,
                   "matmul_fp8: operand 'out' must be BF16 or F32, got {}", out.describe());
   expect(out, out.dtype, kOp, "out");
-  const int64_t T = x.rows(), K = x.row_size(), N = w.rows();
-  FDLLM_CHECK_ARG(w.ndim == 2 && w.row_size() == K, "{}: x is {} but w is {} (inner dimensions differ)", kOp,
-                  x.describe(), w.describe());
-  const int64_t nb = fp8_blocks(N), kb = fp8_blocks(K);
-  FDLLM_CHECK_ARG(w_scale.ndim == 2 && w_scale.rows() == nb && w_scale.row_size() == kb,
-                  "{}: w_scale is {}, but w {} in 128 x 128 blocks needs [{}, {}]", kOp, w_scale.describe(),
-                  w.describe(), nb, kb);
-  expect_matrix(out, T, N, kOp, "out");
-  expect_disjoint(out, x, kOp, "out", "x");
-  expect_disjoint(out, w, kOp, "out", "w");
+  const auto [T, N, K] = opcheck::expect_linear_shapes(x, w, &w_scale, out, kOp);
   if (T == 0) return;
   FDLLM_CHECK_ARG(N > 0 && K > 0, "matmul_fp8: empty weight {}", w.describe());
   CUDA_CHECK(cudaSetDevice(device_));

@@ -11,12 +11,7 @@ void CudaBackend::matmul(Tensor x, Tensor w, Tensor out, bool accumulate) {
   FDLLM_CHECK_ARG(out.dtype == DType::kBF16 || out.dtype == DType::kF32,
                   "matmul: operand 'out' must be BF16 or F32, got {}", out.describe());
   expect(out, out.dtype, kOp, "out");
-  const int64_t T = x.rows(), K = x.row_size(), N = w.rows();
-  FDLLM_CHECK_ARG(w.row_size() == K, "matmul: x is {} but w is {} (inner dimensions differ)", x.describe(),
-                  w.describe());
-  expect_matrix(out, T, N, kOp, "out");
-  expect_disjoint(out, x, kOp, "out", "x");
-  expect_disjoint(out, w, kOp, "out", "w");
+  const auto [T, N, K] = opcheck::expect_linear_shapes(x, w, nullptr, out, kOp);
   if (T == 0) return;
   FDLLM_CHECK_ARG(N > 0 && K > 0, "matmul: empty weight {}", w.describe());
   CUDA_CHECK(cudaSetDevice(device_));
