@@ -41,7 +41,7 @@ grep -q "^\[       OK \] CudaFp8Kernels.ScaleLayoutProbe" "$OUT/test_cuda_fp8.lo
 for mode in bf16 fp8 fp8-dequant; do
   args=() env=()
   [[ $mode != bf16 ]] && args=(--quantization fp8)
-  [[ $mode == fp8 ]] && env=(FLASHDLLM_FP8_DEQUANTIZE=0)  # the FP8 GEMM (opt-in since d9bb7e3's successor)
+  [[ $mode == fp8 ]] && env=(FLASHDLLM_FP8_DEQUANTIZE=0)  # the FP8 GEMM (opt-in since 06164d9)
   [[ $mode == fp8-dequant ]] && env=(FLASHDLLM_FP8_DEQUANTIZE=1)
   env "${env[@]}" build-gpu/flashdllm eval --task arith --device cuda "${args[@]}" --limit 1000 --out "/tmp/eval-$mode" \
     > "/tmp/eval-$mode.log" 2>&1
