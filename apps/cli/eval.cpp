@@ -19,11 +19,15 @@
 namespace flashdllm::cli {
 namespace {
 
-/// The default method label of a decoding setting (the column of the paper's Table 1).
-std::string eval_method_label(const flashdllm::GenerateOptions& go) {
+/// The default method label of a decoding setting (the column of the paper's Table 1); `sampler`:
+/// the full-recompute sampler cache none runs (effective_sampler: Dream's for a Dream checkpoint).
+std::string eval_method_label(const flashdllm::GenerateOptions& go, flashdllm::Sampler sampler) {
   using flashdllm::CacheMode;
   const flashdllm::DecodeSettings& d = go.decode;
-  std::string m = d.cache == CacheMode::kNone     ? "LLaDA (no cache)"
+  const std::string none = sampler == flashdllm::Sampler::kDream
+                               ? fmt::format("Dream sampler (no cache, alg {})", flashdllm::dream_alg_name(d.dream_alg))
+                               : "LLaDA (no cache)";
+  std::string m = d.cache == CacheMode::kNone     ? none
                   : d.cache == CacheMode::kPrefix ? "Fast-dLLM prefix cache"
                   : d.cache == CacheMode::kDual   ? "Fast-dLLM dual cache"
                                                   : "Flash-Cache";
@@ -155,6 +159,7 @@ int run_eval(const CommonArgs& ca, EvalArgs& ea) {
   if (flash && ea.app->get_option("--slots")->count() == 0)
     go.decode.n_slots = ea.batch;  // --batch = slots, as lm-eval's batch_size
   flashdllm::validate(go, engine->config());
+  const flashdllm::Sampler sampler = flashdllm::effective_sampler(go.decode, engine->config());
   // Chat template: --chat/--raw; otherwise the task's rule (arith: the model's template; benchmarks:
   // Flash-dLLM's wrapper, which templates only model paths containing "instruct").
   std::optional<bool> chat;
@@ -192,7 +197,7 @@ int run_eval(const CommonArgs& ca, EvalArgs& ea) {
 
   ev::EvalSummary sum = ev::summarize(ea.task, results);
   sum.gen_length = go.sampling.gen_length;
-  sum.method = ea.label.empty() ? eval_method_label(go) : ea.label;
+  sum.method = ea.label.empty() ? eval_method_label(go, sampler) : ea.label;
   sum.peak_memory_bytes = peak.bytes;
   sum.peak_memory_kind = peak.kind;
   if (!ea.baseline.empty()) ev::apply_baseline(sum, baseline, ea.baseline);

@@ -60,7 +60,7 @@ void attach_logprobs(Backend& backend, Tensor logits, size_t r0, std::span<const
 }
 
 void init_sequence(SequenceState& s, std::span<const int32_t> prompt, int64_t gen_length, const ModelConfig& c) {
-  FDLLM_CHECK_ARG(!prompt.empty(), "the prompt is empty (LLaDA needs at least one prompt token)");
+  FDLLM_CHECK_ARG(!prompt.empty(), "the prompt is empty (the model needs at least one prompt token)");
   const int64_t total = static_cast<int64_t>(prompt.size()) + gen_length;
   FDLLM_CHECK_ARG(total <= c.max_sequence_length,
                   "prompt of {} tokens + gen_length {} = {} exceeds the model's max_sequence_length {}",

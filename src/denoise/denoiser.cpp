@@ -26,7 +26,7 @@ SlotParams resolve_params(const SamplingParams& s, const DecodeSettings& d, bool
 }
 
 void check_prompt_ids(std::span<const int32_t> prompt, const ModelConfig& cfg) {
-  FDLLM_CHECK_ARG(!prompt.empty(), "the prompt is empty (LLaDA needs at least one prompt token)");
+  FDLLM_CHECK_ARG(!prompt.empty(), "the prompt is empty (the model needs at least one prompt token)");
   for (size_t i = 0; i < prompt.size(); ++i) {
     FDLLM_CHECK_ARG(prompt[i] >= 0 && prompt[i] < cfg.embedding_size,
                     "prompt token {} at position {} is outside the vocabulary [0, {})", prompt[i], i,

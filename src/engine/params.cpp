@@ -310,6 +310,9 @@ void check_sampling(const SamplingParams& s, const DecodeSettings& d, const Mode
                       s.steps);
     return;
   }
+  // Cache none with sampler auto before a model is known: the family decides between LLaDA's blocks
+  // and Dream's whole canvas; the block checks run again with the model.
+  if (d.cache == CacheMode::kNone && sampler == Sampler::kAuto) return;
   if (d.cache == CacheMode::kFlash) {
     FDLLM_CHECK_PARAM(s.steps == 0, "steps",
                       "steps applies to quota decoding (cache none/prefix/dual without a threshold); "

@@ -79,6 +79,25 @@ TEST(EvalCli, ArithSliceWritesConsistentResults) {
   EXPECT_TRUE(std::filesystem::exists(dir / "summary.md"));
 }
 
+TEST(EvalCli, DreamModelRunsDreamsSamplerAndSaysSo) {
+  if (!std::filesystem::exists(dream_model_dir() / "model.safetensors"))
+    GTEST_SKIP() << "no Dream model at " << dream_model_dir();
+  auto dir = temp_dir();
+  std::string out;
+  ASSERT_EQ(run(fmt::format("eval -m {} --task arith --cache none --limit 2 --gen-length 16 --out {}",
+                            dream_model_dir().string(), dir.string()),
+                &out),
+            0)
+      << out;
+  // Cache none on a Dream checkpoint runs Dream's sampler (one token per step: NFE = gen_length).
+  EXPECT_NE(out.find("| arith | 16 | Dream sampler (no cache, alg entropy), 16 steps | 2 | exact_match "),
+            std::string::npos)
+      << out;
+  std::ifstream f(dir / "summary.json");
+  const auto summary = nlohmann::json::parse(f);
+  EXPECT_DOUBLE_EQ(summary["mean_nfe"].get<double>(), 16.0);
+}
+
 TEST(EvalCli, Gsm8kSliceFormatCheck) {
   if (!std::filesystem::exists(default_model_dir() / "model.safetensors"))
     GTEST_SKIP() << "no default model at " << default_model_dir();

@@ -45,9 +45,16 @@ TEST(ParamsErrors, ValidationNamesTheFieldAtFault) {
             "gamma");
   EXPECT_EQ(field_of_options([](GenerateOptions& o) {
               o.decode.cache = CacheMode::kNone;
+              o.decode.sampler = Sampler::kLlada;
               o.sampling.gen_length = 100;  // blocks of 32
             }),
             "gen_length");
+  // Sampler auto: the model decides (Dream's sampler has no blocks), so only validate(o, cfg) can refuse.
+  EXPECT_EQ(field_of_options([](GenerateOptions& o) {
+              o.decode.cache = CacheMode::kNone;
+              o.sampling.gen_length = 100;
+            }),
+            "<no error>");
   EXPECT_EQ(field_of_options([](GenerateOptions& o) {
               o.decode.cache = CacheMode::kDual;
               o.sampling.steps = 30;  // 4 blocks
