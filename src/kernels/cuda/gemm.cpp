@@ -240,8 +240,8 @@ struct GemmLt::Impl {
       CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, out_dt, N, T, key.N));  // out: col-major [N, T]
     }
 
-    // The row bucket's algorithm, where cuBLASLt takes it for these rows (buckets vary B and D: not
-    // with the FP8 roles swapped, where the rows are A's).
+    // The row bucket's algorithm, where cuBLASLt takes it for these rows (bf16 only: block-FP8 plans
+    // are made for their exact rows, fp8_plan).
     if (tune_candidates <= 1 && !key.fp8) {
       if (const auto algo = bucket_algorithm(key, *p, out_dt)) {
         p->algo = algo->algo;
