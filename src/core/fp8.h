@@ -39,6 +39,8 @@ inline float fp8_scale_of(float amax) noexcept { return amax > 0.0f ? amax / kE4
 /// Quantises weight w (fp32 [N, K], row-major) in 128 x 128 blocks: scale_inv [fp8_blocks(N),
 /// fp8_blocks(K)] = fp8_scale_of(block amax), q [N, K] = f32_to_e4m3(w / scale_inv) (what
 /// transformers' FP8 quantiser stores; partial edge blocks take the amax of their own elements).
+/// Runs bands of 128 rows on OpenMP threads (from 2^20 elements); the bytes do not depend on the
+/// thread count.
 void quantize_fp8_blocks(const float* w, int64_t N, int64_t K, uint8_t* q, float* scale_inv) noexcept;
 
 /// w [N, K] = e4m3_to_f32(q) · scale_inv[n / 128, k / 128] (fp32 products).
