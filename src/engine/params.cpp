@@ -311,8 +311,8 @@ void check_sampling(const SamplingParams& s, const DecodeSettings& d, const Mode
     return;
   }
   // Cache none with sampler auto before a model is known: the family decides between LLaDA's blocks
-  // and Dream's whole canvas; the block checks run again with the model.
-  if (d.cache == CacheMode::kNone && sampler == Sampler::kAuto) return;
+  // and Dream's whole canvas, so the block checks wait for the model (what both refuse is checked).
+  const bool blocks_unknown = d.cache == CacheMode::kNone && sampler == Sampler::kAuto;
   if (d.cache == CacheMode::kFlash) {
     FDLLM_CHECK_PARAM(s.steps == 0, "steps",
                       "steps applies to quota decoding (cache none/prefix/dual without a threshold); "
@@ -331,7 +331,7 @@ void check_sampling(const SamplingParams& s, const DecodeSettings& d, const Mode
     return;
   }
   const int64_t canvas = exact_blocks ? G : (G + B - 1) / B * B;
-  if (exact_blocks)
+  if (exact_blocks && !blocks_unknown)
     FDLLM_CHECK_PARAM(G % B == 0, "gen_length",
                       "gen_length {} is not a multiple of block_length {}{}: pass a block length that divides {} "
                       "(--block-length) or a gen_length that is a multiple of {}",
@@ -350,7 +350,7 @@ void check_sampling(const SamplingParams& s, const DecodeSettings& d, const Mode
                       "steps must be in [1, gen_length = {}] (a step commits at least one token), "
                       "got {}",
                       canvas, s.steps);
-    FDLLM_CHECK_PARAM(s.steps % blocks == 0, "steps",
+    FDLLM_CHECK_PARAM(blocks_unknown || s.steps % blocks == 0, "steps",
                       "steps ({}) must be divisible by the number of blocks gen_length / "
                       "block_length = {} (LLaDA generate.py asserts this)",
                       s.steps, blocks);

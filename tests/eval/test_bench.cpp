@@ -141,9 +141,10 @@ TEST(BenchGrid, RejectsImpossibleSettingsBeforeRunning) {
   g.options = {{"gen_length", "100"}};
   EXPECT_NE(error_of([&] { expand_grid({g}, {}); }).find("group 'bad', dual: gen_length 100 is not a multiple of block_length 32"),
             std::string::npos);
-  g.methods = {"none"};
+  g.methods = {"dual"};  // blocks for every family (none's sampler waits for the model: Dream's has none)
   g.options = {{"gen_length", "64"}, {"steps", "3"}};
   EXPECT_NE(error_of([&] { expand_grid({g}, {}); }).find("steps (3) must be divisible"), std::string::npos);
+  g.methods = {"none"};
   g.options = {{"gen_length", "64"}, {"steps", "3"}, {"threshold", "0.9"}};  // threshold mode: steps would be ignored
   EXPECT_NE(error_of([&] { expand_grid({g}, {}); }).find("steps applies to quota decoding only"), std::string::npos);
   g.options = {{"gen_length", "64"}, {"threshold", "0.9"}};
