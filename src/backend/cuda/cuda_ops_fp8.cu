@@ -34,46 +34,34 @@ void CudaBackend::check_precision(bool fp8_weights, bool fp8_kv) const {
 }
 
 // cuBLASLt's block-scaled FP8 GEMM: x quantised into the scratch (xq [Tp, K] e4m3, Tp = T padded to
-// kernels::fp8_padded_rows with zero rows, its scales as kernels::kCublasFp8Scales lays them out; the
-// weight's scales transposed if cuBLASLt reads them so), then the GEMM, straight into out where its
-// layout is out's (the weight as A, Tp == T), else into the scratch and from there into out; false
-// (the quantisation done in vain, nothing written to out) when cuBLASLt has none.
+// kernels::fp8_padded_rows with zero rows and zero scales, the scales outer-major with stride Tp), then
+// the GEMM with the weight as A and its scales as stored, straight into out when no rows were padded,
+// else into the scratch and from there into out; false (the quantisation done in vain, nothing written
+// to out) when cuBLASLt has none.
 bool CudaBackend::fp8_gemm(Tensor x, Tensor w, Tensor w_scale, Tensor out, bool accumulate) {
-  const int64_t T = x.rows(), K = x.row_size(), N = w.rows(), nb = fp8_blocks(N), kb = fp8_blocks(K);
-  const int64_t Tp = kernels::fp8_padded_rows(T);
-  const auto out_type = out.dtype == DType::kF32 ? kernels::GemmOut::kF32 : kernels::GemmOut::kBF16;
   constexpr kernels::Fp8ScaleLayouts L = kernels::kCublasFp8Scales;
-  const int64_t ld = (Tp + L.act_ld_align - 1) / L.act_ld_align * L.act_ld_align;
+  static_assert(L.roles == kernels::Fp8Roles::kWeightAsA && !L.weight_transposed && L.act_outer_major &&
+                    kernels::fp8_padded_rows(1) % L.act_ld_align == 0,
+                "fp8_gemm lays the operands out as the H100 probe established (bench/results/2026-12-07-fp8-gemm/)");
+  const int64_t T = x.rows(), K = x.row_size(), N = w.rows(), Tp = kernels::fp8_padded_rows(T);
+  const auto out_type = out.dtype == DType::kF32 ? kernels::GemmOut::kF32 : kernels::GemmOut::kBF16;
   const size_t xq_bytes = aligned(static_cast<size_t>(Tp * K));
-  const size_t xs_bytes = aligned(static_cast<size_t>(kb * (L.act_outer_major ? ld : Tp)) * sizeof(float));
-  const size_t ws_bytes = L.weight_transposed ? aligned(static_cast<size_t>(nb * kb) * sizeof(float)) : 0;
-  // With the activations as cuBLASLt's A the GEMM writes outᵀ [N, Tp], and with padded rows out [Tp, N]:
-  // into the scratch, then into out.
-  const bool x_as_a = L.roles == kernels::Fp8Roles::kActivationsAsA, direct = !x_as_a && Tp == T;
-  const size_t ot_bytes = direct ? 0 : aligned(static_cast<size_t>(N * Tp) * dtype_size(out.dtype));
-  auto* base = static_cast<char*>(ensure_fp8_scratch(xq_bytes + xs_bytes + ws_bytes + ot_bytes));
+  const size_t xs_bytes = aligned(static_cast<size_t>(fp8_blocks(K) * Tp) * sizeof(float));
+  const size_t staged_bytes = Tp == T ? 0 : aligned(static_cast<size_t>(Tp * N) * dtype_size(out.dtype));
+  auto* base = static_cast<char*>(ensure_fp8_scratch(xq_bytes + xs_bytes + staged_bytes));
   auto* xq = reinterpret_cast<uint8_t*>(base);
   auto* xs = reinterpret_cast<float*>(base + xq_bytes);
-  const float* ws = w_scale.ptr<float>();
-  if (L.weight_transposed) {
-    auto* wst = reinterpret_cast<float*>(base + xq_bytes + xs_bytes);
-    kernels::transpose_f32(ws, wst, nb, kb, stream_);
-    ws = wst;
-  }
   if (Tp != T) {  // zero rows and zero scales: the padded rows' products are 0 and never read
     CUDA_CHECK(cudaMemsetAsync(xq + T * K, 0, static_cast<size_t>((Tp - T) * K), stream_));
     CUDA_CHECK(cudaMemsetAsync(xs, 0, xs_bytes, stream_));
   }
-  kernels::quantize_fp8_groups_bf16(bf16(x), xq, xs, T, K, kernels::Fp8ActScaleLayout{L.act_outer_major, ld}, stream_);
+  kernels::quantize_fp8_groups_bf16(bf16(x), xq, xs, T, K, kernels::Fp8ActScaleLayout{true, Tp}, stream_);
   const auto* wq = static_cast<const uint8_t*>(w.data);
-  if (direct) return gemm_->matmul_fp8(xq, xs, wq, ws, out.data, out_type, T, N, K, accumulate, stream_);
-  void* staged = base + xq_bytes + xs_bytes + ws_bytes;
-  if (!gemm_->matmul_fp8(xq, xs, wq, ws, staged, out_type, Tp, N, K, false, stream_, L.roles)) return false;
-  const bool f32 = out.dtype == DType::kF32;
-  if (x_as_a)
-    kernels::transpose_into(staged, Tp, out.data, N, T, f32, accumulate, stream_);
-  else
-    kernels::add_into(staged, out.data, T * N, f32, accumulate, stream_);
+  const float* ws = w_scale.ptr<float>();
+  if (Tp == T) return gemm_->matmul_fp8(xq, xs, wq, ws, out.data, out_type, T, N, K, accumulate, stream_);
+  void* staged = base + xq_bytes + xs_bytes;
+  if (!gemm_->matmul_fp8(xq, xs, wq, ws, staged, out_type, Tp, N, K, false, stream_)) return false;
+  kernels::add_into(staged, out.data, T * N, out.dtype == DType::kF32, accumulate, stream_);
   return true;
 }
 

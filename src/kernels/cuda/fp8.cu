@@ -2,8 +2,6 @@
 
 #include <cuda_fp8.h>
 
-#include <string>
-
 #include "kernels/cuda/cuda_check.h"
 
 namespace flashdllm::kernels {
@@ -75,26 +73,6 @@ __global__ void dequant_blocks_kernel(const uint8_t* __restrict__ q, const float
   }
 }
 
-__global__ void transpose_kernel(const float* __restrict__ src, float* __restrict__ dst, int64_t rows, int64_t cols) {
-  const int64_t n = rows * cols;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    dst[(i % cols) * rows + i / cols] = src[i];
-}
-
-template <class T>
-__global__ void transpose_into_kernel(const T* __restrict__ src, int64_t src_ld, T* __restrict__ dst, int64_t N,
-                                      int64_t Tn, bool accumulate) {
-  const int64_t n = N * Tn;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const int64_t t = i / N, c = i % N;  // dst[t, c] (coalesced writes) = src[c, t]
-    float v = static_cast<float>(src[c * src_ld + t]);
-    if (accumulate) v += static_cast<float>(dst[i]);
-    dst[i] = static_cast<T>(v);
-  }
-}
-
 template <class T>
 __global__ void add_into_kernel(const T* __restrict__ src, T* __restrict__ dst, int64_t n, bool accumulate) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -142,21 +120,6 @@ void dequantize_fp8_blocks_bf16(const uint8_t* q, const float* scale, int64_t N,
   CUDA_CHECK_LAUNCH();
 }
 
-void transpose_into(const void* src, int64_t src_ld, void* dst, int64_t N, int64_t T, bool f32, bool accumulate,
-                    cudaStream_t stream) {
-  if (src_ld < T)
-    cuda::throw_invalid_argument("transpose_into: row stride " + std::to_string(src_ld) + " is below the " +
-                                 std::to_string(T) + " columns");
-  if (N <= 0 || T <= 0) return;
-  if (f32)
-    transpose_into_kernel<float><<<grid_of(N * T, 256), 256, 0, stream>>>(static_cast<const float*>(src), src_ld,
-                                                                          static_cast<float*>(dst), N, T, accumulate);
-  else
-    transpose_into_kernel<__nv_bfloat16><<<grid_of(N * T, 256), 256, 0, stream>>>(
-        static_cast<const __nv_bfloat16*>(src), src_ld, static_cast<__nv_bfloat16*>(dst), N, T, accumulate);
-  CUDA_CHECK_LAUNCH();
-}
-
 void add_into(const void* src, void* dst, int64_t n, bool f32, bool accumulate, cudaStream_t stream) {
   if (n <= 0) return;
   if (f32)
@@ -165,12 +128,6 @@ void add_into(const void* src, void* dst, int64_t n, bool f32, bool accumulate, 
   else
     add_into_kernel<__nv_bfloat16><<<grid_of(n, 256), 256, 0, stream>>>(
         static_cast<const __nv_bfloat16*>(src), static_cast<__nv_bfloat16*>(dst), n, accumulate);
-  CUDA_CHECK_LAUNCH();
-}
-
-void transpose_f32(const float* src, float* dst, int64_t rows, int64_t cols, cudaStream_t stream) {
-  if (rows <= 0 || cols <= 0) return;
-  transpose_kernel<<<grid_of(rows * cols, 256), 256, 0, stream>>>(src, dst, rows, cols);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -42,17 +42,6 @@ void fake_quantize_fp8_groups_bf16(const __nv_bfloat16* x, __nv_bfloat16* out, i
 void dequantize_fp8_blocks_bf16(const uint8_t* q, const float* scale, int64_t N, int64_t K, __nv_bfloat16* w,
                                 cudaStream_t stream);
 
-/// dst[c, r] = src[r, c] for an F32 row-major [rows, cols] src (dst [cols, rows]): the weight block
-/// scales in the other order. Throws Error(kDevice) on launch failure.
-void transpose_f32(const float* src, float* dst, int64_t rows, int64_t cols, cudaStream_t stream);
-
-/// dst[t, n] (+)= src[n · src_ld + t] for src row-major [N, T] with row stride src_ld ≥ T and dst
-/// row-major [T, N], both bf16 (f32 = false) or both f32, the sum in fp32 (a bf16 dst rounded once):
-/// the block-scaled FP8 GEMM's outᵀ (Fp8Roles::kActivationsAsA) into the caller's out. Throws
-/// Error(kInvalidArgument) for src_ld < T, Error(kDevice) on launch failure.
-void transpose_into(const void* src, int64_t src_ld, void* dst, int64_t N, int64_t T, bool f32, bool accumulate,
-                    cudaStream_t stream);
-
 /// dst[i] (+)= src[i] for i < n, both bf16 (f32 = false) or both f32, the sum in fp32 (a bf16 dst
 /// rounded once): the block-scaled FP8 GEMM's padded-row output into the caller's out. Throws
 /// Error(kDevice) on launch failure.

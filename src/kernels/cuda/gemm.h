@@ -63,8 +63,8 @@ struct Fp8ScaleLayouts {
 };
 
 /// The row counts matmul_fp8 takes: T rounded up to a multiple of 16. On an H100 with cuBLASLt 13.1
-/// the block-scaled FP8 GEMMs had algorithms at 64, 128 and 256 rows and none at 37, in either
-/// operand order and with a padded output (tools/diag/cublaslt_fp8_probe.cu,
+/// the block-scaled FP8 GEMMs had algorithms at 8, 16, 32, 40, 48, 64, 128 and 256 rows and none at
+/// 37, in either operand order and with a padded output (tools/diag/cublaslt_fp8_probe.cu,
 /// bench/results/2026-12-07-fp8-gemm/); the caller pads the activations with zero rows.
 constexpr int64_t fp8_padded_rows(int64_t T) { return (T + 15) / 16 * 16; }
 
