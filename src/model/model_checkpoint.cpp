@@ -290,6 +290,25 @@ void check_tokenizer(const Tokenizer& tok, const ModelConfig& cfg, const std::fi
 const char* mask_token_name(const ModelConfig& cfg) noexcept {
   return cfg.family == ModelFamily::kLlada ? "<|mdm_mask|>" : "<|mask|>";  // Dream; LLaDA-MoE's Ling tokenizer
 }
+
+std::string mask_token_name(const ModelConfig& cfg, const std::filesystem::path& tokenizer_file) {
+  const std::filesystem::path path = tokenizer_file.parent_path() / "tokenizer_config.json";
+  if (!std::filesystem::exists(path)) return mask_token_name(cfg);
+  const nlohmann::json j = read_json_file(path);
+  const auto it = j.is_object() ? j.find("mask_token") : j.end();
+  if (it == j.end() || it->is_null()) return mask_token_name(cfg);
+  // transformers writes a special token as its text or as an AddedToken object {"content": ...}.
+  const nlohmann::json* text = &*it;
+  if (it->is_object()) {
+    const auto c = it->find("content");
+    text = c == it->end() ? nullptr : &*c;
+  }
+  FDLLM_CHECK_CKPT(text != nullptr && text->is_string() && !text->get_ref<const std::string&>().empty(),
+                   "{}: field mask_token = {} must be the mask token's text (a non-empty string, or an object "
+                   "with a non-empty string \"content\")",
+                   path.string(), it->dump());
+  return text->get<std::string>();
+}
 const char* end_of_turn_token_name(const ModelConfig& cfg) noexcept {
   switch (cfg.family) {
     case ModelFamily::kDream: return "<|im_end|>";
@@ -304,7 +323,7 @@ void validate_llada_tokenizer(const Tokenizer& tok, const ModelConfig& cfg,
 }
 
 void validate_tokenizer(const Tokenizer& tok, const ModelConfig& cfg, const std::filesystem::path& tokenizer_file) {
-  check_tokenizer(tok, cfg, tokenizer_file, mask_token_name(cfg), end_of_turn_token_name(cfg));
+  check_tokenizer(tok, cfg, tokenizer_file, mask_token_name(cfg, tokenizer_file), end_of_turn_token_name(cfg));
 }
 
 int validate_model_index(const std::filesystem::path& index_json, const ModelConfig& cfg) {

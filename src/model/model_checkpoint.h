@@ -103,10 +103,18 @@ void validate_model_checkpoint(const Checkpoint& ckpt, const ModelConfig& cfg);
 /// The family's mask token ("<|mdm_mask|>" for LLaDA, "<|mask|>" for Dream) and end-of-turn
 /// token ("<|eot_id|>", "<|im_end|>"; their ids come from the tokenizer).
 const char* mask_token_name(const ModelConfig& cfg) noexcept;
+
+/// The mask token's text for the tokenizer file `tokenizer_file`: the "mask_token" field of the
+/// tokenizer_config.json beside it when present and not null (a string, or transformers' AddedToken
+/// object {"content": ...}; Dream's and LLaDA2's files name "<|mask|>", LLaDA-8B's has none), else
+/// mask_token_name(cfg). The small LLaDA-MoE model (models/llada-moe-arith-*) uses LLaDA's tokenizer
+/// and names "<|mdm_mask|>" this way. Throws Error(kIo) / Error(kInvalidCheckpoint) naming the file
+/// when it is unreadable, not JSON, or its mask_token is neither form.
+std::string mask_token_name(const ModelConfig& cfg, const std::filesystem::path& tokenizer_file);
 const char* end_of_turn_token_name(const ModelConfig& cfg) noexcept;
 
 /// Checks that the tokenizer `tok` (read from `tokenizer_file`) agrees with the config's special
-/// ids: the family's mask token (mask_token_name) exists at exactly mask_token_id; eos_token_id and
+/// ids: the mask token (mask_token_name(cfg, tokenizer_file)) exists at exactly mask_token_id; eos_token_id and
 /// pad_token_id are special tokens of the tokenizer, and "<|endoftext|>", when present, is
 /// eos_token_id; the end-of-turn token (end_of_turn_token_name), when present, is a special token;
 /// and every token id is inside the embedding table (vocab_size() <= embedding_size). A

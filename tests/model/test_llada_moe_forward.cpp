@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <functional>
 #include <numeric>
 #include <random>
@@ -113,6 +114,25 @@ TEST(LladaMoeConfig, RealShapeCountsAndMaskDefault) {
   j.erase("architectures");
   EXPECT_EQ(parse_model_config(j, "c.json").family, ModelFamily::kLladaMoe);
   EXPECT_EQ(load_model_config(golden_dir() / "config.json").family, ModelFamily::kLlada);
+}
+
+// The mask token's text: tokenizer_config.json's mask_token (string or AddedToken object) over the
+// family default (Ling's <|mask|>); the small LLaDA-MoE model names LLaDA's <|mdm_mask|> this way.
+TEST(LladaMoeTokenizer, MaskTokenNameFromTokenizerConfig) {
+  const ModelConfig c = parse_model_config(real_shape(), "config.json");
+  const fs::path dir = temp_dir();
+  const fs::path tok = dir / "tokenizer.json";
+  EXPECT_EQ(mask_token_name(c, tok), "<|mask|>");  // no tokenizer_config.json
+  const auto with = [&](const json& j) {
+    std::ofstream(dir / "tokenizer_config.json") << j.dump();
+    return mask_token_name(c, tok);
+  };
+  EXPECT_EQ(with({{"chat_template", "x"}}), "<|mask|>");
+  EXPECT_EQ(with({{"mask_token", nullptr}}), "<|mask|>");
+  EXPECT_EQ(with({{"mask_token", "<|mdm_mask|>"}}), "<|mdm_mask|>");
+  EXPECT_EQ(with({{"mask_token", {{"content", "[MASK]"}, {"special", true}}}}), "[MASK]");
+  for (const json& bad : {json{{"mask_token", 5}}, json{{"mask_token", ""}}, json{{"mask_token", {{"x", 1}}}}})
+    expect_error([&] { with(bad); }, ErrorCode::kInvalidCheckpoint, {"tokenizer_config.json", "mask_token"});
 }
 
 class LladaMoeConfigRejects : public ::testing::TestWithParam<BadConfig> {};

@@ -177,13 +177,14 @@ def chat_frame(render) -> tuple[str, str]:
 
 
 def format_of(family: str):
-    """The conventions module of a model family: this module ("llada") or dream_format ("dream")."""
+    """The conventions module of a model family: this module ("llada", and "llada-moe", whose small
+    model shares LLaDA's tokenizer and chat template) or dream_format ("dream")."""
     if family == "dream":
         import dream_format
 
         return dream_format
-    if family != "llada":
-        raise ValueError(f"unknown model family {family!r} (llada, dream)")
+    if family not in ("llada", "llada-moe"):
+        raise ValueError(f"unknown model family {family!r} (llada, llada-moe, dream)")
     return sys.modules[__name__]
 
 

@@ -80,6 +80,37 @@ class LladaConfig:
         return config_from_json(cls, path, fixed, absent_ok=False)
 
 
+class HfNamedConfig:
+    """LLaDA-style names over a config dataclass with Hugging Face field names (hidden_size,
+    num_attention_heads, num_hidden_layers, vocab_size, max_position_embeddings): what the shared code
+    (MaskPredictor, train.py, eval) reads. Dream's and LLaDA-MoE's configs derive from it and add
+    n_kv_heads and mlp_hidden_size."""
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def n_layers(self) -> int:
+        return self.num_hidden_layers
+
+    @property
+    def d_model(self) -> int:
+        return self.hidden_size
+
+    @property
+    def n_heads(self) -> int:
+        return self.num_attention_heads
+
+    @property
+    def embedding_size(self) -> int:
+        return self.vocab_size
+
+    @property
+    def max_sequence_length(self) -> int:
+        return self.max_position_embeddings
+
+
 def check_field_types(cfg, positive: tuple[str, ...]) -> None:
     """Raise ValueError naming the field unless every dataclass field of `cfg` is an int (a number for
     float fields; never a bool) and the fields named in `positive` are > 0."""
@@ -175,13 +206,18 @@ class LladaBlock(nn.Module):
 
 
 def block_forward(h: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor, attn_mask: torch.Tensor | None,
-                  n_heads: int, n_kv_heads: int, head_dim: int, attn: tuple, mlp: tuple) -> torch.Tensor:
-    """One pre-norm transformer layer, the same for LLaDA (§A.3) and Dream (Qwen2, bidirectional).
+                  n_heads: int, n_kv_heads: int, head_dim: int, attn: tuple, mlp: tuple,
+                  qk_norm: tuple | None = None) -> torch.Tensor:
+    """One pre-norm transformer layer, the same for LLaDA (§A.3), Dream (Qwen2, bidirectional) and
+    LLaDA-MoE (model_moe.py).
 
     h [B, L, d]; attn = (norm, q, k, v, o) modules, mlp = (norm, gate, up, down) modules (biases, if
-    any, live in the Linear modules). Grouped-query attention: K/V head j serves query heads
-    j*g .. j*g+g-1 with g = n_heads / n_kv_heads (HF repeat_kv). Non-causal softmax attention
-    scaled 1/sqrt(head_dim); SwiGLU MLP down(SiLU(gate f) * up f)."""
+    any, live in the Linear modules) or (norm, ffn) with ffn a module mapping [B, L, d] -> [B, L, d]
+    (LLaDA-MoE's MoE block). qk_norm = (q_norm, k_norm): modules applied to each head's q and k
+    ([B, heads, L, head_dim], over head_dim) before RoPE (LLaDA-MoE's per-head QK RMSNorm).
+    Grouped-query attention: K/V head j serves query heads j*g .. j*g+g-1 with g = n_heads /
+    n_kv_heads (HF repeat_kv). Non-causal softmax attention scaled 1/sqrt(head_dim); SwiGLU MLP
+    down(SiLU(gate f) * up f)."""
     B, L, _ = h.shape
     norm, qp, kp, vp, op = attn
     a = norm(h)
@@ -189,8 +225,10 @@ def block_forward(h: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor, attn_ma
     def heads(t: torch.Tensor, n: int) -> torch.Tensor:
         return t.view(B, L, n, head_dim).transpose(1, 2)
 
-    q = apply_rope(heads(qp(a), n_heads), sin, cos)
-    k = apply_rope(heads(kp(a), n_kv_heads), sin, cos)
+    q, k = heads(qp(a), n_heads), heads(kp(a), n_kv_heads)
+    if qk_norm is not None:
+        q, k = qk_norm[0](q), qk_norm[1](k)
+    q, k = apply_rope(q, sin, cos), apply_rope(k, sin, cos)
     v = heads(vp(a), n_kv_heads)
     if n_kv_heads != n_heads:
         k = k.repeat_interleave(n_heads // n_kv_heads, dim=1)
@@ -198,8 +236,10 @@ def block_forward(h: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor, attn_ma
     o = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=False,
                                        scale=1.0 / math.sqrt(head_dim))
     h = h + op(o.transpose(1, 2).reshape(B, L, -1))
-    fnorm, gate, up, down = mlp
-    f = fnorm(h)
+    f = mlp[0](h)
+    if len(mlp) == 2:
+        return h + mlp[1](f)
+    _, gate, up, down = mlp
     return h + down(F.silu(gate(f)) * up(f))
 
 
@@ -308,7 +348,8 @@ class LladaModel(MaskPredictor):
 
 def load_checkpoint(model_dir: Path, device="cpu", dtype=torch.float32) -> MaskPredictor:
     """Build the model of an exported HF dir (config.json + model.safetensors) in `dtype`: a DreamModel
-    when config.json's model_type is "Dream", else a LladaModel.
+    when config.json's model_type is "Dream", an LladaMoeModel when architectures is
+    ["LLaDAMoEModelLM"], else a LladaModel.
 
     Raises ValueError naming the tensor if a name or shape differs from the model's."""
     from safetensors.torch import load_file
@@ -329,7 +370,8 @@ def load_checkpoint(model_dir: Path, device="cpu", dtype=torch.float32) -> MaskP
 
 
 def build_from_config(config_json: Path) -> MaskPredictor:
-    """An uninitialised model of the family config.json names (model_type "Dream" or LLaDA's)."""
+    """An uninitialised model of the family config.json names (model_type "Dream", LLaDA-MoE's
+    architectures, or LLaDA's)."""
     try:
         raw = json.loads(Path(config_json).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -338,4 +380,8 @@ def build_from_config(config_json: Path) -> MaskPredictor:
         from model_dream import DreamConfig, DreamModel
 
         return DreamModel(DreamConfig.from_json(config_json))
+    if isinstance(raw, dict) and raw.get("architectures") == ["LLaDAMoEModelLM"]:
+        from model_moe import LladaMoeConfig, LladaMoeModel
+
+        return LladaMoeModel(LladaMoeConfig.from_json(config_json))
     return LladaModel(LladaConfig.from_json(config_json))

@@ -29,11 +29,11 @@ from pathlib import Path
 
 import torch.nn as nn
 
-from model import MaskPredictor, RMSNorm, block_forward, check_field_types, config_from_json
+from model import HfNamedConfig, MaskPredictor, RMSNorm, block_forward, check_field_types, config_from_json
 
 
 @dataclass
-class DreamConfig:
+class DreamConfig(HfNamedConfig):
     """The config.json fields the forward pass uses (Dream / Qwen2 names)."""
 
     hidden_size: int = 256
@@ -50,23 +50,7 @@ class DreamConfig:
     pad_token_id: int = 2048
     bos_token_id: int = 2048
 
-    # LLaDA-style aliases used by the shared code (MaskPredictor, train.py, eval).
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
-    @property
-    def n_layers(self) -> int:
-        return self.num_hidden_layers
-
-    @property
-    def d_model(self) -> int:
-        return self.hidden_size
-
-    @property
-    def n_heads(self) -> int:
-        return self.num_attention_heads
-
+    # LLaDA-style aliases beyond HfNamedConfig's.
     @property
     def n_kv_heads(self) -> int:
         return self.num_key_value_heads
@@ -74,14 +58,6 @@ class DreamConfig:
     @property
     def mlp_hidden_size(self) -> int:
         return self.intermediate_size
-
-    @property
-    def embedding_size(self) -> int:
-        return self.vocab_size
-
-    @property
-    def max_sequence_length(self) -> int:
-        return self.max_position_embeddings
 
     def validate(self) -> None:
         """Raise ValueError naming the field if the shape is not one this model supports."""

@@ -1,8 +1,16 @@
 #!/usr/bin/env bash
-# Reproduce the small LLaDA (default) or Dream (--family dream) model end to end: data -> tokenizer ->
-# training (LLaDA: two stages; Dream: one) -> export -> evaluation -> reference logits.
+# Reproduce the small LLaDA (default), Dream (--family dream) or LLaDA-MoE (--family llada-moe) model
+# end to end: data -> tokenizer -> training (LLaDA: two stages; Dream, LLaDA-MoE: one) -> export ->
+# evaluation -> reference logits.
 #
-#   tools/train/run.sh OUT_DIR [--family llada|dream] [--smoke | --exact] [--budget SECONDS]
+#   tools/train/run.sh OUT_DIR [--family llada|dream|llada-moe] [--smoke | --exact] [--budget SECONDS]
+#
+# --family llada-moe: LLaDA-MoE-7B-A1B's layout (model_moe.py: per-head QK-norm, 8 experts top-2 of
+# width 96, softmax router without renormalisation) with the committed small LLaDA model's tokenizer
+# (no tokenizer step), upcycled from models/llada-arith-12m (model_moe.upcycle_from_dense) and trained
+# in ONE stage of peak lr 1e-3, inference-state rows 70%, load-balancing loss 0.01, training budget
+# 330 s (--budget), eval on 200 test problems (about 8.5 minutes in all on one H100/H200); model dir
+# llada-moe-arith-12m (12.3M parameters, 6.0M active per token). --smoke: from scratch (2 layers).
 #
 # --family dream (default llada): the Dream-v0-layout model (model_dream.py, Qwen2 tokenizer files,
 # ChatML, logit shift) in ONE stage that fits one 600 s device call: GQA 2 query / 1 KV heads
@@ -20,7 +28,7 @@
 # --smoke: 2000 problems, a 2-layer d_model-128 model, 15 s per stage, eval on 4 problems; runs on the
 # CPU (a few minutes on a busy 2-core machine); it checks the plumbing only, the model learns nothing.
 #
-# Dream writes the same files without OUT_DIR/stage1/.
+# Dream and LLaDA-MoE write the same files without OUT_DIR/stage1/ (LLaDA-MoE also without OUT_DIR/tokenizer/).
 # Writes: OUT_DIR/data/{train,validation,test}.jsonl, OUT_DIR/tokenizer/, OUT_DIR/stage1/ (stage 1's
 # log, loss curve and model dir), OUT_DIR/train_log.jsonl (both stages, stage 2's steps continue stage
 # 1's), OUT_DIR/loss_curve.png (both stages), OUT_DIR/eval.json, OUT_DIR/<model name>/ (the HF-layout
@@ -37,7 +45,7 @@ SMOKE=0
 EXACT=0
 FAMILY=llada
 BUDGET=
-USAGE="usage: run.sh OUT_DIR [--family llada|dream] [--smoke | --exact] [--budget SECONDS]"
+USAGE="usage: run.sh OUT_DIR [--family llada|dream|llada-moe] [--smoke | --exact] [--budget SECONDS]"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --smoke) SMOKE=1; shift ;;
@@ -51,16 +59,16 @@ if [[ $SMOKE == 1 && $EXACT == 1 ]]; then
   echo "run.sh: --smoke and --exact exclude each other ($USAGE)" >&2
   exit 2
 fi
-if [[ $FAMILY != llada && $FAMILY != dream ]]; then
-  echo "run.sh: --family must be llada or dream, got '$FAMILY'" >&2
+if [[ $FAMILY != llada && $FAMILY != dream && $FAMILY != llada-moe ]]; then
+  echo "run.sh: --family must be llada, dream or llada-moe, got '$FAMILY'" >&2
   exit 2
 fi
 if [[ -n $BUDGET && ! $BUDGET =~ ^[0-9]+$ ]]; then
   echo "run.sh: --budget must be a whole number of seconds, got '$BUDGET'" >&2
   exit 2
 fi
-if [[ $FAMILY == dream && $EXACT == 1 ]]; then
-  echo "run.sh: --exact fixes the committed LLaDA model's step counts; no Dream model is committed yet" >&2
+if [[ $FAMILY != llada && $EXACT == 1 ]]; then
+  echo "run.sh: --exact fixes the committed LLaDA model's step counts; not for --family $FAMILY" >&2
   exit 2
 fi
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -96,10 +104,24 @@ export PYTHONUNBUFFERED=1
   "$PY" tools/train/arith_data.py --check data/arith
   "$PY" tools/train/arith_data.py --out "$OUT/data" --n-train "$NTRAIN"
 
-  echo "== 2/4 tokenizer"
-  "$PY" tools/train/build_tokenizer.py --train "$OUT/data/train.jsonl" --out "$OUT/tokenizer" --family "$FAMILY"
+  if [[ $FAMILY == llada-moe ]]; then
+    echo "== 2/4 tokenizer: the small LLaDA model's (models/llada-arith-12m)"
+  else
+    echo "== 2/4 tokenizer"
+    "$PY" tools/train/build_tokenizer.py --train "$OUT/data/train.jsonl" --out "$OUT/tokenizer" --family "$FAMILY"
+  fi
 
-  if [[ $FAMILY == dream ]]; then
+  if [[ $FAMILY == llada-moe ]]; then
+    echo "== 3/4 training (one stage, upcycled from the dense model), export, evaluation"
+    DENSE=models/llada-arith-12m
+    if [[ $SMOKE == 1 ]]; then  # from scratch: the smoke model's sizes differ from the dense model's
+      MOE=(--time-budget "${BUDGET:-15}" --warmup 10 --suffix-frac 0.7 --eval-n 4)
+    else
+      MOE=(--upcycle "$DENSE" --time-budget "${BUDGET:-330}" --lr 1e-3 --warmup 100 --suffix-frac 0.7)
+    fi
+    "$PY" tools/train/train.py --family llada-moe --data "$OUT/data" --test data/arith/test.jsonl \
+        --tokenizer "$DENSE" --out "$OUT" "${TRAIN_FLAGS[@]}" "${MOE[@]}"
+  elif [[ $FAMILY == dream ]]; then
     echo "== 3/4 training (one stage, from scratch), export, evaluation"
     if [[ $SMOKE == 1 ]]; then
       DREAM=(--n-kv-heads 1 --time-budget "${BUDGET:-15}" --warmup 10 --suffix-frac 0.6 --eval-n 4)

@@ -64,6 +64,7 @@ import llada_format as fmt  # noqa: E402
 from export_model import export, file_sha256, model_name, write_model_card  # noqa: E402
 from model import LladaConfig, LladaModel, MaskPredictor, load_checkpoint  # noqa: E402
 from model_dream import DreamConfig, DreamModel  # noqa: E402
+from model_moe import LladaMoeConfig, LladaMoeModel, upcycle_from_dense  # noqa: E402
 from tokenizer_dream import load_tokenizer  # noqa: E402
 
 GEN_LENGTHS = (64, 128, 256)
@@ -267,6 +268,8 @@ def describe_stages(stages: list[dict]) -> str:
     for i, st in enumerate(stages, 1):
         if not st.get("init"):
             how = "from scratch"
+        elif st["init"].startswith("upcycled "):
+            how = f"upcycled from `{Path(st['init'].split(' ', 1)[1]).name}` (model_moe.upcycle_from_dense)"
         else:
             how = f"continued from {'stage ' + str(i - 1) if i > 1 else '`' + st['init'] + '`'} (fresh optimizer state)"
         out.append(f"  - stage {i}, {how}: peak lr {st['lr']}, warm-up {st['warmup']} steps, inference-state rows "
@@ -380,9 +383,37 @@ def result_probe(model, ds: TokenizedSplit, ids_sp, digit_ids: set[int], device,
     return right / max(1, len(items))
 
 
-def new_model(args, ids_sp) -> MaskPredictor:
-    """A freshly initialised model of --family with the size flags and the tokenizer's special ids."""
+def new_model(args, ids_sp, ds: "TokenizedSplit") -> MaskPredictor:
+    """A freshly initialised model of --family with the size flags and the tokenizer's special ids;
+    LLaDA-MoE with --upcycle: initialised from that dense LLaDA model (model_moe.upcycle_from_dense,
+    QK-norm scales calibrated on 64 prompt + answer rows of `ds`)."""
     kv = args.n_kv_heads or args.n_heads
+    if args.family == "llada-moe":
+        if args.upcycle:
+            dense = load_checkpoint(args.upcycle, device="cpu", dtype=torch.float32)
+            if dense.family != "llada":
+                raise ValueError(f"--upcycle {args.upcycle} is a {dense.family} model, not a dense LLaDA model")
+            dc = dense.cfg
+            d_model, n_heads, n_layers, width = dc.d_model, dc.n_heads, dc.n_layers, dc.mlp_hidden_size
+        else:
+            d_model, n_heads, n_layers, width = args.d_model, args.n_heads, args.n_layers, args.mlp_hidden_size
+        if width % args.experts:
+            raise ValueError(f"--experts {args.experts} must divide the FFN width {width}")
+        cfg = LladaMoeConfig(hidden_size=d_model, num_attention_heads=n_heads, num_hidden_layers=n_layers,
+                             num_experts=args.experts, num_experts_per_tok=args.top_k,
+                             expert_intermediate_size=width // args.experts, vocab_size=ids_sp.embedding_size,
+                             router_aux_loss_coef=args.aux_coef, mask_token_id=ids_sp.mask,
+                             eos_token_id=ids_sp.eos, pad_token_id=ids_sp.pad)
+        if not args.upcycle:
+            model = LladaMoeModel(cfg)
+            model.init_weights(args.seed)
+            return model
+        rows = [torch.cat([ds.prompts[r, :ds.plen_np[r]], ds.answers[r, :ds.alen_np[r]]]).long().cpu()
+                for r in range(min(64, ds.n))]
+        calib = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=ids_sp.eos)
+        return upcycle_from_dense(dense, cfg, calib, args.seed)
+    if args.upcycle:
+        raise ValueError("--upcycle needs --family llada-moe")
     if args.family == "llada":
         cfg = LladaConfig(d_model=args.d_model, n_heads=args.n_heads, n_kv_heads=kv, n_layers=args.n_layers,
                           mlp_hidden_size=args.mlp_hidden_size, vocab_size=ids_sp.embedding_size,
@@ -397,6 +428,13 @@ def new_model(args, ids_sp) -> MaskPredictor:
         model = DreamModel(cfg)
     model.init_weights(args.seed)
     return model
+
+
+def active_parameters(model: LladaMoeModel) -> int:
+    """Parameters one token's forward uses: all but the (num_experts - top_k) unchosen experts per layer."""
+    c = model.cfg
+    per_expert = 3 * c.hidden_size * c.expert_intermediate_size
+    return model.num_parameters() - c.num_hidden_layers * (c.num_experts - c.num_experts_per_tok) * per_expert
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -424,9 +462,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--log-every", type=int, default=25)
     ap.add_argument("--val-every", type=int, default=500)
     ap.add_argument("--name", default="", help="model dir name (default <family>-arith-<params>m)")
-    ap.add_argument("--family", choices=["llada", "dream"], default="llada",
+    ap.add_argument("--family", choices=["llada", "dream", "llada-moe"], default="llada",
                     help="llada: LLaDA-8B's layout and chat template; dream: Dream-v0's layout, ChatML, Qwen2 "
-                         "tokenizer files, logit shift (the tokenizer dir must be of the same family)")
+                         "tokenizer files, logit shift (the tokenizer dir must be of the same family); "
+                         "llada-moe: LLaDA-MoE-7B-A1B's layout (QK-norm, MoE FFN) with LLaDA's tokenizer")
+    ap.add_argument("--experts", type=int, default=8, help="llada-moe: experts per layer (width = FFN width / this)")
+    ap.add_argument("--top-k", type=int, default=2, help="llada-moe: experts per token")
+    ap.add_argument("--aux-coef", type=float, default=0.01,
+                    help="llada-moe: load-balancing loss weight (router_aux_loss_coef)")
+    ap.add_argument("--upcycle", type=Path, default=None,
+                    help="llada-moe: initialise from this dense LLaDA model dir (its sizes replace the size "
+                         "flags; model_moe.upcycle_from_dense)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model (dynamic shapes)")
     ap.add_argument("--full-frac", type=float, default=0.3,
@@ -467,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
     tok = load_tokenizer(args.tokenizer)
     n_regular = tok.get_vocab_size(with_added_tokens=False)
     ids_sp = fmt.format_of(args.family).SpecialIds(n_regular)
-    mask_name = "<|mdm_mask|>" if args.family == "llada" else "<|mask|>"
+    mask_name = "<|mask|>" if args.family == "dream" else "<|mdm_mask|>"
     if tok.token_to_id(mask_name) != ids_sp.mask:
         raise ValueError(f"{args.tokenizer}: mask token {mask_name} has id {tok.token_to_id(mask_name)}, "
                          f"expected {ids_sp.mask} (is it a {args.family} tokenizer?)")
@@ -493,8 +539,10 @@ def main(argv: list[str] | None = None) -> int:
                              f"({ids_sp.embedding_size}, {ids_sp.mask}, {ids_sp.eos})")
         print(f"continuing from {args.init}", flush=True)
     else:
-        model = new_model(args, ids_sp)
+        model = new_model(args, ids_sp, ds)
         cfg = model.cfg
+        if args.upcycle:
+            print(f"upcycled from the dense model {args.upcycle}", flush=True)
     model.to(device).train()
     n_params = model.num_parameters()
     name = args.name or model_name(n_params, args.family)
@@ -545,8 +593,12 @@ def main(argv: list[str] | None = None) -> int:
         noisy, ids, masked, w = build_batch(ds, bt, ids_sp, gen, device)
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
             loss, ce = diffusion_loss(fwd_model, noisy, ids, masked, w, len(bt["idx"]))
+            if isinstance(model, LladaMoeModel):  # load balancing (logged losses stay the SFT loss)
+                loss_opt = loss + model.aux_loss()
+            else:
+                loss_opt = loss
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss_opt.backward()
         gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         acc_loss += loss.detach()
@@ -597,7 +649,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"trained {step} steps ({epoch} epochs started) in {train_seconds:.0f} s; "
           f"repeat the schedule exactly with --steps {step}", flush=True)
 
-    stages = prev_meta["stages"] + [{"init": str(args.init) if args.init else "", "lr": args.lr, "warmup": args.warmup,
+    init = str(args.init) if args.init else f"upcycled {args.upcycle}" if args.upcycle else ""
+    stages = prev_meta["stages"] + [{"init": init, "lr": args.lr, "warmup": args.warmup,
                                      "suffix_frac": args.suffix_frac, "steps": step, "seconds": train_seconds}]
     offset = max((r["step"] for r in prev_log), default=0)
     for r in log + vlog:
@@ -638,7 +691,7 @@ def main(argv: list[str] | None = None) -> int:
         "HEAD_DIM": cfg.head_dim, "N_LAYERS": cfg.n_layers, "MLP": cfg.mlp_hidden_size,
         "N_REGULAR": n_regular, "N_TOKENS": ids_sp.n_tokens, "EMB": cfg.embedding_size,
         "BOS": ids_sp.bos, "EOS": ids_sp.eos, "MASK": ids_sp.mask, "EOT": ids_sp.eot,
-        **({"SH": ids_sp.start_header, "EH": ids_sp.end_header} if args.family == "llada" else
+        **({"SH": ids_sp.start_header, "EH": ids_sp.end_header} if args.family != "dream" else
            {"IM_START": ids_sp.im_start, "N_KV_HEADS": cfg.n_kv_heads, "ROPE_THETA": cfg.rope_theta,
             "RMS_EPS": cfg.rms_norm_eps, "CHAT_PROMPT": fmt.format_of("dream").chat_prompt("{question}")
             .replace("\n", "\\n")}),
@@ -662,6 +715,11 @@ def main(argv: list[str] | None = None) -> int:
         "TIGHT_MAX": args.tight_extra + 1,
         "FINAL_PROBE": f"{vlog[-1]['val_result_acc'] * 100:.1f}%" if vlog and "val_result_acc" in vlog[-1] else "n/a",
     }
+    if args.family == "llada-moe":
+        info.update(EXPERTS=cfg.num_experts, TOP_K=cfg.num_experts_per_tok, EXPERT_SIZE=cfg.expert_intermediate_size,
+                    AUX_COEF=cfg.router_aux_loss_coef, ROPE_THETA=cfg.rope_theta, RMS_EPS=cfg.rms_norm_eps,
+                    ACTIVE=f"{active_parameters(model):,}",
+                    INIT=f"upcycled from `{Path(args.upcycle).name}`" if args.upcycle else "from scratch")
     write_model_card(mdir, info, args.family)
     print(f"done in {time.time() - t_start:.0f} s: model {mdir}, log {args.out / 'train_log.jsonl'}, "
           f"loss curve {args.out / 'loss_curve.png'}" + (f", eval {args.out / 'eval.json'}" if ev else ""), flush=True)

@@ -36,10 +36,10 @@ def tiny_dream(seed=0, **kw) -> DreamModel:
     return m.eval()
 
 
-def numpy_dream(sd: dict, cfg: DreamConfig, ids: np.ndarray) -> np.ndarray:
-    """Output rows [L, V] (unshifted) of Dream's forward (Qwen2 layer, non-causal), float64, per head."""
-    W = {k: v.double().numpy() for k, v in sd.items()}
-    L, D, H, KV = len(ids), cfg.head_dim, cfg.num_attention_heads, cfg.num_key_value_heads
+def numpy_norm_rope(cfg):
+    """(rms(x, w), rope(u, p)) in float64 for a config with rms_norm_eps, rope_theta and head_dim:
+    RMSNorm over the last axis times w; half-rotation RoPE of one head vector u at position p."""
+    D = cfg.head_dim
 
     def rms(x, w):
         return x / np.sqrt((x * x).mean(-1, keepdims=True) + cfg.rms_norm_eps) * w
@@ -49,6 +49,15 @@ def numpy_dream(sd: dict, cfg: DreamConfig, ids: np.ndarray) -> np.ndarray:
         th = p * cfg.rope_theta ** (-2.0 * np.arange(half) / D)
         c, s = np.cos(th), np.sin(th)
         return np.concatenate([u[:half] * c - u[half:] * s, u[half:] * c + u[:half] * s])
+
+    return rms, rope
+
+
+def numpy_dream(sd: dict, cfg: DreamConfig, ids: np.ndarray) -> np.ndarray:
+    """Output rows [L, V] (unshifted) of Dream's forward (Qwen2 layer, non-causal), float64, per head."""
+    W = {k: v.double().numpy() for k, v in sd.items()}
+    L, D, H, KV = len(ids), cfg.head_dim, cfg.num_attention_heads, cfg.num_key_value_heads
+    rms, rope = numpy_norm_rope(cfg)
 
     h = W["model.embed_tokens.weight"][ids]
     for i in range(cfg.num_hidden_layers):
