@@ -20,6 +20,11 @@
 // more than --pick-margin in its measurement and again in a second, alternating one (noise guard).
 // Only picks other than the first are written. Every GemmLt here runs without built-in picks: the
 // "median us" column is the heuristic's first algorithm.
+// --fp8 also times, on the same shapes, the block-FP8 product the engine's FP8-GEMM route runs
+// (GemmLt::matmul_fp8: e4m3 weight with 128 x 128 scales, activations quantised per 1 x 128 group;
+// T padded to kernels::fp8_padded_rows as the engine pads it) and, separately, the activation
+// quantisation pass (kernels::quantize_fp8_groups_bf16, one launch per product in the engine):
+// columns "fp8 us", "quant us" and "bf16 / (fp8 + quant)", the speed-up a product gets on that route.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -36,6 +41,7 @@
 #include "bench/cuda_bench_util.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/fill.h"
+#include "kernels/cuda/fp8.h"
 #include "kernels/cuda/gemm.h"
 #include "model/model_config.h"
 
@@ -57,6 +63,7 @@ int main(int argc, char** argv) {
   CLI::App app{"cuBLASLt GEMM microbenchmark at a model's layer shapes"};
   std::string tokens = "256,512,1024,2048,4096,8192,16384", shapes_sel = "qkv,attn_out,gate_up,down,lm_head";
   int warmup = 3, iters = 10, tune = 0;
+  bool fp8 = false;
   double peak_tflops = 989.4, peak_gbps = 4800.0;
   std::string json_path, buckets_sel, picks_path, model_config = FDLLM_BENCH_DEFAULT_CONFIG;
   int pick_candidates = 8;
@@ -71,6 +78,7 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_path, "write results as JSON");
   app.add_option("--tune", tune, "also time GemmLt(tune_candidates = K) (0 = off)")->check(CLI::Range(0, 16));
   app.add_option("--buckets", buckets_sel, "also time other row buckets: subset of pow2,quarter,exact");
+  app.add_flag("--fp8", fp8, "also time the block-FP8 product (GemmLt::matmul_fp8) and the activation quantisation");
   app.add_option("--write-picks", picks_path, "measure and write a GEMM pick table (JSON) for the engine's buckets");
   app.add_option("--pick-candidates", pick_candidates, "heuristic candidates timed per shape for --write-picks")
       ->check(CLI::Range(2, kMaxGemmCandidates));
@@ -161,6 +169,10 @@ int main(int argc, char** argv) {
       header += " " + b.first + " us | speed-up |";
       rule += "---|---|";
     }
+    if (fp8) {
+      header += " fp8 us | quant us | bf16 / (fp8 + quant) |";
+      rule += "---|---|---|";
+    }
     std::printf("%s\n%s\n", header.c_str(), rule.c_str());
     for (const Shape& s : all) {
       if (std::find(wanted.begin(), wanted.end(), s.name) == wanted.end()) continue;
@@ -173,6 +185,24 @@ int main(int argc, char** argv) {
       fill_uniform_bf16(static_cast<__nv_bfloat16*>(x), t_max * s.K, 1, -1.0f, 1.0f, stream);
       fill_uniform_bf16(static_cast<__nv_bfloat16*>(w), s.N * s.K, 2, -0.02f, 0.02f, stream);
       CUDA_CHECK(cudaMemsetAsync(o, 0, static_cast<size_t>(t_max * s.N) * out_esize, stream));
+      // --fp8 operands: the weight quantised per 1 x 128 group (valid e4m3 bytes; the timing does not
+      // depend on the scale values), 128 x 128 scales of 1 with the row stride cuBLASLt reads.
+      void *wq = nullptr, *ws = nullptr, *xq = nullptr, *xs = nullptr, *ows = nullptr;
+      const int64_t t_pad = fp8_padded_rows(t_max), kb = (s.K + 127) / 128, nb = (s.N + 127) / 128;
+      const int64_t ws_ld = (kb + kCublasFp8Scales.weight_ld_align - 1) / kCublasFp8Scales.weight_ld_align *
+                            kCublasFp8Scales.weight_ld_align;
+      if (fp8) {
+        CUDA_CHECK(cudaMalloc(&wq, static_cast<size_t>(s.N * s.K)));
+        CUDA_CHECK(cudaMalloc(&ows, static_cast<size_t>(s.N * kb) * sizeof(float)));
+        CUDA_CHECK(cudaMalloc(&ws, static_cast<size_t>(nb * ws_ld) * sizeof(float)));
+        CUDA_CHECK(cudaMalloc(&xq, static_cast<size_t>(t_pad * s.K)));
+        CUDA_CHECK(cudaMalloc(&xs, static_cast<size_t>(kb * t_pad) * sizeof(float)));
+        quantize_fp8_groups_bf16(static_cast<const __nv_bfloat16*>(w), static_cast<uint8_t*>(wq),
+                                 static_cast<float*>(ows), s.N, s.K, Fp8ActScaleLayout{false, 0}, stream);
+        fill_normal_f32(static_cast<float*>(ws), nb * ws_ld, 3, 0, 1.0f, 0.0f, stream);  // all 1
+        CUDA_CHECK(cudaMemsetAsync(xq, 0, static_cast<size_t>(t_pad * s.K), stream));
+        CUDA_CHECK(cudaMemsetAsync(xs, 0, static_cast<size_t>(kb * t_pad) * sizeof(float), stream));
+      }
       for (long long T : ts) {
         const bench::Timing t = bench::time_launches(
             [&](int) {
@@ -211,6 +241,33 @@ int main(int argc, char** argv) {
           std::printf(" | %.1f | %.3f", bt.median_us, t.median_us / bt.median_us);
           r["buckets_us"][other_buckets[i].first] = bt.median_us;
           r["bucket_rows"][other_buckets[i].first] = gemm_bucket_rows(T, other_buckets[i].second);
+        }
+        if (fp8) {
+          const int64_t tp = fp8_padded_rows(T);
+          const auto quant = [&](int) {
+            quantize_fp8_groups_bf16(static_cast<const __nv_bfloat16*>(x), static_cast<uint8_t*>(xq),
+                                     static_cast<float*>(xs), T, s.K, Fp8ActScaleLayout{true, tp}, stream);
+          };
+          quant(0);
+          bool ran = true;
+          const bench::Timing ft = bench::time_launches(
+              [&](int) {
+                ran = gemm.matmul_fp8(static_cast<const uint8_t*>(xq), static_cast<const float*>(xs),
+                                      static_cast<const uint8_t*>(wq), static_cast<const float*>(ws), o, s.out, tp, s.N,
+                                      s.K, s.accumulate, stream) &&
+                      ran;
+              },
+              stream, warmup, iters, 2.0);
+          const bench::Timing qt = bench::time_launches(quant, stream, warmup, iters, 2.0);
+          if (ran) {
+            std::printf(" | %.1f | %.1f | %.3f", ft.median_us, qt.median_us,
+                        t.median_us / (ft.median_us + qt.median_us));
+            r["fp8_median_us"] = ft.median_us;
+            r["fp8_quant_median_us"] = qt.median_us;
+            r["fp8_padded_rows"] = tp;
+          } else {
+            std::printf(" | none | %.1f | -", qt.median_us);
+          }
         }
         if (!pickers.empty() && gemm_bucket_rows(T, engine_buckets) == T) {
           const auto timed = [&](int k) {
@@ -271,6 +328,8 @@ int main(int argc, char** argv) {
       CUDA_CHECK(cudaFree(x));
       CUDA_CHECK(cudaFree(w));
       CUDA_CHECK(cudaFree(o));
+      for (void* p : {wq, ws, xq, xs, ows})
+        if (p) CUDA_CHECK(cudaFree(p));
     }
     CUDA_CHECK(cudaStreamDestroy(stream));
     // Row buckets (kernels/cuda/gemm.h): one heuristic query per shape and row bucket of T.

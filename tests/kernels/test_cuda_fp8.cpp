@@ -76,13 +76,14 @@ class CudaFp8 : public twin::TwinTest {};
 
 // Both routes, bf16 and f32 outputs, with and without accumulation, on shapes of the 8B model's
 // layers and partial edge blocks (N = 200, K = 200: cuBLASLt refuses a K that is not a multiple of
-// 16, so the dequantising route serves it on Hopper too).
+// 16, so the dequantising route serves it on Hopper too), padded rows (T = 1, 5, 7, 9, 3) and K block
+// counts that are not multiples of 4 (256, 320, 640: the weight scales' padded row stride).
 TEST_F(CudaFp8, MatmulMatchesCpuOnBothRoutes) {
   struct Case {
     int64_t T, N, K;
   };
   const std::vector<Case> cases{{1, 256, 256},   {7, 384, 512}, {37, 4096, 4096}, {130, 1024, 4096},
-                                {5, 256, 12288}, {9, 200, 320}, {3, 136, 200}};
+                                {5, 256, 12288}, {9, 200, 320}, {3, 136, 200},    {16, 256, 640}};
   BackendOptions lt;  // the FP8 GEMM route (the default, fp8_dequantize, is the dequantising one)
   lt.fp8_dequantize = false;
   std::unique_ptr<Backend> fp8_gemm = is_cuda_ ? cuda_with(lt) : make_cpu_backend(0);
@@ -296,12 +297,9 @@ TEST(CudaFp8Kernels, GroupQuantisationIsTheCpuOnesBitForBit) {
 // with scales that differ per block and group; what cuBLASLt refuses and what reproduces the CPU
 // oracle is printed ([probe] lines), and kCublasFp8Scales must be among the matches. A wrong layout
 // scales whole blocks by the wrong factor (1 to 8 here): errors of order 1, far above the bf16 bound.
-TEST(CudaFp8Kernels, ScaleLayoutProbe) {
-  if (!gpu_present()) GTEST_SKIP() << "no CUDA device";
-  const int64_t T = 48, N = 384, K = 512, nb = fp8_blocks(N), kb = fp8_blocks(K);  // T: fp8_padded_rows
-  const Fp8Weight f = make_fp8_weight(N, K, 31);
-  const std::vector<float> x = make_x(T, K, 32);
-  // The oracle: the CPU backend's formula (dequantised weight, fake-quantised activations, fp64 sums).
+/// The oracle of a block-FP8 product: the CPU backend's formula (dequantised weight, fake-quantised
+/// activations, fp64 sums), [T, N].
+std::vector<float> oracle_product(const Fp8Weight& f, const std::vector<float>& x, int64_t T, int64_t N, int64_t K) {
   std::vector<float> wd(static_cast<size_t>(N * K)), xq(static_cast<size_t>(T * K));
   dequantize_fp8_blocks(f.q.data(), f.scale.data(), N, K, wd.data());
   for (int64_t t = 0; t < T; ++t) fake_quantize_fp8_groups(x.data() + t * K, K, xq.data() + t * K);
@@ -313,6 +311,15 @@ TEST(CudaFp8Kernels, ScaleLayoutProbe) {
         acc += static_cast<double>(xq[static_cast<size_t>(t * K + k)]) * wd[static_cast<size_t>(n * K + k)];
       ref[static_cast<size_t>(t * N + n)] = static_cast<float>(acc);
     }
+  return ref;
+}
+
+TEST(CudaFp8Kernels, ScaleLayoutProbe) {
+  if (!gpu_present()) GTEST_SKIP() << "no CUDA device";
+  const int64_t T = 48, N = 384, K = 512, nb = fp8_blocks(N), kb = fp8_blocks(K);  // T: fp8_padded_rows
+  const Fp8Weight f = make_fp8_weight(N, K, 31);
+  const std::vector<float> x = make_x(T, K, 32);
+  const std::vector<float> ref = oracle_product(f, x, T, N, K);
   const std::vector<uint16_t> xb = bf16_bits(x);
   std::vector<float> wst(static_cast<size_t>(nb * kb));
   for (int64_t i = 0; i < nb; ++i)
@@ -368,6 +375,49 @@ TEST(CudaFp8Kernels, ScaleLayoutProbe) {
   if (!any_ran) GTEST_SKIP() << "cuBLASLt has no block-scaled FP8 GEMM on this GPU (the dequantising route serves it)";
   EXPECT_GT(matches, 0) << "no candidate layout reproduces the oracle";
   EXPECT_TRUE(production_matches) << "kernels::kCublasFp8Scales is not what cuBLASLt reads (see the [probe] lines)";
+}
+
+// The weight scales' row stride cuBLASLt reads, at ceil(K/128) = 3 (where the stored stride 3 and
+// the stride rounded up to 4 differ; the layout probe above, at 4 blocks, cannot tell them apart):
+// kCublasFp8Scales.weight_ld_align must be the one that reproduces the oracle.
+TEST(CudaFp8Kernels, WeightScaleStrideProbe) {
+  if (!gpu_present()) GTEST_SKIP() << "no CUDA device";
+  const int64_t T = 16, N = 256, K = 384, nb = fp8_blocks(N), kb = fp8_blocks(K);
+  const Fp8Weight f = make_fp8_weight(N, K, 41);
+  const std::vector<float> x = make_x(T, K, 42);
+  const std::vector<float> ref = oracle_product(f, x, T, N, K);
+  const std::vector<uint16_t> xb = bf16_bits(x);
+  DevBuf dx(xb.size() * 2), dxq(static_cast<size_t>(T * K)), dxs(static_cast<size_t>(kb * T) * sizeof(float)),
+      dw(f.q.size()), dws(static_cast<size_t>(nb * 4) * sizeof(float)), dout(static_cast<size_t>(T * N) * 2);
+  CUDA_OK(cudaMemcpy(dx.p, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dw.p, f.q.data(), f.q.size(), cudaMemcpyHostToDevice));
+  const kernels::Fp8ScaleLayouts& P = kernels::kCublasFp8Scales;
+  kernels::quantize_fp8_groups_bf16(dx.as<__nv_bfloat16>(), dxq.as<uint8_t>(), dxs.as<float>(), T, K,
+                                    kernels::Fp8ActScaleLayout{P.act_outer_major, T}, nullptr);
+  kernels::GemmLt gemm;
+  bool production_matches = false;
+  for (int align : {1, 4}) {
+    const int64_t ld = (kb + align - 1) / align * align;
+    std::vector<float> padded(static_cast<size_t>(nb * ld), 0.0f);
+    for (int64_t i = 0; i < nb; ++i)
+      for (int64_t j = 0; j < kb; ++j)
+        padded[static_cast<size_t>(i * ld + j)] = f.scale[static_cast<size_t>(i * kb + j)];
+    CUDA_OK(cudaMemcpy(dws.p, padded.data(), padded.size() * sizeof(float), cudaMemcpyHostToDevice));
+    if (!gemm.matmul_fp8(dxq.as<uint8_t>(), dxs.as<float>(), dw.as<uint8_t>(), dws.as<float>(), dout.p,
+                         kernels::GemmOut::kBF16, T, N, K, false, nullptr))
+      GTEST_SKIP() << "cuBLASLt has no block-scaled FP8 GEMM on this GPU (the dequantising route serves it)";
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<uint16_t> gb(ref.size());
+    CUDA_OK(cudaMemcpy(gb.data(), dout.p, gb.size() * 2, cudaMemcpyDeviceToHost));
+    std::vector<float> got(ref.size());
+    for (size_t i = 0; i < got.size(); ++i) got[i] = bf16_to_f32(gb[i]);
+    const double err = test::rel_max_err(got, ref);
+    std::printf("[probe] weight scale rows every %lld floats (ceil(K/128) = %lld, align %d): rel max err %.3g %s\n",
+                static_cast<long long>(ld), static_cast<long long>(kb), align, err,
+                err <= test::kBf16OpRelTol ? "MATCH" : "");
+    if (align == P.weight_ld_align) production_matches = err <= test::kBf16OpRelTol;
+  }
+  EXPECT_TRUE(production_matches) << "kCublasFp8Scales.weight_ld_align is not the stride cuBLASLt reads";
 }
 
 #endif  // FLASHDLLM_HAVE_CUDA

@@ -35,31 +35,41 @@ void CudaBackend::check_precision(bool fp8_weights, bool fp8_kv) const {
 
 // cuBLASLt's block-scaled FP8 GEMM: x quantised into the scratch (xq [Tp, K] e4m3, Tp = T padded to
 // kernels::fp8_padded_rows with zero rows and zero scales, the scales outer-major with stride Tp), then
-// the GEMM with the weight as A and its scales as stored, straight into out when no rows were padded,
-// else into the scratch and from there into out; false (the quantisation done in vain, nothing written
-// to out) when cuBLASLt has none.
+// the GEMM with the weight as A and its scales as stored (copied into the scratch with the row stride
+// rounded up to kCublasFp8Scales.weight_ld_align, zero-filled, when ceil(K/128) is not a multiple of
+// it), straight into out when no rows were padded, else into the scratch and from there into out;
+// false (the quantisation done in vain, nothing written to out) when cuBLASLt has none.
 bool CudaBackend::fp8_gemm(Tensor x, Tensor w, Tensor w_scale, Tensor out, bool accumulate) {
   constexpr kernels::Fp8ScaleLayouts L = kernels::kCublasFp8Scales;
   static_assert(L.roles == kernels::Fp8Roles::kWeightAsA && !L.weight_transposed && L.act_outer_major &&
                     kernels::fp8_padded_rows(1) % L.act_ld_align == 0,
                 "fp8_gemm lays the operands out as the H100 probe established (bench/results/2026-12-07-fp8-gemm/)");
   const int64_t T = x.rows(), K = x.row_size(), N = w.rows(), Tp = kernels::fp8_padded_rows(T);
+  const int64_t kb = fp8_blocks(K), ws_ld = (kb + L.weight_ld_align - 1) / L.weight_ld_align * L.weight_ld_align;
   const auto out_type = out.dtype == DType::kF32 ? kernels::GemmOut::kF32 : kernels::GemmOut::kBF16;
   const size_t xq_bytes = aligned(static_cast<size_t>(Tp * K));
-  const size_t xs_bytes = aligned(static_cast<size_t>(fp8_blocks(K) * Tp) * sizeof(float));
+  const size_t xs_bytes = aligned(static_cast<size_t>(kb * Tp) * sizeof(float));
+  const size_t ws_bytes = ws_ld == kb ? 0 : aligned(static_cast<size_t>(fp8_blocks(N) * ws_ld) * sizeof(float));
   const size_t staged_bytes = Tp == T ? 0 : aligned(static_cast<size_t>(Tp * N) * dtype_size(out.dtype));
-  auto* base = static_cast<char*>(ensure_fp8_scratch(xq_bytes + xs_bytes + staged_bytes));
+  auto* base = static_cast<char*>(ensure_fp8_scratch(xq_bytes + xs_bytes + ws_bytes + staged_bytes));
   auto* xq = reinterpret_cast<uint8_t*>(base);
   auto* xs = reinterpret_cast<float*>(base + xq_bytes);
+  const float* ws = w_scale.ptr<float>();
+  if (ws_ld != kb) {
+    auto* padded = reinterpret_cast<float*>(base + xq_bytes + xs_bytes);
+    CUDA_CHECK(cudaMemsetAsync(padded, 0, ws_bytes, stream_));
+    CUDA_CHECK(cudaMemcpy2DAsync(padded, ws_ld * sizeof(float), ws, kb * sizeof(float), kb * sizeof(float),
+                                 fp8_blocks(N), cudaMemcpyDeviceToDevice, stream_));
+    ws = padded;
+  }
   if (Tp != T) {  // zero rows and zero scales: the padded rows' products are 0 and never read
     CUDA_CHECK(cudaMemsetAsync(xq + T * K, 0, static_cast<size_t>((Tp - T) * K), stream_));
     CUDA_CHECK(cudaMemsetAsync(xs, 0, xs_bytes, stream_));
   }
   kernels::quantize_fp8_groups_bf16(bf16(x), xq, xs, T, K, kernels::Fp8ActScaleLayout{true, Tp}, stream_);
   const auto* wq = static_cast<const uint8_t*>(w.data);
-  const float* ws = w_scale.ptr<float>();
   if (Tp == T) return gemm_->matmul_fp8(xq, xs, wq, ws, out.data, out_type, T, N, K, accumulate, stream_);
-  void* staged = base + xq_bytes + xs_bytes;
+  void* staged = base + xq_bytes + xs_bytes + ws_bytes;
   if (!gemm_->matmul_fp8(xq, xs, wq, ws, staged, out_type, Tp, N, K, false, stream_)) return false;
   kernels::add_into(staged, out.data, T * N, out.dtype == DType::kF32, accumulate, stream_);
   return true;

@@ -60,6 +60,13 @@ struct Fp8ScaleLayouts {
   bool act_outer_major = true;
   int act_ld_align = 1;
   Fp8Roles roles = Fp8Roles::kWeightAsA;  ///< the operand roles these layouts were established with
+  /// The weight's scale rows (not transposed) start every ld floats, ld = ceil(K/128) rounded up to
+  /// weight_ld_align. cuBLASLt reads the 128 x 128 block scales with that row stride rounded up to 4
+  /// (PyTorch's _scaled_mm checks the same stride for its cuBLAS block-wise route): on an H100 the
+  /// products were wrong for ceil(K/128) = 2 and 3 with the stored stride and right for 4, 32 and
+  /// 96 (bench/results/2026-12-07-moe-model/). Real checkpoints' K (4096, 12288, 3584, 18944, 2048,
+  /// 1024) give multiples of 4; the small models' 256 and 768 do not.
+  int weight_ld_align = 1;
 };
 
 /// The row counts matmul_fp8 takes: T rounded up to a multiple of 16. On an H100 with cuBLASLt 13.1
@@ -70,7 +77,7 @@ constexpr int64_t fp8_padded_rows(int64_t T) { return (T + 15) / 16 * 16; }
 
 /// The layouts cuBLASLt reads, as the GPU test (tests/kernels/test_cuda_fp8.cpp, ScaleLayoutProbe)
 /// establishes against the CPU oracle among the candidates Fp8ScaleLayouts describes.
-inline constexpr Fp8ScaleLayouts kCublasFp8Scales{false, true, 4, Fp8Roles::kWeightAsA};
+inline constexpr Fp8ScaleLayouts kCublasFp8Scales{false, true, 4, Fp8Roles::kWeightAsA, 4};
 
 class GemmLt {
  public:
