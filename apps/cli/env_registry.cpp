@@ -92,10 +92,9 @@ std::vector<EnvVar> make_registry() {
                [](const std::string& v, EnvSettings& s) {
                  s.backend.pinned_staging = parse_bool("FLASHDLLM_PINNED_STAGING", v);
                }});
-  r.push_back({"FLASHDLLM_FP8_DEQUANTIZE", "bool", "1",
-               "block-FP8 weights take the dequantising route (bf16 GEMM, as GPUs before Hopper) also where "
-               "cuBLASLt has a block-scaled FP8 GEMM; 0 opts into that GEMM on sm_90 (not yet verified on a GPU "
-               "since its fix, docs/decisions.md)",
+  r.push_back({"FLASHDLLM_FP8_DEQUANTIZE", "bool", "0",
+               "1: block-FP8 weights take the dequantising route (bf16 GEMM, as GPUs before Hopper) also where "
+               "cuBLASLt has a block-scaled FP8 GEMM (sm_90, the default route there; docs/decisions.md)",
                [](const std::string& v, EnvSettings& s) {
                  s.backend.fp8_dequantize = parse_bool("FLASHDLLM_FP8_DEQUANTIZE", v);
                }});

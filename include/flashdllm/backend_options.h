@@ -74,11 +74,11 @@ struct BackendOptions {
   /// Host copies of up to 4 MiB go through pinned staging buffers (off: pageable copies).
   bool pinned_staging = true;
   /// Block-FP8 weights take the dequantising route (bf16 GEMM on dequantised operands, what GPUs
-  /// without cuBLASLt's block-scaled FP8 GEMM run) also where that GEMM exists (sm_90). On by default
-  /// until the FP8 GEMM route is verified: on an H100 it computed wrong products at 16 padded rows
-  /// with small N (bench/results/2026-12-07-fp8-gemm/); the fix (no split-K algorithms) has not run
-  /// on a GPU yet. false opts into the FP8 GEMM (1.3x faster at the 8B shape, same run).
-  bool fp8_dequantize = true;
+  /// without cuBLASLt's block-scaled FP8 GEMM run) also where that GEMM exists (sm_90). Off by
+  /// default: cuBLASLt's FP8 GEMM is the sm_90 route since its products were verified on an H100
+  /// (the weight scales' padded row stride, bench/results/2026-12-07-fp8-route/); true is the
+  /// fallback to compare against or to work around a cuBLASLt that misbehaves.
+  bool fp8_dequantize = false;
 };
 
 /// Throws Error(kInvalidArgument) naming the field for gemm_tune outside [0, 16] or gemm_picks kFile

@@ -1,6 +1,6 @@
 // Block-FP8 linear layers on CUDA (issue 48) against the CPU oracle (cpu_fp8.cpp, core/fp8.h):
-// Backend::matmul_fp8 on both routes (the dequantising route every GPU runs, the default, and
-// cuBLASLt's block-scaled FP8 GEMM where the GPU has it, BackendOptions::fp8_dequantize = false),
+// Backend::matmul_fp8 on both routes (cuBLASLt's block-scaled FP8 GEMM where the GPU has it, the
+// default there, and the dequantising route every other GPU runs, BackendOptions::fp8_dequantize),
 // qkv_rope_store with an FP8 wqkv, the device quantiser bit for bit against core/fp8.cpp, and the
 // probe that establishes which scale layouts cuBLASLt reads (kernels::kCublasFp8Scales).
 #include <gtest/gtest.h>
@@ -84,11 +84,11 @@ TEST_F(CudaFp8, MatmulMatchesCpuOnBothRoutes) {
   };
   const std::vector<Case> cases{{1, 256, 256},   {7, 384, 512}, {37, 4096, 4096}, {130, 1024, 4096},
                                 {5, 256, 12288}, {9, 200, 320}, {3, 136, 200},    {16, 256, 640}};
-  BackendOptions lt;  // the FP8 GEMM route (the default, fp8_dequantize, is the dequantising one)
-  lt.fp8_dequantize = false;
-  std::unique_ptr<Backend> fp8_gemm = is_cuda_ ? cuda_with(lt) : make_cpu_backend(0);
-  for (Backend* be : {twin_.get(), fp8_gemm.get()}) {
-    const std::string route = be == twin_.get() ? "dequantising route (default)" : "FP8 GEMM route";
+  BackendOptions dq;  // the dequantising route (the default on sm_90 is the FP8 GEMM)
+  dq.fp8_dequantize = true;
+  std::unique_ptr<Backend> dequant = is_cuda_ ? cuda_with(dq) : make_cpu_backend(0);
+  for (Backend* be : {twin_.get(), dequant.get()}) {
+    const std::string route = be == twin_.get() ? "default route (FP8 GEMM on sm_90)" : "dequantising route";
     for (const Case& c : cases) {
       const Fp8Weight f = make_fp8_weight(c.N, c.K, 11 + c.N + c.K);
       const std::vector<float> x = make_x(c.T, c.K, 5 + c.T);
@@ -186,11 +186,11 @@ TEST_F(CudaFp8, QkvRopeStoreWithFp8Weights) {
   };
   Side c = setup(*cpu_);
   run(*cpu_, c);
-  BackendOptions lt;  // the FP8 GEMM route (the default, fp8_dequantize, is the dequantising one)
-  lt.fp8_dequantize = false;
-  std::unique_ptr<Backend> fp8_gemm = is_cuda_ ? cuda_with(lt) : make_cpu_backend(0);
-  for (Backend* be : {twin_.get(), fp8_gemm.get()}) {
-    SCOPED_TRACE(be == twin_.get() ? "dequantising route (default)" : "FP8 GEMM route");
+  BackendOptions dq;  // the dequantising route (the default on sm_90 is the FP8 GEMM)
+  dq.fp8_dequantize = true;
+  std::unique_ptr<Backend> dequant = is_cuda_ ? cuda_with(dq) : make_cpu_backend(0);
+  for (Backend* be : {twin_.get(), dequant.get()}) {
+    SCOPED_TRACE(be == twin_.get() ? "default route (FP8 GEMM on sm_90)" : "dequantising route");
     Side s = setup(*be);
     run(*be, s);
     const double tol = is_cuda_ ? test::kBf16OpRelTol : 0.0;

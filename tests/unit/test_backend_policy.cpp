@@ -109,9 +109,7 @@ TEST(BackendPolicy, RowPaddingGraphsAndPicks) {
   EXPECT_TRUE(gemm_picks_apply(1));
   EXPECT_FALSE(gemm_picks_apply(2));
   DeviceTraits h100{9, 0, 132, true}, a100{8, 0, 108, false}, l40s{8, 9, 142, false};
-  EXPECT_FALSE(fp8_gemm_applies(o, h100)) << "opt-in until the FP8 GEMM route is verified on a GPU";
-  o.fp8_dequantize = false;
-  EXPECT_TRUE(fp8_gemm_applies(o, h100));
+  EXPECT_TRUE(fp8_gemm_applies(o, h100)) << "the FP8 GEMM is the default route on sm_90";
   EXPECT_FALSE(fp8_gemm_applies(o, a100)) << "Ampere has no FP8 tensor cores";
   EXPECT_FALSE(fp8_gemm_applies(o, l40s)) << "Ada's cuBLASLt scales FP8 per tensor only";
   o.fp8_dequantize = true;

@@ -104,7 +104,7 @@ TEST(EnvRegistry, SwitchesOverrideTheDefaults) {
   EXPECT_EQ(with("FLASHDLLM_CUDA_SYNC", "0").backend.sync, SyncMode::kAsync);
   EXPECT_FALSE(with("FLASHDLLM_PINNED_STAGING", "0").backend.pinned_staging);
   EXPECT_TRUE(with("FLASHDLLM_FP8_DEQUANTIZE", "1").backend.fp8_dequantize);
-  EXPECT_TRUE(with("FLASHDLLM_FP8_DEQUANTIZE", nullptr).backend.fp8_dequantize);
+  EXPECT_FALSE(with("FLASHDLLM_FP8_DEQUANTIZE", nullptr).backend.fp8_dequantize);
   EXPECT_FALSE(with("FLASHDLLM_FP8_DEQUANTIZE", "0").backend.fp8_dequantize);
   EXPECT_EQ(with("FLASHDLLM_ROW_PADDING", "0").backend.row_padding, std::optional<bool>(false));
   EXPECT_EQ(with("FLASHDLLM_ROW_PADDING", "1").backend.row_padding, std::optional<bool>(true));

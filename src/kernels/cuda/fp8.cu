@@ -20,11 +20,13 @@ __device__ __forceinline__ float from_e4m3(uint8_t b) {
   return __half2float(__half(h));
 }
 
-// One warp per (token, group of 128 columns): each lane holds 4 values (columns lane + 32·i), the
-// group's amax by shuffles, then the scale as the CPU computes it (IEEE division, no fast math).
-// Mode 0 writes q and the scale; mode 1 writes bf16(e4m3 · scale) to out (which may alias x: a warp
-// reads its group before writing it).
-template <int kMode>
+// One warp per (token, group of 128 columns): each lane holds 4 values (kVec: columns c0 + 4·lane ..
+// + 3, one 8-byte load and one 4-byte / 8-byte store; else columns c0 + lane + 32·i), the group's
+// amax by shuffles, then the scale as the CPU computes it (IEEE division, no fast math). Mode 0
+// writes q and the scale; mode 1 writes bf16(e4m3 · scale) to out (which may alias x: a warp reads
+// its group before writing it). The values and their order of use are the same in both layouts, so
+// both give the CPU's bytes.
+template <int kMode, bool kVec>
 __global__ void __launch_bounds__(kWarps * 32)
     group_quant_kernel(const __nv_bfloat16* x, uint8_t* __restrict__ q, float* __restrict__ scales, __nv_bfloat16* out,
                        int64_t T, int64_t K, int64_t groups, bool outer_major, int64_t ld) {
@@ -34,13 +36,23 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int64_t t = item / groups, g = item % groups;
   const int64_t c0 = g * kGroup;
   const __nv_bfloat16* row = x + t * K;
-  float v[4];
+  const auto col = [&](int i) { return kVec ? c0 + 4 * lane + i : c0 + lane + 32 * i; };
+  float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (kVec) {
+    if (col(0) < K) {  // K % 4 == 0: the lane's 4 columns are all in range or all out
+      const uint2 raw = *reinterpret_cast<const uint2*>(row + col(0));
+      const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+      const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+      v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = col(i) < K ? __bfloat162float(row[col(i)]) : 0.0f;
+  }
   float amax = 0.0f;
   bool finite = true;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const int64_t c = c0 + lane + 32 * i;
-    v[i] = c < K ? __bfloat162float(row[c]) : 0.0f;
     finite = finite && isfinite(v[i]);
     amax = fmaxf(amax, fabsf(v[i]));
   }
@@ -51,15 +63,31 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   const float s = !finite ? __int_as_float(0x7fc00000) : amax > 0.0f ? __fdiv_rn(amax, kE4M3Max) : 1.0f;
   if (kMode == 0 && lane == 0) scales[outer_major ? g * ld + t : t * groups + g] = s;
+  uint8_t b[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) b[i] = finite ? to_e4m3(__fdiv_rn(v[i], s)) : uint8_t{0x7f};
+  if (kVec) {
+    if (col(0) >= K) return;
+    if (kMode == 0) {
+      *reinterpret_cast<uint32_t*>(q + t * K + col(0)) =
+          b[0] | (uint32_t{b[1]} << 8) | (uint32_t{b[2]} << 16) | (uint32_t{b[3]} << 24);
+    } else {
+      __nv_bfloat162 lo = __floats2bfloat162_rn(__fmul_rn(from_e4m3(b[0]), s), __fmul_rn(from_e4m3(b[1]), s));
+      __nv_bfloat162 hi = __floats2bfloat162_rn(__fmul_rn(from_e4m3(b[2]), s), __fmul_rn(from_e4m3(b[3]), s));
+      uint2 raw;
+      raw.x = *reinterpret_cast<uint32_t*>(&lo);
+      raw.y = *reinterpret_cast<uint32_t*>(&hi);
+      *reinterpret_cast<uint2*>(out + t * K + col(0)) = raw;
+    }
+    return;
+  }
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const int64_t c = c0 + lane + 32 * i;
-    if (c >= K) continue;
-    const uint8_t b = finite ? to_e4m3(__fdiv_rn(v[i], s)) : uint8_t{0x7f};
+    if (col(i) >= K) continue;
     if (kMode == 0)
-      q[t * K + c] = b;
+      q[t * K + col(i)] = b[i];
     else
-      out[t * K + c] = __float2bfloat16_rn(__fmul_rn(from_e4m3(b), s));
+      out[t * K + col(i)] = __float2bfloat16_rn(__fmul_rn(from_e4m3(b[i]), s));
   }
 }
 
@@ -94,8 +122,15 @@ void launch_groups(const __nv_bfloat16* x, uint8_t* q, float* scales, __nv_bfloa
   if (T <= 0 || K <= 0) return;
   const int64_t groups = (K + kGroup - 1) / kGroup, items = T * groups;
   const auto blocks = static_cast<unsigned>((items + kWarps - 1) / kWarps);
-  group_quant_kernel<kMode><<<blocks, kWarps * 32, 0, stream>>>(x, q, scales, out, T, K, groups, layout.outer_major,
-                                                                layout.outer_major ? layout.ld : 0);
+  const auto aligned = [](const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; };
+  const bool vec = K % 4 == 0 && aligned(x, 8) && aligned(q, 4) && aligned(out, 8);  // null is aligned
+  const int64_t ld = layout.outer_major ? layout.ld : 0;
+  if (vec)
+    group_quant_kernel<kMode, true>
+        <<<blocks, kWarps * 32, 0, stream>>>(x, q, scales, out, T, K, groups, layout.outer_major, ld);
+  else
+    group_quant_kernel<kMode, false>
+        <<<blocks, kWarps * 32, 0, stream>>>(x, q, scales, out, T, K, groups, layout.outer_major, ld);
   CUDA_CHECK_LAUNCH();
 }
 

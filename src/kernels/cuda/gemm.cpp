@@ -267,24 +267,18 @@ struct GemmLt::Impl {
     return ins->second.get();
   }
 
-  /// A block-FP8 plan: the heuristic's first algorithm that does not split K (on an H100 with
-  /// cuBLASLt 13.1 the block-scaled GEMMs came out wrong at 16 rows with small N, where the heuristic
-  /// turns to split-K: bench/results/2026-12-07-fp8-gemm/), exact rows (no bucket), no timing; nullptr
-  /// (and the key remembered as refused) when there is none.
+  /// A block-FP8 plan: the heuristic's first algorithm (split-K ones included: the wrong products
+  /// that once pointed at split-K came from the weight scales' row stride, kCublasFp8Scales), exact
+  /// rows (no bucket), no timing; nullptr (and the key remembered as refused) when there is none.
   const Plan* fp8_plan(const PlanKey& key, std::unique_ptr<Plan> p, cublasLtMatmulHeuristicResult_t* results) {
-    const int found = heuristic(p->op, p->a, p->b, p->c, key, kMaxGemmCandidates, results);
-    for (int i = 0; i < found; ++i) {
-      int32_t splits = 1;
-      size_t written = 0;
-      CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&results[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
-                                                        sizeof(splits), &written));
-      if (splits > 1) continue;
-      p->algo = results[i].algo;
-      p->choice = {i, 0};
-      return plans.emplace(key, std::move(p)).first->second.get();
+    const int found = heuristic(p->op, p->a, p->b, p->c, key, 1, results);
+    if (found == 0) {
+      fp8_refused.emplace(key, true);
+      return nullptr;
     }
-    fp8_refused.emplace(key, true);
-    return nullptr;
+    p->algo = results[0].algo;
+    p->choice = {0, 0};
+    return plans.emplace(key, std::move(p)).first->second.get();
   }
 
   /// An FP8 plan's scale pointers (the weight's on A and the activations' on B, or swapped with
