@@ -21,6 +21,9 @@ std::filesystem::path default_model_dir() { return std::filesystem::path(FDLLM_S
 std::filesystem::path dream_model_dir() {
   return std::filesystem::path(FDLLM_SOURCE_DIR) / "models" / "dream-arith-11m";
 }
+std::filesystem::path moe_model_dir() {
+  return std::filesystem::path(FDLLM_SOURCE_DIR) / "models" / "llada-moe-arith-12m";
+}
 
 std::filesystem::path temp_dir() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();

@@ -16,6 +16,8 @@ std::filesystem::path golden_dir();
 std::filesystem::path default_model_dir();
 /// <repo>/models/dream-arith-11m (the small Dream-layout model)
 std::filesystem::path dream_model_dir();
+/// <repo>/models/llada-moe-arith-12m (the small LLaDA-MoE-layout model)
+std::filesystem::path moe_model_dir();
 /// A fresh empty temporary directory unique to the calling test.
 std::filesystem::path temp_dir();
 /// <build>/flashdllm (the CLI binary)

@@ -1,9 +1,11 @@
-// The C++ CPU engine vs the PyTorch training code's own forward (tools/train/model.py and
-// model_dream.py, fp32) on the committed small models (issue 3; issue 46 for Dream): logits max
-// relative error <= 1e-4 on every reference case. The fixtures tests/data/small_model/ (LLaDA) and
-// tests/data/small_model_dream/ (Dream: the network's rows without the logit shift, as the engine's
-// forward returns them) reference_logits.safetensors are written by tools/train/reference_logits.py
-// and record the sha256 of the model each was made from.
+// The C++ CPU engine vs the PyTorch training code's own forward (tools/train/model.py,
+// model_dream.py and model_moe.py, fp32) on the committed small models (issue 3; issue 46 for Dream;
+// issue 47 for LLaDA-MoE): logits max relative error <= 1e-4 on every reference case. The fixtures
+// tests/data/small_model/ (LLaDA), tests/data/small_model_dream/ (Dream: the network's rows without
+// the logit shift, as the engine's forward returns them) and tests/data/small_model_moe/ (LLaDA-MoE:
+// the PyTorch side routes densely, model_moe.py; the engine groups rows per expert)
+// reference_logits.safetensors are written by tools/train/reference_logits.py and record the sha256
+// of the model each was made from.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -52,6 +54,10 @@ TEST(SmallModelParity, CppForwardMatchesPytorchTrainingForward) {
 TEST(SmallModelParity, DreamCppForwardMatchesPytorchTrainingForward) {
   expect_training_forward_parity(dream_model_dir(),
                                  test_data_dir() / "small_model_dream" / "reference_logits.safetensors");
+}
+
+TEST(SmallModelParity, MoeCppForwardMatchesPytorchTrainingForward) {
+  expect_training_forward_parity(moe_model_dir(), test_data_dir() / "small_model_moe" / "reference_logits.safetensors");
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 """The small-model parity fixtures must belong to the committed small models.
 
-tests/data/small_model{,_dream}/reference_logits.safetensors (tools/train/reference_logits.py) record the
+tests/data/small_model{,_dream,_moe}/reference_logits.safetensors (tools/train/reference_logits.py) record the
 sha256 of the model.safetensors each was computed from; a retrained model needs a new fixture.
 """
 import hashlib
@@ -15,7 +15,8 @@ REPO = Path(os.environ.get("FLASHDLLM_SOURCE_DIR", Path(__file__).resolve().pare
 
 
 @pytest.mark.parametrize("model_name,fixture_dir,shift", [("llada-arith-12m", "small_model", "0"),
-                                                            ("dream-arith-11m", "small_model_dream", "1")])
+                                                            ("dream-arith-11m", "small_model_dream", "1"),
+                                                            ("llada-moe-arith-12m", "small_model_moe", "0")])
 def test_fixture_matches_committed_model(model_name, fixture_dir, shift):
     model = REPO / "models" / model_name / "model.safetensors"
     fixture = REPO / "tests" / "data" / fixture_dir / "reference_logits.safetensors"
