@@ -22,6 +22,7 @@ SampleResult make_sample_result(const EvalSample& sample, const GenerateResult& 
   s.gold = sample.gold;
   s.prompt_tokens = static_cast<int64_t>(g.prompt_ids.size());
   s.nfe = g.nfe;
+  s.forward_passes = g.forward_passes;
   s.committed_tokens = g.committed_tokens;
   s.committed_tokens_reference = g.committed_tokens_reference;
   s.generated_tokens = g.generated_tokens();
@@ -165,6 +166,7 @@ EvalSummary summarize(const std::string& task, const std::vector<SampleResult>& 
     s.empty_answers += r.extracted.empty() && r.detail.empty();
     nfe += static_cast<double>(r.nfe);
     s.total_nfe += r.nfe;
+    s.total_forward_passes += r.forward_passes;
     s.generated_tokens += r.generated_tokens;
     s.committed_tokens += r.committed_tokens;
     s.committed_tokens_reference += r.committed_tokens_reference;
@@ -181,6 +183,7 @@ EvalSummary summarize(const std::string& task, const std::vector<SampleResult>& 
     s.accuracy = static_cast<double>(s.correct) / static_cast<double>(s.n);
     std::tie(s.ci_low, s.ci_high) = wilson_interval(s.correct, s.n);
     s.mean_nfe = nfe / static_cast<double>(s.n);
+    s.mean_forward_passes = static_cast<double>(s.total_forward_passes) / static_cast<double>(s.n);
     for (MetricSummary& m : metrics) {
       m.accuracy = static_cast<double>(m.correct) / static_cast<double>(s.n);
       std::tie(m.ci_low, m.ci_high) = wilson_interval(m.correct, s.n);
@@ -228,6 +231,7 @@ nlohmann::json to_json(const SampleResult& r) {
                       {"correct", r.correct},
                       {"metrics", metrics},
                       {"nfe", r.nfe},
+                      {"forward_passes", r.forward_passes},
                       {"prompt_tokens", r.prompt_tokens},
                       {"generated_tokens", r.generated_tokens},
                       {"committed_tokens", r.committed_tokens},
@@ -256,6 +260,8 @@ nlohmann::json to_json(const EvalSummary& s) {
           {"empty_answers", s.empty_answers},
           {"mean_nfe", s.mean_nfe},
           {"total_nfe", s.total_nfe},
+          {"mean_forward_passes", s.mean_forward_passes},
+          {"total_forward_passes", s.total_forward_passes},
           {"generated_tokens", s.generated_tokens},
           {"committed_tokens", s.committed_tokens},
           {"tokens_per_iteration", s.tokens_per_iteration},
@@ -285,10 +291,15 @@ std::string to_markdown(const std::vector<EvalSummary>& rows) {
     const std::string mem = s.peak_memory_bytes >= 0
                                 ? fmt::format("{:.2f} GiB", static_cast<double>(s.peak_memory_bytes) / (1024.0 * 1024 * 1024))
                                 : "—";
-    m += fmt::format("| {} | {} | {} | {} | {}{:.2f} ({:.1f}–{:.1f}) | {} | {:.1f} | {:.1f} | {} | {:.1f} | {:.2f} | {} |\n",
-                     s.task, s.gen_length, s.method.empty() ? "—" : s.method, s.n, headline, 100 * s.accuracy,
-                     100 * s.ci_low, 100 * s.ci_high, other.empty() ? "—" : other, s.tokens_per_second,
-                     s.tokens_per_second_released, speed, s.mean_nfe, s.tokens_per_iteration, mem);
+    // Flash-Verify: the NFE (main passes) and, after it, every model pass the requests took.
+    const std::string nfe = s.total_forward_passes > s.total_nfe
+                                ? fmt::format("{:.1f} ({:.1f} passes)", s.mean_nfe, s.mean_forward_passes)
+                                : fmt::format("{:.1f}", s.mean_nfe);
+    m +=
+        fmt::format("| {} | {} | {} | {} | {}{:.2f} ({:.1f}–{:.1f}) | {} | {:.1f} | {:.1f} | {} | {} | {:.2f} | {} |\n",
+                    s.task, s.gen_length, s.method.empty() ? "—" : s.method, s.n, headline, 100 * s.accuracy,
+                    100 * s.ci_low, 100 * s.ci_high, other.empty() ? "—" : other, s.tokens_per_second,
+                    s.tokens_per_second_released, speed, nfe, s.tokens_per_iteration, mem);
   }
   return m;
 }

@@ -42,6 +42,7 @@ struct SampleResult {
   std::string detail;     ///< code tasks: sandbox result
   int64_t prompt_tokens = 0;
   int64_t nfe = 0;
+  int64_t forward_passes = 0;    ///< model passes incl. Flash-Verify's (= nfe without verify)
   int64_t committed_tokens = 0;  ///< canvas positions committed over the run (ours)
   int64_t committed_tokens_reference = 0;  ///< the released code's count (num_decoded − P), for its tokens/s
   int64_t generated_tokens = 0;  ///< answer tokens + the ending EOS/EOT when there is one (our count)
@@ -64,6 +65,10 @@ struct EvalSummary {
   std::vector<MetricSummary> metrics;  ///< all metrics, headline first
   double mean_nfe = 0.0;
   int64_t total_nfe = 0;
+  /// Model passes incl. Flash-Verify's: what "forward passes" compares across methods (NFE counts
+  /// the main passes only, the released code's definition).
+  double mean_forward_passes = 0.0;
+  int64_t total_forward_passes = 0;
   int64_t generated_tokens = 0, committed_tokens = 0, committed_tokens_reference = 0;
   double tokens_per_second = 0.0;           ///< ours (see the header comment)
   double tokens_per_second_released = 0.0;  ///< the released code's definition

@@ -63,6 +63,8 @@ TEST(EvalCli, ArithSliceWritesConsistentResults) {
     EXPECT_LE(s["nfe"].get<int>(), 128);
   }
   EXPECT_EQ(n, 6);
+  // No verify pass: every model pass is a main pass.
+  EXPECT_EQ(summary["total_forward_passes"].get<int64_t>(), summary["total_nfe"].get<int64_t>());
   EXPECT_EQ(summary["correct"].get<int>(), correct);
   EXPECT_DOUBLE_EQ(summary["accuracy"].get<double>(), correct / 6.0);
   EXPECT_NEAR(summary["tokens_per_iteration"].get<double>(), committed / nfe, 1e-9);
@@ -77,6 +79,28 @@ TEST(EvalCli, ArithSliceWritesConsistentResults) {
   EXPECT_TRUE(summary["chat_template"].get<bool>());
   EXPECT_NE(out.find("| arith | 128 | LLaDA (no cache), threshold 0.9 | 6 | exact_match "), std::string::npos) << out;
   EXPECT_TRUE(std::filesystem::exists(dir / "summary.md"));
+}
+
+// Flash-Verify's verify passes are model passes too: the summary counts them beside the NFE (main
+// passes, the released code's definition), per sample and in the table.
+TEST(EvalCli, VerifyPassesAreCountedBesideTheNfe) {
+  if (!std::filesystem::exists(default_model_dir() / "model.safetensors"))
+    GTEST_SKIP() << "no default model at " << default_model_dir();
+  auto dir = temp_dir();
+  std::string out;
+  ASSERT_EQ(run(fmt::format("eval --task arith --cache flash --verify --limit 4 --out {}", dir.string()), &out), 0)
+      << out;
+  const auto summary = load_json(dir / "summary.json");
+  const int64_t nfe = summary["total_nfe"].get<int64_t>(), passes = summary["total_forward_passes"].get<int64_t>();
+  EXPECT_GT(passes, nfe) << "Flash-Verify ran no verify pass on 4 problems";
+  EXPECT_LE(passes, 2 * nfe) << "at most one verify pass per main pass";
+  EXPECT_DOUBLE_EQ(summary["mean_forward_passes"].get<double>(), static_cast<double>(passes) / 4.0);
+  std::ifstream in(dir / "samples.jsonl");
+  int64_t sum = 0;
+  for (std::string line; std::getline(in, line);) sum += nlohmann::json::parse(line)["forward_passes"].get<int64_t>();
+  EXPECT_EQ(sum, passes);
+  EXPECT_NE(out.find(fmt::format("({:.1f} passes)", summary["mean_forward_passes"].get<double>())), std::string::npos)
+      << out;
 }
 
 TEST(EvalCli, DreamModelRunsDreamsSamplerAndSaysSo) {
