@@ -152,9 +152,10 @@ int run_serve(const CommonArgs& ca, ServeArgs& sa) {
   pthread_kill(watcher.native_handle(), SIGTERM);  // ends the watcher's sigwait (SIGTERM is blocked elsewhere)
   watcher.join();
   const EngineMetrics m = engine->metrics();
-  std::fprintf(stderr, "[flashdllm] stopped: %lld requests finished, %lld cancelled, %lld failed\n",
-               static_cast<long long>(m.requests_finished_stop + m.requests_finished_length),
-               static_cast<long long>(m.requests_cancelled), static_cast<long long>(m.requests_failed));
+  const long long finished = static_cast<long long>(m.requests_finished_stop + m.requests_finished_length);
+  std::fprintf(stderr, "[flashdllm] stopped: %lld request%s finished, %lld cancelled, %lld failed\n", finished,
+               finished == 1 ? "" : "s", static_cast<long long>(m.requests_cancelled),
+               static_cast<long long>(m.requests_failed));
   return ok ? 0 : 1;
 }
 
