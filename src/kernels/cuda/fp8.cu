@@ -38,7 +38,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const __nv_bfloat16* row = x + t * K;
   const auto col = [&](int i) { return kVec ? c0 + 4 * lane + i : c0 + lane + 32 * i; };
   float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  if (kVec) {
+  if constexpr (kVec) {
     if (col(0) < K) {  // K % 4 == 0: the lane's 4 columns are all in range or all out
       const uint2 raw = *reinterpret_cast<const uint2*>(row + col(0));
       const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
@@ -66,7 +66,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   uint8_t b[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) b[i] = finite ? to_e4m3(__fdiv_rn(v[i], s)) : uint8_t{0x7f};
-  if (kVec) {
+  if constexpr (kVec) {
     if (col(0) >= K) return;
     if (kMode == 0) {
       *reinterpret_cast<uint32_t*>(q + t * K + col(0)) =
@@ -79,15 +79,15 @@ __global__ void __launch_bounds__(kWarps * 32)
       raw.y = *reinterpret_cast<uint32_t*>(&hi);
       *reinterpret_cast<uint2*>(out + t * K + col(0)) = raw;
     }
-    return;
-  }
+  } else {
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if (col(i) >= K) continue;
-    if (kMode == 0)
-      q[t * K + col(i)] = b[i];
-    else
-      out[t * K + col(i)] = __float2bfloat16_rn(__fmul_rn(from_e4m3(b[i]), s));
+    for (int i = 0; i < 4; ++i) {
+      if (col(i) >= K) continue;
+      if (kMode == 0)
+        q[t * K + col(i)] = b[i];
+      else
+        out[t * K + col(i)] = __float2bfloat16_rn(__fmul_rn(from_e4m3(b[i]), s));
+    }
   }
 }
 
