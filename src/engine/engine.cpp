@@ -46,7 +46,7 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
   if (std::optional<Tokenizer> tok = Tokenizer::from_model_dir(dir)) {  // tokenizer.json, or Qwen2's slow files
     impl->tokenizer.emplace(std::move(*tok));
     validate_tokenizer(*impl->tokenizer, cfg, dir / "tokenizer.json");
-    if (auto id = impl->tokenizer->token_to_id(end_of_turn_token_name(cfg))) impl->eot_id = *id;
+    if (auto id = end_of_turn_id(*impl->tokenizer, cfg)) impl->eot_id = *id;
     impl->max_bytes_per_token = impl->tokenizer->max_bytes_per_token();
   }
   // A missing or unusable template only matters when the chat template is asked for (or taken by

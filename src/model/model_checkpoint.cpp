@@ -249,10 +249,9 @@ void validate_model_checkpoint(const Checkpoint& ckpt, const ModelConfig& cfg) {
 
 namespace {
 
-/// validate_tokenizer with the family's token names: the mask token `mask_name`, the end-of-turn
-/// token `eot_name`.
+/// validate_tokenizer with the mask token's name `mask_name` (the end-of-turn token: end_of_turn_id).
 void check_tokenizer(const Tokenizer& tok, const ModelConfig& cfg, const std::filesystem::path& tokenizer_file,
-                     const std::string& mask_name, const std::string& eot_name) {
+                     const std::string& mask_name) {
   const std::string src = tokenizer_file.string();
   constexpr const char* kShiftNote =
       " (a tokenizer.json that lacks an added token shifts the ids of every later one; use the tokenizer "
@@ -277,9 +276,9 @@ void check_tokenizer(const Tokenizer& tok, const ModelConfig& cfg, const std::fi
     FDLLM_CHECK_CKPT(*eos == cfg.eos_token_id,
                      "{}: the token '<|endoftext|>' has id {}, but config.json has eos_token_id = {}{}", src, *eos,
                      cfg.eos_token_id, kShiftNote);
-  if (const auto eot = tok.token_to_id(eot_name))
+  if (const auto eot = end_of_turn_id(tok, cfg))
     FDLLM_CHECK_CKPT(tok.is_special(*eot), "{}: the end-of-turn token '{}' (id {}) is not a special token", src,
-                     eot_name, *eot);
+                     tok.id_to_token(*eot), *eot);
   FDLLM_CHECK_CKPT(tok.vocab_size() <= cfg.embedding_size,
                    "{}: token '{}' has id {}, outside the embedding table (config.json embedding_size = {})", src,
                    tok.id_to_token(tok.vocab_size() - 1), tok.vocab_size() - 1, cfg.embedding_size);
@@ -309,21 +308,30 @@ std::string mask_token_name(const ModelConfig& cfg, const std::filesystem::path&
                    path.string(), it->dump());
   return text->get<std::string>();
 }
-const char* end_of_turn_token_name(const ModelConfig& cfg) noexcept {
+std::vector<const char*> end_of_turn_token_names(const ModelConfig& cfg) {
   switch (cfg.family) {
-    case ModelFamily::kDream: return "<|im_end|>";
-    case ModelFamily::kLladaMoe: return "<|role_end|>";  // the Ling chat template's turn end
-    default: return "<|eot_id|>";
+    case ModelFamily::kDream: return {"<|im_end|>"};
+    // The Ling chat template's turn end, then LLaDA's (a LLaDA tokenizer, as the small MoE model's).
+    case ModelFamily::kLladaMoe: return {"<|role_end|>", "<|eot_id|>"};
+    default: return {"<|eot_id|>"};
   }
+}
+
+std::optional<int32_t> end_of_turn_id(const Tokenizer& tok, const ModelConfig& cfg) {
+  for (const char* name : end_of_turn_token_names(cfg))
+    if (const auto id = tok.token_to_id(name)) return id;
+  return std::nullopt;
 }
 
 void validate_llada_tokenizer(const Tokenizer& tok, const ModelConfig& cfg,
                               const std::filesystem::path& tokenizer_file) {
-  check_tokenizer(tok, cfg, tokenizer_file, "<|mdm_mask|>", "<|eot_id|>");
+  ModelConfig llada = cfg;
+  llada.family = ModelFamily::kLlada;  // LLaDA's end-of-turn token whatever cfg.family says
+  check_tokenizer(tok, llada, tokenizer_file, "<|mdm_mask|>");
 }
 
 void validate_tokenizer(const Tokenizer& tok, const ModelConfig& cfg, const std::filesystem::path& tokenizer_file) {
-  check_tokenizer(tok, cfg, tokenizer_file, mask_token_name(cfg, tokenizer_file), end_of_turn_token_name(cfg));
+  check_tokenizer(tok, cfg, tokenizer_file, mask_token_name(cfg, tokenizer_file));
 }
 
 int validate_model_index(const std::filesystem::path& index_json, const ModelConfig& cfg) {

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -111,12 +112,17 @@ const char* mask_token_name(const ModelConfig& cfg) noexcept;
 /// and names "<|mdm_mask|>" this way. Throws Error(kIo) / Error(kInvalidCheckpoint) naming the file
 /// when it is unreadable, not JSON, or its mask_token is neither form.
 std::string mask_token_name(const ModelConfig& cfg, const std::filesystem::path& tokenizer_file);
-const char* end_of_turn_token_name(const ModelConfig& cfg) noexcept;
+/// The end-of-turn token names a family's tokenizers use, in the order end_of_turn_id tries them:
+/// LLaDA "<|eot_id|>", Dream "<|im_end|>", LLaDA-MoE "<|role_end|>" (the Ling tokenizer) then
+/// "<|eot_id|>" (a LLaDA tokenizer, as models/llada-moe-arith-12m ships).
+std::vector<const char*> end_of_turn_token_names(const ModelConfig& cfg);
+/// The id of the first of end_of_turn_token_names(cfg) the tokenizer has; nullopt when none.
+std::optional<int32_t> end_of_turn_id(const Tokenizer& tok, const ModelConfig& cfg);
 
 /// Checks that the tokenizer `tok` (read from `tokenizer_file`) agrees with the config's special
 /// ids: the mask token (mask_token_name(cfg, tokenizer_file)) exists at exactly mask_token_id; eos_token_id and
 /// pad_token_id are special tokens of the tokenizer, and "<|endoftext|>", when present, is
-/// eos_token_id; the end-of-turn token (end_of_turn_token_name), when present, is a special token;
+/// eos_token_id; the end-of-turn token (end_of_turn_id), when present, is a special token;
 /// and every token id is inside the embedding table (vocab_size() <= embedding_size). A
 /// tokenizer.json lacking one added token shifts the ids of all later ones (Hugging Face's
 /// assignment rule, which Tokenizer follows), and the model would then decode and commit the wrong

@@ -43,7 +43,7 @@ ModelFacts inspect_checkpoint(const fs::path& dir, bool dummy_weights) {
     const Tokenizer& tok = *found;
     validate_tokenizer(tok, f.config, dir / "tokenizer.json");
     f.has_tokenizer = true;
-    if (auto id = tok.token_to_id(end_of_turn_token_name(f.config))) f.eot_id = *id;
+    if (auto id = end_of_turn_id(tok, f.config)) f.eot_id = *id;
   }
   // As Engine::load: a missing or foreign template only matters when the chat template is asked for;
   // one the checkpoint asks for but this build cannot use is named.

@@ -23,7 +23,7 @@ struct ModelFacts {
   ModelConfig config;
   std::string checkpoint_dtype;   // checkpoint_dtype_summary(), or "random (dummy)"
   uint64_t checkpoint_bytes = 0;  // sum of the tensors' bytes in the safetensors files (0 for dummy)
-  int32_t eot_id = -1;            // <|eot_id|> of the tokenizer, -1 without one
+  int32_t eot_id = -1;            // the tokenizer's end-of-turn token (end_of_turn_id), -1 without one
   bool has_tokenizer = false;
   bool has_chat_template = false;
   std::string chat_template_problem;  // tokenizer_config.json asks for a template we cannot use: why

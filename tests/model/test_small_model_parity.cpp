@@ -17,6 +17,7 @@
 #include "common/numerics.h"
 #include "common/test_paths.h"
 #include "io/safetensors.h"
+#include "model/model_info.h"
 
 namespace flashdllm::test {
 namespace {
@@ -54,6 +55,17 @@ TEST(SmallModelParity, CppForwardMatchesPytorchTrainingForward) {
 TEST(SmallModelParity, DreamCppForwardMatchesPytorchTrainingForward) {
   expect_training_forward_parity(dream_model_dir(),
                                  test_data_dir() / "small_model_dream" / "reference_logits.safetensors");
+}
+
+// The small MoE model ships LLaDA's tokenizer: its mask token comes from tokenizer_config.json's
+// mask_token, its end of turn is <|eot_id|> (LLaDA-MoE's Ling <|role_end|> is absent).
+TEST(SmallModelParity, MoeModelFindsLladasSpecialTokens) {
+  const ModelFacts f = inspect_checkpoint(moe_model_dir());
+  const ModelFacts dense = inspect_checkpoint(default_model_dir());
+  EXPECT_EQ(f.config.family, ModelFamily::kLladaMoe);
+  EXPECT_EQ(f.config.mask_token_id, dense.config.mask_token_id);
+  EXPECT_GE(f.eot_id, 0);
+  EXPECT_EQ(f.eot_id, dense.eot_id);
 }
 
 TEST(SmallModelParity, MoeCppForwardMatchesPytorchTrainingForward) {
