@@ -93,8 +93,9 @@ std::vector<EnvVar> make_registry() {
                  s.backend.pinned_staging = parse_bool("FLASHDLLM_PINNED_STAGING", v);
                }});
   r.push_back({"FLASHDLLM_FP8_DEQUANTIZE", "bool", "0",
-               "1: block-FP8 weights take the dequantising route (bf16 GEMM, as GPUs before Hopper) also where "
-               "cuBLASLt has a block-scaled FP8 GEMM (sm_90, the default route there; docs/decisions.md)",
+               "0: block-FP8 weights use cuBLASLt's block-scaled FP8 GEMM on sm_90 and the dequantising route "
+               "(bf16 GEMM on dequantised operands) on other GPUs; 1: the dequantising route on sm_90 too "
+               "(docs/decisions.md)",
                [](const std::string& v, EnvSettings& s) {
                  s.backend.fp8_dequantize = parse_bool("FLASHDLLM_FP8_DEQUANTIZE", v);
                }});

@@ -431,10 +431,12 @@ def new_model(args, ids_sp, ds: "TokenizedSplit") -> MaskPredictor:
 
 
 def active_parameters(model: LladaMoeModel) -> int:
-    """Parameters one token's forward uses: all but the (num_experts - top_k) unchosen experts per layer."""
+    """Parameters one token's forward uses, as the engine's `info` counts them: all but the
+    (num_experts - top_k) unchosen experts per layer and the embedding matrix (a row lookup)."""
     c = model.cfg
     per_expert = 3 * c.hidden_size * c.expert_intermediate_size
-    return model.num_parameters() - c.num_hidden_layers * (c.num_experts - c.num_experts_per_tok) * per_expert
+    unchosen = c.num_hidden_layers * (c.num_experts - c.num_experts_per_tok) * per_expert
+    return model.num_parameters() - unchosen - model.model.embed_tokens.weight.numel()
 
 
 def main(argv: list[str] | None = None) -> int:
