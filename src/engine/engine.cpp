@@ -45,7 +45,7 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
   const ModelConfig cfg = load_model_config(dir / "config.json");
   if (std::optional<Tokenizer> tok = Tokenizer::from_model_dir(dir)) {  // tokenizer.json, or Qwen2's slow files
     impl->tokenizer.emplace(std::move(*tok));
-    validate_tokenizer(*impl->tokenizer, cfg, dir / "tokenizer.json");
+    validate_tokenizer(*impl->tokenizer, cfg, Tokenizer::model_dir_source(dir));
     if (auto id = end_of_turn_id(*impl->tokenizer, cfg)) impl->eot_id = *id;
     impl->max_bytes_per_token = impl->tokenizer->max_bytes_per_token();
   }

@@ -69,6 +69,9 @@ class Tokenizer {
   /// The tokenizer of a checkpoint directory: tokenizer.json if there is one, else the Qwen2 slow
   /// files if vocab.json and merges.txt are there, else nullopt (errors as above).
   static std::optional<Tokenizer> from_model_dir(const std::filesystem::path& dir);
+  /// The file from_model_dir reads first, for messages: dir/tokenizer.json when it exists, else
+  /// dir/vocab.json (the Qwen2 slow files).
+  static std::filesystem::path model_dir_source(const std::filesystem::path& dir);
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
   ~Tokenizer();

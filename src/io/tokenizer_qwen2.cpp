@@ -147,4 +147,9 @@ std::optional<Tokenizer> Tokenizer::from_model_dir(const std::filesystem::path& 
   return std::nullopt;
 }
 
+std::filesystem::path Tokenizer::model_dir_source(const std::filesystem::path& dir) {
+  std::error_code ec;
+  return std::filesystem::exists(dir / "tokenizer.json", ec) ? dir / "tokenizer.json" : dir / "vocab.json";
+}
+
 }  // namespace flashdllm

@@ -249,19 +249,22 @@ void validate_model_checkpoint(const Checkpoint& ckpt, const ModelConfig& cfg) {
 
 namespace {
 
-/// validate_tokenizer with the mask token's name `mask_name` (the end-of-turn token: end_of_turn_id).
+/// validate_tokenizer with the mask token's name `mask_name`, `mask_source` saying where it came from
+/// when not the family default (the end-of-turn token: end_of_turn_id).
 void check_tokenizer(const Tokenizer& tok, const ModelConfig& cfg, const std::filesystem::path& tokenizer_file,
-                     const std::string& mask_name) {
+                     const std::string& mask_name, const std::string& mask_source) {
   const std::string src = tokenizer_file.string();
   constexpr const char* kShiftNote =
       " (a tokenizer.json that lacks an added token shifts the ids of every later one; use the tokenizer "
       "files of this checkpoint)";
   const auto mask = tok.token_to_id(mask_name);
-  FDLLM_CHECK_CKPT(mask.has_value(), "{}: the mask token '{}' is missing, but config.json has mask_token_id = {}{}",
-                   src, mask_name, cfg.mask_token_id, kShiftNote);
+  FDLLM_CHECK_CKPT(mask.has_value(), "{}: the mask token '{}'{} is missing, but config.json has mask_token_id = {}{}",
+                   src, mask_name, mask_source, cfg.mask_token_id, kShiftNote);
   FDLLM_CHECK_CKPT(*mask == cfg.mask_token_id,
-                   "{}: the mask token '{}' has id {}, but config.json has mask_token_id = {}{}", src, mask_name, *mask,
-                   cfg.mask_token_id, kShiftNote);
+                   "{}: the mask token '{}'{} has id {}, but config.json has mask_token_id = {}{}", src, mask_name,
+                   mask_source, *mask, cfg.mask_token_id, kShiftNote);
+  FDLLM_CHECK_CKPT(tok.is_special(*mask), "{}: the mask token '{}'{} (id {}) is not a special token", src, mask_name,
+                   mask_source, *mask);
   const std::pair<const char*, int32_t> special_ids[] = {{"eos_token_id", cfg.eos_token_id},
                                                          {"pad_token_id", cfg.pad_token_id}};
   for (const auto& [field, id] : special_ids) {
@@ -294,7 +297,9 @@ std::string mask_token_name(const ModelConfig& cfg, const std::filesystem::path&
   const std::filesystem::path path = tokenizer_file.parent_path() / "tokenizer_config.json";
   if (!std::filesystem::exists(path)) return mask_token_name(cfg);
   const nlohmann::json j = read_json_file(path);
-  const auto it = j.is_object() ? j.find("mask_token") : j.end();
+  FDLLM_CHECK_CKPT(j.is_object(), "{}: must be a JSON object (the tokenizer's settings), got {}", path.string(),
+                   j.type_name());
+  const auto it = j.find("mask_token");
   if (it == j.end() || it->is_null()) return mask_token_name(cfg);
   // transformers writes a special token as its text or as an AddedToken object {"content": ...}.
   const nlohmann::json* text = &*it;
@@ -327,11 +332,13 @@ void validate_llada_tokenizer(const Tokenizer& tok, const ModelConfig& cfg,
                               const std::filesystem::path& tokenizer_file) {
   ModelConfig llada = cfg;
   llada.family = ModelFamily::kLlada;  // LLaDA's end-of-turn token whatever cfg.family says
-  check_tokenizer(tok, llada, tokenizer_file, "<|mdm_mask|>");
+  check_tokenizer(tok, llada, tokenizer_file, "<|mdm_mask|>", "");
 }
 
 void validate_tokenizer(const Tokenizer& tok, const ModelConfig& cfg, const std::filesystem::path& tokenizer_file) {
-  check_tokenizer(tok, cfg, tokenizer_file, mask_token_name(cfg, tokenizer_file));
+  const std::string mask = mask_token_name(cfg, tokenizer_file);
+  check_tokenizer(tok, cfg, tokenizer_file, mask,
+                  mask == mask_token_name(cfg) ? "" : " (tokenizer_config.json's mask_token)");
 }
 
 int validate_model_index(const std::filesystem::path& index_json, const ModelConfig& cfg) {

@@ -41,7 +41,7 @@ ModelFacts inspect_checkpoint(const fs::path& dir, bool dummy_weights) {
   }
   if (std::optional<Tokenizer> found = Tokenizer::from_model_dir(dir)) {  // as Engine::load: or Qwen2's files
     const Tokenizer& tok = *found;
-    validate_tokenizer(tok, f.config, dir / "tokenizer.json");
+    validate_tokenizer(tok, f.config, Tokenizer::model_dir_source(dir));
     f.has_tokenizer = true;
     if (auto id = end_of_turn_id(tok, f.config)) f.eot_id = *id;
   }

@@ -12,7 +12,10 @@
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "backend/backend.h"
+#include "common/expect_error.h"
 #include "common/model_fixture.h"
 #include "common/numerics.h"
 #include "common/test_paths.h"
@@ -66,6 +69,22 @@ TEST(SmallModelParity, MoeModelFindsLladasSpecialTokens) {
   EXPECT_EQ(f.config.mask_token_id, dense.config.mask_token_id);
   EXPECT_GE(f.eot_id, 0);
   EXPECT_EQ(f.eot_id, dense.eot_id);
+}
+
+// A tokenizer whose mask token is not marked special is refused (the real LLaDA-8B and Dream files
+// mark it special), as eos / pad / eot are.
+TEST(SmallModelParity, MaskTokenMustBeSpecial) {
+  const std::filesystem::path dir = temp_dir() / "ckpt";
+  std::filesystem::create_directories(dir);
+  for (const char* f : {"config.json", "model.safetensors", "tokenizer_config.json"})
+    std::filesystem::create_symlink(default_model_dir() / f, dir / f);
+  std::ifstream in(default_model_dir() / "tokenizer.json");
+  nlohmann::json t = nlohmann::json::parse(in);
+  for (nlohmann::json& a : t["added_tokens"])
+    if (a["content"] == "<|mdm_mask|>") a["special"] = false;
+  std::ofstream(dir / "tokenizer.json") << t.dump();
+  expect_error([&] { inspect_checkpoint(dir); }, ErrorCode::kInvalidCheckpoint,
+               {"tokenizer.json", "<|mdm_mask|>", "not a special token"});
 }
 
 TEST(SmallModelParity, MoeCppForwardMatchesPytorchTrainingForward) {
