@@ -35,7 +35,10 @@ dense checkpoint; here the dense SwiGLU of width num_experts * expert_intermedia
 num_experts column slices, one per expert (the dense FFN is the sum of all slices, "MoEfication",
 Zhang et al. 2022), attention, norms, embedding and head are copied, and the QK-norm weights start
 at the dense model's mean q / k RMS on calibration rows, so the normalised q.k products keep the
-dense model's scale.
+dense model's scale. The start is NOT the dense function: top-k of the slices, weighted by their
+(near uniform, 1 / num_experts) routing probabilities, give about k / num_experts^2 of the dense
+FFN's output (1/32 for top-2 of 8); training recovers it (the committed small model's result probe:
+24% after 500 steps, 65.8% after 3,287; the dense model's card).
 """
 
 from __future__ import annotations
@@ -225,14 +228,14 @@ class LladaMoeModel(MaskPredictor):
 
 
 @torch.no_grad()
-def upcycle_from_dense(dense: MaskPredictor, cfg: LladaMoeConfig, calib_ids: torch.Tensor, seed: int,
+def upcycle_from_dense(dense: MaskPredictor, cfg: LladaMoeConfig, calib_rows: list[torch.Tensor], seed: int,
                        router_std: float = 0.02) -> LladaMoeModel:
     """An LladaMoeModel initialised from a trained dense LLaDA model (module docstring, "Upcycling").
 
     dense: a model.LladaModel whose mlp_hidden_size = cfg.num_experts * cfg.expert_intermediate_size
-    and whose other sizes and ids equal cfg's; calib_ids [B, L] int64 token ids (calibration rows for
-    the QK-norm scales). Router weights ~ N(0, router_std^2) from `seed`. Raises ValueError naming the
-    first size that differs."""
+    and whose other sizes and ids equal cfg's; calib_rows: token-id rows (1-D int64 tensors of any
+    lengths, each run alone: no padding enters the QK-norm scales). Router weights ~ N(0,
+    router_std^2) from `seed`. Raises ValueError naming the first size that differs."""
     dc = dense.cfg
     for a, b in (("d_model", "hidden_size"), ("n_heads", "num_attention_heads"), ("n_layers", "num_hidden_layers"),
                  ("embedding_size", "vocab_size"), ("mask_token_id", "mask_token_id"),
@@ -255,7 +258,9 @@ def upcycle_from_dense(dense: MaskPredictor, cfg: LladaMoeConfig, calib_ids: tor
         for j, lin in enumerate((blk.q_proj, blk.k_proj)):
             hooks.append(lin.register_forward_hook(
                 lambda _m, _inp, out, key=(i, j): rms.setdefault(key, []).append(out.float().pow(2).mean())))
-    dense.eval()(calib_ids)
+    dense.eval()
+    for row in calib_rows:
+        dense(row.view(1, -1))
     for h in hooks:
         h.remove()
     m = cfg.expert_intermediate_size

@@ -410,8 +410,7 @@ def new_model(args, ids_sp, ds: "TokenizedSplit") -> MaskPredictor:
             return model
         rows = [torch.cat([ds.prompts[r, :ds.plen_np[r]], ds.answers[r, :ds.alen_np[r]]]).long().cpu()
                 for r in range(min(64, ds.n))]
-        calib = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=ids_sp.eos)
-        return upcycle_from_dense(dense, cfg, calib, args.seed)
+        return upcycle_from_dense(dense, cfg, rows, args.seed)
     if args.upcycle:
         raise ValueError("--upcycle needs --family llada-moe")
     if args.family == "llada":
@@ -501,7 +500,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.prev_log and file_sha256(Path(args.init) / "model.safetensors") != prev_meta["export_sha256"]:
         raise ValueError(f"--init {args.init}: its model.safetensors is not the model the stage of --prev-log "
                          f"{args.prev_log} exported (sha256 differs from train_meta.json's export_sha256)")
-    for flag in ("log_every", "val_every", "measure_steps", "batch"):
+    if args.upcycle and args.init:
+        raise ValueError("--upcycle starts a new MoE model from a dense one; --init continues an exported model: "
+                         "give one of them")
+    for flag in ("log_every", "val_every", "measure_steps", "batch", "experts", "top_k"):
         if getattr(args, flag) < 1:
             raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
 

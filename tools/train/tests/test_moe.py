@@ -152,7 +152,7 @@ def test_upcycled_experts_sum_to_the_dense_ffn():
     cfg = LladaMoeConfig(hidden_size=256, num_attention_heads=2, num_hidden_layers=2, num_experts=6,
                          num_experts_per_tok=2, expert_intermediate_size=32, vocab_size=128, mask_token_id=120,
                          eos_token_id=1, pad_token_id=1, rope_theta=dense.cfg.rope_theta)
-    calib = torch.randint(0, 120, (4, 20), generator=torch.Generator().manual_seed(0))
+    calib = list(torch.randint(0, 120, (4, 20), generator=torch.Generator().manual_seed(0)))
     moe = upcycle_from_dense(dense, cfg, calib, seed=0).eval()
     f = torch.randn(7, 256, generator=torch.Generator().manual_seed(1))
     blk, ffn = dense.model.transformer.blocks[1], moe.model.layers[1].mlp
