@@ -18,7 +18,7 @@ void check_llada_settings(const DecodeSettings& d, const ModelConfig& cfg) {
   FDLLM_CHECK_PARAM(
       !d.confidence_eos_eot_inf || (d.eot_token_id && *d.eot_token_id >= 0 && *d.eot_token_id < cfg.embedding_size),
       "eot_token_id",
-      "confidence_eos_eot_inf needs the end-of-turn token id, which this checkpoint's tokenizer does not "
+      "confidence_eos_eot_inf needs the end-of-turn (EOT) token id, which this checkpoint's tokenizer does not "
       "define (LLaDA's <|eot_id|>, or the family's own); pass --eot-id");
 }
 

@@ -296,9 +296,15 @@ const char* mask_token_name(const ModelConfig& cfg) noexcept {
 std::string mask_token_name(const ModelConfig& cfg, const std::filesystem::path& tokenizer_file) {
   const std::filesystem::path path = tokenizer_file.parent_path() / "tokenizer_config.json";
   if (!std::filesystem::exists(path)) return mask_token_name(cfg);
-  const nlohmann::json j = read_json_file(path);
-  FDLLM_CHECK_CKPT(j.is_object(), "{}: must be a JSON object (the tokenizer's settings), got {}", path.string(),
-                   j.type_name());
+  // An unreadable or malformed file only matters where its chat template is used (find_chat_template
+  // names it then; --raw runs without it): the mask token keeps the family default here.
+  nlohmann::json j;
+  try {
+    j = read_json_file(path);
+  } catch (const Error&) {
+    return mask_token_name(cfg);
+  }
+  if (!j.is_object()) return mask_token_name(cfg);
   const auto it = j.find("mask_token");
   if (it == j.end() || it->is_null()) return mask_token_name(cfg);
   // transformers writes a special token as its text or as an AddedToken object {"content": ...}.

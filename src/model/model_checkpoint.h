@@ -109,8 +109,10 @@ const char* mask_token_name(const ModelConfig& cfg) noexcept;
 /// tokenizer_config.json beside it when present and not null (a string, or transformers' AddedToken
 /// object {"content": ...}; Dream's and LLaDA2's files name "<|mask|>", LLaDA-8B's has none), else
 /// mask_token_name(cfg). The small LLaDA-MoE model (models/llada-moe-arith-*) uses LLaDA's tokenizer
-/// and names "<|mdm_mask|>" this way. Throws Error(kIo) / Error(kInvalidCheckpoint) naming the file
-/// when it is unreadable, not JSON, or its mask_token is neither form.
+/// and names "<|mdm_mask|>" this way. A tokenizer_config.json that cannot be read, is not JSON or not
+/// an object also gives the default (the chat template's lookup reports such a file where the
+/// template is used). Throws Error(kInvalidCheckpoint) naming the file and field when mask_token is
+/// neither a non-empty string nor an object with a non-empty string "content".
 std::string mask_token_name(const ModelConfig& cfg, const std::filesystem::path& tokenizer_file);
 /// The end-of-turn token names a family's tokenizers use, in the order end_of_turn_id tries them:
 /// LLaDA "<|eot_id|>", Dream "<|im_end|>", LLaDA-MoE "<|role_end|>" (the Ling tokenizer) then

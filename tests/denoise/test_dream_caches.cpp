@@ -153,7 +153,9 @@ int64_t check_cached_call_equals_full_call(CacheMode mode, const std::vector<int
       EXPECT_EQ(cached.confidences.size(), full.confidences.size()) << what;
       double margin = std::numeric_limits<double>::infinity();
       for (size_t j = 0; j < std::min(cached.confidences.size(), full.confidences.size()); ++j) {
-        EXPECT_NEAR(cached.confidences[j], full.confidences[j], 1e-5) << what << " position " << full.candidates[j];
+        // Different row counts (the cached call's and the full call's GEMMs) move the last bits.
+        EXPECT_NEAR(cached.confidences[j], full.confidences[j], kFp32BatchConfTol)
+            << what << " position " << full.candidates[j];
         margin = std::min(margin, std::abs(full.confidences[j] - 0.9));
         ++compared;
       }
@@ -266,7 +268,7 @@ TEST(DreamFlashCache, FullRecomputeWindowsReadThePreviousRowOfTheFullForward) {
       const int64_t p = d.window[r];
       if (p >= s.seqlen_k || d.confidence[r] == 0.0) continue;  // past the keys, or zeroed by the stop rule
       const auto row = std::span<const float>(logits).subspan(static_cast<size_t>((p - 1) * V), static_cast<size_t>(V));
-      EXPECT_NEAR(d.confidence[r], row_confidence(row, mask), 1e-5) << "position " << p;
+      EXPECT_NEAR(d.confidence[r], row_confidence(row, mask), kFp32BatchConfTol) << "position " << p;
       const auto best = std::max_element(row.begin(), row.end()) - row.begin();
       if (best != mask) {
         EXPECT_EQ(d.tokens[r], best) << "position " << p;
