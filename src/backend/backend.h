@@ -296,6 +296,17 @@ class Backend {
                (device() == DeviceKind::kCUDA ? "CUDA" : "CPU"));
   }
 
+  /// out (+)= SwiGLU(gate_up) · w'ᵀ with a block-FP8 weight: the MLP's down projection, its input
+  /// quantisation fused into the SwiGLU where the backend can (CUDA: the SwiGLU values are quantised
+  /// as they are made and never written in the activation dtype). gate_up [T, 2F] and act [T, F]
+  /// activation dtype (act is scratch: unspecified afterwards); w, w_scale, out as matmul_fp8's with
+  /// K = F. The values are those of swiglu(gate_up, act) then matmul_fp8(act, w, w_scale, out,
+  /// accumulate), which is the default.
+  virtual void swiglu_matmul_fp8(Tensor gate_up, Tensor act, Tensor w, Tensor w_scale, Tensor out, bool accumulate) {
+    swiglu(gate_up, act);
+    matmul_fp8(act, w, w_scale, out, accumulate);
+  }
+
   /// Throws Error(kUnsupported) naming the option (--quantization fp8 / an FP8 checkpoint,
   /// --kv-cache-dtype fp8) when this backend cannot run FP8 weights (`fp8_weights`) or an FP8 K/V
   /// cache (`fp8_kv`); the model loader calls it before loading anything. Default: neither is

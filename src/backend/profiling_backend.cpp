@@ -109,6 +109,10 @@ class ProfilingBackend final : public Backend {
     const std::string op = fmt::format("matmul_fp8 {}x{}{}", w.rows(), w.row_size(), accumulate ? " +=" : "");
     timed(op, [&] { inner_->matmul_fp8(x, w, w_scale, out, accumulate); });
   }
+  void swiglu_matmul_fp8(Tensor gate_up, Tensor act, Tensor w, Tensor w_scale, Tensor out, bool accumulate) override {
+    const std::string op = fmt::format("swiglu + matmul_fp8 {}x{}{}", w.rows(), w.row_size(), accumulate ? " +=" : "");
+    timed(op, [&] { inner_->swiglu_matmul_fp8(gate_up, act, w, w_scale, out, accumulate); });
+  }
   void qkv_rope_store(Tensor xn, Tensor wqkv, const QkvExtras& extra, Tensor positions, Tensor rows,
                       const RopeTable& rope, int n_heads, Tensor q_out, Tensor k_store, Tensor v_store,
                       Tensor scratch) override {

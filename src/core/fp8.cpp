@@ -89,8 +89,12 @@ void fake_quantize_fp8_groups(const float* x, int64_t K, float* out) noexcept {
       finite = finite && std::isfinite(x[c]);
       amax = std::max(amax, std::fabs(x[c]));
     }
-    const float s = finite ? fp8_scale_of(amax) : std::numeric_limits<float>::quiet_NaN();
-    for (int64_t c = c0; c < c1; ++c) out[c] = e4m3_round(x[c], s);
+    if (!finite) {
+      for (int64_t c = c0; c < c1; ++c) out[c] = std::numeric_limits<float>::quiet_NaN();
+      continue;
+    }
+    const float s = fp8_scale_of(amax), r = fp8_act_multiplier(amax);
+    for (int64_t c = c0; c < c1; ++c) out[c] = e4m3_to_f32(fp8_act_encode(x[c], s, r)) * s;
   }
 }
 

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 namespace flashdllm {
 
@@ -36,6 +37,23 @@ inline float e4m3_round(float x, float scale) noexcept { return e4m3_to_f32(f32_
 /// group, whose values are 0 at any scale).
 inline float fp8_scale_of(float amax) noexcept { return amax > 0.0f ? amax / kE4M3Max : 1.0f; }
 
+/// The multiplier that quantises the activation group whose largest magnitude is `amax`: 448 / amax
+/// (IEEE division, once per group), 1 for an all-zero group, and 0 when 448 / amax overflows fp32
+/// (amax below 448 / FLT_MAX ~ 1.3e-36), which tells fp8_act_encode to divide by the scale instead.
+/// A multiplication per value instead of a division (TransformerEngine's scale / scale_inv pair):
+/// DeepSeek-V3's act_quant divides, and x · (448 / amax) differs from x / (amax / 448) by at most an
+/// ulp before the e4m3 rounding, so the two agree except at e4m3 rounding ties.
+inline float fp8_act_multiplier(float amax) noexcept {
+  if (!(amax > 0.0f)) return 1.0f;
+  const float r = kE4M3Max / amax;
+  return r <= std::numeric_limits<float>::max() ? r : 0.0f;
+}
+
+/// e4m3 bits of activation value x in a group of scale s = fp8_scale_of(amax) and multiplier
+/// r = fp8_act_multiplier(amax): f32_to_e4m3(x · r), or f32_to_e4m3(x / s) when r is 0. The CPU
+/// oracle and the device quantisers (kernels/cuda/fp8.cu) compute exactly this.
+inline uint8_t fp8_act_encode(float x, float s, float r) noexcept { return f32_to_e4m3(r != 0.0f ? x * r : x / s); }
+
 /// Quantises weight w (fp32 [N, K], row-major) in 128 x 128 blocks: scale_inv [fp8_blocks(N),
 /// fp8_blocks(K)] = fp8_scale_of(block amax), q [N, K] = f32_to_e4m3(w / scale_inv) (what
 /// transformers' FP8 quantiser stores; partial edge blocks take the amax of their own elements).
@@ -47,7 +65,8 @@ void quantize_fp8_blocks(const float* w, int64_t N, int64_t K, uint8_t* q, float
 void dequantize_fp8_blocks(const uint8_t* q, const float* scale_inv, int64_t N, int64_t K, float* w) noexcept;
 
 /// The dynamic 1 x 128 activation quantisation of one row x [K], returned dequantised:
-/// out[k] = e4m3_round(x[k], s_g) with s_g = fp8_scale_of(max |x| over k's group g = k / 128).
+/// out[k] = e4m3_to_f32(fp8_act_encode(x[k], s_g, r_g)) · s_g with s_g = fp8_scale_of(amax_g) and
+/// r_g = fp8_act_multiplier(amax_g), amax_g = max |x| over k's group g = k / 128.
 /// A non-finite group amax makes the group NaN (the product then turns non-finite, as on the device).
 /// out may alias x.
 void fake_quantize_fp8_groups(const float* x, int64_t K, float* out) noexcept;

@@ -101,6 +101,19 @@ void linear(Backend& be, Tensor x, const Tensor& w, const Tensor& w_scale, Tenso
     be.matmul(x, w, out, accumulate);
 }
 
+/// out (+)= SwiGLU(gate_up) · wᵀ, the MLP's down projection in the weight's own format: swiglu into
+/// act then Backend::matmul, or Backend::swiglu_matmul_fp8 (the FP8 input quantisation fused into the
+/// SwiGLU where the backend can) for a block-FP8 weight.
+void swiglu_linear(Backend& be, Tensor gate_up, Tensor act, const Tensor& w, const Tensor& w_scale, Tensor out,
+                   bool accumulate) {
+  if (w.dtype == DType::kF8E4M3) {
+    be.swiglu_matmul_fp8(gate_up, act, w, w_scale, out, accumulate);
+    return;
+  }
+  be.swiglu(gate_up, act);
+  be.matmul(act, w, out, accumulate);
+}
+
 /// The layer loop shared by model_forward and model_verify_forward: embedding of the uploaded ids,
 /// per layer attn_norm -> attention stage -> attn_out (+residual) -> ff_norm -> SwiGLU MLP
 /// (+residual), then ln_f and the LM head over the R uploaded logit rows only (the largest GEMM).
@@ -137,8 +150,8 @@ void run_layers(Backend& be, const Model& model, ForwardWorkspace& ws, int64_t T
       return;
     }
     linear(be, hn, lw.w_gate_up, lw.w_gate_up_scale, gate_up.slice_rows(0, n), false);
-    be.swiglu(gate_up.slice_rows(0, n), act.slice_rows(0, n));
-    linear(be, act.slice_rows(0, n), lw.ff_out, lw.ff_out_scale, h, /*accumulate=*/residual);
+    swiglu_linear(be, gate_up.slice_rows(0, n), act.slice_rows(0, n), lw.ff_out, lw.ff_out_scale, h,
+                  /*accumulate=*/residual);
     if (comm != nullptr) comm->all_reduce_sum(h);
   };
   const bool trim = R < T;  // the last layer continues on the logit rows only

@@ -5,6 +5,7 @@
 // probe that establishes which scale layouts cuBLASLt reads (kernels::kCublasFp8Scales).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -20,6 +21,7 @@
 
 #include "kernels/cuda/fp8.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/swiglu.h"
 #endif
 
 namespace flashdllm {
@@ -115,6 +117,45 @@ TEST_F(CudaFp8, MatmulMatchesCpuOnBothRoutes) {
           const double tol = is_cuda_ ? test::kBf16OpRelTol : 0.0;
           EXPECT_TRUE(close("matmul_fp8", get(*be, ot.t), get(*cpu_, oc.t), c.N, tol));
         }
+      }
+    }
+  }
+}
+
+// swiglu_matmul_fp8 (the SwiGLU-fused input quantisation on the FP8-GEMM route) against swiglu then
+// matmul_fp8 on the same backend, both routes: the quantised bytes are the same (the kernel test
+// above), so only the GEMM's fp32 summation order may differ. F = 1040 (16-byte route, padded rows
+// at T = 37), F = 1024 at T = 64 (no padding, accumulate), F = 200 (cuBLASLt refuses K % 16 != 0:
+// the unfused fallback).
+TEST_F(CudaFp8, SwigluMatmulIsSwigluThenMatmul) {
+  struct Case {
+    int64_t T, N, F;
+  };
+  BackendOptions dq;
+  dq.fp8_dequantize = true;
+  std::unique_ptr<Backend> dequant = is_cuda_ ? cuda_with(dq) : make_cpu_backend(0);
+  for (Backend* be : {twin_.get(), dequant.get()}) {
+    const std::string route = be == twin_.get() ? "default route" : "dequantising route";
+    for (const Case& c : {Case{37, 256, 1040}, Case{64, 384, 1024}, Case{3, 136, 200}}) {
+      const Fp8Weight f = make_fp8_weight(c.N, c.F, 41 + c.F);
+      const std::vector<float> gu = twin::randn_bf16(static_cast<size_t>(c.T * 2 * c.F), 43 + c.T, 2.0f);
+      const std::vector<float> o0 = twin::randn_bf16(static_cast<size_t>(c.T * c.N), 47 + c.T);
+      const Fp8Dev w = upload(*be, f);
+      const DType act_dt = be->activation_dtype();
+      Dev g = make(*be, act_dt, c.T, 2 * c.F), act = make(*be, act_dt, c.T, c.F), act2 = make(*be, act_dt, c.T, c.F);
+      put(*be, g.t, gu);
+      for (bool acc : {false, true}) {
+        SCOPED_TRACE(route + " T=" + std::to_string(c.T) + " F=" + std::to_string(c.F) + (acc ? " accumulate" : ""));
+        Dev fused = make(*be, act_dt, c.T, c.N), plain = make(*be, act_dt, c.T, c.N);
+        put(*be, fused.t, o0);
+        put(*be, plain.t, o0);
+        be->swiglu_matmul_fp8(g.t, act.t, w.w.t, w.scale.t, fused.t, acc);
+        be->swiglu(g.t, act2.t);
+        be->matmul_fp8(act2.t, w.w.t, w.scale.t, plain.t, acc);
+        // Two fp32 sums of the same products, each rounded to bf16 once: at most one bf16 step apart
+        // (2^-7 of a value's magnitude, at most max|ref|).
+        const double tol = act_dt == DType::kBF16 ? 1.0 / 128 + test::kFp32OpRelTol : test::kFp32OpRelTol;
+        EXPECT_TRUE(close("swiglu_matmul_fp8", get(*be, fused.t), get(*be, plain.t), c.N, tol));
       }
     }
   }
@@ -226,69 +267,134 @@ std::vector<uint16_t> bf16_bits(const std::vector<float>& v) {
   return b;
 }
 
-// The device quantiser against core/fp8.cpp bit for bit (bytes and scales), both scale layouts, with
-// a partial last group, an all-zero group, saturating values and a non-finite group.
+/// The CPU's bytes and scales of x [T, K] quantised per token and 1 x 128 group (core/fp8.h:
+/// fp8_scale_of, fp8_act_multiplier, fp8_act_encode; a non-finite group NaN / 0x7F), scales row-major.
+struct HostQuant {
+  std::vector<uint8_t> q;
+  std::vector<float> s;
+};
+HostQuant host_quantise(const std::vector<float>& x, int64_t T, int64_t K) {
+  const int64_t G = fp8_blocks(K);
+  HostQuant h{std::vector<uint8_t>(static_cast<size_t>(T * K)), std::vector<float>(static_cast<size_t>(T * G))};
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t g = 0; g < G; ++g) {
+      const int64_t c0 = g * kFp8Block, c1 = std::min(K, c0 + kFp8Block);
+      float amax = 0.0f;
+      bool finite = true;
+      for (int64_t c = c0; c < c1; ++c) {
+        finite = finite && std::isfinite(x[static_cast<size_t>(t * K + c)]);
+        amax = std::max(amax, std::fabs(x[static_cast<size_t>(t * K + c)]));
+      }
+      const float s = fp8_scale_of(amax), r = fp8_act_multiplier(amax);
+      h.s[static_cast<size_t>(t * G + g)] = finite ? s : NAN;
+      for (int64_t c = c0; c < c1; ++c)
+        h.q[static_cast<size_t>(t * K + c)] = finite ? fp8_act_encode(x[static_cast<size_t>(t * K + c)], s, r) : 0x7f;
+    }
+  return h;
+}
+
+/// Counts (and reports the first 5 of) the device's bytes q [T, K] and scales (outer-major with
+/// stride ld, or row-major) that differ from `want`'s (NaN scales compare equal).
+int count_mismatches(const HostQuant& want, const DevBuf& dq, const DevBuf& ds, int64_t T, int64_t K, bool outer,
+                     int64_t ld) {
+  const int64_t G = fp8_blocks(K);
+  std::vector<uint8_t> q(static_cast<size_t>(T * K));
+  std::vector<float> s(static_cast<size_t>(G * std::max(ld, T)));
+  EXPECT_EQ(cudaMemcpy(q.data(), dq.p, q.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(s.data(), ds.p, s.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  int bad = 0;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t g = 0; g < G; ++g) {
+      const float want_s = want.s[static_cast<size_t>(t * G + g)];
+      const float got_s = s[static_cast<size_t>(outer ? g * ld + t : t * G + g)];
+      if (!(got_s == want_s || (std::isnan(got_s) && std::isnan(want_s))) && bad++ < 5)
+        ADD_FAILURE() << "scale (" << t << ", " << g << "): " << got_s << " vs " << want_s;
+    }
+  for (size_t i = 0; i < q.size(); ++i)
+    if (q[i] != want.q[i] && bad++ < 5)
+      ADD_FAILURE() << "q(" << i / K << ", " << i % K << ") = " << int(q[i]) << ", CPU " << int(want.q[i]);
+  return bad;
+}
+
+// The device quantiser against core/fp8.cpp bit for bit (bytes and scales), both scale layouts and
+// both routes (K = 300: the scalar one; K = 520, a multiple of 8 with an odd group count: the
+// 16-byte one, a half-warp of its last pair idle), with a partial last group, an all-zero group,
+// saturating values, a group so small that 448 / amax overflows (the division fallback) and a
+// non-finite group.
 TEST(CudaFp8Kernels, GroupQuantisationIsTheCpuOnesBitForBit) {
   if (!gpu_present()) GTEST_SKIP() << "no CUDA device";
-  const int64_t T = 5, K = 300, G = fp8_blocks(K);
-  std::vector<float> x = twin::randn_bf16(static_cast<size_t>(T * K), 17, 3.0f);
-  for (int64_t c = 128; c < 256; ++c) x[static_cast<size_t>(1 * K + c)] = 0.0f;  // row 1, group 1: all zero
-  x[static_cast<size_t>(2 * K + 5)] = 1e6f;                                      // row 2: a huge amax
-  x[static_cast<size_t>(3 * K + 290)] = INFINITY;                                // row 3, group 2: not finite
-  for (float& v : x) v = bf16_to_f32(f32_to_bf16(v));
-  const std::vector<uint16_t> xb = bf16_bits(x);
-  DevBuf dx(xb.size() * 2), dq(static_cast<size_t>(T * K)), ds(static_cast<size_t>(G * 8) * sizeof(float)),
-      dout(xb.size() * 2);
-  CUDA_OK(cudaMemcpy(dx.p, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
-  for (bool outer : {false, true}) {
-    SCOPED_TRACE(outer ? "outer-major scales (ld 8)" : "row-major scales");
-    kernels::quantize_fp8_groups_bf16(dx.as<__nv_bfloat16>(), dq.as<uint8_t>(), ds.as<float>(), T, K,
-                                      kernels::Fp8ActScaleLayout{outer, 8}, nullptr);
-    CUDA_OK(cudaDeviceSynchronize());
-    std::vector<uint8_t> q(static_cast<size_t>(T * K));
-    std::vector<float> s(static_cast<size_t>(G * 8));
-    CUDA_OK(cudaMemcpy(q.data(), dq.p, q.size(), cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(s.data(), ds.p, s.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  for (const int64_t K : {300, 520}) {
+    SCOPED_TRACE("K=" + std::to_string(K));
+    const int64_t T = 6, G = fp8_blocks(K);
+    std::vector<float> x = twin::randn_bf16(static_cast<size_t>(T * K), 17 + K, 3.0f);
+    for (int64_t c = 128; c < 256; ++c) x[static_cast<size_t>(1 * K + c)] = 0.0f;  // row 1, group 1: all zero
+    x[static_cast<size_t>(2 * K + 5)] = 1e6f;                                      // row 2: a huge amax
+    x[static_cast<size_t>(3 * K + 290)] = INFINITY;                                // row 3, group 2: not finite
+    for (int64_t c = 0; c < 128; ++c)  // row 5, group 0: amax ~1e-37, 448 / amax overflows fp32
+      x[static_cast<size_t>(5 * K + c)] = 1e-37f * static_cast<float>((c % 7) - 3);
+    for (float& v : x) v = bf16_to_f32(f32_to_bf16(v));
+    ASSERT_EQ(fp8_act_multiplier(3e-37f), 0.0f) << "the overflow case is not exercised";
+    const HostQuant want = host_quantise(x, T, K);
+    const std::vector<uint16_t> xb = bf16_bits(x);
+    DevBuf dx(xb.size() * 2), dq(static_cast<size_t>(T * K)), ds(static_cast<size_t>(G * 8) * sizeof(float)),
+        dout(xb.size() * 2);
+    CUDA_OK(cudaMemcpy(dx.p, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
+    for (bool outer : {false, true}) {
+      SCOPED_TRACE(outer ? "outer-major scales (ld 8)" : "row-major scales");
+      kernels::quantize_fp8_groups_bf16(dx.as<__nv_bfloat16>(), dq.as<uint8_t>(), ds.as<float>(), T, K,
+                                        kernels::Fp8ActScaleLayout{outer, 8}, nullptr);
+      CUDA_OK(cudaDeviceSynchronize());
+      EXPECT_EQ(count_mismatches(want, dq, ds, T, K, outer, 8), 0);
+    }
+    // The dequantising route's activations: bf16(e4m3 · s) = bf16 of the CPU's fake quantisation.
+    kernels::fake_quantize_fp8_groups_bf16(dx.as<__nv_bfloat16>(), dout.as<__nv_bfloat16>(), T, K, nullptr);
+    std::vector<uint16_t> ob(xb.size());
+    CUDA_OK(cudaMemcpy(ob.data(), dout.p, ob.size() * 2, cudaMemcpyDeviceToHost));
     int bad = 0;
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t g = 0; g < G; ++g) {
-        const int64_t c0 = g * kFp8Block, c1 = std::min(K, c0 + kFp8Block);
-        float amax = 0.0f;
-        bool finite = true;
-        for (int64_t c = c0; c < c1; ++c) {
-          finite = finite && std::isfinite(x[static_cast<size_t>(t * K + c)]);
-          amax = std::max(amax, std::fabs(x[static_cast<size_t>(t * K + c)]));
-        }
-        const float want_s = fp8_scale_of(amax), got_s = s[static_cast<size_t>(outer ? g * 8 + t : t * G + g)];
-        if (finite && got_s != want_s && bad++ < 5)
-          ADD_FAILURE() << "scale (" << t << ", " << g << "): " << got_s << " vs " << want_s;
-        if (!finite && !std::isnan(got_s) && bad++ < 5) ADD_FAILURE() << "scale of a non-finite group is " << got_s;
-        for (int64_t c = c0; c < c1; ++c) {
-          const uint8_t want = finite ? f32_to_e4m3(x[static_cast<size_t>(t * K + c)] / want_s) : uint8_t{0x7f};
-          const uint8_t got = q[static_cast<size_t>(t * K + c)];
-          if (got != want && bad++ < 5)
-            ADD_FAILURE() << "q(" << t << ", " << c << ") = " << int(got) << ", CPU " << int(want);
-        }
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<float> ref(static_cast<size_t>(K));
+      fake_quantize_fp8_groups(x.data() + t * K, K, ref.data());
+      for (int64_t c = 0; c < K; ++c) {
+        const uint16_t want_b = f32_to_bf16(ref[static_cast<size_t>(c)]), got = ob[static_cast<size_t>(t * K + c)];
+        const bool both_nan = std::isnan(ref[static_cast<size_t>(c)]) && std::isnan(bf16_to_f32(got));
+        if (got != want_b && !both_nan && bad++ < 5)
+          ADD_FAILURE() << "fake quant (" << t << ", " << c << "): " << bf16_to_f32(got) << " vs "
+                        << ref[static_cast<size_t>(c)];
       }
+    }
     EXPECT_EQ(bad, 0);
   }
-  // The dequantising route's activations: bf16(e4m3 · s) = bf16 of the CPU's fake quantisation.
-  kernels::fake_quantize_fp8_groups_bf16(dx.as<__nv_bfloat16>(), dout.as<__nv_bfloat16>(), T, K, nullptr);
-  std::vector<uint16_t> ob(xb.size());
-  CUDA_OK(cudaMemcpy(ob.data(), dout.p, ob.size() * 2, cudaMemcpyDeviceToHost));
-  int bad = 0;
-  for (int64_t t = 0; t < T; ++t) {
-    std::vector<float> ref(static_cast<size_t>(K));
-    fake_quantize_fp8_groups(x.data() + t * K, K, ref.data());
-    for (int64_t c = 0; c < K; ++c) {
-      const uint16_t want = f32_to_bf16(ref[static_cast<size_t>(c)]), got = ob[static_cast<size_t>(t * K + c)];
-      const bool both_nan = std::isnan(ref[static_cast<size_t>(c)]) && std::isnan(bf16_to_f32(got));
-      if (got != want && !both_nan && bad++ < 5)
-        ADD_FAILURE() << "fake quant (" << t << ", " << c << "): " << bf16_to_f32(got) << " vs "
-                      << ref[static_cast<size_t>(c)];
-    }
+}
+
+// The SwiGLU-fused quantiser (the down projection's input) against the CPU quantisation of what
+// swiglu_bf16 writes, bit for bit: F = 1040 (16-byte route, 9 groups, the last partial), F = 300
+// (swiglu_bf16 into act, then the scalar route), and a gate_up that is not 16-byte aligned (same).
+TEST(CudaFp8Kernels, SwigluQuantisationIsTheUnfusedOnesBitForBit) {
+  if (!gpu_present()) GTEST_SKIP() << "no CUDA device";
+  struct Case {
+    int64_t F;
+    bool misaligned;
+  };
+  for (const Case& c : {Case{1040, false}, Case{300, false}, Case{1040, true}}) {
+    SCOPED_TRACE("F=" + std::to_string(c.F) + (c.misaligned ? " misaligned gate_up" : ""));
+    const int64_t T = 5, F = c.F, G = fp8_blocks(F), off = c.misaligned ? 1 : 0;
+    std::vector<float> gu = twin::randn_bf16(static_cast<size_t>(T * 2 * F), 29 + F, 2.5f);
+    gu[static_cast<size_t>(1 * 2 * F + 3)] = 60.0f;  // a large gate: silu ~ gate
+    const std::vector<uint16_t> gub = bf16_bits(gu);
+    DevBuf dgu((gub.size() + 8) * 2), dact(static_cast<size_t>(T * F) * 2), dref(static_cast<size_t>(T * F) * 2),
+        dq(static_cast<size_t>(T * F)), ds(static_cast<size_t>(G * 8) * sizeof(float));
+    auto* gate_up = dgu.as<__nv_bfloat16>() + off;
+    CUDA_OK(cudaMemcpy(gate_up, gub.data(), gub.size() * 2, cudaMemcpyHostToDevice));
+    kernels::swiglu_bf16(gate_up, T, F, dref.as<__nv_bfloat16>(), nullptr);
+    kernels::swiglu_quantize_fp8_groups_bf16(gate_up, T, F, dact.as<__nv_bfloat16>(), dq.as<uint8_t>(), ds.as<float>(),
+                                             kernels::Fp8ActScaleLayout{true, 8}, nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<uint16_t> act_bits(static_cast<size_t>(T * F));
+    CUDA_OK(cudaMemcpy(act_bits.data(), dref.p, act_bits.size() * 2, cudaMemcpyDeviceToHost));
+    std::vector<float> act(act_bits.size());
+    for (size_t i = 0; i < act.size(); ++i) act[i] = bf16_to_f32(act_bits[i]);
+    EXPECT_EQ(count_mismatches(host_quantise(act, T, F), dq, ds, T, F, true, 8), 0);
   }
-  EXPECT_EQ(bad, 0);
 }
 
 // Which operand roles and block-scale layouts cuBLASLt's block-scaled FP8 GEMM takes: both roles

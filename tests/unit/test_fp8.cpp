@@ -133,15 +133,25 @@ TEST(Fp8, ActivationGroupsAreOneTokenBy128) {
   for (int64_t g = 0; g < 3; ++g) {
     float amax = 0;
     for (int64_t k = g * 128; k < std::min(K, g * 128 + 128); ++k) amax = std::max(amax, std::fabs(x[k]));
-    const float s = amax / 448.0f;
+    const float s = amax / 448.0f, r = 448.0f / amax;  // the values are multiplied by 448 / amax
     for (int64_t k = g * 128; k < std::min(K, g * 128 + 128); ++k) {
-      ASSERT_EQ(out[k], e4m3_to_f32(reference_encode(x[k] / s)) * s) << k;
+      ASSERT_EQ(out[k], e4m3_to_f32(reference_encode(x[k] * r)) * s) << k;
       ASSERT_LE(std::fabs(double(out[k]) - x[k]), element_bound(x[k], s)) << k;
     }
   }
   std::vector<float> zeros(K, 0.0f), zout(K, 1.0f);
   fake_quantize_fp8_groups(zeros.data(), K, zout.data());
   for (float v : zout) EXPECT_EQ(v, 0.0f);
+  // A group so small that 448 / amax overflows fp32: its values are divided by the scale instead.
+  std::vector<float> tiny(K), tout(K);
+  for (int64_t k = 0; k < K; ++k) tiny[k] = 1e-37f * static_cast<float>((k % 9) - 4);
+  ASSERT_EQ(fp8_act_multiplier(4e-37f), 0.0f);
+  fake_quantize_fp8_groups(tiny.data(), K, tout.data());
+  for (int64_t k = 0; k < 128; ++k) {
+    const float s = fp8_scale_of(4e-37f);
+    ASSERT_EQ(tout[k], e4m3_to_f32(reference_encode(tiny[k] / s)) * s) << k;
+    ASSERT_LE(std::fabs(double(tout[k]) - tiny[k]), element_bound(tiny[k], s)) << k;
+  }
   x[5] = std::numeric_limits<float>::infinity();  // a non-finite group turns NaN, the others stay
   fake_quantize_fp8_groups(x.data(), K, out.data());
   EXPECT_TRUE(std::isnan(out[0]));

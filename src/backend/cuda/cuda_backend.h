@@ -54,6 +54,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -218,6 +219,11 @@ class CudaBackend final : public Backend {
   /// dequantised to bf16, w dequantised to bf16 (128 x 128 block scales), the bf16 GEMM (the weights'
   /// memory is still halved; the speed is not FP8's).
   void matmul_fp8(Tensor x, Tensor w, Tensor w_scale, Tensor out, bool accumulate) override;
+
+  /// matmul_fp8 whose x is SwiGLU(gate_up), quantised by the SwiGLU kernel itself
+  /// (kernels::swiglu_quantize_fp8_groups_bf16) on the FP8-GEMM route; the dequantising route runs
+  /// swiglu into act, then matmul_fp8.
+  void swiglu_matmul_fp8(Tensor gate_up, Tensor act, Tensor w, Tensor w_scale, Tensor out, bool accumulate) override;
 
   /// FP8 weights run (matmul_fp8); an FP8 K/V cache does not yet (Error(kUnsupported)).
   void check_precision(bool fp8_weights, bool fp8_kv) const override;
@@ -385,8 +391,13 @@ class CudaBackend final : public Backend {
   // matmul_fp8's scratch (the quantised activations and their scales, or the dequantising route's
   // bf16 operands): grows only; a move drops the recorded graphs (they hold the old address).
   void* ensure_fp8_scratch(size_t bytes);
-  // matmul_fp8 on cuBLASLt's block-scaled FP8 GEMM; false when cuBLASLt has none for it.
-  bool fp8_gemm(Tensor x, Tensor w, Tensor w_scale, Tensor out, bool accumulate);
+  // Writes the [T, K] activations, quantised, into q (e4m3 [T, K]) and scales (outer-major, group
+  // stride ld): fp8_gemm's producer of its x operand.
+  using Fp8Quantiser = std::function<void(uint8_t* q, float* scales, int64_t ld)>;
+  // matmul_fp8 on cuBLASLt's block-scaled FP8 GEMM of the [T, K] activations `quantise` writes; false
+  // when cuBLASLt has none for it.
+  bool fp8_gemm(int64_t T, int64_t K, const Fp8Quantiser& quantise, Tensor w, Tensor w_scale, Tensor out,
+                bool accumulate);
 
   // ------------------------------------------------------------------------- cuDNN route
 

@@ -11,6 +11,18 @@ namespace {
 constexpr size_t kAlign = 256;
 size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
+// The checks of a block-FP8 product's operands (x: its bf16 input, or the SwiGLU output it is made
+// from): dtypes, devices and the shapes of expect_linear_shapes.
+opcheck::LinearShape expect_fp8_operands(Tensor x, Tensor w, Tensor w_scale, Tensor out, const char* op) {
+  expect(x, DType::kBF16, op, "x");
+  expect(w, DType::kF8E4M3, op, "w");
+  expect(w_scale, DType::kF32, op, "w_scale");
+  FDLLM_CHECK_ARG(out.dtype == DType::kBF16 || out.dtype == DType::kF32,
+                  "{}: operand 'out' must be BF16 or F32, got {}", op, out.describe());
+  expect(out, out.dtype, op, "out");
+  return opcheck::expect_linear_shapes(x, w, &w_scale, out, op);
+}
+
 }  // namespace
 
 void* CudaBackend::ensure_fp8_scratch(size_t bytes) {
@@ -33,18 +45,20 @@ void CudaBackend::check_precision(bool fp8_weights, bool fp8_kv) const {
               "auto, or --device cpu");
 }
 
-// cuBLASLt's block-scaled FP8 GEMM: x quantised into the scratch (xq [Tp, K] e4m3, Tp = T padded to
-// kernels::fp8_padded_rows with zero rows and zero scales, the scales outer-major with stride Tp), then
-// the GEMM with the weight as A and its scales as stored (copied into the scratch with the row stride
-// rounded up to kCublasFp8Scales.weight_ld_align, zero-filled, when ceil(K/128) is not a multiple of
-// it), straight into out when no rows were padded, else into the scratch and from there into out;
-// false (the quantisation done in vain, nothing written to out) when cuBLASLt has none.
-bool CudaBackend::fp8_gemm(Tensor x, Tensor w, Tensor w_scale, Tensor out, bool accumulate) {
+// cuBLASLt's block-scaled FP8 GEMM: the activations quantised into the scratch by `quantise` (xq
+// [Tp, K] e4m3, Tp = T padded to kernels::fp8_padded_rows with zero rows and zero scales, the scales
+// outer-major with stride Tp), then the GEMM with the weight as A and its scales as stored (copied
+// into the scratch with the row stride rounded up to kCublasFp8Scales.weight_ld_align, zero-filled,
+// when ceil(K/128) is not a multiple of it), straight into out when no rows were padded, else into
+// the scratch and from there into out; false (the quantisation done in vain, nothing written to out)
+// when cuBLASLt has none.
+bool CudaBackend::fp8_gemm(int64_t T, int64_t K, const Fp8Quantiser& quantise, Tensor w, Tensor w_scale, Tensor out,
+                           bool accumulate) {
   constexpr kernels::Fp8ScaleLayouts L = kernels::kCublasFp8Scales;
   static_assert(L.roles == kernels::Fp8Roles::kWeightAsA && !L.weight_transposed && L.act_outer_major &&
                     kernels::fp8_padded_rows(1) % L.act_ld_align == 0,
                 "fp8_gemm lays the operands out as the H100 probe established (bench/results/2026-12-07-fp8-gemm/)");
-  const int64_t T = x.rows(), K = x.row_size(), N = w.rows(), Tp = kernels::fp8_padded_rows(T);
+  const int64_t N = w.rows(), Tp = kernels::fp8_padded_rows(T);
   const int64_t kb = fp8_blocks(K), ws_ld = (kb + L.weight_ld_align - 1) / L.weight_ld_align * L.weight_ld_align;
   const auto out_type = out.dtype == DType::kF32 ? kernels::GemmOut::kF32 : kernels::GemmOut::kBF16;
   const size_t xq_bytes = aligned(static_cast<size_t>(Tp * K));
@@ -66,7 +80,7 @@ bool CudaBackend::fp8_gemm(Tensor x, Tensor w, Tensor w_scale, Tensor out, bool 
     CUDA_CHECK(cudaMemsetAsync(xq + T * K, 0, static_cast<size_t>((Tp - T) * K), stream_));
     CUDA_CHECK(cudaMemsetAsync(xs, 0, xs_bytes, stream_));
   }
-  kernels::quantize_fp8_groups_bf16(bf16(x), xq, xs, T, K, kernels::Fp8ActScaleLayout{true, Tp}, stream_);
+  quantise(xq, xs, Tp);
   const auto* wq = static_cast<const uint8_t*>(w.data);
   if (Tp == T) return gemm_->matmul_fp8(xq, xs, wq, ws, out.data, out_type, T, N, K, accumulate, stream_);
   void* staged = base + xq_bytes + xs_bytes + ws_bytes;
@@ -77,17 +91,15 @@ bool CudaBackend::fp8_gemm(Tensor x, Tensor w, Tensor w_scale, Tensor out, bool 
 
 void CudaBackend::matmul_fp8(Tensor x, Tensor w, Tensor w_scale, Tensor out, bool accumulate) {
   static constexpr const char* kOp = "matmul_fp8";
-  expect(x, DType::kBF16, kOp, "x");
-  expect(w, DType::kF8E4M3, kOp, "w");
-  expect(w_scale, DType::kF32, kOp, "w_scale");
-  FDLLM_CHECK_ARG(out.dtype == DType::kBF16 || out.dtype == DType::kF32,
-                  "matmul_fp8: operand 'out' must be BF16 or F32, got {}", out.describe());
-  expect(out, out.dtype, kOp, "out");
-  const auto [T, N, K] = opcheck::expect_linear_shapes(x, w, &w_scale, out, kOp);
+  const opcheck::LinearShape shape = expect_fp8_operands(x, w, w_scale, out, kOp);
+  const int64_t T = shape.T, N = shape.N, K = shape.K;
   if (T == 0) return;
   FDLLM_CHECK_ARG(N > 0 && K > 0, "matmul_fp8: empty weight {}", w.describe());
   CUDA_CHECK(cudaSetDevice(device_));
-  if (fp8_gemm_applies(options_, traits_) && fp8_gemm(x, w, w_scale, out, accumulate)) {
+  const auto quantise = [&](uint8_t* q, float* scales, int64_t ld) {
+    kernels::quantize_fp8_groups_bf16(bf16(x), q, scales, T, K, kernels::Fp8ActScaleLayout{true, ld}, stream_);
+  };
+  if (fp8_gemm_applies(options_, traits_) && fp8_gemm(T, K, quantise, w, w_scale, out, accumulate)) {
     after_op(kOp);
     return;
   }
@@ -101,6 +113,28 @@ void CudaBackend::matmul_fp8(Tensor x, Tensor w, Tensor w_scale, Tensor out, boo
   gemm_->matmul(xb, wb, out.data, out.dtype == DType::kF32 ? kernels::GemmOut::kF32 : kernels::GemmOut::kBF16, T, N, K,
                 accumulate, stream_);
   after_op(kOp);
+}
+
+void CudaBackend::swiglu_matmul_fp8(Tensor gate_up, Tensor act, Tensor w, Tensor w_scale, Tensor out, bool accumulate) {
+  static constexpr const char* kOp = "swiglu_matmul_fp8";
+  expect(gate_up, DType::kBF16, kOp, "gate_up");
+  FDLLM_CHECK_ARG(gate_up.row_size() % 2 == 0, "swiglu_matmul_fp8: gate_up width {} is odd", gate_up.row_size());
+  const int64_t T = gate_up.rows(), F = gate_up.row_size() / 2;
+  opcheck::expect_matrix(act, T, F, kOp, "act");
+  expect_fp8_operands(act, w, w_scale, out, kOp);
+  if (T > 0 && fp8_gemm_applies(options_, traits_)) {
+    CUDA_CHECK(cudaSetDevice(device_));
+    const auto quantise = [&](uint8_t* q, float* scales, int64_t ld) {
+      kernels::swiglu_quantize_fp8_groups_bf16(bf16(gate_up), T, F, bf16(act), q, scales,
+                                               kernels::Fp8ActScaleLayout{true, ld}, stream_);
+    };
+    if (fp8_gemm(T, F, quantise, w, w_scale, out, accumulate)) {
+      after_op(kOp);
+      return;
+    }
+  }
+  swiglu(gate_up, act);  // the dequantising route, or a shape cuBLASLt refused
+  matmul_fp8(act, w, w_scale, out, accumulate);
 }
 
 }  // namespace flashdllm::cuda_impl

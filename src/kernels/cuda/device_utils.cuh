@@ -40,6 +40,14 @@ __device__ __forceinline__ __nv_bfloat16 bf16_nan() { return __ushort_as_bfloat1
 /// Rounds an fp32 value to bf16 and back (round to nearest even), as PyTorch's .to(bfloat16).float().
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
+/// One SwiGLU value: silu(gate) rounded to bf16, times up, rounded to bf16 (reference §A.3 cast
+/// order; swiglu_bf16 and the FP8 quantiser fused with it, kernels/cuda/fp8.cu, both use it).
+__device__ __forceinline__ __nv_bfloat16 swiglu_one(__nv_bfloat16 gate, __nv_bfloat16 up) {
+  const float g = __bfloat162float(gate);
+  const float silu = round_bf16(g / (1.0f + expf(-g)));
+  return __float2bfloat16_rn(silu * __bfloat162float(up));
+}
+
 /// One half-rotation RoPE pair (x1 at d, x2 at d + Dh/2) by the angle with cosine c and sine s, with
 /// separately rounded fp32 products and sums (reference-algorithms §A.3: HF's rotate_half in fp32 on the bf16
 /// projection): o1 = x1·c − x2·s, o2 = x2·c + x1·s, each rounded to bf16.

@@ -4,9 +4,10 @@
 // per tensor only), which then runs the bf16 GEMM on the dequantised operands.
 //
 // Every value matches the CPU oracle's (core/fp8.cpp) bit for bit before the GEMM: scale =
-// amax / 448 in IEEE fp32 (1 for an all-zero group), q = e4m3(x / scale) rounded to nearest even and
-// saturated to ±448 (__nv_cvt_float_to_fp8 with __NV_SATFINITE), a group whose amax is not finite
-// NaN (0x7F, the CPU's fake_quantize_fp8_groups makes it NaN too).
+// amax / 448 in IEEE fp32 (1 for an all-zero group), q = fp8_act_encode(x, scale, 448 / amax): e4m3
+// of x times the multiplier, rounded to nearest even and saturated to ±448 (cvt.rn.satfinite), a
+// group whose amax is not finite NaN (0x7F, the CPU's fake_quantize_fp8_groups makes it NaN too).
+// Rows whose K is a multiple of 8 on 16-byte-aligned operands take 16-byte loads, two groups per warp.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -30,9 +31,17 @@ struct Fp8ActScaleLayout {
 void quantize_fp8_groups_bf16(const __nv_bfloat16* x, uint8_t* q, float* scales, int64_t T, int64_t K,
                               Fp8ActScaleLayout layout, cudaStream_t stream);
 
-/// out[T, K] = bf16(e4m3(x / s) · s) per token and 1 x 128 group (the quantise-dequantise of the
-/// activations for the dequantising route; the product e4m3 · s is rounded once, to bf16). out may
-/// alias x. Throws Error(kDevice) on launch failure.
+/// quantize_fp8_groups_bf16 of SwiGLU(gate_up) (gate_up bf16 [T, 2F], gate in columns [0, F); the
+/// values swiglu_bf16 writes) into q [T, F] and scales, without writing them in bf16 when F % 8 == 0
+/// and gate_up is 16-byte aligned (the MLP's down-projection input, fused into its producer);
+/// otherwise swiglu_bf16 into act [T, F] first (act is scratch: unspecified afterwards). Throws
+/// Error(kDevice) on launch failure.
+void swiglu_quantize_fp8_groups_bf16(const __nv_bfloat16* gate_up, int64_t T, int64_t F, __nv_bfloat16* act, uint8_t* q,
+                                     float* scales, Fp8ActScaleLayout layout, cudaStream_t stream);
+
+/// out[T, K] = bf16(e4m3_to_f32(fp8_act_encode(x, s, r)) · s) per token and 1 x 128 group (the quantise-dequantise of
+/// the activations for the dequantising route; the product e4m3 · s is rounded once, to bf16). out may alias x. Throws
+/// Error(kDevice) on launch failure.
 void fake_quantize_fp8_groups_bf16(const __nv_bfloat16* x, __nv_bfloat16* out, int64_t T, int64_t K,
                                    cudaStream_t stream);
 

@@ -8,12 +8,7 @@
 namespace flashdllm::kernels {
 namespace {
 
-// silu(gate) rounded to bf16, times up (reference §A.3 cast order).
-__device__ __forceinline__ __nv_bfloat16 swiglu_one(__nv_bfloat16 gate, __nv_bfloat16 up) {
-  const float g = __bfloat162float(gate);
-  const float silu = detail::round_bf16(g / (1.0f + expf(-g)));
-  return __float2bfloat16_rn(silu * __bfloat162float(up));
-}
+using detail::swiglu_one;
 
 // grid.y strides over rows, grid.x * blockDim.x over the F columns (no integer division).
 __global__ void swiglu_kernel(const __nv_bfloat16* __restrict__ gate_up, int64_t rows, int64_t f,
