@@ -6,11 +6,12 @@
 #  3. the small LLaDA model's arith accuracy on CUDA, 1000 problems, --quantization fp8;
 #  4. the LLaDA-8B-shape Flash-Cache iteration, bf16 (A) vs --quantization fp8 (B), 32 and 1 slots;
 #  5. the op profile of the FP8 iteration at 32 slots (generate --profile-ops);
-#  6. tools/train/tests/test_moe.py (f5629d8's training-tool fixes, never run on torch).
+#  6. moe_bench: LLaDA-MoE-7B's layer, the grouped experts vs one cuBLASLt GEMM per expert (issue 47);
+#  7. tools/train/tests/test_moe.py (f5629d8's training-tool fixes, never run on torch).
 # Usage (device tool, carry .carry): bash bench/results/2026-12-07-fp8-fused/run.sh <tree> <label>
 PRELUDE_BUILD=0 LIMIT=575
 source "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)/bench/device_prelude.sh" "$1" "$2"
-prelude_build_targets test_cuda_fp8 flashdllm gemm_bench
+prelude_build_targets test_cuda_fp8 flashdllm gemm_bench moe_bench
 echo "built at $(($(date +%s) - t0)) s on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 build-gpu/tests/test_cuda_fp8 > /tmp/test_cuda_fp8.log 2>&1
 echo "test_cuda_fp8 rc=$?"
@@ -37,7 +38,12 @@ if (($(left) > 75)); then
   echo "profile rc=$?"
   grep -E "matmul|quant|swiglu|rmsnorm|attention|qkv|total" "$OUT/profile_fp8_32.txt" | head -30
 fi
-if (($(left) > 30)); then
+if (($(left) > 40)); then
+  timeout 30 build-gpu/bench/moe_bench --json "$OUT/moe_bench.json" > "$OUT/moe_bench.md" 2>&1
+  echo "moe_bench rc=$?"
+  cat "$OUT/moe_bench.md"
+fi
+if (($(left) > 20)); then
   timeout $(($(left) - 5)) python3 -m pytest -q -p no:cacheprovider tools/train/tests/test_moe.py 2>&1 | tail -8
 fi
 echo "done at $(($(date +%s) - t0)) s"
