@@ -25,12 +25,18 @@
 // T padded to kernels::fp8_padded_rows as the engine pads it) and, separately, the activation
 // quantisation pass (kernels::quantize_fp8_groups_bf16, one launch per product in the engine):
 // columns "fp8 us", "quant us" and "bf16 / (fp8 + quant)", the speed-up a product gets on that route.
+// Where the build has CUTLASS's sm_90 block-scaled FP8 GEMM (bench/cutlass_fp8_blockwise.h), --fp8
+// also times it on the same operands, data-parallel and stream-K ("cutlass fp8 us", "cutlass sk us")
+// and reports its largest difference from cuBLASLt's product relative to max |product| ("vs cublaslt";
+// one bf16 rounding apart at most when both are right: <= 2^-7).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <stdexcept>
@@ -39,6 +45,9 @@
 #include <vector>
 
 #include "bench/cuda_bench_util.h"
+#if FLASHDLLM_BENCH_CUTLASS_FP8
+#include "bench/cutlass_fp8_blockwise.h"
+#endif
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/fill.h"
 #include "kernels/cuda/fp8.h"
@@ -56,6 +65,74 @@ struct Shape {
   GemmOut out;
   bool accumulate;
 };
+
+#if FLASHDLLM_BENCH_CUTLASS_FP8
+/// gemm_bench --fp8's CUTLASS columns for one (shape, T): data-parallel and stream-K times, and the
+/// largest |CUTLASS - cuBLASLt| / max |cuBLASLt| of the non-accumulating product on these operands
+/// (weight scales ws with the row stride cuBLASLt reads, equal to CUTLASS's here: `applies`).
+void cutlass_fp8_columns(bool applies, void* xq, void* xs, void* wq, void* ws, void* o, int64_t tp, int64_t N,
+                         int64_t K, bool accumulate, cudaStream_t stream, nlohmann::json& r) {
+  if (!applies) {
+    std::printf(" | - | - | -");
+    return;
+  }
+  const auto* x8 = static_cast<const uint8_t*>(xq);
+  const auto* w8 = static_cast<const uint8_t*>(wq);
+  const auto* xsf = static_cast<const float*>(xs);
+  const auto* wsf = static_cast<const float*>(ws);
+  const int T = static_cast<int>(tp), n = static_cast<int>(N), k = static_cast<int>(K);
+  void* workspace = nullptr;
+  const size_t wbytes =
+      std::max(bench::cutlass_fp8_blockwise_workspace(T, n, k, bench::CutlassFp8Schedule::kStreamK),
+               bench::cutlass_fp8_blockwise_workspace(T, n, k, bench::CutlassFp8Schedule::kDataParallel));
+  CUDA_CHECK(cudaMalloc(&workspace, std::max<size_t>(wbytes, 1)));
+  void* ref = nullptr;
+  CUDA_CHECK(cudaMalloc(&ref, static_cast<size_t>(tp * N) * 2));
+  double us[2] = {0, 0}, worst = 0;
+  try {
+    for (int sched = 0; sched < 2; ++sched) {
+      const auto sc = sched == 0 ? bench::CutlassFp8Schedule::kDataParallel : bench::CutlassFp8Schedule::kStreamK;
+      us[sched] = bench::time_launches(
+                      [&](int) {
+                        bench::cutlass_fp8_blockwise(x8, xsf, w8, wsf, static_cast<__nv_bfloat16*>(o), T, n, k,
+                                                     accumulate, sc, workspace, stream);
+                      },
+                      stream, 3, 10, 2.0)
+                      .median_us;
+      // The check: both products without accumulation, on the same operands.
+      GemmLt lt;
+      if (!lt.matmul_fp8(x8, xsf, w8, wsf, ref, GemmOut::kBF16, tp, N, K, false, stream)) continue;
+      bench::cutlass_fp8_blockwise(x8, xsf, w8, wsf, static_cast<__nv_bfloat16*>(o), T, n, k, false, sc, workspace,
+                                   stream);
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      std::vector<uint16_t> a(static_cast<size_t>(tp * N)), b(a.size());
+      CUDA_CHECK(cudaMemcpy(a.data(), ref, a.size() * 2, cudaMemcpyDeviceToHost));
+      CUDA_CHECK(cudaMemcpy(b.data(), o, b.size() * 2, cudaMemcpyDeviceToHost));
+      const auto f = [](uint16_t h) {
+        const uint32_t u = static_cast<uint32_t>(h) << 16;
+        float v;
+        std::memcpy(&v, &u, 4);
+        return static_cast<double>(v);
+      };
+      double amax = 0, dmax = 0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        amax = std::max(amax, std::fabs(f(a[i])));
+        dmax = std::max(dmax, std::fabs(f(a[i]) - f(b[i])));
+      }
+      worst = std::max(worst, amax > 0 ? dmax / amax : dmax);
+    }
+    std::printf(" | %.1f | %.1f | %.1e", us[0], us[1], worst);
+    r["cutlass_fp8_median_us"] = us[0];
+    r["cutlass_fp8_streamk_median_us"] = us[1];
+    r["cutlass_vs_cublaslt_rel_max_diff"] = worst;
+  } catch (const std::exception& e) {
+    std::printf(" | failed | failed | -");
+    std::fprintf(stderr, "%s\n", e.what());
+  }
+  CUDA_CHECK(cudaFree(workspace));
+  CUDA_CHECK(cudaFree(ref));
+}
+#endif
 
 }  // namespace
 
@@ -172,6 +249,10 @@ int main(int argc, char** argv) {
     if (fp8) {
       header += " fp8 us | quant us | bf16 / (fp8 + quant) |";
       rule += "---|---|---|";
+#if FLASHDLLM_BENCH_CUTLASS_FP8
+      header += " cutlass fp8 us | cutlass sk us | vs cublaslt |";
+      rule += "---|---|---|";
+#endif
     }
     std::printf("%s\n%s\n", header.c_str(), rule.c_str());
     for (const Shape& s : all) {
@@ -186,7 +267,8 @@ int main(int argc, char** argv) {
       fill_uniform_bf16(static_cast<__nv_bfloat16*>(w), s.N * s.K, 2, -0.02f, 0.02f, stream);
       CUDA_CHECK(cudaMemsetAsync(o, 0, static_cast<size_t>(t_max * s.N) * out_esize, stream));
       // --fp8 operands: the weight quantised per 1 x 128 group (valid e4m3 bytes; the timing does not
-      // depend on the scale values), 128 x 128 scales of 1 with the row stride cuBLASLt reads.
+      // depend on the scale values), 128 x 128 scales N(1, 0.25^2) with the row stride cuBLASLt reads (distinct,
+      // so that a scale layout mistake shows in the CUTLASS check).
       void *wq = nullptr, *ws = nullptr, *xq = nullptr, *xs = nullptr, *ows = nullptr;
       const int64_t t_pad = fp8_padded_rows(t_max), kb = (s.K + 127) / 128, nb = (s.N + 127) / 128;
       const int64_t ws_ld = (kb + kCublasFp8Scales.weight_ld_align - 1) / kCublasFp8Scales.weight_ld_align *
@@ -199,7 +281,7 @@ int main(int argc, char** argv) {
         CUDA_CHECK(cudaMalloc(&xs, static_cast<size_t>(kb * t_pad) * sizeof(float)));
         quantize_fp8_groups_bf16(static_cast<const __nv_bfloat16*>(w), static_cast<uint8_t*>(wq),
                                  static_cast<float*>(ows), s.N, s.K, Fp8ActScaleLayout{false, 0}, stream);
-        fill_normal_f32(static_cast<float*>(ws), nb * ws_ld, 3, 0, 1.0f, 0.0f, stream);  // all 1
+        fill_normal_f32(static_cast<float*>(ws), nb * ws_ld, 3, 0, 1.0f, 0.25f, stream);  // ~1, distinct
         CUDA_CHECK(cudaMemsetAsync(xq, 0, static_cast<size_t>(t_pad * s.K), stream));
         CUDA_CHECK(cudaMemsetAsync(xs, 0, static_cast<size_t>(kb * t_pad) * sizeof(float), stream));
       }
@@ -268,6 +350,10 @@ int main(int argc, char** argv) {
           } else {
             std::printf(" | none | %.1f | -", qt.median_us);
           }
+#if FLASHDLLM_BENCH_CUTLASS_FP8
+          cutlass_fp8_columns(s.out == GemmOut::kBF16 && ran && s.K % 128 == 0 && ws_ld == kb, xq, xs, wq, ws, o, tp,
+                              s.N, s.K, s.accumulate, stream, r);
+#endif
         }
         if (!pickers.empty() && gemm_bucket_rows(T, engine_buckets) == T) {
           const auto timed = [&](int k) {
