@@ -148,8 +148,8 @@ int main(int argc, char** argv) {
   app.add_option("--tokens", tokens, "comma-separated T (rows of x)");
   app.add_option("--model-config", model_config, "config.json whose layer shapes are measured (any family)");
   app.add_option("--shapes", shapes_sel, "subset of qkv,attn_out,gate_up,down,lm_head");
-  app.add_option("--warmup", warmup, "warm-up launches");
-  app.add_option("--iters", iters, "timed measurements (median reported)");
+  app.add_option("--warmup", warmup, "warm-up launches")->check(CLI::Range(0, 1000));
+  app.add_option("--iters", iters, "timed measurements (median reported)")->check(CLI::Range(1, 10000));
   app.add_option("--peak-tflops", peak_tflops, "dense bf16 peak (H200 SXM datasheet: 989.4)");
   app.add_option("--peak-gbps", peak_gbps, "memory bandwidth for the roofline floor (H200: 4800)");
   app.add_option("--json", json_path, "write results as JSON");
@@ -195,6 +195,8 @@ int main(int argc, char** argv) {
     std::vector<long long> ts;  // --tokens without repeats, in order
     for (long long T : bench::parse_list(tokens))
       if (std::find(ts.begin(), ts.end(), T) == ts.end()) ts.push_back(T);
+    if (ts.empty() || *std::min_element(ts.begin(), ts.end()) < 1)
+      throw std::invalid_argument("--tokens '" + tokens + "' must be a comma-separated list of row counts >= 1");
     std::vector<std::unique_ptr<GemmLt>> pickers;
     if (!picks_path.empty()) {
       std::vector<long long> bucket_ts;  // the T that are their own bucket: the ones measured
@@ -262,10 +264,11 @@ int main(int argc, char** argv) {
       void *x = nullptr, *w = nullptr, *o = nullptr;
       CUDA_CHECK(cudaMalloc(&x, static_cast<size_t>(t_max * s.K) * 2));
       CUDA_CHECK(cudaMalloc(&w, static_cast<size_t>(s.N * s.K) * 2));
-      CUDA_CHECK(cudaMalloc(&o, static_cast<size_t>(t_max * s.N) * out_esize));
+      const int64_t o_rows = fp8 ? fp8_padded_rows(t_max) : t_max;  // --fp8 writes T padded to 16 rows
+      CUDA_CHECK(cudaMalloc(&o, static_cast<size_t>(o_rows * s.N) * out_esize));
       fill_uniform_bf16(static_cast<__nv_bfloat16*>(x), t_max * s.K, 1, -1.0f, 1.0f, stream);
       fill_uniform_bf16(static_cast<__nv_bfloat16*>(w), s.N * s.K, 2, -0.02f, 0.02f, stream);
-      CUDA_CHECK(cudaMemsetAsync(o, 0, static_cast<size_t>(t_max * s.N) * out_esize, stream));
+      CUDA_CHECK(cudaMemsetAsync(o, 0, static_cast<size_t>(o_rows * s.N) * out_esize, stream));
       // --fp8 operands: the weight quantised per 1 x 128 group (valid e4m3 bytes; the timing does not
       // depend on the scale values), 128 x 128 scales N(1, 0.25^2) with the row stride cuBLASLt reads (distinct,
       // so that a scale layout mistake shows in the CUTLASS check).

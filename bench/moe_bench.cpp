@@ -64,8 +64,8 @@ int main(int argc, char** argv) {
   app.add_option("--expert-width", F, "each expert's SwiGLU width F")->check(CLI::Range(8, 65536));
   app.add_option("--experts", E, "routed experts E")->check(CLI::Range(1, 1024));
   app.add_option("--top-k", k, "experts per token")->check(CLI::Range(1, 64));
-  app.add_option("--warmup", warmup, "warm-up launches");
-  app.add_option("--iters", iters, "timed measurements (median reported)");
+  app.add_option("--warmup", warmup, "warm-up launches")->check(CLI::Range(0, 1000));
+  app.add_option("--iters", iters, "timed measurements (median reported)")->check(CLI::Range(1, 10000));
   app.add_option("--peak-tflops", peak_tflops, "dense bf16 peak for the floor (H100/H200 SXM: 989.4)");
   app.add_option("--peak-gbps", peak_gbps, "memory bandwidth for the floor (H100 SXM: 3350, H200: 4800)");
   app.add_option("--json", json_path, "write results as JSON");
@@ -73,6 +73,16 @@ int main(int argc, char** argv) {
   if (k > E) {
     std::fprintf(stderr, "moe_bench: --top-k %lld exceeds --experts %lld\n", static_cast<long long>(k),
                  static_cast<long long>(E));
+    return 2;
+  }
+  std::vector<long long> slot_counts;
+  try {
+    slot_counts = bench::parse_list(slots_sel);
+  } catch (const std::exception&) {
+    slot_counts.clear();
+  }
+  if (slot_counts.empty() || *std::min_element(slot_counts.begin(), slot_counts.end()) < 1) {
+    std::fprintf(stderr, "moe_bench: --slots '%s' must be a comma-separated list of counts >= 1\n", slots_sel.c_str());
     return 2;
   }
   try {
@@ -94,7 +104,7 @@ int main(int argc, char** argv) {
         "| slots | T | experts hit | grouped us | per-expert cuBLASLt us | grouped / per-expert | floor us | "
         "grouped / floor |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     nlohmann::json rows = nlohmann::json::array();
-    for (long long S : bench::parse_list(slots_sel)) {
+    for (long long S : slot_counts) {
       const int64_t T = S * rows_per_slot;
       Dev x = make(*be, DType::kBF16, {T, D}, "x"), logits = make(*be, DType::kF32, {T, E}, "router logits");
       Dev ids = make(*be, DType::kI32, {T, k}, "expert ids"), wts = make(*be, DType::kF32, {T, k}, "expert weights");

@@ -33,18 +33,23 @@ uint8_t f32_to_e4m3(float f) noexcept;
 /// e4m3(x / scale) · scale, the value an e4m3 store with that scale gives back. scale > 0.
 inline float e4m3_round(float x, float scale) noexcept { return e4m3_to_f32(f32_to_e4m3(x / scale)) * scale; }
 
-/// The scale of a group or block whose largest magnitude is `amax`: amax / 448 (1 for an all-zero
-/// group, whose values are 0 at any scale).
-inline float fp8_scale_of(float amax) noexcept { return amax > 0.0f ? amax / kE4M3Max : 1.0f; }
+/// The scale of a group or block whose largest magnitude is `amax`: amax / 448, or 1 where that is
+/// not positive: an all-zero group, and one so small (amax < 448 · 2^-149 ~ 6.3e-43) that amax / 448
+/// underflows to 0, whose values all round to 0 in e4m3 at scale 1 (e4m3's least step is 2^-9).
+inline float fp8_scale_of(float amax) noexcept {
+  const float s = amax / kE4M3Max;
+  return s > 0.0f ? s : 1.0f;
+}
 
 /// The multiplier that quantises the activation group whose largest magnitude is `amax`: 448 / amax
-/// (IEEE division, once per group), 1 for an all-zero group, and 0 when 448 / amax overflows fp32
-/// (amax below 448 / FLT_MAX ~ 1.3e-36), which tells fp8_act_encode to divide by the scale instead.
+/// (IEEE division, once per group), 1 where fp8_scale_of is 1 (an all-zero or underflowing group),
+/// and 0 when 448 / amax overflows fp32 (amax below 448 / FLT_MAX ~ 1.3e-36), which tells
+/// fp8_act_encode to divide by the scale instead.
 /// A multiplication per value instead of a division (TransformerEngine's scale / scale_inv pair):
 /// DeepSeek-V3's act_quant divides, and x · (448 / amax) differs from x / (amax / 448) by at most an
 /// ulp before the e4m3 rounding, so the two agree except at e4m3 rounding ties.
 inline float fp8_act_multiplier(float amax) noexcept {
-  if (!(amax > 0.0f)) return 1.0f;
+  if (!(amax / kE4M3Max > 0.0f)) return 1.0f;
   const float r = kE4M3Max / amax;
   return r <= std::numeric_limits<float>::max() ? r : 0.0f;
 }

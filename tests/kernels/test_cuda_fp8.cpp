@@ -332,6 +332,8 @@ TEST(CudaFp8Kernels, GroupQuantisationIsTheCpuOnesBitForBit) {
     x[static_cast<size_t>(3 * K + 290)] = INFINITY;                                // row 3, group 2: not finite
     for (int64_t c = 0; c < 128; ++c)  // row 5, group 0: amax ~1e-37, 448 / amax overflows fp32
       x[static_cast<size_t>(5 * K + c)] = 1e-37f * static_cast<float>((c % 7) - 3);
+    for (int64_t c = 128; c < 256; ++c)  // row 4, group 1: a bf16 subnormal amax, a subnormal scale
+      x[static_cast<size_t>(4 * K + c)] = (c % 5 == 0) ? 1e-40f : 0.0f;
     for (float& v : x) v = bf16_to_f32(f32_to_bf16(v));
     ASSERT_EQ(fp8_act_multiplier(3e-37f), 0.0f) << "the overflow case is not exercised";
     const HostQuant want = host_quantise(x, T, K);

@@ -152,6 +152,12 @@ TEST(Fp8, ActivationGroupsAreOneTokenBy128) {
     ASSERT_EQ(tout[k], e4m3_to_f32(reference_encode(tiny[k] / s)) * s) << k;
     ASSERT_LE(std::fabs(double(tout[k]) - tiny[k]), element_bound(tiny[k], s)) << k;
   }
+  // A group whose amax / 448 underflows to 0 (amax ~1e-43): scale 1, every value rounds to 0, none NaN.
+  std::vector<float> under{0.0f, 1e-43f, -5e-44f, 0.0f}, uout(4, 1.0f);
+  EXPECT_EQ(fp8_scale_of(1e-43f), 1.0f);
+  EXPECT_EQ(fp8_act_multiplier(1e-43f), 1.0f);
+  fake_quantize_fp8_groups(under.data(), 4, uout.data());
+  for (float v : uout) EXPECT_EQ(v, 0.0f);
   x[5] = std::numeric_limits<float>::infinity();  // a non-finite group turns NaN, the others stay
   fake_quantize_fp8_groups(x.data(), K, out.data());
   EXPECT_TRUE(std::isnan(out[0]));

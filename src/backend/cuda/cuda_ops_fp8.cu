@@ -13,14 +13,17 @@ size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
 // The checks of a block-FP8 product's operands (x: its bf16 input, or the SwiGLU output it is made
 // from): dtypes, devices and the shapes of expect_linear_shapes.
-opcheck::LinearShape expect_fp8_operands(Tensor x, Tensor w, Tensor w_scale, Tensor out, const char* op) {
-  expect(x, DType::kBF16, op, "x");
+opcheck::LinearShape expect_fp8_operands(Tensor x, Tensor w, Tensor w_scale, Tensor out, const char* op,
+                                         const char* x_name = "x") {
+  expect(x, DType::kBF16, op, x_name);
   expect(w, DType::kF8E4M3, op, "w");
   expect(w_scale, DType::kF32, op, "w_scale");
   FDLLM_CHECK_ARG(out.dtype == DType::kBF16 || out.dtype == DType::kF32,
                   "{}: operand 'out' must be BF16 or F32, got {}", op, out.describe());
   expect(out, out.dtype, op, "out");
-  return opcheck::expect_linear_shapes(x, w, &w_scale, out, op);
+  const opcheck::LinearShape shape = opcheck::expect_linear_shapes(x, w, &w_scale, out, op);
+  FDLLM_CHECK_ARG(shape.T == 0 || (shape.N > 0 && shape.K > 0), "{}: empty weight {}", op, w.describe());
+  return shape;
 }
 
 }  // namespace
@@ -94,7 +97,6 @@ void CudaBackend::matmul_fp8(Tensor x, Tensor w, Tensor w_scale, Tensor out, boo
   const opcheck::LinearShape shape = expect_fp8_operands(x, w, w_scale, out, kOp);
   const int64_t T = shape.T, N = shape.N, K = shape.K;
   if (T == 0) return;
-  FDLLM_CHECK_ARG(N > 0 && K > 0, "matmul_fp8: empty weight {}", w.describe());
   CUDA_CHECK(cudaSetDevice(device_));
   const auto quantise = [&](uint8_t* q, float* scales, int64_t ld) {
     kernels::quantize_fp8_groups_bf16(bf16(x), q, scales, T, K, kernels::Fp8ActScaleLayout{true, ld}, stream_);
@@ -121,7 +123,8 @@ void CudaBackend::swiglu_matmul_fp8(Tensor gate_up, Tensor act, Tensor w, Tensor
   FDLLM_CHECK_ARG(gate_up.row_size() % 2 == 0, "swiglu_matmul_fp8: gate_up width {} is odd", gate_up.row_size());
   const int64_t T = gate_up.rows(), F = gate_up.row_size() / 2;
   opcheck::expect_matrix(act, T, F, kOp, "act");
-  expect_fp8_operands(act, w, w_scale, out, kOp);
+  expect_fp8_operands(act, w, w_scale, out, kOp, "act");
+  opcheck::expect_disjoint(act, gate_up, kOp, "act", "gate_up");
   if (T > 0 && fp8_gemm_applies(options_, traits_)) {
     CUDA_CHECK(cudaSetDevice(device_));
     const auto quantise = [&](uint8_t* q, float* scales, int64_t ld) {

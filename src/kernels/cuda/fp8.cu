@@ -27,9 +27,10 @@ struct GroupQuant {
 
 __device__ __forceinline__ GroupQuant group_quant(float amax, bool finite) {
   if (!finite) return {__int_as_float(0x7fc00000), 0.0f, false};
-  if (!(amax > 0.0f)) return {1.0f, 1.0f, true};
+  const float s = __fdiv_rn(amax, kE4M3Max);
+  if (!(s > 0.0f)) return {1.0f, 1.0f, true};  // all zero, or amax / 448 underflows
   const float r = __fdiv_rn(kE4M3Max, amax);
-  return {__fdiv_rn(amax, kE4M3Max), r <= 3.402823466e38f ? r : 0.0f, true};
+  return {s, r <= 3.402823466e38f ? r : 0.0f, true};
 }
 
 __device__ __forceinline__ float scaled(float v, const GroupQuant& g) {
