@@ -62,7 +62,7 @@ int run_info(const CommonArgs& ca, bool check_weights) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"flashdllm: fast inference for LLaDA diffusion language models"};
+  CLI::App app{"flashdllm: fast inference for masked diffusion language models (LLaDA, Dream, LLaDA-MoE)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("flashdllm ") + FLASHDLLM_VERSION);
   app.footer("Backend options come from FLASHDLLM_* environment variables: `flashdllm env` lists them.");
