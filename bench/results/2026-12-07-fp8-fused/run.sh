@@ -11,7 +11,7 @@
 #  6. the op profile of the FP8 iteration at 32 slots (generate --profile-ops);
 #  7. tools/train/tests/test_moe.py (f5629d8's training-tool fixes, never run on torch).
 # Usage (device tool, carry .carry): bash bench/results/2026-12-07-fp8-fused/run.sh <tree> <label>
-PRELUDE_BUILD=0 LIMIT=520
+PRELUDE_BUILD=0 LIMIT=${RUN_LIMIT:-520}  # RUN_LIMIT: a shorter lease
 source "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)/bench/device_prelude.sh" "$1" "$2"
 prelude_build_targets test_cuda_fp8 flashdllm gemm_bench moe_bench
 echo "built at $(($(date +%s) - t0)) s on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
