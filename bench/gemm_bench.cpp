@@ -71,7 +71,7 @@ struct Shape {
 /// largest |CUTLASS - cuBLASLt| / max |cuBLASLt| of the non-accumulating product on these operands
 /// (weight scales ws with the row stride cuBLASLt reads, equal to CUTLASS's here: `applies`).
 void cutlass_fp8_columns(bool applies, void* xq, void* xs, void* wq, void* ws, void* o, int64_t tp, int64_t N,
-                         int64_t K, bool accumulate, cudaStream_t stream, nlohmann::json& r) {
+                         int64_t K, bool accumulate, int warmup, int iters, cudaStream_t stream, nlohmann::json& r) {
   if (!applies) {
     std::printf(" | - | - | -");
     return;
@@ -97,7 +97,7 @@ void cutlass_fp8_columns(bool applies, void* xq, void* xs, void* wq, void* ws, v
                         bench::cutlass_fp8_blockwise(x8, xsf, w8, wsf, static_cast<__nv_bfloat16*>(o), T, n, k,
                                                      accumulate, sc, workspace, stream);
                       },
-                      stream, 3, 10, 2.0)
+                      stream, warmup, iters, 2.0)
                       .median_us;
       // The check: both products without accumulation, on the same operands.
       GemmLt lt;
@@ -355,7 +355,7 @@ int main(int argc, char** argv) {
           }
 #if FLASHDLLM_BENCH_CUTLASS_FP8
           cutlass_fp8_columns(s.out == GemmOut::kBF16 && ran && s.K % 128 == 0 && ws_ld == kb, xq, xs, wq, ws, o, tp,
-                              s.N, s.K, s.accumulate, stream, r);
+                              s.N, s.K, s.accumulate, warmup, iters, stream, r);
 #endif
         }
         if (!pickers.empty() && gemm_bucket_rows(T, engine_buckets) == T) {
