@@ -391,6 +391,8 @@ class CudaBackend final : public Backend {
   // matmul_fp8's scratch (the quantised activations and their scales, or the dequantising route's
   // bf16 operands): grows only; a move drops the recorded graphs (they hold the old address).
   void* ensure_fp8_scratch(size_t bytes);
+  // matmul_fp8's dequantising route on checked operands (T > 0).
+  void dequantized_matmul_fp8(Tensor x, Tensor w, Tensor w_scale, Tensor out, bool accumulate);
   // Writes the [T, K] activations, quantised, into q (e4m3 [T, K]) and scales (outer-major, group
   // stride ld): fp8_gemm's producer of its x operand.
   using Fp8Quantiser = std::function<void(uint8_t* q, float* scales, int64_t ld)>;

@@ -95,7 +95,7 @@ bool CudaBackend::fp8_gemm(int64_t T, int64_t K, const Fp8Quantiser& quantise, T
 void CudaBackend::matmul_fp8(Tensor x, Tensor w, Tensor w_scale, Tensor out, bool accumulate) {
   static constexpr const char* kOp = "matmul_fp8";
   const opcheck::LinearShape shape = expect_fp8_operands(x, w, w_scale, out, kOp);
-  const int64_t T = shape.T, N = shape.N, K = shape.K;
+  const int64_t T = shape.T, K = shape.K;
   if (T == 0) return;
   CUDA_CHECK(cudaSetDevice(device_));
   const auto quantise = [&](uint8_t* q, float* scales, int64_t ld) {
@@ -105,7 +105,14 @@ void CudaBackend::matmul_fp8(Tensor x, Tensor w, Tensor w_scale, Tensor out, boo
     after_op(kOp);
     return;
   }
-  // The dequantising route: bf16 operands holding the quantised values, then the bf16 GEMM.
+  dequantized_matmul_fp8(x, w, w_scale, out, accumulate);
+  after_op(kOp);
+}
+
+// The dequantising route of a checked, non-empty product: bf16 operands holding the quantised
+// values, then the bf16 GEMM.
+void CudaBackend::dequantized_matmul_fp8(Tensor x, Tensor w, Tensor w_scale, Tensor out, bool accumulate) {
+  const int64_t T = x.rows(), K = x.row_size(), N = w.rows();
   const size_t xb_bytes = aligned(static_cast<size_t>(T * K) * 2);
   auto* b2 = static_cast<char*>(ensure_fp8_scratch(xb_bytes + aligned(static_cast<size_t>(N * K) * 2)));
   auto* xb = reinterpret_cast<__nv_bfloat16*>(b2);
@@ -114,7 +121,6 @@ void CudaBackend::matmul_fp8(Tensor x, Tensor w, Tensor w_scale, Tensor out, boo
   kernels::dequantize_fp8_blocks_bf16(static_cast<const uint8_t*>(w.data), w_scale.ptr<float>(), N, K, wb, stream_);
   gemm_->matmul(xb, wb, out.data, out.dtype == DType::kF32 ? kernels::GemmOut::kF32 : kernels::GemmOut::kBF16, T, N, K,
                 accumulate, stream_);
-  after_op(kOp);
 }
 
 void CudaBackend::swiglu_matmul_fp8(Tensor gate_up, Tensor act, Tensor w, Tensor w_scale, Tensor out, bool accumulate) {
@@ -136,8 +142,11 @@ void CudaBackend::swiglu_matmul_fp8(Tensor gate_up, Tensor act, Tensor w, Tensor
       return;
     }
   }
-  swiglu(gate_up, act);  // the dequantising route, or a shape cuBLASLt refused
-  matmul_fp8(act, w, w_scale, out, accumulate);
+  swiglu(gate_up, act);  // the dequantising route, or a shape cuBLASLt refused (not tried again)
+  if (T == 0) return;
+  CUDA_CHECK(cudaSetDevice(device_));
+  dequantized_matmul_fp8(act, w, w_scale, out, accumulate);
+  after_op(kOp);
 }
 
 }  // namespace flashdllm::cuda_impl
