@@ -10,6 +10,11 @@
 // Shapes default to LLaDA-MoE-7B-A1B's layer (D 2048, 64 experts of width 1024, top 8); the routing
 // is the model's (softmax over all experts, top-k, no renormalisation) on N(0, 1) router logits,
 // which spreads the rows over the experts about evenly.
+// With the sm_90 kernels (FLASHDLLM_BENCH_CUTLASS_GROUPED) a third side: CUTLASS's sm_90 grouped GEMM
+// (bench/cutlass_grouped_gemm.h) on the same gathered rows, the group sizes read on the device: the
+// grouped gate|up, one SwiGLU over all rows, the grouped down (the same untimed gather); its expert
+// outputs are checked against the per-expert side's (max |difference| / max |value|, bf16 outputs of
+// the same products: failure above 2^-6).
 // The layer's floor: max(FLOPs / --peak-tflops, bytes / --peak-gbps), FLOPs = 2·T·k·3·D·F, bytes =
 // the weights of the experts that received a row (3·D·F·2 each) + x, out and the gate|up / SwiGLU /
 // expert outputs written and read once.
@@ -18,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -25,10 +31,19 @@
 
 #include "backend/backend.h"
 #include "bench/cuda_bench_util.h"
+#include "core/dtype.h"
 #include "core/moe_routing.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/swiglu.h"
+#ifndef FLASHDLLM_BENCH_CUTLASS_GROUPED
+#define FLASHDLLM_BENCH_CUTLASS_GROUPED 0
+#endif
+#if FLASHDLLM_BENCH_CUTLASS_GROUPED
+#include <stdexcept>
+
+#include "bench/cutlass_grouped_gemm.h"
+#endif
 
 using namespace flashdllm;
 
@@ -100,9 +115,12 @@ int main(int argc, char** argv) {
     std::printf("# moe_bench on %s (%d SMs): D %lld, F %lld, %lld experts, top %lld, %lld rows per slot\n\n",
                 dev.name.c_str(), dev.sm_count, static_cast<long long>(D), static_cast<long long>(F),
                 static_cast<long long>(E), static_cast<long long>(k), static_cast<long long>(rows_per_slot));
+    const bool cutlass = FLASHDLLM_BENCH_CUTLASS_GROUPED != 0;
     std::printf(
-        "| slots | T | experts hit | grouped us | per-expert cuBLASLt us | grouped / per-expert | floor us | "
-        "grouped / floor |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        "| slots | T | experts hit | grouped us | per-expert cuBLASLt us | grouped / per-expert |%s floor us | "
+        "grouped / floor |\n|---:|---:|---:|---:|---:|---:|%s---:|---:|\n",
+        cutlass ? " CUTLASS grouped us | CUTLASS / per-expert | CUTLASS rel. diff |" : "",
+        cutlass ? "---:|---:|---:|" : "");
     nlohmann::json rows = nlohmann::json::array();
     for (long long S : slot_counts) {
       const int64_t T = S * rows_per_slot;
@@ -155,22 +173,69 @@ int main(int argc, char** argv) {
             }
           },
           stream, warmup, iters);
+      nlohmann::json row = {{"slots", S}, {"T", T}, {"experts_hit", hit}};
+      std::string cutlass_cols;
+#if FLASHDLLM_BENCH_CUTLASS_GROUPED
+      {
+        // CUTLASS's grouped GEMMs on the same gathered rows: group offsets on the device.
+        const int64_t M = T * k;
+        std::vector<int32_t> offsets(begin.begin(), begin.end());
+        offsets.push_back(static_cast<int32_t>(M));
+        Dev off = make(*be, DType::kI32, {E + 1}, "group offsets");
+        be->copy_from_host(off.t, offsets.data());
+        Dev gu_all = make(*be, DType::kBF16, {M, 2 * F}, "gate|up, all rows"),
+            act_all = make(*be, DType::kBF16, {M, F}, "SwiGLU, all rows"),
+            yc = make(*be, DType::kBF16, {M, D}, "CUTLASS expert out");
+        Dev cws = make(*be, DType::kI8, {static_cast<int64_t>(bench::cutlass_grouped_workspace(static_cast<int>(E)))},
+                       "CUTLASS workspace");
+        const bench::Timing grouped_cutlass = bench::time_launches(
+            [&](int) {
+              bench::cutlass_grouped_gemm_bf16(xe.t.ptr<__nv_bfloat16>(), wg, off.t.ptr<int32_t>(), static_cast<int>(E),
+                                               static_cast<int>(2 * F), static_cast<int>(D),
+                                               gu_all.t.ptr<__nv_bfloat16>(), cws.t.data, stream);
+              kernels::swiglu_bf16(gu_all.t.ptr<__nv_bfloat16>(), M, F, act_all.t.ptr<__nv_bfloat16>(), stream);
+              bench::cutlass_grouped_gemm_bf16(act_all.t.ptr<__nv_bfloat16>(), wd, off.t.ptr<int32_t>(),
+                                               static_cast<int>(E), static_cast<int>(D), static_cast<int>(F),
+                                               yc.t.ptr<__nv_bfloat16>(), cws.t.data, stream);
+            },
+            stream, warmup, iters);
+        // Both sides' expert outputs, bf16 [M, D] in the same group order.
+        std::vector<uint16_t> a(static_cast<size_t>(M * D)), b(a.size());
+        be->copy_to_host(a.data(), yc.t);
+        be->copy_to_host(b.data(), ye.t);
+        double max_diff = 0, max_ref = 0;
+        for (size_t i = 0; i < a.size(); ++i) {
+          max_diff = std::max(max_diff, static_cast<double>(std::fabs(bf16_to_f32(a[i]) - bf16_to_f32(b[i]))));
+          max_ref = std::max(max_ref, static_cast<double>(std::fabs(bf16_to_f32(b[i]))));
+        }
+        const double rel = max_ref > 0 ? max_diff / max_ref : max_diff;
+        if (!(rel <= 1.0 / 64))
+          throw std::runtime_error("CUTLASS grouped expert outputs differ from the per-expert ones by " +
+                                   std::to_string(rel) + " of their largest magnitude (slots " + std::to_string(S) +
+                                   ")");
+        char buf[160];
+        std::snprintf(buf, sizeof buf, " %.1f | %.2f | %.1e |", grouped_cutlass.median_us,
+                      grouped_cutlass.median_us / per_expert.median_us, rel);
+        cutlass_cols = buf;
+        row["cutlass_grouped_us"] = grouped_cutlass.median_us;
+        row["cutlass_rel_diff"] = rel;
+      }
+#endif
       const double flops = 2.0 * static_cast<double>(T * k) * 3.0 * static_cast<double>(D * F);
       const double bytes = static_cast<double>(hit) * 3.0 * static_cast<double>(D * F) * 2.0 +
                            static_cast<double>(T * D) * 2.0 * 2.0 +
                            static_cast<double>(T * k) * (2.0 * F * 2.0 * 2.0 + F * 2.0 * 2.0 + D * 4.0 * 2.0);
       const double floor_us = std::max(flops / (peak_tflops * 1e12), bytes / (peak_gbps * 1e9)) * 1e6;
-      std::printf("| %lld | %lld | %lld | %.1f | %.1f | %.2f | %.1f | %.2f |\n", S, static_cast<long long>(T),
+      std::printf("| %lld | %lld | %lld | %.1f | %.1f | %.2f |%s %.1f | %.2f |\n", S, static_cast<long long>(T),
                   static_cast<long long>(hit), grouped.median_us, per_expert.median_us,
-                  grouped.median_us / per_expert.median_us, floor_us, grouped.median_us / floor_us);
-      rows.push_back({{"slots", S},
-                      {"T", T},
-                      {"experts_hit", hit},
-                      {"grouped_us", grouped.median_us},
-                      {"per_expert_cublaslt_us", per_expert.median_us},
-                      {"floor_us", floor_us},
-                      {"floor_flops", flops},
-                      {"floor_bytes", bytes}});
+                  grouped.median_us / per_expert.median_us, cutlass_cols.c_str(), floor_us,
+                  grouped.median_us / floor_us);
+      row["grouped_us"] = grouped.median_us;
+      row["per_expert_cublaslt_us"] = per_expert.median_us;
+      row["floor_us"] = floor_us;
+      row["floor_flops"] = flops;
+      row["floor_bytes"] = bytes;
+      rows.push_back(row);
     }
     bench::write_json(json_path, {{"bench", "moe_bench"},
                                   {"gpu", dev.name},
