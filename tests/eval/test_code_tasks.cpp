@@ -47,8 +47,8 @@ LoadOptions limit2() {
 /// The sandbox's limits here. The time limit is wall-clock (code_eval's ITIMER_REAL) and CI runs
 /// these beside other tests on 2 cores (the sanitizer suite: two ASan binaries at once), so it is a
 /// multiple of the slowest program's CPU time, not of code_eval's 3 s: HumanEval's slowest canonical
-/// solution takes 0.3 s alone, MBPP's reference for task 123 (amicable numbers below 9999) 5.5 s,
-/// which timed out at 10 s in a CI sanitizer run.
+/// solution takes 0.3 s alone, MBPP's reference for task 123 (amicable numbers below 9999) 5.5 s:
+/// the likely cause of this test's failure in a CI sanitizer run at 10 s (CI printed no detail).
 SandboxOptions options(double timeout_s = 10.0) {
   SandboxOptions o;
   o.timeout_s = timeout_s;
